@@ -1,0 +1,83 @@
+#include "common/dtype.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/check.h"
+
+namespace tessera {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    case DType::kBF16: return "bfloat16";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+    case DType::kU8: return "uint8";
+  }
+  return "unknown";
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  std::string s(name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s == "float32" || s == "f32" || s == "fp32" || s == "float") return DType::kF32;
+  if (s == "float16" || s == "f16" || s == "fp16" || s == "half") return DType::kF16;
+  if (s == "bfloat16" || s == "bf16") return DType::kBF16;
+  if (s == "int32" || s == "i32") return DType::kI32;
+  if (s == "int64" || s == "i64") return DType::kI64;
+  if (s == "uint8" || s == "u8") return DType::kU8;
+  return std::nullopt;
+}
+
+namespace {
+inline float load_as_f32(const void* src, DType t, size_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(src)[i];
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+    default: TESSERA_CHECK(false) << "not a float type: " << dtype_name(t);
+  }
+  return 0.f;
+}
+}  // namespace
+
+void convert_elements(const void* src, DType src_type, void* dst, DType dst_type, size_t n) {
+  if (src_type == dst_type) {
+    std::memcpy(dst, src, n * dtype_size(src_type));
+    return;
+  }
+  switch (dst_type) {
+    case DType::kF32: {
+      auto* d = static_cast<float*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = load_as_f32(src, src_type, i);
+      return;
+    }
+    case DType::kF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(load_as_f32(src, src_type, i));
+      return;
+    }
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(load_as_f32(src, src_type, i));
+      return;
+    }
+    default: TESSERA_CHECK(false) << "cannot convert to " << dtype_name(dst_type);
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,84 @@
+#include "common/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace tessera {
+
+TensorView::TensorView(void* d, DType t, std::initializer_list<int64_t> dims, DeviceKind dev)
+    : TensorView(d, t, std::vector<int64_t>(dims), dev) {}
+
+TensorView::TensorView(void* d, DType t, const std::vector<int64_t>& dims, DeviceKind dev)
+    : data(d), dtype(t), device(dev), ndim(static_cast<int>(dims.size())) {
+  TESSERA_CHECK_LE(ndim, kMaxTensorDims);
+  for (int i = 0; i < ndim; ++i) shape[i] = dims[i];
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+int64_t TensorView::row_numel() const {
+  int64_t n = 1;
+  for (int i = 1; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+TensorView TensorView::rows(int64_t begin, int64_t count) const {
+  TESSERA_CHECK_GE(ndim, 1);
+  TESSERA_CHECK(begin >= 0 && count >= 0 && begin + count <= shape[0])
+      << "rows [" << begin << ", " << begin + count << ") of " << shape_string();
+  TensorView v = *this;
+  v.shape[0] = count;
+  v.data = static_cast<char*>(data) + begin * row_numel() * static_cast<int64_t>(dtype_size(dtype));
+  return v;
+}
+
+TensorView TensorView::reshape(std::initializer_list<int64_t> dims) const {
+  TensorView v(data, dtype, dims, device);
+  TESSERA_CHECK_EQ(v.numel(), numel()) << "reshape " << shape_string() << " to " << v.shape_string();
+  return v;
+}
+
+TensorView TensorView::squeeze0() const {
+  TESSERA_CHECK_GE(ndim, 1);
+  TensorView v = *this;
+  for (int i = 1; i < ndim; ++i) v.shape[i - 1] = shape[i];
+  v.shape[ndim - 1] = 0;
+  v.ndim = ndim - 1;
+  return v;
+}
+
+std::string TensorView::shape_string() const {
+  std::ostringstream os;
+  os << "[";
+  for (int i = 0; i < ndim; ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+Tensor Tensor::zeros(const std::vector<int64_t>& dims, DType dtype) {
+  Tensor t;
+  t.view_ = TensorView(nullptr, dtype, dims);
+  size_t bytes = t.view_.nbytes();
+  size_t padded = (bytes + 63) / 64 * 64;
+  if (padded == 0) padded = 64;
+  void* p = std::aligned_alloc(64, padded);
+  TESSERA_CHECK(p != nullptr) << "out of memory allocating " << padded << " bytes";
+  std::memset(p, 0, padded);
+  t.view_.data = p;
+  t.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return t;
+}
+
+Tensor Tensor::borrowed(TensorView view, std::shared_ptr<const void> owner) {
+  Tensor t;
+  t.view_ = view;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+}  // namespace tessera

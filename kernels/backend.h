@@ -1,0 +1,132 @@
+#pragma once
+// The op set every device implements. Each public method is a validated front (shapes and
+// dtypes are checked once, here, for every backend); the `*_impl` virtuals are the device
+// kernels. Activations are float32 [tokens, features]; weights may be f32, f16 or bf16.
+//
+// Attention works on a paged KV cache: every layer owns K and V pools shaped
+// [num_blocks, block_size, kv_heads, head_dim], and each sequence of a ragged batch names
+// its blocks in a block table (see AttentionBatch).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace tessera {
+
+enum class BackendKind { kCpu, kCuda };
+
+// Host-side description of one ragged batch, shared by all layers of a step.
+struct AttentionBatch {
+  int num_seqs() const { return static_cast<int>(context_lens.size()); }
+  // [num_seqs + 1]: the new tokens of sequence s are rows query_start[s] .. query_start[s+1]-1.
+  std::vector<int32_t> query_start;
+  // [num_seqs]: tokens in the cache for s once this step's tokens are written (past + new).
+  // The new tokens of s have positions context_len - n_new .. context_len - 1.
+  std::vector<int32_t> context_lens;
+  // [num_seqs * max_blocks_per_seq]: block ids of each sequence, row-major, padded with -1.
+  std::vector<int32_t> block_tables;
+  int max_blocks_per_seq = 0;
+  // [num_tokens]: where each new token's K/V goes: block_id * block_size + offset.
+  std::vector<int32_t> slot_mapping;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual std::string name() const = 0;
+
+  // Memory on this backend's device (zeroed).
+  virtual Tensor alloc(const std::vector<int64_t>& dims, DType dtype) = 0;
+  // Copies between host and this device; identical for the CPU backend.
+  virtual void copy_to_host(const TensorView& src, void* dst) = 0;
+  virtual void copy_from_host(const void* src, const TensorView& dst) = 0;
+
+  // out[t, :] = table[ids[t], :]. ids: i32 [T]; table [V, H]; out f32 [T, H].
+  void embedding(const TensorView& ids, const TensorView& table, const TensorView& out);
+  // out = layer_norm(x) * gamma + beta over the last dim. x, out f32 [T, H].
+  void layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
+                  const TensorView& out);
+  // out = x / sqrt(mean(x^2) + eps) * gamma.
+  void rms_norm(const TensorView& x, const TensorView& gamma, float eps, const TensorView& out);
+  // Fused: residual += delta; out = norm(residual). beta empty selects RMSNorm.
+  void residual_add_norm(const TensorView& residual, const TensorView& delta,
+                         const TensorView& gamma, const TensorView& beta, float eps, bool rms,
+                         const TensorView& out);
+  // out[T, N] = x[T, K] · w[N, K]^T (+ bias[N]). bias may be empty.
+  void linear(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out);
+  // Fused: out = gelu_tanh(x · w^T + bias).
+  void linear_gelu(const TensorView& x, const TensorView& w, const TensorView& bias,
+                   const TensorView& out);
+  // In place: x = gelu_tanh(x) (BLOOM's tanh approximation).
+  void gelu_tanh(const TensorView& x);
+  // out[T, F] = silu(gate[T, F]) * up[T, F]. gate and up may be column halves of one
+  // [T, 2F] buffer (see silu_mul_packed).
+  void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out);
+  // Fused form for a packed [T, 2F] gate|up buffer.
+  void silu_mul_packed(const TensorView& gate_up, const TensorView& out);
+  // out = a + b (same shapes; out may alias a).
+  void add(const TensorView& a, const TensorView& b, const TensorView& out);
+  // Rotary embedding (rotate-half convention), in place on x [T, heads, head_dim] whose rows
+  // may be spaced `row_stride` floats apart (so q and k can be views of a packed qkv row).
+  void rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+              const int32_t* positions, float theta);
+  // Writes each token's K and V rows ([T, kv_heads, head_dim], rows `row_stride` floats
+  // apart) to their slots in the paged caches.
+  void write_kv(const float* k, const float* v, int64_t tokens, int64_t row_stride,
+                const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache);
+  // Causal attention of each new token over its sequence's cached keys. q rows are
+  // `q_row_stride` floats apart ([T, q_heads, head_dim]); out is f32 [T, q_heads * head_dim].
+  // alibi_slopes: empty, or f32 [q_heads] (bias slope * key position added to scores).
+  void attention(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
+                 const TensorView& k_cache, const TensorView& v_cache, float scale,
+                 const TensorView& alibi_slopes, const TensorView& out);
+  // Mixture-of-experts routing: softmax over experts, top-k (ties to the lower id), weights
+  // renormalised to sum 1. logits f32 [T, E]; weights f32 [T, k]; ids i32 [T, k].
+  void moe_topk(const TensorView& logits, int top_k, const TensorView& weights, const TensorView& ids);
+  // out[i, :] = x[rows[i], :].
+  void gather_rows(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out);
+  // out[rows[i], :] += scale[i] * x[i, :].
+  void scatter_add_scaled(const TensorView& x, const std::vector<int32_t>& rows,
+                          const std::vector<float>& scale, const TensorView& out);
+
+ protected:
+  virtual void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out) = 0;
+  virtual void layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                               float eps, const TensorView& out) = 0;
+  virtual void rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps,
+                             const TensorView& out) = 0;
+  virtual void residual_add_norm_impl(const TensorView& residual, const TensorView& delta,
+                                      const TensorView& gamma, const TensorView& beta, float eps,
+                                      bool rms, const TensorView& out) = 0;
+  virtual void linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
+                           const TensorView& out, bool gelu) = 0;
+  virtual void gelu_tanh_impl(const TensorView& x) = 0;
+  virtual void silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
+                             int64_t in_stride, float* out) = 0;
+  virtual void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
+  virtual void rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                           int64_t row_stride, const int32_t* positions, float theta) = 0;
+  virtual void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
+                             const AttentionBatch& batch, const TensorView& k_cache,
+                             const TensorView& v_cache) = 0;
+  virtual void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
+                              const AttentionBatch& batch, const TensorView& k_cache,
+                              const TensorView& v_cache, float scale,
+                              const TensorView& alibi_slopes, const TensorView& out) = 0;
+  virtual void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+                             const TensorView& ids) = 0;
+  virtual void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                                const TensorView& out) = 0;
+  virtual void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                                       const std::vector<float>& scale, const TensorView& out) = 0;
+};
+
+// "cpu" or "cuda" (or "auto": CUDA when compiled in and a device is present, else CPU).
+// Asking for CUDA in a build without it is a clear error, never a crash.
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads = 0);
+
+}  // namespace tessera

@@ -1,0 +1,70 @@
+#include "tests/test_support.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace tessera::testing {
+
+std::string fixtures_dir() {
+  const char* env = std::getenv("TESSERA_FIXTURES");
+  std::string dir = env ? env : TESSERA_FIXTURES_DIR;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return "";
+  return std::filesystem::canonical(dir, ec).string();
+}
+
+std::string bin_dir() { return TESSERA_BIN_DIR; }
+std::string source_dir() { return TESSERA_SOURCE_DIR; }
+
+std::string make_temp_dir(const std::string& prefix) {
+  std::random_device rd;
+  auto base = std::filesystem::temp_directory_path();
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto dir = base / (prefix + "-" + std::to_string(rd()));
+    if (std::filesystem::create_directory(dir)) return dir.string();
+  }
+  ADD_FAILURE() << "could not create a temp dir";
+  return base.string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<float> read_f32_file(const std::string& path) {
+  std::string bytes = read_file(path);
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+void write_file(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+}
+
+CommandResult run_command(const std::string& command) {
+  std::string dir = make_temp_dir("tessera-cmd");
+  std::string out_path = dir + "/out", err_path = dir + "/err";
+  std::string full = command + " >" + out_path + " 2>" + err_path;
+  int status = std::system(full.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+}  // namespace tessera::testing

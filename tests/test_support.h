@@ -1,0 +1,39 @@
+#pragma once
+// Shared helpers for tests: where the reference fixtures and built programs live, and
+// running a real program to check its output and exit code.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace tessera::testing {
+
+// ../shared/fixtures (or $TESSERA_FIXTURES); empty when it does not exist.
+std::string fixtures_dir();
+// build/bin, where the command-line programs are.
+std::string bin_dir();
+std::string source_dir();
+// A fresh empty directory under the system temp dir, removed by the caller if wanted.
+std::string make_temp_dir(const std::string& prefix);
+
+std::string read_file(const std::string& path);
+std::vector<float> read_f32_file(const std::string& path);
+void write_file(const std::string& path, const std::string& contents);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs `command` through /bin/sh, capturing stdout and stderr separately.
+CommandResult run_command(const std::string& command);
+
+}  // namespace tessera::testing
+
+// Skips (visibly, with the reason) when ../shared/fixtures is absent.
+#define TESSERA_REQUIRE_FIXTURES()                                                        \
+  do {                                                                                    \
+    if (::tessera::testing::fixtures_dir().empty())                                       \
+      GTEST_SKIP() << "SKIPPED: reference fixtures not found (set TESSERA_FIXTURES or "   \
+                      "place shared/fixtures beside the checkout)";                       \
+  } while (0)
