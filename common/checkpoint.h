@@ -1,0 +1,66 @@
+#pragma once
+// A model checkpoint on disk: a Hugging Face folder (config.json + model.safetensors, or
+// shards listed by model.safetensors.index.json, or any *.safetensors in the folder) or a
+// DeepSpeed checkpoint JSON ({"type", "checkpoints", "version"[, "base_dir"]}). All files are
+// mmap'd; loading converts a tensor (or only the slice a tensor-parallel rank needs) to the
+// requested dtype, borrowing the mapping when no conversion is needed.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/dtype.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace tessera {
+
+class Checkpoint {
+ public:
+  static StatusOr<std::unique_ptr<Checkpoint>> open(const std::string& path);
+
+  const std::string& path() const { return path_; }        // as given to open()
+  const std::string& config_dir() const { return config_dir_; }  // folder holding config.json
+  const nlohmann::json& config() const { return config_; }       // parsed config.json
+  const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
+
+  std::vector<std::string> tensor_names() const;  // sorted
+  const TensorInfo* find(const std::string& name) const;  // nullptr when absent
+
+  // Whole tensor converted to `dtype` (f32/f16/bf16; other stored types only unconverted).
+  // When the stored dtype matches and the data is element-aligned the result borrows the
+  // mapping (zero copy, read-only memory; the Tensor keeps the file mapped).
+  StatusOr<Tensor> load(const std::string& name, DType dtype) const;
+  // [begin, begin + count) along `axis`, converted to `dtype`, touching only those bytes.
+  // Axis 0 slices are contiguous and borrowed like load(); other axes are gathered.
+  StatusOr<Tensor> load_slice(const std::string& name, DType dtype, int axis, int64_t begin,
+                              int64_t count) const;
+  // Drops the mapped pages of `name` from this process once a converted copy exists, so
+  // that peak RSS stays near the model size. Borrowed tensors stay valid (pages re-read).
+  void release(const std::string& name) const;
+  int64_t total_bytes() const { return total_bytes_; }  // sum of tensor bytes on disk
+
+ private:
+  struct Entry {
+    const TensorInfo* info;
+    const SafetensorsFile* file;
+    std::shared_ptr<const void> owner;  // keeps the file mapped for borrowed tensors
+  };
+  Checkpoint() = default;
+  Status add_file(const std::string& file_path);
+  Status load_config(const std::string& dir);
+  StatusOr<const Entry*> entry(const std::string& name, DType dtype) const;
+
+  std::string path_;
+  std::string config_dir_;
+  nlohmann::json config_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::unordered_map<std::string, Entry> tensors_;
+  int64_t total_bytes_ = 0;
+};
+
+}  // namespace tessera

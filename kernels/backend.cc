@@ -1,0 +1,186 @@
+// Validated fronts of the Backend ops: every shape/dtype rule is checked here once, for
+// every device, before the device kernel runs. A failed check is an engine bug (callers
+// validate user input long before an op sees it).
+#include "kernels/backend.h"
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace tessera {
+namespace {
+
+bool is_float_storage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+void check_f32_2d(const TensorView& t, const char* what) {
+  TESSERA_CHECK_EQ(t.ndim, 2) << what << " must be 2-D, got " << t.shape_string();
+  TESSERA_CHECK(t.dtype == DType::kF32) << what << " must be float32, got " << dtype_name(t.dtype);
+}
+
+}  // namespace
+
+void Backend::embedding(const TensorView& ids, const TensorView& table, const TensorView& out) {
+  TESSERA_CHECK(ids.dtype == DType::kI32 && ids.ndim == 1) << "ids " << ids.shape_string();
+  TESSERA_CHECK(table.ndim == 2 && is_float_storage(table.dtype)) << "table " << table.shape_string();
+  check_f32_2d(out, "embedding out");
+  TESSERA_CHECK_EQ(out.dim(0), ids.dim(0));
+  TESSERA_CHECK_EQ(out.dim(1), table.dim(1));
+  embedding_impl(ids, table, out);
+}
+
+void Backend::layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                         float eps, const TensorView& out) {
+  check_f32_2d(x, "layer_norm x");
+  check_f32_2d(out, "layer_norm out");
+  TESSERA_CHECK_EQ(gamma.numel(), x.dim(1));
+  TESSERA_CHECK_EQ(beta.numel(), x.dim(1));
+  layer_norm_impl(x, gamma, beta, eps, out);
+}
+
+void Backend::rms_norm(const TensorView& x, const TensorView& gamma, float eps, const TensorView& out) {
+  check_f32_2d(x, "rms_norm x");
+  check_f32_2d(out, "rms_norm out");
+  TESSERA_CHECK_EQ(gamma.numel(), x.dim(1));
+  rms_norm_impl(x, gamma, eps, out);
+}
+
+void Backend::residual_add_norm(const TensorView& residual, const TensorView& delta,
+                                const TensorView& gamma, const TensorView& beta, float eps,
+                                bool rms, const TensorView& out) {
+  check_f32_2d(residual, "residual");
+  check_f32_2d(delta, "delta");
+  check_f32_2d(out, "norm out");
+  TESSERA_CHECK(residual.dims() == delta.dims()) << residual.shape_string() << " vs " << delta.shape_string();
+  TESSERA_CHECK_EQ(gamma.numel(), residual.dim(1));
+  if (!rms) TESSERA_CHECK_EQ(beta.numel(), residual.dim(1));
+  residual_add_norm_impl(residual, delta, gamma, beta, eps, rms, out);
+}
+
+void Backend::linear(const TensorView& x, const TensorView& w, const TensorView& bias,
+                     const TensorView& out) {
+  check_f32_2d(x, "linear x");
+  check_f32_2d(out, "linear out");
+  TESSERA_CHECK(w.ndim == 2 && is_float_storage(w.dtype)) << "weight " << w.shape_string();
+  TESSERA_CHECK_EQ(x.dim(1), w.dim(1)) << "x " << x.shape_string() << " w " << w.shape_string();
+  TESSERA_CHECK_EQ(out.dim(0), x.dim(0));
+  TESSERA_CHECK_EQ(out.dim(1), w.dim(0));
+  if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), w.dim(0));
+  linear_impl(x, w, bias, out, /*gelu=*/false);
+}
+
+void Backend::linear_gelu(const TensorView& x, const TensorView& w, const TensorView& bias,
+                          const TensorView& out) {
+  check_f32_2d(x, "linear x");
+  check_f32_2d(out, "linear out");
+  TESSERA_CHECK(w.ndim == 2 && is_float_storage(w.dtype)) << "weight " << w.shape_string();
+  TESSERA_CHECK_EQ(x.dim(1), w.dim(1));
+  TESSERA_CHECK_EQ(out.dim(1), w.dim(0));
+  if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), w.dim(0));
+  linear_impl(x, w, bias, out, /*gelu=*/true);
+}
+
+void Backend::gelu_tanh(const TensorView& x) {
+  TESSERA_CHECK(x.dtype == DType::kF32);
+  gelu_tanh_impl(x);
+}
+
+void Backend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {
+  check_f32_2d(gate, "gate");
+  check_f32_2d(up, "up");
+  check_f32_2d(out, "silu_mul out");
+  TESSERA_CHECK(gate.dims() == up.dims() && gate.dims() == out.dims());
+  silu_mul_impl(gate.as<float>(), up.as<float>(), gate.dim(0), gate.dim(1), gate.dim(1),
+                out.as<float>());
+}
+
+void Backend::silu_mul_packed(const TensorView& gate_up, const TensorView& out) {
+  check_f32_2d(gate_up, "gate_up");
+  check_f32_2d(out, "silu_mul out");
+  const int64_t width = out.dim(1);
+  TESSERA_CHECK_EQ(gate_up.dim(1), 2 * width);
+  TESSERA_CHECK_EQ(gate_up.dim(0), out.dim(0));
+  const float* g = gate_up.as<float>();
+  silu_mul_impl(g, g + width, out.dim(0), width, 2 * width, out.as<float>());
+}
+
+void Backend::add(const TensorView& a, const TensorView& b, const TensorView& out) {
+  TESSERA_CHECK(a.dtype == DType::kF32 && b.dtype == DType::kF32 && out.dtype == DType::kF32);
+  TESSERA_CHECK_EQ(a.numel(), b.numel());
+  TESSERA_CHECK_EQ(a.numel(), out.numel());
+  add_impl(a, b, out);
+}
+
+void Backend::rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                     const int32_t* positions, float theta) {
+  TESSERA_CHECK_EQ(head_dim % 2, 0) << "rotary needs an even head_dim";
+  TESSERA_CHECK_GE(row_stride, heads * head_dim);
+  rotary_impl(x, tokens, heads, head_dim, row_stride, positions, theta);
+}
+
+void Backend::write_kv(const float* k, const float* v, int64_t tokens, int64_t row_stride,
+                       const AttentionBatch& batch, const TensorView& k_cache,
+                       const TensorView& v_cache) {
+  TESSERA_CHECK_EQ(k_cache.ndim, 4);
+  TESSERA_CHECK(k_cache.dims() == v_cache.dims());
+  TESSERA_CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), tokens);
+  TESSERA_CHECK_GE(row_stride, k_cache.dim(2) * k_cache.dim(3));
+  write_kv_impl(k, v, tokens, row_stride, batch, k_cache, v_cache);
+}
+
+void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
+                        const AttentionBatch& batch, const TensorView& k_cache,
+                        const TensorView& v_cache, float scale, const TensorView& alibi_slopes,
+                        const TensorView& out) {
+  TESSERA_CHECK_EQ(k_cache.ndim, 4);
+  const int64_t kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
+  TESSERA_CHECK_EQ(q_heads % kv_heads, 0) << "query heads must be a multiple of kv heads";
+  check_f32_2d(out, "attention out");
+  TESSERA_CHECK_EQ(out.dim(1), q_heads * head_dim);
+  TESSERA_CHECK_EQ(static_cast<int64_t>(batch.query_start.size()), batch.num_seqs() + 1);
+  TESSERA_CHECK_EQ(batch.query_start.back(), out.dim(0));
+  TESSERA_CHECK_EQ(static_cast<int64_t>(batch.block_tables.size()),
+                   static_cast<int64_t>(batch.num_seqs()) * batch.max_blocks_per_seq);
+  if (!alibi_slopes.empty()) TESSERA_CHECK_EQ(alibi_slopes.numel(), q_heads);
+  attention_impl(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, alibi_slopes, out);
+}
+
+void Backend::moe_topk(const TensorView& logits, int top_k, const TensorView& weights,
+                       const TensorView& ids) {
+  check_f32_2d(logits, "router logits");
+  TESSERA_CHECK(top_k >= 1 && top_k <= logits.dim(1)) << "top_k " << top_k;
+  TESSERA_CHECK(weights.dtype == DType::kF32 && ids.dtype == DType::kI32);
+  TESSERA_CHECK_EQ(weights.numel(), logits.dim(0) * top_k);
+  TESSERA_CHECK_EQ(ids.numel(), logits.dim(0) * top_k);
+  moe_topk_impl(logits, top_k, weights, ids);
+}
+
+void Backend::gather_rows(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out) {
+  check_f32_2d(x, "gather x");
+  check_f32_2d(out, "gather out");
+  TESSERA_CHECK_EQ(out.dim(0), static_cast<int64_t>(rows.size()));
+  TESSERA_CHECK_EQ(out.dim(1), x.dim(1));
+  for (int32_t r : rows) TESSERA_CHECK(r >= 0 && r < x.dim(0)) << "row " << r;
+  gather_rows_impl(x, rows, out);
+}
+
+void Backend::scatter_add_scaled(const TensorView& x, const std::vector<int32_t>& rows,
+                                 const std::vector<float>& scale, const TensorView& out) {
+  check_f32_2d(x, "scatter x");
+  check_f32_2d(out, "scatter out");
+  TESSERA_CHECK_EQ(x.dim(0), static_cast<int64_t>(rows.size()));
+  TESSERA_CHECK_EQ(rows.size(), scale.size());
+  TESSERA_CHECK_EQ(out.dim(1), x.dim(1));
+  for (int32_t r : rows) TESSERA_CHECK(r >= 0 && r < out.dim(0)) << "row " << r;
+  scatter_add_scaled_impl(x, rows, scale, out);
+}
+
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads) {
+  if (name == "cpu" || name == "auto") {
+    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  }
+  if (name == "cuda") {
+    return unimplemented(
+        "backend 'cuda': the CUDA backend is not available in this build yet (use --backend cpu)");
+  }
+  return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
+}
+
+}  // namespace tessera

@@ -1,0 +1,83 @@
+// Paged causal attention on the CPU. Every new token of every sequence attends to the keys
+// at positions 0..its own position, read through the sequence's block table; with ALiBi the
+// score of key j gets slope_h * j added (BLOOM's bias; softmax is shift-invariant, so this
+// equals the slope * (j - i) form).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace tessera {
+
+void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
+                                const AttentionBatch& batch, const TensorView& k_cache,
+                                const TensorView& v_cache, float scale,
+                                const TensorView& alibi_slopes, const TensorView& out) {
+  TESSERA_CHECK(k_cache.dtype == DType::kF32) << "CPU KV cache is float32";
+  const int64_t block_size = k_cache.dim(1), kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
+  const int64_t group = q_heads / kv_heads;
+  const int64_t kv_row = kv_heads * head_dim;  // floats per cache slot
+  const float* kc = k_cache.as<float>();
+  const float* vc = v_cache.as<float>();
+  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.as<float>();
+  const int64_t total_tokens = out.dim(0);
+
+  // One work item per (token, head): flat, so short and long sequences balance across threads.
+  struct Item {
+    int32_t seq;
+    int32_t token;  // row in q/out
+  };
+  std::vector<Item> items;
+  items.reserve(total_tokens);
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) items.push_back({s, t});
+  }
+  const int64_t n_work = static_cast<int64_t>(items.size()) * q_heads;
+
+#pragma omp parallel if (n_work > 1)
+  {
+    std::vector<float> scores;
+    std::vector<float> acc(head_dim);
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t w = 0; w < n_work; ++w) {
+      const Item item = items[w / q_heads];
+      const int64_t h = w % q_heads;
+      const int64_t g = h / group;
+      const int s = item.seq;
+      const int32_t n_new = batch.query_start[s + 1] - batch.query_start[s];
+      const int32_t pos = batch.context_lens[s] - n_new + (item.token - batch.query_start[s]);
+      const int32_t n_keys = pos + 1;
+      const int32_t* table = batch.block_tables.data() + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
+      const float* qv = q + item.token * q_row_stride + h * head_dim;
+
+      scores.resize(n_keys);
+      float mx = -INFINITY;
+      for (int32_t j = 0; j < n_keys; ++j) {
+        const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+        const float* kv = kc + slot * kv_row + g * head_dim;
+        float dot = 0;
+        for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
+        float sc = dot * scale;
+        if (slopes) sc += slopes[h] * static_cast<float>(j);
+        scores[j] = sc;
+        mx = std::max(mx, sc);
+      }
+      float sum = 0;
+      for (int32_t j = 0; j < n_keys; ++j) sum += scores[j] = std::exp(scores[j] - mx);
+      const float inv = 1.0f / sum;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int32_t j = 0; j < n_keys; ++j) {
+        const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+        const float* vv = vc + slot * kv_row + g * head_dim;
+        const float p = scores[j] * inv;
+        for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * vv[d];
+      }
+      std::copy(acc.begin(), acc.end(), out.as<float>() + item.token * out.dim(1) + h * head_dim);
+    }
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,242 @@
+// Element-wise, normalisation, embedding and routing ops of the CPU backend. The heavy ops
+// live in their own files: linear (linear_cpu.cc) and paged attention (attention_cpu.cc).
+#include "kernels/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/linear_cpu.h"
+
+namespace tessera {
+namespace {
+
+// Reads element i of a float-storage tensor as f32.
+inline float load_f32(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelGrain = 1 << 14;
+
+void layer_norm_row(const float* x, const TensorView& gamma, const TensorView& beta, float eps,
+                    int64_t h, float* out) {
+  // Two passes in double for the statistics: rows are short, and it keeps us within
+  // float rounding of PyTorch's result whatever the summation order.
+  double mean = 0;
+  for (int64_t i = 0; i < h; ++i) mean += x[i];
+  mean /= static_cast<double>(h);
+  double var = 0;
+  for (int64_t i = 0; i < h; ++i) {
+    double d = x[i] - mean;
+    var += d * d;
+  }
+  var /= static_cast<double>(h);
+  const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+  const float m = static_cast<float>(mean);
+  for (int64_t i = 0; i < h; ++i) {
+    out[i] = (x[i] - m) * inv * load_f32(gamma.data, gamma.dtype, i) + load_f32(beta.data, beta.dtype, i);
+  }
+}
+
+void rms_norm_row(const float* x, const TensorView& gamma, float eps, int64_t h, float* out) {
+  double ss = 0;
+  for (int64_t i = 0; i < h; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
+  // Llama normalises in f32, then multiplies by the weight.
+  for (int64_t i = 0; i < h; ++i) out[i] = load_f32(gamma.data, gamma.dtype, i) * (x[i] * inv);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads) {
+  if (num_threads > 0) omp_set_num_threads(num_threads);
+}
+
+Tensor CpuBackend::alloc(const std::vector<int64_t>& dims, DType dtype) { return Tensor::zeros(dims, dtype); }
+
+void CpuBackend::copy_to_host(const TensorView& src, void* dst) { std::memcpy(dst, src.data, src.nbytes()); }
+
+void CpuBackend::copy_from_host(const void* src, const TensorView& dst) {
+  std::memcpy(dst.data, src, dst.nbytes());
+}
+
+void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out) {
+  const int64_t h = table.dim(1), vocab = table.dim(0);
+  const int32_t* id = ids.as<int32_t>();
+  float* o = out.as<float>();
+  for (int64_t t = 0; t < ids.dim(0); ++t) {
+    TESSERA_CHECK(id[t] >= 0 && id[t] < vocab) << "token id " << id[t] << " outside vocab " << vocab;
+    const char* row = static_cast<const char*>(table.data) + id[t] * h * dtype_size(table.dtype);
+    convert_elements(row, table.dtype, o + t * h, DType::kF32, h);
+  }
+}
+
+void CpuBackend::layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                                 float eps, const TensorView& out) {
+  const int64_t rows = x.dim(0), h = x.dim(1);
+#pragma omp parallel for if (rows * h > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) layer_norm_row(x.as<float>() + r * h, gamma, beta, eps, h, out.as<float>() + r * h);
+}
+
+void CpuBackend::rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps,
+                               const TensorView& out) {
+  const int64_t rows = x.dim(0), h = x.dim(1);
+#pragma omp parallel for if (rows * h > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) rms_norm_row(x.as<float>() + r * h, gamma, eps, h, out.as<float>() + r * h);
+}
+
+void CpuBackend::residual_add_norm_impl(const TensorView& residual, const TensorView& delta,
+                                        const TensorView& gamma, const TensorView& beta, float eps,
+                                        bool rms, const TensorView& out) {
+  const int64_t rows = residual.dim(0), h = residual.dim(1);
+#pragma omp parallel for if (rows * h > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* res = residual.as<float>() + r * h;
+    const float* d = delta.as<float>() + r * h;
+    for (int64_t i = 0; i < h; ++i) res[i] += d[i];
+    if (rms) {
+      rms_norm_row(res, gamma, eps, h, out.as<float>() + r * h);
+    } else {
+      layer_norm_row(res, gamma, beta, eps, h, out.as<float>() + r * h);
+    }
+  }
+}
+
+void CpuBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
+                             const TensorView& out, bool gelu) {
+  const float* b = nullptr;
+  Tensor bias_f32;
+  if (!bias.empty()) {
+    if (bias.dtype == DType::kF32) {
+      b = bias.as<float>();
+    } else {  // biases are tiny: widen once per call
+      bias_f32 = Tensor::zeros({bias.numel()}, DType::kF32);
+      convert_elements(bias.data, bias.dtype, bias_f32.data<float>(), DType::kF32, bias.numel());
+      b = bias_f32.data<float>();
+    }
+  }
+  cpu::linear(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.data, w.dtype, w.dim(0), b,
+              out.as<float>(), out.dim(1), gelu);
+}
+
+void CpuBackend::gelu_tanh_impl(const TensorView& x) {
+  float* p = x.as<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) p[i] = cpu::gelu_tanh(p[i]);
+}
+
+void CpuBackend::silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
+                               int64_t in_stride, float* out) {
+#pragma omp parallel for if (tokens * width > kParallelGrain)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* g = gate + t * in_stride;
+    const float* u = up + t * in_stride;
+    float* o = out + t * width;
+    for (int64_t i = 0; i < width; ++i) o[i] = cpu::silu(g[i]) * u[i];
+  }
+}
+
+void CpuBackend::add_impl(const TensorView& a, const TensorView& b, const TensorView& out) {
+  const float* pa = a.as<float>();
+  const float* pb = b.as<float>();
+  float* po = out.as<float>();
+  const int64_t n = a.numel();
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+}
+
+void CpuBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                             int64_t row_stride, const int32_t* positions, float theta) {
+  const int64_t half = head_dim / 2;
+  // inv_freq exactly as transformers builds it in float32:
+  // 1 / theta ** (arange(0, dim, 2).float() / dim).
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[i] = 1.0f / std::pow(theta, exponent);
+  }
+#pragma omp parallel for if (tokens * heads * head_dim > kParallelGrain)
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<float> cos_v(half), sin_v(half);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+      cos_v[i] = std::cos(angle);
+      sin_v[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + t * row_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cos_v[i] - x1 * sin_v[i];
+        v[i + half] = x1 * cos_v[i] + x0 * sin_v[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
+                               const AttentionBatch& batch, const TensorView& k_cache,
+                               const TensorView& v_cache) {
+  TESSERA_CHECK(k_cache.dtype == DType::kF32) << "CPU KV cache is float32";
+  const int64_t width = k_cache.dim(2) * k_cache.dim(3);
+  const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t slot = batch.slot_mapping[t];
+    TESSERA_CHECK(slot >= 0 && slot < slots) << "slot " << slot;
+    std::memcpy(k_cache.as<float>() + slot * width, k + t * row_stride, width * sizeof(float));
+    std::memcpy(v_cache.as<float>() + slot * width, v + t * row_stride, width * sizeof(float));
+  }
+}
+
+void CpuBackend::moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+                               const TensorView& ids) {
+  const int64_t tokens = logits.dim(0), experts = logits.dim(1);
+  std::vector<float> prob(experts);
+  std::vector<int32_t> order(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits.as<float>() + t * experts;
+    const float mx = *std::max_element(l, l + experts);
+    float sum = 0;
+    for (int64_t e = 0; e < experts; ++e) sum += prob[e] = std::exp(l[e] - mx);
+    for (int64_t e = 0; e < experts; ++e) prob[e] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    // Stable: among equal probabilities the lower expert id wins.
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return prob[a] > prob[b]; });
+    float chosen = 0;
+    for (int k = 0; k < top_k; ++k) chosen += prob[order[k]];
+    for (int k = 0; k < top_k; ++k) {
+      weights.as<float>()[t * top_k + k] = prob[order[k]] / chosen;
+      ids.as<int32_t>()[t * top_k + k] = order[k];
+    }
+  }
+}
+
+void CpuBackend::gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                                  const TensorView& out) {
+  const int64_t h = x.dim(1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(out.as<float>() + i * h, x.as<float>() + rows[i] * h, h * sizeof(float));
+  }
+}
+
+void CpuBackend::scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                                         const std::vector<float>& scale, const TensorView& out) {
+  const int64_t h = x.dim(1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* o = out.as<float>() + rows[i] * h;
+    const float* xi = x.as<float>() + i * h;
+    for (int64_t j = 0; j < h; ++j) o[j] += scale[i] * xi[j];
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,51 @@
+#pragma once
+// The CPU backend: float32 compute over f32/f16/bf16 weights, threads through OpenMP.
+// It is both the production path on machines without a GPU and the reference every other
+// backend is tested against.
+#include "kernels/backend.h"
+
+namespace tessera {
+
+class CpuBackend final : public Backend {
+ public:
+  // num_threads <= 0 keeps OpenMP's default (all cores, or OMP_NUM_THREADS).
+  explicit CpuBackend(int num_threads = 0);
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  std::string name() const override { return "cpu"; }
+  Tensor alloc(const std::vector<int64_t>& dims, DType dtype) override;
+  void copy_to_host(const TensorView& src, void* dst) override;
+  void copy_from_host(const void* src, const TensorView& dst) override;
+
+ protected:
+  void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out) override;
+  void layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
+                       const TensorView& out) override;
+  void rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps,
+                     const TensorView& out) override;
+  void residual_add_norm_impl(const TensorView& residual, const TensorView& delta,
+                              const TensorView& gamma, const TensorView& beta, float eps, bool rms,
+                              const TensorView& out) override;
+  void linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
+                   const TensorView& out, bool gelu) override;
+  void gelu_tanh_impl(const TensorView& x) override;
+  void silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
+                     int64_t in_stride, float* out) override;
+  void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) override;
+  void rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                   const int32_t* positions, float theta) override;
+  void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
+                     const AttentionBatch& batch, const TensorView& k_cache,
+                     const TensorView& v_cache) override;
+  void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
+                      const AttentionBatch& batch, const TensorView& k_cache,
+                      const TensorView& v_cache, float scale, const TensorView& alibi_slopes,
+                      const TensorView& out) override;
+  void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+                     const TensorView& ids) override;
+  void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                        const TensorView& out) override;
+  void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                               const std::vector<float>& scale, const TensorView& out) override;
+};
+
+}  // namespace tessera

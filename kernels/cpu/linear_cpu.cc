@@ -1,0 +1,123 @@
+// The CPU linear layer's front: picks the instruction-set flavour once (CPU support,
+// optionally lowered by TESSERA_CPU_ISA), picks the regime by M, and splits the GEMV's
+// output columns across OpenMP threads.
+#include "kernels/cpu/linear_cpu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "kernels/cpu/linear_kernels.h"
+
+namespace tessera::cpu {
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+CpuIsa detected_cpu_isa() {
+  // __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0).
+  static const CpuIsa isa = [] {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+      return CpuIsa::kAvx512;
+    }
+    return avx2 ? CpuIsa::kAvx2 : CpuIsa::kScalar;
+  }();
+  return isa;
+}
+
+CpuIsa active_cpu_isa() {
+  static const CpuIsa isa = [] {
+    CpuIsa best = detected_cpu_isa();
+    const char* env = std::getenv("TESSERA_CPU_ISA");
+    if (env == nullptr || *env == '\0') return best;
+    for (CpuIsa candidate : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (std::strcmp(env, cpu_isa_name(candidate)) == 0) return std::min(candidate, best);
+    }
+    TESSERA_LOG_WARN("TESSERA_CPU_ISA={} is not one of scalar, avx2, avx512; using {}", env,
+                     cpu_isa_name(best));
+    return best;
+  }();
+  return isa;
+}
+
+namespace {
+
+void gemv_range(CpuIsa isa, const detail::LinearArgs& a, int64_t n0, int64_t n1) {
+  switch (isa) {
+    case CpuIsa::kAvx512: detail::gemv_avx512(a, 0, a.M, n0, n1); break;
+    case CpuIsa::kAvx2: detail::gemv_avx2(a, 0, a.M, n0, n1); break;
+    case CpuIsa::kScalar: detail::gemv_scalar(a, 0, a.M, n0, n1); break;
+  }
+}
+
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kMinParallelMacs = 32 * 1024;
+
+// Decode: each thread streams one contiguous block of weight rows (its share of N), so the
+// threads' DRAM streams never overlap and every weight is read once.
+void gemv_linear(CpuIsa isa, const detail::LinearArgs& a) {
+  const int threads = omp_get_max_threads();
+  if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
+    gemv_range(isa, a, 0, a.N);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t nt = omp_get_num_threads();
+    const int64_t tid = omp_get_thread_num();
+    // Blocks of 16 rows keep each thread's y writes off its neighbour's cache lines.
+    const int64_t per_thread = ((a.N + nt - 1) / nt + 15) / 16 * 16;
+    const int64_t n0 = std::min(a.N, tid * per_thread);
+    const int64_t n1 = std::min(a.N, n0 + per_thread);
+    if (n0 < n1) gemv_range(isa, a, n0, n1);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
+                 const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
+                 bool gelu) {
+  TESSERA_CHECK(M >= 0 && K >= 0 && N >= 0) << "M=" << M << " K=" << K << " N=" << N;
+  TESSERA_CHECK_GE(ldx, K);
+  TESSERA_CHECK_GE(ldy, N);
+  TESSERA_CHECK(w_dtype == DType::kF32 || w_dtype == DType::kF16 || w_dtype == DType::kBF16)
+      << "linear weights must be f32, f16 or bf16, got " << dtype_name(w_dtype);
+  if (M == 0 || N == 0) return;
+  const LinearArgs args{x, M, K, ldx, w, w_dtype, N, bias, y, ldy, gelu};
+  const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
+  const bool gemv = options.path == LinearPath::kGemv ||
+                    (options.path == LinearPath::kAuto && M <= kLinearGemvMaxRows) || K == 0;
+  if (gemv) {
+    gemv_linear(isa, args);
+  } else {
+    LinearOptions clamped = options;
+    clamped.isa = isa;
+    gemm_linear(clamped, args);
+  }
+}
+
+}  // namespace detail
+
+void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
+            int64_t N, const float* bias, float* y, int64_t ldy, bool gelu) {
+  detail::linear_with(detail::LinearOptions{}, x, M, K, ldx, w, w_dtype, N, bias, y, ldy, gelu);
+}
+
+}  // namespace tessera::cpu

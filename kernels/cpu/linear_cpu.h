@@ -1,0 +1,57 @@
+#pragma once
+// The CPU linear layer: y = x · W^T (+ bias) (then gelu_tanh). The engine's hot spot.
+//
+// Two regimes, chosen by M (rows of x):
+//  - M <= kLinearGemvMaxRows (decode): memory-bandwidth bound. A GEMV-style kernel streams
+//    every weight row once for all M rows, widening f16/bf16 to f32 in registers.
+//  - larger M (prefill): compute bound. OpenBLAS sgemm; f16/bf16 weights are widened to f32
+//    panel by panel first.
+// The SIMD flavour (AVX-512 / AVX2+FMA+F16C / portable scalar) is picked at run time from
+// what the CPU supports; TESSERA_CPU_ISA=scalar|avx2|avx512 lowers it (for tests and A/B runs).
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace tessera::cpu {
+
+// y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]) (then gelu_tanh from kernels/cpu/activations.h if
+// gelu). x, y, bias: float32 row-major; y rows `ldy` floats apart (ldy >= N) so outputs can land
+// in a column range of a wider buffer (columns N..ldy-1 are never touched); x rows `ldx` apart
+// (ldx >= K). W: row-major [N, K] stored as f32, f16 or bf16, rows exactly K apart. bias may be
+// nullptr. Multi-threaded with OpenMP over omp_get_max_threads() threads. y must not overlap x,
+// W or bias.
+void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
+            int64_t N, const float* bias, float* y, int64_t ldy, bool gelu);
+
+// Up to this many rows the GEMV kernel is used; above it, sgemm (measured crossover).
+inline constexpr int64_t kLinearGemvMaxRows = 8;
+
+// Instruction-set flavours of the kernels, lowest first.
+enum class CpuIsa : uint8_t { kScalar, kAvx2, kAvx512 };
+const char* cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512"
+// The best flavour this CPU supports (avx2 means AVX2 + FMA + F16C; avx512 means F + BW + VL).
+CpuIsa detected_cpu_isa();
+// What linear() uses: detected_cpu_isa(), lowered by TESSERA_CPU_ISA when set (never raised
+// above what the CPU supports). Read once.
+CpuIsa active_cpu_isa();
+
+namespace detail {
+// Knobs for tests and benchmarks; linear() uses the defaults.
+enum class LinearPath : uint8_t { kAuto, kGemv, kGemm };  // kGemv/kGemm force a regime for any M
+// How the sgemm regime shares the cores between OpenBLAS (a pthreads build with its own
+// thread pool) and OpenMP; see linear_gemm.cc for the measured choice.
+enum class GemmThreading : uint8_t {
+  kBlasThreads,  // OpenMP widens a panel, then one sgemm threaded by OpenBLAS
+  kOmpPanels,    // OpenBLAS single-threaded; each OpenMP thread widens and sgemms its own panels
+};
+struct LinearOptions {
+  CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
+  LinearPath path = LinearPath::kAuto;
+  GemmThreading threading = GemmThreading::kOmpPanels;
+};
+void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
+                 const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
+                 bool gelu);
+}  // namespace detail
+
+}  // namespace tessera::cpu

@@ -1,0 +1,145 @@
+// AVX-512 flavour of the linear kernels (needs F + BW + VL; F16C/FMA come with it).
+// Decode is memory bound: the kernel's job is to keep the weight stream flowing, so every
+// weight is loaded once per tile of up to 8 x rows, widened to f32 in a register and used
+// for one FMA per x row. K tails use masked loads, so there is no scalar remainder loop.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/linear_kernels.h"
+
+// GCC 12 warns inside its own intrinsics (_mm512_undefined_* is "maybe uninitialized" by
+// design: those lanes are overwritten); the warning says nothing about this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define TESSERA_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+namespace tessera::cpu::detail {
+namespace {
+
+// 16 weights starting at element i of `w`, widened to f32. Masked lanes read as 0.
+template <DType D, bool kMasked>
+TESSERA_TARGET_AVX512 inline __m512 load_w16(const void* w, int64_t i, __mmask16 mask) {
+  if constexpr (D == DType::kF32) {
+    const float* p = static_cast<const float*>(w) + i;
+    return kMasked ? _mm512_maskz_loadu_ps(mask, p) : _mm512_loadu_ps(p);
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(w) + i;
+    __m256i h = kMasked ? _mm256_maskz_loadu_epi16(mask, p)
+                        : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (D == DType::kF16) {
+      return _mm512_cvtph_ps(h);
+    } else {  // bf16 is the top half of an f32
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+  }
+}
+
+// MT rows of x (from m0) against weight rows [n0, n1), R weight rows at a time. The last
+// group re-reads row n1-1 for its missing rows and discards those sums (no scalar tail).
+template <DType D, int MT, int R>
+TESSERA_TARGET_AVX512 void gemv_tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t n1) {
+  const int64_t K = a.K;
+  const float* xr[MT];
+  for (int i = 0; i < MT; ++i) xr[i] = a.x + (m0 + i) * a.ldx;
+  const int64_t k_main = K & ~int64_t{15};
+  const __mmask16 tail_mask = static_cast<__mmask16>((1u << (K - k_main)) - 1u);
+
+  for (int64_t n = n0; n < n1; n += R) {
+    int64_t row[R];
+    for (int r = 0; r < R; ++r) row[r] = std::min(n + r, n1 - 1) * K;
+    __m512 acc[MT][R];
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < k_main; k += 16) {
+      __m512 wv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) wv[r] = load_w16<D, false>(a.w, row[r] + k, 0);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        __m512 xv = _mm512_loadu_ps(xr[i] + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[i][r] = _mm512_fmadd_ps(wv[r], xv, acc[i][r]);
+      }
+    }
+    if (k_main < K) {
+      __m512 wv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) wv[r] = load_w16<D, true>(a.w, row[r] + k_main, tail_mask);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        __m512 xv = _mm512_maskz_loadu_ps(tail_mask, xr[i] + k_main);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[i][r] = _mm512_fmadd_ps(wv[r], xv, acc[i][r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      if (n + r >= n1) break;
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        a.y[(m0 + i) * a.ldy + n + r] =
+            finish_output(_mm512_reduce_add_ps(acc[i][r]), a.bias, n + r, a.gelu);
+      }
+    }
+  }
+}
+
+// Weight rows per group: enough accumulators to hide FMA latency and overlap several
+// DRAM streams, few enough (MT*R + R + 1 <= 32) to stay in zmm registers.
+template <DType D, int MT>
+TESSERA_TARGET_AVX512 void gemv_tile_for(const LinearArgs& a, int64_t m0, int64_t n0,
+                                         int64_t n1) {
+  constexpr int R = MT == 1 ? 8 : (MT <= 4 ? 4 : 2);
+  gemv_tile<D, MT, R>(a, m0, n0, n1);
+}
+
+template <DType D>
+TESSERA_TARGET_AVX512 void gemv_typed(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0,
+                                      int64_t n1) {
+  for (int64_t m = m0; m < m1; m += kGemvRowTile) {
+    switch (std::min(kGemvRowTile, m1 - m)) {
+      case 1: gemv_tile_for<D, 1>(a, m, n0, n1); break;
+      case 2: gemv_tile_for<D, 2>(a, m, n0, n1); break;
+      case 3: gemv_tile_for<D, 3>(a, m, n0, n1); break;
+      case 4: gemv_tile_for<D, 4>(a, m, n0, n1); break;
+      case 5: gemv_tile_for<D, 5>(a, m, n0, n1); break;
+      case 6: gemv_tile_for<D, 6>(a, m, n0, n1); break;
+      case 7: gemv_tile_for<D, 7>(a, m, n0, n1); break;
+      default: gemv_tile_for<D, 8>(a, m, n0, n1); break;
+    }
+  }
+}
+
+}  // namespace
+
+TESSERA_TARGET_AVX512 void gemv_avx512(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0,
+                                       int64_t n1) {
+  switch (a.w_dtype) {
+    case DType::kF32: gemv_typed<DType::kF32>(a, m0, m1, n0, n1); break;
+    case DType::kF16: gemv_typed<DType::kF16>(a, m0, m1, n0, n1); break;
+    default: gemv_typed<DType::kBF16>(a, m0, m1, n0, n1); break;
+  }
+}
+
+TESSERA_TARGET_AVX512 void widen_avx512(const uint16_t* src, DType src_dtype, float* dst,
+                                        int64_t n) {
+  int64_t i = 0;
+  if (src_dtype == DType::kF16) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_w16<DType::kF16, false>(src, i, 0));
+  } else {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_w16<DType::kBF16, false>(src, i, 0));
+  }
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    __m512 v = src_dtype == DType::kF16 ? load_w16<DType::kF16, true>(src, i, mask)
+                                        : load_w16<DType::kBF16, true>(src, i, mask);
+    _mm512_mask_storeu_ps(dst + i, mask, v);
+  }
+}
+
+}  // namespace tessera::cpu::detail

@@ -1,0 +1,48 @@
+#pragma once
+// Internal to the CPU linear layer (linear_cpu.cc, linear_gemm.cc): the per-ISA kernels.
+// Each ISA lives in its own linear_gemv_<isa>.cc whose functions carry
+// __attribute__((target(...))), so the library is built for baseline x86-64 and the wide
+// instructions only run after the dispatcher has checked the CPU supports them.
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/linear_cpu.h"
+
+namespace tessera::cpu::detail {
+
+// One linear call, as the kernels see it (see linear() in linear_cpu.h for the meaning).
+struct LinearArgs {
+  const float* x;
+  int64_t M, K, ldx;
+  const void* w;
+  DType w_dtype;
+  int64_t N;
+  const float* bias;
+  float* y;
+  int64_t ldy;
+  bool gelu;
+};
+
+// The GEMV kernel: y rows [m0, m1) x columns [n0, n1), reading each weight row of
+// [n0, n1) once per group of up to kGemvRowTile rows of x (so once for decode batches).
+// Applies bias and gelu.
+inline constexpr int64_t kGemvRowTile = 8;
+void gemv_scalar(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+void gemv_avx2(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+void gemv_avx512(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+
+// Widens `n` contiguous f16 or bf16 values (src_dtype) to f32.
+void widen_scalar(const uint16_t* src, DType src_dtype, float* dst, int64_t n);
+void widen_avx2(const uint16_t* src, DType src_dtype, float* dst, int64_t n);
+void widen_avx512(const uint16_t* src, DType src_dtype, float* dst, int64_t n);
+
+// The sgemm regime (linear_gemm.cc), bias and gelu included.
+void gemm_linear(const LinearOptions& options, const LinearArgs& a);
+
+// The bias + gelu epilogue for one output value.
+inline float finish_output(float acc, const float* bias, int64_t n, bool gelu) {
+  if (bias != nullptr) acc += bias[n];
+  return gelu ? gelu_tanh(acc) : acc;
+}
+}  // namespace tessera::cpu::detail

@@ -1,0 +1,30 @@
+#pragma once
+// The paged KV cache of one rank: per layer, K and V pools of fixed-size blocks,
+// [num_blocks, block_size, kv_heads, head_dim] float32. Which sequence owns which block
+// is decided outside (the block manager); this only holds the memory.
+#include <vector>
+
+#include "common/tensor.h"
+#include "kernels/backend.h"
+#include "worker/model_config.h"
+
+namespace tessera {
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& config, int block_size, int num_blocks, Backend& backend);
+
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return num_blocks_; }
+  const TensorView& k(int layer) const { return k_[layer].view(); }
+  const TensorView& v(int layer) const { return v_[layer].view(); }
+  // Bytes one block takes across all layers (K and V), for sizing the pool.
+  static int64_t bytes_per_block(const ModelConfig& config, int block_size);
+
+ private:
+  int block_size_;
+  int num_blocks_;
+  std::vector<Tensor> k_, v_;
+};
+
+}  // namespace tessera

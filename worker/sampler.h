@@ -1,0 +1,19 @@
+#pragma once
+// Turns one row of logits into a token id: greedy (temperature 0; ties go to the lowest
+// id, as torch.argmax does) or sampling with temperature, top-k and top-p.
+#include <cstdint>
+#include <random>
+
+namespace tessera {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = whole vocabulary
+  float top_p = 1.0f;        // nucleus mass kept
+  uint64_t seed = 0;
+};
+
+int32_t argmax(const float* logits, int64_t vocab);
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, std::mt19937_64& rng);
+
+}  // namespace tessera

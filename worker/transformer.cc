@@ -1,0 +1,242 @@
+#include "worker/transformer.h"
+
+#include <cmath>
+
+#include "common/logging.h"
+
+namespace tessera {
+
+std::vector<float> alibi_slopes(int64_t heads) {
+  // As transformers' build_alibi_tensor: slopes of the closest power of two, then every
+  // other slope of the next power of two for the remaining heads.
+  const int64_t closest = int64_t{1} << static_cast<int>(std::floor(std::log2(static_cast<double>(heads))));
+  const double base = std::pow(2.0, -std::pow(2.0, -(std::log2(static_cast<double>(closest)) - 3)));
+  std::vector<float> slopes;
+  for (int64_t i = 1; i <= closest; ++i) slopes.push_back(static_cast<float>(std::pow(base, static_cast<double>(i))));
+  if (closest != heads) {
+    const double extra_base = std::pow(2.0, -std::pow(2.0, -(std::log2(static_cast<double>(2 * closest)) - 3)));
+    const int64_t remaining = std::min(closest, heads - closest);
+    for (int64_t i = 0; i < remaining; ++i) {
+      slopes.push_back(static_cast<float>(std::pow(extra_base, static_cast<double>(1 + 2 * i))));
+    }
+  }
+  return slopes;
+}
+
+StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path,
+                                                         const ModelLoadOptions& options, Backend& backend) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(path));
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig config,
+                           parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+  if (options.dtype != DType::kF32 && options.dtype != DType::kF16 && options.dtype != DType::kBF16) {
+    return invalid_argument(std::string("unsupported weight dtype ") + dtype_name(options.dtype) +
+                            " (expected float32, float16 or bfloat16)");
+  }
+  WeightLoadOptions wo;
+  wo.dtype = options.dtype;
+  wo.kernel_inject = options.kernel_inject;
+  auto weights = load_model_weights(*ckpt, config, wo);
+  if (!weights.is_ok()) return weights.status().with_context(path);
+  return std::unique_ptr<Transformer>(new Transformer(std::move(config), std::move(weights).value(),
+                                                      ckpt->config_dir(), options.kernel_inject, backend));
+}
+
+Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string config_dir,
+                         bool kernel_inject, Backend& backend)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      config_dir_(std::move(config_dir)),
+      kernel_inject_(kernel_inject),
+      backend_(backend) {
+  if (config_.arch->position == PositionKind::kAlibi) {
+    std::vector<float> s = alibi_slopes(config_.heads);
+    alibi_slopes_ = backend_.alloc({config_.heads}, DType::kF32);
+    backend_.copy_from_host(s.data(), alibi_slopes_.view());
+  }
+}
+
+void Transformer::add_and_norm(const TensorView& residual, const TensorView* delta, const Tensor& w,
+                               const Tensor& b, const TensorView& out) {
+  const bool rms = config_.arch->norm == NormKind::kRmsNorm;
+  if (delta != nullptr && kernel_inject_) {
+    backend_.residual_add_norm(residual, *delta, w, b, config_.norm_eps, rms, out);
+    return;
+  }
+  if (delta != nullptr) backend_.add(residual, *delta, residual);
+  if (rms) {
+    backend_.rms_norm(residual, w, config_.norm_eps, out);
+  } else {
+    backend_.layer_norm(residual, w, b, config_.norm_eps, out);
+  }
+}
+
+void Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
+                          const std::vector<int32_t>& logit_rows, const TensorView& logits) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t H = config_.hidden;
+  TESSERA_CHECK_EQ(batch.query_start.back(), T);
+
+  std::vector<int32_t> positions(T);
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t begin = batch.query_start[s], end = batch.query_start[s + 1];
+    for (int32_t t = begin; t < end; ++t) positions[t] = batch.context_lens[s] - (end - begin) + (t - begin);
+  }
+
+  Tensor ids = backend_.alloc({T}, DType::kI32);
+  backend_.copy_from_host(tokens.data(), ids.view());
+  Tensor x = backend_.alloc({T, H}, DType::kF32);      // residual stream
+  Tensor h = backend_.alloc({T, H}, DType::kF32);      // normalised input of a sub-block
+  Tensor delta = backend_.alloc({T, H}, DType::kF32);  // output of a sub-block
+
+  backend_.embedding(ids.view(), weights_.embed.view(), x.view());
+  if (config_.arch->embedding_norm) {
+    backend_.layer_norm(x.view(), weights_.embed_norm_w, weights_.embed_norm_b, config_.norm_eps, x.view());
+  }
+  const TensorView* pending = nullptr;  // the previous sub-block's output, not yet added
+  for (int l = 0; l < config_.layers; ++l) {
+    const LayerWeights& lw = weights_.layers[l];
+    add_and_norm(x.view(), pending, lw.attn_norm_w, lw.attn_norm_b, h.view());
+    attention_block(l, h.view(), positions, batch, cache, delta.view());
+    add_and_norm(x.view(), &delta.view(), lw.mlp_norm_w, lw.mlp_norm_b, h.view());
+    mlp_block(l, h.view(), delta.view());
+    pending = &delta.view();
+  }
+
+  // Only the rows whose logits are wanted go through the final norm and LM head.
+  const int64_t R = static_cast<int64_t>(logit_rows.size());
+  if (pending != nullptr) backend_.add(x.view(), *pending, x.view());
+  Tensor picked = backend_.alloc({R, H}, DType::kF32);
+  Tensor normed = backend_.alloc({R, H}, DType::kF32);
+  backend_.gather_rows(x.view(), logit_rows, picked.view());
+  add_and_norm(picked.view(), nullptr, weights_.final_norm_w, weights_.final_norm_b, normed.view());
+  backend_.linear(normed.view(), weights_.lm_head.w, weights_.lm_head.b, logits);
+}
+
+void Transformer::attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
+                                  const AttentionBatch& batch, KvCache& cache, const TensorView& delta) {
+  const LayerWeights& lw = weights_.layers[layer];
+  const int64_t T = h.dim(0);
+  const int64_t q_width = config_.heads * config_.head_dim;
+  const int64_t kv_width = config_.kv_heads * config_.head_dim;
+  const bool rotary = config_.arch->position == PositionKind::kRotary;
+
+  // q, k, v as rows `stride` floats apart: three slices of one packed buffer on the fused
+  // path, three separate buffers on the plain path.
+  Tensor qkv_buf, q_buf, k_buf, v_buf;
+  const float *q, *k, *v;
+  int64_t q_stride, kv_stride;
+  if (kernel_inject_) {
+    const int64_t width = q_width + 2 * kv_width;
+    qkv_buf = backend_.alloc({T, width}, DType::kF32);
+    backend_.linear(h, lw.qkv.w, lw.qkv.b, qkv_buf.view());
+    float* base = qkv_buf.data<float>();
+    q = base;
+    k = base + q_width;
+    v = base + q_width + kv_width;
+    q_stride = kv_stride = width;
+  } else {
+    q_buf = backend_.alloc({T, q_width}, DType::kF32);
+    k_buf = backend_.alloc({T, kv_width}, DType::kF32);
+    v_buf = backend_.alloc({T, kv_width}, DType::kF32);
+    backend_.linear(h, lw.q.w, lw.q.b, q_buf.view());
+    backend_.linear(h, lw.k.w, lw.k.b, k_buf.view());
+    backend_.linear(h, lw.v.w, lw.v.b, v_buf.view());
+    q = q_buf.data<float>();
+    k = k_buf.data<float>();
+    v = v_buf.data<float>();
+    q_stride = q_width;
+    kv_stride = kv_width;
+  }
+  if (rotary) {
+    backend_.rotary(const_cast<float*>(q), T, config_.heads, config_.head_dim, q_stride, positions.data(),
+                    config_.rope_theta);
+    backend_.rotary(const_cast<float*>(k), T, config_.kv_heads, config_.head_dim, kv_stride,
+                    positions.data(), config_.rope_theta);
+  }
+  backend_.write_kv(k, v, T, kv_stride, batch, cache.k(layer), cache.v(layer));
+  Tensor attn = backend_.alloc({T, q_width}, DType::kF32);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  backend_.attention(q, q_stride, config_.heads, batch, cache.k(layer), cache.v(layer), scale,
+                     alibi_slopes_.view(), attn.view());
+  backend_.linear(attn.view(), lw.o.w, lw.o.b, delta);
+}
+
+void Transformer::swiglu(const LinearWeights& gate, const LinearWeights& up, const LinearWeights& gate_up,
+                         const LinearWeights& down, const TensorView& h, const TensorView& out) {
+  const int64_t T = h.dim(0), F = config_.ffn;
+  Tensor act = backend_.alloc({T, F}, DType::kF32);
+  if (kernel_inject_) {
+    Tensor gu = backend_.alloc({T, 2 * F}, DType::kF32);
+    backend_.linear(h, gate_up.w, gate_up.b, gu.view());
+    backend_.silu_mul_packed(gu.view(), act.view());
+  } else {
+    Tensor g = backend_.alloc({T, F}, DType::kF32);
+    Tensor u = backend_.alloc({T, F}, DType::kF32);
+    backend_.linear(h, gate.w, gate.b, g.view());
+    backend_.linear(h, up.w, up.b, u.view());
+    backend_.silu_mul(g.view(), u.view(), act.view());
+  }
+  backend_.linear(act.view(), down.w, down.b, out);
+}
+
+void Transformer::mlp_block(int layer, const TensorView& h, const TensorView& delta) {
+  const LayerWeights& lw = weights_.layers[layer];
+  switch (config_.arch->mlp) {
+    case MlpKind::kGeluDense: {
+      Tensor act = backend_.alloc({h.dim(0), config_.ffn}, DType::kF32);
+      if (kernel_inject_) {
+        backend_.linear_gelu(h, lw.up.w, lw.up.b, act.view());
+      } else {
+        backend_.linear(h, lw.up.w, lw.up.b, act.view());
+        backend_.gelu_tanh(act.view());
+      }
+      backend_.linear(act.view(), lw.down.w, lw.down.b, delta);
+      return;
+    }
+    case MlpKind::kSwiGlu:
+      swiglu(lw.gate, lw.up, lw.gate_up, lw.down, h, delta);
+      return;
+    case MlpKind::kMoeSwiGlu:
+      moe_block(lw, h, delta);
+      return;
+  }
+}
+
+void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const TensorView& delta) {
+  const int64_t T = h.dim(0), E = config_.num_experts;
+  const int top_k = static_cast<int>(config_.top_k);
+  Tensor router_logits = backend_.alloc({T, E}, DType::kF32);
+  backend_.linear(h, lw.router.w, lw.router.b, router_logits.view());
+  Tensor weights = backend_.alloc({T, top_k}, DType::kF32);
+  Tensor ids = backend_.alloc({T, top_k}, DType::kI32);
+  backend_.moe_topk(router_logits.view(), top_k, weights.view(), ids.view());
+
+  // Group token rows by expert (host side: routing decisions are tiny), then run each
+  // expert once over all of its tokens.
+  std::vector<float> w_host(T * top_k);
+  std::vector<int32_t> id_host(T * top_k);
+  backend_.copy_to_host(weights.view(), w_host.data());
+  backend_.copy_to_host(ids.view(), id_host.data());
+  std::vector<std::vector<int32_t>> rows(E);
+  std::vector<std::vector<float>> scales(E);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int k = 0; k < top_k; ++k) {
+      rows[id_host[t * top_k + k]].push_back(static_cast<int32_t>(t));
+      scales[id_host[t * top_k + k]].push_back(w_host[t * top_k + k]);
+    }
+  }
+  std::vector<float> zeros(delta.numel(), 0.0f);
+  backend_.copy_from_host(zeros.data(), delta);
+  for (int64_t e = 0; e < E; ++e) {
+    if (rows[e].empty()) continue;
+    const int64_t n = static_cast<int64_t>(rows[e].size());
+    Tensor xin = backend_.alloc({n, config_.hidden}, DType::kF32);
+    Tensor xout = backend_.alloc({n, config_.hidden}, DType::kF32);
+    backend_.gather_rows(h, rows[e], xin.view());
+    const ExpertWeights& ew = lw.experts[e];
+    swiglu(ew.gate, ew.up, ew.gate_up, ew.down, xin.view(), xout.view());
+    backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], delta);
+  }
+}
+
+}  // namespace tessera
