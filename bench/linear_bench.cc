@@ -54,7 +54,6 @@ class WeightSet {
     std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
     for (float& v : row) v = dist(rng);
     char* base = static_cast<char*>(data_.get());
-#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < static_cast<int64_t>(copies) * N; ++i) {
       char* dst = base + (i / N) * stride_ + (i % N) * K * dtype_size(dtype);
       convert_elements(row.data(), DType::kF32, dst, dtype, K);

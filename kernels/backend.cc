@@ -4,6 +4,9 @@
 #include "kernels/backend.h"
 
 #include "kernels/cpu/cpu_backend.h"
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/cuda/cuda_probe.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -173,12 +176,20 @@ void Backend::scatter_add_scaled(const TensorView& x, const std::vector<int32_t>
 }
 
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads) {
+  // The CUDA backend's ops arrive with the CUDA issue; until then "auto" means the CPU and
+  // "cuda" says plainly why it cannot be had.
   if (name == "cpu" || name == "auto") {
     return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
   }
   if (name == "cuda") {
-    return unimplemented(
-        "backend 'cuda': the CUDA backend is not available in this build yet (use --backend cpu)");
+#ifdef TESSERA_WITH_CUDA
+    if (cuda::device_count() == 0) return unimplemented("backend 'cuda': no CUDA device is visible");
+    return unimplemented("backend 'cuda': CUDA kernels are not implemented yet (device " +
+                         cuda::describe_device(0) + "); use --backend cpu");
+#else
+    return unimplemented("backend 'cuda': this build has no CUDA support (configure with nvcc present "
+                         "or -DTESSERA_CUDA=ON); use --backend cpu");
+#endif
   }
   return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
 }

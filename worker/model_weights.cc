@@ -20,11 +20,12 @@ class WeightReader {
   StatusOr<Tensor> load(const std::string& name, const std::vector<int64_t>& shape) {
     const TensorInfo* info = ckpt_.find(name);
     if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
+    // load() first: it rejects unsupported dtypes by name before the shape is compared.
+    TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load(name, dtype_));
     if (info->shape != shape) {
       return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
                               " but config.json implies " + shape_str(shape));
     }
-    TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load(name, dtype_));
     // A converted copy no longer needs the mapped pages: drop them to keep peak RSS low.
     if (info->dtype != dtype_) ckpt_.release(name);
     total_bytes_ += static_cast<int64_t>(t.nbytes());

@@ -1,5 +1,7 @@
 #include "common/tokenizer/regex.h"
 
+#include <algorithm>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 

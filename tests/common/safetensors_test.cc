@@ -40,9 +40,6 @@ class SafetensorsTest : public ::testing::Test {
   std::string dir_;
 };
 
-std::string bytes_of(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-}
 
 TEST_F(SafetensorsTest, RoundTripKeepsNamesShapesTypesAndBytes) {
   std::vector<float> a(6);

@@ -13,13 +13,20 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/dtype.h"
+
+namespace tessera {
+// Test names and failure messages print the dtype's name, not its bytes.
+inline void PrintTo(DType dtype, std::ostream* os) { *os << dtype_name(dtype); }
+}  // namespace tessera
 
 namespace tessera::cpu {
 namespace {
@@ -210,6 +217,18 @@ TEST(LinearCpu, ReportsIsaFlavours) {
     std::cout << "NOTE: this CPU has no AVX-512 (detected " << cpu_isa_name(detected_cpu_isa())
               << "); the AVX-512 kernels were not exercised here\n";
   }
+}
+
+// TESSERA_CPU_ISA lowers the flavour (read once per process, so checked in a fresh one:
+// the "threadsafe" death-test style re-executes this binary for the child).
+TEST(LinearCpu, EnvironmentSelectsScalarFlavour) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("TESSERA_CPU_ISA", "scalar", 1);
+        std::exit(active_cpu_isa() == CpuIsa::kScalar ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(LinearCpu, EmptyKGivesBias) {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every system package Tessera builds and tests with, on Debian 12 (run as root or
+# with sudo). CUDA (nvcc, cuBLAS, NCCL) is not a Debian package: install NVIDIA's CUDA
+# Toolkit 13 under /usr/local/cuda to build the GPU backend; without it the build is CPU-only.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libopenblas-dev          # BLAS for the CPU GEMMs (prefill)
+  nlohmann-json3-dev       # JSON: config.json, safetensors headers, the HTTP API
+  libspdlog-dev libfmt-dev # logging
+  libcli11-dev             # command-line parsing
+  libpcre2-dev             # Unicode regex for the tokenizers' pre-tokenizer patterns
+  libicu-dev               # Unicode normalization (NFC) and character properties for the tokenizer
+  libyaml-cpp-dev          # YAML configuration
+  libzmq3-dev cppzmq-dev   # coordinator <-> worker transport
+  libboost-dev             # Asio + Beast (HTTP server)
+  libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "install_deps: all ${#packages[@]} packages present"

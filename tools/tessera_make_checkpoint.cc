@@ -1,0 +1,384 @@
+// tessera-make-checkpoint: writes a random-weight model in Hugging Face layout (config.json as
+// transformers 4.47 writes it, model.safetensors or shards + model.safetensors.index.json) for
+// Llama, BLOOM or Mixtral, so that benchmarks and tests can use models of any size without
+// downloading one. Weights are deterministic in --seed and the tensor name (sharding does not
+// change them) and are written chunk by chunk, so memory stays small whatever the model size.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "common/safetensors_writer.h"
+#include "common/status.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ModelShape {
+  std::string arch;  // llama | bloom | mixtral
+  int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, ffn = 128, vocab = 512;
+  int64_t experts = 4, top_k = 2, max_positions = 2048;
+  double rope_theta = 10000.0;
+  bool tie = false;
+};
+
+enum class Init { kMatrix, kNorm, kBias };
+
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+Status validate(const ModelShape& m) {
+  for (auto [flag, v] : {std::pair{"--hidden", m.hidden}, {"--layers", m.layers}, {"--heads", m.heads},
+                         {"--kv-heads", m.kv_heads}, {"--ffn", m.ffn}, {"--vocab", m.vocab},
+                         {"--experts", m.experts}, {"--top-k", m.top_k}, {"--max-positions", m.max_positions}}) {
+    if (v <= 0) return invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(v));
+  }
+  if (m.hidden % m.heads != 0) {
+    return invalid_argument("--heads " + std::to_string(m.heads) + " does not divide --hidden " +
+                            std::to_string(m.hidden));
+  }
+  if (m.heads % m.kv_heads != 0) {
+    return invalid_argument("--kv-heads " + std::to_string(m.kv_heads) + " does not divide --heads " +
+                            std::to_string(m.heads));
+  }
+  if (m.arch == "bloom") {
+    if (m.kv_heads != m.heads) return invalid_argument("bloom has no grouped-query attention: --kv-heads must equal --heads");
+    if (m.ffn != 4 * m.hidden) return invalid_argument("bloom's MLP is 4 * hidden wide: --ffn must be " + std::to_string(4 * m.hidden));
+  }
+  if (m.arch == "mixtral" && m.top_k > m.experts) {
+    return invalid_argument("--top-k " + std::to_string(m.top_k) + " exceeds --experts " + std::to_string(m.experts));
+  }
+  if (!(m.rope_theta > 0)) return invalid_argument("--rope-theta must be positive");
+  return Status::ok();
+}
+
+std::vector<WeightSpec> weight_specs(const ModelShape& m) {
+  const int64_t H = m.hidden, F = m.ffn, V = m.vocab, kv = m.kv_heads * (m.hidden / m.heads);
+  std::vector<WeightSpec> w;
+  if (m.arch == "bloom") {
+    w.push_back({"transformer.word_embeddings.weight", {V, H}, Init::kMatrix});
+    w.push_back({"transformer.word_embeddings_layernorm.weight", {H}, Init::kNorm});
+    w.push_back({"transformer.word_embeddings_layernorm.bias", {H}, Init::kBias});
+    for (int64_t l = 0; l < m.layers; ++l) {
+      std::string p = "transformer.h." + std::to_string(l) + ".";
+      w.push_back({p + "input_layernorm.weight", {H}, Init::kNorm});
+      w.push_back({p + "input_layernorm.bias", {H}, Init::kBias});
+      w.push_back({p + "self_attention.query_key_value.weight", {3 * H, H}, Init::kMatrix});
+      w.push_back({p + "self_attention.query_key_value.bias", {3 * H}, Init::kBias});
+      w.push_back({p + "self_attention.dense.weight", {H, H}, Init::kMatrix});
+      w.push_back({p + "self_attention.dense.bias", {H}, Init::kBias});
+      w.push_back({p + "post_attention_layernorm.weight", {H}, Init::kNorm});
+      w.push_back({p + "post_attention_layernorm.bias", {H}, Init::kBias});
+      w.push_back({p + "mlp.dense_h_to_4h.weight", {F, H}, Init::kMatrix});
+      w.push_back({p + "mlp.dense_h_to_4h.bias", {F}, Init::kBias});
+      w.push_back({p + "mlp.dense_4h_to_h.weight", {H, F}, Init::kMatrix});
+      w.push_back({p + "mlp.dense_4h_to_h.bias", {H}, Init::kBias});
+    }
+    w.push_back({"transformer.ln_f.weight", {H}, Init::kNorm});
+    w.push_back({"transformer.ln_f.bias", {H}, Init::kBias});
+    return w;  // lm_head is tied to word_embeddings
+  }
+  w.push_back({"model.embed_tokens.weight", {V, H}, Init::kMatrix});
+  for (int64_t l = 0; l < m.layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    w.push_back({p + "input_layernorm.weight", {H}, Init::kNorm});
+    w.push_back({p + "self_attn.q_proj.weight", {H, H}, Init::kMatrix});
+    w.push_back({p + "self_attn.k_proj.weight", {kv, H}, Init::kMatrix});
+    w.push_back({p + "self_attn.v_proj.weight", {kv, H}, Init::kMatrix});
+    w.push_back({p + "self_attn.o_proj.weight", {H, H}, Init::kMatrix});
+    w.push_back({p + "post_attention_layernorm.weight", {H}, Init::kNorm});
+    if (m.arch == "mixtral") {
+      w.push_back({p + "block_sparse_moe.gate.weight", {m.experts, H}, Init::kMatrix});
+      for (int64_t e = 0; e < m.experts; ++e) {
+        std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        w.push_back({q + "w1.weight", {F, H}, Init::kMatrix});
+        w.push_back({q + "w2.weight", {H, F}, Init::kMatrix});
+        w.push_back({q + "w3.weight", {F, H}, Init::kMatrix});
+      }
+    } else {
+      w.push_back({p + "mlp.gate_proj.weight", {F, H}, Init::kMatrix});
+      w.push_back({p + "mlp.up_proj.weight", {F, H}, Init::kMatrix});
+      w.push_back({p + "mlp.down_proj.weight", {H, F}, Init::kMatrix});
+    }
+  }
+  w.push_back({"model.norm.weight", {H}, Init::kNorm});
+  if (!m.tie) w.push_back({"lm_head.weight", {V, H}, Init::kMatrix});
+  return w;
+}
+
+// Keys as transformers 4.47's save_pretrained() writes them (see shared/fixtures/tiny-*/config.json).
+nlohmann::json make_config(const ModelShape& m, DType dtype) {
+  nlohmann::json c;
+  c["bos_token_id"] = 1;
+  c["eos_token_id"] = 2;
+  c["hidden_size"] = m.hidden;
+  c["initializer_range"] = 0.02;
+  c["attention_dropout"] = 0.0;
+  c["torch_dtype"] = dtype_name(dtype);
+  c["transformers_version"] = "4.47.1";
+  c["use_cache"] = true;
+  c["vocab_size"] = m.vocab;
+  if (m.arch == "bloom") {
+    c["apply_residual_connection_post_layernorm"] = false;
+    c["architectures"] = {"BloomForCausalLM"};
+    c["hidden_dropout"] = 0.0;
+    c["layer_norm_epsilon"] = 1e-5;
+    c["model_type"] = "bloom";
+    c["n_head"] = m.heads;
+    c["n_layer"] = m.layers;
+    c["pretraining_tp"] = 1;
+    c["slow_but_exact"] = false;
+    return c;  // tie_word_embeddings defaults to true for BLOOM and is not written
+  }
+  c["head_dim"] = m.hidden / m.heads;
+  c["hidden_act"] = "silu";
+  c["intermediate_size"] = m.ffn;
+  c["max_position_embeddings"] = m.max_positions;
+  c["num_attention_heads"] = m.heads;
+  c["num_hidden_layers"] = m.layers;
+  c["num_key_value_heads"] = m.kv_heads;
+  c["rms_norm_eps"] = 1e-5;
+  c["rope_theta"] = m.rope_theta;
+  c["tie_word_embeddings"] = m.tie;
+  if (m.arch == "mixtral") {
+    c["architectures"] = {"MixtralForCausalLM"};
+    c["model_type"] = "mixtral";
+    c["num_experts_per_tok"] = m.top_k;
+    c["num_local_experts"] = m.experts;
+    c["output_router_logits"] = false;
+    c["router_aux_loss_coef"] = 0.001;
+    c["router_jitter_noise"] = 0.0;
+    c["sliding_window"] = nullptr;
+  } else {
+    c["architectures"] = {"LlamaForCausalLM"};
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+    c["model_type"] = "llama";
+    c["pretraining_tp"] = 1;
+    c["rope_scaling"] = nullptr;
+  }
+  return c;
+}
+
+// splitmix64: tiny, fast and good enough for weights; one stream per tensor.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Box-Muller, two normals per pair of uniforms: mean + std * N(0, 1).
+void fill_normal(Rng& rng, float* out, size_t n, float mean, float std) {
+  constexpr double kTwoPi = 6.283185307179586;
+  for (size_t i = 0; i < n; i += 2) {
+    double r = std::sqrt(-2.0 * std::log(1.0 - rng.uniform()));  // 1 - u in (0, 1]
+    double a = kTwoPi * rng.uniform();
+    out[i] = mean + std * static_cast<float>(r * std::cos(a));
+    if (i + 1 < n) out[i + 1] = mean + std * static_cast<float>(r * std::sin(a));
+  }
+}
+
+Status write_tensor(SafetensorsWriter& writer, const WeightSpec& spec, DType dtype, uint64_t seed) {
+  constexpr size_t kChunk = 1 << 20;  // elements per chunk: 4 MB of f32
+  Rng rng{seed ^ fnv1a(spec.name)};
+  rng.next();
+  float mean = spec.init == Init::kNorm ? 1.f : 0.f;
+  std::vector<float> f32(std::min<size_t>(kChunk, static_cast<size_t>(spec.numel())));
+  std::vector<uint16_t> half(dtype == DType::kF32 ? 0 : f32.size());
+  for (size_t done = 0, total = static_cast<size_t>(spec.numel()); done < total;) {
+    size_t n = std::min(kChunk, total - done);
+    fill_normal(rng, f32.data(), n, mean, 0.02f);
+    if (dtype == DType::kF32) {
+      TESSERA_RETURN_IF_ERROR(writer.append(f32.data(), n * 4));
+    } else {
+      convert_elements(f32.data(), DType::kF32, half.data(), dtype, n);
+      TESSERA_RETURN_IF_ERROR(writer.append(half.data(), n * 2));
+    }
+    done += n;
+  }
+  return Status::ok();
+}
+
+struct Options {
+  ModelShape shape;
+  std::string out;
+  DType dtype = DType::kF32;
+  uint64_t seed = 0;
+  double shard_mb = 0;  // 0: one model.safetensors
+};
+
+Status run(const Options& opt) {
+  const ModelShape& m = opt.shape;
+  std::vector<WeightSpec> specs = weight_specs(m);
+  const size_t esize = dtype_size(opt.dtype);
+
+  // Plan shards first: every file's header lists its tensors before any data is written.
+  std::vector<std::vector<const WeightSpec*>> shards(1);
+  const double limit = opt.shard_mb * 1e6;
+  double in_shard = 0;
+  int64_t params = 0;
+  for (const auto& s : specs) {
+    double bytes = static_cast<double>(s.numel() * esize);
+    if (opt.shard_mb > 0 && in_shard > 0 && in_shard + bytes > limit) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&s);
+    in_shard += bytes;
+    params += s.numel();
+  }
+
+  std::error_code ec;
+  fs::create_directories(opt.out, ec);
+  if (!fs::is_directory(opt.out)) return invalid_argument("--out " + opt.out + ": cannot create directory");
+  // Files of an earlier run would be read as part of this model: remove this tool's own names.
+  static const std::regex kOwnFile(R"(model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json)");
+  for (const auto& e : fs::directory_iterator(opt.out, ec))
+    if (std::regex_match(e.path().filename().string(), kOwnFile)) fs::remove(e.path(), ec);
+
+  {
+    std::ofstream cfg(fs::path(opt.out) / "config.json");
+    cfg << make_config(m, opt.dtype).dump(2) << "\n";
+    if (!cfg) return invalid_argument(opt.out + "/config.json: write failed");
+  }
+
+  nlohmann::json weight_map = nlohmann::json::object();
+  uint64_t file_bytes = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::string name = "model.safetensors";
+    if (shards.size() > 1) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      name = buf;
+    }
+    std::vector<SafetensorsWriter::Entry> entries;
+    for (const WeightSpec* s : shards[i]) {
+      entries.push_back({s->name, opt.dtype, s->shape});
+      weight_map[s->name] = name;
+    }
+    TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::create((fs::path(opt.out) / name).string(), entries));
+    for (const WeightSpec* s : shards[i]) TESSERA_RETURN_IF_ERROR(write_tensor(*writer, *s, opt.dtype, opt.seed));
+    TESSERA_RETURN_IF_ERROR(writer->finish());
+    file_bytes += writer->file_bytes();
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index;
+    index["metadata"]["total_size"] = params * static_cast<int64_t>(esize);
+    index["weight_map"] = weight_map;
+    std::ofstream out(fs::path(opt.out) / "model.safetensors.index.json");
+    out << index.dump(2) << "\n";
+    if (!out) return invalid_argument(opt.out + "/model.safetensors.index.json: write failed");
+  }
+  TESSERA_LOG_INFO("{}: {} parameters, {} bytes ({}, {} file{}) -> {}", m.arch, params, file_bytes,
+                   dtype_name(opt.dtype), shards.size(), shards.size() > 1 ? "s" : "", opt.out);
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  init_logging("make-ckpt");
+  CLI::App app{"Writes a random-weight Llama, BLOOM or Mixtral checkpoint in Hugging Face layout"};
+  Options opt;
+  ModelShape& m = opt.shape;
+  std::string preset = "tiny", dtype = "float32";
+  app.add_option("--arch", m.arch, "architecture")->required()->check(CLI::IsMember({"llama", "bloom", "mixtral"}));
+  app.add_option("--out", opt.out, "output folder (created if missing)")->required();
+  app.add_option("--preset", preset, "tiny (hidden 64, 2 layers) or 100m (Llama-shaped, hidden 768, 12 layers)")
+      ->check(CLI::IsMember({"tiny", "100m"}));
+  auto* hidden = app.add_option("--hidden", m.hidden);
+  auto* layers = app.add_option("--layers", m.layers);
+  auto* heads = app.add_option("--heads", m.heads);
+  auto* kv_heads = app.add_option("--kv-heads", m.kv_heads);
+  auto* ffn = app.add_option("--ffn", m.ffn, "MLP width (bloom: must be 4 * hidden)");
+  auto* vocab = app.add_option("--vocab", m.vocab);
+  auto* experts = app.add_option("--experts", m.experts, "mixtral only");
+  auto* top_k = app.add_option("--top-k", m.top_k, "mixtral only");
+  auto* max_pos = app.add_option("--max-positions", m.max_positions, "llama/mixtral only");
+  auto* theta = app.add_option("--rope-theta", m.rope_theta, "llama/mixtral only");
+  app.add_flag("--tie-embeddings", m.tie, "no lm_head.weight (always so for bloom)");
+  app.add_option("--dtype", dtype, "float32 | float16 | bfloat16")
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  app.add_option("--seed", opt.seed);
+  app.add_option("--shard-mb", opt.shard_mb, "split into shards of at most this many MB (10^6 bytes) + index");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  // The preset gives defaults; explicit flags win.
+  ModelShape given = m;
+  const bool is_mixtral = m.arch == "mixtral";
+  ModelShape base;
+  if (preset == "100m") {
+    base.hidden = 768, base.layers = 12, base.heads = 12, base.kv_heads = 4, base.ffn = 2048, base.vocab = 32000;
+    base.experts = 8, base.max_positions = 4096;
+  }
+  if (m.arch == "bloom") {
+    base.kv_heads = base.heads;
+    base.ffn = 4 * base.hidden;
+  }
+  auto pick = [](CLI::Option* o, int64_t v, int64_t dflt) { return o->count() ? v : dflt; };
+  m.hidden = pick(hidden, given.hidden, base.hidden);
+  m.layers = pick(layers, given.layers, base.layers);
+  m.heads = pick(heads, given.heads, base.heads);
+  m.kv_heads = pick(kv_heads, given.kv_heads, m.arch == "bloom" ? m.heads : base.kv_heads);
+  m.ffn = pick(ffn, given.ffn, m.arch == "bloom" ? 4 * m.hidden : base.ffn);
+  m.vocab = pick(vocab, given.vocab, base.vocab);
+  m.experts = pick(experts, given.experts, base.experts);
+  m.top_k = pick(top_k, given.top_k, base.top_k);
+  m.max_positions = pick(max_pos, given.max_positions, base.max_positions);
+  m.rope_theta = theta->count() ? given.rope_theta : (is_mixtral ? 1e6 : 1e4);
+  Status flags = Status::ok();
+  if (!is_mixtral && (experts->count() || top_k->count()))
+    flags = invalid_argument("--experts and --top-k apply only to --arch mixtral");
+  if (m.arch == "bloom" && (max_pos->count() || theta->count()))
+    flags = invalid_argument("--max-positions and --rope-theta do not apply to bloom (ALiBi)");
+  if (m.arch == "bloom") m.tie = true;  // BLOOM has no lm_head: always tied
+  if (opt.shard_mb < 0) flags = invalid_argument("--shard-mb must not be negative");
+  if (flags.is_ok()) flags = validate(m);
+  if (!flags.is_ok()) {
+    TESSERA_LOG_ERROR("{}", flags.message());
+    return 2;
+  }
+  opt.dtype = *parse_dtype(dtype);
+  Status st = run(opt);
+  if (!st.is_ok()) {
+    TESSERA_LOG_ERROR("{}", st.to_string());
+    return 1;
+  }
+  return 0;
+}

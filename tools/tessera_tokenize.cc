@@ -1,0 +1,90 @@
+// tessera-tokenize: encode text (or a file's exact bytes) to token ids, or decode ids
+// to text, with a Hugging Face tokenizer.json. Output is one JSON object on stdout:
+// {"ids":[...]} or {"text":"..."}. Errors: one line on stderr, exit code 1.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/tokenizer/tokenizer.h"
+
+namespace {
+
+int fail(const std::string& message) {
+  std::cerr << "tessera-tokenize: " << message << std::endl;
+  return 1;
+}
+
+// "1,2,3" -> ids; a clear error naming the bad item otherwise.
+tessera::StatusOr<std::vector<int32_t>> parse_ids(const std::string& list) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto b = item.find_first_not_of(" \t");
+    const auto e = item.find_last_not_of(" \t");
+    if (b == std::string::npos) {
+      if (list.find_first_not_of(" \t") == std::string::npos) break;  // empty list
+      return tessera::invalid_argument("--decode: empty item in '" + list + "'");
+    }
+    const std::string s = item.substr(b, e - b + 1);
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || ptr != s.data() + s.size() || v < 0 || v > INT32_MAX) {
+      return tessera::invalid_argument("--decode: '" + s + "' is not a token id");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Encode text to token ids or decode ids to text (Hugging Face tokenizer.json)"};
+  std::string dir, text, text_file, decode_list;
+  bool json = false, add_special = false, skip_special = false;
+  app.add_option("--tokenizer", dir, "folder with tokenizer.json [and tokenizer_config.json]")->required();
+  auto* text_opt = app.add_option("--text", text, "text to encode");
+  auto* file_opt = app.add_option("--text-file", text_file, "file whose exact bytes are encoded");
+  auto* decode_opt = app.add_option("--decode", decode_list, "comma-separated ids to decode");
+  text_opt->excludes(file_opt)->excludes(decode_opt);
+  file_opt->excludes(decode_opt);
+  app.add_flag("--json", json, "print JSON (the only output format; accepted for scripts)");
+  app.add_flag("--add-special-tokens", add_special, "apply the post-processor (e.g. BOS) when encoding");
+  app.add_flag("--skip-special-tokens", skip_special, "leave special tokens out when decoding");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what());
+  }
+  if (text_opt->count() + file_opt->count() + decode_opt->count() == 0) {
+    return fail("one of --text, --text-file or --decode is required");
+  }
+
+  auto tok = tessera::Tokenizer::load(dir);
+  if (!tok.is_ok()) return fail(tok.status().to_string());
+
+  nlohmann::json out;
+  if (decode_opt->count() > 0) {
+    auto ids = parse_ids(decode_list);
+    if (!ids.is_ok()) return fail(ids.status().message());
+    out["text"] = tok.value()->decode(ids.value(), skip_special);
+  } else {
+    if (file_opt->count() > 0) {
+      std::ifstream in(text_file, std::ios::binary);
+      if (!in) return fail(text_file + ": cannot open file");
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    out["ids"] = tok.value()->encode(text, add_special);
+  }
+  std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  return 0;
+}
