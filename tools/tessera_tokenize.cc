@@ -74,6 +74,13 @@ int main(int argc, char** argv) {
   if (decode_opt->count() > 0) {
     auto ids = parse_ids(decode_list);
     if (!ids.is_ok()) return fail(ids.status().message());
+    const int64_t vocab = tok.value()->vocab_size();
+    for (int32_t id : ids.value()) {
+      if (id < 0 || id >= vocab) {
+        return fail("--decode: id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                    std::to_string(vocab) + ")");
+      }
+    }
     out["text"] = tok.value()->decode(ids.value(), skip_special);
   } else {
     if (file_opt->count() > 0) {

@@ -1,0 +1,74 @@
+// tessera-tokenize as a user runs it, against the kjv-llama tokenizer vectors (ids made by
+// Hugging Face tokenizers).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_support.h"
+
+namespace tessera {
+namespace {
+
+std::string tokenize_bin() { return testing::bin_dir() + "/tessera-tokenize"; }
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+class TokenizeCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TESSERA_REQUIRE_FIXTURES();
+    dir_ = testing::fixtures_dir() + "/kjv-llama";
+    std::ifstream in(dir_ + "/tokenizer_vectors.json");
+    vectors_ = nlohmann::json::parse(in);
+    tmp_ = testing::make_temp_dir("tessera-tok-cli");
+  }
+  void TearDown() override {
+    if (!tmp_.empty()) std::filesystem::remove_all(tmp_);
+  }
+  std::string dir_, tmp_;
+  nlohmann::json vectors_;
+};
+
+TEST_F(TokenizeCliTest, TextFileBytesEncodeExactlyLikeHuggingFace) {
+  ASSERT_GT(vectors_.size(), 20u);
+  // Through a file, so whitespace, newlines and non-ASCII reach the program unchanged.
+  for (size_t i = 0; i < 20; ++i) {
+    const auto& v = vectors_[i * vectors_.size() / 20];
+    const std::string path = tmp_ + "/text";
+    testing::write_file(path, v["text"].get<std::string>());
+    auto r = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --text-file " + quote(path) + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], v["ids"]) << v["text"];
+  }
+}
+
+TEST_F(TokenizeCliTest, SpecialTokensOnlyWhenAskedAndDecodeRoundTrips) {
+  auto plain = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --text 'In the beginning' --json");
+  auto with_bos = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) +
+                                       " --text 'In the beginning' --json --add-special-tokens");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(with_bos.exit_code, 0) << with_bos.err;
+  auto ids = nlohmann::json::parse(plain.out)["ids"];
+  auto bos_ids = nlohmann::json::parse(with_bos.out)["ids"];
+  ASSERT_EQ(bos_ids.size(), ids.size() + 1);
+  EXPECT_EQ(bos_ids[0], 1);  // <s>
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ",") + std::to_string(id.get<int>());
+  auto dec = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --decode " + list);
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  EXPECT_EQ(nlohmann::json::parse(dec.out)["text"], "In the beginning");
+}
+
+TEST_F(TokenizeCliTest, BadInputsGiveOneLineAndNonZeroExit) {
+  auto missing = testing::run_command(tokenize_bin() + " --tokenizer " + quote(tmp_ + "/nowhere") + " --text hi");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
+  auto bad_id = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --decode 1,99999");
+  EXPECT_NE(bad_id.exit_code, 0);
+  EXPECT_NE(bad_id.err.find("99999"), std::string::npos) << bad_id.err;
+  EXPECT_LT(bad_id.exit_code, 128);
+}
+
+}  // namespace
+}  // namespace tessera
