@@ -131,7 +131,7 @@ BENCHMARK(BM_GemvIsa)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// GEMV vs sgemm around the crossover (kLinearGemvMaxRows). Args: dtype, path (1 gemv,
+// GEMV vs sgemm around the crossover (linear_gemv_max_rows()). Args: dtype, path (1 gemv,
 // 2 gemm), M; W is 4096x4096.
 void BM_GemvGemmCrossover(benchmark::State& state) {
   detail::LinearOptions options;

@@ -56,7 +56,7 @@ StatusOr<std::vector<GenerationResult>> Generator::generate(const std::vector<Ge
     for (int b = 0; b < n; ++b) seqs[i].blocks.push_back(next_block++);
     max_blocks = std::max(max_blocks, n);
     seqs[i].request = i;
-    seqs[i].rng.seed(requests[i].sampling.seed + i);
+    seqs[i].rng.seed(requests[i].sampling.seed.value_or(0) + i);
   }
   KvCache cache(model_.config(), block_size_, std::max(next_block, 1), backend_);
   std::vector<GenerationResult> results(requests.size());

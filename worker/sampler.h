@@ -4,14 +4,9 @@
 #include <cstdint>
 #include <random>
 
-namespace tessera {
+#include "common/sampling_params.h"
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy
-  int top_k = 0;             // 0 = whole vocabulary
-  float top_p = 1.0f;        // nucleus mass kept
-  uint64_t seed = 0;
-};
+namespace tessera {
 
 int32_t argmax(const float* logits, int64_t vocab);
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, std::mt19937_64& rng);

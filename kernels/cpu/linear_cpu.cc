@@ -103,7 +103,7 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   const LinearArgs args{x, M, K, ldx, w, w_dtype, N, bias, y, ldy, gelu};
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
   const bool gemv = options.path == LinearPath::kGemv ||
-                    (options.path == LinearPath::kAuto && M <= kLinearGemvMaxRows) || K == 0;
+                    (options.path == LinearPath::kAuto && M <= linear_gemv_max_rows(w_dtype)) || K == 0;
   if (gemv) {
     gemv_linear(isa, args);
   } else {

@@ -2,8 +2,9 @@
 // The CPU linear layer: y = x · W^T (+ bias) (then gelu_tanh). The engine's hot spot.
 //
 // Two regimes, chosen by M (rows of x):
-//  - M <= kLinearGemvMaxRows (decode): memory-bandwidth bound. A GEMV-style kernel streams
-//    every weight row once for all M rows, widening f16/bf16 to f32 in registers.
+//  - M <= linear_gemv_max_rows() (decode): memory-bandwidth bound. A GEMV-style kernel streams
+//    every weight row once per tile of up to 8 rows of x, widening f16/bf16 to f32 in
+//    registers.
 //  - larger M (prefill): compute bound. OpenBLAS sgemm; f16/bf16 weights are widened to f32
 //    panel by panel first.
 // The SIMD flavour (AVX-512 / AVX2+FMA+F16C / portable scalar) is picked at run time from
@@ -23,8 +24,10 @@ namespace tessera::cpu {
 void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
             int64_t N, const float* bias, float* y, int64_t ldy, bool gelu);
 
-// Up to this many rows the GEMV kernel is used; above it, sgemm (measured crossover).
-inline constexpr int64_t kLinearGemvMaxRows = 8;
+// Up to this many rows of x the GEMV kernel is used; above it, sgemm. Measured crossover
+// (bench/linear_bench.cc BM_GemvGemmCrossover, 4096x4096, 2 threads): f32 weights 12 rows,
+// f16/bf16 16 rows (sgemm on 16-bit weights pays for widening them first).
+inline int64_t linear_gemv_max_rows(DType w_dtype) { return w_dtype == DType::kF32 ? 12 : 16; }
 
 // Instruction-set flavours of the kernels, lowest first.
 enum class CpuIsa : uint8_t { kScalar, kAvx2, kAvx512 };

@@ -105,10 +105,11 @@ TESSERA_TARGET_AVX2 void gemv_tile(const LinearArgs& a, int64_t m0, int64_t n0, 
   }
 }
 
-// Weight rows per group, keeping MT*R accumulators + R weights + 1 x within 16 ymm registers.
+// Weight rows per group: as many DRAM streams as the 16 ymm registers allow (MT*R
+// accumulators plus the weights and x being multiplied).
 template <DType D, int MT>
 TESSERA_TARGET_AVX2 void gemv_tile_for(const LinearArgs& a, int64_t m0, int64_t n0, int64_t n1) {
-  constexpr int R = MT <= 2 ? 4 : (MT <= 4 ? 2 : 1);
+  constexpr int R = MT == 1 ? 8 : (MT == 2 ? 4 : (MT <= 4 ? 2 : 1));
   gemv_tile<D, MT, R>(a, m0, n0, n1);
 }
 
