@@ -122,6 +122,7 @@ void Backend::write_kv(const float* k, const float* v, int64_t tokens, int64_t r
                        const AttentionBatch& batch, const TensorView& k_cache,
                        const TensorView& v_cache) {
   TESSERA_CHECK_EQ(k_cache.ndim, 4);
+  TESSERA_CHECK(is_float_storage(k_cache.dtype) && k_cache.dtype == v_cache.dtype) << dtype_name(k_cache.dtype);
   TESSERA_CHECK(k_cache.dims() == v_cache.dims());
   TESSERA_CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), tokens);
   TESSERA_CHECK_GE(row_stride, k_cache.dim(2) * k_cache.dim(3));
@@ -143,6 +144,12 @@ void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
                    static_cast<int64_t>(batch.num_seqs()) * batch.max_blocks_per_seq);
   if (!alibi_slopes.empty()) TESSERA_CHECK_EQ(alibi_slopes.numel(), q_heads);
   attention_impl(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, alibi_slopes, out);
+}
+
+void Backend::copy_block(const TensorView& pool, int64_t src, int64_t dst) {
+  TESSERA_CHECK_GE(pool.ndim, 1);
+  TESSERA_CHECK(src >= 0 && src < pool.dim(0) && dst >= 0 && dst < pool.dim(0)) << src << " -> " << dst;
+  if (src != dst) copy_block_impl(pool, src, dst);
 }
 
 void Backend::moe_topk(const TensorView& logits, int top_k, const TensorView& weights,

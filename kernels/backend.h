@@ -4,7 +4,7 @@
 // kernels. Activations are float32 [tokens, features]; weights may be f32, f16 or bf16.
 //
 // Attention works on a paged KV cache: every layer owns K and V pools shaped
-// [num_blocks, block_size, kv_heads, head_dim], and each sequence of a ragged batch names
+// [num_blocks, block_size, kv_heads, head_dim] (f32, f16 or bf16), and each sequence of a ragged batch names
 // its blocks in a block table (see AttentionBatch).
 #include <cstdint>
 #include <memory>
@@ -84,6 +84,8 @@ class Backend {
   void attention(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
                  const TensorView& k_cache, const TensorView& v_cache, float scale,
                  const TensorView& alibi_slopes, const TensorView& out);
+  // pool[dst] = pool[src] along dimension 0 (a KV block, for copy-on-write).
+  void copy_block(const TensorView& pool, int64_t src, int64_t dst);
   // Mixture-of-experts routing: softmax over experts, top-k (ties to the lower id), weights
   // renormalised to sum 1. logits f32 [T, E]; weights f32 [T, k]; ids i32 [T, k].
   void moe_topk(const TensorView& logits, int top_k, const TensorView& weights, const TensorView& ids);
@@ -117,6 +119,7 @@ class Backend {
                               const AttentionBatch& batch, const TensorView& k_cache,
                               const TensorView& v_cache, float scale,
                               const TensorView& alibi_slopes, const TensorView& out) = 0;
+  virtual void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) = 0;
   virtual void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
                              const TensorView& ids) = 0;
   virtual void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows,

@@ -1,7 +1,8 @@
 #include "worker/generator.h"
 
 #include <chrono>
-#include <random>
+
+#include "worker/executor.h"
 
 namespace tessera {
 namespace {
@@ -9,15 +10,6 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-struct SeqState {
-  size_t request = 0;
-  std::vector<int32_t> blocks;
-  int32_t context_len = 0;  // tokens already in the cache
-  int32_t next_token = -1;  // sampled, not yet fed
-  bool done = false;
-  std::mt19937_64 rng;
-};
 
 }  // namespace
 
@@ -44,80 +36,73 @@ Status Generator::validate(const GenerationRequest& r, size_t index) const {
 StatusOr<std::vector<GenerationResult>> Generator::generate(const std::vector<GenerationRequest>& requests,
                                                             bool keep_logits, GenerationTimings* timings) {
   for (size_t i = 0; i < requests.size(); ++i) TESSERA_RETURN_IF_ERROR(validate(requests[i], i));
-  const int64_t vocab = model_.config().vocab;
 
-  // Give every sequence the blocks it can ever need, up front.
-  std::vector<SeqState> seqs(requests.size());
+  // Static batch: every sequence gets the blocks it can ever need, up front, and all
+  // prompts are prefilled in the first step.
+  struct Seq {
+    std::vector<int32_t> blocks;
+    int32_t num_computed = 0;
+    bool done = false;
+  };
+  std::vector<Seq> seqs(requests.size());
   int32_t next_block = 0;
-  int max_blocks = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const int64_t total = static_cast<int64_t>(requests[i].prompt.size()) + requests[i].max_new_tokens;
     const int n = static_cast<int>((total + block_size_ - 1) / block_size_);
     for (int b = 0; b < n; ++b) seqs[i].blocks.push_back(next_block++);
-    max_blocks = std::max(max_blocks, n);
-    seqs[i].request = i;
-    seqs[i].rng.seed(requests[i].sampling.seed.value_or(0) + i);
   }
-  KvCache cache(model_.config(), block_size_, std::max(next_block, 1), backend_);
+  Executor executor(model_, backend_, block_size_, std::max(next_block, 1), model_.dtype());
   std::vector<GenerationResult> results(requests.size());
-  GenerationTimings local_timings;
+  GenerationTimings local;
+  const int64_t vocab = model_.config().vocab;
 
-  bool first_step = true;
-  while (true) {
-    // Build the ragged batch: prompts on the first step, then one token per live sequence.
-    std::vector<int32_t> tokens, logit_rows;
-    std::vector<SeqState*> live;
-    AttentionBatch batch;
-    batch.query_start.push_back(0);
-    batch.max_blocks_per_seq = max_blocks;
-    for (SeqState& s : seqs) {
+  for (uint64_t step = 0;; ++step) {
+    StepPlan plan;
+    plan.step_id = step;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Seq& s = seqs[i];
       if (s.done) continue;
-      const std::vector<int32_t> step_tokens =
-          first_step ? requests[s.request].prompt : std::vector<int32_t>{s.next_token};
-      for (int32_t tok : step_tokens) {
-        const int32_t pos = s.context_len++;
-        batch.slot_mapping.push_back(s.blocks[pos / block_size_] * block_size_ + pos % block_size_);
-        tokens.push_back(tok);
-      }
-      batch.query_start.push_back(static_cast<int32_t>(tokens.size()));
-      batch.context_lens.push_back(s.context_len);
-      for (int b = 0; b < max_blocks; ++b) {
-        batch.block_tables.push_back(b < static_cast<int>(s.blocks.size()) ? s.blocks[b] : -1);
-      }
-      logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
-      live.push_back(&s);
+      SeqStep st;
+      st.seq_id = i;
+      st.tokens = step == 0 ? requests[i].prompt : std::vector<int32_t>{results[i].output.back()};
+      st.num_computed = s.num_computed;
+      st.block_table = s.blocks;
+      st.sample = true;
+      st.sampling = requests[i].sampling;
+      st.num_generated = static_cast<int32_t>(results[i].output.size());
+      plan.seqs.push_back(std::move(st));
     }
-    if (live.empty()) break;
+    if (plan.seqs.empty()) break;
 
     const auto start = std::chrono::steady_clock::now();
-    Tensor logits = backend_.alloc({static_cast<int64_t>(live.size()), vocab}, DType::kF32);
-    model_.forward(tokens, batch, cache, logit_rows, logits.view());
-    std::vector<float> host(logits.numel());
-    backend_.copy_to_host(logits.view(), host.data());
+    TESSERA_ASSIGN_OR_RETURN(StepResult result, executor.execute(plan, keep_logits ? &logits_scratch_ : nullptr));
     const double elapsed = seconds_since(start);
-    if (first_step) {
-      local_timings.prefill_seconds += elapsed;
-      local_timings.prefill_tokens += static_cast<int64_t>(tokens.size());
+    int64_t fed = 0;
+    for (const SeqStep& st : plan.seqs) fed += static_cast<int64_t>(st.tokens.size());
+    if (step == 0) {
+      local.prefill_seconds += elapsed;
+      local.prefill_tokens += fed;
     } else {
-      local_timings.decode_seconds += elapsed;
-      local_timings.decode_tokens += static_cast<int64_t>(live.size());
-      local_timings.decode_steps += 1;
+      local.decode_seconds += elapsed;
+      local.decode_tokens += static_cast<int64_t>(plan.seqs.size());
+      local.decode_steps += 1;
     }
-
-    for (size_t i = 0; i < live.size(); ++i) {
-      SeqState& s = *live[i];
-      const GenerationRequest& req = requests[s.request];
-      GenerationResult& res = results[s.request];
-      const float* row = host.data() + i * vocab;
-      if (keep_logits) res.logits.insert(res.logits.end(), row, row + vocab);
-      s.next_token = sample_token(row, vocab, req.sampling, s.rng);
-      res.output.push_back(s.next_token);
-      const bool eos = req.stop_at_eos && s.next_token == model_.config().eos_id;
-      if (eos || static_cast<int>(res.output.size()) >= req.max_new_tokens) s.done = true;
+    for (size_t k = 0; k < plan.seqs.size(); ++k) {
+      const size_t i = plan.seqs[k].seq_id;
+      Seq& s = seqs[i];
+      GenerationResult& res = results[i];
+      s.num_computed += static_cast<int32_t>(plan.seqs[k].tokens.size());
+      if (keep_logits) {
+        res.logits.insert(res.logits.end(), logits_scratch_.begin() + k * vocab,
+                          logits_scratch_.begin() + (k + 1) * vocab);
+      }
+      const int32_t token = result.tokens[k].token;
+      res.output.push_back(token);
+      const bool eos = requests[i].stop_at_eos && token == model_.config().eos_id;
+      if (eos || static_cast<int>(res.output.size()) >= requests[i].max_new_tokens) s.done = true;
     }
-    first_step = false;
   }
-  if (timings != nullptr) *timings = local_timings;
+  if (timings != nullptr) *timings = local;
   return results;
 }
 

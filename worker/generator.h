@@ -1,8 +1,9 @@
 #pragma once
 // Generation for a fixed set of requests in one process (tessera-generate, tessera-bench):
 // all prompts are prefilled together as one ragged batch, then every unfinished sequence
-// decodes one token per step. KV blocks are handed out from a simple pool sized for the
-// whole run; the coordinator's block manager and scheduler replace this for serving.
+// decodes one token per step, through the same Executor the server uses. KV blocks are
+// handed out up front for the whole run; the coordinator's block manager and scheduler do
+// this properly for serving.
 #include <cstdint>
 #include <vector>
 
@@ -50,6 +51,7 @@ class Generator {
   Transformer& model_;
   Backend& backend_;
   int block_size_;
+  std::vector<float> logits_scratch_;
 };
 
 }  // namespace tessera

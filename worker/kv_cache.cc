@@ -2,18 +2,25 @@
 
 namespace tessera {
 
-KvCache::KvCache(const ModelConfig& config, int block_size, int num_blocks, Backend& backend)
-    : block_size_(block_size), num_blocks_(num_blocks) {
+KvCache::KvCache(const ModelConfig& config, int block_size, int num_blocks, DType dtype, Backend& backend)
+    : block_size_(block_size), num_blocks_(num_blocks), dtype_(dtype) {
   TESSERA_CHECK_GT(block_size, 0);
   TESSERA_CHECK_GT(num_blocks, 0);
   for (int64_t l = 0; l < config.layers; ++l) {
-    k_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, DType::kF32));
-    v_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, DType::kF32));
+    k_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
+    v_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
   }
 }
 
-int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size) {
-  return 2 * config.layers * block_size * config.kv_heads * config.head_dim * static_cast<int64_t>(sizeof(float));
+void KvCache::copy_block(int src, int dst, Backend& backend) {
+  for (size_t l = 0; l < k_.size(); ++l) {
+    backend.copy_block(k_[l].view(), src, dst);
+    backend.copy_block(v_[l].view(), src, dst);
+  }
+}
+
+int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size, DType dtype) {
+  return 2 * config.layers * block_size * config.kv_heads * config.head_dim * static_cast<int64_t>(dtype_size(dtype));
 }
 
 }  // namespace tessera

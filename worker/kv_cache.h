@@ -1,7 +1,8 @@
 #pragma once
 // The paged KV cache of one rank: per layer, K and V pools of fixed-size blocks,
-// [num_blocks, block_size, kv_heads, head_dim] float32. Which sequence owns which block
-// is decided outside (the block manager); this only holds the memory.
+// [num_blocks, block_size, kv_heads, head_dim] in the cache dtype (f32, f16 or bf16). Which
+// sequence owns which block is decided outside (the block manager); this only holds the
+// memory.
 #include <vector>
 
 #include "common/tensor.h"
@@ -12,18 +13,22 @@ namespace tessera {
 
 class KvCache {
  public:
-  KvCache(const ModelConfig& config, int block_size, int num_blocks, Backend& backend);
+  KvCache(const ModelConfig& config, int block_size, int num_blocks, DType dtype, Backend& backend);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
   const TensorView& k(int layer) const { return k_[layer].view(); }
   const TensorView& v(int layer) const { return v_[layer].view(); }
+  DType dtype() const { return dtype_; }
+  // Copy-on-write support: block `dst` becomes a copy of block `src` in every layer.
+  void copy_block(int src, int dst, Backend& backend);
   // Bytes one block takes across all layers (K and V), for sizing the pool.
-  static int64_t bytes_per_block(const ModelConfig& config, int block_size);
+  static int64_t bytes_per_block(const ModelConfig& config, int block_size, DType dtype);
 
  private:
   int block_size_;
   int num_blocks_;
+  DType dtype_;
   std::vector<Tensor> k_, v_;
 };
 

@@ -3,9 +3,60 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <vector>
+#include <unordered_map>
 
 namespace tessera {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Applies the penalties to a copy of the logits (HF repetition penalty over prompt and
+// output; OpenAI presence/frequency penalties over the output only).
+void apply_penalties(const SampleRequest& r, std::vector<float>& logits) {
+  const SamplingParams& p = *r.params;
+  if (r.penalty_tokens == nullptr || r.penalty_tokens->empty()) return;
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(r.vocab, false);
+    for (int32_t t : *r.penalty_tokens) {
+      if (t >= 0 && t < r.vocab && !seen[t]) {
+        seen[t] = true;
+        logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty : logits[t] * p.repetition_penalty;
+      }
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (size_t i = static_cast<size_t>(r.penalty_prompt_len); i < r.penalty_tokens->size(); ++i) {
+      ++counts[(*r.penalty_tokens)[i]];
+    }
+    for (const auto& [t, n] : counts) {
+      if (t >= 0 && t < r.vocab) logits[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
+    }
+  }
+}
+
+void fill_logprobs(const SampleRequest& r, SampledToken& out) {
+  const float* l = r.logits;
+  const float mx = *std::max_element(l, l + r.vocab);
+  double sum = 0;
+  for (int64_t i = 0; i < r.vocab; ++i) sum += std::exp(static_cast<double>(l[i] - mx));
+  const double log_z = mx + std::log(sum);
+  out.logprob = static_cast<float>(l[out.token] - log_z);
+  const int k = std::min<int64_t>(r.params->logprobs, r.vocab);
+  if (k <= 0) return;
+  std::vector<int32_t> ids(r.vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  for (int i = 0; i < k; ++i) out.top_logprobs.push_back({ids[i], static_cast<float>(l[ids[i]] - log_z)});
+}
+
+}  // namespace
 
 int32_t argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
@@ -15,35 +66,67 @@ int32_t argmax(const float* logits, int64_t vocab) {
   return static_cast<int32_t>(best);
 }
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, std::mt19937_64& rng) {
-  if (params.temperature <= 0.0f) return argmax(logits, vocab);
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  int64_t keep = vocab;
-  if (params.top_k > 0 && params.top_k < vocab) keep = params.top_k;
-  // Highest logits first; stable so equal logits keep id order (deterministic for a seed).
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  order.resize(keep);
-  std::vector<double> p(keep);
-  const double mx = logits[order[0]];
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += p[i] = std::exp((logits[order[i]] - mx) / params.temperature);
-  if (params.top_p < 1.0f) {
-    double mass = 0;
-    int64_t n = 0;
-    while (n < keep && mass < params.top_p * sum) mass += p[n++];
-    keep = std::max<int64_t>(n, 1);
-    p.resize(keep);
-    sum = mass > 0 ? mass : p[0];
+double counter_uniform(uint64_t seed, uint64_t counter) {
+  const uint64_t bits = splitmix64(splitmix64(seed) ^ splitmix64(counter + 0x632be59bd9b4e019ULL));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+SampledToken sample_token(const SampleRequest& r) {
+  const SamplingParams& p = *r.params;
+  SampledToken out;
+  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  std::vector<float> adjusted;
+  const float* logits = r.logits;
+  if (penalised) {
+    adjusted.assign(r.logits, r.logits + r.vocab);
+    apply_penalties(r, adjusted);
+    logits = adjusted.data();
   }
-  std::uniform_real_distribution<double> u(0.0, sum);
-  double r = u(rng), acc = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += p[i];
-    if (r < acc) return order[i];
+  if (p.temperature <= 0.0f) {
+    out.token = argmax(logits, r.vocab);
+  } else {
+    std::vector<int32_t> order(r.vocab);
+    std::iota(order.begin(), order.end(), 0);
+    int64_t keep = r.vocab;
+    if (p.top_k > 0 && p.top_k < r.vocab) keep = p.top_k;
+    // Highest first; equal logits in id order, so a seed fully determines the draw.
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    if (keep < r.vocab) {
+      std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
+      order.resize(keep);
+    } else {
+      std::sort(order.begin(), order.end(), by_logit);
+    }
+    std::vector<double> prob(keep);
+    const double mx = logits[order[0]];
+    double sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp((logits[order[i]] - mx) / p.temperature);
+    if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+      double mass = 0;
+      int64_t n = 0;
+      while (n < keep && mass < p.top_p * sum) mass += prob[n++];
+      keep = std::max<int64_t>(n, 1);
+    }
+    if (p.min_p > 0.0f) {  // prob[0] is the top token's
+      int64_t n = 1;
+      while (n < keep && prob[n] >= p.min_p * prob[0]) ++n;
+      keep = n;
+    }
+    double total = 0;
+    for (int64_t i = 0; i < keep; ++i) total += prob[i];
+    const double target = counter_uniform(r.seed, static_cast<uint64_t>(r.token_index)) * total;
+    double acc = 0;
+    out.token = order[keep - 1];
+    for (int64_t i = 0; i < keep; ++i) {
+      acc += prob[i];
+      if (target < acc) {
+        out.token = order[i];
+        break;
+      }
+    }
   }
-  return order[keep - 1];
+  fill_logprobs(r, out);
+  return out;
 }
 
 }  // namespace tessera

@@ -1,14 +1,32 @@
 #pragma once
-// Turns one row of logits into a token id: greedy (temperature 0; ties go to the lowest
-// id, as torch.argmax does) or sampling with temperature, top-k and top-p.
+// Turns one row of logits into a token: penalties (repetition, presence, frequency), then
+// greedy (temperature 0; ties to the lowest id, as torch.argmax) or sampling with
+// temperature, top-k, top-p and min-p. The random draw is counter-based: a pure function of
+// (seed, index of the token being generated), so a seeded request yields the same tokens
+// whatever else shares its batch and whether or not it was preempted.
 #include <cstdint>
-#include <random>
+#include <vector>
 
 #include "common/sampling_params.h"
+#include "common/step_plan.h"
 
 namespace tessera {
 
+struct SampleRequest {
+  const float* logits = nullptr;  // [vocab], raw model output
+  int64_t vocab = 0;
+  const SamplingParams* params = nullptr;
+  uint64_t seed = 0;         // resolved seed (the request's, or one the coordinator chose)
+  int32_t token_index = 0;   // counter of the generator: how many tokens were generated before
+  const std::vector<int32_t>* penalty_tokens = nullptr;  // prompt + output, when a penalty is set
+  int32_t penalty_prompt_len = 0;
+};
+
 int32_t argmax(const float* logits, int64_t vocab);
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, std::mt19937_64& rng);
+// A uniform double in [0, 1) from (seed, counter) alone.
+double counter_uniform(uint64_t seed, uint64_t counter);
+// Chooses the token and fills its logprob (log-softmax of the raw logits) and, when asked,
+// the top `params->logprobs` alternatives.
+SampledToken sample_token(const SampleRequest& request);
 
 }  // namespace tessera

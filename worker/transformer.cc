@@ -38,15 +38,16 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   return std::unique_ptr<Transformer>(new Transformer(std::move(config), std::move(weights).value(),
-                                                      ckpt->config_dir(), options.kernel_inject, backend));
+                                                      ckpt->config_dir(), options.kernel_inject, options.dtype, backend));
 }
 
 Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string config_dir,
-                         bool kernel_inject, Backend& backend)
+                         bool kernel_inject, DType dtype, Backend& backend)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       config_dir_(std::move(config_dir)),
       kernel_inject_(kernel_inject),
+      dtype_(dtype),
       backend_(backend) {
   if (config_.arch->position == PositionKind::kAlibi) {
     std::vector<float> s = alibi_slopes(config_.heads);

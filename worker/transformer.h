@@ -31,6 +31,8 @@ class Transformer {
   const ModelWeights& weights() const { return weights_; }
   const std::string& config_dir() const { return config_dir_; }
   bool kernel_inject() const { return kernel_inject_; }
+  // Storage type of the weights; the KV cache uses it too unless told otherwise.
+  DType dtype() const { return dtype_; }
 
   // tokens: the new tokens of all sequences, grouped per sequence as batch.query_start says.
   // Writes their K/V into `cache`, and fills `logits` [logit_rows.size(), vocab] with the
@@ -40,7 +42,7 @@ class Transformer {
 
  private:
   Transformer(ModelConfig config, ModelWeights weights, std::string config_dir, bool kernel_inject,
-              Backend& backend);
+              DType dtype, Backend& backend);
   void attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
                        const AttentionBatch& batch, KvCache& cache, const TensorView& delta);
   void mlp_block(int layer, const TensorView& h, const TensorView& delta);
@@ -55,6 +57,7 @@ class Transformer {
   ModelWeights weights_;
   std::string config_dir_;
   bool kernel_inject_;
+  DType dtype_;
   Backend& backend_;
   Tensor alibi_slopes_;  // [heads] for ALiBi architectures
 };

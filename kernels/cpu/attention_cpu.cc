@@ -12,17 +12,32 @@
 
 namespace tessera {
 
-void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
-                                const AttentionBatch& batch, const TensorView& k_cache,
-                                const TensorView& v_cache, float scale,
-                                const TensorView& alibi_slopes, const TensorView& out) {
-  TESSERA_CHECK(k_cache.dtype == DType::kF32) << "CPU KV cache is float32";
+namespace {
+
+// Cache element readers: f32 as is; f16 and bf16 widened in registers.
+struct F32Elems {
+  using T = float;
+  static float get(const float* p, int64_t i) { return p[i]; }
+};
+struct F16Elems {
+  using T = uint16_t;
+  static float get(const uint16_t* p, int64_t i) { return f16_to_f32(p[i]); }
+};
+struct BF16Elems {
+  using T = uint16_t;
+  static float get(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+};
+
+template <typename E>
+void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
+            const TensorView& k_cache, const TensorView& v_cache, float scale, const float* slopes,
+            const TensorView& out) {
+  using T = typename E::T;
   const int64_t block_size = k_cache.dim(1), kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
   const int64_t group = q_heads / kv_heads;
-  const int64_t kv_row = kv_heads * head_dim;  // floats per cache slot
-  const float* kc = k_cache.as<float>();
-  const float* vc = v_cache.as<float>();
-  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.as<float>();
+  const int64_t kv_row = kv_heads * head_dim;  // elements per cache slot
+  const T* kc = k_cache.as<T>();
+  const T* vc = v_cache.as<T>();
   const int64_t total_tokens = out.dim(0);
 
   // One work item per (token, head): flat, so short and long sequences balance across threads.
@@ -57,9 +72,9 @@ void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_
       float mx = -INFINITY;
       for (int32_t j = 0; j < n_keys; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
-        const float* kv = kc + slot * kv_row + g * head_dim;
+        const T* kv = kc + slot * kv_row + g * head_dim;
         float dot = 0;
-        for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
+        for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * E::get(kv, d);
         float sc = dot * scale;
         if (slopes) sc += slopes[h] * static_cast<float>(j);
         scores[j] = sc;
@@ -71,12 +86,27 @@ void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int32_t j = 0; j < n_keys; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
-        const float* vv = vc + slot * kv_row + g * head_dim;
+        const T* vv = vc + slot * kv_row + g * head_dim;
         const float p = scores[j] * inv;
-        for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * vv[d];
+        for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * E::get(vv, d);
       }
       std::copy(acc.begin(), acc.end(), out.as<float>() + item.token * out.dim(1) + h * head_dim);
     }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
+                                const AttentionBatch& batch, const TensorView& k_cache,
+                                const TensorView& v_cache, float scale,
+                                const TensorView& alibi_slopes, const TensorView& out) {
+  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.as<float>();
+  switch (k_cache.dtype) {
+    case DType::kF32: return attend<F32Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out);
+    case DType::kF16: return attend<F16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out);
+    case DType::kBF16: return attend<BF16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out);
+    default: TESSERA_CHECK(false) << "KV cache dtype " << dtype_name(k_cache.dtype);
   }
 }
 

@@ -187,15 +187,24 @@ void CpuBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t he
 void CpuBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
                                const AttentionBatch& batch, const TensorView& k_cache,
                                const TensorView& v_cache) {
-  TESSERA_CHECK(k_cache.dtype == DType::kF32) << "CPU KV cache is float32";
   const int64_t width = k_cache.dim(2) * k_cache.dim(3);
   const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
+  const size_t esize = dtype_size(k_cache.dtype);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     TESSERA_CHECK(slot >= 0 && slot < slots) << "slot " << slot;
-    std::memcpy(k_cache.as<float>() + slot * width, k + t * row_stride, width * sizeof(float));
-    std::memcpy(v_cache.as<float>() + slot * width, v + t * row_stride, width * sizeof(float));
+    // Rounded to the cache dtype here, once; attention widens back to f32.
+    convert_elements(k + t * row_stride, DType::kF32, static_cast<char*>(k_cache.data) + slot * width * esize,
+                     k_cache.dtype, width);
+    convert_elements(v + t * row_stride, DType::kF32, static_cast<char*>(v_cache.data) + slot * width * esize,
+                     v_cache.dtype, width);
   }
+}
+
+void CpuBackend::copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) {
+  const size_t bytes = static_cast<size_t>(pool.row_numel()) * dtype_size(pool.dtype);
+  char* base = static_cast<char*>(pool.data);
+  std::memcpy(base + dst * bytes, base + src * bytes, bytes);
 }
 
 void CpuBackend::moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,

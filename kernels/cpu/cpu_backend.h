@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
                       const AttentionBatch& batch, const TensorView& k_cache,
                       const TensorView& v_cache, float scale, const TensorView& alibi_slopes,
                       const TensorView& out) override;
+  void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) override;
   void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
                      const TensorView& ids) override;
   void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows,

@@ -106,8 +106,9 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
       }
     }
     const bool f32 = GetParam().dtype == DType::kF32;
-    // Reduced precision: a token must match while the reference's top-1/top-2 gap is at
-    // least 5x the expected logit error (README: ~1e-2 for f16, ~5e-2 for bf16).
+    // Reduced precision (weights and KV cache): every token must match up to the first row
+    // whose reference top-1/top-2 gap is under 5x the expected logit error (README: ~1e-2
+    // for f16, ~5e-2 for bf16); past that a flip is legitimate. The count is reported.
     const float trusted_margin = GetParam().dtype == DType::kF16 ? 0.05f : 0.25f;
     const float logit_bound = f32 ? 1e-3f : (GetParam().dtype == DType::kF16 ? 0.1f : 0.5f);
     // With rounded weights a MoE router may pick a different expert where two are nearly
@@ -139,7 +140,7 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
         ++matched;
       }
       if (!f32) {
-        EXPECT_GE(matched, std::max<size_t>(trusted, 1))
+        EXPECT_GE(matched, trusted)
             << c.name << ": only " << matched << " tokens match, " << trusted << " rows have margin > " << trusted_margin;
       }
       min_matched = std::min(min_matched, matched);
