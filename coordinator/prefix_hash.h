@@ -1,0 +1,15 @@
+#pragma once
+// Content hash of one full KV block for prefix caching. The hash is chained: it mixes the
+// previous block's hash with this block's tokens, so equal hashes stand for equal *whole
+// prefixes* (up to collisions, which the block manager rules out by comparing tokens).
+#include <cstdint>
+#include <span>
+
+namespace tessera {
+
+// The "previous hash" of a sequence's first block.
+inline constexpr uint64_t kRootPrefixHash = 0x9e3779b97f4a7c15ULL;
+
+uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> tokens);
+
+}  // namespace tessera

@@ -1,0 +1,362 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "common/check.h"
+
+namespace tessera {
+namespace {
+
+bool has_penalty(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+// A fixed function of the id, so a recomputed sequence draws the same tokens again.
+uint64_t default_seed(SeqId id) {
+  uint64_t x = id + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::string request_name(SeqId id) { return "request " + std::to_string(id); }
+
+}  // namespace
+
+Status validate_scheduler_config(const SchedulerConfig& c) {
+  if (c.block_size < 1) return invalid_argument("scheduler: block_size must be >= 1, got " + std::to_string(c.block_size));
+  if (c.num_blocks < 1) return invalid_argument("scheduler: num_blocks must be >= 1, got " + std::to_string(c.num_blocks));
+  if (c.max_num_seqs < 1)
+    return invalid_argument("scheduler: max_num_seqs must be >= 1, got " + std::to_string(c.max_num_seqs));
+  if (c.max_num_batched_tokens < 1)
+    return invalid_argument("scheduler: max_num_batched_tokens must be >= 1, got " +
+                            std::to_string(c.max_num_batched_tokens));
+  if (c.max_model_len < 2)
+    return invalid_argument("scheduler: max_model_len must be >= 2, got " + std::to_string(c.max_model_len));
+  return Status::ok();
+}
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(config),
+      max_len_(0),
+      blocks_(config.block_size, config.num_blocks, config.prefix_caching) {
+  const Status st = validate_scheduler_config(config_);
+  TESSERA_CHECK(st.is_ok()) << st.to_string();
+  const int64_t pool_tokens = int64_t{config_.num_blocks} * config_.block_size;
+  max_len_ = static_cast<int>(std::min<int64_t>(config_.max_model_len, pool_tokens));
+  if (!config_.chunked_prefill) max_len_ = std::min(max_len_, config_.max_num_batched_tokens);
+  running_.reserve(static_cast<size_t>(config_.max_num_seqs));
+}
+
+Status Scheduler::add_request(SeqId id, std::vector<int32_t> prompt, SamplingParams sampling, int max_new_tokens,
+                              StopConditions stop, int priority) {
+  if (entries_.count(id)) return invalid_argument(request_name(id) + ": id already in use");
+  if (prompt.empty()) return invalid_argument(request_name(id) + ": empty prompt");
+  if (max_new_tokens < 1)
+    return invalid_argument(request_name(id) + ": max_new_tokens must be >= 1, got " + std::to_string(max_new_tokens));
+  const int64_t need = static_cast<int64_t>(prompt.size()) + 1;  // the prompt plus one generated token
+  const std::string len = std::to_string(prompt.size());
+  if (need > config_.max_model_len)
+    return invalid_argument(request_name(id) + ": prompt of " + len + " tokens leaves no room to generate within max_model_len " +
+                            std::to_string(config_.max_model_len));
+  if (blocks_.blocks_needed(static_cast<int>(need)) > config_.num_blocks)
+    return invalid_argument(request_name(id) + ": prompt of " + len + " tokens needs " +
+                            std::to_string(blocks_.blocks_needed(static_cast<int>(need))) +
+                            " KV blocks but the cache has only " + std::to_string(config_.num_blocks) + " of " +
+                            std::to_string(config_.block_size) + " tokens");
+  if (need > max_len_)
+    return invalid_argument(request_name(id) + ": prompt of " + len +
+                            " tokens does not fit max_num_batched_tokens " + std::to_string(config_.max_num_batched_tokens) +
+                            " without chunked prefill");
+  if (!sampling.seed && sampling.temperature > 0.0f) sampling.seed = default_seed(id);
+
+  auto entry = std::make_unique<Entry>(Entry{
+      Sequence(id, std::move(prompt), std::move(sampling), max_new_tokens, std::move(stop), priority, next_arrival_++)});
+  waiting_.insert(entry.get());
+  entries_.emplace(id, std::move(entry));
+  return Status::ok();
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.step_id = next_step_id_;
+  if (has_work()) {
+    plan.seqs.reserve(std::min<size_t>(running_.size() + waiting_.size(), static_cast<size_t>(config_.max_num_seqs)));
+    int budget = config_.max_num_batched_tokens;
+    schedule_running(plan, budget);
+    admit_waiting(plan, budget);
+  }
+  ++next_step_id_;
+  return plan;
+}
+
+void Scheduler::schedule_running(StepPlan& plan, int& budget) {
+  // Decodes first: one token each, the cheapest way to keep every stream moving.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Entry& e = *running_[i];
+    if (e.seq.state() != SequenceState::kDecode) {
+      ++i;
+      continue;
+    }
+    const int from = e.seq.num_computed();
+    if (!blocks_.append_slots(e.seq.id(), from, from + 1, &plan.block_copies)) {
+      if (!make_room(e, from, from + 1)) {
+        preempt(e);  // it is the newest unscheduled one: running_[i] is now the next
+        continue;
+      }
+      TESSERA_CHECK(blocks_.append_slots(e.seq.id(), from, from + 1, &plan.block_copies));
+    }
+    add_step(e, 1, plan);
+    budget -= 1;
+    ++i;
+  }
+  // Then the next chunk of every prefill in progress.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Entry& e = *running_[i];
+    if (e.seq.state() != SequenceState::kPrefill) continue;
+    const int remaining = e.seq.num_uncomputed();
+    int chunk = std::min(remaining, budget);
+    if (!config_.chunked_prefill && chunk < remaining) continue;  // waits for a step with room
+    const int from = e.seq.num_computed();
+    const SeqId id = e.seq.id();
+    if (!blocks_.append_slots(id, from, from + chunk, &plan.block_copies)) {
+      // Prefer a shorter chunk to preempting anyone; preempt only when nothing fits.
+      int fits = config_.chunked_prefill ? blocks_.max_appendable_tokens(id, from) : 0;
+      if (fits == 0 && make_room(e, from, from + chunk)) fits = chunk;
+      if (fits == 0 && config_.chunked_prefill) fits = blocks_.max_appendable_tokens(id, from);
+      chunk = std::min(chunk, fits);
+      if (chunk == 0) continue;
+      TESSERA_CHECK(blocks_.append_slots(id, from, from + chunk, &plan.block_copies));
+    }
+    add_step(e, chunk, plan);
+    budget -= chunk;
+  }
+}
+
+bool Scheduler::make_room(Entry& e, int write_from, int end) {
+  while (blocks_.append_cost(e.seq.id(), write_from, end) > blocks_.num_free_blocks()) {
+    // The newest (lowest-priority) running sequence not already in this plan, if it runs
+    // after `e`; scheduled ones keep their blocks because the plan already lists them.
+    Entry* victim = nullptr;
+    for (size_t j = running_.size(); j-- > 0;) {
+      Entry* cand = running_[j];
+      if (cand == &e) break;
+      if (!scheduled_now(*cand)) {
+        victim = cand;
+        break;
+      }
+    }
+    if (victim == nullptr) return false;
+    preempt(*victim);
+  }
+  return true;
+}
+
+void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
+  const bool is_static = config_.mode == BatchingMode::kStatic;
+  // Static batching forms a batch only when the previous one has completely finished.
+  const bool forming = is_static && static_members_left_ == 0;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
+    if (!is_static && budget == 0) break;
+    Entry& e = **it;
+    if (is_static && !forming && !e.batch_member) {
+      ++it;  // not part of the running batch: waits for the next one
+      continue;
+    }
+    const SeqId id = e.seq.id();
+    const std::span<const int32_t> tokens = e.seq.token_ids();
+    const int len = e.seq.num_tokens();
+    PrefixHit hit = blocks_.find_cached_prefix(tokens);
+    // At least one token is computed, so the step yields logits to sample from.
+    const int cached = std::min(hit.num_tokens(config_.block_size), len - 1);
+    const int remaining = len - cached;
+    int chunk = std::min(remaining, budget);
+    if (!config_.chunked_prefill && chunk < remaining) {
+      if (!is_static) break;  // FCFS: the head waits for a step with room for its prompt
+      chunk = 0;
+    }
+    // Static members reserve their whole prompt up front: they are all in until the end.
+    const int reserve_end = is_static ? len : cached + chunk;
+    if (blocks_.admission_cost(hit, cached, reserve_end) > blocks_.num_free_blocks()) break;
+    blocks_.admit(id, hit, cached);
+    TESSERA_CHECK(blocks_.append_slots(id, cached, reserve_end, &plan.block_copies));
+    it = waiting_.erase(it);
+    e.seq.start(cached);
+    running_.insert(std::upper_bound(running_.begin(), running_.end(), &e, RunsBefore{}), &e);
+    if (forming) {
+      e.batch_member = true;
+      ++static_members_left_;
+    }
+    if (chunk > 0) {
+      add_step(e, chunk, plan);
+      budget -= chunk;
+    }
+  }
+}
+
+void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan) {
+  const Sequence& seq = e.seq;
+  const int from = seq.num_computed();
+  const std::span<const int32_t> tokens = seq.token_ids();
+  SeqStep& s = plan.seqs.emplace_back();
+  s.seq_id = seq.id();
+  s.tokens.assign(tokens.begin() + from, tokens.begin() + from + num_tokens);
+  s.num_computed = from;
+  s.block_table = blocks_.block_table(seq.id());
+  s.sample = from + num_tokens == seq.num_tokens();
+  s.sampling = seq.sampling();
+  s.num_generated = seq.num_output();
+  if (s.sample && has_penalty(seq.sampling())) {
+    s.penalty_tokens.assign(tokens.begin(), tokens.end());
+    s.penalty_prompt_len = seq.prompt_len();
+  }
+  e.scheduled_step = plan.step_id + 1;
+}
+
+void Scheduler::preempt(Entry& e) {
+  blocks_.free(e.seq.id());
+  remove_running(e);
+  e.seq.preempt();
+  waiting_.insert(&e);  // its arrival puts it ahead of everything that came later
+  ++num_preemptions_;
+}
+
+void Scheduler::remove_running(const Entry& e) {
+  auto it = std::lower_bound(running_.begin(), running_.end(), &e, RunsBefore{});
+  TESSERA_CHECK(it != running_.end() && *it == &e) << "sequence " << e.seq.id() << " is not running";
+  running_.erase(it);
+}
+
+void Scheduler::finish(Entry& e, FinishReason reason) {
+  if (e.seq.is_running()) {
+    blocks_.free(e.seq.id());
+    remove_running(e);
+  } else if (e.seq.state() == SequenceState::kWaiting) {
+    waiting_.erase(&e);
+  }
+  if (e.batch_member) {
+    e.batch_member = false;
+    --static_members_left_;
+  }
+  e.seq.finish(reason);
+}
+
+std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const StepResult& result) {
+  std::vector<SequenceEvent> events;
+  // Validate the whole result before applying any of it.
+  std::string error = result.error;
+  if (error.empty() && result.step_id != plan.step_id)
+    error = "step result " + std::to_string(result.step_id) + " does not answer plan " + std::to_string(plan.step_id);
+  if (error.empty()) {
+    size_t r = 0;
+    for (const SeqStep& s : plan.seqs) {
+      if (!s.sample) continue;
+      if (r >= result.tokens.size() || result.tokens[r].seq_id != s.seq_id) {
+        error = "step " + std::to_string(plan.step_id) + " returned no token for sequence " + std::to_string(s.seq_id);
+        break;
+      }
+      ++r;
+    }
+    if (error.empty() && r != result.tokens.size())
+      error = "step " + std::to_string(plan.step_id) + " returned " + std::to_string(result.tokens.size()) +
+              " tokens for " + std::to_string(r) + " sampled sequences";
+  }
+
+  size_t r = 0;
+  for (const SeqStep& s : plan.seqs) {
+    const SampledToken* token = s.sample && error.empty() ? &result.tokens[r++] : nullptr;
+    auto it = entries_.find(s.seq_id);
+    // Aborted (or aborted and re-added) since the plan was made: drop its result.
+    if (it == entries_.end() || it->second->scheduled_step != plan.step_id + 1 || !it->second->seq.is_running())
+      continue;
+    Entry& e = *it->second;
+    if (!error.empty()) {
+      finish(e, FinishReason::kError);
+      events.push_back(SequenceEvent{s.seq_id, {}, true, FinishReason::kError, error});
+      entries_.erase(it);
+      continue;
+    }
+    TESSERA_CHECK_EQ(e.seq.num_computed(), s.num_computed) << "sequence " << s.seq_id << " changed under its step";
+    e.seq.advance(static_cast<int>(s.tokens.size()));
+    blocks_.commit(s.seq_id, e.seq.token_ids(), e.seq.num_computed());
+    if (token == nullptr) continue;
+    e.seq.append_token(token->token);
+    SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}};
+    const FinishReason reason = e.seq.stop_reason(max_len_);
+    if (reason != FinishReason::kNone) {
+      finish(e, reason);
+      event.finished = true;
+      event.reason = reason;
+      entries_.erase(it);
+    }
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
+bool Scheduler::abort(SeqId id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return false;
+  finish(*it->second, FinishReason::kAborted);
+  entries_.erase(it);
+  return true;
+}
+
+const Sequence* Scheduler::find(SeqId id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second->seq;
+}
+
+SchedulerStats Scheduler::stats() const {
+  const BlockManagerStats b = blocks_.stats();
+  SchedulerStats s;
+  s.num_running = static_cast<int>(running_.size());
+  s.num_waiting = static_cast<int>(waiting_.size());
+  s.num_free_blocks = b.num_free;
+  s.num_cached_blocks = b.num_cached;
+  s.num_blocks = b.num_blocks;
+  s.num_steps = next_step_id_;
+  s.num_preemptions = num_preemptions_;
+  s.prefix_hit_tokens = b.prefix_hit_tokens;
+  s.prefix_hit_blocks = b.prefix_hit_blocks;
+  s.cow_copies = b.cow_copies;
+  return s;
+}
+
+void Scheduler::check_invariants() const {
+  blocks_.check_invariants();
+  TESSERA_CHECK_LE(static_cast<int>(running_.size()), config_.max_num_seqs);
+  TESSERA_CHECK_EQ(entries_.size(), running_.size() + waiting_.size());
+  TESSERA_CHECK_EQ(blocks_.stats().num_sequences, static_cast<int>(running_.size()))
+      << "block tables held by sequences that are not running";
+  int members = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Entry& e = *running_[i];
+    const Sequence& s = e.seq;
+    if (i > 0) TESSERA_CHECK(running_[i - 1]->seq.runs_before(s)) << "running list out of order at " << s.id();
+    TESSERA_CHECK(s.is_running()) << "sequence " << s.id() << " in running list while " << sequence_state_name(s.state());
+    TESSERA_CHECK(blocks_.has_sequence(s.id())) << "running sequence " << s.id() << " has no block table";
+    const int table = static_cast<int>(blocks_.block_table(s.id()).size());
+    TESSERA_CHECK_GE(table * config_.block_size, s.num_computed()) << "sequence " << s.id() << " KV not covered";
+    TESSERA_CHECK_LE(table, blocks_.blocks_needed(s.num_tokens())) << "sequence " << s.id() << " over-allocated";
+    TESSERA_CHECK_GE(s.num_uncomputed(), 1) << "sequence " << s.id();
+    if (s.state() == SequenceState::kDecode) TESSERA_CHECK_EQ(s.num_uncomputed(), 1) << "decode sequence " << s.id();
+    TESSERA_CHECK_LT(s.num_tokens(), max_len_) << "sequence " << s.id() << " should have finished";
+    TESSERA_CHECK_LT(s.num_output(), s.max_new_tokens()) << "sequence " << s.id() << " should have finished";
+    members += e.batch_member;
+    if (config_.mode == BatchingMode::kStatic) TESSERA_CHECK(e.batch_member) << "non-member " << s.id() << " runs";
+  }
+  for (const Entry* e : waiting_) {
+    TESSERA_CHECK(e->seq.state() == SequenceState::kWaiting) << "sequence " << e->seq.id() << " queued while "
+                                                             << sequence_state_name(e->seq.state());
+    TESSERA_CHECK(!blocks_.has_sequence(e->seq.id())) << "waiting sequence " << e->seq.id() << " holds blocks";
+    TESSERA_CHECK_EQ(e->seq.num_computed(), 0);
+    members += e->batch_member;
+  }
+  TESSERA_CHECK_EQ(members, static_members_left_);
+}
+
+}  // namespace tessera

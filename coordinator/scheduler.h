@@ -1,0 +1,143 @@
+#pragma once
+// Iteration-level (continuous) batching over the paged KV cache. Each schedule() builds one
+// StepPlan under a token budget:
+//   1. running decodes, one token each (oldest first);
+//   2. running prefills, the next chunk of each (chunked prefill);
+//   3. waiting requests by (priority, arrival), starting where the prefix cache leaves off.
+// When a running sequence needs a block and none is free, the newest unscheduled running
+// sequence (lowest priority first) is preempted by recompute: its blocks are freed and it
+// goes back to the waiting queue, keeping its output, to be prefilled again as prompt +
+// output. on_step_result() appends the sampled tokens, applies stop conditions and frees
+// the blocks of finished sequences.
+//
+// The scheduler never calls model code and is not thread-safe: the engine loop calls
+// add_request / abort / schedule / on_step_result from one thread.
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "common/step_plan.h"
+#include "coordinator/block_manager.h"
+#include "coordinator/sequence.h"
+
+namespace tessera {
+
+enum class BatchingMode : uint8_t {
+  kContinuous,  // sequences join and leave at every step
+  kStatic,      // a batch forms only when nothing runs; nobody joins until all members finish
+};
+
+struct SchedulerConfig {
+  int block_size = 16;
+  int num_blocks = 1024;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 4096;
+  bool chunked_prefill = true;
+  bool prefix_caching = true;
+  int max_model_len = 4096;  // prompt + output
+  BatchingMode mode = BatchingMode::kContinuous;
+};
+
+// A user-reachable config is checked here (each bad field named) before it reaches the
+// Scheduler constructor, which only TESSERA_CHECKs it.
+Status validate_scheduler_config(const SchedulerConfig& config);
+
+// What one step did to one sequence.
+struct SequenceEvent {
+  SeqId seq_id = 0;
+  std::vector<SampledToken> new_tokens;  // appended this step (at most one today)
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;                     // for kError
+};
+
+struct SchedulerStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_free_blocks = 0;   // free + cached-evictable
+  int num_cached_blocks = 0;
+  int num_blocks = 0;
+  uint64_t num_steps = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t prefix_hit_tokens = 0;  // prompt tokens not recomputed thanks to the prefix cache
+  uint64_t prefix_hit_blocks = 0;
+  uint64_t cow_copies = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. InvalidArgument (naming the request) for an empty prompt, a
+  // max_new_tokens below 1, a duplicate id, or a prompt that could never run: prompt + 1
+  // longer than max_model_len, more KV blocks than the whole pool, or (without chunked
+  // prefill) more tokens than max_num_batched_tokens. An unseeded request with
+  // temperature > 0 gets a seed derived from its id, so a preempted sequence resamples the
+  // same tokens.
+  Status add_request(SeqId id, std::vector<int32_t> prompt, SamplingParams sampling, int max_new_tokens,
+                     StopConditions stop = {}, int priority = 0);
+
+  // The next step. Empty (no seqs) when there is nothing to run.
+  StepPlan schedule();
+  // Applies the step's sampled tokens. A result with an error, or that does not match the
+  // plan, finishes every sequence of the plan with kError.
+  std::vector<SequenceEvent> on_step_result(const StepPlan& plan, const StepResult& result);
+
+  // Removes a waiting or running request and frees its blocks. False when unknown (e.g.
+  // already finished). Safe between schedule() and on_step_result(): its results are dropped.
+  bool abort(SeqId id);
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+  // Longest prompt + output a sequence may reach: max_model_len capped by the KV pool (and
+  // by the token budget without chunked prefill, since a preempted sequence must be
+  // recomputed in one step then).
+  int max_sequence_len() const { return max_len_; }
+  const Sequence* find(SeqId id) const;  // live (waiting or running) sequences only
+  const BlockManager& block_manager() const { return blocks_; }
+  // TESSERA_CHECKs the block manager's invariants and the scheduler's accounting: waiting
+  // sequences own no blocks, every running one's block table covers its computed tokens and
+  // no more than its known tokens, states agree with counts, limits hold.
+  void check_invariants() const;
+
+ private:
+  struct Entry {
+    Sequence seq;
+    uint64_t scheduled_step = 0;  // step_id + 1 of the last plan it was in (0 = never)
+    bool batch_member = false;    // static mode: part of the current batch
+  };
+  struct RunsBefore {
+    bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
+  };
+
+  bool scheduled_now(const Entry& e) const { return e.scheduled_step == next_step_id_ + 1; }
+  // Makes room for `e` to write [write_from, end) by preempting newer unscheduled running
+  // sequences. False when only `e` itself is left to preempt.
+  bool make_room(Entry& e, int write_from, int end);
+  void preempt(Entry& e);
+  void schedule_running(StepPlan& plan, int& budget);
+  void admit_waiting(StepPlan& plan, int& budget);
+  void add_step(Entry& e, int num_tokens, StepPlan& plan);
+  void remove_running(const Entry& e);
+  void finish(Entry& e, FinishReason reason);  // frees blocks; the entry is erased by the caller
+
+  SchedulerConfig config_;
+  int max_len_;
+  BlockManager blocks_;
+  std::unordered_map<SeqId, std::unique_ptr<Entry>> entries_;
+  std::vector<Entry*> running_;           // kept sorted by (priority, arrival)
+  std::set<Entry*, RunsBefore> waiting_;  // ditto
+  uint64_t next_arrival_ = 0;
+  uint64_t next_step_id_ = 0;
+  uint64_t num_preemptions_ = 0;
+  int static_members_left_ = 0;
+};
+
+}  // namespace tessera

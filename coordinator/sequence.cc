@@ -1,0 +1,86 @@
+#include "coordinator/sequence.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/check.h"
+
+namespace tessera {
+
+const char* sequence_state_name(SequenceState state) {
+  switch (state) {
+    case SequenceState::kWaiting: return "waiting";
+    case SequenceState::kPrefill: return "prefill";
+    case SequenceState::kDecode: return "decode";
+    case SequenceState::kFinished: return "finished";
+  }
+  return "?";
+}
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kAborted: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+Sequence::Sequence(SeqId id, std::vector<int32_t> prompt, SamplingParams sampling, int max_new_tokens,
+                   StopConditions stop, int priority, uint64_t arrival)
+    : id_(id),
+      token_ids_(std::move(prompt)),
+      prompt_len_(static_cast<int>(token_ids_.size())),
+      sampling_(std::move(sampling)),
+      max_new_tokens_(max_new_tokens),
+      stop_(std::move(stop)),
+      priority_(priority),
+      arrival_(arrival) {}
+
+void Sequence::start(int num_cached_tokens) {
+  TESSERA_CHECK(state_ == SequenceState::kWaiting) << "sequence " << id_ << " started while "
+                                                   << sequence_state_name(state_);
+  TESSERA_CHECK(num_cached_tokens >= 0 && num_cached_tokens < num_tokens())
+      << "sequence " << id_ << ": at least one token must be computed for logits";
+  num_computed_ = num_cached_tokens;
+  state_ = SequenceState::kPrefill;
+}
+
+void Sequence::advance(int num_tokens) {
+  TESSERA_CHECK(is_running()) << "sequence " << id_ << " advanced while " << sequence_state_name(state_);
+  TESSERA_CHECK_LE(num_computed_ + num_tokens, this->num_tokens()) << "sequence " << id_;
+  num_computed_ += num_tokens;
+}
+
+void Sequence::append_token(int32_t token) {
+  TESSERA_CHECK_EQ(num_computed_, num_tokens()) << "sequence " << id_ << " sampled before its prefill ended";
+  token_ids_.push_back(token);
+  state_ = SequenceState::kDecode;
+}
+
+FinishReason Sequence::stop_reason(int max_len) const {
+  if (num_output() == 0) return FinishReason::kNone;
+  const int32_t last = token_ids_.back();
+  if (!stop_.ignore_eos && stop_.eos_token_id && last == *stop_.eos_token_id) return FinishReason::kStop;
+  if (std::find(stop_.stop_token_ids.begin(), stop_.stop_token_ids.end(), last) != stop_.stop_token_ids.end())
+    return FinishReason::kStop;
+  if (num_output() >= max_new_tokens_ || num_tokens() >= max_len) return FinishReason::kLength;
+  return FinishReason::kNone;
+}
+
+void Sequence::preempt() {
+  TESSERA_CHECK(is_running()) << "sequence " << id_ << " preempted while " << sequence_state_name(state_);
+  num_computed_ = 0;
+  state_ = SequenceState::kWaiting;
+  ++num_preemptions_;
+}
+
+void Sequence::finish(FinishReason reason) {
+  TESSERA_CHECK(reason != FinishReason::kNone);
+  state_ = SequenceState::kFinished;
+  finish_reason_ = reason;
+}
+
+}  // namespace tessera
