@@ -8,10 +8,13 @@
 #include <iostream>
 #include <sstream>
 
+#include <map>
+
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/engine.h"
 #include "kernels/backend.h"
-#include "worker/generator.h"
+#include "worker/executor.h"
 #include "worker/transformer.h"
 
 namespace tessera {
@@ -21,6 +24,12 @@ struct Options {
   std::string model;
   std::string prompt;
   std::string prompt_ids;
+  std::string prompt_ids_file;
+  int block_size = 16;
+  int kv_blocks = 0;  // 0 = enough for every request at once
+  int max_num_batched_tokens = 4096;
+  int max_num_seqs = 256;
+  bool seed_given = false;
   int max_new_tokens = 16;
   float temperature = 0.0f;
   int top_k = 0;
@@ -67,25 +76,86 @@ Status write_logits(const std::string& path, const std::vector<float>& logits) {
 
 std::string ids_json(const std::vector<int32_t>& ids) { return nlohmann::json(ids).dump(); }
 
+// Keeps the raw logits of every sampled row, per sequence, for --dump-logits.
+class LogitRecorder final : public StepExecutor {
+ public:
+  explicit LogitRecorder(Executor& inner) : inner_(inner) {}
+  StatusOr<StepResult> execute(const StepPlan& plan) override {
+    TESSERA_ASSIGN_OR_RETURN(StepResult result, inner_.execute(plan, &scratch_));
+    const size_t vocab = result.tokens.empty() ? 0 : scratch_.size() / result.tokens.size();
+    for (size_t i = 0; i < result.tokens.size(); ++i) {
+      auto& rows = rows_[result.tokens[i].seq_id];
+      rows.insert(rows.end(), scratch_.begin() + i * vocab, scratch_.begin() + (i + 1) * vocab);
+    }
+    return result;
+  }
+  const std::vector<float>& rows(SeqId id) { return rows_[id]; }
+
+ private:
+  Executor& inner_;
+  std::vector<float> scratch_;
+  std::map<SeqId, std::vector<float>> rows_;
+};
+
+StatusOr<std::vector<std::vector<int32_t>>> read_prompt_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found("--prompt-ids-file: cannot open " + path);
+  std::vector<std::vector<int32_t>> prompts;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines separate nothing
+    auto ids = parse_id_list(line, path + " line " + std::to_string(n));
+    if (!ids.is_ok()) return ids.status();
+    prompts.push_back(std::move(ids).value());
+  }
+  if (prompts.empty()) return invalid_argument("--prompt-ids-file: " + path + " holds no prompts");
+  return prompts;
+}
+
+Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, const ModelConfig& c, size_t index) {
+  const std::string who = "prompt " + std::to_string(index);
+  if (prompt.empty()) return invalid_argument(who + " is empty");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab) {
+      return invalid_argument(who + ": id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+    }
+  }
+  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
+  if (c.max_positions > 0 && c.arch->position == PositionKind::kRotary && total > c.max_positions) {
+    return invalid_argument(who + ": " + std::to_string(prompt.size()) + " prompt tokens + " +
+                            std::to_string(max_new_tokens) + " new tokens exceed the model's context of " +
+                            std::to_string(c.max_positions));
+  }
+  return Status::ok();
+}
+
 Status run(const Options& o) {
   auto dtype = parse_dtype(o.dtype);
   if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kF16 && *dtype != DType::kBF16)) {
     return invalid_argument("--dtype: unsupported \"" + o.dtype + "\" (expected float32, float16 or bfloat16)");
   }
-  if (o.prompt.empty() == o.prompt_ids.empty()) {
-    return invalid_argument("give exactly one of --prompt TEXT or --prompt-ids 1,2,3");
+  const int given = !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompt_ids_file.empty();
+  if (given != 1) {
+    return invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 or --prompt-ids-file FILE");
   }
   if (o.max_new_tokens < 1) return invalid_argument("--max-new-tokens must be at least 1");
   if (o.temperature < 0) return invalid_argument("--temperature must be >= 0");
   if (o.top_p <= 0 || o.top_p > 1) return invalid_argument("--top-p must be in (0, 1]");
+  if (o.block_size < 1) return invalid_argument("--block-size must be at least 1");
+  if (o.kv_blocks < 0) return invalid_argument("--kv-blocks must be positive");
+  if (o.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be at least 1");
+  if (o.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
 
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, o.threads));
   ModelLoadOptions lo;
   lo.dtype = *dtype;
   lo.kernel_inject = !o.no_kernel_inject;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
+  const ModelConfig& config = model->config();
 
-  // The tokenizer is optional for --prompt-ids (random-weight test models have none).
+  // The tokenizer is optional for token-id prompts (random-weight test models have none).
   std::unique_ptr<Tokenizer> tokenizer;
   auto tok = Tokenizer::load(model->config_dir());
   if (tok.is_ok()) {
@@ -94,41 +164,85 @@ Status run(const Options& o) {
     return tok.status().with_context("--prompt needs the model's tokenizer");
   }
 
-  GenerationRequest req;
+  std::vector<std::vector<int32_t>> prompts;
   if (!o.prompt.empty()) {
-    req.prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
+    prompts.push_back(tokenizer->encode(o.prompt, /*add_special_tokens=*/true));
+  } else if (!o.prompt_ids.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_id_list(o.prompt_ids, "--prompt-ids"));
+    prompts.push_back(std::move(ids));
   } else {
-    TESSERA_ASSIGN_OR_RETURN(req.prompt, parse_id_list(o.prompt_ids, "--prompt-ids"));
+    TESSERA_ASSIGN_OR_RETURN(prompts, read_prompt_file(o.prompt_ids_file));
   }
-  req.max_new_tokens = o.max_new_tokens;
-  req.sampling.temperature = o.temperature;
-  req.sampling.top_k = o.top_k;
-  req.sampling.top_p = o.top_p;
-  req.sampling.seed = o.seed;
-  req.stop_at_eos = o.stop_at_eos;
+  for (size_t i = 0; i < prompts.size(); ++i) TESSERA_RETURN_IF_ERROR(check_prompt(prompts[i], o.max_new_tokens, config, i));
 
-  Generator generator(*model, *backend);
-  TESSERA_ASSIGN_OR_RETURN(std::vector<GenerationResult> results,
-                           generator.generate({req}, !o.dump_logits.empty()));
-  const GenerationResult& r = results[0];
-  if (!o.dump_logits.empty()) TESSERA_RETURN_IF_ERROR(write_logits(o.dump_logits, r.logits));
+  // By default the KV pool holds every request at full length at once; --kv-blocks smaller
+  // than that makes the scheduler preempt.
+  SchedulerConfig sc;
+  sc.block_size = o.block_size;
+  sc.max_num_seqs = o.max_num_seqs;
+  sc.max_num_batched_tokens = o.max_num_batched_tokens;
+  int64_t needed = 0, longest = 0;
+  for (const auto& p : prompts) {
+    const int64_t total = static_cast<int64_t>(p.size()) + o.max_new_tokens;
+    needed += (total + o.block_size - 1) / o.block_size;
+    longest = std::max(longest, total);
+  }
+  sc.num_blocks = o.kv_blocks > 0 ? o.kv_blocks : static_cast<int>(needed);
+  sc.max_model_len = static_cast<int>(std::max<int64_t>(longest, config.max_positions));
+  TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
-  std::string text;
-  if (tokenizer) text = tokenizer->decode(r.output, /*skip_special_tokens=*/true);
-  if (o.json) {
-    nlohmann::json j;
-    j["prompt_ids"] = req.prompt;
-    j["output_ids"] = r.output;
-    if (tokenizer) j["text"] = text;
-    // Invalid UTF-8 (a continuation cut mid-character) is replaced, never a crash.
-    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
-  } else if (tokenizer) {
-    // For people: the prompt and its continuation as one text.
-    std::vector<int32_t> all = req.prompt;
-    all.insert(all.end(), r.output.begin(), r.output.end());
-    std::cout << tokenizer->decode(all, /*skip_special_tokens=*/true) << std::endl;
-  } else {
-    std::cout << ids_json(r.output) << std::endl;
+  Executor executor(*model, *backend, sc.block_size, sc.num_blocks, model->dtype());
+  LogitRecorder recorder(executor);
+  StepExecutor& runner = o.dump_logits.empty() ? static_cast<StepExecutor&>(executor) : recorder;
+  Engine engine(sc, runner);
+
+  std::vector<SeqId> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest req;
+    req.prompt = prompts[i];
+    req.max_new_tokens = o.max_new_tokens;
+    req.sampling.temperature = o.temperature;
+    req.sampling.top_k = o.top_k;
+    req.sampling.top_p = o.top_p;
+    if (o.seed_given) req.sampling.seed = o.seed + i;
+    if (config.eos_id >= 0) req.stop.eos_token_id = config.eos_id;
+    req.stop.ignore_eos = !o.stop_at_eos;
+    auto id = engine.add_request(std::move(req));
+    if (!id.is_ok()) return id.status().with_context("prompt " + std::to_string(i));
+    ids.push_back(id.value());
+  }
+  std::map<SeqId, std::vector<int32_t>> outputs;
+  while (engine.has_work()) {
+    for (const SequenceEvent& ev : engine.step()) {
+      for (const SampledToken& t : ev.new_tokens) outputs[ev.seq_id].push_back(t.token);
+      if (ev.finished && ev.reason == FinishReason::kError) {
+        return internal_error("generation failed: " + ev.error);
+      }
+    }
+  }
+
+  if (!o.dump_logits.empty()) {
+    std::vector<float> all;
+    for (SeqId id : ids) all.insert(all.end(), recorder.rows(id).begin(), recorder.rows(id).end());
+    TESSERA_RETURN_IF_ERROR(write_logits(o.dump_logits, all));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t>& out = outputs[ids[i]];
+    if (o.json) {
+      nlohmann::json j;
+      j["prompt_ids"] = prompts[i];
+      j["output_ids"] = out;
+      if (tokenizer) j["text"] = tokenizer->decode(out, /*skip_special_tokens=*/true);
+      // Invalid UTF-8 (a continuation cut mid-character) is replaced, never a crash.
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    } else if (tokenizer) {
+      // For people: the prompt and its continuation as one text.
+      std::vector<int32_t> all = prompts[i];
+      all.insert(all.end(), out.begin(), out.end());
+      std::cout << tokenizer->decode(all, /*skip_special_tokens=*/true) << std::endl;
+    } else {
+      std::cout << ids_json(out) << std::endl;
+    }
   }
   return Status::ok();
 }
@@ -138,15 +252,22 @@ Status run(const Options& o) {
 
 int main(int argc, char** argv) {
   tessera::Options o;
-  CLI::App app{"tessera-generate: run a model on one prompt in this process (no server)"};
+  CLI::App app{"tessera-generate: run a model on prompts in this process (no server)"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--prompt", o.prompt, "prompt text (encoded with the model's tokenizer, BOS added)");
   app.add_option("--prompt-ids", o.prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
+  app.add_option("--prompt-ids-file", o.prompt_ids_file,
+                 "one comma-separated id list per line, all submitted together; one JSON line per input line");
+  app.add_option("--block-size", o.block_size, "tokens per KV block")->capture_default_str();
+  app.add_option("--kv-blocks", o.kv_blocks, "KV blocks in the pool (default: enough for all requests at once)");
+  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one step (chunked prefill)")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", o.max_num_seqs, "sequences in one step")->capture_default_str();
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0 = all)");
   app.add_option("--top-p", o.top_p, "nucleus sampling mass");
-  app.add_option("--seed", o.seed, "random seed for sampling");
+  auto* seed_opt = app.add_option("--seed", o.seed, "random seed for sampling (prompt i uses seed + i)");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
@@ -156,6 +277,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print {\"prompt_ids\",\"output_ids\",\"text\"} as one JSON line");
   app.add_flag("--stop-at-eos", o.stop_at_eos, "stop when the model emits its EOS token");
   CLI11_PARSE(app, argc, argv);
+  o.seed_given = seed_opt->count() > 0;
 
   tessera::init_logging("gen", spdlog::level::warn);
   tessera::Status st = tessera::run(o);

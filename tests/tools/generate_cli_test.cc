@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "tests/test_support.h"
 
@@ -245,6 +246,49 @@ TEST(GenerateCliFixtures, KjvLlamaTextPromptReproducesTheGoldenContinuation) {
     EXPECT_EQ(j["output_ids"], c["greedy_ids"]) << c["label"];
     EXPECT_EQ(j["text"], c["greedy_text"]) << c["label"];
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The contract's multi-prompt mode: every line submitted together, one JSON line per input
+// line in input order, and a tiny KV pool and token budget (forcing preemption and chunked
+// prefill) change nothing.
+TEST(GenerateCliFixtures, PromptIdsFileRunsAllPromptsTogetherInInputOrder) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/tiny-mixtral";
+  std::ifstream in(model + "/goldens/index.json");
+  auto index = nlohmann::json::parse(in);
+  const std::string dir = testing::make_temp_dir("tessera-ids-file");
+  std::string lines;
+  for (auto it = index["cases"].rbegin(); it != index["cases"].rend(); ++it) {  // longest first
+    std::string ids;
+    for (const auto& id : (*it)["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+    lines += ids + "\n";
+  }
+  testing::write_file(dir + "/prompts.txt", lines);
+  for (const std::string extra : {"", " --block-size 4 --kv-blocks 30 --max-num-batched-tokens 8 --max-num-seqs 3"}) {
+    auto r = run_command(generate_bin() + " --model " + quote(model) + " --prompt-ids-file " +
+                         quote(dir + "/prompts.txt") + " --max-new-tokens 24 --json" + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::stringstream out(r.out);
+    std::string line;
+    auto it = index["cases"].rbegin();
+    int n = 0;
+    while (std::getline(out, line)) {
+      ASSERT_NE(it, index["cases"].rend());
+      auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["prompt_ids"], (*it)["prompt_ids"]) << extra;
+      EXPECT_EQ(j["output_ids"], (*it)["greedy_ids"]) << extra;
+      ++it;
+      ++n;
+    }
+    EXPECT_EQ(n, static_cast<int>(index["cases"].size()));
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

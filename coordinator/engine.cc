@@ -1,0 +1,30 @@
+#include "coordinator/engine.h"
+
+namespace tessera {
+
+Engine::Engine(SchedulerConfig config, StepExecutor& executor) : scheduler_(config), executor_(executor) {}
+
+StatusOr<SeqId> Engine::add_request(EngineRequest r) {
+  const SeqId id = next_id_++;
+  TESSERA_RETURN_IF_ERROR(scheduler_.add_request(id, std::move(r.prompt), r.sampling, r.max_new_tokens,
+                                                 std::move(r.stop), r.priority));
+  return id;
+}
+
+bool Engine::abort(SeqId id) { return scheduler_.abort(id); }
+
+std::vector<SequenceEvent> Engine::step() {
+  StepPlan plan = scheduler_.schedule();
+  if (plan.seqs.empty() && plan.block_copies.empty()) return {};
+  ++steps_;
+  StatusOr<StepResult> result = executor_.execute(plan);
+  if (!result.is_ok()) {
+    StepResult failed;
+    failed.step_id = plan.step_id;
+    failed.error = result.status().to_string();
+    return scheduler_.on_step_result(plan, failed);
+  }
+  return scheduler_.on_step_result(plan, result.value());
+}
+
+}  // namespace tessera

@@ -1,0 +1,385 @@
+// Scheduler: token budget, chunked prefill, decode-first order, priorities, admission
+// errors, preemption by recompute, prefix reuse, stop conditions, static batching.
+#include "coordinator/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "tests/coordinator/fake_executor.h"
+
+namespace tessera {
+namespace {
+
+using testing::FakeExecutor;
+
+std::vector<int32_t> prompt_of(int n, int32_t start = 1) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+struct Finished {
+  std::vector<int32_t> output;
+  FinishReason reason = FinishReason::kNone;
+};
+
+// Drives a scheduler and a fake executor together.
+class Harness {
+ public:
+  explicit Harness(SchedulerConfig config) : sched(config), exec(config.block_size, config.num_blocks) {}
+
+  void add(SeqId id, int prompt_len, int max_new, int priority = 0, StopConditions stop = {},
+           SamplingParams sampling = {}) {
+    add_prompt(id, prompt_of(prompt_len, static_cast<int32_t>(id * 1000)), max_new, priority, stop, sampling);
+  }
+  void add_prompt(SeqId id, std::vector<int32_t> prompt, int max_new, int priority = 0, StopConditions stop = {},
+                  SamplingParams sampling = {}) {
+    exec.add(id, prompt);
+    lens_[id] = prompt.size();
+    ASSERT_TRUE(sched.add_request(id, prompt, sampling, max_new, stop, priority).is_ok());
+  }
+
+  // One step; returns the plan it ran.
+  StepPlan step() {
+    StepPlan plan = sched.schedule();
+    int tokens = 0;
+    for (const SeqStep& s : plan.seqs) tokens += static_cast<int>(s.tokens.size());
+    EXPECT_LE(tokens, sched.config().max_num_batched_tokens);
+    EXPECT_LE(static_cast<int>(plan.seqs.size()), sched.config().max_num_seqs);
+    const StepResult result = exec.execute(plan);
+    const std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
+    exec.apply(events);
+    for (const SequenceEvent& e : events) {
+      if (!e.finished) continue;
+      const std::vector<int32_t>& all = exec.tokens(e.seq_id);
+      Finished& f = finished[e.seq_id];
+      f.reason = e.reason;
+      f.output.assign(all.end() - (all.size() - prompt_len(e.seq_id)), all.end());
+    }
+    sched.check_invariants();
+    return plan;
+  }
+  void run(int max_steps = 10000, const std::function<void(const StepPlan&)>& on_plan = {}) {
+    for (int i = 0; i < max_steps && sched.has_work(); ++i) {
+      StepPlan plan = step();
+      if (on_plan) on_plan(plan);
+    }
+    EXPECT_FALSE(sched.has_work()) << "did not finish in " << max_steps << " steps";
+  }
+  size_t prompt_len(SeqId id) { return lens_.at(id); }
+
+  Scheduler sched;
+  FakeExecutor exec;
+  std::map<SeqId, Finished> finished;
+  std::map<SeqId, size_t> lens_;
+};
+
+SchedulerConfig small_config() {
+  SchedulerConfig c;
+  c.block_size = 4;
+  c.num_blocks = 64;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 32;
+  c.max_model_len = 256;
+  return c;
+}
+
+TEST(SchedulerTest, LongPromptIsChunkedUnderTheTokenBudget) {
+  Harness h(small_config());
+  h.add(1, 100, 3);
+  std::vector<size_t> chunks;
+  std::vector<bool> samples;
+  for (int i = 0; i < 4; ++i) {
+    StepPlan plan = h.step();
+    ASSERT_EQ(plan.seqs.size(), 1u);
+    chunks.push_back(plan.seqs[0].tokens.size());
+    samples.push_back(plan.seqs[0].sample);
+    EXPECT_EQ(plan.seqs[0].num_computed, 32 * i);
+    EXPECT_EQ(plan.seqs[0].block_table.size(), static_cast<size_t>((32 * i + chunks.back() + 3) / 4));
+  }
+  EXPECT_EQ(chunks, (std::vector<size_t>{32, 32, 32, 4}));
+  EXPECT_EQ(samples, (std::vector<bool>{false, false, false, true}));
+  const Sequence* s = h.sched.find(1);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->state(), SequenceState::kDecode);
+  EXPECT_EQ(s->num_output(), 1);
+  h.run();
+}
+
+TEST(SchedulerTest, DecodesComeFirstThenPrefillChunksThenNewRequests) {
+  Harness h(small_config());
+  h.add(1, 5, 10);
+  h.add(2, 6, 10);
+  h.step();  // both prefilled whole (11 tokens)
+  h.add(3, 60, 10);
+  StepPlan plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 3u);
+  EXPECT_EQ(plan.seqs[0].seq_id, 1u);
+  EXPECT_EQ(plan.seqs[0].tokens.size(), 1u);
+  EXPECT_EQ(plan.seqs[1].seq_id, 2u);
+  EXPECT_EQ(plan.seqs[1].tokens.size(), 1u);
+  EXPECT_EQ(plan.seqs[2].seq_id, 3u);
+  EXPECT_EQ(plan.seqs[2].tokens.size(), 30u);  // what the budget leaves
+  EXPECT_FALSE(plan.seqs[2].sample);
+  h.add(4, 3, 10);
+  plan = h.step();  // decodes, then 3's next chunk (30 tokens: the rest), then nothing for 4
+  ASSERT_EQ(plan.seqs.size(), 3u);
+  EXPECT_EQ(plan.seqs[2].seq_id, 3u);
+  EXPECT_EQ(plan.seqs[2].tokens.size(), 30u);
+  EXPECT_TRUE(plan.seqs[2].sample);
+  plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 4u);
+  EXPECT_EQ(plan.seqs[3].seq_id, 4u);
+  h.run();
+  for (SeqId id : {1, 2, 3, 4}) EXPECT_EQ(h.finished[id].reason, FinishReason::kLength);
+}
+
+TEST(SchedulerTest, DecodeFieldsFollowTheStepPlanContract) {
+  Harness h(small_config());
+  SamplingParams sp;
+  sp.temperature = 0.7f;
+  sp.repetition_penalty = 1.2f;
+  h.add(1, 6, 4, 0, {}, sp);
+  StepPlan plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  const SeqStep& s = plan.seqs[0];
+  EXPECT_TRUE(s.sample);
+  EXPECT_EQ(s.num_generated, 0);
+  EXPECT_TRUE(s.sampling.seed.has_value()) << "unseeded sampling gets a stable seed";
+  EXPECT_EQ(s.penalty_prompt_len, 6);
+  EXPECT_EQ(s.penalty_tokens.size(), 6u);
+  plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].num_computed, 6);
+  EXPECT_EQ(plan.seqs[0].num_generated, 1);
+  EXPECT_EQ(plan.seqs[0].penalty_tokens.size(), 7u);
+  EXPECT_EQ(plan.seqs[0].tokens, std::vector<int32_t>{h.exec.tokens(1)[6]});  // the first output
+  EXPECT_EQ(plan.seqs[0].block_table.size(), 2u);
+
+  Harness g(small_config());
+  g.add(2, 6, 4);  // no penalty: no penalty tokens travel
+  plan = g.step();
+  EXPECT_TRUE(plan.seqs[0].penalty_tokens.empty());
+  EXPECT_FALSE(plan.seqs[0].sampling.seed.has_value()) << "greedy needs no seed";
+}
+
+TEST(SchedulerTest, PriorityThenArrivalOrder) {
+  SchedulerConfig c = small_config();
+  c.max_num_seqs = 1;
+  Harness h(c);
+  h.add(1, 4, 2, /*priority=*/5);
+  h.add(2, 4, 2, 0);
+  h.add(3, 4, 2, 0);
+  h.add(4, 4, 2, -1);
+  std::vector<SeqId> order;
+  h.run(1000, [&](const StepPlan& plan) {
+    for (const SeqStep& s : plan.seqs)
+      if (s.num_computed == 0) order.push_back(s.seq_id);
+  });
+  EXPECT_EQ(order, (std::vector<SeqId>{4, 2, 3, 1}));
+}
+
+TEST(SchedulerTest, AdmissionErrorsNameTheRequest) {
+  SchedulerConfig c = small_config();
+  c.num_blocks = 8;  // 32 tokens
+  c.max_model_len = 64;
+  Scheduler s(c);
+  auto expect_invalid = [&](SeqId id, int prompt_len, int max_new, const char* what) {
+    Status st = s.add_request(id, prompt_of(prompt_len), {}, max_new, {});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(st.message().find("request " + std::to_string(id)), std::string::npos) << st.message();
+  };
+  expect_invalid(7, 0, 4, "empty prompt");
+  expect_invalid(8, 4, 0, "max_new_tokens 0");
+  expect_invalid(9, 64, 4, "longer than max_model_len");
+  expect_invalid(10, 32, 4, "more blocks than the pool");
+  ASSERT_TRUE(s.add_request(11, prompt_of(31), {}, 4, {}).is_ok());  // 31 + 1 fills the pool exactly
+  expect_invalid(11, 4, 4, "duplicate id");
+
+  c.chunked_prefill = false;
+  c.num_blocks = 64;
+  Scheduler t(c);
+  Status st = t.add_request(12, prompt_of(40), {}, 4, {});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("max_num_batched_tokens"), std::string::npos) << st.message();
+
+  // The one that fits runs to completion, capped by the pool (32 tokens).
+  Harness h(small_config());
+  SchedulerConfig tiny = small_config();
+  tiny.num_blocks = 8;
+  Harness g(tiny);
+  g.add(1, 31, 100);
+  g.run();
+  EXPECT_EQ(g.finished[1].reason, FinishReason::kLength);
+  EXPECT_EQ(g.sched.max_sequence_len(), 32);
+}
+
+TEST(SchedulerTest, PreemptionUnderATinyPoolStillFinishesEverySequenceIdentically) {
+  SchedulerConfig c = small_config();
+  c.num_blocks = 10;  // 40 token slots for 4 sequences that grow to 26 tokens each
+  Harness h(c);
+  for (SeqId id = 1; id <= 4; ++id) h.add(id, 6, 20);
+  h.run();
+  EXPECT_GT(h.sched.stats().num_preemptions, 0u);
+  for (SeqId id = 1; id <= 4; ++id) {
+    ASSERT_EQ(h.finished[id].reason, FinishReason::kLength);
+    const std::vector<int32_t>& all = h.exec.tokens(id);
+    ASSERT_EQ(all.size(), 26u);
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(all[6 + i], h.exec.token_for(id, i)) << "seq " << id << " token " << i;
+  }
+  EXPECT_EQ(h.sched.stats().num_free_blocks, 10);
+}
+
+TEST(SchedulerTest, PrefixCacheSkipsASharedPromptPrefix) {
+  SchedulerConfig c = small_config();
+  c.block_size = 16;
+  c.max_num_batched_tokens = 128;
+  Harness h(c);
+  std::vector<int32_t> shared = prompt_of(64, 500);
+  std::vector<int32_t> a = shared, b = shared;
+  a.insert(a.end(), {1, 2, 3});
+  b.insert(b.end(), {4, 5});
+  h.add_prompt(1, a, 5);
+  h.step();
+  const int free_after_a = h.sched.stats().num_free_blocks;
+  h.add_prompt(2, b, 5);
+  StepPlan plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  EXPECT_EQ(plan.seqs[1].num_computed, 64);
+  EXPECT_EQ(plan.seqs[1].tokens.size(), 2u);
+  EXPECT_EQ(std::vector<int32_t>(plan.seqs[1].block_table.begin(), plan.seqs[1].block_table.begin() + 4),
+            std::vector<int32_t>(plan.seqs[0].block_table.begin(), plan.seqs[0].block_table.begin() + 4));
+  EXPECT_EQ(h.sched.stats().num_free_blocks, free_after_a - 1);
+  EXPECT_EQ(h.sched.stats().prefix_hit_tokens, 64u);
+  EXPECT_EQ(h.sched.stats().prefix_hit_blocks, 4u);
+  h.run();
+
+  // Finished sequences leave their full blocks cached: a later request reuses them.
+  h.add_prompt(3, a, 2);
+  plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].num_computed, 64);
+  EXPECT_EQ(h.sched.stats().prefix_hit_tokens, 128u);
+  h.run();
+  // The whole prompt cached: its last token is recomputed (for logits). The first sharer owns
+  // the cached block alone and rewrites it in place; the second writes into a copy.
+  h.add_prompt(4, shared, 3);
+  h.add_prompt(5, shared, 3);
+  plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  EXPECT_EQ(plan.seqs[0].num_computed, 63);
+  EXPECT_EQ(plan.seqs[1].num_computed, 63);
+  ASSERT_EQ(plan.block_copies.size(), 1u);
+  EXPECT_EQ(plan.block_copies[0].first, plan.seqs[0].block_table[3]);
+  EXPECT_EQ(plan.block_copies[0].second, plan.seqs[1].block_table[3]);
+  h.run();
+  EXPECT_EQ(h.sched.stats().num_free_blocks, c.num_blocks);
+}
+
+TEST(SchedulerTest, StopConditions) {
+  Harness h(small_config());
+  const int32_t first1 = h.exec.token_for(1, 0);
+  const int32_t third2 = h.exec.token_for(2, 2);
+  StopConditions eos;
+  eos.eos_token_id = first1;
+  h.add(1, 4, 10, 0, eos);
+  StopConditions ignore = eos;
+  ignore.ignore_eos = true;
+  ignore.eos_token_id = h.exec.token_for(3, 0);
+  h.add(3, 4, 5, 0, ignore);
+  StopConditions stops;
+  stops.stop_token_ids = {-7, third2};
+  h.add(2, 4, 10, 0, stops);
+  h.run();
+  EXPECT_EQ(h.finished[1].reason, FinishReason::kStop);
+  EXPECT_EQ(h.exec.tokens(1).size(), 5u);  // the eos token is kept
+  EXPECT_EQ(h.finished[2].reason, FinishReason::kStop);
+  EXPECT_LE(h.exec.tokens(2).size(), 7u);
+  EXPECT_EQ(h.finished[3].reason, FinishReason::kLength);
+  EXPECT_EQ(h.exec.tokens(3).size(), 9u);
+}
+
+TEST(SchedulerTest, AbortFreesWaitingAndRunningSequences) {
+  SchedulerConfig c = small_config();
+  c.max_num_seqs = 1;
+  Harness h(c);
+  h.add(1, 10, 50);
+  h.add(2, 10, 50);
+  StepPlan plan = h.step();
+  EXPECT_LT(h.sched.stats().num_free_blocks, c.num_blocks);
+  EXPECT_TRUE(h.sched.abort(2));   // waiting
+  EXPECT_FALSE(h.sched.abort(2));  // gone
+  // Aborted between schedule() and on_step_result(): its result is dropped.
+  plan = h.sched.schedule();
+  EXPECT_TRUE(h.sched.abort(1));
+  const StepResult result = h.exec.execute(plan);
+  EXPECT_TRUE(h.sched.on_step_result(plan, result).empty());
+  EXPECT_FALSE(h.sched.has_work());
+  EXPECT_EQ(h.sched.stats().num_free_blocks, c.num_blocks);
+  h.sched.check_invariants();
+}
+
+TEST(SchedulerTest, FailedStepFinishesItsSequencesWithAnError) {
+  Harness h(small_config());
+  h.add(1, 4, 10);
+  h.add(2, 4, 10);
+  StepPlan plan = h.sched.schedule();
+  StepResult bad;
+  bad.step_id = plan.step_id;
+  bad.error = "rank 1 lost";
+  const std::vector<SequenceEvent> events = h.sched.on_step_result(plan, bad);
+  ASSERT_EQ(events.size(), 2u);
+  for (const SequenceEvent& e : events) {
+    EXPECT_TRUE(e.finished);
+    EXPECT_EQ(e.reason, FinishReason::kError);
+    EXPECT_EQ(e.error, "rank 1 lost");
+  }
+  EXPECT_FALSE(h.sched.has_work());
+  EXPECT_EQ(h.sched.stats().num_free_blocks, 64);
+  h.sched.check_invariants();
+}
+
+TEST(SchedulerTest, WithoutChunkedPrefillAPromptRunsWhole) {
+  SchedulerConfig c = small_config();
+  c.chunked_prefill = false;
+  c.max_num_batched_tokens = 16;
+  Harness h(c);
+  h.add(1, 5, 20);
+  h.add(3, 5, 10);
+  h.step();
+  h.add(2, 15, 5);  // 15 tokens never fit beside two decodes: waits until one finishes
+  for (int i = 0; i < 5; ++i) {
+    StepPlan plan = h.step();
+    for (const SeqStep& s : plan.seqs) EXPECT_NE(s.seq_id, 2u);
+  }
+  h.run(1000, [](const StepPlan& plan) {
+    for (const SeqStep& s : plan.seqs)
+      if (s.num_computed == 0) EXPECT_EQ(s.tokens.size(), s.seq_id == 2 ? 15u : 5u);
+  });
+  EXPECT_EQ(h.finished[2].reason, FinishReason::kLength);
+}
+
+TEST(SchedulerTest, StaticBatchingNeverAdmitsWhileABatchRuns) {
+  SchedulerConfig c = small_config();
+  c.mode = BatchingMode::kStatic;
+  Harness h(c);
+  h.add(1, 4, 3);
+  h.add(2, 4, 8);
+  h.step();
+  h.add(3, 4, 2);
+  bool batch_done = false;
+  h.run(1000, [&](const StepPlan& plan) {
+    for (const SeqStep& s : plan.seqs) {
+      if (s.seq_id == 3) EXPECT_TRUE(batch_done) << "request 3 joined a running batch";
+      if (s.seq_id == 2 && s.num_generated == 7) batch_done = true;
+    }
+  });
+  EXPECT_EQ(h.finished.size(), 3u);
+}
+
+}  // namespace
+}  // namespace tessera
