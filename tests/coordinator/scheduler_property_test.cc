@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <vector>
@@ -69,7 +70,9 @@ void check_plan(const StepPlan& plan, const Scheduler& sched) {
     ASSERT_GE(static_cast<int>(s.block_table.size()) * c.block_size,
               s.num_computed + static_cast<int>(s.tokens.size()));
     ASSERT_EQ(s.num_generated, seq->num_output());
-    if (!c.chunked_prefill && s.num_computed == 0) ASSERT_TRUE(s.sample) << "a prompt was split";
+    if (!c.chunked_prefill && s.num_computed == 0) {
+      ASSERT_TRUE(s.sample) << "a prompt was split";
+    }
   }
   ASSERT_LE(tokens, c.max_num_batched_tokens);
   ASSERT_LE(static_cast<int>(plan.seqs.size()), c.max_num_seqs);
@@ -176,7 +179,9 @@ void run_case(const PropertyCase& pc) {
       }
       if (chance(0.01)) abort_random();
     }
+    const bool had_work = sched.has_work();
     StepPlan plan = sched.schedule();
+    ASSERT_EQ(had_work, !plan.seqs.empty()) << "work queued but nothing could run (or vice versa)";
     ASSERT_NO_FATAL_FAILURE(check_plan(plan, sched));
     const bool abort_mid_step = step < kSteps && chance(0.005);
     const StepResult result = exec.execute(plan);
@@ -216,6 +221,7 @@ INSTANTIATE_TEST_SUITE_P(
         PropertyCase{"tiny_pool_seed7", 7, make_config(4, 20, 8, 12, true, true, 72)},
         PropertyCase{"tiny_pool_seed8", 8, make_config(4, 24, 6, 16, true, true, 96)},
         PropertyCase{"static_no_chunking", 9, make_config(8, 24, 4, 32, false, true, 64, BatchingMode::kStatic)},
+        PropertyCase{"static_tiny_pool", 11, make_config(4, 14, 6, 16, true, true, 48, BatchingMode::kStatic)},
         PropertyCase{"one_seq", 10, make_config(4, 16, 1, 8, true, true, 64)}),
     [](const ::testing::TestParamInfo<PropertyCase>& info) { return std::string(info.param.name); });
 
