@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   init_logging("bench", spdlog::level::warn);
 
-  auto dtype = parse_dtype(dtype_name_arg);
+  auto dtype = parse_float_dtype(dtype_name_arg);
   if (!dtype) {
     std::cerr << "batching_bench: unknown --dtype " << dtype_name_arg << std::endl;
     return 1;

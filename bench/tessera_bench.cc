@@ -37,8 +37,8 @@ int64_t peak_rss_bytes() {
 }
 
 Status run(const Options& o) {
-  auto dtype = parse_dtype(o.dtype);
-  if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kF16 && *dtype != DType::kBF16)) {
+  auto dtype = parse_float_dtype(o.dtype);
+  if (!dtype) {
     return invalid_argument("--dtype: unsupported \"" + o.dtype + "\" (expected float32, float16 or bfloat16)");
   }
   if (o.prompt_len < 1 || o.gen_len < 2 || o.batch < 1) {

@@ -43,6 +43,12 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<DType> parse_float_dtype(std::string_view name) {
+  auto t = parse_dtype(name);
+  if (t && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kBF16)) return t;
+  return std::nullopt;
+}
+
 namespace {
 inline float load_as_f32(const void* src, DType t, size_t i) {
   switch (t) {

@@ -17,6 +17,8 @@ const char* dtype_name(DType dtype);  // "float32", "float16", ...
 // Accepts the spellings users and file formats use: float32/f32/fp32/F32, float16/f16/fp16/half/F16,
 // bfloat16/bf16/BF16, int32/I32, int64/I64, uint8/U8.
 std::optional<DType> parse_dtype(std::string_view name);
+// Only the weight/activation storage types (float32, float16, bfloat16).
+std::optional<DType> parse_float_dtype(std::string_view name);
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;

@@ -113,27 +113,9 @@ StatusOr<std::vector<std::vector<int32_t>>> read_prompt_file(const std::string& 
   return prompts;
 }
 
-Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, const ModelConfig& c, size_t index) {
-  const std::string who = "prompt " + std::to_string(index);
-  if (prompt.empty()) return invalid_argument(who + " is empty");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= c.vocab) {
-      return invalid_argument(who + ": id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
-                              " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
-    }
-  }
-  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
-  if (c.max_positions > 0 && c.arch->position == PositionKind::kRotary && total > c.max_positions) {
-    return invalid_argument(who + ": " + std::to_string(prompt.size()) + " prompt tokens + " +
-                            std::to_string(max_new_tokens) + " new tokens exceed the model's context of " +
-                            std::to_string(c.max_positions));
-  }
-  return Status::ok();
-}
-
 Status run(const Options& o) {
-  auto dtype = parse_dtype(o.dtype);
-  if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kF16 && *dtype != DType::kBF16)) {
+  auto dtype = parse_float_dtype(o.dtype);
+  if (!dtype) {
     return invalid_argument("--dtype: unsupported \"" + o.dtype + "\" (expected float32, float16 or bfloat16)");
   }
   const int given = !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompt_ids_file.empty();
@@ -173,7 +155,9 @@ Status run(const Options& o) {
   } else {
     TESSERA_ASSIGN_OR_RETURN(prompts, read_prompt_file(o.prompt_ids_file));
   }
-  for (size_t i = 0; i < prompts.size(); ++i) TESSERA_RETURN_IF_ERROR(check_prompt(prompts[i], o.max_new_tokens, config, i));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(check_prompt(prompts[i], o.max_new_tokens, config, "prompt " + std::to_string(i)));
+  }
 
   // By default the KV pool holds every request at full length at once; --kv-blocks smaller
   // than that makes the scheduler preempt.

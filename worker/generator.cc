@@ -13,29 +13,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Status Generator::validate(const GenerationRequest& r, size_t index) const {
-  const ModelConfig& c = model_.config();
-  const std::string who = "request " + std::to_string(index);
-  if (r.prompt.empty()) return invalid_argument(who + ": the prompt is empty");
-  if (r.max_new_tokens < 1) return invalid_argument(who + ": max_new_tokens must be at least 1");
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    if (r.prompt[i] < 0 || r.prompt[i] >= c.vocab) {
-      return invalid_argument(who + ": prompt id " + std::to_string(r.prompt[i]) + " at position " +
-                              std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
-    }
-  }
-  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
-  if (c.max_positions > 0 && c.arch->position == PositionKind::kRotary && total > c.max_positions) {
-    return invalid_argument(who + ": prompt (" + std::to_string(r.prompt.size()) + ") + max_new_tokens (" +
-                            std::to_string(r.max_new_tokens) + ") exceeds the model's context of " +
-                            std::to_string(c.max_positions) + " tokens");
-  }
-  return Status::ok();
-}
-
 StatusOr<std::vector<GenerationResult>> Generator::generate(const std::vector<GenerationRequest>& requests,
                                                             bool keep_logits, GenerationTimings* timings) {
-  for (size_t i = 0; i < requests.size(); ++i) TESSERA_RETURN_IF_ERROR(validate(requests[i], i));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(check_prompt(requests[i].prompt, requests[i].max_new_tokens, model_.config(),
+                                         "request " + std::to_string(i)));
+  }
 
   // Static batch: every sequence gets the blocks it can ever need, up front, and all
   // prompts are prefilled in the first step.

@@ -40,14 +40,12 @@ class Generator {
   explicit Generator(Transformer& model, Backend& backend, int block_size = 16)
       : model_(model), backend_(backend), block_size_(block_size) {}
 
-  // Checks every request (ids in vocabulary, length within the model's context) before
-  // running any; an invalid request is an error naming it, not a crash.
+  // Checks every request (check_prompt) before running any; an invalid request is an
+  // error naming it, not a crash.
   StatusOr<std::vector<GenerationResult>> generate(const std::vector<GenerationRequest>& requests,
                                                    bool keep_logits, GenerationTimings* timings = nullptr);
 
  private:
-  Status validate(const GenerationRequest& request, size_t index) const;
-
   Transformer& model_;
   Backend& backend_;
   int block_size_;

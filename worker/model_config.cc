@@ -137,4 +137,23 @@ StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config, const std
   return c;
 }
 
+Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, const ModelConfig& c,
+                    const std::string& who) {
+  if (prompt.empty()) return invalid_argument(who + ": the prompt is empty");
+  if (max_new_tokens < 1) return invalid_argument(who + ": max_new_tokens must be at least 1");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab) {
+      return invalid_argument(who + ": prompt id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+    }
+  }
+  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
+  if (c.max_positions > 0 && c.arch->position == PositionKind::kRotary && total > c.max_positions) {
+    return invalid_argument(who + ": " + std::to_string(prompt.size()) + " prompt tokens + " +
+                            std::to_string(max_new_tokens) + " new tokens exceed the model's context of " +
+                            std::to_string(c.max_positions));
+  }
+  return Status::ok();
+}
+
 }  // namespace tessera

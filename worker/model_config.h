@@ -3,6 +3,7 @@
 // Every missing or inconsistent key is an error naming config.json and the key.
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "worker/arch_spec.h"
@@ -31,5 +32,11 @@ struct ModelConfig {
 
 // `source` names the file in messages (e.g. "models/x/config.json").
 StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config, const std::string& source);
+
+// Whether a prompt can run on this model: non-empty, every id inside the vocabulary, and
+// prompt + max_new_tokens within the context of a rotary model. `who` names the request in
+// the message ("prompt 3").
+Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, const ModelConfig& config,
+                    const std::string& who);
 
 }  // namespace tessera

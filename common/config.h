@@ -1,0 +1,120 @@
+#pragma once
+// The Tessera configuration file (DESIGN.md §5): one YAML document read by the coordinator
+// and the workers. Every key has a default, every key can be overridden from the command
+// line (`--set parallel.tensor_parallel=2`), and every error names the file (or the --set
+// flag), the full dotted key path and what was expected. docs/configuration.md lists the keys.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace tessera {
+
+struct ModelSection {
+  std::string path;                 // HF folder or DeepSpeed checkpoint JSON; required
+  DType dtype = DType::kF16;        // float32 | float16 | bfloat16
+  bool kernel_inject = true;        // fused kernels; false = plain ops, same TP plan
+};
+
+// One ordered auto-TP rule: the first rule whose regex matches a tensor name decides its role.
+enum class TpRuleRole { kColumn, kRow, kKeep };
+const char* tp_rule_role_name(TpRuleRole role);  // "column", "row", "keep"
+
+struct TpRuleConfig {
+  std::string match;  // ECMAScript regex, searched (unanchored) in the checkpoint tensor name
+  TpRuleRole role = TpRuleRole::kKeep;
+  bool operator==(const TpRuleConfig&) const = default;
+};
+
+struct AutoTpSection {
+  // DeepSpeed's DS_ALL_REDUCE_LINEAR_ITEMS / DS_KEEP_LINEAR_ITEMS as YAML:
+  // linear name (suffix of the module path) -> model_type it applies to.
+  std::map<std::string, std::string> all_reduce_linear;
+  std::map<std::string, std::string> keep_linear;
+  std::vector<TpRuleConfig> rules;
+};
+
+struct ParallelSection {
+  int tensor_parallel = 1;
+  AutoTpSection auto_tp;
+  // DeepSpeed's injection_policy: block class name -> its row-parallel (all-reduced) linears;
+  // the other linears of that block are column-parallel.
+  std::map<std::string, std::vector<std::string>> injection_policy;
+};
+
+struct CacheSection {
+  int block_size = 16;                  // tokens per KV block
+  std::optional<int64_t> num_blocks;    // nullopt = "auto" (sized from memory_fraction)
+  double memory_fraction = 0.9;         // share of free device memory the KV cache may take
+};
+
+enum class SchedulerMode { kContinuous, kStatic };
+const char* scheduler_mode_name(SchedulerMode mode);
+
+struct SchedulerSection {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 4096;
+  bool chunked_prefill = true;
+  bool prefix_caching = true;
+  std::optional<int64_t> max_model_len;  // nullopt = the model's max_position_embeddings
+  SchedulerMode mode = SchedulerMode::kContinuous;
+};
+
+struct HttpSection {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::vector<std::string> api_keys;   // empty = no authentication
+  int64_t max_body_bytes = 1 << 20;     // largest accepted request body
+};
+
+struct ServerSection {
+  HttpSection http;
+  std::string zmq_client = "tcp://127.0.0.1:5555";
+  std::string control = "tcp://127.0.0.1:5560";
+  int heartbeat_ms = 1000;
+  int heartbeat_misses = 3;
+};
+
+enum class WorkerBackend { kAuto, kCpu, kCuda };
+const char* worker_backend_name(WorkerBackend backend);
+
+struct WorkerSection {
+  WorkerBackend backend = WorkerBackend::kAuto;
+  int threads = 0;  // CPU threads per worker; 0 = all cores (or OMP_NUM_THREADS)
+};
+
+struct TesseraConfig {
+  ModelSection model;
+  ParallelSection parallel;
+  CacheSection cache;
+  SchedulerSection scheduler;
+  ServerSection server;
+  WorkerSection worker;
+  // Where the values came from, for messages: the file name, or "<defaults>".
+  std::string source = "<defaults>";
+};
+
+// Reads and parses a YAML file; messages start with `path`.
+StatusOr<TesseraConfig> load_config_file(const std::string& path);
+// Parses YAML text; `source` (a file name) starts every message. Absent keys keep their
+// defaults; unknown keys, wrong types and out-of-range values are errors naming the key
+// path. Cross-key checks are left to validate_config.
+StatusOr<TesseraConfig> parse_config_yaml(const std::string& text, const std::string& source);
+// Sets one key from a command-line `--set key=value`; `value` is YAML ("2", "auto",
+// "[a, b]", "{w2: mixtral}", "null"). A key below a map-valued key adds one entry:
+// `parallel.auto_tp.keep_linear.gate=mixtral`, `parallel.injection_policy.BloomBlock=[a, b]`.
+Status apply_override(TesseraConfig& config, const std::string& dotted_key, const std::string& value);
+// Splits "key=value" (the --set flag's argument) and applies it.
+Status apply_override_arg(TesseraConfig& config, const std::string& key_equals_value);
+// Checks across keys (model.path given, regexes compile, budgets consistent).
+Status validate_config(const TesseraConfig& config);
+// Every key with its current value, as YAML that parse_config_yaml reads back identically.
+std::string dump_config_yaml(const TesseraConfig& config);
+// All leaf key paths ("model.path", ...), in file order — for docs and `--help`.
+std::vector<std::string> config_key_paths();
+
+}  // namespace tessera

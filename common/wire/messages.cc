@@ -1,0 +1,328 @@
+#include "common/wire/messages.h"
+
+#include <utility>
+
+#include "common/wire/wire_buffer.h"
+
+namespace tessera::wire {
+namespace {
+
+// Smallest encodings, used to bound element counts before allocating.
+constexpr size_t kMinSeqStepBytes = 8 + 4 + 1 + 4 + 4 + 4 * 7 + 1 + 8 + 4 + 3 * 4;
+constexpr size_t kMinSampledTokenBytes = 8 + 4 + 4 + 4;
+
+template <typename BodyFn>
+void encode_frame(MessageType type, std::string* out, BodyFn&& body) {
+  out->clear();
+  WireWriter w(out);
+  w.u32(kMagic);
+  w.u16(kProtocolVersion);
+  w.u16(static_cast<uint16_t>(type));
+  w.u32(0);  // body length, patched below
+  body(w);
+  w.patch_u32(8, static_cast<uint32_t>(out->size() - kHeaderBytes));
+}
+
+template <typename BodyFn>
+Status decode_frame(std::string_view frame, MessageType type, bool any_version, BodyFn&& body) {
+  StatusOr<Header> header = decode_header(frame);
+  if (!header.is_ok()) return header.status();
+  if (!any_version && header->version != kProtocolVersion)
+    return unimplemented("wire protocol version " + std::to_string(header->version) +
+                         " is not supported (this build speaks version " + std::to_string(kProtocolVersion) + ")");
+  if (header->type != type)
+    return invalid_argument(std::string("expected a ") + message_type_name(type) + " message, got " +
+                            message_type_name(header->type));
+  WireReader r(frame.substr(kHeaderBytes));
+  body(r);
+  if (!r.ok())
+    return data_loss(std::string("malformed ") + message_type_name(type) + " message: field '" + r.failed_field() +
+                     "' is truncated or invalid");
+  if (r.remaining() != 0)
+    return data_loss(std::string("malformed ") + message_type_name(type) + " message: " +
+                     std::to_string(r.remaining()) + " trailing bytes");
+  return Status::ok();
+}
+
+void write_sampling(WireWriter& w, const SamplingParams& s) {
+  w.f32(s.temperature);
+  w.i32(s.top_k);
+  w.f32(s.top_p);
+  w.f32(s.min_p);
+  w.f32(s.repetition_penalty);
+  w.f32(s.presence_penalty);
+  w.f32(s.frequency_penalty);
+  w.u8(s.seed.has_value() ? 1 : 0);
+  w.u64(s.seed.value_or(0));
+  w.i32(s.logprobs);
+}
+
+void read_sampling(WireReader& r, SamplingParams* s) {
+  s->temperature = r.f32("sampling.temperature");
+  s->top_k = r.i32("sampling.top_k");
+  s->top_p = r.f32("sampling.top_p");
+  s->min_p = r.f32("sampling.min_p");
+  s->repetition_penalty = r.f32("sampling.repetition_penalty");
+  s->presence_penalty = r.f32("sampling.presence_penalty");
+  s->frequency_penalty = r.f32("sampling.frequency_penalty");
+  const bool has_seed = r.boolean("sampling.has_seed");
+  const uint64_t seed = r.u64("sampling.seed");
+  if (has_seed) {
+    s->seed = seed;
+  } else {
+    s->seed.reset();
+  }
+  s->logprobs = r.i32("sampling.logprobs");
+}
+
+}  // namespace
+
+const char* message_type_name(MessageType type) {
+  switch (type) {
+    case MessageType::kRegister: return "Register";
+    case MessageType::kAssignment: return "Assignment";
+    case MessageType::kReady: return "Ready";
+    case MessageType::kHeartbeat: return "Heartbeat";
+    case MessageType::kShutdown: return "Shutdown";
+    case MessageType::kStepPlan: return "StepPlan";
+    case MessageType::kStepResult: return "StepResult";
+    case MessageType::kReject: return "Reject";
+  }
+  return "unknown";
+}
+
+StatusOr<Header> decode_header(std::string_view frame) {
+  if (frame.size() < kHeaderBytes)
+    return data_loss("wire message of " + std::to_string(frame.size()) + " bytes is shorter than its " +
+                     std::to_string(kHeaderBytes) + "-byte header");
+  WireReader r(frame);
+  if (r.u32("magic") != kMagic) return data_loss("not a Tessera wire message (bad magic)");
+  Header h;
+  h.version = r.u16("version");
+  const uint16_t type = r.u16("type");
+  h.body_bytes = r.u32("body_bytes");
+  if (type < static_cast<uint16_t>(MessageType::kRegister) || type > static_cast<uint16_t>(MessageType::kReject))
+    return data_loss("unknown wire message type " + std::to_string(type));
+  h.type = static_cast<MessageType>(type);
+  if (h.body_bytes != frame.size() - kHeaderBytes)
+    return data_loss(std::string(message_type_name(h.type)) + " message says its body has " +
+                     std::to_string(h.body_bytes) + " bytes but the frame carries " +
+                     std::to_string(frame.size() - kHeaderBytes));
+  return h;
+}
+
+// ---- Register
+void encode(const Register& m, std::string* out) {
+  encode_frame(MessageType::kRegister, out, [&](WireWriter& w) {
+    w.u32(m.protocol_version);
+    w.i32(m.rank);
+    w.i32(m.world_size);
+    w.bytes(m.host);
+    w.bytes(m.backend);
+    w.u64(m.free_memory_bytes);
+    w.i64(m.pid);
+  });
+}
+Status decode(std::string_view frame, Register* m) {
+  return decode_frame(frame, MessageType::kRegister, false, [&](WireReader& r) {
+    m->protocol_version = r.u32("protocol_version");
+    m->rank = r.i32("rank");
+    m->world_size = r.i32("world_size");
+    r.bytes(&m->host, "host");
+    r.bytes(&m->backend, "backend");
+    m->free_memory_bytes = r.u64("free_memory_bytes");
+    m->pid = r.i64("pid");
+  });
+}
+
+// ---- Assignment
+void encode(const Assignment& m, std::string* out) {
+  encode_frame(MessageType::kAssignment, out, [&](WireWriter& w) {
+    w.bytes(m.model_path);
+    w.bytes(m.dtype);
+    w.u8(m.kernel_inject ? 1 : 0);
+    w.i32(m.world_size);
+    w.i32(m.rank);
+    w.i32(m.kv_block_size);
+    w.i32(m.kv_num_blocks);
+    w.bytes(m.kv_dtype);
+    w.bytes(m.collective_bootstrap);
+    w.bytes(m.tp_plan);
+  });
+}
+Status decode(std::string_view frame, Assignment* m) {
+  return decode_frame(frame, MessageType::kAssignment, false, [&](WireReader& r) {
+    r.bytes(&m->model_path, "model_path");
+    r.bytes(&m->dtype, "dtype");
+    m->kernel_inject = r.boolean("kernel_inject");
+    m->world_size = r.i32("world_size");
+    m->rank = r.i32("rank");
+    m->kv_block_size = r.i32("kv_block_size");
+    m->kv_num_blocks = r.i32("kv_num_blocks");
+    r.bytes(&m->kv_dtype, "kv_dtype");
+    r.bytes(&m->collective_bootstrap, "collective_bootstrap");
+    r.bytes(&m->tp_plan, "tp_plan");
+  });
+}
+
+// ---- Ready
+void encode(const Ready& m, std::string* out) {
+  encode_frame(MessageType::kReady, out, [&](WireWriter& w) {
+    w.i32(m.rank);
+    w.u8(m.ok ? 1 : 0);
+    w.bytes(m.error);
+  });
+}
+Status decode(std::string_view frame, Ready* m) {
+  return decode_frame(frame, MessageType::kReady, false, [&](WireReader& r) {
+    m->rank = r.i32("rank");
+    m->ok = r.boolean("ok");
+    r.bytes(&m->error, "error");
+  });
+}
+
+// ---- Heartbeat
+void encode(const Heartbeat& m, std::string* out) {
+  encode_frame(MessageType::kHeartbeat, out, [&](WireWriter& w) {
+    w.i32(m.sender);
+    w.u64(m.seq);
+    w.i64(m.time_ns);
+  });
+}
+Status decode(std::string_view frame, Heartbeat* m) {
+  return decode_frame(frame, MessageType::kHeartbeat, false, [&](WireReader& r) {
+    m->sender = r.i32("sender");
+    m->seq = r.u64("seq");
+    m->time_ns = r.i64("time_ns");
+  });
+}
+
+// ---- Shutdown / Reject
+void encode(const Shutdown& m, std::string* out) {
+  encode_frame(MessageType::kShutdown, out, [&](WireWriter& w) { w.bytes(m.reason); });
+}
+Status decode(std::string_view frame, Shutdown* m) {
+  return decode_frame(frame, MessageType::kShutdown, false, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
+}
+void encode(const Reject& m, std::string* out) {
+  encode_frame(MessageType::kReject, out, [&](WireWriter& w) { w.bytes(m.reason); });
+}
+Status decode(std::string_view frame, Reject* m) {
+  return decode_frame(frame, MessageType::kReject, true, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
+}
+
+// ---- StepPlan
+void encode(const StepPlan& m, std::string* out) {
+  size_t estimate = kHeaderBytes + 16 + m.block_copies.size() * 8;
+  for (const SeqStep& s : m.seqs)
+    estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.block_table.size() + s.penalty_tokens.size());
+  out->reserve(estimate);
+  encode_frame(MessageType::kStepPlan, out, [&](WireWriter& w) {
+    w.u64(m.step_id);
+    w.u32(static_cast<uint32_t>(m.seqs.size()));
+    for (const SeqStep& s : m.seqs) {
+      w.u64(s.seq_id);
+      w.i32(s.num_computed);
+      w.u8(s.sample ? 1 : 0);
+      w.i32(s.num_generated);
+      w.i32(s.penalty_prompt_len);
+      write_sampling(w, s.sampling);
+      w.i32_array(s.tokens);
+      w.i32_array(s.block_table);
+      w.i32_array(s.penalty_tokens);
+    }
+    w.u32(static_cast<uint32_t>(m.block_copies.size()));
+    for (const auto& [src, dst] : m.block_copies) {
+      w.i32(src);
+      w.i32(dst);
+    }
+  });
+}
+Status decode(std::string_view frame, StepPlan* m) {
+  return decode_frame(frame, MessageType::kStepPlan, false, [&](WireReader& r) {
+    m->step_id = r.u64("step_id");
+    const uint32_t n = r.count(kMinSeqStepBytes, "seqs.count");
+    m->seqs.resize(n);
+    for (uint32_t i = 0; i < n && r.ok(); ++i) {
+      SeqStep& s = m->seqs[i];
+      s.seq_id = r.u64("seq.seq_id");
+      s.num_computed = r.i32("seq.num_computed");
+      s.sample = r.boolean("seq.sample");
+      s.num_generated = r.i32("seq.num_generated");
+      s.penalty_prompt_len = r.i32("seq.penalty_prompt_len");
+      read_sampling(r, &s.sampling);
+      r.i32_array(&s.tokens, "seq.tokens");
+      r.i32_array(&s.block_table, "seq.block_table");
+      r.i32_array(&s.penalty_tokens, "seq.penalty_tokens");
+    }
+    const uint32_t c = r.count(8, "block_copies.count");
+    m->block_copies.resize(c);
+    for (uint32_t i = 0; i < c && r.ok(); ++i) {
+      m->block_copies[i].first = r.i32("block_copies.src");
+      m->block_copies[i].second = r.i32("block_copies.dst");
+    }
+  });
+}
+
+// ---- StepResult
+void encode(const StepResult& m, std::string* out) {
+  out->reserve(kHeaderBytes + 16 + m.error.size() + m.tokens.size() * kMinSampledTokenBytes);
+  encode_frame(MessageType::kStepResult, out, [&](WireWriter& w) {
+    w.u64(m.step_id);
+    w.bytes(m.error);
+    w.u32(static_cast<uint32_t>(m.tokens.size()));
+    for (const SampledToken& t : m.tokens) {
+      w.u64(t.seq_id);
+      w.i32(t.token);
+      w.f32(t.logprob);
+      w.u32(static_cast<uint32_t>(t.top_logprobs.size()));
+      for (const TokenLogprob& lp : t.top_logprobs) {
+        w.i32(lp.token);
+        w.f32(lp.logprob);
+      }
+    }
+  });
+}
+Status decode(std::string_view frame, StepResult* m) {
+  return decode_frame(frame, MessageType::kStepResult, false, [&](WireReader& r) {
+    m->step_id = r.u64("step_id");
+    r.bytes(&m->error, "error");
+    const uint32_t n = r.count(kMinSampledTokenBytes, "tokens.count");
+    m->tokens.resize(n);
+    for (uint32_t i = 0; i < n && r.ok(); ++i) {
+      SampledToken& t = m->tokens[i];
+      t.seq_id = r.u64("token.seq_id");
+      t.token = r.i32("token.token");
+      t.logprob = r.f32("token.logprob");
+      const uint32_t k = r.count(8, "token.top_logprobs.count");
+      t.top_logprobs.resize(k);
+      for (uint32_t j = 0; j < k && r.ok(); ++j) {
+        t.top_logprobs[j].token = r.i32("top_logprob.token");
+        t.top_logprobs[j].logprob = r.f32("top_logprob.logprob");
+      }
+    }
+  });
+}
+
+StatusOr<Message> decode_message(std::string_view frame) {
+  StatusOr<Header> header = decode_header(frame);
+  if (!header.is_ok()) return header.status();
+  auto as = [&](auto msg) -> StatusOr<Message> {
+    Status st = decode(frame, &msg);
+    if (!st.is_ok()) return st;
+    return Message(std::move(msg));
+  };
+  switch (header->type) {
+    case MessageType::kRegister: return as(Register{});
+    case MessageType::kAssignment: return as(Assignment{});
+    case MessageType::kReady: return as(Ready{});
+    case MessageType::kHeartbeat: return as(Heartbeat{});
+    case MessageType::kShutdown: return as(Shutdown{});
+    case MessageType::kStepPlan: return as(StepPlan{});
+    case MessageType::kStepResult: return as(StepResult{});
+    case MessageType::kReject: return as(Reject{});
+  }
+  return data_loss("unknown wire message type");
+}
+
+}  // namespace tessera::wire

@@ -1,0 +1,123 @@
+#pragma once
+// The coordinator <-> worker wire protocol: message structs and their versioned binary
+// encoding (docs/wire_notes.md has the byte layout). One message is one ZeroMQ frame:
+//
+//   header (12 bytes): magic u32 "TSWP" | version u16 | type u16 | body length u32
+//   body:              the message's fields, little-endian, in declaration order
+//
+// The header layout and the Reject body never change between versions, so a peer can always
+// say "wrong version" in a way the other side understands. Decoders check every length and
+// return a Status on truncated, oversized, garbled or unknown-version input; they never
+// crash and never allocate more than the input could describe.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "common/status.h"
+#include "common/step_plan.h"
+
+namespace tessera::wire {
+
+inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderBytes = 12;
+
+enum class MessageType : uint16_t {
+  kRegister = 1,    // worker -> coordinator: who I am
+  kAssignment = 2,  // coordinator -> worker: what to load, which rank to be
+  kReady = 3,       // worker -> coordinator: setup finished (or failed, with the error)
+  kHeartbeat = 4,   // both ways, every heartbeat interval
+  kShutdown = 5,    // coordinator -> worker: exit cleanly
+  kStepPlan = 6,    // coordinator -> worker: run this step
+  kStepResult = 7,  // worker -> coordinator: tokens (rank 0) or status only (other ranks)
+  kReject = 8,      // coordinator -> worker: registration or message refused, with the reason
+};
+const char* message_type_name(MessageType type);
+
+struct Register {
+  uint32_t protocol_version = kProtocolVersion;
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  std::string host;
+  std::string backend;  // "cpu" | "cuda"
+  uint64_t free_memory_bytes = 0;
+  int64_t pid = 0;
+};
+
+struct Assignment {
+  std::string model_path;
+  std::string dtype;  // "float32" | "float16" | "bfloat16"
+  bool kernel_inject = true;
+  int32_t world_size = 1;
+  int32_t rank = 0;
+  int32_t kv_block_size = 16;
+  int32_t kv_num_blocks = 0;
+  std::string kv_dtype;
+  std::string collective_bootstrap;  // opaque bytes: NCCL unique id, shm group name, ...
+  std::string tp_plan;               // opaque bytes: serialized TP plan / model config
+};
+
+struct Ready {
+  int32_t rank = 0;
+  bool ok = true;
+  std::string error;  // why setup failed, when !ok
+};
+
+struct Heartbeat {
+  int32_t sender = -1;  // the worker's rank; -1 for the coordinator
+  uint64_t seq = 0;
+  int64_t time_ns = 0;  // sender's system clock, ns since the Unix epoch (informational)
+};
+
+struct Shutdown {
+  std::string reason;
+};
+
+struct Reject {
+  std::string reason;
+};
+
+struct Header {
+  uint16_t version = 0;
+  MessageType type = MessageType::kRegister;
+  uint32_t body_bytes = 0;
+};
+
+// Checks magic and length, not the version (so a Register from another version can be
+// answered with a Reject naming both versions).
+StatusOr<Header> decode_header(std::string_view frame);
+
+// encode() replaces *out with the full frame (header + body); it reuses out's capacity.
+void encode(const Register& m, std::string* out);
+void encode(const Assignment& m, std::string* out);
+void encode(const Ready& m, std::string* out);
+void encode(const Heartbeat& m, std::string* out);
+void encode(const Shutdown& m, std::string* out);
+void encode(const Reject& m, std::string* out);
+void encode(const StepPlan& m, std::string* out);
+void encode(const StepResult& m, std::string* out);
+
+template <typename T>
+std::string encode(const T& m) {
+  std::string out;
+  encode(m, &out);
+  return out;
+}
+
+// decode() checks header (magic, version, type, length) and body; on error *out is
+// unspecified. Decoding into a recycled StepPlan/StepResult reuses its vectors.
+Status decode(std::string_view frame, Register* out);
+Status decode(std::string_view frame, Assignment* out);
+Status decode(std::string_view frame, Ready* out);
+Status decode(std::string_view frame, Heartbeat* out);
+Status decode(std::string_view frame, Shutdown* out);
+Status decode(std::string_view frame, Reject* out);  // accepts any version
+Status decode(std::string_view frame, StepPlan* out);
+Status decode(std::string_view frame, StepResult* out);
+
+using Message = std::variant<Register, Assignment, Ready, Heartbeat, Shutdown, Reject, StepPlan, StepResult>;
+// Decodes whatever the frame holds.
+StatusOr<Message> decode_message(std::string_view frame);
+
+}  // namespace tessera::wire
