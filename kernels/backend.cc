@@ -26,7 +26,17 @@ void Backend::embedding(const TensorView& ids, const TensorView& table, const Te
   check_f32_2d(out, "embedding out");
   TESSERA_CHECK_EQ(out.dim(0), ids.dim(0));
   TESSERA_CHECK_EQ(out.dim(1), table.dim(1));
-  embedding_impl(ids, table, out);
+  embedding_impl(ids, table, out, -1);
+}
+
+void Backend::embedding(const TensorView& ids, const TensorView& table, const TensorView& out, int64_t row_offset) {
+  TESSERA_CHECK(ids.dtype == DType::kI32 && ids.ndim == 1) << "ids " << ids.shape_string();
+  TESSERA_CHECK(table.ndim == 2 && is_float_storage(table.dtype)) << "table " << table.shape_string();
+  check_f32_2d(out, "embedding out");
+  TESSERA_CHECK_EQ(out.dim(0), ids.dim(0));
+  TESSERA_CHECK_EQ(out.dim(1), table.dim(1));
+  TESSERA_CHECK_GE(row_offset, 0);
+  embedding_impl(ids, table, out, row_offset);
 }
 
 void Backend::layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta,

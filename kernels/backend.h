@@ -47,6 +47,9 @@ class Backend {
 
   // out[t, :] = table[ids[t], :]. ids: i32 [T]; table [V, H]; out f32 [T, H].
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out);
+  // Vocabulary-parallel form: the table holds rows [row_offset, row_offset + V) of the full
+  // vocabulary; ids outside them give zero rows (another rank holds those).
+  void embedding(const TensorView& ids, const TensorView& table, const TensorView& out, int64_t row_offset);
   // out = layer_norm(x) * gamma + beta over the last dim. x, out f32 [T, H].
   void layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
                   const TensorView& out);
@@ -96,7 +99,9 @@ class Backend {
                           const std::vector<float>& scale, const TensorView& out);
 
  protected:
-  virtual void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out) = 0;
+  // row_offset < 0: every id must be inside the table (the single-rank case).
+  virtual void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
+                              int64_t row_offset) = 0;
   virtual void layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                                float eps, const TensorView& out) = 0;
   virtual void rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps,

@@ -5,7 +5,7 @@
 namespace tessera {
 
 Executor::Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype)
-    : model_(model), backend_(backend), cache_(model.config(), block_size, num_blocks, kv_dtype, backend) {}
+    : model_(model), backend_(backend), cache_(model.cache_config(), block_size, num_blocks, kv_dtype, backend) {}
 
 Status Executor::validate(const StepPlan& plan) const {
   const int64_t vocab = model_.config().vocab;

@@ -11,37 +11,59 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// Reads tensors by name, checking each against the shape config.json implies, so a
-// mismatched checkpoint fails with the tensor's name rather than garbage output.
+// A part of a tensor: rows (axis 0) or columns (axis 1) [begin, begin + count); axis -1 is
+// the whole tensor.
+struct Slice {
+  int axis = -1;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+Slice rows(int64_t begin, int64_t count) { return {0, begin, count}; }
+Slice cols(int64_t begin, int64_t count) { return {1, begin, count}; }
+
+// Reads tensors (or this rank's slice of them) by name, checking each against the shape
+// config.json implies, so a mismatched checkpoint fails with the tensor's name rather than
+// garbage output.
 class WeightReader {
  public:
   WeightReader(const Checkpoint& ckpt, DType dtype) : ckpt_(ckpt), dtype_(dtype) {}
 
-  StatusOr<Tensor> load(const std::string& name, const std::vector<int64_t>& shape) {
+  StatusOr<Tensor> load(const std::string& name, const std::vector<int64_t>& shape, Slice slice = {}) {
     const TensorInfo* info = ckpt_.find(name);
     if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
-    // load() first: it rejects unsupported dtypes by name before the shape is compared.
-    TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load(name, dtype_));
+    // An unsupported dtype is reported by name before the shape is compared.
+    if (!info->dtype_supported) return ckpt_.load(name, dtype_).status();
     if (info->shape != shape) {
       return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
                               " but config.json implies " + shape_str(shape));
     }
-    // A converted copy no longer needs the mapped pages: drop them to keep peak RSS low.
-    if (info->dtype != dtype_) ckpt_.release(name);
-    total_bytes_ += static_cast<int64_t>(t.nbytes());
+    StatusOr<Tensor> t = slice.axis < 0 ? ckpt_.load(name, dtype_)
+                                        : ckpt_.load_slice(name, dtype_, slice.axis, slice.begin, slice.count);
+    if (!t.is_ok()) return t.status();
+    // A converted or sliced copy no longer needs the mapped pages: drop them to keep peak
+    // RSS near this rank's share.
+    if (info->dtype != dtype_ || slice.axis == 1) ckpt_.release(name);
+    total_bytes_ += static_cast<int64_t>(t->nbytes());
     return t;
   }
 
   // Optional tensors (biases): empty when the checkpoint lacks them.
-  StatusOr<Tensor> load_optional(const std::string& name, const std::vector<int64_t>& shape) {
+  StatusOr<Tensor> load_optional(const std::string& name, const std::vector<int64_t>& shape, Slice slice = {}) {
     if (ckpt_.find(name) == nullptr) return Tensor();
-    return load(name, shape);
+    return load(name, shape, slice);
   }
 
-  StatusOr<LinearWeights> linear(const std::string& weight_name, int64_t out, int64_t in) {
+  // A linear layer [out, in]. Column-parallel: `slice` takes rows, and the bias the same
+  // rows. Row-parallel: `slice` takes columns; the bias is added once, by the rank with
+  // `add_bias`, before the partial sums are all-reduced.
+  StatusOr<LinearWeights> linear(const std::string& weight_name, int64_t out, int64_t in, Slice slice = {},
+                                 bool add_bias = true) {
     LinearWeights l;
-    TESSERA_ASSIGN_OR_RETURN(l.w, load(weight_name, {out, in}));
-    TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {out}));
+    TESSERA_ASSIGN_OR_RETURN(l.w, load(weight_name, {out, in}, slice));
+    if (add_bias) {
+      const Slice bias_slice = slice.axis == 0 ? slice : Slice{};
+      TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {out}, bias_slice));
+    }
     return l;
   }
 
@@ -122,14 +144,60 @@ Status load_norm(WeightReader& r, const std::string& weight_name, const ModelCon
   return Status::ok();
 }
 
-Status load_attention(WeightReader& r, const ModelConfig& c, int layer, bool inject, LayerWeights* lw) {
+// What the TP plan says about one group of linears: split (inputs column-parallel, output
+// row-parallel) or kept whole. Anything else cannot be computed and is rejected by name.
+StatusOr<bool> group_is_split(const WeightLoadOptions& o, const std::vector<std::string>& inputs,
+                              const std::string& output) {
+  if (o.shard.world == 1) return false;
+  if (o.plan == nullptr) return true;
+  const TpRole out_role = o.plan->role_of(output);
+  // A kept output keeps its whole group (its inputs are then loaded whole too, whatever
+  // their own role says): that is what keeping a row-parallel linear means.
+  if (out_role == TpRole::kKeep) return false;
+  if (out_role != TpRole::kRow) {
+    return invalid_argument("TP plan: \"" + output + "\" must be row-parallel or kept whole, not " +
+                            tp_role_name(out_role));
+  }
+  for (const std::string& in : inputs) {
+    if (o.plan->role_of(in) != TpRole::kColumn) {
+      return invalid_argument("TP plan: \"" + output + "\" is row-parallel, so \"" + in +
+                              "\" must be column-parallel, not " + tp_role_name(o.plan->role_of(in)));
+    }
+  }
+  return true;
+}
+
+Status load_attention(WeightReader& r, const ModelConfig& c, int layer, const WeightLoadOptions& o,
+                      LayerWeights* lw) {
   const ArchSpec& a = *c.arch;
-  const int64_t q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
+  const bool inject = o.kernel_inject;
+  const int64_t D = c.head_dim;
+  const std::string o_name = tensor_name(a.name_of(TensorRole::kO), layer);
+  std::vector<std::string> inputs;
   if (a.qkv == QkvLayout::kFusedPerHead) {
-    const std::string name = tensor_name(a.name_of(TensorRole::kQkv), layer);
-    TESSERA_ASSIGN_OR_RETURN(LinearWeights raw, r.linear(name, q_rows + 2 * kv_rows, c.hidden));
-    lw->qkv.w = reorder_per_head_qkv(raw.w, c.heads, c.head_dim);
-    if (!raw.b.empty()) lw->qkv.b = reorder_per_head_qkv(raw.b, c.heads, c.head_dim);
+    inputs = {tensor_name(a.name_of(TensorRole::kQkv), layer)};
+  } else {
+    for (TensorRole role : {TensorRole::kQ, TensorRole::kK, TensorRole::kV}) {
+      inputs.push_back(tensor_name(a.name_of(role), layer));
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(lw->attn_split, group_is_split(o, inputs, o_name));
+  const ShardSpec& sh = o.shard;
+  // Heads this rank computes (all of them when the attention is kept whole).
+  const int64_t q_heads = lw->attn_split ? sh.q_heads : c.heads;
+  const int64_t q_off = lw->attn_split ? sh.q_head_offset : 0;
+  const int64_t kv_heads = lw->attn_split ? sh.kv_heads : c.kv_heads;
+  const int64_t kv_off = lw->attn_split ? sh.kv_head_offset : 0;
+  const int64_t q_rows = q_heads * D, kv_rows = kv_heads * D;
+  const Slice whole;
+
+  if (a.qkv == QkvLayout::kFusedPerHead) {
+    // Rows are [head, (q|k|v), D]: a head range is one contiguous row range.
+    const std::string& name = inputs[0];
+    const Slice s = lw->attn_split ? rows(q_off * 3 * D, q_heads * 3 * D) : whole;
+    TESSERA_ASSIGN_OR_RETURN(LinearWeights raw, r.linear(name, 3 * c.heads * D, c.hidden, s));
+    lw->qkv.w = reorder_per_head_qkv(raw.w, q_heads, D);
+    if (!raw.b.empty()) lw->qkv.b = reorder_per_head_qkv(raw.b, q_heads, D);
     raw = {};
     r.release_linear(name);
     if (!inject) {
@@ -139,32 +207,36 @@ Status load_attention(WeightReader& r, const ModelConfig& c, int layer, bool inj
       lw->qkv = {};
     }
   } else {
-    const std::string qn = tensor_name(a.name_of(TensorRole::kQ), layer);
-    const std::string kn = tensor_name(a.name_of(TensorRole::kK), layer);
-    const std::string vn = tensor_name(a.name_of(TensorRole::kV), layer);
-    TESSERA_ASSIGN_OR_RETURN(lw->q, r.linear(qn, q_rows, c.hidden));
-    TESSERA_ASSIGN_OR_RETURN(lw->k, r.linear(kn, kv_rows, c.hidden));
-    TESSERA_ASSIGN_OR_RETURN(lw->v, r.linear(vn, kv_rows, c.hidden));
+    const bool split = lw->attn_split;
+    TESSERA_ASSIGN_OR_RETURN(lw->q, r.linear(inputs[0], c.heads * D, c.hidden, split ? rows(q_off * D, q_rows) : whole));
+    TESSERA_ASSIGN_OR_RETURN(lw->k, r.linear(inputs[1], c.kv_heads * D, c.hidden, split ? rows(kv_off * D, kv_rows) : whole));
+    TESSERA_ASSIGN_OR_RETURN(lw->v, r.linear(inputs[2], c.kv_heads * D, c.hidden, split ? rows(kv_off * D, kv_rows) : whole));
     if (inject) {
       lw->qkv = pack({&lw->q, &lw->k, &lw->v});
       lw->q = lw->k = lw->v = {};
-      for (const std::string* n : {&qn, &kn, &vn}) r.release_linear(*n);
+      for (const std::string& n : inputs) r.release_linear(n);
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(lw->o, r.linear(tensor_name(a.name_of(TensorRole::kO), layer), c.hidden, q_rows));
+  const bool split = lw->attn_split;
+  TESSERA_ASSIGN_OR_RETURN(lw->o, r.linear(o_name, c.hidden, c.heads * D, split ? cols(q_off * D, q_rows) : whole,
+                                           /*add_bias=*/!split || sh.rank == 0));
   return Status::ok();
 }
 
 // A SwiGLU MLP (dense or one expert): gate/up [ffn, hidden], down [hidden, ffn].
-Status load_swiglu(WeightReader& r, const ModelConfig& c, int layer, int expert, bool inject,
-                   LinearWeights* gate, LinearWeights* up, LinearWeights* gate_up, LinearWeights* down) {
+Status load_swiglu(WeightReader& r, const ModelConfig& c, int layer, int expert, const WeightLoadOptions& o,
+                   bool* split, LinearWeights* gate, LinearWeights* up, LinearWeights* gate_up, LinearWeights* down) {
   const ArchSpec& a = *c.arch;
   const std::string gate_name = tensor_name(a.name_of(TensorRole::kGate), layer, expert);
   const std::string up_name = tensor_name(a.name_of(TensorRole::kUp), layer, expert);
-  TESSERA_ASSIGN_OR_RETURN(*gate, r.linear(gate_name, c.ffn, c.hidden));
-  TESSERA_ASSIGN_OR_RETURN(*up, r.linear(up_name, c.ffn, c.hidden));
-  TESSERA_ASSIGN_OR_RETURN(*down, r.linear(tensor_name(a.name_of(TensorRole::kDown), layer, expert), c.hidden, c.ffn));
-  if (inject) {
+  const std::string down_name = tensor_name(a.name_of(TensorRole::kDown), layer, expert);
+  TESSERA_ASSIGN_OR_RETURN(*split, group_is_split(o, {gate_name, up_name}, down_name));
+  const Slice in_slice = *split ? rows(o.shard.ffn_offset, o.shard.ffn) : Slice{};
+  const Slice out_slice = *split ? cols(o.shard.ffn_offset, o.shard.ffn) : Slice{};
+  TESSERA_ASSIGN_OR_RETURN(*gate, r.linear(gate_name, c.ffn, c.hidden, in_slice));
+  TESSERA_ASSIGN_OR_RETURN(*up, r.linear(up_name, c.ffn, c.hidden, in_slice));
+  TESSERA_ASSIGN_OR_RETURN(*down, r.linear(down_name, c.hidden, c.ffn, out_slice, !*split || o.shard.rank == 0));
+  if (o.kernel_inject) {
     *gate_up = pack({gate, up});
     *gate = *up = {};
     r.release_linear(gate_name);
@@ -173,23 +245,38 @@ Status load_swiglu(WeightReader& r, const ModelConfig& c, int layer, int expert,
   return Status::ok();
 }
 
-Status load_mlp(WeightReader& r, const ModelConfig& c, int layer, bool inject, LayerWeights* lw) {
+Status load_mlp(WeightReader& r, const ModelConfig& c, int layer, const WeightLoadOptions& o, LayerWeights* lw) {
   const ArchSpec& a = *c.arch;
   switch (a.mlp) {
     case MlpKind::kGeluDense: {
-      TESSERA_ASSIGN_OR_RETURN(lw->up, r.linear(tensor_name(a.name_of(TensorRole::kUp), layer), c.ffn, c.hidden));
-      TESSERA_ASSIGN_OR_RETURN(lw->down, r.linear(tensor_name(a.name_of(TensorRole::kDown), layer), c.hidden, c.ffn));
+      const std::string up_name = tensor_name(a.name_of(TensorRole::kUp), layer);
+      const std::string down_name = tensor_name(a.name_of(TensorRole::kDown), layer);
+      TESSERA_ASSIGN_OR_RETURN(lw->mlp_split, group_is_split(o, {up_name}, down_name));
+      const bool split = lw->mlp_split;
+      TESSERA_ASSIGN_OR_RETURN(lw->up, r.linear(up_name, c.ffn, c.hidden,
+                                                split ? rows(o.shard.ffn_offset, o.shard.ffn) : Slice{}));
+      TESSERA_ASSIGN_OR_RETURN(lw->down, r.linear(down_name, c.hidden, c.ffn,
+                                                  split ? cols(o.shard.ffn_offset, o.shard.ffn) : Slice{},
+                                                  !split || o.shard.rank == 0));
       return Status::ok();
     }
-    case MlpKind::kSwiGlu:
-      return load_swiglu(r, c, layer, -1, inject, &lw->gate, &lw->up, &lw->gate_up, &lw->down);
+    case MlpKind::kSwiGlu: {
+      bool split = false;
+      TESSERA_RETURN_IF_ERROR(load_swiglu(r, c, layer, -1, o, &split, &lw->gate, &lw->up, &lw->gate_up, &lw->down));
+      lw->mlp_split = split;
+      return Status::ok();
+    }
     case MlpKind::kMoeSwiGlu: {
+      // The router is always whole: every rank must route every token the same way.
       TESSERA_ASSIGN_OR_RETURN(lw->router, r.linear(tensor_name(a.name_of(TensorRole::kRouter), layer),
                                                     c.num_experts, c.hidden));
       lw->experts.resize(c.num_experts);
+      lw->expert_split.assign(c.num_experts, false);
       for (int e = 0; e < c.num_experts; ++e) {
         ExpertWeights& ew = lw->experts[e];
-        TESSERA_RETURN_IF_ERROR(load_swiglu(r, c, layer, e, inject, &ew.gate, &ew.up, &ew.gate_up, &ew.down));
+        bool split = false;
+        TESSERA_RETURN_IF_ERROR(load_swiglu(r, c, layer, e, o, &split, &ew.gate, &ew.up, &ew.gate_up, &ew.down));
+        lw->expert_split[e] = split;
       }
       return Status::ok();
     }
@@ -217,12 +304,52 @@ int64_t layer_decode_bytes(const LayerWeights& lw, const ModelConfig& c) {
 
 }  // namespace
 
+StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    return invalid_argument("rank " + std::to_string(rank) + " outside a tensor-parallel world of " + std::to_string(world));
+  }
+  ShardSpec s;
+  s.rank = rank;
+  s.world = world;
+  auto uneven = [&](const std::string& what, int64_t n) {
+    return invalid_argument("tensor parallelism " + std::to_string(world) + " does not divide the " + what + " (" +
+                            std::to_string(n) + ")");
+  };
+  if (c.heads % world != 0) return uneven("attention heads", c.heads);
+  s.q_heads = c.heads / world;
+  s.q_head_offset = rank * s.q_heads;
+  if (c.kv_heads % world == 0) {
+    s.kv_heads = c.kv_heads / world;
+    s.kv_head_offset = rank * s.kv_heads;
+  } else if (world % c.kv_heads == 0) {
+    // More ranks than KV heads: each rank keeps (a replica of) the one KV head its query
+    // heads read.
+    s.kv_heads = 1;
+    s.kv_head_offset = s.q_head_offset / (c.heads / c.kv_heads);
+  } else {
+    return invalid_argument("tensor parallelism " + std::to_string(world) + " neither divides nor is a multiple of " +
+                            "the " + std::to_string(c.kv_heads) + " key/value heads");
+  }
+  if (c.ffn % world != 0) return uneven("MLP intermediate size", c.ffn);
+  s.ffn = c.ffn / world;
+  s.ffn_offset = rank * s.ffn;
+  if (c.vocab % world != 0) return uneven("vocabulary", c.vocab);
+  s.vocab = c.vocab / world;
+  s.vocab_offset = rank * s.vocab;
+  return s;
+}
+
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& c,
                                           const WeightLoadOptions& options) {
   WeightReader r(checkpoint, options.dtype);
   const ArchSpec& a = *c.arch;
+  const ShardSpec& sh = options.shard;
   ModelWeights mw;
-  TESSERA_ASSIGN_OR_RETURN(mw.embed, r.load(a.name_of(TensorRole::kEmbed), {c.vocab, c.hidden}));
+  const std::string& embed_name = a.name_of(TensorRole::kEmbed);
+  const std::string& head_name = a.name_of(TensorRole::kLmHead);
+  mw.vocab_split = sh.world > 1 && (options.plan == nullptr || options.plan->role_of(embed_name) == TpRole::kVocab);
+  const Slice vocab_rows = mw.vocab_split ? rows(sh.vocab_offset, sh.vocab) : Slice{};
+  TESSERA_ASSIGN_OR_RETURN(mw.embed, r.load(embed_name, {c.vocab, c.hidden}, vocab_rows));
   if (a.embedding_norm) {
     TESSERA_RETURN_IF_ERROR(load_norm(r, a.name_of(TensorRole::kEmbedNorm), c, &mw.embed_norm_w, &mw.embed_norm_b));
   }
@@ -231,21 +358,25 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
     LayerWeights& lw = mw.layers[l];
     TESSERA_RETURN_IF_ERROR(load_norm(r, tensor_name(a.name_of(TensorRole::kAttnNorm), l), c,
                                       &lw.attn_norm_w, &lw.attn_norm_b));
-    TESSERA_RETURN_IF_ERROR(load_attention(r, c, l, options.kernel_inject, &lw));
+    TESSERA_RETURN_IF_ERROR(load_attention(r, c, l, options, &lw));
+    if (lw.attn_split != mw.layers[0].attn_split) {
+      // The KV cache is laid out once for all layers.
+      return invalid_argument("TP plan: attention must be split in every layer or in none (layer " +
+                              std::to_string(l) + " differs from layer 0)");
+    }
     TESSERA_RETURN_IF_ERROR(load_norm(r, tensor_name(a.name_of(TensorRole::kMlpNorm), l), c,
                                       &lw.mlp_norm_w, &lw.mlp_norm_b));
-    TESSERA_RETURN_IF_ERROR(load_mlp(r, c, l, options.kernel_inject, &lw));
+    TESSERA_RETURN_IF_ERROR(load_mlp(r, c, l, options, &lw));
   }
   TESSERA_RETURN_IF_ERROR(load_norm(r, a.name_of(TensorRole::kFinalNorm), c, &mw.final_norm_w, &mw.final_norm_b));
-  const std::string& head_name = a.name_of(TensorRole::kLmHead);
   if (c.tie_embeddings || checkpoint.find(head_name) == nullptr) {
     if (!c.tie_embeddings) {
       return not_found("checkpoint has no tensor \"" + head_name +
                        "\" and config.json does not set tie_word_embeddings");
     }
-    mw.lm_head.w = mw.embed;  // shares the buffer
+    mw.lm_head.w = mw.embed;  // shares the buffer (and the vocabulary split)
   } else {
-    TESSERA_ASSIGN_OR_RETURN(mw.lm_head, r.linear(head_name, c.vocab, c.hidden));
+    TESSERA_ASSIGN_OR_RETURN(mw.lm_head, r.linear(head_name, c.vocab, c.hidden, vocab_rows));
   }
   mw.total_bytes = r.total_bytes();
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());

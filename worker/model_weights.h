@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "worker/model_config.h"
+#include "worker/tp_plan.h"
 
 namespace tessera {
 
@@ -21,7 +22,28 @@ struct ExpertWeights {
   LinearWeights gate, up, gate_up, down;  // gate_up only on the fused path
 };
 
+// This rank's share of the model under tensor parallelism (world 1: everything). Attention
+// is split by heads: each rank keeps heads/world query heads and the KV heads they read —
+// kv_heads/world of them, or, with more ranks than KV heads, one replicated KV head. MLPs
+// (and each MoE expert) are split along the intermediate size, the vocabulary by rows.
+struct ShardSpec {
+  int rank = 0;
+  int world = 1;
+  int64_t q_heads = 0, q_head_offset = 0;    // local query heads and the first one's global index
+  int64_t kv_heads = 0, kv_head_offset = 0;  // local KV heads and the first one's global index
+  int64_t ffn = 0, ffn_offset = 0;
+  int64_t vocab = 0, vocab_offset = 0;
+
+  // Checks that the model divides evenly; the error names the sizes.
+  static StatusOr<ShardSpec> make(const ModelConfig& config, int rank, int world);
+};
+
 struct LayerWeights {
+  // Whether this rank holds a slice of the attention / MLP (then its output is a partial
+  // sum to all-reduce) or the whole of it (the TP plan kept it replicated).
+  bool attn_split = false;
+  bool mlp_split = false;                 // dense MLP
+  std::vector<bool> expert_split;         // per MoE expert
   Tensor attn_norm_w, attn_norm_b, mlp_norm_w, mlp_norm_b;  // *_b empty for RMSNorm
   LinearWeights q, k, v;  // plain path (views of a reordered qkv for BLOOM)
   LinearWeights qkv;      // fused path: [(heads + 2 * kv_heads) * head_dim, hidden]
@@ -32,6 +54,7 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
+  bool vocab_split = false;  // embedding and LM head hold rows [vocab_offset, +vocab) only
   Tensor embed;
   Tensor embed_norm_w, embed_norm_b;
   Tensor final_norm_w, final_norm_b;
@@ -46,6 +69,11 @@ struct ModelWeights {
 struct WeightLoadOptions {
   DType dtype = DType::kF32;  // storage type of the weights
   bool kernel_inject = true;  // pack QKV and gate|up for the fused ops
+  ShardSpec shard;            // which part of the model this rank loads
+  // Roles by tensor name; nullptr = the default (split everything that can be split).
+  // A group (attention; a dense MLP; one expert) is split when its output projection is
+  // row-parallel, and then its input projections must be column-parallel.
+  const TpPlan* plan = nullptr;
 };
 
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config,

@@ -1,5 +1,6 @@
 #include "worker/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/logging.h"
@@ -32,28 +33,62 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     return invalid_argument(std::string("unsupported weight dtype ") + dtype_name(options.dtype) +
                             " (expected float32, float16 or bfloat16)");
   }
+  std::unique_ptr<Communicator> owned;
+  Communicator* comm = options.comm;
+  if (comm == nullptr) {
+    owned = make_loopback_communicator();
+    comm = owned.get();
+  }
+  auto shard = ShardSpec::make(config, comm->rank(), comm->world_size());
+  if (!shard.is_ok()) return shard.status().with_context(path);
   WeightLoadOptions wo;
   wo.dtype = options.dtype;
   wo.kernel_inject = options.kernel_inject;
+  wo.shard = shard.value();
+  wo.plan = options.plan;
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   return std::unique_ptr<Transformer>(new Transformer(std::move(config), std::move(weights).value(),
-                                                      ckpt->config_dir(), options.kernel_inject, options.dtype, backend));
+                                                      ckpt->config_dir(), options.kernel_inject, options.dtype,
+                                                      shard.value(), std::move(owned), comm, backend));
 }
 
 Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string config_dir,
-                         bool kernel_inject, DType dtype, Backend& backend)
+                         bool kernel_inject, DType dtype, ShardSpec shard, std::unique_ptr<Communicator> owned_comm,
+                         Communicator* comm, Backend& backend)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       config_dir_(std::move(config_dir)),
       kernel_inject_(kernel_inject),
       dtype_(dtype),
+      shard_(shard),
+      owned_comm_(std::move(owned_comm)),
+      comm_(comm),
       backend_(backend) {
+  const bool split = !weights_.layers.empty() && weights_.layers[0].attn_split;
+  q_heads_ = split ? shard_.q_heads : config_.heads;
+  kv_heads_ = split ? shard_.kv_heads : config_.kv_heads;
   if (config_.arch->position == PositionKind::kAlibi) {
-    std::vector<float> s = alibi_slopes(config_.heads);
-    alibi_slopes_ = backend_.alloc({config_.heads}, DType::kF32);
-    backend_.copy_from_host(s.data(), alibi_slopes_.view());
+    // Slopes belong to global heads: a rank's head h is global head q_head_offset + h.
+    const std::vector<float> all = alibi_slopes(config_.heads);
+    const int64_t first = split ? shard_.q_head_offset : 0;
+    alibi_slopes_ = backend_.alloc({q_heads_}, DType::kF32);
+    backend_.copy_from_host(all.data() + first, alibi_slopes_.view());
   }
+}
+
+ModelConfig Transformer::cache_config() const {
+  ModelConfig c = config_;
+  c.heads = q_heads_;
+  c.kv_heads = kv_heads_;
+  return c;
+}
+
+void Transformer::all_reduce(const TensorView& partial) {
+  if (comm_->world_size() == 1) return;
+  Status st = comm_->all_reduce_sum(partial.data, partial.numel(), partial.dtype);
+  // A failed collective means a peer is gone: the group cannot continue in lock-step.
+  TESSERA_CHECK(st.is_ok()) << "all_reduce failed: " << st.to_string();
 }
 
 void Transformer::add_and_norm(const TensorView& residual, const TensorView* delta, const Tensor& w,
@@ -89,7 +124,14 @@ void Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBat
   Tensor h = backend_.alloc({T, H}, DType::kF32);      // normalised input of a sub-block
   Tensor delta = backend_.alloc({T, H}, DType::kF32);  // output of a sub-block
 
-  backend_.embedding(ids.view(), weights_.embed.view(), x.view());
+  if (weights_.vocab_split) {
+    // Each rank looks up the ids in its vocabulary rows (zeros elsewhere); the sum over
+    // ranks is the full embedding.
+    backend_.embedding(ids.view(), weights_.embed.view(), x.view(), shard_.vocab_offset);
+    all_reduce(x.view());
+  } else {
+    backend_.embedding(ids.view(), weights_.embed.view(), x.view());
+  }
   if (config_.arch->embedding_norm) {
     backend_.layer_norm(x.view(), weights_.embed_norm_w, weights_.embed_norm_b, config_.norm_eps, x.view());
   }
@@ -110,15 +152,38 @@ void Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBat
   Tensor normed = backend_.alloc({R, H}, DType::kF32);
   backend_.gather_rows(x.view(), logit_rows, picked.view());
   add_and_norm(picked.view(), nullptr, weights_.final_norm_w, weights_.final_norm_b, normed.view());
-  backend_.linear(normed.view(), weights_.lm_head.w, weights_.lm_head.b, logits);
+  lm_head(normed.view(), logits);
+}
+
+void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
+  if (!weights_.vocab_split) {
+    backend_.linear(normed, weights_.lm_head.w, weights_.lm_head.b, logits);
+    return;
+  }
+  // Each rank computes its vocabulary columns; an all-gather assembles [rows, vocab].
+  const int64_t R = normed.dim(0), local = shard_.vocab, world = comm_->world_size();
+  Tensor part = backend_.alloc({R, local}, DType::kF32);
+  backend_.linear(normed, weights_.lm_head.w, weights_.lm_head.b, part.view());
+  Tensor gathered = backend_.alloc({world, R, local}, DType::kF32);
+  Status st = comm_->all_gather(part.data<float>(), gathered.data<void>(), R * local, DType::kF32);
+  TESSERA_CHECK(st.is_ok()) << "all_gather failed: " << st.to_string();
+  // [world, R, local] -> [R, world * local]
+  std::vector<float> g(gathered.numel()), out(R * local * world);
+  backend_.copy_to_host(gathered.view(), g.data());
+  for (int64_t w = 0; w < world; ++w) {
+    for (int64_t r = 0; r < R; ++r) {
+      std::copy_n(g.data() + (w * R + r) * local, local, out.data() + r * local * world + w * local);
+    }
+  }
+  backend_.copy_from_host(out.data(), logits);
 }
 
 void Transformer::attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
                                   const AttentionBatch& batch, KvCache& cache, const TensorView& delta) {
   const LayerWeights& lw = weights_.layers[layer];
   const int64_t T = h.dim(0);
-  const int64_t q_width = config_.heads * config_.head_dim;
-  const int64_t kv_width = config_.kv_heads * config_.head_dim;
+  const int64_t q_width = q_heads_ * config_.head_dim;
+  const int64_t kv_width = kv_heads_ * config_.head_dim;
   const bool rotary = config_.arch->position == PositionKind::kRotary;
 
   // q, k, v as rows `stride` floats apart: three slices of one packed buffer on the fused
@@ -149,22 +214,24 @@ void Transformer::attention_block(int layer, const TensorView& h, const std::vec
     kv_stride = kv_width;
   }
   if (rotary) {
-    backend_.rotary(const_cast<float*>(q), T, config_.heads, config_.head_dim, q_stride, positions.data(),
+    backend_.rotary(const_cast<float*>(q), T, q_heads_, config_.head_dim, q_stride, positions.data(),
                     config_.rope_theta);
-    backend_.rotary(const_cast<float*>(k), T, config_.kv_heads, config_.head_dim, kv_stride,
-                    positions.data(), config_.rope_theta);
+    backend_.rotary(const_cast<float*>(k), T, kv_heads_, config_.head_dim, kv_stride, positions.data(),
+                    config_.rope_theta);
   }
   backend_.write_kv(k, v, T, kv_stride, batch, cache.k(layer), cache.v(layer));
   Tensor attn = backend_.alloc({T, q_width}, DType::kF32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
-  backend_.attention(q, q_stride, config_.heads, batch, cache.k(layer), cache.v(layer), scale,
+  backend_.attention(q, q_stride, q_heads_, batch, cache.k(layer), cache.v(layer), scale,
                      alibi_slopes_.view(), attn.view());
   backend_.linear(attn.view(), lw.o.w, lw.o.b, delta);
+  if (lw.attn_split) all_reduce(delta);
 }
 
 void Transformer::swiglu(const LinearWeights& gate, const LinearWeights& up, const LinearWeights& gate_up,
                          const LinearWeights& down, const TensorView& h, const TensorView& out) {
-  const int64_t T = h.dim(0), F = config_.ffn;
+  // This rank's intermediate width: its slice, or all of it when the group is kept whole.
+  const int64_t T = h.dim(0), F = down.w.dim(1);
   Tensor act = backend_.alloc({T, F}, DType::kF32);
   if (kernel_inject_) {
     Tensor gu = backend_.alloc({T, 2 * F}, DType::kF32);
@@ -184,7 +251,7 @@ void Transformer::mlp_block(int layer, const TensorView& h, const TensorView& de
   const LayerWeights& lw = weights_.layers[layer];
   switch (config_.arch->mlp) {
     case MlpKind::kGeluDense: {
-      Tensor act = backend_.alloc({h.dim(0), config_.ffn}, DType::kF32);
+      Tensor act = backend_.alloc({h.dim(0), lw.down.w.dim(1)}, DType::kF32);
       if (kernel_inject_) {
         backend_.linear_gelu(h, lw.up.w, lw.up.b, act.view());
       } else {
@@ -192,10 +259,12 @@ void Transformer::mlp_block(int layer, const TensorView& h, const TensorView& de
         backend_.gelu_tanh(act.view());
       }
       backend_.linear(act.view(), lw.down.w, lw.down.b, delta);
+      if (lw.mlp_split) all_reduce(delta);
       return;
     }
     case MlpKind::kSwiGlu:
       swiglu(lw.gate, lw.up, lw.gate_up, lw.down, h, delta);
+      if (lw.mlp_split) all_reduce(delta);
       return;
     case MlpKind::kMoeSwiGlu:
       moe_block(lw, h, delta);
@@ -226,18 +295,29 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
       scales[id_host[t * top_k + k]].push_back(w_host[t * top_k + k]);
     }
   }
+  // Split experts produce partial sums (all-reduced once, at the end); experts the plan
+  // keeps whole produce full outputs on every rank, added after the reduction.
   std::vector<float> zeros(delta.numel(), 0.0f);
   backend_.copy_from_host(zeros.data(), delta);
+  Tensor whole;
   for (int64_t e = 0; e < E; ++e) {
     if (rows[e].empty()) continue;
+    const bool split = lw.expert_split[e];
+    if (!split && whole.empty()) {
+      whole = backend_.alloc(delta.dims(), DType::kF32);
+    }
     const int64_t n = static_cast<int64_t>(rows[e].size());
     Tensor xin = backend_.alloc({n, config_.hidden}, DType::kF32);
     Tensor xout = backend_.alloc({n, config_.hidden}, DType::kF32);
     backend_.gather_rows(h, rows[e], xin.view());
     const ExpertWeights& ew = lw.experts[e];
     swiglu(ew.gate, ew.up, ew.gate_up, ew.down, xin.view(), xout.view());
-    backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], delta);
+    backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], split ? delta : whole.view());
   }
+  bool any_split = false;
+  for (bool b : lw.expert_split) any_split |= b;
+  if (any_split) all_reduce(delta);
+  if (!whole.empty()) backend_.add(delta, whole.view(), delta);
 }
 
 }  // namespace tessera

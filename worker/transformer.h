@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/communicator.h"
 #include "common/status.h"
 #include "kernels/backend.h"
 #include "worker/kv_cache.h"
@@ -19,11 +20,16 @@ namespace tessera {
 struct ModelLoadOptions {
   DType dtype = DType::kF32;
   bool kernel_inject = true;
+  // Tensor parallelism: this rank's communicator (nullptr = world of 1) and the TP plan
+  // (nullptr = split everything that can be split).
+  Communicator* comm = nullptr;
+  const TpPlan* plan = nullptr;
 };
 
 class Transformer {
  public:
-  // `path`: a Hugging Face folder or a DeepSpeed checkpoint JSON.
+  // `path`: a Hugging Face folder or a DeepSpeed checkpoint JSON. With a communicator of
+  // world size N, loads only this rank's slices and runs in lock-step with the other ranks.
   static StatusOr<std::unique_ptr<Transformer>> load(const std::string& path,
                                                      const ModelLoadOptions& options, Backend& backend);
 
@@ -33,16 +39,25 @@ class Transformer {
   bool kernel_inject() const { return kernel_inject_; }
   // Storage type of the weights; the KV cache uses it too unless told otherwise.
   DType dtype() const { return dtype_; }
+  // The shape this rank's KV cache needs: the model's config with the local KV heads.
+  ModelConfig cache_config() const;
+  const ShardSpec& shard() const { return shard_; }
 
   // tokens: the new tokens of all sequences, grouped per sequence as batch.query_start says.
   // Writes their K/V into `cache`, and fills `logits` [logit_rows.size(), vocab] with the
   // logits of the given token rows (typically the last new token of each sequence).
+  // Every rank of a tensor-parallel group must call it with the same arguments; every
+  // rank gets the full logits.
   void forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
                const std::vector<int32_t>& logit_rows, const TensorView& logits);
 
  private:
   Transformer(ModelConfig config, ModelWeights weights, std::string config_dir, bool kernel_inject,
-              DType dtype, Backend& backend);
+              DType dtype, ShardSpec shard, std::unique_ptr<Communicator> owned_comm, Communicator* comm,
+              Backend& backend);
+  // Sums a row-parallel group's partial output over the ranks (a no-op for one rank).
+  void all_reduce(const TensorView& partial);
+  void lm_head(const TensorView& normed, const TensorView& logits);
   void attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
                        const AttentionBatch& batch, KvCache& cache, const TensorView& delta);
   void mlp_block(int layer, const TensorView& h, const TensorView& delta);
@@ -58,8 +73,13 @@ class Transformer {
   std::string config_dir_;
   bool kernel_inject_;
   DType dtype_;
+  ShardSpec shard_;
+  std::unique_ptr<Communicator> owned_comm_;  // the loopback one when none was given
+  Communicator* comm_;
   Backend& backend_;
-  Tensor alibi_slopes_;  // [heads] for ALiBi architectures
+  // Heads this rank's attention computes: its shard, or all when the plan keeps attention whole.
+  int64_t q_heads_ = 0, kv_heads_ = 0;
+  Tensor alibi_slopes_;  // [q_heads_] for ALiBi architectures, by global head index
 };
 
 // BLOOM's ALiBi slopes for `heads` heads, including the interleaved second series used when

@@ -107,14 +107,20 @@ void CpuBackend::copy_from_host(const void* src, const TensorView& dst) {
   std::memcpy(dst.data, src, dst.nbytes());
 }
 
-void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out) {
-  const int64_t h = table.dim(1), vocab = table.dim(0);
+void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
+                                int64_t row_offset) {
+  const int64_t h = table.dim(1), rows = table.dim(0);
   const int32_t* id = ids.as<int32_t>();
   float* o = out.as<float>();
   for (int64_t t = 0; t < ids.dim(0); ++t) {
-    TESSERA_CHECK(id[t] >= 0 && id[t] < vocab) << "token id " << id[t] << " outside vocab " << vocab;
-    const char* row = static_cast<const char*>(table.data) + id[t] * h * dtype_size(table.dtype);
-    convert_elements(row, table.dtype, o + t * h, DType::kF32, h);
+    const int64_t row = id[t] - std::max<int64_t>(row_offset, 0);
+    if (row_offset >= 0 && (row < 0 || row >= rows)) {  // another rank's part of the vocabulary
+      std::fill(o + t * h, o + (t + 1) * h, 0.0f);
+      continue;
+    }
+    TESSERA_CHECK(row >= 0 && row < rows) << "token id " << id[t] << " outside vocab " << rows;
+    const char* src = static_cast<const char*>(table.data) + row * h * dtype_size(table.dtype);
+    convert_elements(src, table.dtype, o + t * h, DType::kF32, h);
   }
 }
 

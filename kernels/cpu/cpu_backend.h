@@ -17,7 +17,8 @@ class CpuBackend final : public Backend {
   void copy_from_host(const void* src, const TensorView& dst) override;
 
  protected:
-  void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out) override;
+  void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
+                      int64_t row_offset) override;
   void layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
                        const TensorView& out) override;
   void rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps,

@@ -1,0 +1,684 @@
+#include "common/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace tessera {
+namespace {
+
+// ---- error context --------------------------------------------------------------------
+
+// Where a value came from: "cfg.yaml:4:5: server.http.port" or "--set server.http.port".
+struct Where {
+  std::string source;
+  std::string path;
+  YAML::Mark mark = YAML::Mark::null_mark();
+
+  Status error(const std::string& msg) const {
+    std::string prefix = source;
+    if (!mark.is_null()) prefix += ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+    return invalid_argument(prefix + ": " + path + ": " + msg);
+  }
+  Where child(const std::string& key, const YAML::Node& node) const {
+    return Where{source, path + key, node.Mark().is_null() ? mark : node.Mark()};
+  }
+};
+
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  return "'" + n.Scalar() + "'";
+}
+
+Status expect_scalar(const YAML::Node& n, const Where& w, const std::string& expected) {
+  if (n.IsScalar()) return Status::ok();
+  return w.error("expected " + expected + ", got " + describe(n));
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// ---- scalar readers ---------------------------------------------------------------------
+
+Status read_int(const YAML::Node& n, const Where& w, int64_t lo, int64_t hi, int64_t* out) {
+  const std::string expected = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, expected));
+  const std::string& s = n.Scalar();
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
+    return w.error("expected " + expected + ", got " + describe(n));
+  }
+  *out = v;
+  return Status::ok();
+}
+
+Status read_int32(const YAML::Node& n, const Where& w, int64_t lo, int64_t hi, int* out) {
+  int64_t v = 0;
+  TESSERA_RETURN_IF_ERROR(read_int(n, w, lo, hi, &v));
+  *out = static_cast<int>(v);
+  return Status::ok();
+}
+
+// A number in (lo, hi] (lo exclusive).
+Status read_fraction(const YAML::Node& n, const Where& w, double* out) {
+  const std::string expected = "a number in (0, 1]";
+  TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, expected));
+  const std::string& s = n.Scalar();
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !(v > 0.0 && v <= 1.0)) {
+    return w.error("expected " + expected + ", got " + describe(n));
+  }
+  *out = v;
+  return Status::ok();
+}
+
+Status read_bool(const YAML::Node& n, const Where& w, bool* out) {
+  TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, "true or false"));
+  const std::string s = lower(n.Scalar());
+  if (s == "true" || s == "yes" || s == "on") {
+    *out = true;
+  } else if (s == "false" || s == "no" || s == "off") {
+    *out = false;
+  } else {
+    return w.error("expected true or false, got " + describe(n));
+  }
+  return Status::ok();
+}
+
+Status read_string(const YAML::Node& n, const Where& w, std::string* out) {
+  TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, "a string"));
+  *out = n.Scalar();
+  return Status::ok();
+}
+
+Status read_endpoint(const YAML::Node& n, const Where& w, std::string* out) {
+  std::string s;
+  TESSERA_RETURN_IF_ERROR(read_string(n, w, &s));
+  if (s.rfind("tcp://", 0) != 0 && s.rfind("ipc://", 0) != 0 && s.rfind("inproc://", 0) != 0) {
+    return w.error("expected a ZeroMQ endpoint (tcp://host:port, ipc://path or inproc://name), got " +
+                   describe(n));
+  }
+  *out = s;
+  return Status::ok();
+}
+
+template <typename E>
+Status read_enum(const YAML::Node& n, const Where& w, const std::vector<std::pair<const char*, E>>& names,
+                 E* out) {
+  std::string expected;
+  for (const auto& [name, value] : names) expected += (expected.empty() ? "" : " | ") + std::string(name);
+  TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, expected));
+  for (const auto& [name, value] : names) {
+    if (n.Scalar() == name) {
+      *out = value;
+      return Status::ok();
+    }
+  }
+  return w.error("expected " + expected + ", got " + describe(n));
+}
+
+Status read_string_list(const YAML::Node& n, const Where& w, bool non_empty, std::vector<std::string>* out) {
+  if (!n.IsSequence()) return w.error("expected a list of strings, got " + describe(n));
+  if (non_empty && n.size() == 0) return w.error("expected a non-empty list of strings");
+  std::vector<std::string> v;
+  for (size_t i = 0; i < n.size(); ++i) {
+    std::string s;
+    TESSERA_RETURN_IF_ERROR(read_string(n[i], w.child("[" + std::to_string(i) + "]", n[i]), &s));
+    if (s.empty()) return w.child("[" + std::to_string(i) + "]", n[i]).error("expected a non-empty string");
+    v.push_back(std::move(s));
+  }
+  *out = std::move(v);
+  return Status::ok();
+}
+
+Status read_string_map(const YAML::Node& n, const Where& w, std::map<std::string, std::string>* out) {
+  if (n.IsNull()) {
+    out->clear();
+    return Status::ok();
+  }
+  if (!n.IsMap()) return w.error("expected a map of linear name -> model_type, got " + describe(n));
+  std::map<std::string, std::string> m;
+  for (const auto& kv : n) {
+    std::string key;
+    TESSERA_RETURN_IF_ERROR(read_string(kv.first, w, &key));
+    const Where cw = w.child("." + key, kv.second);
+    std::string value;
+    TESSERA_RETURN_IF_ERROR(read_string(kv.second, cw, &value));
+    if (key.empty() || value.empty()) return cw.error("expected a non-empty linear name and model_type");
+    m[key] = value;
+  }
+  *out = std::move(m);
+  return Status::ok();
+}
+
+Status read_policy(const YAML::Node& n, const Where& w, std::map<std::string, std::vector<std::string>>* out) {
+  if (n.IsNull()) {
+    out->clear();
+    return Status::ok();
+  }
+  if (!n.IsMap()) return w.error("expected a map of block name -> list of linear names, got " + describe(n));
+  std::map<std::string, std::vector<std::string>> m;
+  for (const auto& kv : n) {
+    std::string key;
+    TESSERA_RETURN_IF_ERROR(read_string(kv.first, w, &key));
+    TESSERA_RETURN_IF_ERROR(read_string_list(kv.second, w.child("." + key, kv.second), true, &m[key]));
+  }
+  *out = std::move(m);
+  return Status::ok();
+}
+
+std::string suggestion(const std::string& key, const std::vector<std::string>& candidates);
+
+Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>* out) {
+  if (n.IsNull()) {
+    out->clear();
+    return Status::ok();
+  }
+  if (!n.IsSequence()) return w.error("expected a list of {match: REGEX, role: row|column|keep}, got " + describe(n));
+  std::vector<TpRuleConfig> rules;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const YAML::Node& r = n[i];
+    const Where rw = w.child("[" + std::to_string(i) + "]", r);
+    if (!r.IsMap()) return rw.error("expected {match: REGEX, role: row|column|keep}, got " + describe(r));
+    TpRuleConfig rule;
+    bool has_match = false, has_role = false;
+    for (const auto& kv : r) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      const Where kw = rw.child("." + key, kv.second);
+      if (key == "match") {
+        TESSERA_RETURN_IF_ERROR(read_string(kv.second, kw, &rule.match));
+        try {
+          std::regex re(rule.match);
+        } catch (const std::regex_error& e) {
+          return kw.error("invalid regular expression '" + rule.match + "': " + e.what());
+        }
+        has_match = true;
+      } else if (key == "role") {
+        TESSERA_RETURN_IF_ERROR(read_enum<TpRuleRole>(
+            kv.second, kw, {{"column", TpRuleRole::kColumn}, {"row", TpRuleRole::kRow}, {"keep", TpRuleRole::kKeep}},
+            &rule.role));
+        has_role = true;
+      } else {
+        return kw.error("unknown key" + suggestion(key, {"match", "role"}));
+      }
+    }
+    if (!has_match || !has_role) return rw.error(std::string("missing key '") + (has_match ? "role" : "match") + "'");
+    rules.push_back(std::move(rule));
+  }
+  *out = std::move(rules);
+  return Status::ok();
+}
+
+// ---- the schema ---------------------------------------------------------------------------
+
+using Setter = std::function<Status(TesseraConfig&, const YAML::Node&, const Where&)>;
+using Emitter = std::function<void(const TesseraConfig&, YAML::Emitter&)>;
+// Adds one entry to a map-valued key (--set parallel.auto_tp.keep_linear.gate=mixtral).
+using EntrySetter = std::function<Status(TesseraConfig&, const std::string&, const YAML::Node&, const Where&)>;
+
+struct KeyDef {
+  std::string path;
+  bool raw_string = false;  // a --set value is taken verbatim, not parsed as YAML
+  Setter set;
+  Emitter emit;
+  EntrySetter set_entry;  // map-valued keys only
+};
+
+std::string shortest(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, end);
+}
+
+void emit_string_list(YAML::Emitter& out, const std::vector<std::string>& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const auto& s : v) out << YAML::DoubleQuoted << s;
+  out << YAML::EndSeq;
+}
+
+void emit_string_map(YAML::Emitter& out, const std::map<std::string, std::string>& m) {
+  out << YAML::Flow << YAML::BeginMap;
+  for (const auto& [k, v] : m) out << YAML::Key << YAML::DoubleQuoted << k << YAML::Value << YAML::DoubleQuoted << v;
+  out << YAML::EndMap;
+}
+
+const std::vector<std::pair<const char*, DType>> kDtypes = {
+    {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16}};
+const std::vector<std::pair<const char*, SchedulerMode>> kModes = {
+    {"continuous", SchedulerMode::kContinuous}, {"static", SchedulerMode::kStatic}};
+const std::vector<std::pair<const char*, WorkerBackend>> kBackends = {
+    {"auto", WorkerBackend::kAuto}, {"cpu", WorkerBackend::kCpu}, {"cuda", WorkerBackend::kCuda}};
+
+#define TESSERA_INT_KEY(PATH, FIELD, LO, HI)                                                     \
+  KeyDef {                                                                                       \
+    PATH, false,                                                                                 \
+        [](TesseraConfig& c, const YAML::Node& n, const Where& w) {                              \
+          return read_int32(n, w, LO, HI, &c.FIELD);                                             \
+        },                                                                                       \
+        [](const TesseraConfig& c, YAML::Emitter& out) { out << c.FIELD; }, nullptr              \
+  }
+#define TESSERA_BOOL_KEY(PATH, FIELD)                                                             \
+  KeyDef {                                                                                       \
+    PATH, false,                                                                                 \
+        [](TesseraConfig& c, const YAML::Node& n, const Where& w) { return read_bool(n, w, &c.FIELD); }, \
+        [](const TesseraConfig& c, YAML::Emitter& out) { out << (c.FIELD ? "true" : "false"); }, nullptr \
+  }
+#define TESSERA_STRING_KEY(PATH, FIELD, READER)                                                   \
+  KeyDef {                                                                                       \
+    PATH, true,                                                                                  \
+        [](TesseraConfig& c, const YAML::Node& n, const Where& w) { return READER(n, w, &c.FIELD); }, \
+        [](const TesseraConfig& c, YAML::Emitter& out) { out << YAML::DoubleQuoted << c.FIELD; }, nullptr \
+  }
+
+template <typename E>
+const char* enum_name(const std::vector<std::pair<const char*, E>>& names, E value) {
+  for (const auto& [name, v] : names) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+
+#define TESSERA_ENUM_KEY(PATH, FIELD, NAMES)                                                      \
+  KeyDef {                                                                                       \
+    PATH, false,                                                                                 \
+        [](TesseraConfig& c, const YAML::Node& n, const Where& w) { return read_enum(n, w, NAMES, &c.FIELD); }, \
+        [](const TesseraConfig& c, YAML::Emitter& out) { out << enum_name(NAMES, c.FIELD); }, nullptr \
+  }
+
+// Map-valued key for auto_tp name -> model_type maps.
+KeyDef string_map_key(const char* path, std::map<std::string, std::string> AutoTpSection::*field) {
+  return KeyDef{
+      path, false,
+      [field](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+        return read_string_map(n, w, &(c.parallel.auto_tp.*field));
+      },
+      [field](const TesseraConfig& c, YAML::Emitter& out) { emit_string_map(out, c.parallel.auto_tp.*field); },
+      [field](TesseraConfig& c, const std::string& entry, const YAML::Node& n, const Where& w) {
+        std::string v;
+        TESSERA_RETURN_IF_ERROR(read_string(n, w, &v));
+        if (v.empty()) return w.error("expected a model_type");
+        (c.parallel.auto_tp.*field)[entry] = v;
+        return Status::ok();
+      }};
+}
+
+// In file order; sections are the dotted prefixes.
+const std::vector<KeyDef>& schema() {
+  static const std::vector<KeyDef> keys = {
+      TESSERA_STRING_KEY("model.path", model.path, read_string),
+      TESSERA_ENUM_KEY("model.dtype", model.dtype, kDtypes),
+      TESSERA_BOOL_KEY("model.kernel_inject", model.kernel_inject),
+      TESSERA_INT_KEY("parallel.tensor_parallel", parallel.tensor_parallel, 1, 1024),
+      string_map_key("parallel.auto_tp.all_reduce_linear", &AutoTpSection::all_reduce_linear),
+      string_map_key("parallel.auto_tp.keep_linear", &AutoTpSection::keep_linear),
+      KeyDef{"parallel.auto_tp.rules", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_rules(n, w, &c.parallel.auto_tp.rules);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) {
+               out << YAML::BeginSeq;
+               for (const auto& r : c.parallel.auto_tp.rules) {
+                 out << YAML::Flow << YAML::BeginMap << YAML::Key << "match" << YAML::Value << YAML::DoubleQuoted
+                     << r.match << YAML::Key << "role" << YAML::Value << tp_rule_role_name(r.role) << YAML::EndMap;
+               }
+               out << YAML::EndSeq;
+             },
+             nullptr},
+      KeyDef{"parallel.injection_policy", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_policy(n, w, &c.parallel.injection_policy);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) {
+               out << YAML::BeginMap;
+               for (const auto& [block, linears] : c.parallel.injection_policy) {
+                 out << YAML::Key << block << YAML::Value;
+                 emit_string_list(out, linears);
+               }
+               out << YAML::EndMap;
+             },
+             [](TesseraConfig& c, const std::string& entry, const YAML::Node& n, const Where& w) {
+               return read_string_list(n, w, true, &c.parallel.injection_policy[entry]);
+             }},
+      TESSERA_INT_KEY("cache.block_size", cache.block_size, 1, 4096),
+      KeyDef{"cache.num_blocks", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (n.IsScalar() && n.Scalar() == "auto") {
+                 c.cache.num_blocks.reset();
+                 return Status::ok();
+               }
+               int64_t v = 0;
+               Status st = read_int(n, w, 1, int64_t{1} << 40, &v);
+               if (!st.is_ok()) return w.error("expected \"auto\" or an integer >= 1, got " + describe(n));
+               c.cache.num_blocks = v;
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) {
+               if (c.cache.num_blocks) {
+                 out << *c.cache.num_blocks;
+               } else {
+                 out << "auto";
+               }
+             },
+             nullptr},
+      KeyDef{"cache.memory_fraction", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_fraction(n, w, &c.cache.memory_fraction);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.cache.memory_fraction); }, nullptr},
+      TESSERA_INT_KEY("scheduler.max_num_seqs", scheduler.max_num_seqs, 1, 65536),
+      TESSERA_INT_KEY("scheduler.max_num_batched_tokens", scheduler.max_num_batched_tokens, 1, 1 << 24),
+      TESSERA_BOOL_KEY("scheduler.chunked_prefill", scheduler.chunked_prefill),
+      TESSERA_BOOL_KEY("scheduler.prefix_caching", scheduler.prefix_caching),
+      KeyDef{"scheduler.max_model_len", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (n.IsNull()) {
+                 c.scheduler.max_model_len.reset();
+                 return Status::ok();
+               }
+               int64_t v = 0;
+               TESSERA_RETURN_IF_ERROR(read_int(n, w, 1, 1 << 24, &v));
+               c.scheduler.max_model_len = v;
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) {
+               if (c.scheduler.max_model_len) {
+                 out << *c.scheduler.max_model_len;
+               } else {
+                 out << YAML::Null;
+               }
+             },
+             nullptr},
+      TESSERA_ENUM_KEY("scheduler.mode", scheduler.mode, kModes),
+      TESSERA_STRING_KEY("server.http.host", server.http.host, read_string),
+      TESSERA_INT_KEY("server.http.port", server.http.port, 0, 65535),
+      KeyDef{"server.http.api_keys", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (n.IsNull()) {
+                 c.server.http.api_keys.clear();
+                 return Status::ok();
+               }
+               return read_string_list(n, w, false, &c.server.http.api_keys);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { emit_string_list(out, c.server.http.api_keys); },
+             nullptr},
+      KeyDef{"server.http.max_body_bytes", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_int(n, w, 1024, int64_t{1} << 34, &c.server.http.max_body_bytes);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << c.server.http.max_body_bytes; }, nullptr},
+      TESSERA_STRING_KEY("server.zmq_client", server.zmq_client, read_endpoint),
+      TESSERA_STRING_KEY("server.control", server.control, read_endpoint),
+      TESSERA_INT_KEY("server.heartbeat_ms", server.heartbeat_ms, 10, 3600000),
+      TESSERA_INT_KEY("server.heartbeat_misses", server.heartbeat_misses, 1, 1000),
+      TESSERA_ENUM_KEY("worker.backend", worker.backend, kBackends),
+      TESSERA_INT_KEY("worker.threads", worker.threads, 0, 4096),
+  };
+  return keys;
+}
+
+const KeyDef* find_key(const std::string& path) {
+  for (const KeyDef& k : schema()) {
+    if (k.path == path) return &k;
+  }
+  return nullptr;
+}
+
+// Direct children of a section ("" is the root), in file order.
+std::vector<std::string> children_of(const std::string& section) {
+  std::vector<std::string> out;
+  const std::string prefix = section.empty() ? "" : section + ".";
+  for (const KeyDef& k : schema()) {
+    if (k.path.rfind(prefix, 0) != 0) continue;
+    std::string rest = k.path.substr(prefix.size());
+    std::string child = rest.substr(0, rest.find('.'));
+    if (std::find(out.begin(), out.end(), child) == out.end()) out.push_back(child);
+  }
+  return out;
+}
+
+bool is_section(const std::string& path) { return !path.empty() && !children_of(path).empty() && !find_key(path); }
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// " (did you mean 'http'?)" or " (expected one of: a, b)".
+std::string suggestion(const std::string& key, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(lower(key), lower(c));
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  if (!best.empty() && (best_d <= 2 || best_d * 3 <= std::max(key.size(), best.size()))) {
+    return " (did you mean '" + best + "'?)";
+  }
+  std::string list;
+  for (const auto& c : candidates) list += (list.empty() ? "" : ", ") + c;
+  return " (expected one of: " + list + ")";
+}
+
+Status walk(TesseraConfig& config, const YAML::Node& node, const std::string& section, const Where& w) {
+  if (node.IsNull()) return Status::ok();  // "server:" with nothing under it
+  if (!node.IsMap()) {
+    std::string keys;
+    for (const auto& c : children_of(section)) keys += (keys.empty() ? "" : ", ") + c;
+    return w.error("expected a map with keys " + keys + ", got " + describe(node));
+  }
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) return w.error("expected scalar keys, got " + describe(kv.first));
+    const std::string key = kv.first.Scalar();
+    const std::string path = section.empty() ? key : section + "." + key;
+    Where kw{w.source, path, kv.first.Mark()};
+    if (!seen.insert(key).second) return kw.error("duplicate key");
+    if (const KeyDef* def = find_key(path)) {
+      kw.mark = kv.second.Mark().is_null() ? kv.first.Mark() : kv.second.Mark();
+      TESSERA_RETURN_IF_ERROR(def->set(config, kv.second, kw));
+    } else if (is_section(path)) {
+      TESSERA_RETURN_IF_ERROR(walk(config, kv.second, path, kw));
+    } else {
+      return kw.error("unknown key" + suggestion(key, children_of(section)));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* tp_rule_role_name(TpRuleRole role) {
+  switch (role) {
+    case TpRuleRole::kColumn: return "column";
+    case TpRuleRole::kRow: return "row";
+    case TpRuleRole::kKeep: return "keep";
+  }
+  return "?";
+}
+
+const char* scheduler_mode_name(SchedulerMode mode) { return enum_name(kModes, mode); }
+const char* worker_backend_name(WorkerBackend backend) { return enum_name(kBackends, backend); }
+
+StatusOr<TesseraConfig> parse_config_yaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    std::string where = source;
+    if (!e.mark.is_null()) where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    return invalid_argument(where + ": YAML syntax error: " + e.msg);
+  }
+  TesseraConfig config;
+  config.source = source;
+  if (!root.IsNull() && !root.IsMap()) {
+    return invalid_argument(source + ": expected a map of sections (model, parallel, cache, scheduler, server, "
+                                     "worker) at the top level, got " + describe(root));
+  }
+  TESSERA_RETURN_IF_ERROR(walk(config, root, "", Where{source, "", YAML::Mark::null_mark()}));
+  return config;
+}
+
+StatusOr<TesseraConfig> load_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(path + ": cannot open the configuration file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config_yaml(ss.str(), path);
+}
+
+Status apply_override(TesseraConfig& config, const std::string& dotted_key, const std::string& value) {
+  const std::string source = "--set " + dotted_key + "=" + value;
+  Where w{source, dotted_key, YAML::Mark::null_mark()};
+  auto parse_value = [&](bool raw, YAML::Node* out) -> Status {
+    if (raw) {  // a string: YAML quoting is honoured, anything else is taken verbatim
+      try {
+        YAML::Node n = YAML::Load(value);
+        *out = n.IsScalar() ? n : YAML::Node(value);
+      } catch (const YAML::Exception&) {
+        *out = YAML::Node(value);
+      }
+      return Status::ok();
+    }
+    try {
+      *out = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      return w.error("value is not valid YAML: " + e.msg);
+    }
+    return Status::ok();
+  };
+  if (const KeyDef* def = find_key(dotted_key)) {
+    YAML::Node node;
+    TESSERA_RETURN_IF_ERROR(parse_value(def->raw_string, &node));
+    return def->set(config, node, w);
+  }
+  for (const KeyDef& def : schema()) {
+    if (def.set_entry && dotted_key.rfind(def.path + ".", 0) == 0) {
+      const std::string entry = dotted_key.substr(def.path.size() + 1);
+      if (entry.empty()) break;
+      YAML::Node node;
+      TESSERA_RETURN_IF_ERROR(parse_value(false, &node));
+      return def.set_entry(config, entry, node, w);
+    }
+  }
+  if (is_section(dotted_key)) {
+    std::string keys;
+    for (const auto& c : children_of(dotted_key)) keys += (keys.empty() ? "" : ", ") + c;
+    return w.error("is a section; set one of its keys (" + keys + ")");
+  }
+  // Name the first component that is not a key or section.
+  std::string section;
+  size_t start = 0;
+  while (true) {
+    size_t dot = dotted_key.find('.', start);
+    std::string comp = dotted_key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string path = section.empty() ? comp : section + "." + comp;
+    if (dot == std::string::npos || !is_section(path)) {
+      w.path = path;
+      if (find_key(path)) return w.error("is not a section; it has no key '" + dotted_key.substr(dot + 1) + "'");
+      return w.error("unknown key" + suggestion(comp, children_of(section)));
+    }
+    section = path;
+    start = dot + 1;
+  }
+}
+
+Status apply_override_arg(TesseraConfig& config, const std::string& key_equals_value) {
+  size_t eq = key_equals_value.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return invalid_argument("--set " + key_equals_value + ": expected KEY=VALUE (e.g. parallel.tensor_parallel=2)");
+  }
+  return apply_override(config, key_equals_value.substr(0, eq), key_equals_value.substr(eq + 1));
+}
+
+Status validate_config(const TesseraConfig& c) {
+  const std::string& src = c.source;
+  if (c.model.path.empty()) {
+    return invalid_argument(src + ": model.path: required (a Hugging Face model folder or a DeepSpeed "
+                                  "checkpoint JSON)");
+  }
+  for (size_t i = 0; i < c.parallel.auto_tp.rules.size(); ++i) {
+    const auto& rule = c.parallel.auto_tp.rules[i];
+    try {
+      std::regex re(rule.match);
+    } catch (const std::regex_error& e) {
+      return invalid_argument(src + ": parallel.auto_tp.rules[" + std::to_string(i) + "].match: invalid regular "
+                              "expression '" + rule.match + "': " + e.what());
+    }
+  }
+  const auto& s = c.scheduler;
+  if (s.max_num_batched_tokens < s.max_num_seqs) {
+    return invalid_argument(src + ": scheduler.max_num_batched_tokens (" + std::to_string(s.max_num_batched_tokens) +
+                            ") must be at least scheduler.max_num_seqs (" + std::to_string(s.max_num_seqs) +
+                            "): every running sequence needs one token per step");
+  }
+  if (!s.chunked_prefill && s.max_model_len && s.max_num_batched_tokens < *s.max_model_len) {
+    return invalid_argument(src + ": scheduler.max_num_batched_tokens (" + std::to_string(s.max_num_batched_tokens) +
+                            ") is below scheduler.max_model_len (" + std::to_string(*s.max_model_len) +
+                            ") with chunked_prefill off: a full-length prompt could never be scheduled");
+  }
+  if (c.server.zmq_client == c.server.control) {
+    return invalid_argument(src + ": server.zmq_client and server.control must differ (both are " +
+                            c.server.zmq_client + ")");
+  }
+  return Status::ok();
+}
+
+std::string dump_config_yaml(const TesseraConfig& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::vector<std::string> open;  // sections currently open
+  for (const KeyDef& def : schema()) {
+    std::vector<std::string> parts;
+    std::stringstream ss(def.path);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    size_t common = 0;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common]) ++common;
+    while (open.size() > common) {
+      out << YAML::EndMap;
+      open.pop_back();
+    }
+    for (size_t i = common; i + 1 < parts.size(); ++i) {
+      out << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
+      open.push_back(parts[i]);
+    }
+    out << YAML::Key << parts.back() << YAML::Value;
+    def.emit(config, out);
+  }
+  while (!open.empty()) {
+    out << YAML::EndMap;
+    open.pop_back();
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::string> config_key_paths() {
+  std::vector<std::string> out;
+  for (const KeyDef& k : schema()) out.push_back(k.path);
+  return out;
+}
+
+}  // namespace tessera

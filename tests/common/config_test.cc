@@ -1,0 +1,302 @@
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <sstream>
+
+#include "tests/test_support.h"
+
+namespace tessera {
+namespace {
+
+::testing::AssertionResult fails_with(const Status& st, const std::vector<std::string>& parts) {
+  if (st.is_ok()) return ::testing::AssertionFailure() << "expected an error, got ok";
+  for (const auto& p : parts) {
+    if (st.message().find(p) == std::string::npos) {
+      return ::testing::AssertionFailure() << "message lacks \"" << p << "\": " << st.message();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Status parse_status(const std::string& yaml) { return parse_config_yaml(yaml, "cfg.yaml").status(); }
+
+TEST(ConfigTest, EmptyFileGivesDefaults) {
+  auto c = parse_config_yaml("", "empty.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->source, "empty.yaml");
+  EXPECT_EQ(c->model.dtype, DType::kF16);
+  EXPECT_TRUE(c->model.kernel_inject);
+  EXPECT_EQ(c->parallel.tensor_parallel, 1);
+  EXPECT_TRUE(c->parallel.auto_tp.all_reduce_linear.empty());
+  EXPECT_EQ(c->cache.block_size, 16);
+  EXPECT_FALSE(c->cache.num_blocks.has_value());
+  EXPECT_DOUBLE_EQ(c->cache.memory_fraction, 0.9);
+  EXPECT_EQ(c->scheduler.max_num_seqs, 256);
+  EXPECT_EQ(c->scheduler.max_num_batched_tokens, 4096);
+  EXPECT_TRUE(c->scheduler.chunked_prefill);
+  EXPECT_TRUE(c->scheduler.prefix_caching);
+  EXPECT_FALSE(c->scheduler.max_model_len.has_value());
+  EXPECT_EQ(c->scheduler.mode, SchedulerMode::kContinuous);
+  EXPECT_EQ(c->server.http.host, "127.0.0.1");
+  EXPECT_EQ(c->server.http.port, 8000);
+  EXPECT_TRUE(c->server.http.api_keys.empty());
+  EXPECT_EQ(c->server.http.max_body_bytes, 1 << 20);
+  EXPECT_EQ(c->server.zmq_client, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(c->server.control, "tcp://127.0.0.1:5560");
+  EXPECT_EQ(c->server.heartbeat_ms, 1000);
+  EXPECT_EQ(c->server.heartbeat_misses, 3);
+  EXPECT_EQ(c->worker.backend, WorkerBackend::kAuto);
+  EXPECT_EQ(c->worker.threads, 0);
+  // Defaults are valid once a model is named.
+  EXPECT_TRUE(fails_with(validate_config(*c), {"empty.yaml", "model.path", "required"}));
+  c->model.path = "m";
+  EXPECT_TRUE(validate_config(*c).is_ok());
+}
+
+TEST(ConfigTest, EverySectionParses) {
+  const char* yaml = R"(
+model: {path: /models/x, dtype: bfloat16, kernel_inject: false}
+parallel:
+  tensor_parallel: 4
+  auto_tp:
+    all_reduce_linear: {w2: mixtral}
+    keep_linear: {gate: mixtral}
+    rules:
+      - {match: 'lm_head', role: keep}
+      - {match: '\.experts\.\d+\.w2', role: row}
+  injection_policy:
+    BloomBlock: [self_attention.dense, mlp.dense_4h_to_h]
+cache: {block_size: 32, num_blocks: 1000, memory_fraction: 0.5}
+scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, chunked_prefill: false, prefix_caching: false,
+            max_model_len: 256, mode: static}
+server:
+  http: {host: 0.0.0.0, port: 9000, api_keys: [k1, k2], max_body_bytes: 4096}
+  zmq_client: ipc:///tmp/client
+  control: tcp://10.0.0.1:7000
+  heartbeat_ms: 250
+  heartbeat_misses: 5
+worker: {backend: cpu, threads: 6}
+)";
+  auto c = parse_config_yaml(yaml, "full.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->model.path, "/models/x");
+  EXPECT_EQ(c->model.dtype, DType::kBF16);
+  EXPECT_FALSE(c->model.kernel_inject);
+  EXPECT_EQ(c->parallel.tensor_parallel, 4);
+  EXPECT_EQ(c->parallel.auto_tp.all_reduce_linear.at("w2"), "mixtral");
+  EXPECT_EQ(c->parallel.auto_tp.keep_linear.at("gate"), "mixtral");
+  ASSERT_EQ(c->parallel.auto_tp.rules.size(), 2u);
+  EXPECT_EQ(c->parallel.auto_tp.rules[1].match, "\\.experts\\.\\d+\\.w2");
+  EXPECT_EQ(c->parallel.auto_tp.rules[1].role, TpRuleRole::kRow);
+  EXPECT_EQ(c->parallel.injection_policy.at("BloomBlock"),
+            (std::vector<std::string>{"self_attention.dense", "mlp.dense_4h_to_h"}));
+  EXPECT_EQ(c->cache.block_size, 32);
+  EXPECT_EQ(c->cache.num_blocks, 1000);
+  EXPECT_DOUBLE_EQ(c->cache.memory_fraction, 0.5);
+  EXPECT_EQ(c->scheduler.max_num_seqs, 8);
+  EXPECT_FALSE(c->scheduler.chunked_prefill);
+  EXPECT_FALSE(c->scheduler.prefix_caching);
+  EXPECT_EQ(c->scheduler.max_model_len, 256);
+  EXPECT_EQ(c->scheduler.mode, SchedulerMode::kStatic);
+  EXPECT_EQ(c->server.http.host, "0.0.0.0");
+  EXPECT_EQ(c->server.http.port, 9000);
+  EXPECT_EQ(c->server.http.api_keys, (std::vector<std::string>{"k1", "k2"}));
+  EXPECT_EQ(c->server.http.max_body_bytes, 4096);
+  EXPECT_EQ(c->server.zmq_client, "ipc:///tmp/client");
+  EXPECT_EQ(c->server.heartbeat_ms, 250);
+  EXPECT_EQ(c->server.heartbeat_misses, 5);
+  EXPECT_EQ(c->worker.backend, WorkerBackend::kCpu);
+  EXPECT_EQ(c->worker.threads, 6);
+  EXPECT_TRUE(validate_config(*c).is_ok());
+
+  // dump -> parse gives the same values.
+  const std::string dumped = dump_config_yaml(*c);
+  auto again = parse_config_yaml(dumped, "dumped.yaml");
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << dumped;
+  EXPECT_EQ(dump_config_yaml(*again), dumped);
+  EXPECT_EQ(again->parallel.auto_tp.rules, c->parallel.auto_tp.rules);
+  EXPECT_EQ(again->parallel.injection_policy, c->parallel.injection_policy);
+  EXPECT_EQ(again->server.http.api_keys, c->server.http.api_keys);
+  EXPECT_EQ(again->scheduler.max_model_len, 256);
+  EXPECT_EQ(again->cache.num_blocks, 1000);
+}
+
+TEST(ConfigTest, DefaultsDumpRoundTrips) {
+  TesseraConfig c;
+  const std::string dumped = dump_config_yaml(c);
+  for (const std::string& key : config_key_paths()) {
+    const std::string leaf = key.substr(key.rfind('.') + 1);
+    EXPECT_NE(dumped.find(leaf + ":"), std::string::npos) << key << "\n" << dumped;
+  }
+  auto again = parse_config_yaml(dumped, "d.yaml");
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << dumped;
+  EXPECT_EQ(dump_config_yaml(*again), dumped);
+  EXPECT_FALSE(again->cache.num_blocks.has_value());
+  EXPECT_FALSE(again->scheduler.max_model_len.has_value());
+}
+
+TEST(ConfigTest, UnknownKeysNameTheirPathAndSuggest) {
+  EXPECT_TRUE(fails_with(parse_status("server:\n  htp: {port: 1}\n"),
+                         {"cfg.yaml:2:", "server.htp: unknown key (did you mean 'http'?)"}));
+  EXPECT_TRUE(fails_with(parse_status("modle: {path: x}\n"), {"cfg.yaml", "modle: unknown key (did you mean 'model'?)"}));
+  EXPECT_TRUE(fails_with(parse_status("server: {http: {prot: 1}}\n"), {"server.http.prot", "did you mean 'port'"}));
+  EXPECT_TRUE(fails_with(parse_status("cache: {zzzzzzzz: 1}\n"),
+                         {"cache.zzzzzzzz: unknown key (expected one of: block_size, num_blocks, memory_fraction)"}));
+  EXPECT_TRUE(fails_with(parse_status("parallel: {auto_tp: {rules: [{match: x, role: keep, extra: 1}]}}\n"),
+                         {"parallel.auto_tp.rules[0].extra: unknown key"}));
+  EXPECT_TRUE(fails_with(parse_status("model: {path: a}\nmodel: {path: b}\n"), {"model: duplicate key"}));
+}
+
+TEST(ConfigTest, WrongTypesAndValuesNameThePathAndExpectation) {
+  struct Case {
+    const char* yaml;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {"parallel: {tensor_parallel: two}", {"cfg.yaml:1:", "parallel.tensor_parallel", "expected an integer in [1, 1024], got 'two'"}},
+      {"parallel: {tensor_parallel: 0}", {"parallel.tensor_parallel", "[1, 1024]", "got '0'"}},
+      {"parallel: {tensor_parallel: 1.5}", {"parallel.tensor_parallel", "got '1.5'"}},
+      {"model: {dtype: float8}", {"model.dtype", "expected float32 | float16 | bfloat16, got 'float8'"}},
+      {"model: {kernel_inject: maybe}", {"model.kernel_inject", "expected true or false"}},
+      {"model: {path: [a]}", {"model.path", "expected a string, got a list"}},
+      {"cache: {num_blocks: lots}", {"cache.num_blocks", "expected \"auto\" or an integer >= 1, got 'lots'"}},
+      {"cache: {memory_fraction: 1.5}", {"cache.memory_fraction", "expected a number in (0, 1], got '1.5'"}},
+      {"scheduler: {mode: batch}", {"scheduler.mode", "continuous | static"}},
+      {"scheduler: {max_model_len: -1}", {"scheduler.max_model_len", "integer"}},
+      {"server: {http: {port: 70000}}", {"server.http.port", "[0, 65535]"}},
+      {"server: {http: {api_keys: key}}", {"server.http.api_keys", "expected a list of strings, got 'key'"}},
+      {"server: {zmq_client: localhost:5555}", {"server.zmq_client", "ZeroMQ endpoint"}},
+      {"server: {heartbeat_misses: 0}", {"server.heartbeat_misses", "[1, 1000]"}},
+      {"worker: {backend: tpu}", {"worker.backend", "auto | cpu | cuda"}},
+      {"worker: 3", {"worker", "expected a map with keys backend, threads"}},
+      {"parallel: {auto_tp: {keep_linear: [gate]}}", {"parallel.auto_tp.keep_linear", "expected a map"}},
+      {"parallel: {auto_tp: {rules: [{match: '(', role: keep}]}}", {"parallel.auto_tp.rules[0].match", "invalid regular expression"}},
+      {"parallel: {auto_tp: {rules: [{match: x, role: split}]}}", {"parallel.auto_tp.rules[0].role", "column | row | keep"}},
+      {"parallel: {auto_tp: {rules: [{match: x}]}}", {"parallel.auto_tp.rules[0]", "missing key 'role'"}},
+      {"parallel: {injection_policy: {BloomBlock: []}}", {"parallel.injection_policy.BloomBlock", "non-empty list"}},
+      {"- a\n- b", {"cfg.yaml", "top level"}},
+      {"model: {path: x\n", {"cfg.yaml:", "YAML syntax error"}},
+  };
+  for (const Case& c : cases) EXPECT_TRUE(fails_with(parse_status(c.yaml), c.parts)) << c.yaml;
+}
+
+TEST(ConfigTest, ValidateChecksAcrossKeys) {
+  auto c = parse_config_yaml("model: {path: m}\nscheduler: {max_num_seqs: 64, max_num_batched_tokens: 32}\n", "v.yaml");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(fails_with(validate_config(*c), {"v.yaml", "scheduler.max_num_batched_tokens (32)", "max_num_seqs (64)"}));
+  c = parse_config_yaml("model: {path: m}\nscheduler: {chunked_prefill: false, max_model_len: 8192}\n", "v.yaml");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(fails_with(validate_config(*c), {"v.yaml", "max_model_len (8192)", "chunked_prefill off"}));
+  c = parse_config_yaml("model: {path: m}\nserver: {zmq_client: 'tcp://a:1', control: 'tcp://a:1'}\n", "v.yaml");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(fails_with(validate_config(*c), {"v.yaml", "server.zmq_client and server.control must differ"}));
+}
+
+TEST(ConfigTest, OverridesSetEveryKind) {
+  TesseraConfig c;
+  ASSERT_TRUE(apply_override(c, "parallel.tensor_parallel", "2").is_ok());
+  EXPECT_EQ(c.parallel.tensor_parallel, 2);
+  ASSERT_TRUE(apply_override_arg(c, "model.path=/m/tiny-llama").is_ok());
+  EXPECT_EQ(c.model.path, "/m/tiny-llama");
+  ASSERT_TRUE(apply_override(c, "model.dtype", "float32").is_ok());
+  EXPECT_EQ(c.model.dtype, DType::kF32);
+  ASSERT_TRUE(apply_override(c, "model.kernel_inject", "false").is_ok());
+  EXPECT_FALSE(c.model.kernel_inject);
+  ASSERT_TRUE(apply_override(c, "cache.num_blocks", "128").is_ok());
+  EXPECT_EQ(c.cache.num_blocks, 128);
+  ASSERT_TRUE(apply_override(c, "cache.num_blocks", "auto").is_ok());
+  EXPECT_FALSE(c.cache.num_blocks.has_value());
+  ASSERT_TRUE(apply_override(c, "scheduler.max_model_len", "1024").is_ok());
+  EXPECT_EQ(c.scheduler.max_model_len, 1024);
+  ASSERT_TRUE(apply_override(c, "scheduler.max_model_len", "null").is_ok());
+  EXPECT_FALSE(c.scheduler.max_model_len.has_value());
+  ASSERT_TRUE(apply_override(c, "server.http.api_keys", "[a, 'b c']").is_ok());
+  EXPECT_EQ(c.server.http.api_keys, (std::vector<std::string>{"a", "b c"}));
+  ASSERT_TRUE(apply_override(c, "server.zmq_client", "tcp://0.0.0.0:6000").is_ok());
+  EXPECT_EQ(c.server.zmq_client, "tcp://0.0.0.0:6000");
+  ASSERT_TRUE(apply_override(c, "server.http.host", "::1").is_ok());
+  EXPECT_EQ(c.server.http.host, "::1");
+  ASSERT_TRUE(apply_override(c, "parallel.auto_tp.keep_linear", "{gate: mixtral}").is_ok());
+  ASSERT_TRUE(apply_override(c, "parallel.auto_tp.keep_linear.w2", "mixtral").is_ok());
+  EXPECT_EQ(c.parallel.auto_tp.keep_linear,
+            (std::map<std::string, std::string>{{"gate", "mixtral"}, {"w2", "mixtral"}}));
+  ASSERT_TRUE(apply_override(c, "parallel.auto_tp.all_reduce_linear.mlp.dense_4h_to_h", "bloom").is_ok());
+  EXPECT_EQ(c.parallel.auto_tp.all_reduce_linear.at("mlp.dense_4h_to_h"), "bloom");
+  ASSERT_TRUE(apply_override(c, "parallel.injection_policy.BloomBlock", "[self_attention.dense]").is_ok());
+  EXPECT_EQ(c.parallel.injection_policy.at("BloomBlock"), std::vector<std::string>{"self_attention.dense"});
+  ASSERT_TRUE(apply_override(c, "parallel.auto_tp.rules", "[{match: 'lm_head', role: keep}]").is_ok());
+  ASSERT_EQ(c.parallel.auto_tp.rules.size(), 1u);
+  ASSERT_TRUE(apply_override(c, "worker.backend", "cuda").is_ok());
+  EXPECT_EQ(c.worker.backend, WorkerBackend::kCuda);
+  ASSERT_TRUE(apply_override(c, "scheduler.mode", "static").is_ok());
+  EXPECT_EQ(c.scheduler.mode, SchedulerMode::kStatic);
+}
+
+TEST(ConfigTest, EveryKeyIsOverridableWithItsDumpedValue) {
+  auto src = parse_config_yaml(R"(
+model: {path: /m, dtype: bfloat16, kernel_inject: false}
+parallel: {tensor_parallel: 2, auto_tp: {keep_linear: {gate: mixtral}, rules: [{match: 'a\.b', role: row}]},
+           injection_policy: {BloomBlock: [x]}}
+cache: {num_blocks: 9, memory_fraction: 0.25}
+scheduler: {max_model_len: 77, mode: static}
+server: {http: {host: '::1', api_keys: [k]}, zmq_client: 'ipc:///tmp/z'}
+worker: {backend: cpu, threads: 3}
+)", "src.yaml");
+  ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+  const YAML::Node dumped = YAML::Load(dump_config_yaml(*src));
+  TesseraConfig c;
+  for (const std::string& key : config_key_paths()) {
+    YAML::Node n = YAML::Clone(dumped);
+    std::stringstream ss(key);
+    for (std::string part; std::getline(ss, part, '.');) n = n[part];
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    ASSERT_TRUE(apply_override(c, key, e.c_str()).is_ok()) << key << "=" << e.c_str() << ": "
+                                                            << apply_override(c, key, e.c_str()).to_string();
+  }
+  c.source = src->source;
+  EXPECT_EQ(dump_config_yaml(c), dump_config_yaml(*src));
+}
+
+TEST(ConfigTest, OverrideErrorsNameFlagPathAndType) {
+  TesseraConfig c;
+  EXPECT_TRUE(fails_with(apply_override(c, "parallel.tensor_parallel", "two"),
+                         {"--set parallel.tensor_parallel=two", "parallel.tensor_parallel: expected an integer"}));
+  EXPECT_TRUE(fails_with(apply_override(c, "server.htp.port", "1"), {"server.htp: unknown key (did you mean 'http'?)"}));
+  EXPECT_TRUE(fails_with(apply_override(c, "server.http", "1"), {"server.http: is a section", "host, port"}));
+  EXPECT_TRUE(fails_with(apply_override(c, "model.path.x", "1"), {"model.path: is not a section"}));
+  EXPECT_TRUE(fails_with(apply_override(c, "cache.memory_fraction", "0"), {"cache.memory_fraction", "(0, 1]"}));
+  EXPECT_TRUE(fails_with(apply_override(c, "server.http.api_keys", "[a"), {"server.http.api_keys", "not valid YAML"}));
+  EXPECT_TRUE(fails_with(apply_override_arg(c, "tensor_parallel"), {"expected KEY=VALUE"}));
+  EXPECT_TRUE(fails_with(apply_override(c, "tensor_parallel", "2"),
+                         {"tensor_parallel: unknown key", "model, parallel, cache, scheduler, server, worker"}));
+  EXPECT_EQ(c.parallel.tensor_parallel, 1);  // failed overrides change nothing
+}
+
+TEST(ConfigTest, ExampleFileLoadsAndValidates) {
+  const std::string path = tessera::testing::source_dir() + "/config/tessera.example.yaml";
+  auto c = load_config_file(path);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(validate_config(*c).is_ok()) << validate_config(*c).to_string();
+  EXPECT_EQ(c->parallel.tensor_parallel, 2);
+  EXPECT_EQ(c->parallel.auto_tp.all_reduce_linear.at("w2"), "mixtral");
+  EXPECT_EQ(c->parallel.auto_tp.keep_linear.at("gate"), "mixtral");
+  // The example's other values are the defaults.
+  TesseraConfig defaults;
+  defaults.model.path = c->model.path;
+  defaults.parallel = c->parallel;
+  defaults.source = c->source;
+  EXPECT_EQ(dump_config_yaml(*c), dump_config_yaml(defaults));
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  auto c = load_config_file("/nonexistent/tessera.yaml");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(c.status().message().find("/nonexistent/tessera.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera

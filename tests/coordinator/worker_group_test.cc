@@ -1,0 +1,365 @@
+// WorkerGroup + WorkerLink over real ZeroMQ sockets (tcp loopback and ipc): workers are
+// threads running WorkerLink with a fake step function, or a forked process for the
+// crash test. Rank 0 returns deterministic tokens; the other ranks return status only.
+#include "coordinator/worker_group.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "worker/worker_link.h"
+
+namespace tessera {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+int32_t fake_token(SeqId id, int32_t index) { return static_cast<int32_t>((id * 7919 + index * 31) % 50000); }
+
+StatusOr<StepResult> fake_step(const StepPlan& plan) {
+  StepResult r;
+  r.step_id = plan.step_id;
+  for (const SeqStep& s : plan.seqs)
+    if (s.sample) r.tokens.push_back(SampledToken{s.seq_id, fake_token(s.seq_id, s.num_generated), -0.5f, {}});
+  return r;
+}
+
+StepPlan decode_plan(uint64_t step_id, int num_seqs) {
+  StepPlan p;
+  p.step_id = step_id;
+  for (int i = 0; i < num_seqs; ++i) {
+    SeqStep s;
+    s.seq_id = 100 + i;
+    s.tokens = {static_cast<int32_t>(i + 1)};
+    s.num_computed = 40 + static_cast<int32_t>(step_id);
+    s.block_table = {i * 4, i * 4 + 1, i * 4 + 2, i * 4 + 3};
+    s.sample = true;
+    s.num_generated = static_cast<int32_t>(step_id);
+    p.seqs.push_back(std::move(s));
+  }
+  return p;
+}
+
+wire::Assignment make_assignment(int rank, const wire::Register&) {
+  wire::Assignment a;
+  a.model_path = "models/fake";
+  a.dtype = "float32";
+  a.kv_block_size = 16;
+  a.kv_num_blocks = 64;
+  a.kv_dtype = "float32";
+  a.collective_bootstrap = "shm-group-" + std::to_string(rank);
+  return a;
+}
+
+// One worker thread running a WorkerLink.
+struct FakeWorker {
+  FakeWorker(const std::string& address, int rank, int world, std::chrono::milliseconds interval,
+             WorkerStepFn step = fake_step, WorkerSetupFn setup = nullptr, uint16_t version = wire::kProtocolVersion) {
+    WorkerLinkOptions o;
+    o.coordinator_address = address;
+    o.rank = rank;
+    o.world_size = world;
+    o.heartbeat_interval = interval;
+    o.register_timeout = 5s;
+    o.protocol_version = version;
+    link = std::make_unique<WorkerLink>(o);
+    if (!setup) setup = [this](const wire::Assignment& a) {
+      assignment = a;
+      return Status::ok();
+    };
+    thread = std::thread([this, step, setup] {
+      result = link->run(setup, step);
+      done = true;
+    });
+  }
+  ~FakeWorker() { join(); }
+  void join() {
+    if (thread.joinable()) {
+      link->stop();
+      thread.join();
+    }
+  }
+  // Waits for run() to return (without stopping it).
+  bool wait_done(std::chrono::milliseconds timeout) {
+    const auto end = Clock::now() + timeout;
+    while (!done && Clock::now() < end) std::this_thread::sleep_for(2ms);
+    if (done && thread.joinable()) thread.join();
+    return done;
+  }
+
+  std::unique_ptr<WorkerLink> link;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  Status result;
+  wire::Assignment assignment;
+};
+
+struct Group {
+  explicit Group(int world, std::chrono::milliseconds interval = 100ms, std::string address = "tcp://127.0.0.1:*") {
+    WorkerGroupOptions o;
+    o.bind_address = std::move(address);
+    o.world_size = world;
+    o.heartbeat_interval = interval;
+    Status st = group.start(o, make_assignment);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  }
+  WorkerGroup group;
+};
+
+void run_steps(WorkerGroup& group, int num_steps, int num_seqs, uint64_t first_id = 1) {
+  for (uint64_t id = first_id; id < first_id + num_steps; ++id) {
+    StatusOr<StepResult> r = group.execute(decode_plan(id, num_seqs));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_EQ(r->step_id, id);
+    ASSERT_EQ(r->tokens.size(), static_cast<size_t>(num_seqs));
+    for (int i = 0; i < num_seqs; ++i) {
+      EXPECT_EQ(r->tokens[i].seq_id, 100u + i);
+      EXPECT_EQ(r->tokens[i].token, fake_token(100 + i, static_cast<int32_t>(id)));
+    }
+  }
+}
+
+class WorkerGroupWorldTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(WorkerGroupWorldTest, ExecutesStepsOnEveryRank) {
+  const auto [world, use_ipc] = GetParam();
+  const std::string address =
+      use_ipc ? "ipc:///tmp/tessera-wg-test-" + std::to_string(getpid()) + "-" + std::to_string(world)
+              : "tcp://127.0.0.1:*";
+  Group g(world, 100ms, address);
+  std::vector<std::unique_ptr<FakeWorker>> workers;
+  for (int r = 0; r < world; ++r)
+    workers.push_back(std::make_unique<FakeWorker>(g.group.endpoint(), r, world, 100ms));
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  run_steps(g.group, 25, 8);
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(workers[r]->link->steps_served(), 25u) << "rank " << r;
+    EXPECT_EQ(workers[r]->assignment.rank, r);
+    EXPECT_EQ(workers[r]->assignment.world_size, world);
+    EXPECT_EQ(workers[r]->assignment.collective_bootstrap, "shm-group-" + std::to_string(r));
+  }
+  for (const RankStatus& s : g.group.status()) {
+    EXPECT_TRUE(s.alive && s.ready) << "rank " << s.rank;
+    EXPECT_EQ(s.registrations, 1);
+    EXPECT_GE(s.ms_since_heard, 0);
+  }
+  g.group.shutdown("test over");
+  for (auto& w : workers) {
+    ASSERT_TRUE(w->wait_done(5s)) << "worker did not exit on Shutdown";
+    EXPECT_TRUE(w->result.is_ok()) << w->result.to_string();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, WorkerGroupWorldTest,
+                         ::testing::Values(std::make_tuple(1, false), std::make_tuple(2, false),
+                                           std::make_tuple(3, false), std::make_tuple(2, true)));
+
+TEST(WorkerGroupTest, RefusesStepsWhileIncomplete) {
+  Group g(2);
+  FakeWorker w0(g.group.endpoint(), 0, 2, 100ms);
+  Status st = g.group.wait_until_ready(300ms);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("rank 1 not registered yet"), std::string::npos) << st.to_string();
+  StatusOr<StepResult> r = g.group.execute(decode_plan(1, 2));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("worker group incomplete (1/2 ranks ready)"), std::string::npos)
+      << r.status().to_string();
+}
+
+TEST(WorkerGroupTest, SilentRankDeclaredDeadWithinTwoIntervalsThenRejoins) {
+  constexpr auto kInterval = 60ms;
+  Group g(3, kInterval);
+  auto w0 = std::make_unique<FakeWorker>(g.group.endpoint(), 0, 3, kInterval);
+  auto w1 = std::make_unique<FakeWorker>(g.group.endpoint(), 1, 3, kInterval);
+  auto w2 = std::make_unique<FakeWorker>(g.group.endpoint(), 2, 3, kInterval);
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  run_steps(g.group, 5, 4);
+
+  // Rank 1 goes silent like a crashed process: no goodbye, no more heartbeats.
+  const auto killed = Clock::now();
+  w1->link->stop(/*silently=*/true);
+  while (g.group.status()[1].alive && Clock::now() - killed < 2s) std::this_thread::sleep_for(1ms);
+  const auto detected = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed);
+  const RankStatus s1 = g.group.status()[1];
+  ASSERT_FALSE(s1.alive);
+  // Dead once silent for > 2 intervals since its last heartbeat (which came before the kill);
+  // allow one poll tick plus scheduling noise on a loaded machine.
+  EXPECT_LE(detected.count(), 2 * kInterval.count() + 40) << "took " << detected.count() << " ms";
+  EXPECT_NE(s1.error.find("no heartbeat for"), std::string::npos) << s1.error;
+
+  StatusOr<StepResult> r = g.group.execute(decode_plan(6, 4));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("rank 1 dead"), std::string::npos) << r.status().to_string();
+  EXPECT_TRUE(g.group.status()[0].alive);
+  EXPECT_TRUE(g.group.status()[2].alive);
+
+  // A restarted rank 1 registers again, is re-assigned, and steps succeed again.
+  w1.reset();
+  auto w1b = std::make_unique<FakeWorker>(g.group.endpoint(), 1, 3, kInterval);
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  EXPECT_EQ(w1b->assignment.rank, 1);
+  EXPECT_EQ(g.group.status()[1].registrations, 2);
+  run_steps(g.group, 5, 4, 7);
+}
+
+TEST(WorkerGroupTest, RankDyingDuringStepFailsThatStepNamingIt) {
+  constexpr auto kInterval = 50ms;
+  Group g(2, kInterval);
+  FakeWorker w0(g.group.endpoint(), 0, 2, kInterval);
+  std::unique_ptr<FakeWorker> w1;
+  WorkerStepFn dying = [&w1](const StepPlan& plan) -> StatusOr<StepResult> {
+    if (plan.step_id == 3) {
+      w1->link->stop(/*silently=*/true);  // the process "crashes" mid-step
+      std::this_thread::sleep_for(400ms);
+    }
+    return StepResult{plan.step_id, {}, ""};
+  };
+  w1 = std::make_unique<FakeWorker>(g.group.endpoint(), 1, 2, kInterval, dying);
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  run_steps(g.group, 2, 3);
+  const auto t0 = Clock::now();
+  StatusOr<StepResult> r = g.group.execute(decode_plan(3, 3));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("rank 1 died during step 3"), std::string::npos) << r.status().to_string();
+  EXPECT_LT(Clock::now() - t0, 400ms);  // failed on missed heartbeats, before the step would end
+}
+
+TEST(WorkerGroupTest, RankErrorFailsTheStepNamingIt) {
+  Group g(2);
+  FakeWorker w0(g.group.endpoint(), 0, 2, 100ms);
+  WorkerStepFn failing = [](const StepPlan& plan) -> StatusOr<StepResult> {
+    if (plan.step_id == 2) return resource_exhausted("KV block 99 out of range");
+    return StepResult{plan.step_id, {}, ""};
+  };
+  FakeWorker w1(g.group.endpoint(), 1, 2, 100ms, failing);
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  run_steps(g.group, 1, 2);
+  StatusOr<StepResult> r = g.group.execute(decode_plan(2, 2));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("rank 1 failed step 2"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("KV block 99 out of range"), std::string::npos);
+  run_steps(g.group, 2, 2, 3);  // the group is still whole
+}
+
+TEST(WorkerGroupTest, WrongProtocolVersionIsRejected) {
+  Group g(1);
+  FakeWorker w(g.group.endpoint(), 0, 1, 100ms, fake_step, nullptr, /*version=*/2);
+  ASSERT_TRUE(w.wait_done(5s));
+  ASSERT_FALSE(w.result.is_ok());
+  EXPECT_EQ(w.result.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(w.result.message().find("wire protocol version 2 rejected: this coordinator speaks version 1"),
+            std::string::npos)
+      << w.result.to_string();
+  EXPECT_FALSE(g.group.status()[0].registered);
+}
+
+TEST(WorkerGroupTest, DuplicateRankIsRejected) {
+  Group g(2);
+  FakeWorker first(g.group.endpoint(), 0, 2, 100ms);
+  while (!g.group.status()[0].registered) std::this_thread::sleep_for(1ms);
+  FakeWorker second(g.group.endpoint(), 0, 2, 100ms);
+  ASSERT_TRUE(second.wait_done(5s));
+  ASSERT_FALSE(second.result.is_ok());
+  EXPECT_NE(second.result.message().find("duplicate registration for rank 0"), std::string::npos)
+      << second.result.to_string();
+  EXPECT_EQ(g.group.status()[0].registrations, 1);
+  EXPECT_TRUE(g.group.status()[0].alive);
+}
+
+TEST(WorkerGroupTest, WrongWorldSizeIsRejected) {
+  Group g(2);
+  FakeWorker w(g.group.endpoint(), 0, 4, 100ms);
+  ASSERT_TRUE(w.wait_done(5s));
+  EXPECT_NE(w.result.message().find("registered for world size 4 but this group has 2 ranks"), std::string::npos)
+      << w.result.to_string();
+}
+
+TEST(WorkerGroupTest, SetupFailureIsReported) {
+  Group g(1);
+  FakeWorker w(g.group.endpoint(), 0, 1, 100ms, fake_step,
+               [](const wire::Assignment&) { return not_found("models/fake/config.json: no such file"); });
+  Status st = g.group.wait_until_ready(5s);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("rank 0 setup failed: NotFound: models/fake/config.json"), std::string::npos)
+      << st.to_string();
+  ASSERT_TRUE(w.wait_done(5s));
+  EXPECT_EQ(w.result.code(), StatusCode::kNotFound);
+}
+
+TEST(WorkerGroupTest, BadBindAddressIsAnError) {
+  WorkerGroup group;
+  WorkerGroupOptions o;
+  o.bind_address = "tcp://not an address";
+  Status st = group.start(o, make_assignment);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("cannot bind 'tcp://not an address'"), std::string::npos) << st.to_string();
+}
+
+TEST(WorkerGroupTest, WorkerLeavesWhenCoordinatorGoesSilent) {
+  // A hand-made coordinator that assigns and then never speaks again.
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  FakeWorker w(router.get(zmq::sockopt::last_endpoint), 0, 1, 40ms);
+  zmq::message_t id, reg;
+  ASSERT_TRUE(router.recv(id));
+  ASSERT_TRUE(router.recv(reg));
+  wire::Register r;
+  ASSERT_TRUE(wire::decode(std::string_view(static_cast<const char*>(reg.data()), reg.size()), &r).is_ok());
+  EXPECT_EQ(r.pid, getpid());
+  const std::string a = wire::encode(make_assignment(0, r));
+  router.send(id, zmq::send_flags::sndmore);
+  router.send(zmq::buffer(a));
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(w.wait_done(3s));
+  EXPECT_GE(Clock::now() - t0, 100ms);  // 3 intervals of 40 ms
+  EXPECT_EQ(w.result.code(), StatusCode::kUnavailable);
+  EXPECT_NE(w.result.message().find("silent for"), std::string::npos) << w.result.to_string();
+}
+
+TEST(WorkerGroupTest, KilledWorkerProcessIsDeclaredDead) {
+  constexpr auto kInterval = 50ms;
+  Group g(2, kInterval);
+  FakeWorker w0(g.group.endpoint(), 0, 2, kInterval);
+  const std::string endpoint = g.group.endpoint();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    WorkerLinkOptions o;
+    o.coordinator_address = endpoint;
+    o.rank = 1;
+    o.world_size = 2;
+    o.heartbeat_interval = kInterval;
+    WorkerLink link(o);
+    Status st = link.run(nullptr, fake_step);
+    _exit(st.is_ok() ? 0 : 1);
+  }
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  EXPECT_EQ(g.group.status()[1].pid, child);
+  run_steps(g.group, 3, 2);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  const auto t0 = Clock::now();
+  while (g.group.status()[1].alive && Clock::now() - t0 < 2s) std::this_thread::sleep_for(1ms);
+  EXPECT_FALSE(g.group.status()[1].alive);
+  StatusOr<StepResult> r = g.group.execute(decode_plan(9, 2));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("rank 1"), std::string::npos) << r.status().to_string();
+}
+
+}  // namespace
+}  // namespace tessera
