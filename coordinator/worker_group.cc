@@ -52,9 +52,11 @@ struct WorkerGroup::Impl {
   WorkerGroupOptions opts;
   AssignmentFactory factory;
   zmq::context_t ctx{1};
-  std::unique_ptr<zmq::socket_t> router;       // I/O thread only (after start)
-  std::unique_ptr<zmq::socket_t> pipe_io;      // I/O thread end of the execute() pipe
-  std::unique_ptr<zmq::socket_t> pipe_caller;  // execute() end, guarded by exec_mu
+  // The ROUTER is used by whichever thread holds sock_mu: execute() while a step is in
+  // flight (it then serves registrations and heartbeats too), the housekeeping thread
+  // otherwise. No thread hop on the step path.
+  std::unique_ptr<zmq::socket_t> router;
+  std::mutex sock_mu;
   std::string endpoint;
   std::thread io;
   std::atomic<bool> stop{false};
@@ -66,19 +68,20 @@ struct WorkerGroup::Impl {
   bool stopped = false;
   std::string plan_buf;
 
-  mutable std::mutex state_mu;  // guards slots, by_identity, outcome
+  mutable std::mutex state_mu;  // guards slots, by_identity
   std::condition_variable state_cv;
   std::vector<Slot> slots;
   std::unordered_map<std::string, int> by_identity;
-  Status outcome_status;
-  StepResult outcome_result;
 
-  // The step in flight (I/O thread only).
+  // The step in flight and socket-side state (under sock_mu).
+  Status outcome_status;
+  Clock::time_point next_hb{};
   bool step_active = false;
   uint64_t step_id = 0;
   std::vector<char> awaiting;
   int remaining = 0;
   StepResult rank0_result;
+  std::vector<std::string> identities;
   StepResult scratch_result;
   uint64_t hb_seq = 0;
   std::string send_buf;
@@ -141,12 +144,7 @@ struct WorkerGroup::Impl {
   void finish_step(Status status) {
     if (!step_active) return;
     step_active = false;
-    {
-      std::lock_guard<std::mutex> lock(state_mu);
-      outcome_status = std::move(status);
-      if (outcome_status.is_ok()) std::swap(outcome_result, rank0_result);
-    }
-    pipe_io->send(zmq::const_buffer("", 0), zmq::send_flags::none);
+    outcome_status = std::move(status);
   }
 
   void mark_dead_locked(int rank, const std::string& why) {
@@ -171,22 +169,24 @@ struct WorkerGroup::Impl {
                               ": " + why));
   }
 
-  void start_step(zmq::message_t& plan) {
-    step_id = peek_step_id(plan);
-    std::vector<std::string> identities;
+  // Under sock_mu. Sends the plan to every rank; outcome_status says why not.
+  void start_step(uint64_t id, const std::string& frame) {
+    step_id = id;
+    identities.clear();
     {
       std::lock_guard<std::mutex> lock(state_mu);
       if (!complete_locked()) {
         outcome_status =
             unavailable("refusing step " + std::to_string(step_id) + ": " + describe_incomplete_locked(Clock::now()));
-        pipe_io->send(zmq::const_buffer("", 0), zmq::send_flags::none);
         return;
       }
       for (const Slot& s : slots) identities.push_back(s.identity);
     }
     step_active = true;
+    outcome_status = Status::ok();
     awaiting.assign(slots.size(), 1);
     remaining = static_cast<int>(slots.size());
+    zmq::message_t plan(frame.data(), frame.size());
     for (size_t r = 0; r < identities.size(); ++r) {
       zmq::message_t copy;
       copy.copy(plan);
@@ -355,43 +355,52 @@ struct WorkerGroup::Impl {
     for (auto& [rank, why] : dead) on_dead(rank, why);
   }
 
-  void run() {
-    const auto interval = opts.heartbeat_interval;
-    const auto tick = std::clamp(interval / 8, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
-    Clock::time_point next_hb = Clock::now();
-    zmq::pollitem_t items[] = {{router->handle(), 0, ZMQ_POLLIN, 0}, {pipe_io->handle(), 0, ZMQ_POLLIN, 0}};
-    while (!stop.load(std::memory_order_relaxed)) {
-      Clock::time_point now = Clock::now();
-      auto timeout = std::min<Clock::duration>(tick, std::max<Clock::duration>(next_hb - now, Clock::duration(0)));
-      zmq::poll(items, 2, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
-      if (items[0].revents & ZMQ_POLLIN) {
-        for (;;) {
-          zmq::message_t identity, payload;
-          if (!router->recv(identity, zmq::recv_flags::dontwait)) break;
-          bool complete_frames = identity.more() && router->recv(payload, zmq::recv_flags::none).has_value();
-          // Drain and ignore any extra frames.
-          while (payload.more()) {
-            zmq::message_t extra;
-            if (!router->recv(extra, zmq::recv_flags::none)) break;
-            complete_frames = false;
-            payload = std::move(extra);
-          }
-          if (complete_frames) on_worker_message(identity.to_string(), payload);
+  Clock::duration tick() const {
+    return std::clamp(opts.heartbeat_interval / 8, std::chrono::milliseconds(1), std::chrono::milliseconds(20));
+  }
+
+  // Under sock_mu: waits up to `timeout` for worker messages, handles all that arrived,
+  // sends heartbeats when due, declares silent ranks dead.
+  void service(Clock::duration timeout) {
+    zmq::pollitem_t item{router->handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+    if (item.revents & ZMQ_POLLIN) {
+      for (;;) {
+        zmq::message_t identity, payload;
+        if (!router->recv(identity, zmq::recv_flags::dontwait)) break;
+        bool complete_frames = identity.more() && router->recv(payload, zmq::recv_flags::none).has_value();
+        while (payload.more()) {  // drain and ignore any extra frames
+          zmq::message_t extra;
+          if (!router->recv(extra, zmq::recv_flags::none)) break;
+          complete_frames = false;
+          payload = std::move(extra);
         }
+        if (complete_frames) on_worker_message(identity.to_string(), payload);
       }
-      if (items[1].revents & ZMQ_POLLIN) {
-        zmq::message_t plan;
-        if (pipe_io->recv(plan, zmq::recv_flags::dontwait)) start_step(plan);
-      }
-      now = Clock::now();
-      if (now >= next_hb) {
-        send_heartbeats();
-        next_hb = now + interval;
-      }
-      check_liveness(now);
     }
-    // Shutting down: fail the step in flight, tell every worker to exit.
-    finish_step(unavailable("worker group shut down during step " + std::to_string(step_id)));
+    const Clock::time_point now = Clock::now();
+    if (now >= next_hb) {
+      send_heartbeats();
+      next_hb = now + opts.heartbeat_interval;
+    }
+    check_liveness(now);
+  }
+
+  // Housekeeping thread: serves the socket whenever no step holds it.
+  void run() {
+    // Never blocks in poll while holding the socket, so execute() gets it at once; worker
+    // messages outside steps are therefore handled within one tick (<= 20 ms).
+    while (!stop.load(std::memory_order_relaxed)) {
+      {
+        std::lock_guard<std::mutex> lock(sock_mu);
+        service(Clock::duration(0));
+      }
+      std::this_thread::sleep_for(tick());
+    }
+  }
+
+  void say_goodbye() {
+    std::lock_guard<std::mutex> sock(sock_mu);
     wire::encode(wire::Shutdown{stop_reason}, &send_buf);
     std::lock_guard<std::mutex> lock(state_mu);
     for (Slot& s : slots) {
@@ -432,15 +441,8 @@ Status WorkerGroup::start(const WorkerGroupOptions& options, AssignmentFactory f
     }
     d.router->bind(options.bind_address);
     d.endpoint = d.router->get(zmq::sockopt::last_endpoint);
-    const std::string pipe = "inproc://tessera-worker-group-" + std::to_string(reinterpret_cast<uintptr_t>(this));
-    d.pipe_io = std::make_unique<zmq::socket_t>(d.ctx, zmq::socket_type::pair);
-    d.pipe_io->bind(pipe);
-    d.pipe_caller = std::make_unique<zmq::socket_t>(d.ctx, zmq::socket_type::pair);
-    d.pipe_caller->connect(pipe);
   } catch (const zmq::error_t& e) {
     d.router.reset();
-    d.pipe_io.reset();
-    d.pipe_caller.reset();
     return invalid_argument("worker group cannot bind '" + options.bind_address + "': " + e.what());
   }
   d.started = true;
@@ -480,13 +482,18 @@ StatusOr<StepResult> WorkerGroup::execute(const StepPlan& plan) {
                          d.describe_incomplete_locked(Clock::now()));
   }
   wire::encode(plan, &d.plan_buf);
-  d.pipe_caller->send(zmq::buffer(d.plan_buf), zmq::send_flags::none);
-  zmq::message_t done;
-  if (!d.pipe_caller->recv(done, zmq::recv_flags::none)) return internal_error("worker group pipe closed");
-  std::lock_guard<std::mutex> state(d.state_mu);
+  std::lock_guard<std::mutex> sock(d.sock_mu);
+  d.start_step(plan.step_id, d.plan_buf);
+  while (d.step_active) {
+    if (d.stop.load()) {
+      d.finish_step(unavailable("worker group shut down during step " + std::to_string(plan.step_id)));
+      break;
+    }
+    d.service(d.tick());
+  }
   if (!d.outcome_status.is_ok()) return d.outcome_status;
   StepResult result;
-  std::swap(result, d.outcome_result);
+  std::swap(result, d.rank0_result);
   return result;
 }
 
@@ -523,8 +530,7 @@ void WorkerGroup::shutdown(const std::string& reason) {
   if (d.stopped) return;
   d.stopped = true;
   if (d.io.joinable()) d.io.join();
-  d.pipe_caller.reset();
-  d.pipe_io.reset();
+  d.say_goodbye();
   d.router.reset();
   TESSERA_LOG_INFO("worker group: shut down ({})", reason);
 }

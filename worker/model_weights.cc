@@ -1,5 +1,6 @@
 #include "worker/model_weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tessera {
@@ -333,9 +334,10 @@ StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
   if (c.ffn % world != 0) return uneven("MLP intermediate size", c.ffn);
   s.ffn = c.ffn / world;
   s.ffn_offset = rank * s.ffn;
-  if (c.vocab % world != 0) return uneven("vocabulary", c.vocab);
-  s.vocab = c.vocab / world;
+  s.vocab = (c.vocab + world - 1) / world;
   s.vocab_offset = rank * s.vocab;
+  s.vocab_rows = std::min(s.vocab, c.vocab - s.vocab_offset);
+  if (s.vocab_rows <= 0) return uneven("vocabulary into non-empty parts", c.vocab);
   return s;
 }
 
@@ -348,7 +350,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);
   const std::string& head_name = a.name_of(TensorRole::kLmHead);
   mw.vocab_split = sh.world > 1 && (options.plan == nullptr || options.plan->role_of(embed_name) == TpRole::kVocab);
-  const Slice vocab_rows = mw.vocab_split ? rows(sh.vocab_offset, sh.vocab) : Slice{};
+  const Slice vocab_rows = mw.vocab_split ? rows(sh.vocab_offset, sh.vocab_rows) : Slice{};
   TESSERA_ASSIGN_OR_RETURN(mw.embed, r.load(embed_name, {c.vocab, c.hidden}, vocab_rows));
   if (a.embedding_norm) {
     TESSERA_RETURN_IF_ERROR(load_norm(r, a.name_of(TensorRole::kEmbedNorm), c, &mw.embed_norm_w, &mw.embed_norm_b));

@@ -32,7 +32,10 @@ struct ShardSpec {
   int64_t q_heads = 0, q_head_offset = 0;    // local query heads and the first one's global index
   int64_t kv_heads = 0, kv_head_offset = 0;  // local KV heads and the first one's global index
   int64_t ffn = 0, ffn_offset = 0;
-  int64_t vocab = 0, vocab_offset = 0;
+  // The vocabulary is cut in chunks of ceil(vocab / world) rows: rank r holds rows
+  // [vocab_offset, vocab_offset + vocab_rows), where vocab_rows < vocab for the last rank
+  // when the split is uneven (logits are padded to `vocab` columns for the all-gather).
+  int64_t vocab = 0, vocab_offset = 0, vocab_rows = 0;
 
   // Checks that the model divides evenly; the error names the sizes.
   static StatusOr<ShardSpec> make(const ModelConfig& config, int rank, int world);

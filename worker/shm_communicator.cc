@@ -461,6 +461,14 @@ StatusOr<Segment> create_segment(const std::string& group, const std::string& na
     return resource_exhausted(describe(group, 0) + ": cannot size " + name + " to " + std::to_string(total) +
                               " bytes: " + errno_text(err));
   }
+  // tmpfs allocates pages on first touch, and a full /dev/shm (64 MB in a default Docker
+  // container) would then kill us with SIGBUS mid-collective: reserve them now instead.
+  if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); err != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return resource_exhausted(describe(group, 0) + ": cannot reserve " + std::to_string(total) + " bytes for " +
+                              name + " (is /dev/shm large enough?): " + errno_text(err));
+  }
   StatusOr<Segment> mapped = map_fd(fd, total, name);
   if (!mapped.is_ok()) {
     ::shm_unlink(name.c_str());

@@ -160,19 +160,22 @@ void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
     backend_.linear(normed, weights_.lm_head.w, weights_.lm_head.b, logits);
     return;
   }
-  // Each rank computes its vocabulary columns; an all-gather assembles [rows, vocab].
-  const int64_t R = normed.dim(0), local = shard_.vocab, world = comm_->world_size();
-  Tensor part = backend_.alloc({R, local}, DType::kF32);
+  // Each rank computes its vocabulary columns, padded to the common chunk width so the
+  // all-gather moves equal parts; the pieces are assembled into [rows, vocab].
+  const int64_t R = normed.dim(0), chunk = shard_.vocab, world = comm_->world_size(), V = config_.vocab;
+  Tensor part = backend_.alloc({R, shard_.vocab_rows}, DType::kF32);
   backend_.linear(normed, weights_.lm_head.w, weights_.lm_head.b, part.view());
-  Tensor gathered = backend_.alloc({world, R, local}, DType::kF32);
-  Status st = comm_->all_gather(part.data<float>(), gathered.data<void>(), R * local, DType::kF32);
+  std::vector<float> mine(R * chunk, 0.0f);
+  for (int64_t r = 0; r < R; ++r) {
+    backend_.copy_to_host(part.view().rows(r, 1), mine.data() + r * chunk);
+  }
+  std::vector<float> g(world * R * chunk), out(R * V);
+  Status st = comm_->all_gather(mine.data(), g.data(), R * chunk, DType::kF32);
   TESSERA_CHECK(st.is_ok()) << "all_gather failed: " << st.to_string();
-  // [world, R, local] -> [R, world * local]
-  std::vector<float> g(gathered.numel()), out(R * local * world);
-  backend_.copy_to_host(gathered.view(), g.data());
   for (int64_t w = 0; w < world; ++w) {
+    const int64_t cols = std::min(chunk, V - w * chunk);
     for (int64_t r = 0; r < R; ++r) {
-      std::copy_n(g.data() + (w * R + r) * local, local, out.data() + r * local * world + w * local);
+      std::copy_n(g.data() + (w * R + r) * chunk, cols, out.data() + r * V + w * chunk);
     }
   }
   backend_.copy_from_host(out.data(), logits);

@@ -195,7 +195,10 @@ TEST(WorkerGroupTest, SilentRankDeclaredDeadWithinTwoIntervalsThenRejoins) {
   // Dead once silent for > 2 intervals since its last heartbeat (which came before the kill);
   // allow one poll tick plus scheduling noise on a loaded machine.
   EXPECT_LE(detected.count(), 2 * kInterval.count() + 40) << "took " << detected.count() << " ms";
-  EXPECT_NE(s1.error.find("no heartbeat for"), std::string::npos) << s1.error;
+  // A closed connection is noticed at the next heartbeat send; a hung one by the timeout.
+  EXPECT_TRUE(s1.error.find("no heartbeat for") != std::string::npos ||
+              s1.error.find("unreachable") != std::string::npos)
+      << s1.error;
 
   StatusOr<StepResult> r = g.group.execute(decode_plan(6, 4));
   ASSERT_FALSE(r.is_ok());
@@ -331,7 +334,7 @@ TEST(WorkerGroupTest, WorkerLeavesWhenCoordinatorGoesSilent) {
   EXPECT_NE(w.result.message().find("silent for"), std::string::npos) << w.result.to_string();
 }
 
-TEST(WorkerGroupTest, KilledWorkerProcessIsDeclaredDead) {
+TEST(WorkerGroupTest, HungWorkerProcessIsDeclaredDeadWithinTwoIntervals) {
   constexpr auto kInterval = 50ms;
   Group g(2, kInterval);
   FakeWorker w0(g.group.endpoint(), 0, 2, kInterval);
@@ -351,6 +354,53 @@ TEST(WorkerGroupTest, KilledWorkerProcessIsDeclaredDead) {
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
   EXPECT_EQ(g.group.status()[1].pid, child);
   run_steps(g.group, 3, 2);
+
+  // A hung process (SIGSTOP): the connection stays open but heartbeats stop.
+  kill(child, SIGSTOP);
+  const auto t0 = Clock::now();
+  while (g.group.status()[1].alive && Clock::now() - t0 < 2s) std::this_thread::sleep_for(1ms);
+  const auto detected = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  const RankStatus s1 = g.group.status()[1];
+  ASSERT_FALSE(s1.alive);
+  EXPECT_NE(s1.error.find("no heartbeat for"), std::string::npos) << s1.error;
+  EXPECT_LE(detected.count(), 2 * kInterval.count() + 40) << "took " << detected.count() << " ms";
+  StatusOr<StepResult> r = g.group.execute(decode_plan(9, 2));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("rank 1 dead (no heartbeat for"), std::string::npos)
+      << r.status().to_string();
+
+  // Woken up, the stale worker is told it was declared dead and leaves (exit code 1).
+  kill(child, SIGCONT);
+  int wstatus = 0;
+  const auto t1 = Clock::now();
+  while (waitpid(child, &wstatus, WNOHANG) == 0 && Clock::now() - t1 < 5s) std::this_thread::sleep_for(5ms);
+  if (Clock::now() - t1 >= 5s) {
+    kill(child, SIGKILL);
+    waitpid(child, &wstatus, 0);
+    FAIL() << "stale worker did not leave after being declared dead";
+  }
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 1);
+}
+
+TEST(WorkerGroupTest, KilledWorkerProcessFailsStepsUntilReplaced) {
+  constexpr auto kInterval = 50ms;
+  Group g(2, kInterval);
+  FakeWorker w0(g.group.endpoint(), 0, 2, kInterval);
+  const std::string endpoint = g.group.endpoint();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    WorkerLinkOptions o;
+    o.coordinator_address = endpoint;
+    o.rank = 1;
+    o.world_size = 2;
+    o.heartbeat_interval = kInterval;
+    WorkerLink link(o);
+    Status st = link.run(nullptr, fake_step);
+    _exit(st.is_ok() ? 0 : 1);
+  }
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  run_steps(g.group, 3, 2);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   const auto t0 = Clock::now();
@@ -358,7 +408,10 @@ TEST(WorkerGroupTest, KilledWorkerProcessIsDeclaredDead) {
   EXPECT_FALSE(g.group.status()[1].alive);
   StatusOr<StepResult> r = g.group.execute(decode_plan(9, 2));
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("rank 1"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("rank 1 dead"), std::string::npos) << r.status().to_string();
+  FakeWorker replacement(endpoint, 1, 2, kInterval);
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  run_steps(g.group, 3, 2, 10);
 }
 
 }  // namespace
