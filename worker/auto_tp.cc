@@ -190,13 +190,11 @@ Status check_split(const std::string& name, const TensorInfo& info, TpRole role,
     return invalid_argument(name + layer_text(info) + ": " + dim.what + " " + s + " cannot be split across " + w +
                             " ranks: need kv heads % tensor_parallel == 0 or tensor_parallel % kv heads == 0");
   }
-  std::string msg = name + layer_text(info) + ": " + tp_role_name(role) + " split needs " + dim.what + " " + s +
-                    " divisible by tensor_parallel " + w;
-  if (role == TpRole::kVocab) {
-    msg += "; pad the vocabulary in the checkpoint or replicate it with a rule {match: '" + module_path(info.weight) +
-           "', role: keep}";
-  }
-  return invalid_argument(msg);
+  // An uneven vocabulary is cut in ceil(vocab / world) rows per rank, the last rank taking
+  // fewer; the LM head pads its logits to the common width for the all-gather.
+  if (role == TpRole::kVocab) return Status::ok();
+  return invalid_argument(name + layer_text(info) + ": " + tp_role_name(role) + " split needs " + dim.what + " " + s +
+                          " divisible by tensor_parallel " + w);
 }
 
 }  // namespace
@@ -421,6 +419,11 @@ TpSlice slice_for(const TpPlan& plan, const ModelConfig& config, const std::stri
   const int axis = role == TpRole::kRow ? 1 : 0;
   TESSERA_CHECK(static_cast<size_t>(axis) < full_shape.size()) << tensor << ": no axis " << axis;
   const int64_t dim = full_shape[axis];
+  if (role == TpRole::kVocab) {  // ceil-sized chunks; see check_split
+    const int64_t chunk = (dim + world - 1) / world;
+    const int64_t begin = std::min<int64_t>(rank * chunk, dim);
+    return TpSlice{0, begin, std::min(chunk, dim - begin)};
+  }
   TESSERA_CHECK(dim % world == 0) << tensor << ": dimension " << axis << " (" << dim << ") % " << world;
   // Head-structured dims (q rows [heads, head_dim], BLOOM's fused [heads, 3, head_dim], o
   // columns) split on head boundaries because heads % world == 0 was checked by the planner.

@@ -9,9 +9,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "kernels/backend.h"
 #include "tests/test_support.h"
+#include "worker/auto_tp.h"
 #include "worker/generator.h"
 #include "worker/shm_communicator.h"
 #include "worker/transformer.h"
@@ -23,11 +25,13 @@ struct Param {
   std::string model;
   int world;
   bool inject;
+  bool keep_w2 = false;  // plan from the auto-TP planner with keep_linear {w2: mixtral}
 };
 
 // Runs in a forked rank: loads, generates every golden case, and (rank 0) writes the
 // worst logit error and whether all tokens matched. Returns the process exit code.
-int run_rank(const Param& p, int rank, const std::string& group, const std::string& result_path) {
+int run_rank(const Param& p, int rank, const std::string& group, const std::string& result_path,
+             const TpPlan* plan) {
   auto comm = make_shm_communicator(group, rank, p.world, size_t{1} << 20, 20000);
   if (!comm.is_ok()) {
     std::cerr << "rank " << rank << ": " << comm.status().to_string() << std::endl;
@@ -37,6 +41,7 @@ int run_rank(const Param& p, int rank, const std::string& group, const std::stri
   ModelLoadOptions lo;
   lo.kernel_inject = p.inject;
   lo.comm = comm.value().get();
+  lo.plan = plan;
   const std::string dir = testing::fixtures_dir() + "/" + p.model;
   auto model = Transformer::load(dir, lo, *backend.value());
   if (!model.is_ok()) {
@@ -82,11 +87,25 @@ TEST_P(TensorParallelTest, RanksInSeparateProcessesReproduceTheReference) {
   const std::string tmp = testing::make_temp_dir("tessera-tp");
   const std::string result = tmp + "/rank0.json";
   const std::string group = "tp-test-" + std::to_string(getpid()) + "-" + std::to_string(p.world);
+  std::optional<TpPlan> plan;
+  if (p.keep_w2) {
+    const std::string dir = testing::fixtures_dir() + "/" + p.model;
+    auto ckpt = Checkpoint::open(dir);
+    ASSERT_TRUE(ckpt.is_ok());
+    auto config = parse_model_config(ckpt.value()->config(), dir);
+    ASSERT_TRUE(config.is_ok());
+    AutoTpOptions options;
+    options.keep_linear["w2"] = "mixtral";
+    auto planned = plan_tensor_parallel(config.value(), ckpt.value()->tensor_names(), options, p.world);
+    ASSERT_TRUE(planned.is_ok()) << planned.status().to_string();
+    EXPECT_EQ(planned.value().role_of("model.layers.0.block_sparse_moe.experts.1.w2.weight"), TpRole::kKeep);
+    plan = planned.value();
+  }
   std::vector<pid_t> pids;
   for (int rank = 0; rank < p.world; ++rank) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) _exit(run_rank(p, rank, group, result));
+    if (pid == 0) _exit(run_rank(p, rank, group, result, plan ? &*plan : nullptr));
     pids.push_back(pid);
   }
   for (int rank = 0; rank < p.world; ++rank) {
@@ -100,6 +119,7 @@ TEST_P(TensorParallelTest, RanksInSeparateProcessesReproduceTheReference) {
   EXPECT_TRUE(r["tokens_match"].get<bool>());
   EXPECT_LE(r["max_logit_error"].get<float>(), 1e-3f);
   std::cout << "[ REPORT   ] " << p.model << " TP=" << p.world << (p.inject ? " fused" : " plain")
+            << (p.keep_w2 ? " (w2 kept whole)" : "")
             << ": max |logit - reference| = " << r["max_logit_error"] << std::endl;
   std::filesystem::remove_all(tmp);
 }
@@ -112,6 +132,7 @@ std::vector<Param> params() {
     out.push_back({"tiny-llama", 2, inject});  // 4 heads, 2 KV heads
     out.push_back({"tiny-llama", 4, inject});  // more ranks than KV heads: KV heads replicated
     out.push_back({"tiny-mixtral", 2, inject});
+    out.push_back({"tiny-mixtral", 2, inject, /*keep_w2=*/true});
   }
   return out;
 }
@@ -119,7 +140,8 @@ std::vector<Param> params() {
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::string m = info.param.model;
   for (char& c : m) if (c == '-') c = '_';
-  return m + "_tp" + std::to_string(info.param.world) + (info.param.inject ? "_fused" : "_plain");
+  return m + "_tp" + std::to_string(info.param.world) + (info.param.inject ? "_fused" : "_plain") +
+         (info.param.keep_w2 ? "_keep_w2" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest, ::testing::ValuesIn(params()), param_name);
