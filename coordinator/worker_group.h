@@ -8,7 +8,9 @@
 //   group.wait_until_ready(std::chrono::seconds(60));
 //   Engine engine(config, group);
 //
-// One I/O thread owns the socket; execute() hands it the encoded plan over an inproc pipe.
+// execute() drives the socket itself while a step is in flight (serving registrations and
+// heartbeats too); a housekeeping thread serves it between steps, every tick (interval/8,
+// at most 20 ms). The socket is guarded by a mutex, so the step path has no thread hop.
 // A rank silent for two heartbeat intervals is declared dead: the step in flight fails with
 // Unavailable naming it, and execute() refuses steps until the rank registers again (a
 // restarted worker with the same rank is re-assigned; the coordinator keeps running).

@@ -4,8 +4,10 @@
 // (load the model there), reports Ready, then serves steps with the step callback until the
 // coordinator says Shutdown, goes silent, rejects the worker, or stop() is called.
 //
-// Generic: no model code. The callbacks run on the thread that called run(); a private I/O
-// thread owns the socket, so heartbeats keep flowing during a long setup or step.
+// Generic: no model code. The callbacks run on the thread that called run(), which also
+// serves the socket while it waits for work (no thread hop on the step path); a private
+// housekeeping thread takes the socket over during setup and steps, so heartbeats keep
+// flowing however long they take.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
