@@ -127,6 +127,26 @@ void BM_EncodeDecodePlan(benchmark::State& state) {
 }
 BENCHMARK(BM_EncodeDecodePlan)->Arg(8)->Arg(256);
 
+void BM_EncodePlan(benchmark::State& state) {
+  const StepPlan plan = decode_plan(1, static_cast<int>(state.range(0)));
+  std::string buf;
+  for (auto _ : state) {
+    wire::encode(plan, &buf);
+    benchmark::DoNotOptimize(buf.data());
+  }
+}
+BENCHMARK(BM_EncodePlan)->Arg(8)->Arg(256);
+
+void BM_DecodePlan(benchmark::State& state) {
+  const std::string buf = wire::encode(decode_plan(1, static_cast<int>(state.range(0))));
+  StepPlan out;
+  for (auto _ : state) {
+    Status st = wire::decode(buf, &out);
+    benchmark::DoNotOptimize(st);
+  }
+}
+BENCHMARK(BM_DecodePlan)->Arg(8)->Arg(256);
+
 // Decoding into a fresh plan every time (what a worker that does not recycle would pay).
 void BM_EncodeDecodePlanFresh(benchmark::State& state) {
   const StepPlan plan = decode_plan(1, static_cast<int>(state.range(0)));

@@ -8,14 +8,21 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <map>
 
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/config.h"
+#include "coordinator/cluster.h"
 #include "coordinator/engine.h"
+#include "coordinator/local_workers.h"
 #include "kernels/backend.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
+#include "worker/worker_runtime.h"
 
 namespace tessera {
 namespace {
@@ -29,6 +36,7 @@ struct Options {
   int kv_blocks = 0;  // 0 = enough for every request at once
   int max_num_batched_tokens = 4096;
   int max_num_seqs = 256;
+  int tensor_parallel = 1;
   bool seed_given = false;
   int max_new_tokens = 16;
   float temperature = 0.0f;
@@ -113,6 +121,59 @@ StatusOr<std::vector<std::vector<int32_t>>> read_prompt_file(const std::string& 
   return prompts;
 }
 
+// --tensor-parallel N: N tessera-worker processes on this host, driven through the
+// coordinator's WorkerGroup exactly as a deployment is.
+struct TpRuntime {
+  std::string dir;  // temp folder with the workers' config
+  std::unique_ptr<WorkerGroup> group;
+  LocalWorkers workers;
+
+  static StatusOr<std::unique_ptr<TpRuntime>> start(const Options& o, DType dtype, const SchedulerConfig& sc) {
+    auto rt = std::make_unique<TpRuntime>();
+    rt->dir = (std::filesystem::temp_directory_path() / ("tessera-gen-" + std::to_string(getpid()))).string();
+    std::filesystem::create_directories(rt->dir);
+    TesseraConfig c;
+    c.source = "tessera-generate";
+    c.model.path = std::filesystem::absolute(o.model).string();
+    c.model.dtype = dtype;
+    c.model.kernel_inject = !o.no_kernel_inject;
+    c.parallel.tensor_parallel = o.tensor_parallel;
+    c.cache.block_size = sc.block_size;
+    c.cache.num_blocks = sc.num_blocks;
+    c.server.control = "ipc://" + rt->dir + "/control.ipc";
+    c.worker.backend = o.backend == "cuda" ? WorkerBackend::kCuda : WorkerBackend::kCpu;
+    c.worker.threads = o.threads;
+    TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
+    TESSERA_RETURN_IF_ERROR(validate_config(c));
+    {  // Check the plan here, once, rather than have every worker fail with the same message.
+      TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(c.model.path));
+      TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+      TESSERA_RETURN_IF_ERROR(plan_for_config(c, *ckpt, mc, /*use_env=*/false).status());
+      TESSERA_RETURN_IF_ERROR(ShardSpec::make(mc, 0, c.parallel.tensor_parallel).status());
+    }
+    const std::string config_path = rt->dir + "/config.yaml";
+    std::ofstream(config_path) << dump_config_yaml(c);
+    ClusterOptions co;
+    co.config = c;
+    co.kv_num_blocks = sc.num_blocks;
+    co.kv_dtype = dtype;
+    co.group_name = "gen-" + std::to_string(getpid());
+    TESSERA_ASSIGN_OR_RETURN(rt->group, start_cluster(co));
+    // Workers log warnings only, unless the user asked for more.
+    setenv("TESSERA_LOG_LEVEL", "warn", /*overwrite=*/0);
+    TESSERA_RETURN_IF_ERROR(rt->workers.start(executable_dir() + "/tessera-worker", config_path, o.tensor_parallel));
+    TESSERA_RETURN_IF_ERROR(rt->group->wait_until_ready(std::chrono::minutes(10)));
+    return rt;
+  }
+
+  ~TpRuntime() {
+    if (group) group->shutdown("generation finished");
+    workers.stop();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
 Status run(const Options& o) {
   auto dtype = parse_float_dtype(o.dtype);
   if (!dtype) {
@@ -130,16 +191,21 @@ Status run(const Options& o) {
   if (o.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be at least 1");
   if (o.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
 
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, o.threads));
-  ModelLoadOptions lo;
-  lo.dtype = *dtype;
-  lo.kernel_inject = !o.no_kernel_inject;
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
-  const ModelConfig& config = model->config();
+  if (o.tensor_parallel < 1) return invalid_argument("--tensor-parallel must be at least 1");
+  if (o.tensor_parallel > 1 && !o.dump_logits.empty()) {
+    return unimplemented("--dump-logits is not supported with --tensor-parallel > 1 yet");
+  }
+  // The model's shape (config.json) is all the scheduling side needs; weights are loaded
+  // here only for --tensor-parallel 1, by the worker processes otherwise.
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(o.model));
+  TESSERA_ASSIGN_OR_RETURN(const ModelConfig config,
+                           parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+  const std::string config_dir = ckpt->config_dir();
+  ckpt.reset();
 
   // The tokenizer is optional for token-id prompts (random-weight test models have none).
   std::unique_ptr<Tokenizer> tokenizer;
-  auto tok = Tokenizer::load(model->config_dir());
+  auto tok = Tokenizer::load(config_dir);
   if (tok.is_ok()) {
     tokenizer = std::move(tok).value();
   } else if (!o.prompt.empty()) {
@@ -175,10 +241,27 @@ Status run(const Options& o) {
   sc.max_model_len = static_cast<int>(std::max<int64_t>(longest, config.max_positions));
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
-  Executor executor(*model, *backend, sc.block_size, sc.num_blocks, model->dtype());
-  LogitRecorder recorder(executor);
-  StepExecutor& runner = o.dump_logits.empty() ? static_cast<StepExecutor&>(executor) : recorder;
-  Engine engine(sc, runner);
+  // In this process (TP 1), or through the coordinator/worker runtime (TP > 1).
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Executor> executor;
+  std::unique_ptr<LogitRecorder> recorder;
+  std::unique_ptr<TpRuntime> cluster;
+  StepExecutor* runner = nullptr;
+  if (o.tensor_parallel == 1) {
+    TESSERA_ASSIGN_OR_RETURN(backend, make_backend(o.backend, o.threads));
+    ModelLoadOptions lo;
+    lo.dtype = *dtype;
+    lo.kernel_inject = !o.no_kernel_inject;
+    TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(o.model, lo, *backend));
+    executor = std::make_unique<Executor>(*model, *backend, sc.block_size, sc.num_blocks, model->dtype());
+    recorder = std::make_unique<LogitRecorder>(*executor);
+    runner = o.dump_logits.empty() ? static_cast<StepExecutor*>(executor.get()) : recorder.get();
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(cluster, TpRuntime::start(o, *dtype, sc));
+    runner = cluster->group.get();
+  }
+  Engine engine(sc, *runner);
 
   std::vector<SeqId> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -207,7 +290,7 @@ Status run(const Options& o) {
 
   if (!o.dump_logits.empty()) {
     std::vector<float> all;
-    for (SeqId id : ids) all.insert(all.end(), recorder.rows(id).begin(), recorder.rows(id).end());
+    for (SeqId id : ids) all.insert(all.end(), recorder->rows(id).begin(), recorder->rows(id).end());
     TESSERA_RETURN_IF_ERROR(write_logits(o.dump_logits, all));
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -247,6 +330,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one step (chunked prefill)")
       ->capture_default_str();
   app.add_option("--max-num-seqs", o.max_num_seqs, "sequences in one step")->capture_default_str();
+  app.add_option("--tensor-parallel", o.tensor_parallel,
+                 "run through N tessera-worker processes (CPU ranks without a GPU); prints what N = 1 prints")
+      ->capture_default_str();
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0 = all)");

@@ -13,13 +13,13 @@ constexpr size_t kMinSampledTokenBytes = 8 + 4 + 4 + 4;
 
 template <typename BodyFn>
 void encode_frame(MessageType type, std::string* out, BodyFn&& body) {
-  out->clear();
-  WireWriter w(out);
+  WireWriter w(out, 0);
   w.u32(kMagic);
   w.u16(kProtocolVersion);
   w.u16(static_cast<uint16_t>(type));
   w.u32(0);  // body length, patched below
   body(w);
+  w.finish();
   w.patch_u32(8, static_cast<uint32_t>(out->size() - kHeaderBytes));
 }
 
@@ -216,7 +216,7 @@ void encode(const StepPlan& m, std::string* out) {
   size_t estimate = kHeaderBytes + 16 + m.block_copies.size() * 8;
   for (const SeqStep& s : m.seqs)
     estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.block_table.size() + s.penalty_tokens.size());
-  out->reserve(estimate);
+  if (out->capacity() < estimate) out->reserve(estimate);
   encode_frame(MessageType::kStepPlan, out, [&](WireWriter& w) {
     w.u64(m.step_id);
     w.u32(static_cast<uint32_t>(m.seqs.size()));

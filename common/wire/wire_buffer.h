@@ -4,6 +4,7 @@
 // arrays of int32 are copied in one go on little-endian hosts. The reader never reads past
 // its input and never allocates more than the input could describe: a failed read latches
 // an error that the caller turns into a Status.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -15,9 +16,17 @@ namespace tessera::wire {
 
 class WireWriter {
  public:
-  explicit WireWriter(std::string* out) : out_(out) {}
+  // Writes into *out from byte `start` on (default: appends), overwriting what is there and
+  // growing it geometrically; finish() (or the destructor) cuts it to the bytes written.
+  // Rewriting a recycled buffer of the same size costs no allocation and no zero-fill.
+  explicit WireWriter(std::string* out) : out_(out), used_(out->size()) {}
+  WireWriter(std::string* out, size_t start) : out_(out), used_(start) {}
+  ~WireWriter() { finish(); }
 
-  void u8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
+  void u8(uint8_t v) {
+    ensure(1);
+    out_->data()[used_++] = static_cast<char>(v);
+  }
   void u16(uint16_t v) { put_le(v); }
   void u32(uint32_t v) { put_le(v); }
   void u64(uint64_t v) { put_le(v); }
@@ -27,36 +36,52 @@ class WireWriter {
   // u32 byte count, then the bytes.
   void bytes(std::string_view s) {
     u32(static_cast<uint32_t>(s.size()));
-    out_->append(s.data(), s.size());
+    raw(s.data(), s.size());
   }
   // u32 element count, then the elements as little-endian int32.
   void i32_array(const std::vector<int32_t>& v) {
     u32(static_cast<uint32_t>(v.size()));
     if constexpr (std::endian::native == std::endian::little) {
-      out_->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+      raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
     } else {
       for (int32_t x : v) i32(x);
     }
   }
-  size_t size() const { return out_->size(); }
+  size_t size() const { return used_; }
   // Overwrites a u32 written earlier at byte `offset`.
   void patch_u32(size_t offset, uint32_t v) {
     for (int i = 0; i < 4; ++i) (*out_)[offset + i] = static_cast<char>((v >> (8 * i)) & 0xff);
   }
+  // Makes out->size() the number of bytes written.
+  void finish() {
+    if (out_->size() != used_) out_->resize(used_);
+  }
 
  private:
+  void ensure(size_t n) {
+    if (out_->size() - used_ >= n) return;
+    const size_t want = std::max(used_ + n, std::max<size_t>(64, out_->capacity()));
+    out_->resize(std::max(want, 2 * out_->size()));
+  }
+  void raw(const char* p, size_t n) {
+    ensure(n);
+    if (n) std::memcpy(out_->data() + used_, p, n);
+    used_ += n;
+  }
   template <typename T>
   void put_le(T v) {
-    char buf[sizeof(T)];
+    ensure(sizeof(T));
+    char* dst = out_->data() + used_;
     if constexpr (std::endian::native == std::endian::little) {
-      std::memcpy(buf, &v, sizeof(T));
+      std::memcpy(dst, &v, sizeof(T));
     } else {
-      for (size_t i = 0; i < sizeof(T); ++i) buf[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+      for (size_t i = 0; i < sizeof(T); ++i) dst[i] = static_cast<char>((v >> (8 * i)) & 0xff);
     }
-    out_->append(buf, sizeof(T));
+    used_ += sizeof(T);
   }
 
   std::string* out_;
+  size_t used_;
 };
 
 class WireReader {

@@ -309,6 +309,7 @@ TEST(WireTest, HugeCountsAreRejectedWithoutAllocating) {
   w.u32(12);
   w.u64(1);
   w.u32(0xffffffffu);
+  w.finish();
   StepPlan plan;
   Status st = decode(f, &plan);
   ASSERT_FALSE(st.is_ok());

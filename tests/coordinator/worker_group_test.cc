@@ -416,3 +416,44 @@ TEST(WorkerGroupTest, KilledWorkerProcessFailsStepsUntilReplaced) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(WorkerGroupTest, CurveEncryptedLink) {
+  if (!zmq_has("curve")) GTEST_SKIP() << "SKIPPED: libzmq built without CURVE";
+  char server_public[41] = {}, server_secret[41] = {};
+  ASSERT_EQ(zmq_curve_keypair(server_public, server_secret), 0);
+  WorkerGroup group;
+  WorkerGroupOptions o;
+  o.bind_address = "tcp://127.0.0.1:*";
+  o.world_size = 1;
+  o.heartbeat_interval = 100ms;
+  o.curve_server_public_key = server_public;
+  o.curve_server_secret_key = server_secret;
+  ASSERT_TRUE(group.start(o, make_assignment).is_ok());
+
+  // Without the server key the handshake never completes: no registration.
+  WorkerLinkOptions plain;
+  plain.coordinator_address = group.endpoint();
+  plain.heartbeat_interval = 100ms;
+  plain.register_timeout = 300ms;
+  WorkerLink plain_link(plain);
+  Status st = plain_link.run(nullptr, fake_step);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  EXPECT_FALSE(group.status()[0].registered);
+
+  WorkerLinkOptions secure = plain;
+  secure.register_timeout = 5s;
+  secure.curve_server_public_key = server_public;
+  WorkerLink link(secure);
+  std::thread t([&] { st = link.run(nullptr, fake_step); });
+  ASSERT_TRUE(group.wait_until_ready(5s).is_ok());
+  run_steps(group, 5, 3);
+  group.shutdown();
+  t.join();
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+}
+
+}  // namespace
+}  // namespace tessera

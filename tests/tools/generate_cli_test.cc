@@ -293,3 +293,79 @@ TEST(GenerateCliFixtures, PromptIdsFileRunsAllPromptsTogetherInInputOrder) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The design's contract: --tensor-parallel N runs the same generation through the
+// coordinator/worker runtime (N tessera-worker processes, CPU ranks) and prints exactly
+// what N = 1 prints — which here is the reference's greedy ids.
+struct TpCase {
+  const char* model;
+  int world;
+  const char* extra;
+};
+
+class GenerateTensorParallelTest : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(GenerateTensorParallelTest, PrintsExactlyWhatOneRankPrints) {
+  TESSERA_REQUIRE_FIXTURES();
+  const TpCase& p = GetParam();
+  const std::string model = testing::fixtures_dir() + "/" + p.model;
+  std::ifstream in(model + "/goldens/index.json");
+  auto index = nlohmann::json::parse(in);
+  const std::string dir = testing::make_temp_dir("tessera-tp-cli");
+  std::string lines;
+  for (const auto& c : index["cases"]) {
+    std::string ids;
+    for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+    lines += ids + "\n";
+  }
+  testing::write_file(dir + "/prompts.txt", lines);
+  const std::string base = generate_bin() + " --model " + quote(model) + " --prompt-ids-file " +
+                           quote(dir + "/prompts.txt") + " --max-new-tokens 24 --json " + p.extra;
+  auto one = run_command(base);
+  auto many = run_command(base + " --tensor-parallel " + std::to_string(p.world));
+  fs::remove_all(dir);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  EXPECT_EQ(many.out, one.out);
+  std::stringstream out(many.out);
+  std::string line;
+  for (const auto& c : index["cases"]) {
+    ASSERT_TRUE(std::getline(out, line));
+    EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateTensorParallelTest,
+                         ::testing::Values(TpCase{"tiny-bloom", 2, ""}, TpCase{"tiny-bloom", 3, "--no-kernel-inject"},
+                                           TpCase{"tiny-llama", 2, ""}, TpCase{"tiny-llama", 2, "--no-kernel-inject"},
+                                           TpCase{"tiny-mixtral", 2, ""},
+                                           TpCase{"tiny-mixtral", 2, "--no-kernel-inject --block-size 4 --kv-blocks 40"}),
+                         [](const auto& info) {
+                           std::string m = info.param.model;
+                           for (char& ch : m) if (ch == '-') ch = '_';
+                           return m + "_tp" + std::to_string(info.param.world) + "_" + std::to_string(info.index);
+                         });
+
+TEST(GenerateTensorParallel, DeepSpeedEnvVariableKeepsW2WholeAndStillMatches) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/tiny-mixtral";
+  std::ifstream in(model + "/goldens/index.json");
+  auto index = nlohmann::json::parse(in);
+  const auto& c = index["cases"][3];
+  std::string ids;
+  for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+  auto r = run_command("DS_KEEP_LINEAR_ITEMS=\"{'w2':'mixtral'}\" " + generate_bin() + " --model " + quote(model) +
+                       " --prompt-ids " + ids + " --max-new-tokens 24 --json --tensor-parallel 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], c["greedy_ids"]);
+  auto bad = run_command("DS_KEEP_LINEAR_ITEMS=\"{'w2'\" " + generate_bin() + " --model " + quote(model) +
+                         " --prompt-ids 1,2 --tensor-parallel 2");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("DS_KEEP_LINEAR_ITEMS"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace tessera

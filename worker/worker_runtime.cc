@@ -1,0 +1,121 @@
+#include "worker/worker_runtime.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "common/communicator.h"
+#include "common/logging.h"
+#include "kernels/backend.h"
+#include "worker/auto_tp.h"
+#include "worker/executor.h"
+#include "worker/shm_communicator.h"
+#include "worker/transformer.h"
+#include "worker/worker_link.h"
+
+namespace tessera {
+namespace {
+
+// Largest message one shared-memory slot holds; bigger collectives are chunked.
+constexpr size_t kShmSlotBytes = size_t{4} << 20;
+
+// CPU ranks on one host share its cores: rank r keeps an equal, disjoint share, so the
+// ranks' thread teams never fight over a core (the CPU backend then pins one thread per
+// core of that share).
+void restrict_to_core_share(int rank, int world) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (world <= 1 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  const int per_rank = static_cast<int>(cpus.size()) / world;
+  if (per_rank < 1) return;  // more ranks than cores: leave it to the OS
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int i = 0; i < per_rank; ++i) CPU_SET(cpus[rank * per_rank + i], &mine);
+  sched_setaffinity(0, sizeof(mine), &mine);
+}
+
+}  // namespace
+
+StatusOr<TpPlan> plan_for_config(const TesseraConfig& config, const Checkpoint& checkpoint,
+                                 const ModelConfig& model_config, bool use_env) {
+  AutoTpOptions options = auto_tp_options_from(config, use_env);
+  return plan_tensor_parallel(model_config, checkpoint.tensor_names(), options, config.parallel.tensor_parallel);
+}
+
+Status merge_deepspeed_env(TesseraConfig& config) {
+  AutoTpOptions merged = auto_tp_options_from(config, /*use_env=*/true);
+  TESSERA_RETURN_IF_ERROR(merged.status);
+  config.parallel.auto_tp.all_reduce_linear = merged.all_reduce_linear;
+  config.parallel.auto_tp.keep_linear = merged.keep_linear;
+  return Status::ok();
+}
+
+StatusOr<std::string> describe_tp_plan(const TesseraConfig& config) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(config.model.path));
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+  TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(config, *ckpt, mc, /*use_env=*/true));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const std::string& name : ckpt->tensor_names()) shapes[name] = ckpt->find(name)->shape;
+  TESSERA_RETURN_IF_ERROR(check_tp_plan_shapes(plan, mc, shapes));
+  return format_tp_plan(plan, mc, shapes);
+}
+
+Status run_worker(const TesseraConfig& local_config, int rank) {
+  WorkerLinkOptions lo;
+  lo.coordinator_address = local_config.server.control;
+  lo.rank = rank;
+  lo.world_size = local_config.parallel.tensor_parallel;
+  lo.backend = worker_backend_name(local_config.worker.backend);
+  lo.heartbeat_interval = std::chrono::milliseconds(local_config.server.heartbeat_ms);
+  lo.coordinator_dead_after_intervals = local_config.server.heartbeat_misses;
+  WorkerLink link(lo);
+
+  // Built by setup, used by every step.
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Executor> executor;
+
+  auto setup = [&](const wire::Assignment& a) -> Status {
+    // The coordinator's configuration is authoritative: every rank plans from the same one.
+    TESSERA_ASSIGN_OR_RETURN(TesseraConfig config, parse_config_yaml(a.tp_plan, "the coordinator's configuration"));
+    const auto dtype = parse_float_dtype(a.dtype);
+    const auto kv_dtype = parse_float_dtype(a.kv_dtype.empty() ? a.dtype : a.kv_dtype);
+    if (!dtype || !kv_dtype) return invalid_argument("assignment: bad dtype \"" + a.dtype + "\"");
+    restrict_to_core_share(a.rank, a.world_size);
+    if (a.world_size > 1) {
+      TESSERA_ASSIGN_OR_RETURN(comm, make_shm_communicator(a.collective_bootstrap, a.rank, a.world_size, kShmSlotBytes));
+    } else {
+      comm = make_loopback_communicator();
+    }
+    const std::string backend_name = config.worker.backend == WorkerBackend::kCuda ? "cuda" : "cpu";
+    TESSERA_ASSIGN_OR_RETURN(backend, make_backend(backend_name, config.worker.threads));
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(a.model_path));
+    TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+    config.parallel.tensor_parallel = a.world_size;
+    TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(config, *ckpt, mc, /*use_env=*/false));
+    ckpt.reset();
+    ModelLoadOptions mo;
+    mo.dtype = *dtype;
+    mo.kernel_inject = a.kernel_inject;
+    mo.comm = comm.get();
+    mo.plan = &plan;
+    TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
+    executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype);
+    TESSERA_LOG_INFO("rank {}/{} loaded {} ({} MB of weights, {} KV blocks)", a.rank, a.world_size, a.model_path,
+                     model->weights().total_bytes / 1000000, a.kv_num_blocks);
+    return Status::ok();
+  };
+  auto step = [&](const StepPlan& plan) -> StatusOr<StepResult> {
+    if (!executor) return internal_error("step before the model was loaded");
+    return executor->execute(plan);
+  };
+  return link.run(setup, step);
+}
+
+}  // namespace tessera
