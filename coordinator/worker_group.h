@@ -43,6 +43,7 @@ struct WorkerGroupOptions {
 
 // Builds a rank's Assignment from its registration (model, dtype, KV sizes, bootstrap blob,
 // TP plan). The group overwrites `rank` and `world_size` with the registered values.
+// Called on the group's own threads (with its socket held): keep it quick and thread-safe.
 using AssignmentFactory = std::function<wire::Assignment(int rank, const wire::Register& registration)>;
 
 struct RankStatus {

@@ -194,7 +194,7 @@ TEST(WorkerGroupTest, SilentRankDeclaredDeadWithinTwoIntervalsThenRejoins) {
   ASSERT_FALSE(s1.alive);
   // Dead once silent for > 2 intervals since its last heartbeat (which came before the kill);
   // allow one poll tick plus scheduling noise on a loaded machine.
-  EXPECT_LE(detected.count(), 2 * kInterval.count() + 40) << "took " << detected.count() << " ms";
+  EXPECT_LE(detected.count(), 2 * kInterval.count() + 60) << "took " << detected.count() << " ms";
   // A closed connection is noticed at the next heartbeat send; a hung one by the timeout.
   EXPECT_TRUE(s1.error.find("no heartbeat for") != std::string::npos ||
               s1.error.find("unreachable") != std::string::npos)
@@ -363,7 +363,7 @@ TEST(WorkerGroupTest, HungWorkerProcessIsDeclaredDeadWithinTwoIntervals) {
   const RankStatus s1 = g.group.status()[1];
   ASSERT_FALSE(s1.alive);
   EXPECT_NE(s1.error.find("no heartbeat for"), std::string::npos) << s1.error;
-  EXPECT_LE(detected.count(), 2 * kInterval.count() + 40) << "took " << detected.count() << " ms";
+  EXPECT_LE(detected.count(), 2 * kInterval.count() + 60) << "took " << detected.count() << " ms";
   StatusOr<StepResult> r = g.group.execute(decode_plan(9, 2));
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("rank 1 dead (no heartbeat for"), std::string::npos)
