@@ -1,0 +1,94 @@
+#pragma once
+// The thread-safe face of the engine for the API front ends (HTTP, ZeroMQ clients): one
+// background thread owns the Engine and loops schedule -> execute -> events; requests are
+// submitted from any thread and their progress comes back through a callback as text deltas
+// (incremental, UTF-8-safe detokenization) and token ids. Stop strings are matched here,
+// across token boundaries, and never emitted.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/step_executor.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/scheduler.h"
+
+namespace tessera {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;       // already tokenized (special tokens included as wanted)
+  SamplingParams sampling;
+  int max_tokens = 16;
+  StopConditions stop;               // eos handling and stop token ids
+  std::vector<std::string> stop_strings;  // text that ends the output (not emitted)
+  int priority = 0;
+  bool skip_special_tokens = true;   // in the text deltas
+};
+
+// One callback per new piece of output, and exactly one with finished = true.
+struct GenerateEvent {
+  std::string text;                  // new text since the last event (may be empty)
+  std::vector<SampledToken> tokens;  // new tokens since the last event (with logprobs)
+  bool finished = false;
+  // "stop" (eos, stop token, stop string), "length", "abort", "error"
+  std::string finish_reason;
+  std::string error;                 // when finish_reason == "error"
+  int prompt_tokens = 0;
+  int completion_tokens = 0;         // so far
+};
+
+using GenerateCallback = std::function<void(const GenerateEvent&)>;
+
+struct EngineServiceOptions {
+  SchedulerConfig scheduler;
+  int max_queued_requests = 1024;    // submit() beyond this is ResourceExhausted (HTTP 429)
+};
+
+// Counters and gauges for /metrics (vLLM-style names are chosen by the HTTP layer).
+struct EngineServiceStats {
+  uint64_t requests_finished_stop = 0, requests_finished_length = 0, requests_aborted = 0, requests_failed = 0;
+  uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  int num_running = 0, num_waiting = 0;
+  int kv_blocks_total = 0, kv_blocks_free = 0;
+  uint64_t prefix_cache_hit_tokens = 0, preemptions = 0;
+  // Latency samples (seconds) since start, for histograms: time to first token,
+  // inter-token latency, end-to-end.
+  std::vector<double> ttft_s, itl_s, e2e_s;
+  bool draining = false;
+};
+
+class EngineService {
+ public:
+  // `tokenizer` may be null (no text deltas then, only tokens).
+  EngineService(EngineServiceOptions options, StepExecutor& executor, const Tokenizer* tokenizer);
+  ~EngineService();  // stop()
+  EngineService(const EngineService&) = delete;
+  EngineService& operator=(const EngineService&) = delete;
+
+  void start();
+  // Stops admitting (submit returns Unavailable), lets running requests finish until
+  // `deadline`, aborts the rest, then stops the loop thread.
+  void drain_and_stop(std::chrono::milliseconds deadline);
+  void stop() { drain_and_stop(std::chrono::milliseconds(0)); }
+
+  // Queues a request; the callback runs on the engine thread and must not block. Errors:
+  // InvalidArgument (naming the field), ResourceExhausted (queue full), Unavailable (draining).
+  StatusOr<SeqId> submit(GenerateRequest request, GenerateCallback callback);
+  // Aborts a queued or running request (e.g. the client disconnected): its KV blocks are
+  // freed at the next loop iteration and its callback gets finish_reason "abort".
+  void abort(SeqId id);
+
+  EngineServiceStats stats() const;
+  // Longest prompt + output the scheduler accepts.
+  int max_model_len() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera
