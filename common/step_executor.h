@@ -11,6 +11,9 @@ class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual StatusOr<StepResult> execute(const StepPlan& plan) = 0;
+  // Identifies the executors' KV caches: it changes when they were recreated (workers
+  // restarted), which tells the scheduler that no cached KV may be reused.
+  virtual uint64_t kv_cache_epoch() const { return 0; }
 };
 
 }  // namespace tessera

@@ -181,6 +181,18 @@ void BlockManager::free(SeqId id) {
   seqs_.erase(it);
 }
 
+void BlockManager::forget_cached_contents() {
+  TESSERA_CHECK(seqs_.empty()) << seqs_.size() << " sequences still own blocks";
+  while (lru_head_ != -1) {
+    const int32_t b = lru_head_;
+    lru_remove(b);
+    blocks_[b].filed = false;
+    blocks_[b].hash = blocks_[b].parent_hash = 0;
+    free_.push_back(b);
+  }
+  index_.clear();
+}
+
 void BlockManager::release(int32_t block) {
   Block& b = blocks_[block];
   TESSERA_CHECK_GT(b.ref_count, 0) << "block " << block << " released twice";

@@ -95,6 +95,10 @@ class BlockManager {
   // block twice, the free count is exact, and the hash index matches the cached contents.
   void check_invariants() const;
 
+  // The KV contents behind every block are gone (the workers were restarted): forget every
+  // cached prefix so nothing is reused. Only valid while no sequence owns blocks.
+  void forget_cached_contents();
+
  private:
   struct Block {
     int32_t ref_count = 0;

@@ -2,7 +2,8 @@
 
 namespace tessera {
 
-Engine::Engine(SchedulerConfig config, StepExecutor& executor) : scheduler_(config), executor_(executor) {}
+Engine::Engine(SchedulerConfig config, StepExecutor& executor)
+    : scheduler_(config), executor_(executor), kv_epoch_(executor.kv_cache_epoch()) {}
 
 StatusOr<SeqId> Engine::add_request(EngineRequest r) {
   const SeqId id = next_id_++;
@@ -14,6 +15,10 @@ StatusOr<SeqId> Engine::add_request(EngineRequest r) {
 bool Engine::abort(SeqId id) { return scheduler_.abort(id); }
 
 std::vector<SequenceEvent> Engine::step() {
+  if (executor_.kv_cache_epoch() != kv_epoch_) {
+    kv_epoch_ = executor_.kv_cache_epoch();
+    scheduler_.on_kv_cache_lost();
+  }
   StepPlan plan = scheduler_.schedule();
   if (plan.seqs.empty() && plan.block_copies.empty()) return {};
   ++steps_;

@@ -41,6 +41,7 @@ class Engine {
   StepExecutor& executor_;
   SeqId next_id_ = 1;
   uint64_t steps_ = 0;
+  uint64_t kv_epoch_ = 0;
 };
 
 }  // namespace tessera

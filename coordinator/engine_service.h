@@ -46,6 +46,9 @@ using GenerateCallback = std::function<void(const GenerateEvent&)>;
 struct EngineServiceOptions {
   SchedulerConfig scheduler;
   int max_queued_requests = 1024;    // submit() beyond this is ResourceExhausted (HTTP 429)
+  // Prompt ids must lie in [0, vocab_size) (0 = the tokenizer's vocabulary size when there is
+  // one, else unchecked): a bad id would otherwise fail the whole batch's step.
+  int64_t vocab_size = 0;
 };
 
 // Counters and gauges for /metrics (vLLM-style names are chosen by the HTTP layer).

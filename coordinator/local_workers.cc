@@ -59,6 +59,24 @@ Status LocalWorkers::restart(int rank) {
   return spawn(rank);
 }
 
+bool LocalWorkers::running(int rank) {
+  pid_t& p = pids_.at(rank);
+  if (p <= 0) return false;
+  if (waitpid(p, nullptr, WNOHANG) == p) {
+    p = -1;
+    return false;
+  }
+  return true;
+}
+
+int LocalWorkers::restart_exited() {
+  int n = 0;
+  for (int r = 0; r < static_cast<int>(pids_.size()); ++r) {
+    if (!running(r) && spawn(r).is_ok()) ++n;
+  }
+  return n;
+}
+
 void LocalWorkers::stop(int grace_ms) {
   for (pid_t p : pids_) {
     if (p > 0) kill(p, SIGTERM);

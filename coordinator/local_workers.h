@@ -25,6 +25,12 @@ class LocalWorkers {
   // Starts one rank again (after it died).
   Status restart(int rank);
   pid_t pid(int rank) const { return pids_.at(rank); }
+  // Whether rank's process is still running (reaps it when it has exited).
+  bool running(int rank);
+  // Restarts every rank whose process exited; returns how many. A supervisor calls this
+  // periodically: a rank whose peer died leaves too (its collectives fail), and all of
+  // them must come back for the group to be whole.
+  int restart_exited();
   // SIGTERM, wait up to `grace_ms`, then SIGKILL; reaps every child.
   void stop(int grace_ms = 3000);
 

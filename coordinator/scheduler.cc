@@ -224,6 +224,11 @@ void Scheduler::preempt(Entry& e) {
   ++num_preemptions_;
 }
 
+void Scheduler::on_kv_cache_lost() {
+  while (!running_.empty()) preempt(*running_.back());
+  blocks_.forget_cached_contents();
+}
+
 void Scheduler::remove_running(const Entry& e) {
   auto it = std::lower_bound(running_.begin(), running_.end(), &e, RunsBefore{});
   TESSERA_CHECK(it != running_.end() && *it == &e) << "sequence " << e.seq.id() << " is not running";

@@ -94,6 +94,9 @@ class Scheduler {
   bool abort(SeqId id);
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // The executors' KV caches were lost (workers restarted): every running sequence is
+  // preempted (recomputed from its tokens) and the prefix cache is emptied.
+  void on_kv_cache_lost();
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return config_; }
   // Longest prompt + output a sequence may reach: max_model_len capped by the KV pool (and

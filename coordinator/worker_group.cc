@@ -497,6 +497,15 @@ StatusOr<StepResult> WorkerGroup::execute(const StepPlan& plan) {
   return result;
 }
 
+uint64_t WorkerGroup::kv_cache_epoch() const {
+  // Every (re)registration brings a rank with an empty KV cache.
+  const Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.state_mu);
+  uint64_t epoch = 0;
+  for (const Slot& s : d.slots) epoch += static_cast<uint64_t>(s.registrations);
+  return epoch;
+}
+
 std::vector<RankStatus> WorkerGroup::status() const {
   const Impl& d = *impl_;
   std::lock_guard<std::mutex> lock(d.state_mu);

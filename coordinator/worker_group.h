@@ -80,6 +80,8 @@ class WorkerGroup final : public StepExecutor {
   // that dies during the step, reports an error, or is missing when the step starts gives
   // Unavailable naming the rank.
   StatusOr<StepResult> execute(const StepPlan& plan) override;
+  // Sum of all ranks' registrations: changes whenever a rank (re)joined with a fresh cache.
+  uint64_t kv_cache_epoch() const override;
 
   std::vector<RankStatus> status() const;
   // Tells every connected worker to exit (Shutdown) and stops the I/O thread. Idempotent.

@@ -63,7 +63,7 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
 
   const int64_t vocab = model_.config().vocab;
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
-  model_.forward(tokens, batch, cache_, logit_rows, logits.view());
+  TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch, cache_, logit_rows, logits.view()));
   if (logit_rows.empty()) return result;
   std::vector<float> host(logits.numel());
   backend_.copy_to_host(logits.view(), host.data());

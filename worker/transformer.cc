@@ -85,10 +85,11 @@ ModelConfig Transformer::cache_config() const {
 }
 
 void Transformer::all_reduce(const TensorView& partial) {
-  if (comm_->world_size() == 1) return;
+  if (comm_->world_size() == 1 || !comm_error_.is_ok()) return;
+  // A failed collective means a peer is gone: the group cannot continue in lock-step. The
+  // rest of this forward pass computes garbage that forward() then refuses to return.
   Status st = comm_->all_reduce_sum(partial.data, partial.numel(), partial.dtype);
-  // A failed collective means a peer is gone: the group cannot continue in lock-step.
-  TESSERA_CHECK(st.is_ok()) << "all_reduce failed: " << st.to_string();
+  if (!st.is_ok()) comm_error_ = st;
 }
 
 void Transformer::add_and_norm(const TensorView& residual, const TensorView* delta, const Tensor& w,
@@ -106,8 +107,9 @@ void Transformer::add_and_norm(const TensorView& residual, const TensorView* del
   }
 }
 
-void Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
-                          const std::vector<int32_t>& logit_rows, const TensorView& logits) {
+Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
+                            const std::vector<int32_t>& logit_rows, const TensorView& logits) {
+  if (!comm_error_.is_ok()) return comm_error_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t H = config_.hidden;
   TESSERA_CHECK_EQ(batch.query_start.back(), T);
@@ -153,6 +155,7 @@ void Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBat
   backend_.gather_rows(x.view(), logit_rows, picked.view());
   add_and_norm(picked.view(), nullptr, weights_.final_norm_w, weights_.final_norm_b, normed.view());
   lm_head(normed.view(), logits);
+  return comm_error_;
 }
 
 void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
@@ -170,8 +173,12 @@ void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
     backend_.copy_to_host(part.view().rows(r, 1), mine.data() + r * chunk);
   }
   std::vector<float> g(world * R * chunk), out(R * V);
+  if (!comm_error_.is_ok()) return;
   Status st = comm_->all_gather(mine.data(), g.data(), R * chunk, DType::kF32);
-  TESSERA_CHECK(st.is_ok()) << "all_gather failed: " << st.to_string();
+  if (!st.is_ok()) {
+    comm_error_ = st;
+    return;
+  }
   for (int64_t w = 0; w < world; ++w) {
     const int64_t cols = std::min(chunk, V - w * chunk);
     for (int64_t r = 0; r < R; ++r) {

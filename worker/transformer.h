@@ -47,8 +47,9 @@ class Transformer {
   // Writes their K/V into `cache`, and fills `logits` [logit_rows.size(), vocab] with the
   // logits of the given token rows (typically the last new token of each sequence).
   // Every rank of a tensor-parallel group must call it with the same arguments; every
-  // rank gets the full logits.
-  void forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
+  // rank gets the full logits. Fails (Unavailable) only when a collective failed — a peer
+  // rank is gone — and from then on always: the group is broken and must be rebuilt.
+  Status forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
                const std::vector<int32_t>& logit_rows, const TensorView& logits);
 
  private:
@@ -80,6 +81,7 @@ class Transformer {
   // Heads this rank's attention computes: its shard, or all when the plan keeps attention whole.
   int64_t q_heads_ = 0, kv_heads_ = 0;
   Tensor alibi_slopes_;  // [q_heads_] for ALiBi architectures, by global head index
+  Status comm_error_;    // the first failed collective; sticky
 };
 
 // BLOOM's ALiBi slopes for `heads` heads, including the interleaved second series used when

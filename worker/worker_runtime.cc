@@ -111,11 +111,20 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
                      model->weights().total_bytes / 1000000, a.kv_num_blocks);
     return Status::ok();
   };
+  // A failed collective breaks the group for good: report the step's failure, then leave so
+  // that the supervisor (tessera-serve, or whoever started us) restarts this rank.
+  Status fatal;
   auto step = [&](const StepPlan& plan) -> StatusOr<StepResult> {
     if (!executor) return internal_error("step before the model was loaded");
-    return executor->execute(plan);
+    StatusOr<StepResult> result = executor->execute(plan);
+    if (!result.is_ok() && result.status().code() == StatusCode::kUnavailable) {
+      fatal = result.status();
+      link.stop();
+    }
+    return result;
   };
-  return link.run(setup, step);
+  Status st = link.run(setup, step);
+  return fatal.is_ok() ? st : fatal;
 }
 
 }  // namespace tessera

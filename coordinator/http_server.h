@@ -1,0 +1,64 @@
+#pragma once
+// The OpenAI-compatible HTTP/1.1 front end (Boost.Beast on Asio, kept out of this header):
+// accepts connections, parses requests (body limit, keep-alive, Expect: 100-continue),
+// routes them, and streams server-sent events. Request JSON is decoded by
+// coordinator/openai_api.h; generation goes through the thread-safe EngineService, whose
+// callbacks are posted to the connection's strand (the engine thread never blocks here).
+// A client that disconnects has its requests aborted at once, so their KV blocks are freed.
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
+// GET /ready, GET /metrics (Prometheus text). API keys (when set) guard /v1/* only.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/engine_service.h"
+#include "coordinator/openai_api.h"
+
+namespace tessera {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                    // 0 = pick a free port (see HttpServer::port())
+  std::vector<std::string> api_keys;  // empty = no authentication
+  int64_t max_body_bytes = 1 << 20;   // larger bodies get 413
+  std::string model_name;             // what /v1/models lists and "model" must equal
+  int threads = 2;                    // io_context threads
+  ChatRenderer chat_renderer;         // chat messages -> prompt text; empty = join contents
+  int idle_timeout_s = 120;           // keep-alive connections idle this long are closed
+};
+
+class HttpServer {
+ public:
+  // `tokenizer` may be null: then only token-id prompts are accepted.
+  HttpServer(HttpServerOptions options, EngineService& service, const Tokenizer* tokenizer);
+  ~HttpServer();  // stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens; returns once connections are accepted (or the bind error).
+  Status start();
+  // The bound port (the chosen one when options.port was 0); 0 before start().
+  int port() const;
+  // Closes the listener and every connection (aborting their requests), joins the threads.
+  void stop();
+  // While draining, new generation requests get 503 and GET /ready is 503.
+  void set_draining(bool draining);
+  bool draining() const;
+
+  // GET /ready is 200 when this returns true (and the server is not draining), else 503.
+  // Empty = always ready. Set before start(); called on an I/O thread.
+  std::function<bool()> ready_check;
+
+ private:
+  friend class HttpSession;  // one connection (http_server.cc)
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera

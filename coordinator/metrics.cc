@@ -1,0 +1,129 @@
+#include "coordinator/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace tessera {
+
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string escape_label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void header(std::string& out, const std::string& name, const char* type, const std::string& help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void sample(std::string& out, const std::string& name, const std::string& labels, double v) {
+  out += name + "{" + labels + "} " + num(v) + "\n";
+}
+
+}  // namespace
+
+const std::vector<double>& ttft_buckets() {
+  static const std::vector<double> b = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                        0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0};
+  return b;
+}
+const std::vector<double>& tpot_buckets() {
+  static const std::vector<double> b = {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                        0.4,   0.5,   0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0};
+  return b;
+}
+const std::vector<double>& e2e_buckets() {
+  static const std::vector<double> b = {0.1,  0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0, 15.0,
+                                        20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
+  return b;
+}
+
+std::string render_histogram(const std::string& name, const std::string& help, const std::string& labels,
+                             const std::vector<double>& buckets, const std::vector<double>& samples) {
+  std::string out;
+  header(out, name, "histogram", help);
+  std::vector<double> sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  double sum = 0;
+  for (double s : sorted) sum += s;
+  const std::string sep = labels.empty() ? "" : ",";
+  for (double le : buckets) {
+    const size_t count = static_cast<size_t>(std::upper_bound(sorted.begin(), sorted.end(), le) - sorted.begin());
+    sample(out, name + "_bucket", labels + sep + "le=\"" + num(le) + "\"", static_cast<double>(count));
+  }
+  sample(out, name + "_bucket", labels + sep + "le=\"+Inf\"", static_cast<double>(sorted.size()));
+  sample(out, name + "_sum", labels, sum);
+  sample(out, name + "_count", labels, static_cast<double>(sorted.size()));
+  return out;
+}
+
+std::string render_metrics(const EngineServiceStats& s, const std::string& model_name,
+                           const std::map<int, uint64_t>& http_responses) {
+  const std::string m = "model_name=\"" + escape_label(model_name) + "\"";
+  std::string out;
+  auto gauge = [&](const std::string& name, const std::string& help, double v) {
+    header(out, name, "gauge", help);
+    sample(out, name, m, v);
+  };
+  auto counter = [&](const std::string& name, const std::string& help, double v) {
+    header(out, name, "counter", help);
+    sample(out, name, m, v);
+  };
+  gauge("tessera:num_requests_running", "Number of requests in the running batch (prefill or decode).",
+        s.num_running);
+  gauge("tessera:num_requests_waiting", "Number of requests waiting to be scheduled.", s.num_waiting);
+  const double usage =
+      s.kv_blocks_total > 0 ? 1.0 - static_cast<double>(s.kv_blocks_free) / s.kv_blocks_total : 0.0;
+  gauge("tessera:kv_cache_usage_perc", "KV-cache usage: fraction of blocks in use (1 = full).", usage);
+  gauge("tessera:kv_cache_blocks_total", "KV-cache blocks in the pool.", s.kv_blocks_total);
+  gauge("tessera:kv_cache_blocks_free", "KV-cache blocks free (including evictable prefix-cache blocks).",
+        s.kv_blocks_free);
+  gauge("tessera:draining", "1 while the server drains (new requests are refused).", s.draining ? 1 : 0);
+  counter("tessera:prompt_tokens_total", "Prompt tokens processed.", static_cast<double>(s.prompt_tokens_total));
+  counter("tessera:generation_tokens_total", "Tokens generated.", static_cast<double>(s.generation_tokens_total));
+
+  header(out, "tessera:request_success_total", "counter", "Requests finished, by finish reason.");
+  sample(out, "tessera:request_success_total", m + ",finished_reason=\"stop\"",
+         static_cast<double>(s.requests_finished_stop));
+  sample(out, "tessera:request_success_total", m + ",finished_reason=\"length\"",
+         static_cast<double>(s.requests_finished_length));
+  sample(out, "tessera:request_success_total", m + ",finished_reason=\"abort\"",
+         static_cast<double>(s.requests_aborted));
+  counter("tessera:request_failure_total", "Requests that ended with an error.",
+          static_cast<double>(s.requests_failed));
+  counter("tessera:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.",
+          static_cast<double>(s.prefix_cache_hit_tokens));
+  counter("tessera:num_preemptions_total", "Sequences preempted (recomputed later) for lack of KV blocks.",
+          static_cast<double>(s.preemptions));
+
+  out += render_histogram("tessera:time_to_first_token_seconds", "Time to first token in seconds.", m,
+                          ttft_buckets(), s.ttft_s);
+  out += render_histogram("tessera:time_per_output_token_seconds",
+                          "Time per output token (inter-token latency) in seconds.", m, tpot_buckets(), s.itl_s);
+  out += render_histogram("tessera:e2e_request_latency_seconds", "End-to-end request latency in seconds.", m,
+                          e2e_buckets(), s.e2e_s);
+
+  if (!http_responses.empty()) {
+    header(out, "tessera:http_responses_total", "counter", "HTTP responses sent, by status code.");
+    for (const auto& [code, count] : http_responses)
+      sample(out, "tessera:http_responses_total", m + ",code=\"" + std::to_string(code) + "\"",
+             static_cast<double>(count));
+  }
+  return out;
+}
+
+}  // namespace tessera

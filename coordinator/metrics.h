@@ -1,0 +1,28 @@
+#pragma once
+// Prometheus text exposition (format 0.0.4) of the engine's counters, gauges and latency
+// histograms, with vLLM's metric names under a "tessera:" prefix so vLLM dashboards work
+// after a prefix rename. Every series carries model_name="...".
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coordinator/engine_service.h"
+
+namespace tessera {
+
+// Bucket upper bounds (seconds) of the three latency histograms.
+const std::vector<double>& ttft_buckets();
+const std::vector<double>& tpot_buckets();
+const std::vector<double>& e2e_buckets();
+
+// One histogram's series ("<name>_bucket{le=...}", "_sum", "_count") from raw samples.
+std::string render_histogram(const std::string& name, const std::string& help, const std::string& labels,
+                             const std::vector<double>& buckets, const std::vector<double>& samples);
+
+// The whole /metrics page for the engine. `http_responses` (status code -> count) adds
+// tessera:http_responses_total{code="..."}; pass {} to leave it out.
+std::string render_metrics(const EngineServiceStats& stats, const std::string& model_name,
+                           const std::map<int, uint64_t>& http_responses = {});
+
+}  // namespace tessera

@@ -1,0 +1,597 @@
+#include "coordinator/openai_api.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+namespace tessera {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxN = 128;
+constexpr int kMaxLogprobs = 20;
+constexpr size_t kMaxStopStrings = 16;
+
+// Reads optional fields of one JSON object; the first invalid one is recorded and every
+// later read is a no-op, so parsing reads straight through and checks once at the end.
+class FieldReader {
+ public:
+  FieldReader(const json& object, ApiError* error) : object_(object), error_(error) {}
+
+  bool failed() const { return failed_; }
+  void fail(const std::string& param, const std::string& message) {
+    if (failed_) return;
+    failed_ = true;
+    *error_ = bad_request(param, message);
+  }
+
+  // Null counts as absent (clients send explicit nulls for defaults).
+  const json* find(const char* name) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  void number(const char* name, float* out, double lo, double hi, bool lo_open = false) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return;
+    if (!v->is_number()) return fail(name, std::string("'") + name + "' must be a number");
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "'%s' must be in %s%g, %g] (got %g)", name, lo_open ? "(" : "[", lo, hi, d);
+      return fail(name, buf);
+    }
+    *out = static_cast<float>(d);
+  }
+
+  bool integer(const char* name, int64_t* out, int64_t lo, int64_t hi) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return false;
+    if (!v->is_number_integer()) {
+      fail(name, std::string("'") + name + "' must be an integer");
+      return false;
+    }
+    int64_t x = 0;
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      x = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+    } else {
+      x = v->get<int64_t>();
+    }
+    if (x < lo || x > hi) {
+      fail(name, std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "] (got " + std::to_string(x) + ")");
+      return false;
+    }
+    *out = x;
+    return true;
+  }
+
+  bool integer(const char* name, int* out, int64_t lo, int64_t hi) {
+    int64_t x = 0;
+    if (!integer(name, &x, lo, hi)) return false;
+    *out = static_cast<int>(x);
+    return true;
+  }
+
+  bool boolean(const char* name, bool* out) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return false;
+    if (!v->is_boolean()) {
+      fail(name, std::string("'") + name + "' must be a boolean");
+      return false;
+    }
+    *out = v->get<bool>();
+    return true;
+  }
+
+  void string(const char* name, std::string* out) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return;
+    if (!v->is_string()) return fail(name, std::string("'") + name + "' must be a string");
+    *out = v->get<std::string>();
+  }
+
+ private:
+  const json& object_;
+  ApiError* error_;
+  bool failed_ = false;
+};
+
+bool all_of_kind(const json& array, bool (json::*pred)() const noexcept) {
+  for (const json& e : array)
+    if (!(e.*pred)()) return false;
+  return true;
+}
+
+bool token_ids_from(const json& array, const std::string& param, const Tokenizer* tokenizer,
+                    std::vector<int32_t>* ids, ApiError* error) {
+  const int64_t vocab = tokenizer != nullptr ? tokenizer->vocab_size() : INT32_MAX;
+  for (size_t i = 0; i < array.size(); ++i) {
+    const json& e = array[i];
+    const int64_t id = e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                           ? INT64_MAX
+                           : e.get<int64_t>();
+    if (id < 0 || id >= vocab) {
+      *error = bad_request(param, "token id " + std::to_string(id) + " at " + param + "[" + std::to_string(i) +
+                                      "] is out of range [0, " + std::to_string(vocab) + ")");
+      return false;
+    }
+    ids->push_back(static_cast<int32_t>(id));
+  }
+  return true;
+}
+
+// "prompt": a string, an array of strings (a batch), an array of token ids, or an array of
+// token-id arrays (a batch).
+bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, ApiError* error) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    *error = bad_request("prompt", "'prompt' is required");
+    return false;
+  }
+  const json& p = *it;
+  const char* kShape =
+      "'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays";
+  auto need_tokenizer = [&]() {
+    *error = bad_request("prompt", "this server has no tokenizer: send 'prompt' as token ids");
+    return false;
+  };
+  if (p.is_string()) {
+    if (ctx.tokenizer == nullptr) return need_tokenizer();
+    out->prompt_texts.push_back(p.get<std::string>());
+    out->prompts.push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
+  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_number_integer)) {
+    std::vector<int32_t> ids;
+    if (!token_ids_from(p, "prompt", ctx.tokenizer, &ids, error)) return false;
+    out->prompts.push_back(std::move(ids));
+    out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(out->prompts.back(), false) : "");
+  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_string)) {
+    if (ctx.tokenizer == nullptr) return need_tokenizer();
+    for (const json& s : p) {
+      out->prompt_texts.push_back(s.get<std::string>());
+      out->prompts.push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
+    }
+  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_array)) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string param = "prompt[" + std::to_string(i) + "]";
+      if (p[i].empty() || !all_of_kind(p[i], &json::is_number_integer)) {
+        *error = bad_request(param, "'" + param + "' must be a non-empty array of token ids");
+        return false;
+      }
+      std::vector<int32_t> ids;
+      if (!token_ids_from(p[i], param, ctx.tokenizer, &ids, error)) return false;
+      out->prompts.push_back(std::move(ids));
+      out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(out->prompts.back(), false)
+                                                           : "");
+    }
+  } else {
+    *error = bad_request("prompt", kShape);
+    return false;
+  }
+  for (const auto& ids : out->prompts) {
+    if (ids.empty()) {
+      *error = bad_request("prompt", "'prompt' is empty (no tokens)");
+      return false;
+    }
+  }
+  return true;
+}
+
+bool parse_messages(const json& body, const ApiContext& ctx, ApiRequest* out, ApiError* error) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) {
+    *error = bad_request("messages", "'messages' is required");
+    return false;
+  }
+  if (!it->is_array() || it->empty()) {
+    *error = bad_request("messages", "'messages' must be a non-empty array of messages");
+    return false;
+  }
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) {
+      *error = bad_request(at, "'" + at + "' must be an object");
+      return false;
+    }
+    ChatMessage msg;
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      *error = bad_request(at + ".role", "'" + at + ".role' must be a string");
+      return false;
+    }
+    msg.role = role->get<std::string>();
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer" &&
+        msg.role != "tool") {
+      *error = bad_request(at + ".role", "'" + at + ".role' must be one of system, developer, user, assistant, tool");
+      return false;
+    }
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (msg.role != "assistant") {
+        *error = bad_request(at + ".content", "'" + at + ".content' is required");
+        return false;
+      }
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Content parts: only {"type": "text", "text": "..."} is supported.
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        auto type = part.is_object() ? part.find("type") : part.end();
+        if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text") {
+          *error = bad_request(pat, "'" + pat + "' must be a {\"type\": \"text\", \"text\": ...} part");
+          return false;
+        }
+        auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) {
+          *error = bad_request(pat + ".text", "'" + pat + ".text' must be a string");
+          return false;
+        }
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      *error = bad_request(at + ".content", "'" + at + ".content' must be a string or an array of text parts");
+      return false;
+    }
+    messages.push_back(std::move(msg));
+  }
+  if (ctx.tokenizer == nullptr) {
+    *error = bad_request("messages", "this server has no tokenizer: chat completions are unavailable");
+    return false;
+  }
+  std::string text;
+  bool special = true;
+  if (ctx.chat_renderer) {
+    StatusOr<std::string> rendered = ctx.chat_renderer(messages);
+    if (!rendered.is_ok()) {
+      *error = bad_request("messages", "chat template: " + rendered.status().message());
+      return false;
+    }
+    text = std::move(rendered).value();
+    special = false;
+  } else {
+    text = render_chat_fallback(messages);
+  }
+  out->prompt_texts.push_back(text);
+  out->prompts.push_back(ctx.tokenizer->encode(text, special));
+  if (out->prompts.back().empty()) {
+    *error = bad_request("messages", "'messages' render to an empty prompt");
+    return false;
+  }
+  return true;
+}
+
+std::string token_text(const Tokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  const std::vector<int32_t> one{id};
+  bool unstable = false;
+  return tokenizer->decode_window(one, 0, 1, false, true, false, &unstable);
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+json completion_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer* tokenizer, size_t offset0) {
+  json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+             {"text_offset", json::array()}};
+  size_t offset = offset0;
+  for (const SampledToken& t : tokens) {
+    const std::string s = token_text(tokenizer, t.token);
+    lp["tokens"].push_back(s);
+    lp["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& a : t.top_logprobs) top[token_text(tokenizer, a.token)] = a.logprob;
+    lp["top_logprobs"].push_back(std::move(top));
+    lp["text_offset"].push_back(offset);
+    offset += s.size();
+  }
+  return lp;
+}
+
+// Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+json chat_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer* tokenizer) {
+  json content = json::array();
+  for (const SampledToken& t : tokens) {
+    const std::string s = token_text(tokenizer, t.token);
+    json top = json::array();
+    for (const TokenLogprob& a : t.top_logprobs) {
+      const std::string as = token_text(tokenizer, a.token);
+      top.push_back({{"token", as}, {"logprob", a.logprob}, {"bytes", bytes_of(as)}});
+    }
+    content.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+bool is_chat(const ApiRequest& r) { return r.endpoint == ApiEndpoint::kChatCompletions; }
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+ApiError bad_request(std::string param, std::string message) {
+  ApiError e;
+  e.http_status = 400;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+std::string error_body(const ApiError& error) {
+  json e = {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"code", error.code.empty() ? json(nullptr) : json(error.code)}};
+  return dump(json{{"error", e}});
+}
+
+std::string render_chat_fallback(const std::vector<ChatMessage>& messages) {
+  std::string text;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    text += messages[i].content;
+    if (i + 1 < messages.size()) text += "\n";
+  }
+  return text;
+}
+
+bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& ctx, ApiRequest* out,
+                       ApiError* error) {
+  *out = ApiRequest();
+  out->endpoint = endpoint;
+  out->model = ctx.model_name;
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    *error = bad_request("", "the request body is not valid JSON");
+    return false;
+  }
+  if (!j.is_object()) {
+    *error = bad_request("", "the request body must be a JSON object");
+    return false;
+  }
+  const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+  FieldReader f(j, error);
+
+  std::string model;
+  f.string("model", &model);
+  if (f.failed()) return false;
+  if (!model.empty() && model != ctx.model_name) {
+    error->http_status = 404;
+    error->type = "invalid_request_error";
+    error->param = "model";
+    error->code = "model_not_found";
+    error->message = "The model '" + model + "' does not exist (this server serves '" + ctx.model_name + "')";
+    return false;
+  }
+
+  SamplingParams sp;
+  f.number("temperature", &sp.temperature, 0.0, 2.0);
+  f.number("top_p", &sp.top_p, 0.0, 1.0, /*lo_open=*/true);
+  int top_k = 0;
+  if (f.integer("top_k", &top_k, -1, INT32_MAX) && top_k == -1) top_k = 0;  // vLLM: -1 = off
+  sp.top_k = top_k;
+  f.number("min_p", &sp.min_p, 0.0, 1.0);
+  f.number("presence_penalty", &sp.presence_penalty, -2.0, 2.0);
+  f.number("frequency_penalty", &sp.frequency_penalty, -2.0, 2.0);
+  f.number("repetition_penalty", &sp.repetition_penalty, 0.0, 10.0, /*lo_open=*/true);
+  int64_t seed = 0;
+  const bool seeded = f.integer("seed", &seed, INT64_MIN, INT64_MAX);
+  f.integer("n", &out->n, 1, kMaxN);
+  f.boolean("stream", &out->stream);
+  if (const json* so = f.find("stream_options"); so != nullptr && !f.failed()) {
+    if (!so->is_object()) {
+      f.fail("stream_options", "'stream_options' must be an object");
+    } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean())
+        f.fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+      else
+        out->include_usage = iu->get<bool>();
+    }
+  }
+  f.string("user", &out->user);
+
+  // Output length: completions "max_tokens" (default 16); chat "max_completion_tokens" or
+  // "max_tokens" (default: the rest of the context).
+  int max_tokens = -1;
+  const char* max_field = "max_tokens";
+  if (chat && f.find("max_completion_tokens") != nullptr) {
+    max_field = "max_completion_tokens";
+    f.integer("max_completion_tokens", &max_tokens, 1, INT32_MAX);
+  } else {
+    f.integer("max_tokens", &max_tokens, 1, INT32_MAX);
+  }
+
+  if (chat) {
+    bool want = false;
+    f.boolean("logprobs", &want);
+    int top = 0;
+    const bool has_top = f.integer("top_logprobs", &top, 0, kMaxLogprobs);
+    if (has_top && !want && !f.failed()) f.fail("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    if (want) out->logprobs = top;
+  } else {
+    f.integer("logprobs", &out->logprobs, 0, kMaxLogprobs);
+    f.boolean("echo", &out->echo);
+  }
+  if (out->logprobs >= 0) sp.logprobs = out->logprobs;
+
+  // Stops: "stop" (a string or an array of strings), vLLM's "stop_token_ids",
+  // "ignore_eos" and "skip_special_tokens".
+  std::vector<std::string> stop_strings;
+  if (const json* st = f.find("stop"); st != nullptr && !f.failed()) {
+    if (st->is_string()) {
+      if (!st->get<std::string>().empty()) stop_strings.push_back(st->get<std::string>());
+    } else if (st->is_array() && st->size() <= kMaxStopStrings && all_of_kind(*st, &json::is_string)) {
+      for (const json& s : *st)
+        if (!s.get<std::string>().empty()) stop_strings.push_back(s.get<std::string>());
+    } else {
+      f.fail("stop", "'stop' must be a string or an array of at most " + std::to_string(kMaxStopStrings) +
+                         " strings");
+    }
+  }
+  StopConditions stop;
+  if (ctx.tokenizer != nullptr && ctx.tokenizer->eos_id() >= 0) stop.eos_token_id = ctx.tokenizer->eos_id();
+  f.boolean("ignore_eos", &stop.ignore_eos);
+  if (const json* ids = f.find("stop_token_ids"); ids != nullptr && !f.failed()) {
+    if (!ids->is_array() || !all_of_kind(*ids, &json::is_number_integer)) {
+      f.fail("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    } else {
+      std::vector<int32_t> v;
+      if (!token_ids_from(*ids, "stop_token_ids", ctx.tokenizer, &v, error)) return false;
+      stop.stop_token_ids = std::move(v);
+    }
+  }
+  bool skip_special = true;
+  f.boolean("skip_special_tokens", &skip_special);
+  if (f.failed()) return false;
+
+  if (chat ? !parse_messages(j, ctx, out, error) : !parse_prompt(j, ctx, out, error)) return false;
+
+  for (size_t pi = 0; pi < out->prompts.size(); ++pi) {
+    const int prompt_len = static_cast<int>(out->prompts[pi].size());
+    int mt = max_tokens;
+    if (mt < 0) mt = chat ? std::max(0, ctx.max_model_len - prompt_len) : 16;
+    if (static_cast<int64_t>(prompt_len) + std::max(mt, 1) > ctx.max_model_len) {
+      const char* where = chat ? "messages" : "prompt";
+      *error = bad_request(prompt_len >= ctx.max_model_len ? where : max_field,
+                           "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
+                               " tokens. However, you requested " +
+                               std::to_string(static_cast<int64_t>(prompt_len) + mt) + " tokens (" +
+                               std::to_string(prompt_len) + " in the " + where + ", " + std::to_string(mt) +
+                               " in the completion). Please reduce the length of the " + where +
+                               " or completion.");
+      error->code = "context_length_exceeded";
+      return false;
+    }
+    for (int i = 0; i < out->n; ++i) {
+      GenerateRequest g;
+      g.prompt = out->prompts[pi];
+      g.sampling = sp;
+      if (seeded) g.sampling.seed = static_cast<uint64_t>(seed) + static_cast<uint64_t>(i);
+      g.max_tokens = mt;
+      g.stop = stop;
+      g.stop_strings = stop_strings;
+      g.skip_special_tokens = skip_special;
+      out->generate.push_back(std::move(g));
+    }
+  }
+  return true;
+}
+
+Usage usage_of(const ApiRequest& request, const std::vector<ChoiceOutput>& choices) {
+  Usage u;
+  for (const auto& p : request.prompts) u.prompt_tokens += static_cast<int>(p.size());
+  for (const auto& c : choices) u.completion_tokens += c.completion_tokens;
+  return u;
+}
+
+std::string make_response_id(ApiEndpoint endpoint) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%016llx%04llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffff));
+  return std::string(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + buf;
+}
+
+std::string response_body(const ApiRequest& request, const std::string& id, int64_t created,
+                          const std::vector<ChoiceOutput>& choices, const Tokenizer* tokenizer) {
+  const bool chat = is_chat(request);
+  json out = {{"id", id},
+              {"object", chat ? "chat.completion" : "text_completion"},
+              {"created", created},
+              {"model", request.model}};
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    json choice = {{"index", i}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = request.logprobs >= 0 ? chat_logprobs(c.tokens, tokenizer) : json(nullptr);
+    } else {
+      const std::string& prefix =
+          request.echo ? request.prompt_texts[i / static_cast<size_t>(request.n)] : std::string();
+      choice["text"] = prefix + c.text;
+      choice["logprobs"] =
+          request.logprobs >= 0 ? completion_logprobs(c.tokens, tokenizer, prefix.size()) : json(nullptr);
+    }
+    choice["finish_reason"] = finish_json(c.finish_reason);
+    list.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = usage_json(usage_of(request, choices));
+  return dump(out);
+}
+
+std::string stream_chunk_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
+                              const std::string& text, const std::vector<SampledToken>& tokens,
+                              const std::string& finish_reason, bool role_only, const Tokenizer* tokenizer) {
+  const bool chat = is_chat(request);
+  json out = {{"id", id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", request.model}};
+  json choice = {{"index", index}};
+  if (chat) {
+    if (role_only)
+      choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+    else if (text.empty() && !finish_reason.empty())
+      choice["delta"] = json::object();
+    else
+      choice["delta"] = {{"content", text}};
+    choice["logprobs"] =
+        request.logprobs >= 0 && !tokens.empty() ? chat_logprobs(tokens, tokenizer) : json(nullptr);
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] =
+        request.logprobs >= 0 && !tokens.empty() ? completion_logprobs(tokens, tokenizer, 0) : json(nullptr);
+  }
+  choice["finish_reason"] = finish_json(finish_reason);
+  out["choices"] = json::array({std::move(choice)});
+  if (request.include_usage) out["usage"] = nullptr;
+  return dump(out);
+}
+
+std::string stream_usage_body(const ApiRequest& request, const std::string& id, int64_t created,
+                              const Usage& usage) {
+  json out = {{"id", id},
+              {"object", is_chat(request) ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", request.model},
+              {"choices", json::array()},
+              {"usage", usage_json(usage)}};
+  return dump(out);
+}
+
+std::string models_body(const std::string& model_name, int max_model_len, int64_t created) {
+  json model = {{"id", model_name},          {"object", "model"},      {"created", created},
+                {"owned_by", "tessera"},     {"root", model_name},     {"parent", nullptr},
+                {"max_model_len", max_model_len}};
+  return dump(json{{"object", "list"}, {"data", json::array({model})}});
+}
+
+std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
+
+}  // namespace tessera
