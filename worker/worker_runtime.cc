@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "common/communicator.h"
@@ -73,6 +74,9 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
   lo.backend = worker_backend_name(local_config.worker.backend);
   lo.heartbeat_interval = std::chrono::milliseconds(local_config.server.heartbeat_ms);
   lo.coordinator_dead_after_intervals = local_config.server.heartbeat_misses;
+  // An unreachable coordinator is an error after ten "dead" periods (30 s by default).
+  lo.register_timeout = std::chrono::milliseconds(
+      std::max(2000, 10 * local_config.server.heartbeat_ms * local_config.server.heartbeat_misses));
   WorkerLink link(lo);
 
   // Built by setup, used by every step.

@@ -382,7 +382,9 @@ TEST(EngineServiceTest, DestructorAbortsRunningRequestsAndNeverCallsBackAfterwar
   EXPECT_FALSE(late_call.load());
   EXPECT_EQ(c->finished, 4);
   for (const auto& e : c->events) {
-    if (e.finished) EXPECT_EQ(e.finish_reason, "abort");
+    if (e.finished) {
+      EXPECT_EQ(e.finish_reason, "abort");
+    }
   }
 }
 
