@@ -450,7 +450,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     writing_ = true;
     asio::async_write(stream_, asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) return self->disconnect();
+      if (ec || self->closed_) {
+        self->writing_ = false;
+        self->queue_.clear();
+        return self->disconnect();
+      }
       self->queue_.pop_front();
       self->write_next();
     });
@@ -483,7 +487,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     abort_generation();
     if (closed_) return;
     closed_ = true;
-    queue_.clear();
+    if (!writing_) queue_.clear();  // an in-flight write still reads queue_.front()
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
@@ -542,6 +546,17 @@ Status HttpServer::start() {
   s.api.model_name = s.options.model_name;
   s.api.max_model_len = s.service.max_model_len();
   s.api.chat_renderer = s.options.chat_renderer;
+  if (!s.api.chat_renderer && s.tokenizer != nullptr) {
+    // The tokenizer's own chat template (or the built-in fallback ChatTemplate picks).
+    StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*s.tokenizer);
+    if (tmpl.is_ok()) {
+      auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+      s.api.chat_renderer = [shared](const std::vector<ChatMessage>& m) { return shared->render(m, true); };
+    } else {
+      TESSERA_LOG_WARN("[coord] no usable chat template ({}); chat prompts join message contents",
+                       tmpl.status().to_string());
+    }
+  }
   beast::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
   if (ec) return invalid_argument("server.http.host: '" + s.options.host + "' is not an IP address");

@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/chat_template.h"  // ChatMessage
 #include "coordinator/engine_service.h"
 
 namespace tessera {
@@ -30,11 +31,6 @@ std::string error_body(const ApiError& error);
 ApiError bad_request(std::string param, std::string message);
 
 enum class ApiEndpoint { kCompletions, kChatCompletions };
-
-struct ChatMessage {
-  std::string role;
-  std::string content;
-};
 
 // Renders chat messages into the prompt text (e.g. the tokenizer's chat template). The
 // rendered text is tokenized without adding special tokens (the template brings its own).
