@@ -100,6 +100,7 @@ struct EngineService::Impl {
   std::vector<SeqId> aborts;
   SeqId next_id = 1;
   bool started = false;
+  std::thread::id loop_id;  // set once the loop thread exists
   bool draining = false;
   Clock::time_point deadline;
   int engine_waiting = 0;  // the scheduler's queue at the last loop iteration
@@ -362,12 +363,21 @@ void EngineService::start() {
     if (impl_->started || impl_->draining) return;
     impl_->started = true;
   }
-  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    {
+      // Before any callback runs, so drain_and_stop from a callback knows not to join.
+      std::lock_guard<std::mutex> lk(impl->mu);
+      impl->loop_id = std::this_thread::get_id();
+    }
+    impl->run();
+  });
 }
 
 void EngineService::drain_and_stop(std::chrono::milliseconds deadline) {
+  bool on_loop_thread = false;
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
+    on_loop_thread = impl_->loop_id == std::this_thread::get_id();
     const Clock::time_point d = Clock::now() + deadline;
     if (!impl_->draining) {
       impl_->draining = true;
@@ -382,7 +392,7 @@ void EngineService::drain_and_stop(std::chrono::milliseconds deadline) {
   }
   impl_->cv.notify_all();
   // Called from a callback (the loop thread): the loop ends by itself; joining would deadlock.
-  if (impl_->thread.joinable() && impl_->thread.get_id() == std::this_thread::get_id()) return;
+  if (on_loop_thread) return;
   std::lock_guard<std::mutex> join_lk(impl_->join_mu);
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->fail_pending_unstarted();

@@ -142,10 +142,18 @@ void Backend::write_kv(const float* k, const float* v, int64_t tokens, int64_t r
 void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
                         const AttentionBatch& batch, const TensorView& k_cache,
                         const TensorView& v_cache, float scale, const TensorView& alibi_slopes,
-                        const TensorView& out) {
+                        const TensorView& out, const GqaLayout& gqa) {
   TESSERA_CHECK_EQ(k_cache.ndim, 4);
   const int64_t kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
-  TESSERA_CHECK_EQ(q_heads % kv_heads, 0) << "query heads must be a multiple of kv heads";
+  GqaLayout g = gqa;
+  if (g.group == 0) {
+    TESSERA_CHECK_EQ(q_heads % kv_heads, 0) << "query heads must be a multiple of kv heads";
+    g = {q_heads / kv_heads, 0, 0};
+  }
+  TESSERA_CHECK(g.q_head_offset / g.group - g.kv_head_offset >= 0 &&
+                (g.q_head_offset + q_heads - 1) / g.group - g.kv_head_offset < kv_heads)
+      << "query heads [" << g.q_head_offset << ", +" << q_heads << ") read KV heads outside the cache's ["
+      << g.kv_head_offset << ", +" << kv_heads << ")";
   check_f32_2d(out, "attention out");
   TESSERA_CHECK_EQ(out.dim(1), q_heads * head_dim);
   TESSERA_CHECK_EQ(static_cast<int64_t>(batch.query_start.size()), batch.num_seqs() + 1);
@@ -153,7 +161,7 @@ void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
   TESSERA_CHECK_EQ(static_cast<int64_t>(batch.block_tables.size()),
                    static_cast<int64_t>(batch.num_seqs()) * batch.max_blocks_per_seq);
   if (!alibi_slopes.empty()) TESSERA_CHECK_EQ(alibi_slopes.numel(), q_heads);
-  attention_impl(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, alibi_slopes, out);
+  attention_impl(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, alibi_slopes, out, g);
 }
 
 void Backend::copy_block(const TensorView& pool, int64_t src, int64_t dst) {

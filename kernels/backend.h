@@ -33,6 +33,16 @@ struct AttentionBatch {
   std::vector<int32_t> slot_mapping;
 };
 
+// Which cached KV head each query head reads (grouped-query attention). Global query head
+// q_head_offset + h reads global KV head (q_head_offset + h) / group, stored in this cache at
+// index (that - kv_head_offset). group 0 means q_heads / kv_heads with both offsets 0 (the
+// whole model, or an even tensor-parallel split).
+struct GqaLayout {
+  int64_t group = 0;
+  int64_t q_head_offset = 0;
+  int64_t kv_head_offset = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -86,7 +96,7 @@ class Backend {
   // alibi_slopes: empty, or f32 [q_heads] (bias slope * key position added to scores).
   void attention(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
                  const TensorView& k_cache, const TensorView& v_cache, float scale,
-                 const TensorView& alibi_slopes, const TensorView& out);
+                 const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa = {});
   // pool[dst] = pool[src] along dimension 0 (a KV block, for copy-on-write).
   void copy_block(const TensorView& pool, int64_t src, int64_t dst);
   // Mixture-of-experts routing: softmax over experts, top-k (ties to the lower id), weights
@@ -120,10 +130,11 @@ class Backend {
   virtual void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
                              const AttentionBatch& batch, const TensorView& k_cache,
                              const TensorView& v_cache) = 0;
+  // `gqa` is resolved: group > 0.
   virtual void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
                               const AttentionBatch& batch, const TensorView& k_cache,
                               const TensorView& v_cache, float scale,
-                              const TensorView& alibi_slopes, const TensorView& out) = 0;
+                              const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) = 0;
   virtual void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) = 0;
   virtual void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
                              const TensorView& ids) = 0;

@@ -10,21 +10,6 @@
 namespace tessera {
 
 // TpPlan has no source file of its own yet; its two functions live with the planner.
-const char* tp_role_name(TpRole role) {
-  switch (role) {
-    case TpRole::kColumn: return "column";
-    case TpRole::kRow: return "row";
-    case TpRole::kKeep: return "keep";
-    case TpRole::kVocab: return "vocab";
-  }
-  return "?";
-}
-
-TpRole TpPlan::role_of(const std::string& tensor_name) const {
-  auto it = roles.find(tensor_name);
-  return it == roles.end() ? TpRole::kKeep : it->second;
-}
-
 namespace {
 
 constexpr TensorRole kUnknown = TensorRole::kCount;
@@ -185,11 +170,9 @@ Status check_split(const std::string& name, const TensorInfo& info, TpRole role,
   if (role == TpRole::kKeep || dim.size == 0 || world == 1) return Status::ok();
   if (dim.size % world == 0) return Status::ok();
   const std::string w = std::to_string(world), s = std::to_string(dim.size);
-  if (dim.kv) {
-    if (world % dim.size == 0) return Status::ok();  // kv heads replicated
-    return invalid_argument(name + layer_text(info) + ": " + dim.what + " " + s + " cannot be split across " + w +
-                            " ranks: need kv heads % tensor_parallel == 0 or tensor_parallel % kv heads == 0");
-  }
+  // KV heads follow the query heads: each rank keeps the KV heads its query heads read
+  // (kv_heads_for_rank), replicated on neighbouring ranks when they do not divide evenly.
+  if (dim.kv) return Status::ok();
   // An uneven vocabulary is cut in ceil(vocab / world) rows per rank, the last rank taking
   // fewer; the LM head pads its logits to the common width for the all-gather.
   if (role == TpRole::kVocab) return Status::ok();
@@ -368,7 +351,7 @@ namespace {
 
 bool kv_replicated(const ModelConfig& c, TensorRole r, TpRole role, int world) {
   return (r == TensorRole::kK || r == TensorRole::kV) && role == TpRole::kColumn && c.kv_heads > 0 &&
-         world > c.kv_heads && world % c.kv_heads == 0;
+         c.kv_heads % world != 0;
 }
 
 }  // namespace
@@ -412,9 +395,9 @@ TpSlice slice_for(const TpPlan& plan, const ModelConfig& config, const std::stri
   if (role == TpRole::kRow && one_d) return TpSlice{};  // bias: whole, added once
   const TensorRole r = config.arch ? classify(*config.arch, tensor).role : kUnknown;
   if (kv_replicated(config, r, role, world)) {
-    const int64_t kv_head = rank / (world / config.kv_heads);
+    const KvHeadRange kv = kv_heads_for_rank(config.heads, config.kv_heads, rank, world);
     TESSERA_CHECK_EQ(full_shape[0], config.kv_heads * config.head_dim) << tensor;
-    return TpSlice{0, kv_head * config.head_dim, config.head_dim};
+    return TpSlice{0, kv.first * config.head_dim, kv.count * config.head_dim};
   }
   const int axis = role == TpRole::kRow ? 1 : 0;
   TESSERA_CHECK(static_cast<size_t>(axis) < full_shape.size()) << tensor << ": no axis " << axis;

@@ -319,18 +319,10 @@ StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
   if (c.heads % world != 0) return uneven("attention heads", c.heads);
   s.q_heads = c.heads / world;
   s.q_head_offset = rank * s.q_heads;
-  if (c.kv_heads % world == 0) {
-    s.kv_heads = c.kv_heads / world;
-    s.kv_head_offset = rank * s.kv_heads;
-  } else if (world % c.kv_heads == 0) {
-    // More ranks than KV heads: each rank keeps (a replica of) the one KV head its query
-    // heads read.
-    s.kv_heads = 1;
-    s.kv_head_offset = s.q_head_offset / (c.heads / c.kv_heads);
-  } else {
-    return invalid_argument("tensor parallelism " + std::to_string(world) + " neither divides nor is a multiple of " +
-                            "the " + std::to_string(c.kv_heads) + " key/value heads");
-  }
+  if (c.heads % c.kv_heads != 0) return uneven("query heads into key/value groups", c.heads);
+  const KvHeadRange kv = kv_heads_for_rank(c.heads, c.kv_heads, rank, world);
+  s.kv_heads = kv.count;
+  s.kv_head_offset = kv.first;
   if (c.ffn % world != 0) return uneven("MLP intermediate size", c.ffn);
   s.ffn = c.ffn / world;
   s.ffn_offset = rank * s.ffn;

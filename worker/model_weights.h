@@ -23,8 +23,8 @@ struct ExpertWeights {
 };
 
 // This rank's share of the model under tensor parallelism (world 1: everything). Attention
-// is split by heads: each rank keeps heads/world query heads and the KV heads they read —
-// kv_heads/world of them, or, with more ranks than KV heads, one replicated KV head. MLPs
+// is split by heads: each rank keeps heads/world query heads and the KV heads they read
+// (kv_heads_for_rank: an even share, or replicas where ranks share a KV head). MLPs
 // (and each MoE expert) are split along the intermediate size, the vocabulary by rows.
 struct ShardSpec {
   int rank = 0;

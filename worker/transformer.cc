@@ -68,6 +68,9 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string c
   const bool split = !weights_.layers.empty() && weights_.layers[0].attn_split;
   q_heads_ = split ? shard_.q_heads : config_.heads;
   kv_heads_ = split ? shard_.kv_heads : config_.kv_heads;
+  gqa_.group = config_.heads / config_.kv_heads;
+  gqa_.q_head_offset = split ? shard_.q_head_offset : 0;
+  gqa_.kv_head_offset = split ? shard_.kv_head_offset : 0;
   if (config_.arch->position == PositionKind::kAlibi) {
     // Slopes belong to global heads: a rank's head h is global head q_head_offset + h.
     const std::vector<float> all = alibi_slopes(config_.heads);
@@ -233,7 +236,7 @@ void Transformer::attention_block(int layer, const TensorView& h, const std::vec
   Tensor attn = backend_.alloc({T, q_width}, DType::kF32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   backend_.attention(q, q_stride, q_heads_, batch, cache.k(layer), cache.v(layer), scale,
-                     alibi_slopes_.view(), attn.view());
+                     alibi_slopes_.view(), attn.view(), gqa_);
   backend_.linear(attn.view(), lw.o.w, lw.o.b, delta);
   if (lw.attn_split) all_reduce(delta);
 }

@@ -80,6 +80,7 @@ class Transformer {
   Backend& backend_;
   // Heads this rank's attention computes: its shard, or all when the plan keeps attention whole.
   int64_t q_heads_ = 0, kv_heads_ = 0;
+  GqaLayout gqa_;  // which local KV head each local query head reads
   Tensor alibi_slopes_;  // [q_heads_] for ALiBi architectures, by global head index
   Status comm_error_;    // the first failed collective; sticky
 };

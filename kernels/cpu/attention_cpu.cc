@@ -31,10 +31,9 @@ struct BF16Elems {
 template <typename E>
 void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
             const TensorView& k_cache, const TensorView& v_cache, float scale, const float* slopes,
-            const TensorView& out) {
+            const TensorView& out, const GqaLayout& gqa) {
   using T = typename E::T;
   const int64_t block_size = k_cache.dim(1), kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
-  const int64_t group = q_heads / kv_heads;
   const int64_t kv_row = kv_heads * head_dim;  // elements per cache slot
   const T* kc = k_cache.as<T>();
   const T* vc = v_cache.as<T>();
@@ -60,7 +59,7 @@ void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const Attenti
     for (int64_t w = 0; w < n_work; ++w) {
       const Item item = items[w / q_heads];
       const int64_t h = w % q_heads;
-      const int64_t g = h / group;
+      const int64_t g = (gqa.q_head_offset + h) / gqa.group - gqa.kv_head_offset;
       const int s = item.seq;
       const int32_t n_new = batch.query_start[s + 1] - batch.query_start[s];
       const int32_t pos = batch.context_lens[s] - n_new + (item.token - batch.query_start[s]);
@@ -104,12 +103,12 @@ void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const Attenti
 void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
                                 const AttentionBatch& batch, const TensorView& k_cache,
                                 const TensorView& v_cache, float scale,
-                                const TensorView& alibi_slopes, const TensorView& out) {
+                                const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) {
   const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.as<float>();
   switch (k_cache.dtype) {
-    case DType::kF32: return attend<F32Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out);
-    case DType::kF16: return attend<F16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out);
-    case DType::kBF16: return attend<BF16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out);
+    case DType::kF32: return attend<F32Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out, gqa);
+    case DType::kF16: return attend<F16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out, gqa);
+    case DType::kBF16: return attend<BF16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out, gqa);
     default: TESSERA_CHECK(false) << "KV cache dtype " << dtype_name(k_cache.dtype);
   }
 }

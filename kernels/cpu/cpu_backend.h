@@ -40,7 +40,7 @@ class CpuBackend final : public Backend {
   void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
                       const AttentionBatch& batch, const TensorView& k_cache,
                       const TensorView& v_cache, float scale, const TensorView& alibi_slopes,
-                      const TensorView& out) override;
+                      const TensorView& out, const GqaLayout& gqa) override;
   void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) override;
   void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
                      const TensorView& ids) override;

@@ -253,9 +253,13 @@ TEST(AutoTpTest, UnevenSplitsNameLayerAndSizes) {
   EXPECT_TRUE(fails_with(plan_tensor_parallel(llama, {"model.layers.1.mlp.down_proj.weight"}, {}, 3).status(),
                          {"model.layers.1.mlp.down_proj.weight (layer 1)", "row split needs intermediate_size 344",
                           "tensor_parallel 3"}));
-  EXPECT_TRUE(fails_with(plan_tensor_parallel(llama, {"model.layers.0.self_attn.v_proj.weight"}, {}, 3).status(),
-                         {"v_proj.weight (layer 0)", "num_key_value_heads 2 cannot be split across 3 ranks",
-                          "kv heads % tensor_parallel"}));
+  // KV heads follow the query heads (shared KV heads are replicated), so v_proj alone plans
+  // at any size; the query heads decide.
+  EXPECT_TRUE(plan_tensor_parallel(llama, {"model.layers.0.self_attn.v_proj.weight"}, {}, 3).is_ok());
+  EXPECT_EQ(kv_heads_for_rank(6, 3, 1, 2).first, 1);
+  EXPECT_EQ(kv_heads_for_rank(6, 3, 1, 2).count, 2);
+  EXPECT_EQ(kv_heads_for_rank(8, 2, 3, 4).first, 1);
+  EXPECT_EQ(kv_heads_for_rank(8, 2, 3, 4).count, 1);
   // The whole model at TP 3: the first tensor in name order that does not divide (the
   // vocabulary may split unevenly; the MLP may not).
   EXPECT_TRUE(fails_with(plan_tensor_parallel(llama, names, {}, 3).status(), {"intermediate_size 344"}));
