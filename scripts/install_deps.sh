@@ -26,3 +26,13 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "install_deps: all ${#packages[@]} packages present"
+
+# The end-to-end test's npm packages (the official OpenAI Node.js client), pinned by
+# tests/e2e/package-lock.json. Node.js itself comes from Debian when the machine has none.
+if ! command -v npm >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+here=$(cd "$(dirname "$0")/.." && pwd)
+(cd "$here/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error) ||
+  echo "install_deps: npm ci failed; the OpenAI-client end-to-end test will be skipped"
