@@ -202,7 +202,7 @@ void EngineService::Impl::finish(Live& r, GenerateEvent ev, const std::string& r
     else if (reason == "abort") ++stats.requests_aborted;
     else ++stats.requests_failed;
     // Only completed generations say something about latency.
-    if (reason == "stop" || reason == "length") stats.e2e_s.push_back(seconds_between(r.submitted, Clock::now()));
+    if (reason == "stop" || reason == "length") stats.e2e.observe(seconds_between(r.submitted, Clock::now()));
   }
   GenerateCallback cb = std::move(r.callback);
   const SeqId id = r.id;
@@ -235,10 +235,10 @@ void EngineService::Impl::handle(const SequenceEvent& e) {
       std::lock_guard<std::mutex> lk(stats_mu);
       stats.generation_tokens_total += e.new_tokens.size();
       if (!r.has_token) {
-        stats.ttft_s.push_back(seconds_between(r.submitted, now));
+        stats.ttft.observe(seconds_between(r.submitted, now));
         stats.prompt_tokens_total += static_cast<uint64_t>(r.prompt_tokens);
       } else {
-        stats.itl_s.push_back(seconds_between(r.last_token, now));
+        stats.itl.observe(seconds_between(r.last_token, now));
       }
     }
     r.has_token = true;

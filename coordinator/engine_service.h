@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "common/step_executor.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/latency_histogram.h"
 #include "coordinator/scheduler.h"
 
 namespace tessera {
@@ -58,9 +59,9 @@ struct EngineServiceStats {
   int num_running = 0, num_waiting = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0;
   uint64_t prefix_cache_hit_tokens = 0, preemptions = 0;
-  // Latency samples (seconds) since start, for histograms: time to first token,
-  // inter-token latency, end-to-end.
-  std::vector<double> ttft_s, itl_s, e2e_s;
+  // Latency histograms (seconds) since start: time to first token, inter-token latency,
+  // end-to-end (finished by stop or length).
+  LatencyHistogram ttft{ttft_buckets()}, itl{tpot_buckets()}, e2e{e2e_buckets()};
   bool draining = false;
 };
 

@@ -53,21 +53,17 @@ const std::vector<double>& e2e_buckets() {
 }
 
 std::string render_histogram(const std::string& name, const std::string& help, const std::string& labels,
-                             const std::vector<double>& buckets, const std::vector<double>& samples) {
+                             const LatencyHistogram& h) {
   std::string out;
   header(out, name, "histogram", help);
-  std::vector<double> sorted = samples;
-  std::sort(sorted.begin(), sorted.end());
-  double sum = 0;
-  for (double s : sorted) sum += s;
   const std::string sep = labels.empty() ? "" : ",";
-  for (double le : buckets) {
-    const size_t count = static_cast<size_t>(std::upper_bound(sorted.begin(), sorted.end(), le) - sorted.begin());
-    sample(out, name + "_bucket", labels + sep + "le=\"" + num(le) + "\"", static_cast<double>(count));
+  for (size_t i = 0; i < h.bounds().size(); ++i) {
+    sample(out, name + "_bucket", labels + sep + "le=\"" + num(h.bounds()[i]) + "\"",
+           static_cast<double>(h.cumulative(i)));
   }
-  sample(out, name + "_bucket", labels + sep + "le=\"+Inf\"", static_cast<double>(sorted.size()));
-  sample(out, name + "_sum", labels, sum);
-  sample(out, name + "_count", labels, static_cast<double>(sorted.size()));
+  sample(out, name + "_bucket", labels + sep + "le=\"+Inf\"", static_cast<double>(h.count()));
+  sample(out, name + "_sum", labels, h.sum());
+  sample(out, name + "_count", labels, static_cast<double>(h.count()));
   return out;
 }
 
@@ -111,11 +107,11 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
           static_cast<double>(s.preemptions));
 
   out += render_histogram("tessera:time_to_first_token_seconds", "Time to first token in seconds.", m,
-                          ttft_buckets(), s.ttft_s);
+                          s.ttft);
   out += render_histogram("tessera:time_per_output_token_seconds",
-                          "Time per output token (inter-token latency) in seconds.", m, tpot_buckets(), s.itl_s);
+                          "Time per output token (inter-token latency) in seconds.", m, s.itl);
   out += render_histogram("tessera:e2e_request_latency_seconds", "End-to-end request latency in seconds.", m,
-                          e2e_buckets(), s.e2e_s);
+                          s.e2e);
 
   if (!http_responses.empty()) {
     header(out, "tessera:http_responses_total", "counter", "HTTP responses sent, by status code.");

@@ -11,14 +11,9 @@
 
 namespace tessera {
 
-// Bucket upper bounds (seconds) of the three latency histograms.
-const std::vector<double>& ttft_buckets();
-const std::vector<double>& tpot_buckets();
-const std::vector<double>& e2e_buckets();
-
-// One histogram's series ("<name>_bucket{le=...}", "_sum", "_count") from raw samples.
+// One histogram's series ("<name>_bucket{le=...}", "_sum", "_count").
 std::string render_histogram(const std::string& name, const std::string& help, const std::string& labels,
-                             const std::vector<double>& buckets, const std::vector<double>& samples);
+                             const LatencyHistogram& histogram);
 
 // The whole /metrics page for the engine. `http_responses` (status code -> count) adds
 // tessera:http_responses_total{code="..."}; pass {} to leave it out.

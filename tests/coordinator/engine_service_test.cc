@@ -215,9 +215,9 @@ TEST(EngineServiceTest, ManyConcurrentSubmittersEachGetTheirTokensAndOneFinish) 
   const EngineServiceStats s = svc.stats();
   EXPECT_EQ(s.requests_finished_length, collectors.size());
   EXPECT_EQ(s.generation_tokens_total, total_tokens);
-  EXPECT_EQ(s.ttft_s.size(), collectors.size());
-  EXPECT_EQ(s.e2e_s.size(), collectors.size());
-  EXPECT_EQ(s.itl_s.size(), total_tokens - collectors.size());
+  EXPECT_EQ(s.ttft.count(), collectors.size());
+  EXPECT_EQ(s.e2e.count(), collectors.size());
+  EXPECT_EQ(s.itl.count(), total_tokens - collectors.size());
   EXPECT_TRUE(s.draining);
   EXPECT_GT(s.preemptions, 0u) << "the pool was meant to force preemption";
   std::cout << "[ REPORT   ] " << exec.steps() << " steps, " << s.preemptions << " preemptions" << std::endl;
