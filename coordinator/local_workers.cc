@@ -32,18 +32,20 @@ Status LocalWorkers::start(const std::string& worker_binary, const std::string& 
 }
 
 Status LocalWorkers::spawn(int rank) {
+  // Everything the child needs is built before fork(): between fork and exec a child of a
+  // multithreaded process may only make async-signal-safe calls (no allocation).
+  std::vector<std::string> args = {binary_, "--config", config_, "--rank", std::to_string(rank)};
+  args.insert(args.end(), extra_.begin(), extra_.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return internal_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
-    std::vector<std::string> args = {binary_, "--config", config_, "--rank", std::to_string(rank)};
-    args.insert(args.end(), extra_.begin(), extra_.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(binary_.c_str(), argv.data());
+    execv(argv[0], argv.data());
     _exit(127);
   }
   pids_[rank] = pid;

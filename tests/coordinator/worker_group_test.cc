@@ -4,6 +4,8 @@
 #include "coordinator/worker_group.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,6 +104,13 @@ struct FakeWorker {
   Status result;
   wire::Assignment assignment;
 };
+
+// A fresh ipc:// address, known before anything binds it.
+std::string fresh_ipc_endpoint() {
+  static int n = 0;
+  return "ipc://" + std::filesystem::temp_directory_path().string() + "/tessera-wg-" + std::to_string(getpid()) + "-" +
+         std::to_string(n++) + ".ipc";
+}
 
 struct Group {
   explicit Group(int world, std::chrono::milliseconds interval = 100ms, std::string address = "tcp://127.0.0.1:*") {
@@ -336,12 +345,13 @@ TEST(WorkerGroupTest, WorkerLeavesWhenCoordinatorGoesSilent) {
 
 TEST(WorkerGroupTest, HungWorkerProcessIsDeclaredDeadWithinTwoIntervals) {
   constexpr auto kInterval = 50ms;
-  Group g(2, kInterval);
-  FakeWorker w0(g.group.endpoint(), 0, 2, kInterval);
-  const std::string endpoint = g.group.endpoint();
+  // Fork before this process has any thread: a child forked from a multithreaded parent
+  // can inherit a lock another thread held (the allocator's, the logger's) and hang.
+  const std::string endpoint = fresh_ipc_endpoint();
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    alarm(60);  // a stuck child must not outlive the test
     WorkerLinkOptions o;
     o.coordinator_address = endpoint;
     o.rank = 1;
@@ -351,6 +361,8 @@ TEST(WorkerGroupTest, HungWorkerProcessIsDeclaredDeadWithinTwoIntervals) {
     Status st = link.run(nullptr, fake_step);
     _exit(st.is_ok() ? 0 : 1);
   }
+  Group g(2, kInterval, endpoint);
+  FakeWorker w0(endpoint, 0, 2, kInterval);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
   EXPECT_EQ(g.group.status()[1].pid, child);
   run_steps(g.group, 3, 2);
@@ -384,12 +396,13 @@ TEST(WorkerGroupTest, HungWorkerProcessIsDeclaredDeadWithinTwoIntervals) {
 
 TEST(WorkerGroupTest, KilledWorkerProcessFailsStepsUntilReplaced) {
   constexpr auto kInterval = 50ms;
-  Group g(2, kInterval);
-  FakeWorker w0(g.group.endpoint(), 0, 2, kInterval);
-  const std::string endpoint = g.group.endpoint();
+  // Fork before this process has any thread: a child forked from a multithreaded parent
+  // can inherit a lock another thread held (the allocator's, the logger's) and hang.
+  const std::string endpoint = fresh_ipc_endpoint();
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    alarm(60);  // a stuck child must not outlive the test
     WorkerLinkOptions o;
     o.coordinator_address = endpoint;
     o.rank = 1;
@@ -399,6 +412,8 @@ TEST(WorkerGroupTest, KilledWorkerProcessFailsStepsUntilReplaced) {
     Status st = link.run(nullptr, fake_step);
     _exit(st.is_ok() ? 0 : 1);
   }
+  Group g(2, kInterval, endpoint);
+  FakeWorker w0(endpoint, 0, 2, kInterval);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
   run_steps(g.group, 3, 2);
   kill(child, SIGKILL);

@@ -43,6 +43,7 @@ TEST(TensorParallelMemory, EachRankHoldsAboutHalfOfA500MBModel) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      alarm(120);  // a stuck rank must not outlive the test
       close(fds[0]);
       const int64_t before = vm_hwm_bytes();
       int64_t growth = -1;

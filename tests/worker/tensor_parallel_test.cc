@@ -105,7 +105,10 @@ TEST_P(TensorParallelTest, RanksInSeparateProcessesReproduceTheReference) {
   for (int rank = 0; rank < p.world; ++rank) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) _exit(run_rank(p, rank, group, result, plan ? &*plan : nullptr));
+    if (pid == 0) {
+      alarm(120);  // a stuck rank must not outlive the test
+      _exit(run_rank(p, rank, group, result, plan ? &*plan : nullptr));
+    }
     pids.push_back(pid);
   }
   for (int rank = 0; rank < p.world; ++rank) {
