@@ -112,6 +112,23 @@ std::string fresh_ipc_endpoint() {
          std::to_string(n++) + ".ipc";
 }
 
+// Rank `rank` as a separate process running a WorkerLink with the fake step function. Call
+// it before this process has any thread: a child forked from a multithreaded parent can
+// inherit a lock another thread held (the allocator's, the logger's) and hang.
+pid_t fork_worker_process(const std::string& endpoint, int rank, int world, std::chrono::milliseconds interval) {
+  const pid_t child = fork();
+  if (child != 0) return child;
+  alarm(60);  // a stuck child must not outlive the test
+  WorkerLinkOptions o;
+  o.coordinator_address = endpoint;
+  o.rank = rank;
+  o.world_size = world;
+  o.heartbeat_interval = interval;
+  WorkerLink link(o);
+  Status st = link.run(nullptr, fake_step);
+  _exit(st.is_ok() ? 0 : 1);
+}
+
 struct Group {
   explicit Group(int world, std::chrono::milliseconds interval = 100ms, std::string address = "tcp://127.0.0.1:*") {
     WorkerGroupOptions o;
@@ -345,22 +362,9 @@ TEST(WorkerGroupTest, WorkerLeavesWhenCoordinatorGoesSilent) {
 
 TEST(WorkerGroupTest, HungWorkerProcessIsDeclaredDeadWithinTwoIntervals) {
   constexpr auto kInterval = 50ms;
-  // Fork before this process has any thread: a child forked from a multithreaded parent
-  // can inherit a lock another thread held (the allocator's, the logger's) and hang.
   const std::string endpoint = fresh_ipc_endpoint();
-  const pid_t child = fork();
+  const pid_t child = fork_worker_process(endpoint, 1, 2, kInterval);
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    alarm(60);  // a stuck child must not outlive the test
-    WorkerLinkOptions o;
-    o.coordinator_address = endpoint;
-    o.rank = 1;
-    o.world_size = 2;
-    o.heartbeat_interval = kInterval;
-    WorkerLink link(o);
-    Status st = link.run(nullptr, fake_step);
-    _exit(st.is_ok() ? 0 : 1);
-  }
   Group g(2, kInterval, endpoint);
   FakeWorker w0(endpoint, 0, 2, kInterval);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
@@ -396,22 +400,9 @@ TEST(WorkerGroupTest, HungWorkerProcessIsDeclaredDeadWithinTwoIntervals) {
 
 TEST(WorkerGroupTest, KilledWorkerProcessFailsStepsUntilReplaced) {
   constexpr auto kInterval = 50ms;
-  // Fork before this process has any thread: a child forked from a multithreaded parent
-  // can inherit a lock another thread held (the allocator's, the logger's) and hang.
   const std::string endpoint = fresh_ipc_endpoint();
-  const pid_t child = fork();
+  const pid_t child = fork_worker_process(endpoint, 1, 2, kInterval);
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    alarm(60);  // a stuck child must not outlive the test
-    WorkerLinkOptions o;
-    o.coordinator_address = endpoint;
-    o.rank = 1;
-    o.world_size = 2;
-    o.heartbeat_interval = kInterval;
-    WorkerLink link(o);
-    Status st = link.run(nullptr, fake_step);
-    _exit(st.is_ok() ? 0 : 1);
-  }
   Group g(2, kInterval, endpoint);
   FakeWorker w0(endpoint, 0, 2, kInterval);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
