@@ -43,6 +43,10 @@ Status LocalWorkers::spawn(int rank) {
   pid_t pid = fork();
   if (pid < 0) return internal_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    // The parent may block signals it takes with sigwait; the worker must receive them.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
     execv(argv[0], argv.data());

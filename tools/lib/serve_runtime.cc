@@ -53,6 +53,14 @@ StatusOr<int64_t> auto_kv_blocks(const TesseraConfig& c, int64_t max_model_len) 
 }
 
 Status serve(ServeOptions o) {
+  // SIGTERM/SIGINT are taken synchronously (sigwait below): block them before any thread
+  // exists, so every thread inherits the mask and none dies of the default action.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   TesseraConfig& c = o.config;
   TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
   c.model.path = std::filesystem::absolute(c.model.path).lexically_normal().string();
@@ -125,13 +133,6 @@ Status serve(ServeOptions o) {
   HttpServer http(ho, service, tokenizer.get());
   WorkerGroup* g = group.get();
   http.ready_check = [g] { return g->is_complete(); };
-
-  // Signals are taken synchronously by this thread only.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   TESSERA_RETURN_IF_ERROR(http.start());
   TESSERA_LOG_INFO("listening on http://{}:{}", ho.host, http.port());
