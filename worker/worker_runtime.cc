@@ -42,10 +42,44 @@ void restrict_to_core_share(int rank, int world) {
 
 }  // namespace
 
+namespace {
+
+// A group whose output projection is kept whole is computed whole on every rank (that is
+// what the loader does), so its input projections are kept too: the printed plan then says
+// what each rank really holds.
+void keep_inputs_of_kept_groups(const ModelConfig& c, TpPlan& plan) {
+  const ArchSpec& a = *c.arch;
+  auto keep_if_output_kept = [&](const std::vector<TensorRole>& inputs, TensorRole output, int layer, int expert) {
+    const std::string out = tensor_name(a.name_of(output), layer, expert);
+    if (a.name_of(output).empty() || plan.role_of(out) != TpRole::kKeep) return;
+    for (TensorRole r : inputs) {
+      if (a.name_of(r).empty()) continue;
+      const std::string in = tensor_name(a.name_of(r), layer, expert);
+      if (plan.roles.count(in)) plan.roles[in] = TpRole::kKeep;
+      if (plan.roles.count(bias_name(in))) plan.roles[bias_name(in)] = TpRole::kKeep;
+    }
+  };
+  for (int l = 0; l < c.layers; ++l) {
+    keep_if_output_kept({TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kQkv}, TensorRole::kO, l, -1);
+    if (c.arch->mlp == MlpKind::kMoeSwiGlu) {
+      for (int e = 0; e < c.num_experts; ++e) {
+        keep_if_output_kept({TensorRole::kGate, TensorRole::kUp}, TensorRole::kDown, l, e);
+      }
+    } else {
+      keep_if_output_kept({TensorRole::kGate, TensorRole::kUp}, TensorRole::kDown, l, -1);
+    }
+  }
+}
+
+}  // namespace
+
 StatusOr<TpPlan> plan_for_config(const TesseraConfig& config, const Checkpoint& checkpoint,
                                  const ModelConfig& model_config, bool use_env) {
   AutoTpOptions options = auto_tp_options_from(config, use_env);
-  return plan_tensor_parallel(model_config, checkpoint.tensor_names(), options, config.parallel.tensor_parallel);
+  TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_tensor_parallel(model_config, checkpoint.tensor_names(), options,
+                                                             config.parallel.tensor_parallel));
+  keep_inputs_of_kept_groups(model_config, plan);
+  return plan;
 }
 
 Status merge_deepspeed_env(TesseraConfig& config) {

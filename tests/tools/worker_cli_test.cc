@@ -52,6 +52,9 @@ TEST_F(WorkerCliTest, MixtralPlanSplitsW2ByRowAndKeepsTheRouter) {
   auto e = worker("--config " + c + " --print-tp-plan", "DS_KEEP_LINEAR_ITEMS=\"{'w2':'mixtral'}\"");
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_NE(line_of(e.out, "model.layers.1.block_sparse_moe.experts.3.w2.weight").find(" keep "), std::string::npos);
+  // The expert is then computed whole on every rank: its w1/w3 are kept too.
+  EXPECT_NE(line_of(e.out, "model.layers.1.block_sparse_moe.experts.3.w1.weight").find("[128, 64]   [128, 64]"),
+            std::string::npos) << line_of(e.out, "model.layers.1.block_sparse_moe.experts.3.w1.weight");
 }
 
 TEST_F(WorkerCliTest, BadConfigurationsFailAtStartNamingTheProblem) {
