@@ -145,12 +145,8 @@ struct TpRuntime {
     c.worker.threads = o.threads;
     TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
     TESSERA_RETURN_IF_ERROR(validate_config(c));
-    {  // Check the plan here, once, rather than have every worker fail with the same message.
-      TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(c.model.path));
-      TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
-      TESSERA_RETURN_IF_ERROR(plan_for_config(c, *ckpt, mc, /*use_env=*/false).status());
-      TESSERA_RETURN_IF_ERROR(ShardSpec::make(mc, 0, c.parallel.tensor_parallel).status());
-    }
+    // Checked here, once, rather than have every worker fail with the same message.
+    TESSERA_RETURN_IF_ERROR(check_deployment(c).status());
     const std::string config_path = rt->dir + "/config.yaml";
     std::ofstream(config_path) << dump_config_yaml(c);
     ClusterOptions co;

@@ -1,5 +1,7 @@
 #include "worker/arch_spec.h"
 
+#include "common/string_util.h"
+
 namespace tessera {
 namespace {
 
@@ -60,12 +62,6 @@ ArchSpec make_mixtral() {
   return s;
 }
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
-    s.replace(pos, from.size(), to);
-  }
-}
-
 }  // namespace
 
 const char* tensor_role_name(TensorRole role) {
@@ -98,10 +94,8 @@ std::string supported_model_types() {
 }
 
 std::string tensor_name(const std::string& pattern, int layer, int expert) {
-  std::string s = pattern;
-  replace_all(s, "{L}", std::to_string(layer));
-  if (expert >= 0) replace_all(s, "{E}", std::to_string(expert));
-  return s;
+  std::string s = replace_all(pattern, "{L}", std::to_string(layer));
+  return expert >= 0 ? replace_all(s, "{E}", std::to_string(expert)) : s;
 }
 
 std::string bias_name(const std::string& weight_name) {

@@ -308,15 +308,18 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
       scales[id_host[t * top_k + k]].push_back(w_host[t * top_k + k]);
     }
   }
-  // Split experts produce partial sums (all-reduced once, at the end); experts the plan
-  // keeps whole produce full outputs on every rank, added after the reduction.
+  // Split experts produce partial sums (all-reduced once, at the end). Experts the plan
+  // keeps whole produce full outputs on every rank: with split ones beside them they go to
+  // a second buffer added after the reduction, otherwise straight into delta.
+  bool any_split = false;
+  for (bool b : lw.expert_split) any_split |= b;
   std::vector<float> zeros(delta.numel(), 0.0f);
   backend_.copy_from_host(zeros.data(), delta);
   Tensor whole;
   for (int64_t e = 0; e < E; ++e) {
     if (rows[e].empty()) continue;
-    const bool split = lw.expert_split[e];
-    if (!split && whole.empty()) {
+    const bool to_delta = lw.expert_split[e] || !any_split;
+    if (!to_delta && whole.empty()) {
       whole = backend_.alloc(delta.dims(), DType::kF32);
     }
     const int64_t n = static_cast<int64_t>(rows[e].size());
@@ -325,10 +328,8 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
     backend_.gather_rows(h, rows[e], xin.view());
     const ExpertWeights& ew = lw.experts[e];
     swiglu(ew.gate, ew.up, ew.gate_up, ew.down, xin.view(), xout.view());
-    backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], split ? delta : whole.view());
+    backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], to_delta ? delta : whole.view());
   }
-  bool any_split = false;
-  for (bool b : lw.expert_split) any_split |= b;
   if (any_split) all_reduce(delta);
   if (!whole.empty()) backend_.add(delta, whole.view(), delta);
 }

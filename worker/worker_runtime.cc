@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "worker/auto_tp.h"
 #include "worker/executor.h"
+#include "worker/model_weights.h"
 #include "worker/shm_communicator.h"
 #include "worker/transformer.h"
 #include "worker/worker_link.h"
@@ -88,6 +89,14 @@ Status merge_deepspeed_env(TesseraConfig& config) {
   config.parallel.auto_tp.all_reduce_linear = merged.all_reduce_linear;
   config.parallel.auto_tp.keep_linear = merged.keep_linear;
   return Status::ok();
+}
+
+StatusOr<ModelConfig> check_deployment(const TesseraConfig& config) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(config.model.path));
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+  TESSERA_RETURN_IF_ERROR(plan_for_config(config, *ckpt, mc, /*use_env=*/false).status());
+  TESSERA_RETURN_IF_ERROR(ShardSpec::make(mc, 0, config.parallel.tensor_parallel).status());
+  return mc;
 }
 
 StatusOr<std::string> describe_tp_plan(const TesseraConfig& config) {

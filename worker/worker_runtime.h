@@ -22,6 +22,11 @@ StatusOr<TpPlan> plan_for_config(const TesseraConfig& config, const Checkpoint& 
 // its workers carries them (workers then plan without reading their own environment).
 Status merge_deepspeed_env(TesseraConfig& config);
 
+// Everything a deployment can be refused for before any worker starts: the checkpoint and
+// its config.json, the TP plan, and whether the model divides across the ranks. Returns the
+// model's config.
+StatusOr<ModelConfig> check_deployment(const TesseraConfig& config);
+
 // The table `tessera-worker --print-tp-plan` prints.
 StatusOr<std::string> describe_tp_plan(const TesseraConfig& config);
 

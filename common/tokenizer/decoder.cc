@@ -1,5 +1,7 @@
 #include "common/tokenizer/decoder.h"
 
+#include "common/string_util.h"
+
 #include "common/tokenizer/regex.h"
 #include "common/tokenizer/unicode_utils.h"
 
@@ -184,17 +186,7 @@ class ReplaceDecoder : public Decoder {
         t = regex_->replace_all(t, content_);
         continue;
       }
-      const std::string& from = pattern_.text;
-      if (from.empty() || t.find(from) == std::string::npos) continue;
-      std::string out;
-      size_t prev = 0;
-      for (size_t pos = t.find(from); pos != std::string::npos; pos = t.find(from, prev)) {
-        out.append(t, prev, pos - prev);
-        out.append(content_);
-        prev = pos + from.size();
-      }
-      out.append(t, prev, std::string::npos);
-      t = std::move(out);
+      t = replace_all(t, pattern_.text, content_);
     }
   }
 

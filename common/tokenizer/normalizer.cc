@@ -1,5 +1,7 @@
 #include "common/tokenizer/normalizer.h"
 
+#include "common/string_util.h"
+
 #include <vector>
 
 #include "common/tokenizer/unicode_utils.h"
@@ -52,18 +54,7 @@ class ReplaceNormalizer : public Normalizer {
       return;
     }
     // Literal patterns skip the regex engine: Llama's " " -> "▁" runs over every prompt.
-    const std::string& from = pattern_.text;
-    if (from.empty() || text.find(from) == std::string::npos) return;
-    std::string out;
-    out.reserve(text.size() + text.size() / 4);
-    size_t prev = 0;
-    for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, prev)) {
-      out.append(text, prev, pos - prev);
-      out.append(content_);
-      prev = pos + from.size();
-    }
-    out.append(text, prev, std::string::npos);
-    text = std::move(out);
+    text = replace_all(text, pattern_.text, content_);
   }
 
  private:

@@ -8,34 +8,44 @@
 
 namespace tessera::tok {
 
+namespace {
+
+// What a lead byte allows (Unicode Table 3-7): the sequence length and the range of the
+// second byte; the third and fourth bytes are always 80..BF. len 0: not a lead byte.
+struct Utf8Lead {
+  size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+};
+
+Utf8Lead utf8_lead(unsigned char b0) {
+  Utf8Lead l;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    l.len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    l.len = 3;
+    if (b0 == 0xE0) l.lo = 0xA0;
+    if (b0 == 0xED) l.hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    l.len = 4;
+    if (b0 == 0xF0) l.lo = 0x90;
+    if (b0 == 0xF4) l.hi = 0x8F;
+  }
+  return l;
+}
+
+}  // namespace
+
 size_t valid_utf8_length_at(std::string_view s, size_t i) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
-  const unsigned char b0 = p[i];
-  if (b0 < 0x80) return 1;
-  // Allowed range of the second byte per lead byte (Unicode Table 3-7); the third and
-  // fourth bytes are always 80..BF.
-  unsigned char lo = 0x80, hi = 0xBF;
-  size_t len = 0;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + len > n) return 0;
-  if (p[i + 1] < lo || p[i + 1] > hi) return 0;
-  for (size_t k = 2; k < len; ++k) {
+  if (p[i] < 0x80) return 1;
+  const Utf8Lead lead = utf8_lead(p[i]);
+  if (lead.len == 0 || i + lead.len > n) return 0;
+  if (p[i + 1] < lead.lo || p[i + 1] > lead.hi) return 0;
+  for (size_t k = 2; k < lead.len; ++k) {
     if (p[i + k] < 0x80 || p[i + k] > 0xBF) return 0;
   }
-  return len;
+  return lead.len;
 }
 
 // Number of bytes forming the maximal invalid subpart at s[i] (at least 1): the lead
@@ -43,27 +53,13 @@ size_t valid_utf8_length_at(std::string_view s, size_t i) {
 static size_t invalid_subpart_length(std::string_view s, size_t i) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
-  const unsigned char b0 = p[i];
-  unsigned char lo = 0x80, hi = 0xBF;
-  size_t len = 0;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 1;
-  }
+  const Utf8Lead lead = utf8_lead(p[i]);
+  if (lead.len == 0) return 1;
   size_t k = 1;
-  for (; k < len && i + k < n; ++k) {
+  for (; k < lead.len && i + k < n; ++k) {
     const unsigned char b = p[i + k];
-    const unsigned char l = k == 1 ? lo : 0x80;
-    const unsigned char h = k == 1 ? hi : 0xBF;
+    const unsigned char l = k == 1 ? lead.lo : 0x80;
+    const unsigned char h = k == 1 ? lead.hi : 0xBF;
     if (b < l || b > h) break;
   }
   return k;

@@ -67,10 +67,8 @@ Status serve(ServeOptions o) {
   TESSERA_RETURN_IF_ERROR(validate_config(c));
 
   // The model's shape, the plan and the tokenizer, checked here before any worker starts.
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, check_deployment(c));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(c.model.path));
-  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
-  TESSERA_RETURN_IF_ERROR(plan_for_config(c, *ckpt, mc, /*use_env=*/false).status());
-  TESSERA_RETURN_IF_ERROR(ShardSpec::make(mc, 0, c.parallel.tensor_parallel).status());
   std::unique_ptr<Tokenizer> tokenizer;
   if (auto tok = Tokenizer::load(ckpt->config_dir()); tok.is_ok()) {
     tokenizer = std::move(tok).value();

@@ -1,0 +1,12 @@
+#pragma once
+// Small string helpers shared across the project.
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+// `text` with every occurrence of `from` replaced by `to` (left to right, no overlaps).
+// An empty `from` leaves the text unchanged.
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to);
+
+}  // namespace tessera
