@@ -114,6 +114,15 @@ Status read_endpoint(const YAML::Node& n, const Where& w, std::string* out) {
   return Status::ok();
 }
 
+// An endpoint, or "" for "off" (server.zmq_client: the ZeroMQ client API is not served).
+Status read_optional_endpoint(const YAML::Node& n, const Where& w, std::string* out) {
+  if (n.IsScalar() && n.Scalar().empty()) {
+    out->clear();
+    return Status::ok();
+  }
+  return read_endpoint(n, w, out);
+}
+
 template <typename E>
 Status read_enum(const YAML::Node& n, const Where& w, const std::vector<std::pair<const char*, E>>& names,
                  E* out) {
@@ -418,10 +427,11 @@ const std::vector<KeyDef>& schema() {
                return read_int(n, w, 1024, int64_t{1} << 34, &c.server.http.max_body_bytes);
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << c.server.http.max_body_bytes; }, nullptr},
-      TESSERA_STRING_KEY("server.zmq_client", server.zmq_client, read_endpoint),
+      TESSERA_STRING_KEY("server.zmq_client", server.zmq_client, read_optional_endpoint),
       TESSERA_STRING_KEY("server.control", server.control, read_endpoint),
       TESSERA_INT_KEY("server.heartbeat_ms", server.heartbeat_ms, 10, 3600000),
       TESSERA_INT_KEY("server.heartbeat_misses", server.heartbeat_misses, 1, 1000),
+      TESSERA_INT_KEY("server.max_queued_requests", server.max_queued_requests, 1, 1 << 24),
       TESSERA_ENUM_KEY("worker.backend", worker.backend, kBackends),
       TESSERA_INT_KEY("worker.threads", worker.threads, 0, 4096),
   };

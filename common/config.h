@@ -73,10 +73,11 @@ struct HttpSection {
 
 struct ServerSection {
   HttpSection http;
-  std::string zmq_client = "tcp://127.0.0.1:5555";
+  std::string zmq_client = "tcp://127.0.0.1:5555";  // ZeroMQ client API; "" = not served
   std::string control = "tcp://127.0.0.1:5560";
   int heartbeat_ms = 1000;
   int heartbeat_misses = 3;
+  int max_queued_requests = 1024;  // requests waiting beyond this get 429 (queue_full)
 };
 
 enum class WorkerBackend { kAuto, kCpu, kCuda };

@@ -72,6 +72,9 @@ struct WorkerGroup::Impl {
   std::condition_variable state_cv;
   std::vector<Slot> slots;
   std::unordered_map<std::string, int> by_identity;
+  // The collective group's id from rank 0's current session (NCCL's unique id), relayed to
+  // the other ranks; empty until rank 0 sends one, cleared when rank 0 registers or dies.
+  std::string collective_id;
 
   // The step in flight and socket-side state (under sock_mu).
   Status outcome_status;
@@ -163,6 +166,7 @@ struct WorkerGroup::Impl {
     {
       std::lock_guard<std::mutex> lock(state_mu);
       mark_dead_locked(rank, why);
+      if (rank == 0) collective_id.clear();
     }
     if (step_active && awaiting[rank])
       finish_step(unavailable("rank " + std::to_string(rank) + " died during step " + std::to_string(step_id) +
@@ -264,6 +268,7 @@ struct WorkerGroup::Impl {
       s.last_heard = Clock::now();
       registrations = ++s.registrations;
       by_identity[identity] = rank;
+      if (rank == 0) collective_id.clear();  // a new session of rank 0 makes a new group id
     }
     wire::Assignment a = factory ? factory(rank, reg) : wire::Assignment{};
     a.rank = rank;
@@ -272,7 +277,40 @@ struct WorkerGroup::Impl {
                      reg.host, reg.pid, reg.backend,
                      registrations > 1 ? " - re-registration #" + std::to_string(registrations - 1) : "");
     wire::encode(a, &send_buf);
-    if (!send_to(identity, send_buf)) on_dead(rank, "unreachable when sending its assignment");
+    if (!send_to(identity, send_buf)) return on_dead(rank, "unreachable when sending its assignment");
+    std::string id;
+    {
+      std::lock_guard<std::mutex> lock(state_mu);
+      id = collective_id;
+    }
+    if (rank != 0 && !id.empty()) {  // joined after rank 0 made the group: it waits for this
+      wire::encode(wire::CollectiveId{0, id}, &send_buf);
+      if (!send_to(identity, send_buf)) on_dead(rank, "unreachable when sending the collective id");
+    }
+  }
+
+  // Rank 0 made its collective group (NCCL unique id): every other rank gets the id, now or
+  // when it registers.
+  void on_collective_id(int rank, const zmq::message_t& msg) {
+    wire::CollectiveId cid;
+    Status st = wire::decode(view(msg), &cid);
+    if (!st.is_ok() || rank != 0) {
+      TESSERA_LOG_WARN("worker group: ignoring collective id from rank {}: {}", rank,
+                       st.is_ok() ? "only rank 0 creates the group" : st.to_string());
+      return;
+    }
+    std::vector<std::pair<int, std::string>> targets;
+    {
+      std::lock_guard<std::mutex> lock(state_mu);
+      collective_id = cid.blob;
+      for (size_t r = 1; r < slots.size(); ++r)
+        if (slots[r].alive) targets.emplace_back(static_cast<int>(r), slots[r].identity);
+    }
+    TESSERA_LOG_INFO("worker group: relaying rank 0's collective id ({} bytes) to {} rank(s)", cid.blob.size(),
+                     targets.size());
+    wire::encode(wire::CollectiveId{0, cid.blob}, &send_buf);
+    for (auto& [r, identity] : targets)
+      if (!send_to(identity, send_buf)) on_dead(r, "unreachable when sending the collective id");
   }
 
   void on_worker_message(const std::string& identity, zmq::message_t& msg) {
@@ -297,6 +335,9 @@ struct WorkerGroup::Impl {
         break;
       case wire::MessageType::kStepResult:
         on_step_result(rank, msg);
+        break;
+      case wire::MessageType::kCollectiveId:
+        on_collective_id(rank, msg);
         break;
       case wire::MessageType::kReady: {
         wire::Ready ready;

@@ -3,8 +3,10 @@
 // validate user input long before an op sees it).
 #include "kernels/backend.h"
 
+#include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
 #ifdef TESSERA_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
 #endif
 
@@ -200,23 +202,39 @@ void Backend::scatter_add_scaled(const TensorView& x, const std::vector<int32_t>
   scatter_add_scaled_impl(x, rows, scale, out);
 }
 
-StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads) {
-  // The CUDA backend's ops arrive with the CUDA issue; until then "auto" means the CPU and
-  // "cuda" says plainly why it cannot be had.
-  if (name == "cpu" || name == "auto") {
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads, int device) {
+  if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  if (name != "cuda" && name != "auto") {
+    return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
+  }
+  const bool automatic = name == "auto";
+#ifdef TESSERA_WITH_CUDA
+  if (cuda::device_count() == 0) {
+    // describe_device says why: no driver, driver too old, no device visible...
+    std::string why = cuda::describe_device(0);
+    const std::string prefix = "no CUDA device: ";
+    if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+    if (!automatic) {
+      return Status(StatusCode::kUnavailable, "backend 'cuda': no usable CUDA device (" + why + "); use --backend cpu");
+    }
+    TESSERA_LOG_INFO("backend auto: no usable CUDA device ({}); using the CPU backend", why);
     return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
   }
-  if (name == "cuda") {
-#ifdef TESSERA_WITH_CUDA
-    if (cuda::device_count() == 0) return unimplemented("backend 'cuda': no CUDA device is visible");
-    return unimplemented("backend 'cuda': CUDA kernels are not implemented yet (device " +
-                         cuda::describe_device(0) + "); use --backend cpu");
-#else
-    return unimplemented("backend 'cuda': this build has no CUDA support (configure with nvcc present "
-                         "or -DTESSERA_CUDA=ON); use --backend cpu");
-#endif
+  const int index = std::max(0, device) % cuda::device_count();
+  auto cuda_backend = CudaBackend::create(index);
+  if (cuda_backend.is_ok()) {
+    TESSERA_LOG_INFO("backend {}: CUDA on device {}: {}", name, index, cuda::describe_device(index));
+    return cuda_backend;
   }
-  return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
+  if (!automatic) return cuda_backend.status();
+  TESSERA_LOG_WARN("backend auto: {}; using the CPU backend", cuda_backend.status().to_string());
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+#else
+  (void)device;
+  if (automatic) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  return unimplemented("backend 'cuda': this build has no CUDA support (configure with nvcc present "
+                       "or -DTESSERA_CUDA=ON); use --backend cpu");
+#endif
 }
 
 }  // namespace tessera

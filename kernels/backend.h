@@ -145,7 +145,8 @@ class Backend {
 };
 
 // "cpu" or "cuda" (or "auto": CUDA when compiled in and a device is present, else CPU).
-// Asking for CUDA in a build without it is a clear error, never a crash.
-StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads = 0);
+// Asking for CUDA in a build without it is a clear error, never a crash. `device` picks the
+// CUDA device modulo the visible count (tensor-parallel rank r of one host passes r).
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads = 0, int device = 0);
 
 }  // namespace tessera

@@ -15,6 +15,8 @@ packages=(
   libzmq3-dev cppzmq-dev   # coordinator <-> worker transport
   libboost-dev             # Asio + Beast (HTTP server)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
+  clang                    # libFuzzer (scripts/fuzz.sh)
+  curl                     # the HTTP streaming test (tests/tools/cli_test.cc)
 )
 missing=()
 for p in "${packages[@]}"; do

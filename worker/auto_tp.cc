@@ -268,8 +268,9 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
   const std::vector<std::string>* policy = nullptr;
   std::string policy_block;
   for (const auto& [block, linears] : options.injection_policy) {
+    const auto& block_name = block;  // clang before 16 cannot capture a structured binding
     auto it = std::find_if(known_blocks().begin(), known_blocks().end(),
-                           [&](const auto& b) { return b.first == block; });
+                           [&](const auto& b) { return b.first == block_name; });
     if (it == known_blocks().end() || it->second != arch.name) {
       return invalid_argument("parallel.injection_policy: '" + block + "' is not a block of model_type " +
                               config.model_type + " (its block is " + blocks_of(arch) + ")");

@@ -177,11 +177,17 @@ void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
   }
   std::vector<float> g(world * R * chunk), out(R * V);
   if (!comm_error_.is_ok()) return;
-  Status st = comm_->all_gather(mine.data(), g.data(), R * chunk, DType::kF32);
+  // The collective moves backend memory (device memory for NCCL ranks); the padded rows are
+  // assembled on the host, which this small [rows, vocab] result can afford.
+  Tensor send = backend_.alloc({R, chunk}, DType::kF32);
+  Tensor gathered = backend_.alloc({world * R, chunk}, DType::kF32);
+  backend_.copy_from_host(mine.data(), send.view());
+  Status st = comm_->all_gather(send.view().data, gathered.view().data, R * chunk, DType::kF32);
   if (!st.is_ok()) {
     comm_error_ = st;
     return;
   }
+  backend_.copy_to_host(gathered.view(), g.data());
   for (int64_t w = 0; w < world; ++w) {
     const int64_t cols = std::min(chunk, V - w * chunk);
     for (int64_t r = 0; r < R; ++r) {

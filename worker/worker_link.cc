@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <zmq.hpp>
 
@@ -30,6 +32,15 @@ std::string local_host_name() {
 struct WorkerLink::Impl {
   std::atomic<bool> stop{false};
   std::atomic<bool> silently{false};
+
+  // share_collective_id(): the id relayed by the coordinator in this session (set by the
+  // socket's reader, cleared when an Assignment arrives: an id that came before it belongs
+  // to an earlier group), and how rank 0 sends its own (set while run() is running).
+  std::mutex id_mu;
+  std::condition_variable id_cv;
+  std::optional<std::string> collective_id;
+  bool running = false;
+  std::function<void(const std::string& frame)> send_frame;
 };
 
 WorkerLink::WorkerLink(WorkerLinkOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
@@ -41,6 +52,8 @@ WorkerLink::~WorkerLink() = default;
 void WorkerLink::stop(bool silently) {
   if (silently) impl_->silently.store(true);
   impl_->stop.store(true);
+  std::lock_guard<std::mutex> lock(impl_->id_mu);
+  impl_->id_cv.notify_all();  // a rank waiting for the collective id gives up
 }
 
 Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
@@ -117,12 +130,26 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
         switch (h->type) {
           case wire::MessageType::kHeartbeat:
             break;
-          case wire::MessageType::kAssignment:
+          case wire::MessageType::kAssignment: {
             assigned = true;
+            std::lock_guard<std::mutex> id_lock(impl_->id_mu);
+            impl_->collective_id.reset();
+          }
             [[fallthrough]];
           case wire::MessageType::kStepPlan:
             work.push_back(std::move(msg));
             break;
+          case wire::MessageType::kCollectiveId: {
+            wire::CollectiveId cid;
+            if (Status st = wire::decode(view(msg), &cid); !st.is_ok()) {
+              TESSERA_LOG_WARN("{}: unreadable collective id from coordinator: {}", tag, st.to_string());
+              break;
+            }
+            std::lock_guard<std::mutex> id_lock(impl_->id_mu);
+            impl_->collective_id = std::move(cid.blob);
+            impl_->id_cv.notify_all();
+            break;
+          }
           case wire::MessageType::kShutdown: {
             wire::Shutdown sd;
             (void)wire::decode(view(msg), &sd);
@@ -186,6 +213,15 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
                      o.world_size);
   }
 
+  {
+    std::lock_guard<std::mutex> id_lock(impl_->id_mu);
+    impl_->running = true;
+    impl_->collective_id.reset();
+    impl_->send_frame = [&](const std::string& frame) {
+      std::lock_guard<std::mutex> sock_lock(sock_mu);
+      if (!over) dealer.send(zmq::buffer(frame), zmq::send_flags::none);
+    };
+  }
   std::thread housekeeping([&] {
     for (;;) {
       {
@@ -248,7 +284,37 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
   }
   lock.unlock();
   housekeeping.join();
+  {
+    std::lock_guard<std::mutex> id_lock(impl_->id_mu);
+    impl_->running = false;
+    impl_->send_frame = nullptr;
+    impl_->id_cv.notify_all();
+  }
   return end_status;
+}
+
+StatusOr<std::string> WorkerLink::share_collective_id(const std::string& rank0_id, std::chrono::milliseconds timeout) {
+  const std::string tag = "rank " + std::to_string(options_.rank);
+  std::unique_lock<std::mutex> lock(impl_->id_mu);
+  if (!impl_->running || !impl_->send_frame) return unavailable(tag + ": collective id outside a link session");
+  if (options_.rank == 0) {
+    if (rank0_id.empty()) return invalid_argument(tag + ": rank 0 must supply the collective id");
+    std::string frame;
+    wire::encode(wire::CollectiveId{0, rank0_id}, &frame);
+    // The reader takes id_mu while holding the socket lock: send without holding id_mu. The
+    // function stays valid: setup (our only caller) runs inside run().
+    auto send = impl_->send_frame;
+    lock.unlock();
+    send(frame);
+    return rank0_id;
+  }
+  const bool got = impl_->id_cv.wait_for(lock, timeout, [&] {
+    return impl_->collective_id.has_value() || impl_->stop.load() || !impl_->running;
+  });
+  if (!got || !impl_->collective_id)
+    return unavailable(tag + ": no collective id from rank 0 (via the coordinator) within " +
+                       std::to_string(timeout.count()) + " ms");
+  return *impl_->collective_id;
 }
 
 }  // namespace tessera

@@ -66,6 +66,12 @@ class WorkerLink {
   // a word and stops heartbeating (what a crashed worker looks like to the coordinator).
   void stop(bool silently = false);
 
+  // For the setup callback of a collective group that rank 0 creates (NCCL): rank 0 passes
+  // the id it made, which goes to the coordinator and from there to every other rank, and
+  // gets it back; other ranks pass "" and wait, at most `timeout`, for rank 0's id (the one
+  // relayed after this session's Assignment). Unavailable on timeout or when the link ends.
+  StatusOr<std::string> share_collective_id(const std::string& rank0_id, std::chrono::milliseconds timeout);
+
   // Steps served by the current / last run().
   uint64_t steps_served() const { return steps_served_.load(); }
 

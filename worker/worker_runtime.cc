@@ -9,6 +9,10 @@
 #include "common/communicator.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/cuda/cuda_probe.h"
+#include "kernels/cuda/nccl_communicator.h"
+#endif
 #include "worker/auto_tp.h"
 #include "worker/executor.h"
 #include "worker/model_weights.h"
@@ -109,6 +113,27 @@ StatusOr<std::string> describe_tp_plan(const TesseraConfig& config) {
   return format_tp_plan(plan, mc, shapes);
 }
 
+namespace {
+
+// NCCL between GPU ranks: rank 0 makes the group's unique id, the coordinator relays it.
+StatusOr<std::unique_ptr<Communicator>> make_gpu_communicator(WorkerLink& link, int rank, int world) {
+#ifdef TESSERA_WITH_CUDA
+  std::string id;
+  if (rank == 0) {
+    TESSERA_ASSIGN_OR_RETURN(id, make_nccl_unique_id());
+  }
+  TESSERA_ASSIGN_OR_RETURN(id, link.share_collective_id(id, std::chrono::minutes(5)));
+  return make_nccl_communicator(id, rank, world, rank % std::max(1, cuda::device_count()));
+#else
+  (void)link;
+  (void)rank;
+  (void)world;
+  return unimplemented("GPU ranks need NCCL, and this build has no CUDA support");
+#endif
+}
+
+}  // namespace
+
 Status run_worker(const TesseraConfig& local_config, int rank) {
   WorkerLinkOptions lo;
   lo.coordinator_address = local_config.server.control;
@@ -134,14 +159,18 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     const auto dtype = parse_float_dtype(a.dtype);
     const auto kv_dtype = parse_float_dtype(a.kv_dtype.empty() ? a.dtype : a.kv_dtype);
     if (!dtype || !kv_dtype) return invalid_argument("assignment: bad dtype \"" + a.dtype + "\"");
-    restrict_to_core_share(a.rank, a.world_size);
-    if (a.world_size > 1) {
+    // The backend decides the collective: GPU ranks (one device each: rank r of this host
+    // takes device r modulo the visible count) talk NCCL, CPU ranks shared memory.
+    TESSERA_ASSIGN_OR_RETURN(backend, make_backend(worker_backend_name(config.worker.backend), config.worker.threads,
+                                                   a.rank));
+    if (backend->kind() == BackendKind::kCpu) restrict_to_core_share(a.rank, a.world_size);
+    if (a.world_size == 1) {
+      comm = make_loopback_communicator();
+    } else if (backend->kind() == BackendKind::kCpu) {
       TESSERA_ASSIGN_OR_RETURN(comm, make_shm_communicator(a.collective_bootstrap, a.rank, a.world_size, kShmSlotBytes));
     } else {
-      comm = make_loopback_communicator();
+      TESSERA_ASSIGN_OR_RETURN(comm, make_gpu_communicator(link, a.rank, a.world_size));
     }
-    const std::string backend_name = config.worker.backend == WorkerBackend::kCuda ? "cuda" : "cpu";
-    TESSERA_ASSIGN_OR_RETURN(backend, make_backend(backend_name, config.worker.threads));
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(a.model_path));
     TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
     config.parallel.tensor_parallel = a.world_size;

@@ -87,6 +87,7 @@ const char* message_type_name(MessageType type) {
     case MessageType::kStepPlan: return "StepPlan";
     case MessageType::kStepResult: return "StepResult";
     case MessageType::kReject: return "Reject";
+    case MessageType::kCollectiveId: return "CollectiveId";
   }
   return "unknown";
 }
@@ -101,7 +102,7 @@ StatusOr<Header> decode_header(std::string_view frame) {
   h.version = r.u16("version");
   const uint16_t type = r.u16("type");
   h.body_bytes = r.u32("body_bytes");
-  if (type < static_cast<uint16_t>(MessageType::kRegister) || type > static_cast<uint16_t>(MessageType::kReject))
+  if (type < static_cast<uint16_t>(MessageType::kRegister) || type > static_cast<uint16_t>(MessageType::kCollectiveId))
     return data_loss("unknown wire message type " + std::to_string(type));
   h.type = static_cast<MessageType>(type);
   if (h.body_bytes != frame.size() - kHeaderBytes)
@@ -209,6 +210,20 @@ void encode(const Reject& m, std::string* out) {
 }
 Status decode(std::string_view frame, Reject* m) {
   return decode_frame(frame, MessageType::kReject, true, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
+}
+
+// ---- CollectiveId
+void encode(const CollectiveId& m, std::string* out) {
+  encode_frame(MessageType::kCollectiveId, out, [&](WireWriter& w) {
+    w.i32(m.origin_rank);
+    w.bytes(m.blob);
+  });
+}
+Status decode(std::string_view frame, CollectiveId* m) {
+  return decode_frame(frame, MessageType::kCollectiveId, false, [&](WireReader& r) {
+    m->origin_rank = r.i32("origin_rank");
+    r.bytes(&m->blob, "blob");
+  });
 }
 
 // ---- StepPlan
@@ -321,6 +336,7 @@ StatusOr<Message> decode_message(std::string_view frame) {
     case MessageType::kStepPlan: return as(StepPlan{});
     case MessageType::kStepResult: return as(StepResult{});
     case MessageType::kReject: return as(Reject{});
+    case MessageType::kCollectiveId: return as(CollectiveId{});
   }
   return data_loss("unknown wire message type");
 }

@@ -20,7 +20,7 @@
 namespace tessera::wire {
 
 inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: CollectiveId
 inline constexpr size_t kHeaderBytes = 12;
 
 enum class MessageType : uint16_t {
@@ -32,6 +32,7 @@ enum class MessageType : uint16_t {
   kStepPlan = 6,    // coordinator -> worker: run this step
   kStepResult = 7,  // worker -> coordinator: tokens (rank 0) or status only (other ranks)
   kReject = 8,      // coordinator -> worker: registration or message refused, with the reason
+  kCollectiveId = 9,  // rank 0 -> coordinator -> the other ranks: the collective group's id
 };
 const char* message_type_name(MessageType type);
 
@@ -78,6 +79,15 @@ struct Reject {
   std::string reason;
 };
 
+// The bootstrap of a collective group that rank 0 creates when it is set up (NCCL's
+// unique id): rank 0 sends it to the coordinator, which relays it to every other rank of
+// the group (and to a rank that registers later), so the coordinator never needs to link
+// the collective library. `origin_rank` is always 0 today; -1 never appears on the wire.
+struct CollectiveId {
+  int32_t origin_rank = 0;
+  std::string blob;  // opaque bytes
+};
+
 struct Header {
   uint16_t version = 0;
   MessageType type = MessageType::kRegister;
@@ -95,6 +105,7 @@ void encode(const Ready& m, std::string* out);
 void encode(const Heartbeat& m, std::string* out);
 void encode(const Shutdown& m, std::string* out);
 void encode(const Reject& m, std::string* out);
+void encode(const CollectiveId& m, std::string* out);
 void encode(const StepPlan& m, std::string* out);
 void encode(const StepResult& m, std::string* out);
 
@@ -113,10 +124,12 @@ Status decode(std::string_view frame, Ready* out);
 Status decode(std::string_view frame, Heartbeat* out);
 Status decode(std::string_view frame, Shutdown* out);
 Status decode(std::string_view frame, Reject* out);  // accepts any version
+Status decode(std::string_view frame, CollectiveId* out);
 Status decode(std::string_view frame, StepPlan* out);
 Status decode(std::string_view frame, StepResult* out);
 
-using Message = std::variant<Register, Assignment, Ready, Heartbeat, Shutdown, Reject, StepPlan, StepResult>;
+using Message =
+    std::variant<Register, Assignment, Ready, Heartbeat, Shutdown, Reject, StepPlan, StepResult, CollectiveId>;
 // Decodes whatever the frame holds.
 StatusOr<Message> decode_message(std::string_view frame);
 

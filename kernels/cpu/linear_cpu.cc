@@ -3,6 +3,7 @@
 // output columns across OpenMP threads.
 #include "kernels/cpu/linear_cpu.h"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -28,8 +29,11 @@ CpuIsa detected_cpu_isa() {
   // __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0).
   static const CpuIsa isa = [] {
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
+    // F16C from CPUID leaf 1 (ECX bit 29): clang before 16 has no "f16c" for
+    // __builtin_cpu_supports. It uses the YMM state AVX2 already needs.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
       return CpuIsa::kAvx512;

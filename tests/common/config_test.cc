@@ -47,6 +47,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(c->server.control, "tcp://127.0.0.1:5560");
   EXPECT_EQ(c->server.heartbeat_ms, 1000);
   EXPECT_EQ(c->server.heartbeat_misses, 3);
+  EXPECT_EQ(c->server.max_queued_requests, 1024);
   EXPECT_EQ(c->worker.backend, WorkerBackend::kAuto);
   EXPECT_EQ(c->worker.threads, 0);
   // Defaults are valid once a model is named.
@@ -77,6 +78,7 @@ server:
   control: tcp://10.0.0.1:7000
   heartbeat_ms: 250
   heartbeat_misses: 5
+  max_queued_requests: 7
 worker: {backend: cpu, threads: 6}
 )";
   auto c = parse_config_yaml(yaml, "full.yaml");
@@ -107,6 +109,7 @@ worker: {backend: cpu, threads: 6}
   EXPECT_EQ(c->server.zmq_client, "ipc:///tmp/client");
   EXPECT_EQ(c->server.heartbeat_ms, 250);
   EXPECT_EQ(c->server.heartbeat_misses, 5);
+  EXPECT_EQ(c->server.max_queued_requests, 7);
   EXPECT_EQ(c->worker.backend, WorkerBackend::kCpu);
   EXPECT_EQ(c->worker.threads, 6);
   EXPECT_TRUE(validate_config(*c).is_ok());
@@ -169,6 +172,7 @@ TEST(ConfigTest, WrongTypesAndValuesNameThePathAndExpectation) {
       {"server: {http: {api_keys: key}}", {"server.http.api_keys", "expected a list of strings, got 'key'"}},
       {"server: {zmq_client: localhost:5555}", {"server.zmq_client", "ZeroMQ endpoint"}},
       {"server: {heartbeat_misses: 0}", {"server.heartbeat_misses", "[1, 1000]"}},
+      {"server: {max_queued_requests: 0}", {"server.max_queued_requests", "[1, 16777216]", "got '0'"}},
       {"worker: {backend: tpu}", {"worker.backend", "auto | cpu | cuda"}},
       {"worker: 3", {"worker", "expected a map with keys backend, threads"}},
       {"parallel: {auto_tp: {keep_linear: [gate]}}", {"parallel.auto_tp.keep_linear", "expected a map"}},
@@ -194,6 +198,20 @@ TEST(ConfigTest, ValidateChecksAcrossKeys) {
   EXPECT_TRUE(fails_with(validate_config(*c), {"v.yaml", "server.zmq_client and server.control must differ"}));
 }
 
+TEST(ConfigTest, EmptyZmqClientTurnsTheClientApiOff) {
+  auto c = parse_config_yaml("model: {path: m}\nserver: {zmq_client: ''}\n", "z.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->server.zmq_client, "");
+  EXPECT_TRUE(validate_config(*c).is_ok());
+  TesseraConfig d;
+  ASSERT_TRUE(apply_override_arg(d, "server.zmq_client=").is_ok());
+  EXPECT_EQ(d.server.zmq_client, "");
+  auto back = parse_config_yaml(dump_config_yaml(d), "dump.yaml");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->server.zmq_client, "");
+  EXPECT_FALSE(apply_override_arg(d, "server.zmq_client=http://x").is_ok());
+}
+
 TEST(ConfigTest, OverridesSetEveryKind) {
   TesseraConfig c;
   ASSERT_TRUE(apply_override(c, "parallel.tensor_parallel", "2").is_ok());
@@ -216,6 +234,9 @@ TEST(ConfigTest, OverridesSetEveryKind) {
   EXPECT_EQ(c.server.http.api_keys, (std::vector<std::string>{"a", "b c"}));
   ASSERT_TRUE(apply_override(c, "server.zmq_client", "tcp://0.0.0.0:6000").is_ok());
   EXPECT_EQ(c.server.zmq_client, "tcp://0.0.0.0:6000");
+  ASSERT_TRUE(apply_override(c, "server.max_queued_requests", "2").is_ok());
+  EXPECT_EQ(c.server.max_queued_requests, 2);
+  EXPECT_FALSE(apply_override_arg(c, "server.max_queued_requests=-1").is_ok());
   ASSERT_TRUE(apply_override(c, "server.http.host", "::1").is_ok());
   EXPECT_EQ(c.server.http.host, "::1");
   ASSERT_TRUE(apply_override(c, "parallel.auto_tp.keep_linear", "{gate: mixtral}").is_ok());
@@ -241,7 +262,7 @@ parallel: {tensor_parallel: 2, auto_tp: {keep_linear: {gate: mixtral}, rules: [{
            injection_policy: {BloomBlock: [x]}}
 cache: {num_blocks: 9, memory_fraction: 0.25}
 scheduler: {max_model_len: 77, mode: static}
-server: {http: {host: '::1', api_keys: [k]}, zmq_client: 'ipc:///tmp/z'}
+server: {http: {host: '::1', api_keys: [k]}, zmq_client: 'ipc:///tmp/z', max_queued_requests: 5}
 worker: {backend: cpu, threads: 3}
 )", "src.yaml");
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();

@@ -145,7 +145,8 @@ std::vector<std::string> every_message(uint64_t seed) {
           encode(Shutdown{g.bytes(40)}),
           encode(Reject{g.bytes(40)}),
           encode(random_plan(g)),
-          encode(random_result(g))};
+          encode(random_result(g)),
+          encode(CollectiveId{g.i32(), g.bytes(128)})};
 }
 
 TEST(WireTest, StepPlanRoundTripsManySeeds) {
@@ -218,6 +219,11 @@ TEST(WireTest, ControlMessagesRoundTripManySeeds) {
     const Reject r{g.bytes(30)};
     ASSERT_TRUE(decode(encode(r), &r2).is_ok());
     EXPECT_EQ(r.reason, r2.reason);
+    CollectiveId c2;
+    const CollectiveId c{g.i32(), g.bytes(128)};
+    ASSERT_TRUE(decode(encode(c), &c2).is_ok());
+    EXPECT_EQ(c.origin_rank, c2.origin_rank);
+    EXPECT_EQ(c.blob, c2.blob);
   }
 }
 
@@ -234,7 +240,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 1);  // version, little-endian u16
+  EXPECT_EQ(f[4], 2);  // version, little-endian u16 (docs/wire.md: version 2)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length
@@ -320,16 +326,16 @@ TEST(WireTest, HugeCountsAreRejectedWithoutAllocating) {
 TEST(WireTest, UnknownVersionTypeAndMagicAreRejected) {
   std::string f = encode(random_plan(*std::make_unique<Gen>(1)));
   std::string v2 = f;
-  v2[4] = 2;
+  v2[4] = 3;  // a version this build does not speak
   StepPlan plan;
   Status st = decode(v2, &plan);
   ASSERT_FALSE(st.is_ok());
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("version 2"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("version 3"), std::string::npos) << st.to_string();
   // The header still reads, so the other side can answer with a Reject.
   StatusOr<Header> h = decode_header(v2);
   ASSERT_TRUE(h.is_ok());
-  EXPECT_EQ(h->version, 2);
+  EXPECT_EQ(h->version, 3);
 
   std::string bad_type = f;
   bad_type[6] = 99;

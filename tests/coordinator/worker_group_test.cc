@@ -285,11 +285,14 @@ TEST(WorkerGroupTest, RankErrorFailsTheStepNamingIt) {
 
 TEST(WorkerGroupTest, WrongProtocolVersionIsRejected) {
   Group g(1);
-  FakeWorker w(g.group.endpoint(), 0, 1, 100ms, fake_step, nullptr, /*version=*/2);
+  constexpr uint16_t kOther = wire::kProtocolVersion + 1;
+  FakeWorker w(g.group.endpoint(), 0, 1, 100ms, fake_step, nullptr, kOther);
   ASSERT_TRUE(w.wait_done(5s));
   ASSERT_FALSE(w.result.is_ok());
   EXPECT_EQ(w.result.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(w.result.message().find("wire protocol version 2 rejected: this coordinator speaks version 1"),
+  EXPECT_NE(w.result.message().find("wire protocol version " + std::to_string(kOther) +
+                                    " rejected: this coordinator speaks version " +
+                                    std::to_string(wire::kProtocolVersion)),
             std::string::npos)
       << w.result.to_string();
   EXPECT_FALSE(g.group.status()[0].registered);
@@ -459,6 +462,74 @@ TEST(WorkerGroupTest, CurveEncryptedLink) {
   group.shutdown();
   t.join();
   EXPECT_TRUE(st.is_ok()) << st.to_string();
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A rank whose setup goes through the collective-id rendezvous, as an NCCL rank's does.
+struct IdSharingWorker {
+  IdSharingWorker(const std::string& address, int rank, int world, std::chrono::milliseconds wait = 5s) {
+    WorkerLinkOptions o;
+    o.coordinator_address = address;
+    o.rank = rank;
+    o.world_size = world;
+    o.heartbeat_interval = 100ms;
+    o.register_timeout = 5s;
+    link = std::make_unique<WorkerLink>(o);
+    thread = std::thread([this, rank, wait] {
+      result = link->run(
+          [this, rank, wait](const wire::Assignment&) -> Status {
+            StatusOr<std::string> id = link->share_collective_id(rank == 0 ? "unique-id-of-rank-0" : "", wait);
+            if (!id.is_ok()) return id.status();
+            got = *id;
+            return Status::ok();
+          },
+          fake_step);
+      done = true;
+    });
+  }
+  ~IdSharingWorker() {
+    link->stop();
+    thread.join();
+  }
+  std::unique_ptr<WorkerLink> link;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  Status result;
+  std::string got;
+};
+
+TEST(WorkerGroupTest, RankZerosCollectiveIdReachesEveryRankIncludingLateJoiners) {
+  Group g(3);
+  auto rank1 = std::make_unique<IdSharingWorker>(g.group.endpoint(), 1, 3);  // waits for rank 0
+  std::this_thread::sleep_for(50ms);
+  auto rank0 = std::make_unique<IdSharingWorker>(g.group.endpoint(), 0, 3);
+  const auto deadline = Clock::now() + 5s;
+  while (!(g.group.status()[0].ready && g.group.status()[1].ready) && Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  auto rank2 = std::make_unique<IdSharingWorker>(g.group.endpoint(), 2, 3);  // joins after the id was made
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  EXPECT_EQ(rank0->got, "unique-id-of-rank-0");
+  EXPECT_EQ(rank1->got, "unique-id-of-rank-0");
+  EXPECT_EQ(rank2->got, "unique-id-of-rank-0");
+  run_steps(g.group, 3, 2);
+}
+
+TEST(WorkerGroupTest, RankWaitingForACollectiveIdThatNeverComesFailsSetupClearly) {
+  Group g(2);
+  IdSharingWorker rank1(g.group.endpoint(), 1, 2, 300ms);  // rank 0 never starts
+  const auto deadline = Clock::now() + 5s;
+  while (!rank1.done && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(rank1.done);
+  EXPECT_EQ(rank1.result.code(), StatusCode::kUnavailable) << rank1.result.to_string();
+  EXPECT_NE(rank1.result.message().find("no collective id from rank 0"), std::string::npos)
+      << rank1.result.to_string();
+  while (g.group.status()[1].error.empty() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_NE(g.group.status()[1].error.find("no collective id"), std::string::npos) << g.group.status()[1].error;
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ function tokenize(text, special) {
 const same = (api, ref) => api.replace(/^ /, "") === ref;
 
 const server = spawn(path.join(bin, "tessera-serve"),
-  ["--port", "0", "--set", `server.control=ipc://${dir}/control.ipc`], { stdio: ["ignore", "ignore", "pipe"] });
+  ["--port", "0", "--set", `server.control=ipc://${dir}/control.ipc`,
+   "--set", `server.zmq_client=ipc://${dir}/client.ipc`], { stdio: ["ignore", "ignore", "pipe"] });
 let log = "";
 const port = await new Promise((resolve, reject) => {
   const timer = setTimeout(() => reject(new Error("no 'listening on' line in 60 s:\n" + log)), 60000);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tests/test_support.h"
+#include "tools/client/zmq_client.h"
 
 namespace tessera {
 namespace {
@@ -57,7 +58,8 @@ TEST(Serve, DefaultModelAnswersOpenAIRequestsAndDrainsOnSigterm) {
     freopen(log.c_str(), "w", stderr);
     const std::string bin = testing::bin_dir() + "/tessera-serve";
     const std::string control = "server.control=ipc://" + dir + "/control.ipc";
-    execl(bin.c_str(), bin.c_str(), "--port", "0", "--set", control.c_str(), nullptr);
+    const std::string zmq_client = "server.zmq_client=ipc://" + dir + "/client.ipc";
+    execl(bin.c_str(), bin.c_str(), "--port", "0", "--set", control.c_str(), "--set", zmq_client.c_str(), nullptr);
     _exit(127);
   }
   // The contract: one line "listening on http://HOST:PORT" once ready.
@@ -84,6 +86,24 @@ TEST(Serve, DefaultModelAnswersOpenAIRequestsAndDrainsOnSigterm) {
   EXPECT_EQ(text, golden["greedy_text"].get<std::string>());
   EXPECT_EQ(j["usage"]["completion_tokens"], golden["greedy_ids"].size());
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+
+  // The same request through the ZeroMQ client API.
+  EXPECT_NE(testing::read_file(log).find("zmq clients on ipc://" + dir + "/client.ipc"), std::string::npos);
+  {
+    auto zc = ZmqClient::connect("ipc://" + dir + "/client.ipc");
+    ASSERT_TRUE(zc.is_ok()) << zc.status().to_string();
+    auto id = zc.value()->submit(ZmqRequestKind::kCompletion, req.dump());
+    ASSERT_TRUE(id.is_ok());
+    std::string ztext;
+    for (;;) {
+      auto ev = zc.value()->next_event(std::chrono::seconds(60));
+      ASSERT_TRUE(ev.is_ok()) << ev.status().to_string();
+      ASSERT_NE(ev->kind, ZmqClientEvent::Kind::kError) << ev->error_message;
+      if (ev->kind == ZmqClientEvent::Kind::kFinal) break;
+      ztext += ev->text;
+    }
+    EXPECT_EQ(ztext, j["choices"][0]["text"].get<std::string>());
+  }
 
   EXPECT_NE(http(port, "GET", "/health").find("200"), std::string::npos);
   EXPECT_NE(http(port, "GET", "/ready").find("200"), std::string::npos);

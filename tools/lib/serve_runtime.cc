@@ -16,6 +16,7 @@
 #include "coordinator/engine_service.h"
 #include "coordinator/http_server.h"
 #include "coordinator/local_workers.h"
+#include "coordinator/zmq_client_server.h"
 #include "worker/kv_cache.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
@@ -119,6 +120,7 @@ Status serve(ServeOptions o) {
   EngineServiceOptions eo;
   eo.scheduler = sc;
   eo.vocab_size = mc.vocab;
+  eo.max_queued_requests = c.server.max_queued_requests;
   EngineService service(eo, *group, tokenizer.get());
   service.start();
 
@@ -133,6 +135,18 @@ Status serve(ServeOptions o) {
   http.ready_check = [g] { return g->is_complete(); };
 
   TESSERA_RETURN_IF_ERROR(http.start());
+  // The ZeroMQ client API beside HTTP (same service, same validation); "" = not served.
+  std::unique_ptr<ZmqClientServer> zmq_clients;
+  if (!c.server.zmq_client.empty()) {
+    ZmqClientServerOptions zo;
+    zo.endpoint = c.server.zmq_client;
+    zo.api_keys = ho.api_keys;
+    zo.max_body_bytes = ho.max_body_bytes;
+    zo.model_name = ho.model_name;
+    zmq_clients = std::make_unique<ZmqClientServer>(zo, service, tokenizer.get());
+    TESSERA_RETURN_IF_ERROR(zmq_clients->start());
+    TESSERA_LOG_INFO("zmq clients on {}", zmq_clients->endpoint());
+  }
   TESSERA_LOG_INFO("listening on http://{}:{}", ho.host, http.port());
 
   // Supervise the local ranks: a rank that exits (crash, or a broken collective group) is
@@ -152,8 +166,10 @@ Status serve(ServeOptions o) {
   sigwait(&signals, &sig);
   TESSERA_LOG_INFO("signal {}: draining (up to {} s), new requests get 503", sig, o.drain_seconds);
   http.set_draining(true);
+  if (zmq_clients) zmq_clients->set_draining(true);
   service.drain_and_stop(std::chrono::seconds(o.drain_seconds));
   http.stop();
+  if (zmq_clients) zmq_clients->stop();
   stopping.store(true);
   if (supervisor.joinable()) supervisor.join();
   group->shutdown("server shutting down");

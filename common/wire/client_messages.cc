@@ -1,0 +1,236 @@
+#include "common/wire/client_messages.h"
+
+#include <utility>
+
+#include "common/wire/wire_buffer.h"
+
+namespace tessera::wire::client {
+namespace {
+
+constexpr size_t kMinTokenBytes = 4 + 4;          // i32 token, f32 logprob
+constexpr size_t kMinFinalChoiceBytes = 4 + 4;    // bytes finish_reason (empty), i32 count
+
+template <typename BodyFn>
+void encode_frame(MessageType type, std::string* out, BodyFn&& body) {
+  WireWriter w(out, 0);
+  w.u32(kMagic);
+  w.u16(kProtocolVersion);
+  w.u16(static_cast<uint16_t>(type));
+  w.u32(0);  // body length, patched below
+  body(w);
+  w.finish();
+  w.patch_u32(8, static_cast<uint32_t>(out->size() - kHeaderBytes));
+}
+
+template <typename BodyFn>
+Status decode_frame(std::string_view frame, MessageType type, bool any_version, BodyFn&& body) {
+  StatusOr<Header> header = decode_header(frame);
+  if (!header.is_ok()) return header.status();
+  if (!any_version && header->version != kProtocolVersion)
+    return unimplemented("client protocol version " + std::to_string(header->version) +
+                         " is not supported (this build speaks version " + std::to_string(kProtocolVersion) + ")");
+  if (header->type != type)
+    return invalid_argument(std::string("expected a ") + message_type_name(type) + " message, got " +
+                            message_type_name(header->type));
+  WireReader r(frame.substr(kHeaderBytes));
+  body(r);
+  if (!r.ok())
+    return data_loss(std::string("malformed ") + message_type_name(type) + " message: field '" + r.failed_field() +
+                     "' is truncated or invalid");
+  if (r.remaining() != 0)
+    return data_loss(std::string("malformed ") + message_type_name(type) + " message: " +
+                     std::to_string(r.remaining()) + " trailing bytes");
+  return Status::ok();
+}
+
+bool known_type(uint16_t type) {
+  return type >= static_cast<uint16_t>(MessageType::kSubmit) && type <= static_cast<uint16_t>(MessageType::kReject);
+}
+
+}  // namespace
+
+const char* message_type_name(MessageType type) {
+  switch (type) {
+    case MessageType::kSubmit: return "Submit";
+    case MessageType::kAbort: return "Abort";
+    case MessageType::kDelta: return "Delta";
+    case MessageType::kFinal: return "Final";
+    case MessageType::kError: return "Error";
+    case MessageType::kReject: return "Reject";
+  }
+  return "unknown";
+}
+
+StatusOr<Header> decode_header(std::string_view frame) {
+  if (frame.size() < kHeaderBytes)
+    return data_loss("client message of " + std::to_string(frame.size()) + " bytes is shorter than its " +
+                     std::to_string(kHeaderBytes) + "-byte header");
+  WireReader r(frame);
+  if (r.u32("magic") != kMagic) return data_loss("not a Tessera client message (bad magic)");
+  Header h;
+  h.version = r.u16("version");
+  const uint16_t type = r.u16("type");
+  h.body_bytes = r.u32("body_bytes");
+  // Another version may have other types; only this version's are known. A Reject (type 6)
+  // is frozen, so it is recognised whatever the version.
+  if (h.version == kProtocolVersion && !known_type(type))
+    return data_loss("unknown client message type " + std::to_string(type));
+  h.type = static_cast<MessageType>(type);
+  if (h.body_bytes != frame.size() - kHeaderBytes)
+    return data_loss(std::string(message_type_name(h.type)) + " message says its body has " +
+                     std::to_string(h.body_bytes) + " bytes but the frame carries " +
+                     std::to_string(frame.size() - kHeaderBytes));
+  return h;
+}
+
+std::optional<uint64_t> peek_request_id(std::string_view frame) {
+  if (frame.size() < kHeaderBytes + 8) return std::nullopt;
+  WireReader r(frame);
+  if (r.u32("magic") != kMagic) return std::nullopt;
+  const uint16_t version = r.u16("version");
+  const uint16_t type = r.u16("type");
+  if (version != kProtocolVersion) return std::nullopt;
+  if (type != static_cast<uint16_t>(MessageType::kSubmit) && type != static_cast<uint16_t>(MessageType::kAbort))
+    return std::nullopt;
+  r.u32("body_bytes");
+  const uint64_t id = r.u64("id");
+  if (!r.ok()) return std::nullopt;
+  return id;
+}
+
+// ---- Submit
+void encode(const Submit& m, std::string* out) {
+  encode_frame(MessageType::kSubmit, out, [&](WireWriter& w) {
+    w.u64(m.id);
+    w.u8(static_cast<uint8_t>(m.kind));
+    w.bytes(m.api_key);
+    w.bytes(m.request_json);
+  });
+}
+Status decode(std::string_view frame, Submit* m) {
+  return decode_frame(frame, MessageType::kSubmit, false, [&](WireReader& r) {
+    m->id = r.u64("id");
+    const uint8_t kind = r.u8("kind");
+    if (r.ok() && kind != static_cast<uint8_t>(RequestKind::kCompletion) &&
+        kind != static_cast<uint8_t>(RequestKind::kChat))
+      r.fail("kind");
+    m->kind = static_cast<RequestKind>(kind);
+    r.bytes(&m->api_key, "api_key");
+    r.bytes(&m->request_json, "request_json");
+  });
+}
+
+// ---- Abort
+void encode(const Abort& m, std::string* out) {
+  encode_frame(MessageType::kAbort, out, [&](WireWriter& w) { w.u64(m.id); });
+}
+Status decode(std::string_view frame, Abort* m) {
+  return decode_frame(frame, MessageType::kAbort, false, [&](WireReader& r) { m->id = r.u64("id"); });
+}
+
+// ---- Delta
+void encode(const Delta& m, std::string* out) {
+  out->reserve(kHeaderBytes + 20 + m.text.size() + m.token_ids.size() * kMinTokenBytes);
+  encode_frame(MessageType::kDelta, out, [&](WireWriter& w) {
+    w.u64(m.id);
+    w.u32(m.index);
+    w.bytes(m.text);
+    w.u32(static_cast<uint32_t>(m.token_ids.size()));
+    for (size_t i = 0; i < m.token_ids.size(); ++i) {
+      w.i32(m.token_ids[i]);
+      w.f32(i < m.logprobs.size() ? m.logprobs[i] : 0.0f);
+    }
+  });
+}
+Status decode(std::string_view frame, Delta* m) {
+  return decode_frame(frame, MessageType::kDelta, false, [&](WireReader& r) {
+    m->id = r.u64("id");
+    m->index = r.u32("index");
+    r.bytes(&m->text, "text");
+    const uint32_t n = r.count(kMinTokenBytes, "tokens.count");
+    m->token_ids.resize(n);
+    m->logprobs.resize(n);
+    for (uint32_t i = 0; i < n && r.ok(); ++i) {
+      m->token_ids[i] = r.i32("token.id");
+      m->logprobs[i] = r.f32("token.logprob");
+    }
+  });
+}
+
+// ---- Final
+void encode(const Final& m, std::string* out) {
+  encode_frame(MessageType::kFinal, out, [&](WireWriter& w) {
+    w.u64(m.id);
+    w.i32(m.prompt_tokens);
+    w.u32(static_cast<uint32_t>(m.choices.size()));
+    for (const FinalChoice& c : m.choices) {
+      w.bytes(c.finish_reason);
+      w.i32(c.completion_tokens);
+    }
+  });
+}
+Status decode(std::string_view frame, Final* m) {
+  return decode_frame(frame, MessageType::kFinal, false, [&](WireReader& r) {
+    m->id = r.u64("id");
+    m->prompt_tokens = r.i32("prompt_tokens");
+    const uint32_t n = r.count(kMinFinalChoiceBytes, "choices.count");
+    m->choices.resize(n);
+    for (uint32_t i = 0; i < n && r.ok(); ++i) {
+      r.bytes(&m->choices[i].finish_reason, "choice.finish_reason");
+      m->choices[i].completion_tokens = r.i32("choice.completion_tokens");
+    }
+  });
+}
+
+// ---- Error
+void encode(const Error& m, std::string* out) {
+  encode_frame(MessageType::kError, out, [&](WireWriter& w) {
+    w.u64(m.id);
+    w.u16(m.status);
+    w.bytes(m.type);
+    w.bytes(m.code);
+    w.bytes(m.param);
+    w.bytes(m.message);
+  });
+}
+Status decode(std::string_view frame, Error* m) {
+  return decode_frame(frame, MessageType::kError, false, [&](WireReader& r) {
+    m->id = r.u64("id");
+    m->status = r.u16("status");
+    r.bytes(&m->type, "type");
+    r.bytes(&m->code, "code");
+    r.bytes(&m->param, "param");
+    r.bytes(&m->message, "message");
+  });
+}
+
+// ---- Reject (frozen)
+void encode(const Reject& m, std::string* out) {
+  encode_frame(MessageType::kReject, out, [&](WireWriter& w) { w.bytes(m.reason); });
+}
+Status decode(std::string_view frame, Reject* m) {
+  return decode_frame(frame, MessageType::kReject, true, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
+}
+
+StatusOr<Message> decode_message(std::string_view frame) {
+  StatusOr<Header> header = decode_header(frame);
+  if (!header.is_ok()) return header.status();
+  auto as = [&](auto msg) -> StatusOr<Message> {
+    Status st = decode(frame, &msg);
+    if (!st.is_ok()) return st;
+    return Message(std::move(msg));
+  };
+  switch (header->type) {
+    case MessageType::kSubmit: return as(Submit{});
+    case MessageType::kAbort: return as(Abort{});
+    case MessageType::kDelta: return as(Delta{});
+    case MessageType::kFinal: return as(Final{});
+    case MessageType::kError: return as(Error{});
+    case MessageType::kReject: return as(Reject{});
+  }
+  return unimplemented("client protocol version " + std::to_string(header->version) + " message type " +
+                       std::to_string(static_cast<uint16_t>(header->type)) + " is not supported (this build speaks version " +
+                       std::to_string(kProtocolVersion) + ")");
+}
+
+}  // namespace tessera::wire::client

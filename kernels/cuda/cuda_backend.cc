@@ -1,0 +1,438 @@
+// Host side of the CUDA backend: memory, copies, argument upload and validation, cuBLAS
+// GEMMs, and the launches of the kernels in kernels/cuda/*.cu.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/launchers.h"
+
+namespace tessera {
+namespace {
+
+// FNV-1a over the whole buffer when small, else over 32 evenly spaced 8-byte samples plus
+// the size: enough to notice that a host address now holds a different tensor.
+uint64_t fingerprint(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ull ^ bytes;
+  auto mix = [&h](const unsigned char* q, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h ^= q[i];
+      h *= 1099511628211ull;
+    }
+  };
+  if (bytes <= 1024) {
+    mix(p, bytes);
+  } else {
+    constexpr size_t kSamples = 32;
+    for (size_t s = 0; s < kSamples; ++s) {
+      const size_t off = (bytes - 8) / (kSamples - 1) * s;
+      mix(p + off, 8);
+    }
+  }
+  return h;
+}
+
+TensorView with_data(const TensorView& t, void* data) {
+  TensorView v = t;
+  v.data = data;
+  v.device = DeviceKind::kCuda;
+  return v;
+}
+
+// Activations, caches and outputs must already live on the device (Backend::alloc); only
+// parameters may be host memory (see CudaBackend::resident). Fails loudly instead of
+// letting a kernel fault on a host address.
+void require_device(std::initializer_list<std::pair<const TensorView*, const char*>> views, const char* op) {
+  for (const auto& [v, what] : views) {
+    TESSERA_CHECK(v->empty() || v->device == DeviceKind::kCuda)
+        << op << ": " << what << " is host memory; the CUDA backend needs it on the device (Backend::alloc)";
+  }
+}
+
+int checked_int(int64_t v, const char* what) {
+  TESSERA_CHECK(v >= 0 && v <= INT_MAX) << what << " = " << v << " does not fit cuBLAS's int";
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {}
+
+StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+  Status st = b->init();
+  if (!st.is_ok()) return st.with_context("backend 'cuda' on device " + std::to_string(device));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+Status CudaBackend::init() {
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  cudaStream_t stream = nullptr;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  stream_ = stream;
+  cublasHandle_t handle = nullptr;
+  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  cublas_ = handle;
+  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream_));
+  // No TF32: f32 weights must match the CPU backend to ~1e-5 relative.
+  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  void* flag = nullptr;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&flag, 2 * sizeof(int), cudaHostAllocMapped));
+  error_flag_host_ = static_cast<int*>(flag);
+  error_flag_host_[0] = error_flag_host_[1] = 0;
+  void* flag_dev = nullptr;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&flag_dev, flag, 0));
+  error_flag_device_ = static_cast<int*>(flag_dev);
+  allocator_ = std::make_shared<cuda::CachingAllocator>();
+  weights_ = std::make_unique<cuda::DeviceArena>();
+  workspace_ = std::make_unique<cuda::Workspace>();
+  staging_ = std::make_unique<cuda::StagingRing>();
+  const char* sync = std::getenv("TESSERA_CUDA_SYNC");
+  sync_every_launch_ = sync != nullptr && std::string(sync) != "0";
+  return Status::ok();
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  mirrors_.clear();
+  staging_.reset();
+  workspace_.reset();
+  weights_.reset();
+  allocator_.reset();  // tensors still alive keep it (and their blocks) until they go
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (error_flag_host_ != nullptr) cudaFreeHost(error_flag_host_);
+}
+
+// ---- memory and copies ---------------------------------------------------------------------
+
+Tensor CudaBackend::alloc(const std::vector<int64_t>& dims, DType dtype) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+  void* p = allocator_->allocate(bytes);
+  if (bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  std::shared_ptr<cuda::CachingAllocator> owner = allocator_;
+  std::shared_ptr<void> keep(p, [owner](void* q) { owner->release(q); });
+  return Tensor::borrowed(TensorView(p, dtype, dims, DeviceKind::kCuda), std::move(keep));
+}
+
+void CudaBackend::copy_to_host(const TensorView& src, void* dst) {
+  if (src.nbytes() > 0) TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDefault, stream_));
+  synchronize();
+}
+
+void CudaBackend::copy_from_host(const void* src, const TensorView& dst) {
+  if (dst.nbytes() > 0) TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyDefault, stream_));
+  // The caller may reuse `src` at once. (Pageable sources are staged before the call
+  // returns anyway; the sync keeps that true for pinned ones too.)
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() {
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_device_errors();
+}
+
+void CudaBackend::check_device_errors() {
+  const volatile int* flag = error_flag_host_;
+  TESSERA_CHECK(flag[0] == 0) << "embedding: token id " << flag[1]
+                              << " is outside the vocabulary table (reported by the CUDA kernel)";
+}
+
+void CudaBackend::after_launch(const char* op) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    ::tessera::detail::CheckFailure(__FILE__, __LINE__, op).stream()
+        << "CUDA kernel launch failed: " << cuda::describe_cuda_error(err);
+  }
+  if (sync_every_launch_) {
+    const cudaError_t run = cudaStreamSynchronize(stream_);
+    if (run != cudaSuccess) {
+      ::tessera::detail::CheckFailure(__FILE__, __LINE__, op).stream()
+          << "CUDA kernel failed (TESSERA_CUDA_SYNC=1): " << cuda::describe_cuda_error(run);
+    }
+    check_device_errors();
+  }
+}
+
+TensorView CudaBackend::resident(const TensorView& t) {
+  if (t.empty() || t.device == DeviceKind::kCuda) return t;
+  // The worker hands weights over in host memory (mmap'd checkpoints or converted copies):
+  // mirror each into the weight arena once. Keyed by (address, size); a fingerprint check
+  // notices a host buffer reused for another tensor and refreshes the mirror in place.
+  // The worker uploading its weights through the backend at load time will replace this.
+  const size_t bytes = t.nbytes();
+  const auto key = std::make_pair(static_cast<const void*>(t.data), bytes);
+  auto it = mirrors_.find(key);
+  if (it != mirrors_.end() && it->second.dtype == t.dtype) {
+    const uint64_t fp = fingerprint(t.data, bytes);
+    if (fp != it->second.fingerprint) {
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(it->second.device, t.data, bytes, cudaMemcpyHostToDevice, stream_));
+      it->second.fingerprint = fp;
+    }
+    return with_data(t, it->second.device);
+  }
+  // A device pointer in a view tagged as host memory: use it as it is.
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, t.data) == cudaSuccess &&
+      (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)) {
+    return with_data(t, t.data);
+  }
+  cudaGetLastError();
+  void* d = weights_->allocate(bytes);
+  if (bytes > 0) TESSERA_CUDA_CHECK(cudaMemcpyAsync(d, t.data, bytes, cudaMemcpyHostToDevice, stream_));
+  mirrors_[key] = Mirror{d, bytes, t.dtype, fingerprint(t.data, bytes)};
+  return with_data(t, d);
+}
+
+// ---- ops -----------------------------------------------------------------------------------
+
+void CudaBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
+                                 int64_t row_offset) {
+  require_device({{&ids, "ids"}, {&out, "out"}}, "embedding");
+  const TensorView tab = resident(table);
+  cuda::launch::embedding(ids.as<int32_t>(), ids.dim(0), tab.data, tab.dtype, tab.dim(0), tab.dim(1), row_offset,
+                          out.as<float>(), error_flag_device_, stream_);
+  after_launch("embedding");
+}
+
+void CudaBackend::layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
+                                  const TensorView& out) {
+  require_device({{&x, "x"}, {&out, "out"}}, "layer_norm");
+  const TensorView g = resident(gamma), b = resident(beta);
+  cuda::launch::norm(x.as<float>(), nullptr, g.data, g.dtype, b.data, b.dtype, eps, x.dim(0), x.dim(1),
+                     out.as<float>(), stream_);
+  after_launch("layer_norm");
+}
+
+void CudaBackend::rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps, const TensorView& out) {
+  require_device({{&x, "x"}, {&out, "out"}}, "rms_norm");
+  const TensorView g = resident(gamma);
+  cuda::launch::norm(x.as<float>(), nullptr, g.data, g.dtype, nullptr, DType::kF32, eps, x.dim(0), x.dim(1),
+                     out.as<float>(), stream_);
+  after_launch("rms_norm");
+}
+
+void CudaBackend::residual_add_norm_impl(const TensorView& residual, const TensorView& delta,
+                                         const TensorView& gamma, const TensorView& beta, float eps, bool rms,
+                                         const TensorView& out) {
+  require_device({{&residual, "residual"}, {&delta, "delta"}, {&out, "out"}}, "residual_add_norm");
+  const TensorView g = resident(gamma);
+  const TensorView b = rms ? TensorView() : resident(beta);
+  cuda::launch::norm(residual.as<float>(), delta.as<float>(), g.data, g.dtype, b.data, b.dtype, eps,
+                     residual.dim(0), residual.dim(1), out.as<float>(), stream_);
+  after_launch("residual_add_norm");
+}
+
+void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
+                              const TensorView& out, bool gelu) {
+  require_device({{&x, "x"}, {&out, "out"}}, "linear");
+  const TensorView wd = resident(w);
+  const TensorView bd = resident(bias);
+  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
+  if (M == 0 || N == 0) return;
+  float* y = out.as<float>();
+  if (K == 0) {
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<size_t>(M * N) * sizeof(float), stream_));
+  } else {
+    // Row-major y[M, N] = x[M, K] · w[N, K]^T is, column-major, y^T = w^T · x^T: cuBLAS
+    // sees w as K x N (op T) and x as K x M (op N), both with leading dimension K.
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasHandle_t h = cublas_;
+    if (w.dtype == DType::kF32) {
+      // CUBLAS_COMPUTE_32F with the default math mode: plain f32, never TF32.
+      TESSERA_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+                                        checked_int(K, "K"), &alpha, wd.data, CUDA_R_32F, static_cast<int>(K),
+                                        x.data, CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F,
+                                        static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      // f16/bf16 weights: x is rounded to the weight dtype in the workspace (the tensor-core
+      // path), products accumulated in f32. This rounding of x is the one difference from
+      // the CPU backend, which widens the weights instead; see cuda_backend_test.cc.
+      const cudaDataType_t type = w.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+      void* xh = workspace_->get(static_cast<size_t>(M * K) * 2, stream_);
+      cuda::launch::convert_from_f32(x.as<float>(), xh, w.dtype, M * K, stream_);
+      after_launch("linear (convert input)");
+      TESSERA_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+                                        checked_int(K, "K"), &alpha, wd.data, type, static_cast<int>(K), xh, type,
+                                        static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    if (sync_every_launch_) after_launch("linear (cuBLAS)");
+  }
+  cuda::launch::bias_gelu(y, M, N, bd.empty() ? nullptr : bd.data, bd.dtype, gelu, stream_);
+  after_launch("linear (bias/gelu epilogue)");
+}
+
+void CudaBackend::gelu_tanh_impl(const TensorView& x) {
+  require_device({{&x, "x"}}, "gelu_tanh");
+  cuda::launch::gelu_tanh(x.as<float>(), x.numel(), stream_);
+  after_launch("gelu_tanh");
+}
+
+void CudaBackend::silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
+                                int64_t in_stride, float* out) {
+  cuda::launch::silu_mul(gate, up, tokens, width, in_stride, out, stream_);
+  after_launch("silu_mul");
+}
+
+void CudaBackend::add_impl(const TensorView& a, const TensorView& b, const TensorView& out) {
+  require_device({{&a, "a"}, {&b, "b"}, {&out, "out"}}, "add");
+  cuda::launch::add(a.as<float>(), b.as<float>(), out.as<float>(), a.numel(), stream_);
+  after_launch("add");
+}
+
+void CudaBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                              const int32_t* positions, float theta) {
+  if (tokens == 0 || heads == 0) return;
+  // inv_freq by the CPU backend's expression (transformers' float32 formula), on the host,
+  // so both backends rotate by bit-identical frequencies.
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[i] = 1.0f / std::pow(theta, exponent);
+  }
+  // `positions` is host memory (the interface's contract). Uploaded per call for now;
+  // caching a step's metadata once for all layers is a later optimisation.
+  const std::vector<const void*> dev = staging_->upload(
+      {{positions, static_cast<size_t>(tokens) * sizeof(int32_t)}, {inv_freq.data(), inv_freq.size() * sizeof(float)}},
+      stream_);
+  cuda::launch::rotary(x, tokens, heads, head_dim, row_stride, static_cast<const int32_t*>(dev[0]),
+                       static_cast<const float*>(dev[1]), stream_);
+  after_launch("rotary");
+}
+
+void CudaBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
+                                const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache) {
+  require_device({{&k_cache, "k_cache"}, {&v_cache, "v_cache"}}, "write_kv");
+  if (tokens == 0) return;
+  const int64_t width = k_cache.dim(2) * k_cache.dim(3);
+  const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t slot = batch.slot_mapping[t];
+    TESSERA_CHECK(slot >= 0 && slot < slots) << "slot " << slot;
+  }
+  const std::vector<const void*> dev =
+      staging_->upload({{batch.slot_mapping.data(), static_cast<size_t>(tokens) * sizeof(int32_t)}}, stream_);
+  cuda::launch::write_kv(k, v, tokens, row_stride, static_cast<const int32_t*>(dev[0]), width, k_cache.data,
+                         v_cache.data, k_cache.dtype, stream_);
+  after_launch("write_kv");
+}
+
+void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
+                                 const TensorView& k_cache, const TensorView& v_cache, float scale,
+                                 const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) {
+  require_device({{&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&out, "out"}}, "attention");
+  const int64_t tokens = out.dim(0);
+  if (tokens == 0) return;
+  const int64_t num_blocks = k_cache.dim(0), block_size = k_cache.dim(1), head_dim = k_cache.dim(3);
+  TESSERA_CHECK_LE(head_dim, cuda::launch::kMaxHeadDim) << "the CUDA attention kernel supports head_dim up to "
+                                                         << cuda::launch::kMaxHeadDim;
+  // Per-row sequence and position, and a check of every block a row will read (the
+  // kernel trusts them). Built and uploaded per call, i.e. per layer; doing it once per
+  // step is a later optimisation.
+  std::vector<int32_t> token_seq(tokens), token_pos(tokens);
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t begin = batch.query_start[s], end = batch.query_start[s + 1];
+    const int32_t n_new = end - begin, ctx = batch.context_lens[s];
+    TESSERA_CHECK(n_new >= 0 && ctx >= n_new) << "sequence " << s << ": " << n_new << " new tokens, context " << ctx;
+    const int64_t blocks = (ctx + block_size - 1) / block_size;
+    TESSERA_CHECK_LE(blocks, batch.max_blocks_per_seq) << "sequence " << s;
+    for (int64_t b = 0; b < (n_new > 0 ? blocks : 0); ++b) {
+      const int32_t id = batch.block_tables[static_cast<int64_t>(s) * batch.max_blocks_per_seq + b];
+      TESSERA_CHECK(id >= 0 && id < num_blocks) << "sequence " << s << " block " << b << " is " << id;
+    }
+    for (int32_t t = begin; t < end; ++t) {
+      token_seq[t] = s;
+      token_pos[t] = ctx - n_new + (t - begin);
+    }
+  }
+  const size_t table_bytes = batch.block_tables.size() * sizeof(int32_t);
+  const std::vector<const void*> dev = staging_->upload({{token_seq.data(), token_seq.size() * sizeof(int32_t)},
+                                                         {token_pos.data(), token_pos.size() * sizeof(int32_t)},
+                                                         {batch.block_tables.data(), table_bytes}},
+                                                        stream_);
+  const TensorView slopes = resident(alibi_slopes);
+  cuda::launch::PagedAttentionArgs a;
+  a.q = q;
+  a.q_row_stride = q_row_stride;
+  a.q_heads = q_heads;
+  a.tokens = tokens;
+  a.token_seq = static_cast<const int32_t*>(dev[0]);
+  a.token_pos = static_cast<const int32_t*>(dev[1]);
+  a.block_tables = static_cast<const int32_t*>(dev[2]);
+  a.max_blocks_per_seq = batch.max_blocks_per_seq;
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.cache_dtype = k_cache.dtype;
+  a.block_size = block_size;
+  a.kv_heads = k_cache.dim(2);
+  a.head_dim = head_dim;
+  a.scale = scale;
+  a.alibi_slopes = slopes.empty() ? nullptr : slopes.as<float>();
+  a.out = out.as<float>();
+  a.group = gqa.group;
+  a.q_head_offset = gqa.q_head_offset;
+  a.kv_head_offset = gqa.kv_head_offset;
+  cuda::launch::paged_attention(a, stream_);
+  after_launch("attention");
+}
+
+void CudaBackend::copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) {
+  require_device({{&pool, "pool"}}, "copy_block");
+  const size_t bytes = static_cast<size_t>(pool.row_numel()) * dtype_size(pool.dtype);
+  char* base = static_cast<char*>(pool.data);
+  if (bytes > 0) {
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(base + dst * bytes, base + src * bytes, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+void CudaBackend::moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+                                const TensorView& ids) {
+  require_device({{&logits, "logits"}, {&weights, "weights"}, {&ids, "ids"}}, "moe_topk");
+  cuda::launch::moe_topk(logits.as<float>(), logits.dim(0), logits.dim(1), top_k, weights.as<float>(),
+                         ids.as<int32_t>(), stream_);
+  after_launch("moe_topk");
+}
+
+void CudaBackend::gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out) {
+  require_device({{&x, "x"}, {&out, "out"}}, "gather_rows");
+  if (rows.empty()) return;
+  const std::vector<const void*> dev = staging_->upload({{rows.data(), rows.size() * sizeof(int32_t)}}, stream_);
+  cuda::launch::gather_rows(x.as<float>(), static_cast<const int32_t*>(dev[0]), static_cast<int64_t>(rows.size()),
+                            x.dim(1), out.as<float>(), stream_);
+  after_launch("gather_rows");
+}
+
+void CudaBackend::scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                                          const std::vector<float>& scale, const TensorView& out) {
+  require_device({{&x, "x"}, {&out, "out"}}, "scatter_add_scaled");
+  if (rows.empty()) return;
+  std::vector<uint8_t> seen(out.dim(0), 0);
+  bool unique = true;
+  for (int32_t r : rows) {
+    unique = unique && seen[r] == 0;
+    seen[r] = 1;
+  }
+  const std::vector<const void*> dev = staging_->upload(
+      {{rows.data(), rows.size() * sizeof(int32_t)}, {scale.data(), scale.size() * sizeof(float)}}, stream_);
+  cuda::launch::scatter_add_scaled(x.as<float>(), static_cast<const int32_t*>(dev[0]),
+                                   static_cast<const float*>(dev[1]), static_cast<int64_t>(rows.size()), x.dim(1),
+                                   unique, out.as<float>(), stream_);
+  after_launch("scatter_add_scaled");
+}
+
+}  // namespace tessera

@@ -1,0 +1,113 @@
+#pragma once
+// The CUDA backend: every Backend op on one device and one stream. Plain C++ header (CUDA
+// types are forward declared); callers normally see only kernels/backend.h and get this
+// through make_backend("cuda" | "auto").
+//
+// Memory: Backend::alloc comes from a caching allocator (activations, KV pools, logits);
+// host-resident parameters handed to an op (weights, norm gammas, biases, the embedding
+// table: the worker loads checkpoints into host memory today) are mirrored once into a
+// weight arena and looked up by address on later calls (see resident()); the f16/bf16
+// copy of a GEMM input lives in a workspace; host-side op arguments (batch metadata,
+// positions, row lists) go through a pinned staging ring. Pointer arguments of the ops
+// (q, k, v, rotary's x) are device pointers.
+//
+// Synchronisation: every op is enqueued on the backend's stream and returns; copy_to_host
+// and copy_from_host synchronise. TESSERA_CUDA_SYNC=1 synchronises and checks after every
+// launch (names the failing op).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/backend.h"
+
+struct CUstream_st;
+struct cublasContext;
+
+namespace tessera {
+namespace cuda {
+class CachingAllocator;
+class DeviceArena;
+class Workspace;
+class StagingRing;
+}  // namespace cuda
+
+class CudaBackend final : public Backend {
+ public:
+  // Fails (as a Status) when the device cannot be used: no device, a driver error, cuBLAS
+  // failing to initialise.
+  static StatusOr<std::unique_ptr<Backend>> create(int device = 0);
+  ~CudaBackend() override;
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  std::string name() const override { return "cuda"; }
+  Tensor alloc(const std::vector<int64_t>& dims, DType dtype) override;
+  void copy_to_host(const TensorView& src, void* dst) override;
+  void copy_from_host(const void* src, const TensorView& dst) override;
+
+  // Waits for all queued work and checks for errors reported by kernels.
+  void synchronize();
+
+ protected:
+  void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
+                      int64_t row_offset) override;
+  void layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
+                       const TensorView& out) override;
+  void rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps, const TensorView& out) override;
+  void residual_add_norm_impl(const TensorView& residual, const TensorView& delta, const TensorView& gamma,
+                              const TensorView& beta, float eps, bool rms, const TensorView& out) override;
+  void linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out,
+                   bool gelu) override;
+  void gelu_tanh_impl(const TensorView& x) override;
+  void silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width, int64_t in_stride,
+                     float* out) override;
+  void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) override;
+  void rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                   const int32_t* positions, float theta) override;
+  void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
+                     const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache) override;
+  void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
+                      const TensorView& k_cache, const TensorView& v_cache, float scale,
+                      const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) override;
+  void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) override;
+  void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+                     const TensorView& ids) override;
+  void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out) override;
+  void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
+                               const std::vector<float>& scale, const TensorView& out) override;
+
+ private:
+  explicit CudaBackend(int device);
+  Status init();
+
+  // A view of `t` that device code can read: `t` itself when it is device memory, else
+  // its mirror in the weight arena (uploaded on first use).
+  TensorView resident(const TensorView& t);
+  // After every launch: the launch error, and with TESSERA_CUDA_SYNC=1 the kernel's own.
+  void after_launch(const char* op);
+  // Fails loudly if a kernel reported a bad argument (e.g. a token id outside the vocabulary).
+  void check_device_errors();
+
+  struct Mirror {
+    void* device;
+    size_t bytes;
+    DType dtype;
+    uint64_t fingerprint;
+  };
+
+  int device_;
+  CUstream_st* stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  bool sync_every_launch_ = false;
+  int* error_flag_host_ = nullptr;    // mapped pinned int[2]
+  int* error_flag_device_ = nullptr;  // its device address
+  std::shared_ptr<cuda::CachingAllocator> allocator_;
+  std::unique_ptr<cuda::DeviceArena> weights_;
+  std::unique_ptr<cuda::Workspace> workspace_;
+  std::unique_ptr<cuda::StagingRing> staging_;
+  std::map<std::pair<const void*, size_t>, Mirror> mirrors_;  // (host address, bytes)
+};
+
+}  // namespace tessera

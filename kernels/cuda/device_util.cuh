@@ -1,0 +1,72 @@
+#pragma once
+// Small device helpers shared by the kernels (nvcc only).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace tessera::cuda {
+
+constexpr int kThreads = 256;
+// Grid-stride kernels use at most this many blocks (several waves on any current GPU).
+constexpr int64_t kMaxBlocks = 4096;
+
+inline int blocks_for(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b > kMaxBlocks) b = kMaxBlocks;
+  if (b < 1) b = 1;
+  return static_cast<int>(b);
+}
+
+// Element i of an f32/f16/bf16 array, widened to f32 (dtype is uniform across a launch, so
+// the switch does not diverge).
+__device__ __forceinline__ float load_as_f32(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kF16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  }
+}
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+// `shared` holds at least 33 values. Ends with a barrier, so it can be called repeatedly.
+template <typename T>
+__device__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < warps ? shared[lane] : T(0);
+    w = warp_sum(w);
+    if (lane == 0) shared[32] = w;
+  }
+  __syncthreads();
+  const T total = shared[32];
+  __syncthreads();
+  return total;
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,95 @@
+#pragma once
+// Host-callable launchers of the CUDA kernels, one section per .cu file. Plain C++17
+// header: the stream is the runtime's opaque CUstream_st*, every pointer is device
+// memory (the backend uploads host-side arguments before calling), every launch is
+// enqueued on `stream` and returns at once. The caller checks cudaGetLastError().
+// A launcher with no work (zero tokens or rows) enqueues nothing.
+#include <cstdint>
+
+#include "common/dtype.h"
+
+struct CUstream_st;
+
+namespace tessera::cuda::launch {
+
+using Stream = CUstream_st*;
+
+// ---- embedding.cu ---------------------------------------------------------------------------
+// out[t, :] = table[ids[t] - max(row_offset, 0), :] widened to f32. row_offset >= 0: ids
+// outside the table give zero rows (vocabulary-parallel). row_offset < 0: an id outside
+// the table gives a zero row and is reported through error_flag (a mapped host int[2]:
+// [0] = 1, [1] = the id), which the backend checks at its next synchronisation.
+void embedding(const int32_t* ids, int64_t tokens, const void* table, DType table_dtype, int64_t rows,
+               int64_t hidden, int64_t row_offset, float* out, int* error_flag, Stream stream);
+
+// ---- norms.cu -------------------------------------------------------------------------------
+// One block per row; statistics in double (as the CPU reference). delta != nullptr: fused
+// residual add, x += delta first (x is written). beta == nullptr selects RMSNorm
+// (out = gamma * (x * rsqrt(mean(x^2) + eps))), else LayerNorm. out may alias x.
+void norm(float* x, const float* delta, const void* gamma, DType gamma_dtype, const void* beta,
+          DType beta_dtype, float eps, int64_t rows, int64_t hidden, float* out, Stream stream);
+
+// ---- elementwise.cu -------------------------------------------------------------------------
+// out[i] = (dtype) in[i], round to nearest even (the f16/bf16 copy of a GEMM input).
+void convert_from_f32(const float* in, void* out, DType out_dtype, int64_t n, Stream stream);
+// GEMM epilogue on out[rows, cols]: += bias[col] (bias may be nullptr), then gelu_tanh.
+void bias_gelu(float* out, int64_t rows, int64_t cols, const void* bias, DType bias_dtype, bool gelu,
+               Stream stream);
+void gelu_tanh(float* x, int64_t n, Stream stream);
+// out[t, i] = silu(gate[t * in_stride + i]) * up[t * in_stride + i], out rows `width` apart.
+void silu_mul(const float* gate, const float* up, int64_t tokens, int64_t width, int64_t in_stride,
+              float* out, Stream stream);
+void add(const float* a, const float* b, float* out, int64_t n, Stream stream);
+
+// ---- rotary.cu ------------------------------------------------------------------------------
+// Rotate-half RoPE in place on x[t * row_stride + h * head_dim + i]; angle =
+// positions[t] * inv_freq[i] (inv_freq computed on the host exactly as the CPU does).
+void rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+            const int32_t* positions, const float* inv_freq, Stream stream);
+
+// ---- kv_cache.cu ----------------------------------------------------------------------------
+// cache[slots[t] * width + i] = (cache dtype) k[t * row_stride + i] (and v), width =
+// kv_heads * head_dim; slots were validated on the host.
+void write_kv(const float* k, const float* v, int64_t tokens, int64_t row_stride, const int32_t* slots,
+              int64_t width, void* k_cache, void* v_cache, DType cache_dtype, Stream stream);
+
+// ---- attention.cu ---------------------------------------------------------------------------
+constexpr int kMaxHeadDim = 256;
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;  // rows q_row_stride floats apart, [tokens, q_heads, head_dim]
+  int64_t q_row_stride = 0;
+  int64_t q_heads = 0;
+  int64_t tokens = 0;
+  const int32_t* token_seq = nullptr;  // [tokens]: the sequence of each query row
+  const int32_t* token_pos = nullptr;  // [tokens]: its position; keys 0..pos are attended
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int64_t max_blocks_per_seq = 0;
+  const void* k_cache = nullptr;  // [num_blocks, block_size, kv_heads, head_dim]
+  const void* v_cache = nullptr;
+  DType cache_dtype = DType::kF32;
+  int64_t block_size = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;  // <= kMaxHeadDim
+  float scale = 1.0f;
+  const float* alibi_slopes = nullptr;  // [q_heads] or nullptr
+  float* out = nullptr;                 // [tokens, q_heads * head_dim]
+  // Query head h reads cached KV head (q_head_offset + h) / group - kv_head_offset.
+  int64_t group = 1, q_head_offset = 0, kv_head_offset = 0;
+};
+// Prefill and decode rows alike: one block per (token, head), online softmax.
+void paged_attention(const PagedAttentionArgs& args, Stream stream);
+
+// ---- moe.cu ---------------------------------------------------------------------------------
+// Softmax over experts, top-k (ties to the lower id), weights renormalised to sum 1.
+void moe_topk(const float* logits, int64_t tokens, int64_t experts, int top_k, float* weights, int32_t* ids,
+              Stream stream);
+// out[i, :] = x[rows[i], :].
+void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t hidden, float* out,
+                 Stream stream);
+// out[rows[i], :] += scale[i] * x[i, :]. rows_unique: one thread per element; otherwise one
+// thread per column walks i in order (repeated rows add up in the CPU's order).
+void scatter_add_scaled(const float* x, const int32_t* rows, const float* scale, int64_t n_rows,
+                        int64_t hidden, bool rows_unique, float* out, Stream stream);
+
+}  // namespace tessera::cuda::launch

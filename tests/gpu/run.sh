@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one script: build (Release, CUDA on, benchmarks on), every
+# CUDA op test against the CPU backend, the fixture golden tests on the CUDA backend, and
+# tessera-bench on the CUDA backend over a generated ~100M-parameter Llama. Each step runs
+# under `timeout`, and no step gets more than what is left of a total budget, so the whole
+# script ends within BUDGET_S seconds (default 450: under 8 minutes on one H200 with 16
+# cores, margin included). Without a GPU it still runs: the GPU tests report SKIPPED and
+# the benchmark is not run; the summary says so.
+#
+# Usage: tests/gpu/run.sh
+#   OUT=dir        results: summary.txt, one log per step, JUnit XML, bench.jsonl (gpu-results)
+#   BUILD_DIR=dir  build folder (build-gpu under the checkout)
+#   JOBS=n         build and test parallelism (nproc)
+#   CUDA_ARCHS=90  CUDA architectures (default: the GPU's own, else the project default 80;90)
+#   TESSERA_FIXTURES=dir  reference fixtures (default ../shared/fixtures beside the checkout)
+#   BENCH_MODEL=dir       benchmark checkpoint, generated once (/tmp/tessera-llama-100m)
+#   BUDGET_S=seconds      total time budget (450)
+# Exit status: 0 when every step passed (or, without a GPU, everything GPU was skipped).
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+out="${OUT:-gpu-results}"
+mkdir -p "$out" && out="$(cd "$out" && pwd)"
+build="${BUILD_DIR:-$root/build-gpu}"
+jobs="${JOBS:-$(nproc)}"
+budget="${BUDGET_S:-450}"
+bench_model="${BENCH_MODEL:-/tmp/tessera-llama-100m}"
+summary="$out/summary.txt"
+start=$(date +%s)
+failed=0
+: >"$summary"
+
+log() { echo "$*" | tee -a "$summary"; }
+left() { echo $((budget - ($(date +%s) - start))); }
+
+# run_step NAME LIMIT CMD...: at most LIMIT seconds (and never past the budget); output in
+# $out/NAME.log; one summary line.
+run_step() {
+  local name=$1 limit=$2
+  shift 2
+  local remaining
+  remaining=$(left)
+  if ((remaining < 10)); then
+    log "$name: NOT RUN (the ${budget}s budget is spent)"
+    failed=1
+    return 124
+  fi
+  ((limit > remaining)) && limit=$remaining
+  local t0 rc
+  t0=$(date +%s)
+  timeout --kill-after=5 "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  local dt=$(($(date +%s) - t0))
+  if ((rc == 124 || rc == 137)); then
+    log "$name: TIMEOUT after ${limit}s (log: $name.log)"
+    failed=1
+  elif ((rc != 0)); then
+    log "$name: FAILED (exit $rc, ${dt}s; log: $name.log)"
+    failed=1
+  else
+    log "$name: ok (${dt}s)"
+  fi
+  return $rc
+}
+
+# "N passed, N failed, N skipped of N" from a ctest log.
+ctest_counts() {
+  local logf=$1 total failed_n skipped passed
+  total=$(grep -Eo 'tests failed out of [0-9]+' "$logf" | grep -Eo '[0-9]+$' | tail -1)
+  failed_n=$(grep -Eo '[0-9]+ tests failed out of' "$logf" | grep -Eo '^[0-9]+' | tail -1)
+  skipped=$(grep -c '(Skipped)' "$logf")
+  if [ -z "$total" ]; then
+    echo "no test results (see the log)"
+    return
+  fi
+  passed=$((total - failed_n - skipped))
+  echo "$passed passed, $failed_n failed, $skipped skipped of $total"
+}
+
+# ---- the machine ------------------------------------------------------------------------------
+gpu=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)
+fi
+log "tessera GPU run, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+log "host: $(nproc) cores; GPU: ${gpu:-none (GPU tests will report SKIPPED)}"
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  log "nvcc: not found (the CUDA backend cannot be built; configure with TESSERA_CUDA=ON will fail)"
+fi
+archs="${CUDA_ARCHS:-}"
+if [ -z "$archs" ] && [ -n "$gpu" ]; then
+  archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
+fi
+
+# ---- build ------------------------------------------------------------------------------------
+cfg=(-S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON -DTESSERA_BUILD_TESTS=ON
+     -DTESSERA_BUILD_BENCH=ON)
+[ -n "$archs" ] && cfg+=("-DCMAKE_CUDA_ARCHITECTURES=$archs")
+run_step configure 90 cmake "${cfg[@]}" || { log "overall: FAIL (configure)"; exit 1; }
+run_step build 300 cmake --build "$build" -j "$jobs" --target tessera_kernels_tests tessera_worker_tests \
+  tessera-bench tessera-make-checkpoint || { log "overall: FAIL (build)"; exit 1; }
+
+# ---- tests ------------------------------------------------------------------------------------
+# CUDA op tests: tests/kernels/cuda_backend_test.cc (CudaBackendTest.*, CudaBackendSelection.*).
+run_step cuda_op_tests 120 ctest --test-dir "$build" -R '^(CudaBackend|Nccl)' -j "$jobs" --timeout 110 \
+  --output-on-failure --output-junit "$out/cuda_op_tests.xml"
+log "  cuda op tests: $(ctest_counts "$out/cuda_op_tests.log")"
+# The fixture goldens on the CUDA backend: tests/worker/golden_test.cc, FixturesCuda/*.
+run_step cuda_golden_tests 150 ctest --test-dir "$build" -R '^FixturesCuda/' -j "$jobs" --timeout 140 \
+  --output-on-failure --output-junit "$out/cuda_golden_tests.xml"
+log "  cuda golden tests: $(ctest_counts "$out/cuda_golden_tests.log")"
+grep -h 'REPORT' "$out/cuda_golden_tests.log" 2>/dev/null | sed 's/^/    /' >>"$summary"
+
+# ---- benchmark --------------------------------------------------------------------------------
+if [ -z "$gpu" ]; then
+  log "bench: SKIPPED: no CUDA device"
+else
+  if [ ! -f "$bench_model/config.json" ]; then
+    run_step make_bench_model 60 "$build/bin/tessera-make-checkpoint" --arch llama --preset 100m --out "$bench_model"
+  fi
+  : >"$out/bench.jsonl"
+  for dtype in bfloat16 float16 float32; do
+    if run_step "bench_$dtype" 45 "$build/bin/tessera-bench" --backend cuda --model "$bench_model" --dtype "$dtype" \
+      --prompt-len 128 --gen-len 64 --batch 8 --json; then
+      line=$(grep '^{' "$out/bench_$dtype.log" | tail -1)
+      echo "{\"dtype\": \"$dtype\", \"result\": $line}" >>"$out/bench.jsonl"
+      log "  $dtype: $line"
+    fi
+  done
+  log "  (bandwidth_gb_s and roofline_fraction in tessera-bench's output are measured against host memory)"
+fi
+
+# ---- verdict ----------------------------------------------------------------------------------
+elapsed=$(($(date +%s) - start))
+if ((failed)); then
+  log "overall: FAIL (${elapsed}s)"
+  exit 1
+fi
+if [ -z "$gpu" ]; then
+  log "overall: SKIPPED (no GPU: the build passed, every GPU test reported SKIPPED) (${elapsed}s)"
+else
+  log "overall: PASS (${elapsed}s)"
+fi
+exit 0

@@ -1,0 +1,126 @@
+#pragma once
+// A real tessera-serve child process for the out-of-process service tests: `--port 0`, its
+// own ipc:// control and ZeroMQ-client endpoints in a fresh temp folder (tests running in
+// parallel never collide), ready once it logs "listening on http://127.0.0.1:PORT".
+// Destroying it drains it with SIGTERM (SIGKILL if that takes over 60 s).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fcntl.h>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/test_support.h"
+
+namespace tessera::testing {
+
+class ServeProcess {
+ public:
+  ServeProcess() = default;
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+  ~ServeProcess() {
+    stop();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Starts `tessera-serve --port 0 ...endpoints... extra...` and waits up to `timeout` for
+  // its listening line. False (with log() telling why) when it exits or never gets ready.
+  bool start(const std::vector<std::string>& extra, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    dir_ = make_temp_dir("tessera-serve-child");
+    zmq_endpoint_ = "ipc://" + dir_ + "/client.ipc";
+    log_path_ = dir_ + "/serve.log";
+    // Everything the child needs is built before fork: the test process may have threads.
+    std::vector<std::string> args = {bin_dir() + "/tessera-serve",
+                                     "--port",
+                                     "0",
+                                     "--set",
+                                     "server.control=ipc://" + dir_ + "/control.ipc",
+                                     "--set",
+                                     "server.zmq_client=" + zmq_endpoint_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      alarm(280);  // a stuck server must not outlive the test (ctest's limit is 300 s)
+      dup2(log_fd, STDERR_FILENO);
+      const int null_fd = ::open("/dev/null", O_WRONLY);
+      if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    ::close(log_fd);
+    if (pid_ < 0) return false;
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:(\\d+)");
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, listening)) {
+        port_ = std::stoi(m[1]);
+        return true;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // SIGTERM and wait; the exit status as waitpid gives it (-1 when not running).
+  int stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return status;
+  }
+
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  const std::string& zmq_endpoint() const { return zmq_endpoint_; }
+  const std::string& dir() const { return dir_; }
+  std::string log() const { return read_file(log_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string dir_, zmq_endpoint_, log_path_;
+};
+
+// 'text' quoted for /bin/sh.
+inline std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace tessera::testing
