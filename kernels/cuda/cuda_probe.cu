@@ -40,4 +40,14 @@ std::string describe_device(int device) {
          std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }
 
+double peak_memory_bandwidth_gb_s(int device) {
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0.0;
+  }
+  return 2.0 * static_cast<double>(clock_khz) * 1e3 * (bus_bits / 8.0) / 1e9;
+}
+
 }  // namespace tessera::cuda

@@ -8,5 +8,8 @@ namespace tessera::cuda {
 int device_count();
 // "NVIDIA H200 (sm_90, 139 GiB)" for device 0, or why there is none.
 std::string describe_device(int device);
+// The device's theoretical peak memory bandwidth in GB/s (10^9 bytes/s): memory clock x bus
+// width x 2 (double data rate), from the device attributes; 0 when it cannot be read.
+double peak_memory_bandwidth_gb_s(int device);
 
 }  // namespace tessera::cuda

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one script: build (Release, CUDA on, benchmarks on), every
-# CUDA op test against the CPU backend, the fixture golden tests on the CUDA backend, and
-# tessera-bench on the CUDA backend over a generated ~100M-parameter Llama. Each step runs
+# CUDA op test against the CPU backend, the NCCL communicator tests, the fixture golden tests
+# on the CUDA backend, and the GPU benchmark (tessera-bench on generated ~1B Llama- and
+# BLOOM-shaped f16 models). Each step runs
 # under `timeout`, and no step gets more than what is left of a total budget, so the whole
 # script ends within BUDGET_S seconds (default 450: under 8 minutes on one H200 with 16
 # cores, margin included). Without a GPU it still runs: the GPU tests report SKIPPED and
@@ -13,7 +14,7 @@
 #   JOBS=n         build and test parallelism (nproc)
 #   CUDA_ARCHS=90  CUDA architectures (default: the GPU's own, else the project default 80;90)
 #   TESSERA_FIXTURES=dir  reference fixtures (default ../shared/fixtures beside the checkout)
-#   BENCH_MODEL=dir       benchmark checkpoint, generated once (/tmp/tessera-llama-100m)
+#   BENCH_LLAMA=dir, BENCH_BLOOM=dir  benchmark checkpoints, generated once (/tmp/tessera-*-1b)
 #   BUDGET_S=seconds      total time budget (450)
 # Exit status: 0 when every step passed (or, without a GPU, everything GPU was skipped).
 set -uo pipefail
@@ -24,7 +25,6 @@ mkdir -p "$out" && out="$(cd "$out" && pwd)"
 build="${BUILD_DIR:-$root/build-gpu}"
 jobs="${JOBS:-$(nproc)}"
 budget="${BUDGET_S:-450}"
-bench_model="${BENCH_MODEL:-/tmp/tessera-llama-100m}"
 summary="$out/summary.txt"
 start=$(date +%s)
 failed=0
@@ -112,22 +112,46 @@ log "  cuda golden tests: $(ctest_counts "$out/cuda_golden_tests.log")"
 grep -h 'REPORT' "$out/cuda_golden_tests.log" 2>/dev/null | sed 's/^/    /' >>"$summary"
 
 # ---- benchmark --------------------------------------------------------------------------------
+# The issue's GPU benchmark: a generated ~1.1B Llama (TinyLlama's shape: GQA 32/4 heads) and a
+# ~1.3B BLOOM-shaped model, f16 weights: batch-1 decode (latency per token, and weight bandwidth
+# as a fraction of the device's peak: tessera-bench's roofline_fraction on the CUDA backend),
+# throughput at batch 32 and 128, prefill tokens/s, kernel injection on vs. off.
+json_field() { grep -o "\"$2\": *[0-9.eE+-]*" <<<"$1" | head -1 | sed 's/.*: *//'; }
+bench_case() {  # NAME MODEL BATCH GEN [extra flags]
+  local name=$1 model=$2 batch=$3 gen=$4
+  shift 4
+  if run_step "bench_$name" 60 "$build/bin/tessera-bench" --backend cuda --model "$model" --dtype float16 \
+    --prompt-len 128 --gen-len "$gen" --batch "$batch" --json "$@"; then
+    local line
+    line=$(grep '^{' "$out/bench_$name.log" | tail -1)
+    echo "{\"case\": \"$name\", \"batch\": $batch, \"result\": $line}" >>"$out/bench.jsonl"
+    log "  $name: decode $(json_field "$line" decode_tok_s) tok/s, prefill $(json_field "$line" prefill_tok_s) tok/s," \
+        "roofline $(json_field "$line" roofline_fraction) of $(json_field "$line" bandwidth_gb_s) GB/s"
+    eval "decode_$name=$(json_field "$line" decode_tok_s)"
+  fi
+}
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 if [ -z "$gpu" ]; then
   log "bench: SKIPPED: no CUDA device"
 else
-  if [ ! -f "$bench_model/config.json" ]; then
-    run_step make_bench_model 60 "$build/bin/tessera-make-checkpoint" --arch llama --preset 100m --out "$bench_model"
-  fi
+  llama="${BENCH_LLAMA:-/tmp/tessera-llama-1b}"
+  bloom="${BENCH_BLOOM:-/tmp/tessera-bloom-1b}"
+  [ -f "$llama/config.json" ] || run_step make_llama_1b 90 "$build/bin/tessera-make-checkpoint" --arch llama \
+    --hidden 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 --dtype float16 --out "$llama"
+  [ -f "$bloom/config.json" ] || run_step make_bloom_1b 90 "$build/bin/tessera-make-checkpoint" --arch bloom \
+    --hidden 2048 --layers 24 --heads 16 --ffn 8192 --vocab 50304 --dtype float16 --out "$bloom"
   : >"$out/bench.jsonl"
-  for dtype in bfloat16 float16 float32; do
-    if run_step "bench_$dtype" 45 "$build/bin/tessera-bench" --backend cuda --model "$bench_model" --dtype "$dtype" \
-      --prompt-len 128 --gen-len 64 --batch 8 --json; then
-      line=$(grep '^{' "$out/bench_$dtype.log" | tail -1)
-      echo "{\"dtype\": \"$dtype\", \"result\": $line}" >>"$out/bench.jsonl"
-      log "  $dtype: $line"
-    fi
-  done
-  log "  (bandwidth_gb_s and roofline_fraction in tessera-bench's output are measured against host memory)"
+  bench_case llama_b1 "$llama" 1 64
+  bench_case llama_b1_plain "$llama" 1 64 --no-kernel-inject
+  bench_case llama_b32 "$llama" 32 32
+  bench_case llama_b128 "$llama" 128 16
+  bench_case bloom_b1 "$bloom" 1 64
+  bench_case bloom_b1_plain "$bloom" 1 64 --no-kernel-inject
+  bench_case bloom_b32 "$bloom" 32 32
+  log "  injected / plain decode, batch 1: llama $(ratio "${decode_llama_b1:-}" "${decode_llama_b1_plain:-}")x," \
+      "bloom $(ratio "${decode_bloom_b1:-}" "${decode_bloom_b1_plain:-}")x (target >= 2x)"
+  log "  batch-1 latency per token: llama $(awk -v d="${decode_llama_b1:-0}" 'BEGIN { if (d > 0) printf "%.2f ms", 1000 / d; else print "n/a" }')," \
+      "bloom $(awk -v d="${decode_bloom_b1:-0}" 'BEGIN { if (d > 0) printf "%.2f ms", 1000 / d; else print "n/a" }')"
 fi
 
 # ---- verdict ----------------------------------------------------------------------------------
