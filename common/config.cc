@@ -432,8 +432,16 @@ const std::vector<KeyDef>& schema() {
       TESSERA_INT_KEY("server.heartbeat_ms", server.heartbeat_ms, 10, 3600000),
       TESSERA_INT_KEY("server.heartbeat_misses", server.heartbeat_misses, 1, 1000),
       TESSERA_INT_KEY("server.max_queued_requests", server.max_queued_requests, 1, 1 << 24),
+      TESSERA_BOOL_KEY("server.curve.enabled", server.curve.enabled),
+      TESSERA_STRING_KEY("server.curve.server_public_key_file", server.curve.server_public_key_file, read_string),
+      TESSERA_STRING_KEY("server.curve.server_secret_key_file", server.curve.server_secret_key_file, read_string),
+      TESSERA_STRING_KEY("server.curve.client_secret_key_file", server.curve.client_secret_key_file, read_string),
+      TESSERA_STRING_KEY("server.curve.allowed_client_keys_file", server.curve.allowed_client_keys_file,
+                         read_string),
+      TESSERA_BOOL_KEY("server.curve.client_api", server.curve.client_api),
       TESSERA_ENUM_KEY("worker.backend", worker.backend, kBackends),
       TESSERA_INT_KEY("worker.threads", worker.threads, 0, 4096),
+      TESSERA_STRING_KEY("worker.control_address", worker.control_address, read_optional_endpoint),
   };
   return keys;
 }
@@ -652,6 +660,21 @@ Status validate_config(const TesseraConfig& c) {
   if (c.server.zmq_client == c.server.control) {
     return invalid_argument(src + ": server.zmq_client and server.control must differ (both are " +
                             c.server.zmq_client + ")");
+  }
+  const CurveSection& cv = c.server.curve;
+  if (cv.enabled) {
+    // Each side checks its own files when it starts (the coordinator needs the secret key,
+    // a worker the public one); the public key is what both share, so it is required here.
+    if (cv.server_public_key_file.empty() && cv.server_secret_key_file.empty()) {
+      return invalid_argument(src + ": server.curve.server_public_key_file: required when server.curve.enabled is "
+                                    "true (the coordinator's public key, a Z85 file from tessera-curve-keygen)");
+    }
+  } else {
+    // The file keys may stay set while CURVE is off (a deployment's config names the Secret's
+    // mount paths once; turning CURVE on is then `enabled: true`).
+    if (cv.client_api) {
+      return invalid_argument(src + ": server.curve.client_api: true needs server.curve.enabled: true");
+    }
   }
   return Status::ok();
 }

@@ -71,6 +71,19 @@ struct HttpSection {
   int64_t max_body_bytes = 1 << 20;     // largest accepted request body
 };
 
+// CURVE encryption and authentication of the ZeroMQ links (docs/configuration.md). Keys are
+// Z85 text (40 characters) read from files, so secrets come from a mounted Secret and never
+// sit in the YAML. One file may serve the coordinator and the workers: each reads only the
+// files its side needs.
+struct CurveSection {
+  bool enabled = false;
+  std::string server_public_key_file;     // the coordinator's public key (workers: required)
+  std::string server_secret_key_file;     // the coordinator's secret key (coordinator: required)
+  std::string client_secret_key_file;     // a worker's own secret key; "" = a fresh keypair per process
+  std::string allowed_client_keys_file;   // coordinator: worker public keys let in; "" = any
+  bool client_api = false;                // also encrypt the ZeroMQ client API (server.zmq_client)
+};
+
 struct ServerSection {
   HttpSection http;
   std::string zmq_client = "tcp://127.0.0.1:5555";  // ZeroMQ client API; "" = not served
@@ -78,6 +91,7 @@ struct ServerSection {
   int heartbeat_ms = 1000;
   int heartbeat_misses = 3;
   int max_queued_requests = 1024;  // requests waiting beyond this get 429 (queue_full)
+  CurveSection curve;
 };
 
 enum class WorkerBackend { kAuto, kCpu, kCuda };
@@ -86,6 +100,9 @@ const char* worker_backend_name(WorkerBackend backend);
 struct WorkerSection {
   WorkerBackend backend = WorkerBackend::kAuto;
   int threads = 0;  // CPU threads per worker; 0 = all cores (or OMP_NUM_THREADS)
+  // Where workers connect; "" = server.control (which is where the coordinator binds, e.g.
+  // tcp://0.0.0.0:5560, while workers on other hosts need tcp://tessera-coordinator:5560).
+  std::string control_address;
 };
 
 struct TesseraConfig {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "common/curve_keys.h"
+
 namespace tessera {
 
 StatusOr<std::unique_ptr<WorkerGroup>> start_cluster(const ClusterOptions& o) {
@@ -9,6 +11,12 @@ StatusOr<std::unique_ptr<WorkerGroup>> start_cluster(const ClusterOptions& o) {
   wo.bind_address = o.config.server.control;
   wo.world_size = o.config.parallel.tensor_parallel;
   wo.heartbeat_interval = std::chrono::milliseconds(o.config.server.heartbeat_ms);
+  // server.curve: the coordinator's keypair and the workers it lets in, from their files.
+  TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(o.config.server.curve));
+  wo.curve_server_public_key = keys.server.public_key;
+  wo.curve_server_secret_key = keys.server.secret_key;
+  wo.curve_allowed_client_keys = keys.allowed_client_keys;
+  wo.regroup_on_rank_loss = true;  // a collective group cannot take one new member
   const std::string config_yaml = dump_config_yaml(o.config);
   const TesseraConfig c = o.config;
   auto factory = [c, config_yaml, o](int rank, const wire::Register&) {

@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "common/logging.h"
+#include "coordinator/curve_authenticator.h"
 
 namespace tessera {
 namespace {
@@ -52,6 +53,7 @@ struct WorkerGroup::Impl {
   WorkerGroupOptions opts;
   AssignmentFactory factory;
   zmq::context_t ctx{1};
+  CurveAuthenticator authenticator;  // after ctx: closed before it
   // The ROUTER is used by whichever thread holds sock_mu: execute() while a step is in
   // flight (it then serves registrations and heartbeats too), the housekeeping thread
   // otherwise. No thread hop on the step path.
@@ -163,10 +165,27 @@ struct WorkerGroup::Impl {
   }
 
   void on_dead(int rank, const std::string& why) {
+    std::vector<std::string> regroup;  // routing ids of the ranks told to restart with the group
+    const std::string reason = "rank " + std::to_string(rank) + " was lost (" + why +
+                               "): every rank restarts so that the collective group forms anew";
     {
       std::lock_guard<std::mutex> lock(state_mu);
+      const bool was_alive = slots[rank].alive;
       mark_dead_locked(rank, why);
       if (rank == 0) collective_id.clear();
+      if (was_alive && opts.regroup_on_rank_loss) {
+        for (size_t k = 0; k < slots.size(); ++k) {
+          if (!slots[k].alive) continue;
+          regroup.push_back(slots[k].identity);
+          mark_dead_locked(static_cast<int>(k), "restarting with the group: rank " + std::to_string(rank) + " was lost");
+        }
+        if (!regroup.empty()) collective_id.clear();
+      }
+    }
+    if (!regroup.empty()) {
+      TESSERA_LOG_WARN("worker group: {}; told {} other rank(s) to leave", reason, regroup.size());
+      wire::encode(wire::Shutdown{reason}, &send_buf);
+      for (const std::string& identity : regroup) send_to(identity, send_buf);
     }
     if (step_active && awaiting[rank])
       finish_step(unavailable("rank " + std::to_string(rank) + " died during step " + std::to_string(step_id) +
@@ -467,7 +486,12 @@ Status WorkerGroup::start(const WorkerGroupOptions& options, AssignmentFactory f
   if (options.heartbeat_interval.count() < 1) return invalid_argument("heartbeat_interval must be >= 1 ms");
   const bool curve = !options.curve_server_secret_key.empty() || !options.curve_server_public_key.empty();
   if (curve && !zmq_has("curve")) return unimplemented("CURVE keys given but libzmq was built without CURVE");
+  if (!curve && !options.curve_allowed_client_keys.empty())
+    return invalid_argument("allowed CURVE client keys given without CURVE server keys");
   d.opts = options;
+  if (curve && !options.curve_allowed_client_keys.empty()) {
+    TESSERA_RETURN_IF_ERROR(d.authenticator.start(d.ctx.handle(), options.curve_allowed_client_keys, "worker group"));
+  }
   d.factory = std::move(factory);
   d.slots.assign(options.world_size, Slot{});
   try {
@@ -479,17 +503,23 @@ Status WorkerGroup::start(const WorkerGroupOptions& options, AssignmentFactory f
     if (curve) {
       d.router->set(zmq::sockopt::curve_server, 1);
       d.router->set(zmq::sockopt::curve_secretkey, options.curve_server_secret_key);
+      d.router->set(zmq::sockopt::zap_domain, "tessera-control");
     }
     d.router->bind(options.bind_address);
     d.endpoint = d.router->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
     d.router.reset();
+    d.authenticator.stop();
     return invalid_argument("worker group cannot bind '" + options.bind_address + "': " + e.what());
   }
   d.started = true;
   d.io = std::thread([&d] { d.run(); });
   TESSERA_LOG_INFO("worker group: listening on {} for {} rank(s), heartbeat every {} ms{}", d.endpoint,
-                   options.world_size, options.heartbeat_interval.count(), curve ? ", CURVE on" : "");
+                   options.world_size, options.heartbeat_interval.count(),
+                   !curve ? ""
+                   : options.curve_allowed_client_keys.empty()
+                       ? ", CURVE on (any worker holding the server key)"
+                       : ", CURVE on (" + std::to_string(options.curve_allowed_client_keys.size()) + " allowed worker key(s))");
   return Status::ok();
 }
 
@@ -569,6 +599,8 @@ std::vector<RankStatus> WorkerGroup::status() const {
   return out;
 }
 
+uint64_t WorkerGroup::refused_handshakes() const { return impl_->authenticator.refused(); }
+
 void WorkerGroup::shutdown(const std::string& reason) {
   Impl& d = *impl_;
   if (!d.started) return;
@@ -582,6 +614,7 @@ void WorkerGroup::shutdown(const std::string& reason) {
   if (d.io.joinable()) d.io.join();
   d.say_goodbye();
   d.router.reset();
+  d.authenticator.stop();
   TESSERA_LOG_INFO("worker group: shut down ({})", reason);
 }
 

@@ -36,9 +36,17 @@ struct WorkerGroupOptions {
   // Both sides send a heartbeat every interval; a rank silent for 2 intervals is dead.
   std::chrono::milliseconds heartbeat_interval{1000};
   // CURVE encryption for links that leave the host (Z85 keys, 40 characters; both empty =
-  // plain TCP). Workers then need this server public key. See docs/wire_notes.md.
+  // plain TCP). Workers then need this server public key. See docs/wire.md.
   std::string curve_server_public_key;
   std::string curve_server_secret_key;
+  // With CURVE: the worker public keys let in (a ZAP handler refuses any other key during
+  // the handshake); empty = any worker holding the server public key.
+  std::vector<std::string> curve_allowed_client_keys;
+  // When a rank is lost, tell every other live rank to leave too (Shutdown), so that their
+  // supervisor restarts them and the collective group (NCCL, shared memory) forms anew with
+  // the replacement: a collective cannot take one new member. Off: the others stay (tests of
+  // the protocol alone). The serving cluster (coordinator/cluster.cc) turns it on.
+  bool regroup_on_rank_loss = false;
 };
 
 // Builds a rank's Assignment from its registration (model, dtype, KV sizes, bootstrap blob,
@@ -84,6 +92,8 @@ class WorkerGroup final : public StepExecutor {
   uint64_t kv_cache_epoch() const override;
 
   std::vector<RankStatus> status() const;
+  // CURVE handshakes refused by the allowed-key list so far.
+  uint64_t refused_handshakes() const;
   // Tells every connected worker to exit (Shutdown) and stops the I/O thread. Idempotent.
   void shutdown(const std::string& reason = "coordinator shutting down");
 

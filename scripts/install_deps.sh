@@ -17,7 +17,16 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
   clang                    # libFuzzer (scripts/fuzz.sh)
   curl                     # the HTTP streaming test (tests/tools/cli_test.cc)
+  gnuplot-nox              # tessera-loadgen's plots (SVG, PNG)
+  iproute2                 # network namespaces for the multi-host test (tests/k8s/multihost_test.cc)
+  kubernetes-client        # kubectl kustomize for the manifests test (tests/k8s/manifests_test.mjs)
 )
+# The image build (k8s/Dockerfile) needs no test tools.
+if [[ "${TESSERA_DEPS_NO_NODE:-}" == 1 ]]; then
+  kept=()
+  for p in "${packages[@]}"; do [[ "$p" == kubernetes-client ]] || kept+=("$p"); done
+  packages=("${kept[@]}")
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -29,6 +38,8 @@ if ((${#missing[@]})); then
 fi
 echo "install_deps: all ${#packages[@]} packages present"
 
+if [[ "${TESSERA_DEPS_NO_NODE:-}" == 1 ]]; then exit 0; fi
+
 # The end-to-end test's npm packages (the official OpenAI Node.js client), pinned by
 # tests/e2e/package-lock.json. Node.js itself comes from Debian when the machine has none.
 if ! command -v npm >/dev/null 2>&1; then
@@ -38,3 +49,7 @@ fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 (cd "$here/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error) ||
   echo "install_deps: npm ci failed; the OpenAI-client end-to-end test will be skipped"
+# The manifests test's npm packages (kubernetes-models: the Kubernetes API schemas; yaml),
+# pinned by tests/k8s/package-lock.json.
+(cd "$here/tests/k8s" && npm ci --no-audit --no-fund --loglevel=error) ||
+  echo "install_deps: npm ci failed; the Kubernetes manifests test will be skipped"

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -62,6 +63,11 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
   if (o.heartbeat_interval.count() < 1) return invalid_argument("heartbeat_interval must be >= 1 ms");
   zmq::context_t ctx(1);
   zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  // With CURVE, a monitor tells a refused handshake (the coordinator's allowed-key list) at
+  // once instead of after register_timeout.
+  zmq::socket_t monitor(ctx, zmq::socket_type::pair);
+  bool monitoring = false;
+  std::string client_public_key;
   try {
     dealer.set(zmq::sockopt::linger, 1000);
     dealer.set(zmq::sockopt::sndhwm, 0);
@@ -78,6 +84,12 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
       dealer.set(zmq::sockopt::curve_serverkey, o.curve_server_public_key);
       dealer.set(zmq::sockopt::curve_publickey, pub);
       dealer.set(zmq::sockopt::curve_secretkey, sec);
+      client_public_key = pub;
+      const std::string monitor_address = "inproc://tessera-link-monitor";
+      if (zmq_socket_monitor(dealer.handle(), monitor_address.c_str(), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+        monitor.connect(monitor_address);
+        monitoring = true;
+      }
     }
     dealer.connect(o.coordinator_address);
   } catch (const zmq::error_t& e) {
@@ -115,8 +127,23 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
       TESSERA_LOG_INFO("{}: link stopped{}", tag, impl_->silently.load() ? " silently" : "");
       return end_session(Status::ok(), impl_->silently.load());
     }
-    zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+    zmq::pollitem_t items[2] = {{dealer.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, monitoring ? 2 : 1, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+    if (monitoring && (items[1].revents & ZMQ_POLLIN)) {
+      zmq::message_t event, endpoint;
+      if (monitor.recv(event, zmq::recv_flags::dontwait) && event.more()) (void)monitor.recv(endpoint);
+      uint32_t value = 0;
+      if (event.size() >= 6) std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+      if (!assigned) {
+        const std::string msg = tag + ": the coordinator at " + o.coordinator_address +
+                                " refused this worker's CURVE key " + client_public_key + " (ZAP status " +
+                                std::to_string(value) +
+                                "): it is not in the coordinator's server.curve.allowed_client_keys_file";
+        TESSERA_LOG_ERROR("{}", msg);
+        return end_session(Status(StatusCode::kInvalidArgument, msg), true);
+      }
+    }
+    const zmq::pollitem_t& item = items[0];
     if (item.revents & ZMQ_POLLIN) {
       for (;;) {
         zmq::message_t msg;
@@ -182,7 +209,10 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
     }
     if (!assigned && now - started > o.register_timeout) {
       const std::string msg = tag + ": no assignment from coordinator at " + o.coordinator_address + " within " +
-                              std::to_string(o.register_timeout.count()) + " ms";
+                              std::to_string(o.register_timeout.count()) + " ms" +
+                              (o.curve_server_public_key.empty()
+                                   ? ""
+                                   : " (CURVE is on: a wrong server public key looks like this too)");
       TESSERA_LOG_ERROR("{}", msg);
       return end_session(unavailable(msg), true);
     }
@@ -284,6 +314,7 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
   }
   lock.unlock();
   housekeeping.join();
+  if (monitoring) zmq_socket_monitor(dealer.handle(), nullptr, 0);
   {
     std::lock_guard<std::mutex> id_lock(impl_->id_mu);
     impl_->running = false;

@@ -35,7 +35,8 @@ struct WorkerLinkOptions {
   // How long to wait for the Assignment (or a Reject) after registering.
   std::chrono::milliseconds register_timeout{30000};
   // CURVE: the coordinator's public key (Z85); empty = plain TCP. The worker's own keypair
-  // is generated when not given.
+  // is generated when not given. A coordinator whose allowed-key list lacks this worker's
+  // public key refuses the handshake: run() then ends at once with InvalidArgument.
   std::string curve_server_public_key;
   std::string curve_public_key;
   std::string curve_secret_key;

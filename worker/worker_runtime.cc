@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/communicator.h"
+#include "common/curve_keys.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
 #ifdef TESSERA_WITH_CUDA
@@ -136,7 +137,15 @@ StatusOr<std::unique_ptr<Communicator>> make_gpu_communicator(WorkerLink& link, 
 
 Status run_worker(const TesseraConfig& local_config, int rank) {
   WorkerLinkOptions lo;
-  lo.coordinator_address = local_config.server.control;
+  lo.coordinator_address = local_config.worker.control_address.empty() ? local_config.server.control
+                                                                       : local_config.worker.control_address;
+  TESSERA_ASSIGN_OR_RETURN(CurveClientKeys curve, load_curve_client_keys(local_config.server.curve));
+  lo.curve_server_public_key = curve.server_public_key;
+  lo.curve_public_key = curve.client.public_key;
+  lo.curve_secret_key = curve.client.secret_key;
+  if (!curve.server_public_key.empty()) {
+    TESSERA_LOG_INFO("rank {}: CURVE on; this worker's public key is {}", rank, curve.client.public_key);
+  }
   lo.rank = rank;
   lo.world_size = local_config.parallel.tensor_parallel;
   lo.backend = worker_backend_name(local_config.worker.backend);

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <zmq.h>
+
+#include <filesystem>
 #include <sstream>
 
+#include "common/curve_keys.h"
 #include "tests/test_support.h"
 
 namespace tessera {
@@ -317,6 +321,134 @@ TEST(ConfigTest, MissingFileIsNotFound) {
   ASSERT_FALSE(c.is_ok());
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
   EXPECT_NE(c.status().message().find("/nonexistent/tessera.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(ConfigTest, CurveKeysAreFilesAndChecked) {
+  auto c = parse_config_yaml(R"(
+model: {path: m}
+server:
+  curve:
+    enabled: true
+    server_public_key_file: /etc/tessera/curve/server.pub
+    server_secret_key_file: /etc/tessera/curve/server.key
+    client_secret_key_file: /etc/tessera/curve/worker.key
+    allowed_client_keys_file: /etc/tessera/curve/allowed_clients
+    client_api: true
+worker: {control_address: 'tcp://tessera-coordinator:5560'}
+)", "cfg.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->server.curve.enabled);
+  EXPECT_EQ(c->server.curve.server_public_key_file, "/etc/tessera/curve/server.pub");
+  EXPECT_EQ(c->server.curve.server_secret_key_file, "/etc/tessera/curve/server.key");
+  EXPECT_EQ(c->server.curve.client_secret_key_file, "/etc/tessera/curve/worker.key");
+  EXPECT_EQ(c->server.curve.allowed_client_keys_file, "/etc/tessera/curve/allowed_clients");
+  EXPECT_TRUE(c->server.curve.client_api);
+  EXPECT_EQ(c->worker.control_address, "tcp://tessera-coordinator:5560");
+  EXPECT_TRUE(validate_config(*c).is_ok()) << validate_config(*c).to_string();
+  auto again = parse_config_yaml(dump_config_yaml(*c), "d.yaml");
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(dump_config_yaml(*again), dump_config_yaml(*c));
+
+  // Errors name the key path.
+  EXPECT_TRUE(fails_with(parse_status("server: {curve: {enabled: maybe}}"),
+                         {"cfg.yaml:1:", "server.curve.enabled: expected true or false"}));
+  EXPECT_TRUE(fails_with(parse_status("server: {curve: {public_key: x}}"),
+                         {"server.curve.public_key: unknown key"}));
+  EXPECT_TRUE(fails_with(parse_status("worker: {control_address: 'http://x'}"),
+                         {"worker.control_address: expected a ZeroMQ endpoint"}));
+  TesseraConfig v;
+  v.model.path = "m";
+  v.server.curve.enabled = true;
+  EXPECT_TRUE(fails_with(validate_config(v), {"server.curve.server_public_key_file: required"}));
+  v.server.curve.enabled = false;
+  v.server.curve.server_secret_key_file = "/s";  // paths may wait for `enabled: true`
+  EXPECT_TRUE(validate_config(v).is_ok()) << validate_config(v).to_string();
+  v.server.curve.server_secret_key_file.clear();
+  v.server.curve.client_api = true;
+  EXPECT_TRUE(fails_with(validate_config(v), {"server.curve.client_api"}));
+  EXPECT_TRUE(apply_override(v, "server.curve.enabled", "on").is_ok());
+  EXPECT_TRUE(apply_override(v, "server.curve.server_public_key_file", "/p").is_ok());
+  EXPECT_TRUE(validate_config(v).is_ok()) << validate_config(v).to_string();
+}
+
+TEST(ConfigTest, CurveKeyFilesAreReadAndMatched) {
+  if (!zmq_has("curve")) GTEST_SKIP() << "SKIPPED: libzmq built without CURVE";
+  const std::string dir = testing::make_temp_dir("tessera-curve-keys");
+  auto server = make_curve_keypair();
+  auto worker = make_curve_keypair();
+  auto other = make_curve_keypair();
+  ASSERT_TRUE(server.is_ok() && worker.is_ok() && other.is_ok());
+  testing::write_file(dir + "/server.key", server->secret_key + "\n");
+  testing::write_file(dir + "/server.pub", server->public_key + "\n");
+  testing::write_file(dir + "/other.pub", other->public_key);
+  testing::write_file(dir + "/worker.key", worker->secret_key);
+  testing::write_file(dir + "/allowed", "# workers\n" + worker->public_key + "\n\n" + other->public_key + "\n");
+  testing::write_file(dir + "/empty", "# nobody\n");
+  testing::write_file(dir + "/bad", "not-a-key\n");
+
+  CurveSection c;
+  c.enabled = true;
+  c.server_secret_key_file = dir + "/server.key";
+  c.server_public_key_file = dir + "/server.pub";
+  c.allowed_client_keys_file = dir + "/allowed";
+  auto s = load_curve_server_keys(c);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->server.public_key, server->public_key);
+  EXPECT_EQ(s->allowed_client_keys, (std::vector<std::string>{worker->public_key, other->public_key}));
+  c.client_secret_key_file = dir + "/worker.key";
+  auto w = load_curve_client_keys(c);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  EXPECT_EQ(w->server_public_key, server->public_key);
+  EXPECT_EQ(w->client.public_key, worker->public_key);
+  c.client_secret_key_file.clear();
+  w = load_curve_client_keys(c);
+  ASSERT_TRUE(w.is_ok());
+  EXPECT_TRUE(is_z85_key(w->client.public_key));  // a fresh keypair
+  EXPECT_NE(w->client.public_key, worker->public_key);
+
+  CurveSection bad = c;
+  bad.server_public_key_file = dir + "/other.pub";
+  EXPECT_TRUE(fails_with(load_curve_server_keys(bad).status(), {"not one keypair"}));
+  bad = c;
+  bad.allowed_client_keys_file = dir + "/empty";
+  EXPECT_TRUE(fails_with(load_curve_server_keys(bad).status(), {"server.curve.allowed_client_keys_file", "no keys"}));
+  bad = c;
+  bad.allowed_client_keys_file = dir + "/bad";
+  EXPECT_TRUE(fails_with(load_curve_server_keys(bad).status(), {"allowed_client_keys_file", "bad:1", "40 Z85"}));
+  bad = c;
+  bad.server_secret_key_file = dir + "/missing.key";
+  EXPECT_TRUE(fails_with(load_curve_server_keys(bad).status(), {"server.curve.server_secret_key_file", "missing.key",
+                                                                "Secret mounted"}));
+  bad.server_secret_key_file.clear();
+  EXPECT_TRUE(fails_with(load_curve_server_keys(bad).status(), {"server_secret_key_file: required on the coordinator"}));
+  CurveSection off;
+  EXPECT_TRUE(load_curve_server_keys(off)->server.secret_key.empty());
+  EXPECT_TRUE(load_curve_client_keys(off)->server_public_key.empty());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The configurations the Kubernetes manifests ship (ConfigMaps) are valid Tessera YAML.
+TEST(ConfigTest, KubernetesConfigMapsLoadAndValidate) {
+  for (const char* rel : {"k8s/base/tessera.yaml", "k8s/overlays/cpu-demo/tessera.yaml", "k8s/lws/tessera.yaml"}) {
+    const std::string path = testing::source_dir() + "/" + rel;
+    auto c = load_config_file(path);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_TRUE(validate_config(*c).is_ok()) << validate_config(*c).to_string();
+    EXPECT_EQ(c->server.http.host, "0.0.0.0") << rel;
+    EXPECT_EQ(c->server.control, "tcp://0.0.0.0:5560") << rel;
+  }
 }
 
 }  // namespace

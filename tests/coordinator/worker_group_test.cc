@@ -534,3 +534,60 @@ TEST(WorkerGroupTest, RankWaitingForACollectiveIdThatNeverComesFailsSetupClearly
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// server.curve.allowed_client_keys_file: the ZAP handler refuses a worker that holds the
+// server's public key but not an allowed keypair; the allowed worker still serves.
+TEST(WorkerGroupTest, CurveAllowListRefusesUnknownWorkerKeys) {
+  if (!zmq_has("curve")) GTEST_SKIP() << "SKIPPED: libzmq built without CURVE";
+  char server_public[41] = {}, server_secret[41] = {}, good_public[41] = {}, good_secret[41] = {};
+  ASSERT_EQ(zmq_curve_keypair(server_public, server_secret), 0);
+  ASSERT_EQ(zmq_curve_keypair(good_public, good_secret), 0);
+  WorkerGroup group;
+  WorkerGroupOptions o;
+  o.bind_address = "tcp://127.0.0.1:*";
+  o.world_size = 1;
+  o.heartbeat_interval = 100ms;
+  o.curve_server_public_key = server_public;
+  o.curve_server_secret_key = server_secret;
+  o.curve_allowed_client_keys = {good_public};
+  ASSERT_TRUE(group.start(o, make_assignment).is_ok());
+
+  // The right server key, but a keypair of its own: refused in the handshake, at once.
+  WorkerLinkOptions intruder;
+  intruder.coordinator_address = group.endpoint();
+  intruder.heartbeat_interval = 100ms;
+  intruder.register_timeout = 10s;
+  intruder.curve_server_public_key = server_public;
+  WorkerLink intruder_link(intruder);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = intruder_link.run(nullptr, fake_step);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "refusal should not wait for register_timeout";
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("refused this worker's CURVE key"), std::string::npos) << st.to_string();
+  EXPECT_FALSE(group.status()[0].registered);
+  EXPECT_GE(group.refused_handshakes(), 1u);
+
+  WorkerLinkOptions good = intruder;
+  good.curve_public_key = good_public;
+  good.curve_secret_key = good_secret;
+  WorkerLink link(good);
+  std::thread t([&] { st = link.run(nullptr, fake_step); });
+  ASSERT_TRUE(group.wait_until_ready(5s).is_ok());
+  run_steps(group, 5, 3);
+  group.shutdown();
+  t.join();
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+
+  // Keys without CURVE are a mistake, not a silent no-op.
+  WorkerGroup plain;
+  WorkerGroupOptions p;
+  p.bind_address = "tcp://127.0.0.1:*";
+  p.curve_allowed_client_keys = {good_public};
+  EXPECT_EQ(plain.start(p, make_assignment).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera

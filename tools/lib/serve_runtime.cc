@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/checkpoint.h"
+#include "common/curve_keys.h"
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/chat_template.h"
@@ -109,7 +110,11 @@ Status serve(ServeOptions o) {
   if (o.spawn_workers) {
     tmp = (std::filesystem::temp_directory_path() / ("tessera-serve-" + std::to_string(getpid()))).string();
     std::filesystem::create_directories(tmp);
-    std::ofstream(tmp + "/config.yaml") << dump_config_yaml(c);
+    // Local ranks connect where the group bound (a shared config's worker.control_address
+    // names the coordinator for workers on other hosts).
+    TesseraConfig local = c;
+    local.worker.control_address = group->endpoint();
+    std::ofstream(tmp + "/config.yaml") << dump_config_yaml(local);
     TESSERA_RETURN_IF_ERROR(workers.start(executable_dir() + "/tessera-worker", tmp + "/config.yaml",
                                           c.parallel.tensor_parallel));
   }
@@ -143,6 +148,10 @@ Status serve(ServeOptions o) {
     zo.api_keys = ho.api_keys;
     zo.max_body_bytes = ho.max_body_bytes;
     zo.model_name = ho.model_name;
+    if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
+      TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
+      zo.curve_server_secret_key = keys.server.secret_key;
+    }
     zmq_clients = std::make_unique<ZmqClientServer>(zo, service, tokenizer.get());
     TESSERA_RETURN_IF_ERROR(zmq_clients->start());
     TESSERA_LOG_INFO("zmq clients on {}", zmq_clients->endpoint());
