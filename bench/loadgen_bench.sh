@@ -32,7 +32,11 @@ start_server() {  # NAME [tessera-serve flags...]: sets PID and PORT
   PID=$!
   for _ in $(seq 600); do
     PORT=$(grep -oP 'listening on http://127\.0\.0\.1:\K[0-9]+' "$dir/serve.log" || true)
-    [ -n "$PORT" ] && return 0
+    if [ -n "$PORT" ]; then  # warm up (page the weights in) before anything is counted
+      "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --concurrency 4 --requests 32 "${TRACE[@]}" \
+        --json "$dir/warmup.json" >/dev/null
+      return 0
+    fi
     kill -0 "$PID" 2>/dev/null || { cat "$dir/serve.log"; return 1; }
     sleep 0.2
   done
@@ -53,7 +57,7 @@ if [[ $WHAT == all || $WHAT == sweep ]]; then
   # Acceptance 1: a 3-rate sweep; its counts against the server's /metrics deltas.
   start_server sweep
   counters | tee "$OUT/sweep/metrics_before.txt"
-  "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --sweep 0.5,1,2 --requests 20 "${TRACE[@]}" \
+  "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --sweep 2,8,16 --requests 40 "${TRACE[@]}" \
     --slo ttft=2s,tpot=200ms --json "$OUT/sweep/result.json" --plots "$OUT/sweep/plots" | tee "$OUT/sweep/table.txt"
   counters | tee "$OUT/sweep/metrics_after.txt"
   stop_server
@@ -63,12 +67,12 @@ if [[ $WHAT == all || $WHAT == modes ]]; then
   # Acceptance 3: the same seeded trace against continuous and static batching.
   for mode in continuous static; do
     start_server "$mode" --set scheduler.mode=$mode --set scheduler.max_num_seqs=16
-    "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --sweep 0.5,1,1.5,2,3 --requests 30 "${TRACE[@]}" \
+    "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --sweep 2,4,8,12,16,24 --requests 80 "${TRACE[@]}" \
       --json "$OUT/$mode/result.json" | tee "$OUT/$mode/table.txt"
     stop_server
   done
   "$BIN/tessera-loadgen" --compare "continuous=$OUT/continuous/result.json" --compare "static=$OUT/static/result.json" \
-    --slo ttft=2s --plots "$OUT/modes_plots" | tee "$OUT/modes_compare.txt"
+    --slo ttft=500ms --plots "$OUT/modes_plots" | tee "$OUT/modes_compare.txt"
 fi
 
 if [[ $WHAT == all || $WHAT == overload ]]; then
@@ -90,12 +94,12 @@ if [[ $WHAT == all || $WHAT == overload ]]; then
   ) >"$OUT/overload/rss.txt" &
   SAMPLER=$!
   counters | tee "$OUT/overload/metrics_before.txt"
-  "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --rate 8 --duration "$OVERLOAD_S" "${TRACE[@]}" \
+  "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --rate 30 --duration "$OVERLOAD_S" "${TRACE[@]}" \
     --json "$OUT/overload/result.json" --plots "$OUT/overload/plots" | tee "$OUT/overload/table.txt"
   counters | tee "$OUT/overload/metrics_after.txt"
   stop_server
   wait "$SAMPLER" || true
   awk 'NR > 1 {n++; if (min == "" || $2 + $3 < min) min = $2 + $3; if ($2 + $3 > max) max = $2 + $3}
-       END {printf "server RSS (coordinator + workers): %d samples, min %.1f MB, max %.1f MB\n", n, min / 1024, max / 1024}' \
+       END {printf "server RSS (coordinator + workers): %d samples, min %.1f MiB, max %.1f MiB\n", n, min / 1024, max / 1024}' \
     "$OUT/overload/rss.txt" | tee "$OUT/overload/rss_summary.txt"
 fi

@@ -138,9 +138,10 @@ Status write_text(const std::string& path, const std::string& text) {
   return Status::ok();
 }
 
-void report_plots(const std::string& dir, const std::vector<PlotSeries>& series) {
+void report_plots(const std::string& dir, const std::vector<PlotSeries>& series,
+                  std::optional<double> ttft_slo_s = std::nullopt) {
   std::vector<std::string> images;
-  const Status st = write_plots(dir, series, &images);
+  const Status st = write_plots(dir, series, &images, ttft_slo_s);
   if (!st.is_ok()) {
     std::cerr << "tessera-loadgen: " << st.message() << std::endl;
     return;
@@ -197,7 +198,7 @@ Status run_compare(const Options& o) {
                   at[0].requests_per_s / at[1].requests_per_s);
     }
   }
-  if (!o.plots_dir.empty()) report_plots(o.plots_dir, series);
+  if (!o.plots_dir.empty()) report_plots(o.plots_dir, series, slo.ttft_s);
   return Status::ok();
 }
 

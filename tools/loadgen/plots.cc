@@ -61,7 +61,8 @@ const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#946
 
 bool gnuplot_available() { return run_shell("gnuplot --version >/dev/null 2>&1") == 0; }
 
-Status write_plots(const std::string& dir, const std::vector<PlotSeries>& series, std::vector<std::string>* written) {
+Status write_plots(const std::string& dir, const std::vector<PlotSeries>& series, std::vector<std::string>* written,
+                   std::optional<double> ttft_slo_s) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return invalid_argument("--plots " + dir + ": cannot create the folder: " + ec.message());
@@ -152,6 +153,10 @@ Status write_plots(const std::string& dir, const std::vector<PlotSeries>& series
           gp << quote_gp("sweep_" + std::to_string(s) + ".dat") << " using 1:" << column
              << " with linespoints lw 2 pt 7 lc rgb '" << kColors[s % 10] << "' "
              << (series[s].label.empty() ? std::string("notitle") : "title " + quote_gp(series[s].label));
+        }
+        if (column == "4" && ttft_slo_s) {
+          gp << ", \\\n     " << num(*ttft_slo_s) << " with lines dt 2 lw 1.5 lc rgb 'black' title "
+             << quote_gp("SLO " + num(*ttft_slo_s) + " s");
         }
         gp << "\n";
       }

@@ -6,6 +6,7 @@
 //   sweep.{svg,png}        output tokens/s, p99 TTFT and p99 TPOT against the request rate,
 //                          one line per series (when a series has two runs or more)
 // PNG only when gnuplot has the pngcairo terminal.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ bool gnuplot_available();
 // Writes the data, the script and the images into `dir` (created if missing). `written`
 // gets the image paths. Unavailable when gnuplot is missing (the data and script are still
 // written), Internal when it fails.
-Status write_plots(const std::string& dir, const std::vector<PlotSeries>& series, std::vector<std::string>* written);
+// `ttft_slo_s`, when set, is drawn as a dashed line on the sweep's p99-TTFT panel.
+Status write_plots(const std::string& dir, const std::vector<PlotSeries>& series, std::vector<std::string>* written,
+                   std::optional<double> ttft_slo_s = std::nullopt);
 
 }  // namespace tessera::loadgen

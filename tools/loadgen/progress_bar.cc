@@ -50,7 +50,8 @@ void ProgressBar::draw(double elapsed_s) {
   std::string bar(static_cast<size_t>(filled), '#');
   bar += std::string(static_cast<size_t>(kWidth - filled), '.');
   const double tok_s = elapsed_s > 0 ? static_cast<double>(progress_.output_tokens.load()) / elapsed_s : 0;
-  std::string of = total_ > 0 ? "/" + std::to_string(total_) : "";
+  std::string of;
+  if (total_ > 0) of.append(1, '/').append(std::to_string(total_));
   std::fprintf(stderr, "\r\033[K%s [%s] %d%s done, %d in flight, %d failed, %.0f tok/s, %.1f s", label_.c_str(),
                bar.c_str(), finished, of.c_str(), issued - finished, failed, tok_s, elapsed_s);
   std::fflush(stderr);
