@@ -542,21 +542,7 @@ HttpServer::~HttpServer() { stop(); }
 Status HttpServer::start() {
   Impl& s = *impl_;
   if (s.started) return Status(StatusCode::kInternal, "HttpServer::start called twice");
-  s.api.tokenizer = s.tokenizer;
-  s.api.model_name = s.options.model_name;
-  s.api.max_model_len = s.service.max_model_len();
-  s.api.chat_renderer = s.options.chat_renderer;
-  if (!s.api.chat_renderer && s.tokenizer != nullptr) {
-    // The tokenizer's own chat template (or the built-in fallback ChatTemplate picks).
-    StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*s.tokenizer);
-    if (tmpl.is_ok()) {
-      auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
-      s.api.chat_renderer = [shared](const std::vector<ChatMessage>& m) { return shared->render(m, true); };
-    } else {
-      TESSERA_LOG_WARN("[coord] no usable chat template ({}); chat prompts join message contents",
-                       tmpl.status().to_string());
-    }
-  }
+  s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
   beast::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
   if (ec) return invalid_argument("server.http.host: '" + s.options.host + "' is not an IP address");

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <random>
 
+#include "common/logging.h"
+
 namespace tessera {
 
 using nlohmann::json;
@@ -593,5 +595,26 @@ std::string models_body(const std::string& model_name, int max_model_len, int64_
 }
 
 std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
+
+ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, int max_model_len,
+                            ChatRenderer renderer) {
+  ApiContext api;
+  api.tokenizer = tokenizer;
+  api.model_name = std::move(model_name);
+  api.max_model_len = max_model_len;
+  api.chat_renderer = std::move(renderer);
+  if (!api.chat_renderer && tokenizer != nullptr) {
+    // The tokenizer's own chat template (or the built-in fallback ChatTemplate picks).
+    StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*tokenizer);
+    if (tmpl.is_ok()) {
+      auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+      api.chat_renderer = [shared](const std::vector<ChatMessage>& m) { return shared->render(m, true); };
+    } else {
+      TESSERA_LOG_WARN("[coord] no usable chat template ({}); chat prompts join message contents",
+                       tmpl.status().to_string());
+    }
+  }
+  return api;
+}
 
 }  // namespace tessera

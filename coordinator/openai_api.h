@@ -44,6 +44,12 @@ struct ApiContext {
   ChatRenderer chat_renderer;  // empty: the fallback join (see render_chat_fallback)
 };
 
+// The context a front end (HTTP, ZeroMQ) serves with: `renderer` when given, else the
+// tokenizer's chat template (or, when it has no usable one, the fallback join, with a
+// warning in the log).
+ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, int max_model_len,
+                            ChatRenderer renderer);
+
 // The fallback when no chat template renderer is given: the messages' contents joined by
 // "\n" (roles dropped); tokenized with special tokens (BOS) added.
 std::string render_chat_fallback(const std::vector<ChatMessage>& messages);

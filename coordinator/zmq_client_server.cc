@@ -446,17 +446,7 @@ Status ZmqClientServer::start() {
   if (ep.rfind("tcp://", 0) != 0 && ep.rfind("ipc://", 0) != 0 && ep.rfind("inproc://", 0) != 0)
     return invalid_argument("server.zmq_client: expected tcp://HOST:PORT or ipc://PATH, got '" + ep + "'");
   if (s.options.heartbeat_interval.count() < 1) return invalid_argument("heartbeat_interval must be >= 1 ms");
-  s.api.tokenizer = s.tokenizer;
-  s.api.model_name = s.options.model_name;
-  s.api.max_model_len = s.service.max_model_len();
-  s.api.chat_renderer = s.options.chat_renderer;
-  if (!s.api.chat_renderer && s.tokenizer != nullptr) {
-    StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*s.tokenizer);
-    if (tmpl.is_ok()) {
-      auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
-      s.api.chat_renderer = [shared](const std::vector<ChatMessage>& m) { return shared->render(m, true); };
-    }
-  }
+  s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
   const bool curve = !s.options.curve_server_secret_key.empty();
   if (curve && !zmq_has("curve")) return unimplemented("a CURVE key was given but libzmq was built without CURVE");
   try {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/wire/frame.h"
 #include "common/wire/wire_buffer.h"
 
 namespace tessera::wire::client {
@@ -12,14 +13,7 @@ constexpr size_t kMinFinalChoiceBytes = 4 + 4;    // bytes finish_reason (empty)
 
 template <typename BodyFn>
 void encode_frame(MessageType type, std::string* out, BodyFn&& body) {
-  WireWriter w(out, 0);
-  w.u32(kMagic);
-  w.u16(kProtocolVersion);
-  w.u16(static_cast<uint16_t>(type));
-  w.u32(0);  // body length, patched below
-  body(w);
-  w.finish();
-  w.patch_u32(8, static_cast<uint32_t>(out->size() - kHeaderBytes));
+  ::tessera::wire::encode_frame(kMagic, kProtocolVersion, static_cast<uint16_t>(type), out, body);
 }
 
 template <typename BodyFn>
@@ -32,15 +26,7 @@ Status decode_frame(std::string_view frame, MessageType type, bool any_version, 
   if (header->type != type)
     return invalid_argument(std::string("expected a ") + message_type_name(type) + " message, got " +
                             message_type_name(header->type));
-  WireReader r(frame.substr(kHeaderBytes));
-  body(r);
-  if (!r.ok())
-    return data_loss(std::string("malformed ") + message_type_name(type) + " message: field '" + r.failed_field() +
-                     "' is truncated or invalid");
-  if (r.remaining() != 0)
-    return data_loss(std::string("malformed ") + message_type_name(type) + " message: " +
-                     std::to_string(r.remaining()) + " trailing bytes");
-  return Status::ok();
+  return decode_frame_body(frame, message_type_name(type), body);
 }
 
 bool known_type(uint16_t type) {

@@ -24,7 +24,7 @@ namespace tessera::wire::client {
 
 inline constexpr uint32_t kMagic = 0x50435354;  // "TSCP" as little-endian bytes
 inline constexpr uint16_t kProtocolVersion = 1;
-inline constexpr size_t kHeaderBytes = 12;
+inline constexpr size_t kHeaderBytes = 12;  // = kFrameHeaderBytes (common/wire/frame.h)
 
 enum class MessageType : uint16_t {
   kSubmit = 1,  // client -> server: one OpenAI request body
