@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/curve_keys.h"
 #include "common/status.h"
 #include "tools/client/http_client.h"
 #include "tools/client/zmq_client.h"
@@ -26,6 +27,7 @@ struct Options {
   Command command = Command::kComplete;
   std::string url = "http://127.0.0.1:8000";
   std::string zmq;
+  std::string curve_server_key_file;  // --zmq to a CURVE server (server.curve.client_api)
   std::string api_key;
   double timeout_s = 600;
   bool json = false;
@@ -165,6 +167,10 @@ StatusOr<Outcome> complete_http(const Options& o) {
 StatusOr<Outcome> complete_zmq(const Options& o) {
   ZmqClientOptions zo;
   zo.api_key = o.api_key;
+  if (!o.curve_server_key_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(zo.curve_server_public_key,
+                             read_curve_key_file(o.curve_server_key_file, "--curve-server-key-file"));
+  }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClient> client, ZmqClient::connect(o.zmq, zo));
   const ZmqRequestKind kind = is_chat(o) ? ZmqRequestKind::kChat : ZmqRequestKind::kCompletion;
   auto submitted = client->submit(kind, request_body(o, false).dump());
@@ -264,6 +270,9 @@ int main(int argc, char** argv) {
   auto* url = app.add_option("--url", o.url, "server URL, http://HOST:PORT")->capture_default_str();
   app.add_option("--zmq", o.zmq, "use the ZeroMQ client API at this endpoint (tcp://HOST:PORT, ipc://PATH)")
       ->excludes(url);
+  app.add_option("--curve-server-key-file", o.curve_server_key_file,
+                 "with --zmq: the server's CURVE public key file (server.curve.server_public_key_file) when "
+                 "server.curve.client_api encrypts the ZeroMQ client API");
   app.add_option("--api-key", o.api_key,
                  "API key: HTTP Authorization: Bearer, or the ZeroMQ request's key (default: $TESSERA_API_KEY or "
                  "$OPENAI_API_KEY)");

@@ -286,5 +286,34 @@ TEST(CliAuth, ApiKeyFromFlagOrEnvironment) {
   EXPECT_NE(r.err.find("tokenizer"), std::string::npos) << r.err;
 }
 
+// server.curve.client_api: the ZeroMQ client API is CURVE-encrypted; tessera-cli gets the
+// server's public key from a file, and without it the handshake never completes.
+TEST(CliCurve, ZmqClientApiWithCurveNeedsTheServerKey) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = testing::make_temp_dir("cli-curve");
+  auto keys = testing::run_command(testing::bin_dir() + "/tessera-curve-keygen --out " + dir + "/server");
+  ASSERT_EQ(keys.exit_code, 0) << keys.err;
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/kjv-llama", "--set", "server.curve.enabled=true",
+                            "--set", "server.curve.client_api=true", "--set",
+                            "server.curve.server_public_key_file=" + dir + "/server.pub", "--set",
+                            "server.curve.server_secret_key_file=" + dir + "/server.key", "--set",
+                            "cache.num_blocks=64"}))
+      << server.log();
+  const std::string zmq = " --zmq " + shell_quote(server.zmq_endpoint());
+  auto r = cli("complete" + zmq + " --curve-server-key-file " + dir + "/server.pub --max-tokens 4 --temperature 0 " +
+               shell_quote(kPrompt));
+  EXPECT_EQ(r.exit_code, 0) << r.err << "\n" << server.log();
+  EXPECT_GT(r.out.size(), 1u) << r.out;
+  // Without the key the client speaks plain ZMTP to a CURVE server: no answer, a timeout.
+  r = cli("complete" + zmq + " --timeout 2 --max-tokens 4 " + shell_quote(kPrompt));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("timed out"), std::string::npos) << r.err;
+  // A missing key file is named.
+  r = cli("complete" + zmq + " --curve-server-key-file " + dir + "/nope.pub x");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("nope.pub"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace tessera
