@@ -157,7 +157,8 @@ struct WorkerGroup::Impl {
     if (!s.alive) return;
     s.alive = false;
     s.ready = false;
-    s.error = why;
+    // A rank whose setup failed usually leaves right after: keep why it failed, the useful part.
+    s.error = s.setup_failed ? "setup failed: " + s.error + "; then " + why : why;
     if (!s.identity.empty()) by_identity.erase(s.identity);
     s.identity.clear();
     TESSERA_LOG_ERROR("worker group: rank {} (host {}, pid {}) declared dead: {}", rank, s.info.host, s.info.pid, why);
