@@ -25,9 +25,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -154,15 +156,38 @@ bool engine_idle(const EngineService& service, bool blocks_too) {
   return st.num_running == 0 && st.num_waiting == 0 && (!blocks_too || st.kv_blocks_free == st.kv_blocks_total);
 }
 
+// The server must accept every connection. A blocking connect() can be interrupted by
+// libFuzzer's own timer signal (-timeout) before the handshake completes: EINTR is not the
+// server's fault, so the handshake is then awaited (poll + SO_ERROR), as POSIX prescribes.
+// A transient local shortage (EADDRNOTAVAIL: ephemeral ports in TIME_WAIT after thousands
+// of connections a minute) is retried briefly.
 int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  FUZZ_CHECK(fd >= 0, "socket()");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  FUZZ_CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "connect to the server");
-  return fd;
+  int err = 0;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    FUZZ_CHECK(fd >= 0, "socket()");
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    err = errno;
+    if (err == EINTR || err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int r;
+      do {
+        r = ::poll(&p, 1, 5000);
+      } while (r < 0 && errno == EINTR);
+      socklen_t len = sizeof(err);
+      if (r > 0 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) return fd;
+      if (r == 0) err = ETIMEDOUT;
+    }
+    ::close(fd);
+    if (err != EADDRNOTAVAIL && err != EINTR) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  std::fprintf(stderr, "http_request_fuzzer: invariant failed: connect to the server: %s\n", std::strerror(err));
+  __builtin_trap();
 }
 
 // Writes as much of `data` as the server takes (it may answer and close early).
