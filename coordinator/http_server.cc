@@ -238,7 +238,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (path == "/metrics") {
       if (!route(http::verb::get, "GET")) return;
       return send(200, "text/plain; version=0.0.4; charset=utf-8",
-                  render_metrics(server_.service.stats(), server_.options.model_name, server_.response_counts()));
+                  render_metrics(server_.service.stats(), server_.options.model_name, server_.response_counts(),
+                                 server_.options.zmq_replies ? server_.options.zmq_replies->snapshot()
+                                                             : std::map<int, uint64_t>{}));
     }
     const bool is_models = path == "/v1/models";
     const bool is_completions = path == "/v1/completions";

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/engine_service.h"
+#include "coordinator/metrics.h"
 #include "coordinator/openai_api.h"
 
 namespace tessera {
@@ -31,6 +32,8 @@ struct HttpServerOptions {
   int threads = 2;                    // io_context threads
   ChatRenderer chat_renderer;         // chat messages -> prompt text; empty = join contents
   int idle_timeout_s = 120;           // keep-alive connections idle this long are closed
+  // /metrics also shows these (the ZeroMQ client API's replies, when it runs); may be null.
+  std::shared_ptr<const ReplyCounter> zmq_replies;
 };
 
 class HttpServer {

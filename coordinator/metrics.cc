@@ -68,7 +68,8 @@ std::string render_histogram(const std::string& name, const std::string& help, c
 }
 
 std::string render_metrics(const EngineServiceStats& s, const std::string& model_name,
-                           const std::map<int, uint64_t>& http_responses) {
+                           const std::map<int, uint64_t>& http_responses,
+                           const std::map<int, uint64_t>& zmq_replies) {
   const std::string m = "model_name=\"" + escape_label(model_name) + "\"";
   std::string out;
   auto gauge = [&](const std::string& name, const std::string& help, double v) {
@@ -117,6 +118,13 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
     header(out, "tessera:http_responses_total", "counter", "HTTP responses sent, by status code.");
     for (const auto& [code, count] : http_responses)
       sample(out, "tessera:http_responses_total", m + ",code=\"" + std::to_string(code) + "\"",
+             static_cast<double>(count));
+  }
+  if (!zmq_replies.empty()) {
+    header(out, "tessera:zmq_replies_total", "counter",
+           "ZeroMQ client API replies (Final = 200, Error = its status), by status code.");
+    for (const auto& [code, count] : zmq_replies)
+      sample(out, "tessera:zmq_replies_total", m + ",code=\"" + std::to_string(code) + "\"",
              static_cast<double>(count));
   }
   return out;

@@ -4,6 +4,7 @@
 // after a prefix rename. Every series carries model_name="...".
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,30 @@ namespace tessera {
 std::string render_histogram(const std::string& name, const std::string& help, const std::string& labels,
                              const LatencyHistogram& histogram);
 
+// Replies sent by a front end, by status code (HTTP's, or the status a ZeroMQ Error carries;
+// a ZeroMQ Final counts as 200). Thread-safe; shared between the front end that counts and
+// the page that shows them, so neither outlives the other's data.
+class ReplyCounter {
+ public:
+  void add(int status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counts_[status];
+  }
+  std::map<int, uint64_t> snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counts_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<int, uint64_t> counts_;
+};
+
 // The whole /metrics page for the engine. `http_responses` (status code -> count) adds
-// tessera:http_responses_total{code="..."}; pass {} to leave it out.
+// tessera:http_responses_total{code="..."}, `zmq_replies` tessera:zmq_replies_total{code="..."};
+// pass {} to leave either out.
 std::string render_metrics(const EngineServiceStats& stats, const std::string& model_name,
-                           const std::map<int, uint64_t>& http_responses = {});
+                           const std::map<int, uint64_t>& http_responses = {},
+                           const std::map<int, uint64_t>& zmq_replies = {});
 
 }  // namespace tessera

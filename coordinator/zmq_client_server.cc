@@ -122,7 +122,9 @@ struct ClientRequest {
 
 struct ZmqClientServer::Impl {
   Impl(ZmqClientServerOptions o, EngineService& s, const Tokenizer* t)
-      : options(std::move(o)), service(s), tokenizer(t) {}
+      : options(std::move(o)), service(s), tokenizer(t) {
+    if (!options.replies) options.replies = std::make_shared<ReplyCounter>();
+  }
 
   // ---- socket thread ---------------------------------------------------------------------
 
@@ -151,6 +153,7 @@ struct ZmqClientServer::Impl {
     m.param = e.param;
     m.message = e.message;
     wc::encode(m, &send_buf);
+    options.replies->add(e.http_status);
     send_or_drop(identity, send_buf);
   }
 
@@ -343,6 +346,7 @@ struct ZmqClientServer::Impl {
     const std::string identity = r.identity;
     forget(qe.serial);
     wc::encode(f, &send_buf);
+    options.replies->add(200);
     send_or_drop(identity, send_buf);
   }
 
@@ -493,5 +497,7 @@ void ZmqClientServer::set_draining(bool draining) { impl_->draining = draining; 
 bool ZmqClientServer::draining() const { return impl_->draining; }
 
 size_t ZmqClientServer::live_requests() const { return impl_->live_count.load(std::memory_order_relaxed); }
+
+std::map<int, uint64_t> ZmqClientServer::reply_counts() const { return impl_->options.replies->snapshot(); }
 
 }  // namespace tessera

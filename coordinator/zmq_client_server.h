@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/engine_service.h"
+#include "coordinator/metrics.h"
 #include "coordinator/openai_api.h"
 
 namespace tessera {
@@ -31,6 +32,8 @@ struct ZmqClientServerOptions {
   ChatRenderer chat_renderer;  // empty = the tokenizer's chat template (as HttpServer)
   // ZMTP heartbeats: a PING every interval; a peer silent for 3 intervals is disconnected.
   std::chrono::milliseconds heartbeat_interval{1000};
+  // Counts every reply (Final = 200, Error = its status) for /metrics; made when null.
+  std::shared_ptr<ReplyCounter> replies;
   // Z85 (40 characters) CURVE server secret key; empty = no encryption.
   std::string curve_server_secret_key;
 };
@@ -55,6 +58,8 @@ class ZmqClientServer {
 
   // Requests in flight (for tests and metrics).
   size_t live_requests() const;
+  // Replies sent so far, by status (options.replies).
+  std::map<int, uint64_t> reply_counts() const;
 
  private:
   struct Impl;

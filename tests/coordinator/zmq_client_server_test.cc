@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/wire/client_messages.h"
+#include "coordinator/metrics.h"
 #include "tests/test_support.h"
 #include "tools/client/zmq_client.h"
 
@@ -342,6 +343,12 @@ TEST_F(ZmqClientServerTest, ErrorsMatchRest) {
   ASSERT_TRUE(id.is_ok());
   EXPECT_TRUE(collect(*c, id.value()).final_seen);
   EXPECT_EQ(service_->stats().requests_finished_length, 1u);
+
+  // Every reply is counted for /metrics by its status: 4 × 400, 404, 413, one Final (200).
+  const std::map<int, uint64_t> want{{200, 1}, {400, 4}, {404, 1}, {413, 1}};
+  EXPECT_EQ(server_->reply_counts(), want);
+  const std::string page = render_metrics(service_->stats(), "kjv", {}, server_->reply_counts());
+  EXPECT_NE(page.find("tessera:zmq_replies_total{model_name=\"kjv\",code=\"400\"} 4"), std::string::npos) << page;
 }
 
 TEST_F(ZmqClientServerTest, ApiKeys) {

@@ -109,6 +109,9 @@ TEST(Serve, DefaultModelAnswersOpenAIRequestsAndDrainsOnSigterm) {
   EXPECT_NE(http(port, "GET", "/ready").find("200"), std::string::npos);
   const std::string metrics = body_of(http(port, "GET", "/metrics"));
   EXPECT_NE(metrics.find("tessera:generation_tokens_total"), std::string::npos) << metrics;
+  // The ZeroMQ request above is counted beside the HTTP ones.
+  EXPECT_NE(metrics.find("tessera:zmq_replies_total{model_name=\"kjv-llama\",code=\"200\"} 1"), std::string::npos)
+      << metrics;
 
   kill(pid, SIGTERM);
   int status = 0;

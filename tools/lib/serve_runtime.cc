@@ -135,6 +135,8 @@ Status serve(ServeOptions o) {
   ho.api_keys = c.server.http.api_keys;
   ho.max_body_bytes = c.server.http.max_body_bytes;
   ho.model_name = std::filesystem::path(c.model.path).filename().string();
+  auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
+  ho.zmq_replies = zmq_replies;
   HttpServer http(ho, service, tokenizer.get());
   WorkerGroup* g = group.get();
   http.ready_check = [g] { return g->is_complete(); };
@@ -148,6 +150,7 @@ Status serve(ServeOptions o) {
     zo.api_keys = ho.api_keys;
     zo.max_body_bytes = ho.max_body_bytes;
     zo.model_name = ho.model_name;
+    zo.replies = zmq_replies;
     if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
       TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
       zo.curve_server_secret_key = keys.server.secret_key;
