@@ -88,14 +88,6 @@ struct HttpServer::Impl {
       : options(std::move(o)), service(s), tokenizer(t), owner(owner) {}
 
   void accept();
-  void count_response(int status) {
-    std::lock_guard<std::mutex> lock(counters_mu);
-    ++responses[status];
-  }
-  std::map<int, uint64_t> response_counts() {
-    std::lock_guard<std::mutex> lock(counters_mu);
-    return responses;
-  }
   void add_session(const std::shared_ptr<HttpSession>& s);
   void remove_session(HttpSession* s);
 
@@ -113,8 +105,7 @@ struct HttpServer::Impl {
   bool started = false;
   std::shared_ptr<Liveness> liveness = std::make_shared<Liveness>();
 
-  std::mutex counters_mu;
-  std::map<int, uint64_t> responses;
+  ReplyCounter responses;  // for tessera:http_responses_total
 
   std::mutex sessions_mu;
   std::condition_variable sessions_cv;
@@ -238,7 +229,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (path == "/metrics") {
       if (!route(http::verb::get, "GET")) return;
       return send(200, "text/plain; version=0.0.4; charset=utf-8",
-                  render_metrics(server_.service.stats(), server_.options.model_name, server_.response_counts(),
+                  render_metrics(server_.service.stats(), server_.options.model_name, server_.responses.snapshot(),
                                  server_.options.zmq_replies ? server_.options.zmq_replies->snapshot()
                                                              : std::map<int, uint64_t>{}));
     }
@@ -360,7 +351,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                                                {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
     if (version_ != 10) head += "Transfer-Encoding: chunked\r\n";
     head += "\r\n";
-    server_.count_response(200);
+    server_.responses.add(200);
     queue_raw(std::move(head));
     for (size_t i = 0; i < g.request.generate.size(); ++i) {
       if (g.request.endpoint == ApiEndpoint::kChatCompletions) {
@@ -427,7 +418,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::string out = status_line_and_headers(status, version_, content_type, keep_alive_, extra);
     out += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     out += body;
-    server_.count_response(status);
+    server_.responses.add(status);
     queue_raw(std::move(out));
     after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
     if (!writing_) after_writes();

@@ -48,24 +48,16 @@ const char* message_type_name(MessageType type) {
 }
 
 StatusOr<Header> decode_header(std::string_view frame) {
-  if (frame.size() < kHeaderBytes)
-    return data_loss("client message of " + std::to_string(frame.size()) + " bytes is shorter than its " +
-                     std::to_string(kHeaderBytes) + "-byte header");
-  WireReader r(frame);
-  if (r.u32("magic") != kMagic) return data_loss("not a Tessera client message (bad magic)");
-  Header h;
-  h.version = r.u16("version");
-  const uint16_t type = r.u16("type");
-  h.body_bytes = r.u32("body_bytes");
+  TESSERA_ASSIGN_OR_RETURN(FrameHeader raw, read_frame_header(frame, kMagic, "client"));
   // Another version may have other types; only this version's are known. A Reject (type 6)
   // is frozen, so it is recognised whatever the version.
-  if (h.version == kProtocolVersion && !known_type(type))
-    return data_loss("unknown client message type " + std::to_string(type));
-  h.type = static_cast<MessageType>(type);
-  if (h.body_bytes != frame.size() - kHeaderBytes)
-    return data_loss(std::string(message_type_name(h.type)) + " message says its body has " +
-                     std::to_string(h.body_bytes) + " bytes but the frame carries " +
-                     std::to_string(frame.size() - kHeaderBytes));
+  if (raw.version == kProtocolVersion && !known_type(raw.type))
+    return data_loss("unknown client message type " + std::to_string(raw.type));
+  Header h;
+  h.version = raw.version;
+  h.type = static_cast<MessageType>(raw.type);
+  h.body_bytes = raw.body_bytes;
+  TESSERA_RETURN_IF_ERROR(check_frame_body_length(frame, h.body_bytes, message_type_name(h.type)));
   return h;
 }
 
