@@ -91,7 +91,7 @@ void run_linear(benchmark::State& state, const detail::LinearOptions& options, D
   std::vector<float> x(M * K, 0.01f), bias(N, 0.1f), y(M * N);
   for (auto _ : state) {
     detail::linear_with(options, x.data(), M, K, K, weights.next(), dtype, N, bias.data(),
-                        y.data(), N, false);
+                        y.data(), N, Activation::kNone);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -159,9 +159,9 @@ void BM_GemmThreading(benchmark::State& state) {
   std::vector<float> x(M * K, 0.01f), y(M * N), xd(2048, 0.01f), yd(2048);
   for (auto _ : state) {
     detail::linear_with(options, x.data(), M, K, K, weights.next(), dtype, N, nullptr, y.data(),
-                        N, false);
+                        N, Activation::kNone);
     linear(xd.data(), 1, 2048, 2048, decode_weights.next(), dtype, 2048, nullptr, yd.data(),
-           2048, true);
+           2048, Activation::kGeluTanh);
     benchmark::DoNotOptimize(y.data());
     benchmark::DoNotOptimize(yd.data());
   }

@@ -37,15 +37,6 @@ StatusOr<nlohmann::json> read_json(const fs::path& path, const char* what) {
   }
 }
 
-// DeepSpeed's checkpoint "type" names a model family; the architecture itself comes from
-// config.json, so the type is only checked for being one we can serve.
-bool accepted_ds_type(const std::string& type) {
-  std::string t = lower(type);
-  for (const char* prefix : {"bloom", "llama", "mixtral", "mistral"})
-    if (t.rfind(prefix, 0) == 0) return true;
-  return t == "ds_model";
-}
-
 // "checkpoints": ["a.safetensors", ...] or, as DeepSpeed writes for pre-sharded models,
 // {"non_tp": [...], "tp": [...]}; all files together hold the whole model.
 Status collect_ds_files(const nlohmann::json& node, const std::string& where, std::vector<std::string>* out) {
@@ -168,11 +159,9 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
   if (!ds.contains("checkpoints")) return invalid_argument(path + ": DeepSpeed checkpoint JSON lacks \"checkpoints\"");
   if (!ds.contains("type") || !ds["type"].is_string())
     return invalid_argument(path + ": DeepSpeed checkpoint JSON lacks a string \"type\"");
-  std::string type = ds["type"].get<std::string>();
-  if (!accepted_ds_type(type)) {
-    return invalid_argument(path + ": unsupported checkpoint \"type\" \"" + type +
-                            "\" (accepted: BLOOM*, Llama*, Mixtral*, Mistral*, ds_model; case-insensitive)");
-  }
+  // The type names a model family; whether it is one Tessera serves is the architecture
+  // table's call (open_model_checkpoint in worker/model_checkpoint.h).
+  ckpt->ds_type_ = ds["type"].get<std::string>();
   fs::path base = parent;
   if (ds.contains("base_dir")) {
     if (!ds["base_dir"].is_string()) return invalid_argument(path + ": \"base_dir\" must be a string");

@@ -26,6 +26,8 @@ class Checkpoint {
   const std::string& path() const { return path_; }        // as given to open()
   const std::string& config_dir() const { return config_dir_; }  // folder holding config.json
   const nlohmann::json& config() const { return config_; }       // parsed config.json
+  // A DeepSpeed checkpoint JSON's "type" ("BLOOM-176B"); empty for a folder or a file.
+  const std::string& ds_type() const { return ds_type_; }
   const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
 
   std::vector<std::string> tensor_names() const;  // sorted
@@ -58,6 +60,7 @@ class Checkpoint {
   std::string path_;
   std::string config_dir_;
   nlohmann::json config_;
+  std::string ds_type_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::unordered_map<std::string, Entry> tensors_;
   int64_t total_bytes_ = 0;

@@ -18,7 +18,9 @@ struct SeqStep {
   SeqId seq_id = 0;
   std::vector<int32_t> tokens;       // the new tokens fed this step
   int32_t num_computed = 0;          // tokens already in the KV cache; new ones take positions from here
-  std::vector<int32_t> block_table;  // every block the sequence owns, in order (covers num_computed + tokens)
+  // Every block the sequence owns, in order (covers num_computed + tokens). With a sliding
+  // window the leading blocks wholly before the first new token's window are -1 (freed).
+  std::vector<int32_t> block_table;
   // True when this step reaches the end of the known tokens, so a next token must be sampled
   // (false for all but the last chunk of a chunked prefill).
   bool sample = false;
@@ -36,6 +38,9 @@ struct StepPlan {
   std::vector<SeqStep> seqs;
   // Copy-on-write: copy KV block `first` into block `second` before running the step.
   std::vector<std::pair<int32_t, int32_t>> block_copies;
+  // Return the raw logits of the sampled rows in StepResult::logits (--dump-logits and
+  // reference comparisons; every rank computes them, rank 0 returns them).
+  bool return_logits = false;
 };
 
 struct TokenLogprob {
@@ -54,6 +59,7 @@ struct StepResult {
   uint64_t step_id = 0;
   std::vector<SampledToken> tokens;  // one per SeqStep with sample == true, in plan order
   std::string error;                 // empty on success
+  std::vector<float> logits;         // [tokens.size(), vocab] when the plan asked for them
 };
 
 }  // namespace tessera

@@ -9,4 +9,7 @@ namespace tessera {
 // An empty `from` leaves the text unchanged.
 std::string replace_all(std::string_view text, std::string_view from, std::string_view to);
 
+// ASCII lower case (config values, file extensions, type names: never user text).
+std::string ascii_lower(std::string_view text);
+
 }  // namespace tessera

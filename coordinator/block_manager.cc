@@ -58,10 +58,13 @@ PrefixHit BlockManager::find_cached_prefix(std::span<const int32_t> tokens) cons
   return hit;
 }
 
-int BlockManager::admission_cost(const PrefixHit& hit, int write_from, int end) const {
+int BlockManager::admission_cost(const PrefixHit& hit, int write_from, int end, int first_token) const {
   const int hits = static_cast<int>(hit.blocks.size());
   const int needed = blocks_needed(end);
   int cost = hit.num_evictable + std::max(0, needed - hits);
+  // Evictable hits wholly before the window are taken and given straight back.
+  for (int k = 0; k < std::min(hits, first_token / block_size_); ++k)
+    if (blocks_[hit.blocks[k]].ref_count == 0) --cost;
   if (write_from < end) {
     // Once admitted a hit block is shared iff someone else owned it already.
     for (int k = write_from / block_size_; k < std::min(hits, needed); ++k)
@@ -76,6 +79,7 @@ int BlockManager::append_cost(SeqId id, int write_from, int end) const {
   const int needed = blocks_needed(end);
   int cost = std::max(0, needed - have);
   if (write_from < end) {
+    TESSERA_CHECK_GE(write_from / block_size_, s.num_released) << "sequence " << id << " writes a released block";
     for (int k = write_from / block_size_; k < std::min(have, needed); ++k)
       if (blocks_[s.table[k]].ref_count > 1) ++cost;
   }
@@ -85,6 +89,7 @@ int BlockManager::append_cost(SeqId id, int write_from, int end) const {
 int BlockManager::max_appendable_tokens(SeqId id, int write_from) const {
   const SeqBlocks& s = seq(id);
   const int have = static_cast<int>(s.table.size());
+  TESSERA_CHECK_GE(write_from / block_size_, s.num_released) << "sequence " << id << " writes a released block";
   int budget = num_free_blocks();
   for (int k = write_from / block_size_; k < have; ++k) {
     if (blocks_[s.table[k]].ref_count > 1) {
@@ -149,6 +154,7 @@ void BlockManager::commit(SeqId id, std::span<const int32_t> tokens, int num_com
     auto chunk = tokens.subspan(static_cast<size_t>(k) * block_size_, block_size_);
     const uint64_t h = hash_block_tokens(s.last_hash, chunk);
     const int32_t b = s.table[k];
+    TESSERA_CHECK_GE(b, 0) << "sequence " << id << " computed into released block " << k;
     Block& blk = blocks_[b];
     // Keep the first copy of a prefix: another sequence may have filed the same content
     // in the meantime (a duplicate we simply do not index), and a shared block is filed.
@@ -167,7 +173,8 @@ void BlockManager::commit(SeqId id, std::span<const int32_t> tokens, int num_com
 void BlockManager::fork(SeqId parent, SeqId child) {
   TESSERA_CHECK(seqs_.count(child) == 0) << "sequence " << child << " already has blocks";
   SeqBlocks copy = seq(parent);
-  for (int32_t b : copy.table) ++blocks_[b].ref_count;
+  for (int32_t b : copy.table)
+    if (b >= 0) ++blocks_[b].ref_count;  // the released leading entries stay released
   seqs_.emplace(child, std::move(copy));
 }
 
@@ -176,9 +183,27 @@ void BlockManager::free(SeqId id) {
   TESSERA_CHECK(it != seqs_.end()) << "freeing sequence " << id << " with no block table";
   // Tail first: later blocks of a prefix are the least likely to be asked for again, so
   // they go nearest the eviction end of the LRU list.
-  const std::vector<int32_t>& table = it->second.table;
-  for (auto b = table.rbegin(); b != table.rend(); ++b) release(*b);
+  const SeqBlocks& s = it->second;
+  for (int k = static_cast<int>(s.table.size()); k-- > s.num_released;) release(s.table[k]);
   seqs_.erase(it);
+}
+
+int BlockManager::release_blocks_before(SeqId id, int first_token) {
+  SeqBlocks& s = seq(id);
+  const int upto = std::max(0, first_token) / block_size_;
+  if (upto <= s.num_released) return 0;
+  // Only computed (committed) blocks: a later one may still be written, or read by the step
+  // that fills it.
+  TESSERA_CHECK_LE(upto, s.num_filed) << "sequence " << id << " releases blocks it has not computed";
+  // Tail first, as free() does, for the same eviction order among the released blocks.
+  for (int k = upto; k-- > s.num_released;) {
+    release(s.table[k]);
+    s.table[k] = -1;
+  }
+  const int n = upto - s.num_released;
+  s.num_released = upto;
+  window_releases_ += static_cast<uint64_t>(n);
+  return n;
 }
 
 void BlockManager::forget_cached_contents() {
@@ -255,6 +280,11 @@ void BlockManager::lru_remove(int32_t block) {
 
 const std::vector<int32_t>& BlockManager::block_table(SeqId id) const { return seq(id).table; }
 
+int BlockManager::num_held_blocks(SeqId id) const {
+  const SeqBlocks& s = seq(id);
+  return static_cast<int>(s.table.size()) - s.num_released;
+}
+
 BlockManagerStats BlockManager::stats() const {
   BlockManagerStats s;
   s.num_blocks = num_blocks_;
@@ -265,6 +295,7 @@ BlockManagerStats BlockManager::stats() const {
   s.prefix_hit_tokens = prefix_hit_tokens_;
   s.cow_copies = cow_copies_;
   s.evictions = evictions_;
+  s.window_releases = window_releases_;
   return s;
 }
 
@@ -296,7 +327,14 @@ void BlockManager::check_invariants() const {
   std::vector<uint8_t> seen_in_any(static_cast<size_t>(num_blocks_), 0);
   for (const auto& [id, s] : seqs_) {
     TESSERA_CHECK_LE(s.num_filed, static_cast<int>(s.table.size())) << "sequence " << id;
-    for (int32_t b : s.table) {
+    TESSERA_CHECK(s.num_released >= 0 && s.num_released <= s.num_filed) << "sequence " << id << " released "
+                                                                         << s.num_released << " blocks";
+    for (size_t k = 0; k < s.table.size(); ++k) {
+      const int32_t b = s.table[k];
+      if (static_cast<int>(k) < s.num_released) {
+        TESSERA_CHECK_EQ(b, -1) << "sequence " << id << " kept released block " << k;
+        continue;
+      }
       TESSERA_CHECK(b >= 0 && b < num_blocks_) << "sequence " << id << " lists bad block " << b;
       TESSERA_CHECK(!(seen_in_any[b] && last_seen[b] == id))
           << "sequence " << id << " lists block " << b << " twice";

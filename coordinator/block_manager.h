@@ -15,8 +15,14 @@
 // write into a block it shares gets a private copy first (copy-on-write): the (src, dst) pair
 // is reported so the executor copies the KV before the step.
 //
+// Sliding window: when no step of a sequence will read its oldest tokens again (a model whose
+// every layer attends only to the last W keys), release_blocks_before() gives back the
+// leading blocks that hold only such tokens. Their table entries become -1, so block i still
+// holds tokens [i*bs, (i+1)*bs); each is released exactly as free() would release it.
+//
 // The interface is plan/commit: *_cost() and find_cached_prefix() only look; admit(),
-// append_slots(), commit() and free() change state and check they were affordable.
+// append_slots(), commit(), release_blocks_before() and free() change state and check they
+// were affordable.
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -44,6 +50,7 @@ struct BlockManagerStats {
   uint64_t prefix_hit_tokens = 0;  // tokens whose KV was reused, since start
   uint64_t cow_copies = 0;         // copy-on-write block copies issued
   uint64_t evictions = 0;          // cached blocks reclaimed for new content
+  uint64_t window_releases = 0;    // blocks given back because a sliding window moved past them
 };
 
 class BlockManager {
@@ -60,9 +67,10 @@ class BlockManager {
   // The longest run of leading full blocks of `tokens` held by the cache, each verified
   // token by token (a hash match alone is not trusted). Empty when prefix caching is off.
   PrefixHit find_cached_prefix(std::span<const int32_t> tokens) const;
-  // Blocks that admit(hit) followed by append_slots(write_from, end) would take from the free
-  // pool: evictable hit blocks, a copy for a shared block written into, and new blocks.
-  int admission_cost(const PrefixHit& hit, int write_from, int end) const;
+  // Blocks that admit(hit), release_blocks_before(first_token) and append_slots(write_from,
+  // end) would take from the free pool: evictable hit blocks (but not those wholly before
+  // first_token: they go straight back), a copy for a shared block written into, new blocks.
+  int admission_cost(const PrefixHit& hit, int write_from, int end, int first_token = 0) const;
   // Blocks append_slots(id, write_from, end) would take from the free pool.
   int append_cost(SeqId id, int write_from, int end) const;
   // The largest n such that append_slots(id, write_from, write_from + n) fits right now.
@@ -86,13 +94,22 @@ class BlockManager {
   // Drops the sequence's blocks: owned-by-nobody blocks become free, or cached when they hold
   // a filed prefix block (tail blocks first in the eviction order).
   void free(SeqId id);
+  // Gives back the blocks that hold only tokens before `first_token` (no later step reads
+  // them: a sliding window has moved past); their table entries become -1. A block shared
+  // with another sequence just loses this reference; a filed one stays cached for prefix
+  // hits. Only blocks whose tokens are all computed may go. Returns how many were given back.
+  int release_blocks_before(SeqId id, int first_token);
 
+  // Entries are -1 for the leading blocks given back by release_blocks_before().
   const std::vector<int32_t>& block_table(SeqId id) const;
+  // Blocks the sequence holds: its table minus the released leading entries.
+  int num_held_blocks(SeqId id) const;
   int ref_count(int32_t block) const { return blocks_[block].ref_count; }
   BlockManagerStats stats() const;
   // Aborts (TESSERA_CHECK) unless: every block is in exactly one of free / cached / owned,
   // each ref count equals the number of block tables listing the block, no table lists a
-  // block twice, the free count is exact, and the hash index matches the cached contents.
+  // block twice, -1 entries are exactly the released leading ones, the free count is exact,
+  // and the hash index matches the cached contents.
   void check_invariants() const;
 
   // The KV contents behind every block are gone (the workers were restarted): forget every
@@ -113,6 +130,7 @@ class BlockManager {
     std::vector<int32_t> table;
     int num_filed = 0;       // leading blocks whose chain hash is known (filed or shared hits)
     uint64_t last_hash = 0;  // chain hash of block num_filed - 1
+    int num_released = 0;    // leading entries given back (-1) by release_blocks_before()
   };
 
   SeqBlocks& seq(SeqId id);
@@ -138,6 +156,7 @@ class BlockManager {
   uint64_t prefix_hit_tokens_ = 0;
   uint64_t cow_copies_ = 0;
   uint64_t evictions_ = 0;
+  uint64_t window_releases_ = 0;
 };
 
 }  // namespace tessera

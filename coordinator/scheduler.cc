@@ -35,6 +35,8 @@ Status validate_scheduler_config(const SchedulerConfig& c) {
                             std::to_string(c.max_num_batched_tokens));
   if (c.max_model_len < 2)
     return invalid_argument("scheduler: max_model_len must be >= 2, got " + std::to_string(c.max_model_len));
+  if (c.sliding_window < 0)
+    return invalid_argument("scheduler: sliding_window must be >= 0, got " + std::to_string(c.sliding_window));
   return Status::ok();
 }
 
@@ -180,8 +182,12 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     }
     // Static members reserve their whole prompt up front: they are all in until the end.
     const int reserve_end = is_static ? len : cached + chunk;
-    if (blocks_.admission_cost(hit, cached, reserve_end) > blocks_.num_free_blocks()) break;
+    const int first_key = first_needed_key(cached);
+    if (blocks_.admission_cost(hit, cached, reserve_end, first_key) > blocks_.num_free_blocks()) break;
     blocks_.admit(id, hit, cached);
+    // A long cached prefix may lie partly before the window: those hits go straight back
+    // (to the prefix cache's recent end), before anything new is allocated.
+    blocks_.release_blocks_before(id, first_key);
     TESSERA_CHECK(blocks_.append_slots(id, cached, reserve_end, &plan.block_copies));
     it = waiting_.erase(it);
     e.seq.start(cached);
@@ -287,6 +293,8 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     TESSERA_CHECK_EQ(e.seq.num_computed(), s.num_computed) << "sequence " << s.seq_id << " changed under its step";
     e.seq.advance(static_cast<int>(s.tokens.size()));
     blocks_.commit(s.seq_id, e.seq.token_ids(), e.seq.num_computed());
+    // The window moved on: what only the tokens just passed read is free for anyone now.
+    blocks_.release_blocks_before(s.seq_id, first_needed_key(e.seq.num_computed()));
     if (token == nullptr) continue;
     e.seq.append_token(token->token);
     SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}};
@@ -328,6 +336,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefix_hit_tokens = b.prefix_hit_tokens;
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.cow_copies = b.cow_copies;
+  s.window_releases = b.window_releases;
   return s;
 }
 
@@ -347,6 +356,8 @@ void Scheduler::check_invariants() const {
     const int table = static_cast<int>(blocks_.block_table(s.id()).size());
     TESSERA_CHECK_GE(table * config_.block_size, s.num_computed()) << "sequence " << s.id() << " KV not covered";
     TESSERA_CHECK_LE(table, blocks_.blocks_needed(s.num_tokens())) << "sequence " << s.id() << " over-allocated";
+    TESSERA_CHECK_EQ(table - blocks_.num_held_blocks(s.id()), first_needed_key(s.num_computed()) / config_.block_size)
+        << "sequence " << s.id() << " holds blocks its window has left, or lost ones it reads";
     TESSERA_CHECK_GE(s.num_uncomputed(), 1) << "sequence " << s.id();
     if (s.state() == SequenceState::kDecode) TESSERA_CHECK_EQ(s.num_uncomputed(), 1) << "decode sequence " << s.id();
     TESSERA_CHECK_LT(s.num_tokens(), max_len_) << "sequence " << s.id() << " should have finished";

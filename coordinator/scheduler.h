@@ -10,8 +10,16 @@
 // output. on_step_result() appends the sampled tokens, applies stop conditions and frees
 // the blocks of finished sequences.
 //
+// With a sliding window W (every layer of the model attends to at most the last W keys), the
+// next step of a sequence that has computed n tokens reads no key before n - W + 1 (its first
+// new token is the oldest query), and n never decreases while it runs. So after admission and
+// after every step each running sequence gives back the blocks wholly before that key, and
+// holds at most ceil((W - 1 + c - 1) / block_size) + 1 blocks during a step that writes c
+// tokens: ceil((W - 1) / block_size) + 1 <= ceil(W / block_size) + 1 while decoding.
+//
 // The scheduler never calls model code and is not thread-safe: the engine loop calls
 // add_request / abort / schedule / on_step_result from one thread.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -40,6 +48,9 @@ struct SchedulerConfig {
   bool prefix_caching = true;
   int max_model_len = 4096;  // prompt + output
   BatchingMode mode = BatchingMode::kContinuous;
+  // > 0: the model's every layer attends to at most this many latest keys
+  // (ModelConfig::kv_window()), so blocks that fall wholly out of it are freed. 0: never.
+  int sliding_window = 0;
 };
 
 // A user-reachable config is checked here (each bad field named) before it reaches the
@@ -66,6 +77,7 @@ struct SchedulerStats {
   uint64_t prefix_hit_tokens = 0;  // prompt tokens not recomputed thanks to the prefix cache
   uint64_t prefix_hit_blocks = 0;
   uint64_t cow_copies = 0;
+  uint64_t window_releases = 0;  // blocks freed because the sliding window moved past them
 };
 
 class Scheduler {
@@ -107,7 +119,8 @@ class Scheduler {
   const BlockManager& block_manager() const { return blocks_; }
   // TESSERA_CHECKs the block manager's invariants and the scheduler's accounting: waiting
   // sequences own no blocks, every running one's block table covers its computed tokens and
-  // no more than its known tokens, states agree with counts, limits hold.
+  // no more than its known tokens, states agree with counts, limits hold, and with a sliding
+  // window it holds no block wholly before the oldest key its next step reads, and every other.
   void check_invariants() const;
 
  private:
@@ -121,6 +134,11 @@ class Scheduler {
   };
 
   bool scheduled_now(const Entry& e) const { return e.scheduled_step == next_step_id_ + 1; }
+  // The oldest key position the next step of a sequence with `num_computed` tokens in the KV
+  // cache can read (0 without a sliding window).
+  int first_needed_key(int num_computed) const {
+    return config_.sliding_window > 0 ? std::max(0, num_computed - config_.sliding_window + 1) : 0;
+  }
   // Makes room for `e` to write [write_from, end) by preempting newer unscheduled running
   // sequences. False when only `e` itself is left to preempt.
   bool make_room(Entry& e, int write_from, int end);

@@ -78,42 +78,44 @@ void Backend::linear(const TensorView& x, const TensorView& w, const TensorView&
   TESSERA_CHECK_EQ(out.dim(0), x.dim(0));
   TESSERA_CHECK_EQ(out.dim(1), w.dim(0));
   if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), w.dim(0));
-  linear_impl(x, w, bias, out, /*gelu=*/false);
+  linear_impl(x, w, bias, out, Activation::kNone);
 }
 
-void Backend::linear_gelu(const TensorView& x, const TensorView& w, const TensorView& bias,
-                          const TensorView& out) {
+void Backend::linear_act(const TensorView& x, const TensorView& w, const TensorView& bias,
+                         const TensorView& out, Activation act) {
   check_f32_2d(x, "linear x");
   check_f32_2d(out, "linear out");
   TESSERA_CHECK(w.ndim == 2 && is_float_storage(w.dtype)) << "weight " << w.shape_string();
   TESSERA_CHECK_EQ(x.dim(1), w.dim(1));
+  TESSERA_CHECK_EQ(out.dim(0), x.dim(0));
   TESSERA_CHECK_EQ(out.dim(1), w.dim(0));
   if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), w.dim(0));
-  linear_impl(x, w, bias, out, /*gelu=*/true);
+  linear_impl(x, w, bias, out, act);
 }
 
-void Backend::gelu_tanh(const TensorView& x) {
+void Backend::activate(const TensorView& x, Activation act) {
   TESSERA_CHECK(x.dtype == DType::kF32);
-  gelu_tanh_impl(x);
+  if (act != Activation::kNone) activate_impl(x, act);
 }
 
-void Backend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {
+void Backend::gated_act(const TensorView& gate, const TensorView& up, const TensorView& out, Activation act) {
   check_f32_2d(gate, "gate");
   check_f32_2d(up, "up");
-  check_f32_2d(out, "silu_mul out");
+  check_f32_2d(out, "gated_act out");
   TESSERA_CHECK(gate.dims() == up.dims() && gate.dims() == out.dims());
-  silu_mul_impl(gate.as<float>(), up.as<float>(), gate.dim(0), gate.dim(1), gate.dim(1),
-                out.as<float>());
+  TESSERA_CHECK(act != Activation::kNone) << "a gated MLP needs an activation";
+  gated_act_impl(gate.as<float>(), up.as<float>(), gate.dim(0), gate.dim(1), gate.dim(1), out.as<float>(), act);
 }
 
-void Backend::silu_mul_packed(const TensorView& gate_up, const TensorView& out) {
+void Backend::gated_act_packed(const TensorView& gate_up, const TensorView& out, Activation act) {
   check_f32_2d(gate_up, "gate_up");
-  check_f32_2d(out, "silu_mul out");
+  check_f32_2d(out, "gated_act out");
   const int64_t width = out.dim(1);
   TESSERA_CHECK_EQ(gate_up.dim(1), 2 * width);
   TESSERA_CHECK_EQ(gate_up.dim(0), out.dim(0));
+  TESSERA_CHECK(act != Activation::kNone) << "a gated MLP needs an activation";
   const float* g = gate_up.as<float>();
-  silu_mul_impl(g, g + width, out.dim(0), width, 2 * width, out.as<float>());
+  gated_act_impl(g, g + width, out.dim(0), width, 2 * width, out.as<float>(), act);
 }
 
 void Backend::add(const TensorView& a, const TensorView& b, const TensorView& out) {
@@ -123,11 +125,32 @@ void Backend::add(const TensorView& a, const TensorView& b, const TensorView& ou
   add_impl(a, b, out);
 }
 
+void Backend::scale(const TensorView& x, float factor) {
+  TESSERA_CHECK(x.dtype == DType::kF32);
+  scale_impl(x, factor);
+}
+
+void Backend::softcap(const TensorView& x, float cap) {
+  TESSERA_CHECK(x.dtype == DType::kF32);
+  TESSERA_CHECK_GT(cap, 0.0f);
+  softcap_impl(x, cap);
+}
+
 void Backend::rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                     const int32_t* positions, float theta) {
-  TESSERA_CHECK_EQ(head_dim % 2, 0) << "rotary needs an even head_dim";
+                     const int32_t* positions, const TensorView& inv_freq) {
+  TESSERA_CHECK(inv_freq.dtype == DType::kF32 && inv_freq.ndim == 1) << "inv_freq " << inv_freq.shape_string();
+  TESSERA_CHECK(inv_freq.numel() >= 1 && 2 * inv_freq.numel() <= head_dim)
+      << "rotary over " << 2 * inv_freq.numel() << " of " << head_dim << " dims";
   TESSERA_CHECK_GE(row_stride, heads * head_dim);
-  rotary_impl(x, tokens, heads, head_dim, row_stride, positions, theta);
+  rotary_impl(x, tokens, heads, head_dim, row_stride, positions, inv_freq);
+}
+
+void Backend::head_rms_norm(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                            const TensorView& gamma, float eps) {
+  TESSERA_CHECK_EQ(gamma.numel(), head_dim);
+  TESSERA_CHECK(is_float_storage(gamma.dtype));
+  TESSERA_CHECK_GE(row_stride, heads * head_dim);
+  head_rms_norm_impl(x, tokens, heads, head_dim, row_stride, gamma, eps);
 }
 
 void Backend::write_kv(const float* k, const float* v, int64_t tokens, int64_t row_stride,
@@ -143,7 +166,7 @@ void Backend::write_kv(const float* k, const float* v, int64_t tokens, int64_t r
 
 void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
                         const AttentionBatch& batch, const TensorView& k_cache,
-                        const TensorView& v_cache, float scale, const TensorView& alibi_slopes,
+                        const TensorView& v_cache, const AttentionParams& params,
                         const TensorView& out, const GqaLayout& gqa) {
   TESSERA_CHECK_EQ(k_cache.ndim, 4);
   const int64_t kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
@@ -162,8 +185,10 @@ void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
   TESSERA_CHECK_EQ(batch.query_start.back(), out.dim(0));
   TESSERA_CHECK_EQ(static_cast<int64_t>(batch.block_tables.size()),
                    static_cast<int64_t>(batch.num_seqs()) * batch.max_blocks_per_seq);
-  if (!alibi_slopes.empty()) TESSERA_CHECK_EQ(alibi_slopes.numel(), q_heads);
-  attention_impl(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, alibi_slopes, out, g);
+  if (!params.alibi_slopes.empty()) TESSERA_CHECK_EQ(params.alibi_slopes.numel(), q_heads);
+  TESSERA_CHECK_GE(params.window, 0);
+  TESSERA_CHECK_GE(params.softcap, 0.0f);
+  attention_impl(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, g);
 }
 
 void Backend::copy_block(const TensorView& pool, int64_t src, int64_t dst) {
@@ -172,14 +197,14 @@ void Backend::copy_block(const TensorView& pool, int64_t src, int64_t dst) {
   if (src != dst) copy_block_impl(pool, src, dst);
 }
 
-void Backend::moe_topk(const TensorView& logits, int top_k, const TensorView& weights,
+void Backend::moe_topk(const TensorView& logits, int top_k, bool normalize, const TensorView& weights,
                        const TensorView& ids) {
   check_f32_2d(logits, "router logits");
   TESSERA_CHECK(top_k >= 1 && top_k <= logits.dim(1)) << "top_k " << top_k;
   TESSERA_CHECK(weights.dtype == DType::kF32 && ids.dtype == DType::kI32);
   TESSERA_CHECK_EQ(weights.numel(), logits.dim(0) * top_k);
   TESSERA_CHECK_EQ(ids.numel(), logits.dim(0) * top_k);
-  moe_topk_impl(logits, top_k, weights, ids);
+  moe_topk_impl(logits, top_k, normalize, weights, ids);
 }
 
 void Backend::gather_rows(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out) {

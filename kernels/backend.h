@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "kernels/activation.h"
 
 namespace tessera {
 
@@ -43,6 +44,17 @@ struct GqaLayout {
   int64_t kv_head_offset = 0;
 };
 
+// How one layer's attention scores are formed, in this order: s = scale * q.k; with
+// softcap > 0, s = softcap * tanh(s / softcap) (Gemma 2); + slope_h * key position with
+// ALiBi; then the causal mask, narrowed to the last `window` keys when window > 0 (a query
+// at position p sees keys p - window + 1 .. p: Mistral's and Gemma's sliding window).
+struct AttentionParams {
+  float scale = 1.0f;
+  float softcap = 0.0f;
+  int32_t window = 0;
+  TensorView alibi_slopes;  // empty, or f32 [q_heads]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -71,37 +83,51 @@ class Backend {
                          const TensorView& out);
   // out[T, N] = x[T, K] · w[N, K]^T (+ bias[N]). bias may be empty.
   void linear(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out);
-  // Fused: out = gelu_tanh(x · w^T + bias).
-  void linear_gelu(const TensorView& x, const TensorView& w, const TensorView& bias,
-                   const TensorView& out);
-  // In place: x = gelu_tanh(x) (BLOOM's tanh approximation).
-  void gelu_tanh(const TensorView& x);
-  // out[T, F] = silu(gate[T, F]) * up[T, F]. gate and up may be column halves of one
-  // [T, 2F] buffer (see silu_mul_packed).
-  void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out);
+  // Fused: out = act(x · w^T + bias).
+  void linear_act(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out,
+                  Activation act);
+  // In place: x = act(x).
+  void activate(const TensorView& x, Activation act);
+  // out[T, F] = act(gate[T, F]) * up[T, F] (SwiGLU with silu, GeGLU with a gelu).
+  void gated_act(const TensorView& gate, const TensorView& up, const TensorView& out, Activation act);
   // Fused form for a packed [T, 2F] gate|up buffer.
-  void silu_mul_packed(const TensorView& gate_up, const TensorView& out);
+  void gated_act_packed(const TensorView& gate_up, const TensorView& out, Activation act);
   // out = a + b (same shapes; out may alias a).
   void add(const TensorView& a, const TensorView& b, const TensorView& out);
+  // In place: x *= factor (Gemma's embedding scale).
+  void scale(const TensorView& x, float factor);
+  // In place: x = cap * tanh(x / cap) (Gemma 2's final logit soft-capping).
+  void softcap(const TensorView& x, float cap);
   // Rotary embedding (rotate-half convention), in place on x [T, heads, head_dim] whose rows
   // may be spaced `row_stride` floats apart (so q and k can be views of a packed qkv row).
+  // inv_freq: f32 [R/2] on this backend; the first R dims of each head are rotated
+  // (pairs i, i + R/2) and the rest pass through (GPT-NeoX's partial rotary: R < head_dim).
+  // positions: host memory, [T].
   void rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-              const int32_t* positions, float theta);
+              const int32_t* positions, const TensorView& inv_freq);
+  // In place RMSNorm of every head of x [T, heads, head_dim] (rows `row_stride` floats
+  // apart) with one gamma [head_dim] for all heads (Qwen3's and Gemma 3's q/k norms).
+  void head_rms_norm(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                     const TensorView& gamma, float eps);
   // Writes each token's K and V rows ([T, kv_heads, head_dim], rows `row_stride` floats
   // apart) to their slots in the paged caches.
   void write_kv(const float* k, const float* v, int64_t tokens, int64_t row_stride,
                 const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache);
   // Causal attention of each new token over its sequence's cached keys. q rows are
   // `q_row_stride` floats apart ([T, q_heads, head_dim]); out is f32 [T, q_heads * head_dim].
-  // alibi_slopes: empty, or f32 [q_heads] (bias slope * key position added to scores).
+  // Blocks of a sequence that lie wholly outside every query's window are never read (the
+  // scheduler may have freed them; their table entries may be -1).
   void attention(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
-                 const TensorView& k_cache, const TensorView& v_cache, float scale,
-                 const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa = {});
+                 const TensorView& k_cache, const TensorView& v_cache, const AttentionParams& params,
+                 const TensorView& out, const GqaLayout& gqa = {});
   // pool[dst] = pool[src] along dimension 0 (a KV block, for copy-on-write).
   void copy_block(const TensorView& pool, int64_t src, int64_t dst);
-  // Mixture-of-experts routing: softmax over experts, top-k (ties to the lower id), weights
-  // renormalised to sum 1. logits f32 [T, E]; weights f32 [T, k]; ids i32 [T, k].
-  void moe_topk(const TensorView& logits, int top_k, const TensorView& weights, const TensorView& ids);
+  // Mixture-of-experts routing: softmax over experts, top-k (ties to the lower id), the k
+  // weights renormalised to sum 1 when `normalize` (Mixtral, Qwen3-MoE) or left as the
+  // softmax probabilities (Qwen2-MoE's norm_topk_prob false). logits f32 [T, E]; weights
+  // f32 [T, k]; ids i32 [T, k].
+  void moe_topk(const TensorView& logits, int top_k, bool normalize, const TensorView& weights,
+                const TensorView& ids);
   // out[i, :] = x[rows[i], :].
   void gather_rows(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out);
   // out[rows[i], :] += scale[i] * x[i, :].
@@ -120,23 +146,27 @@ class Backend {
                                       const TensorView& gamma, const TensorView& beta, float eps,
                                       bool rms, const TensorView& out) = 0;
   virtual void linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
-                           const TensorView& out, bool gelu) = 0;
-  virtual void gelu_tanh_impl(const TensorView& x) = 0;
-  virtual void silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
-                             int64_t in_stride, float* out) = 0;
+                           const TensorView& out, Activation act) = 0;
+  virtual void activate_impl(const TensorView& x, Activation act) = 0;
+  virtual void gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
+                              int64_t in_stride, float* out, Activation act) = 0;
   virtual void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
+  virtual void scale_impl(const TensorView& x, float factor) = 0;
+  virtual void softcap_impl(const TensorView& x, float cap) = 0;
   virtual void rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
-                           int64_t row_stride, const int32_t* positions, float theta) = 0;
+                           int64_t row_stride, const int32_t* positions, const TensorView& inv_freq) = 0;
+  virtual void head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                                  int64_t row_stride, const TensorView& gamma, float eps) = 0;
   virtual void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
                              const AttentionBatch& batch, const TensorView& k_cache,
                              const TensorView& v_cache) = 0;
   // `gqa` is resolved: group > 0.
   virtual void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
                               const AttentionBatch& batch, const TensorView& k_cache,
-                              const TensorView& v_cache, float scale,
-                              const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) = 0;
+                              const TensorView& v_cache, const AttentionParams& params,
+                              const TensorView& out, const GqaLayout& gqa) = 0;
   virtual void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) = 0;
-  virtual void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+  virtual void moe_topk_impl(const TensorView& logits, int top_k, bool normalize, const TensorView& weights,
                              const TensorView& ids) = 0;
   virtual void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows,
                                 const TensorView& out) = 0;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 
 namespace tessera::testing {
@@ -19,6 +20,28 @@ std::string fixtures_dir() {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return "";
   return std::filesystem::canonical(dir, ec).string();
+}
+
+std::vector<std::string> tiny_models() {
+  std::set<std::string> names = {"tiny-bloom",      "tiny-llama",  "tiny-mixtral",   "tiny-llama3", "tiny-mistral-swa",
+                                 "tiny-qwen2",      "tiny-qwen3",  "tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-phi3",
+                                 "tiny-gemma2",     "tiny-gemma3", "tiny-falcon",    "tiny-gpt-neox",  "tiny-gpt2",
+                                 "tiny-starcoder2"};
+  const std::string dir = fixtures_dir();
+  std::error_code ec;
+  if (!dir.empty()) {
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("tiny-", 0) == 0 && std::filesystem::exists(e.path() / "goldens" / "index.json")) names.insert(name);
+    }
+  }
+  return {names.begin(), names.end()};
+}
+
+std::vector<std::string> golden_models() {
+  std::vector<std::string> out = tiny_models();
+  out.push_back("kjv-llama");
+  return out;
 }
 
 std::string bin_dir() { return TESSERA_BIN_DIR; }

@@ -10,6 +10,12 @@ namespace tessera::testing {
 
 // ../shared/fixtures (or $TESSERA_FIXTURES); empty when it does not exist.
 std::string fixtures_dir();
+// The fixture models with goldens/: every tiny-<family> folder found in fixtures_dir()
+// (so a new fixture is tested without a code change) plus kjv-llama; the names known when
+// this was written are listed even without the fixtures, so their tests skip visibly.
+std::vector<std::string> golden_models();
+// Just the tiny-<family> random-weight models of golden_models().
+std::vector<std::string> tiny_models();
 // build/bin, where the command-line programs are.
 std::string bin_dir();
 std::string source_dir();

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 
+#include "worker/model_checkpoint.h"
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/config.h"
@@ -84,24 +85,32 @@ Status write_logits(const std::string& path, const std::vector<float>& logits) {
 
 std::string ids_json(const std::vector<int32_t>& ids) { return nlohmann::json(ids).dump(); }
 
-// Keeps the raw logits of every sampled row, per sequence, for --dump-logits.
+// Keeps the raw logits of every sampled row, per sequence, for --dump-logits: asks the
+// executor (in-process, or rank 0 of the worker group) to return them with each step.
 class LogitRecorder final : public StepExecutor {
  public:
-  explicit LogitRecorder(Executor& inner) : inner_(inner) {}
+  explicit LogitRecorder(StepExecutor& inner) : inner_(inner) {}
   StatusOr<StepResult> execute(const StepPlan& plan) override {
-    TESSERA_ASSIGN_OR_RETURN(StepResult result, inner_.execute(plan, &scratch_));
-    const size_t vocab = result.tokens.empty() ? 0 : scratch_.size() / result.tokens.size();
+    StepPlan asking = plan;
+    asking.return_logits = true;
+    TESSERA_ASSIGN_OR_RETURN(StepResult result, inner_.execute(asking));
+    const size_t vocab = result.tokens.empty() ? 0 : result.logits.size() / result.tokens.size();
+    if (!result.tokens.empty() && vocab * result.tokens.size() != result.logits.size()) {
+      return internal_error("--dump-logits: the executor returned " + std::to_string(result.logits.size()) +
+                            " logits for " + std::to_string(result.tokens.size()) + " sampled rows");
+    }
     for (size_t i = 0; i < result.tokens.size(); ++i) {
       auto& rows = rows_[result.tokens[i].seq_id];
-      rows.insert(rows.end(), scratch_.begin() + i * vocab, scratch_.begin() + (i + 1) * vocab);
+      rows.insert(rows.end(), result.logits.begin() + i * vocab, result.logits.begin() + (i + 1) * vocab);
     }
+    result.logits.clear();
     return result;
   }
+  uint64_t kv_cache_epoch() const override { return inner_.kv_cache_epoch(); }
   const std::vector<float>& rows(SeqId id) { return rows_[id]; }
 
  private:
-  Executor& inner_;
-  std::vector<float> scratch_;
+  StepExecutor& inner_;
   std::map<SeqId, std::vector<float>> rows_;
 };
 
@@ -188,12 +197,9 @@ Status run(const Options& o) {
   if (o.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
 
   if (o.tensor_parallel < 1) return invalid_argument("--tensor-parallel must be at least 1");
-  if (o.tensor_parallel > 1 && !o.dump_logits.empty()) {
-    return unimplemented("--dump-logits is not supported with --tensor-parallel > 1 yet");
-  }
   // The model's shape (config.json) is all the scheduling side needs; weights are loaded
   // here only for --tensor-parallel 1, by the worker processes otherwise.
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(o.model));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(o.model));
   TESSERA_ASSIGN_OR_RETURN(const ModelConfig config,
                            parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
   const std::string config_dir = ckpt->config_dir();
@@ -235,6 +241,7 @@ Status run(const Options& o) {
   }
   sc.num_blocks = o.kv_blocks > 0 ? o.kv_blocks : static_cast<int>(needed);
   sc.max_model_len = static_cast<int>(std::max<int64_t>(longest, config.max_positions));
+  sc.sliding_window = config.kv_window();  // blocks the window has left are freed
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
   // In this process (TP 1), or through the coordinator/worker runtime (TP > 1).
@@ -251,11 +258,14 @@ Status run(const Options& o) {
     lo.kernel_inject = !o.no_kernel_inject;
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(o.model, lo, *backend));
     executor = std::make_unique<Executor>(*model, *backend, sc.block_size, sc.num_blocks, model->dtype());
-    recorder = std::make_unique<LogitRecorder>(*executor);
-    runner = o.dump_logits.empty() ? static_cast<StepExecutor*>(executor.get()) : recorder.get();
+    runner = executor.get();
   } else {
     TESSERA_ASSIGN_OR_RETURN(cluster, TpRuntime::start(o, *dtype, sc));
     runner = cluster->group.get();
+  }
+  if (!o.dump_logits.empty()) {
+    recorder = std::make_unique<LogitRecorder>(*runner);
+    runner = recorder.get();
   }
   Engine engine(sc, *runner);
 

@@ -1,7 +1,8 @@
 // tessera-make-checkpoint: writes a random-weight model in Hugging Face layout (config.json as
-// transformers 4.47 writes it, model.safetensors or shards + model.safetensors.index.json) for
-// Llama, BLOOM or Mixtral, so that benchmarks and tests can use models of any size without
-// downloading one. Weights are deterministic in --seed and the tensor name (sharding does not
+// transformers' save_pretrained writes it, model.safetensors or shards +
+// model.safetensors.index.json) for any architecture of the table (worker/arch_spec.cc):
+// config keys from the row, tensors from the loader's own list (worker/arch_tensors.h), so
+// that benchmarks and tests can use models of any size and family without downloading one. Weights are deterministic in --seed and the tensor name (sharding does not
 // change them) and are written chunk by chunk, so memory stays small whatever the model size.
 #include <CLI/CLI.hpp>
 
@@ -19,6 +20,9 @@
 #include "common/logging.h"
 #include "common/safetensors_writer.h"
 #include "common/status.h"
+#include "worker/arch_spec.h"
+#include "worker/arch_tensors.h"
+#include "worker/model_config.h"
 
 namespace tessera {
 namespace {
@@ -26,27 +30,27 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ModelShape {
-  std::string arch;  // llama | bloom | mixtral
+  std::string arch;  // a row of the architecture table (worker/arch_spec.cc)
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, ffn = 128, vocab = 512;
   int64_t experts = 4, top_k = 2, max_positions = 2048;
   double rope_theta = 10000.0;
   bool tie = false;
 };
 
-enum class Init { kMatrix, kNorm, kBias };
-
-struct WeightSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  Init init;
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
+const ArchSpec* find_row(const std::string& name) {
+  for (const ArchSpec& spec : arch_specs()) {
+    if (spec.name == name) return &spec;
   }
-};
+  return nullptr;
+}
 
-Status validate(const ModelShape& m) {
+std::string row_names() {
+  std::string out;
+  for (const ArchSpec& spec : arch_specs()) out += (out.empty() ? "" : ", ") + spec.name;
+  return out;
+}
+
+Status validate(const ModelShape& m, const ArchSpec& a) {
   for (auto [flag, v] : {std::pair{"--hidden", m.hidden}, {"--layers", m.layers}, {"--heads", m.heads},
                          {"--kv-heads", m.kv_heads}, {"--ffn", m.ffn}, {"--vocab", m.vocab},
                          {"--experts", m.experts}, {"--top-k", m.top_k}, {"--max-positions", m.max_positions}}) {
@@ -60,122 +64,52 @@ Status validate(const ModelShape& m) {
     return invalid_argument("--kv-heads " + std::to_string(m.kv_heads) + " does not divide --heads " +
                             std::to_string(m.heads));
   }
-  if (m.arch == "bloom") {
-    if (m.kv_heads != m.heads) return invalid_argument("bloom has no grouped-query attention: --kv-heads must equal --heads");
-    if (m.ffn != 4 * m.hidden) return invalid_argument("bloom's MLP is 4 * hidden wide: --ffn must be " + std::to_string(4 * m.hidden));
+  if (a.keys.kv_heads.empty() && m.kv_heads != m.heads) {
+    return invalid_argument(a.name + " has no grouped-query attention: --kv-heads must equal --heads");
   }
-  if (m.arch == "mixtral" && m.top_k > m.experts) {
+  if (a.keys.ffn.empty() && m.ffn != a.ffn_multiple * m.hidden) {
+    return invalid_argument(a.name + "'s MLP is " + std::to_string(a.ffn_multiple) + " * hidden wide: --ffn must be " +
+                            std::to_string(a.ffn_multiple * m.hidden));
+  }
+  if (a.moe && m.top_k > m.experts) {
     return invalid_argument("--top-k " + std::to_string(m.top_k) + " exceeds --experts " + std::to_string(m.experts));
   }
   if (!(m.rope_theta > 0)) return invalid_argument("--rope-theta must be positive");
   return Status::ok();
 }
 
-std::vector<WeightSpec> weight_specs(const ModelShape& m) {
-  const int64_t H = m.hidden, F = m.ffn, V = m.vocab, kv = m.kv_heads * (m.hidden / m.heads);
-  std::vector<WeightSpec> w;
-  if (m.arch == "bloom") {
-    w.push_back({"transformer.word_embeddings.weight", {V, H}, Init::kMatrix});
-    w.push_back({"transformer.word_embeddings_layernorm.weight", {H}, Init::kNorm});
-    w.push_back({"transformer.word_embeddings_layernorm.bias", {H}, Init::kBias});
-    for (int64_t l = 0; l < m.layers; ++l) {
-      std::string p = "transformer.h." + std::to_string(l) + ".";
-      w.push_back({p + "input_layernorm.weight", {H}, Init::kNorm});
-      w.push_back({p + "input_layernorm.bias", {H}, Init::kBias});
-      w.push_back({p + "self_attention.query_key_value.weight", {3 * H, H}, Init::kMatrix});
-      w.push_back({p + "self_attention.query_key_value.bias", {3 * H}, Init::kBias});
-      w.push_back({p + "self_attention.dense.weight", {H, H}, Init::kMatrix});
-      w.push_back({p + "self_attention.dense.bias", {H}, Init::kBias});
-      w.push_back({p + "post_attention_layernorm.weight", {H}, Init::kNorm});
-      w.push_back({p + "post_attention_layernorm.bias", {H}, Init::kBias});
-      w.push_back({p + "mlp.dense_h_to_4h.weight", {F, H}, Init::kMatrix});
-      w.push_back({p + "mlp.dense_h_to_4h.bias", {F}, Init::kBias});
-      w.push_back({p + "mlp.dense_4h_to_h.weight", {H, F}, Init::kMatrix});
-      w.push_back({p + "mlp.dense_4h_to_h.bias", {H}, Init::kBias});
-    }
-    w.push_back({"transformer.ln_f.weight", {H}, Init::kNorm});
-    w.push_back({"transformer.ln_f.bias", {H}, Init::kBias});
-    return w;  // lm_head is tied to word_embeddings
-  }
-  w.push_back({"model.embed_tokens.weight", {V, H}, Init::kMatrix});
-  for (int64_t l = 0; l < m.layers; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
-    w.push_back({p + "input_layernorm.weight", {H}, Init::kNorm});
-    w.push_back({p + "self_attn.q_proj.weight", {H, H}, Init::kMatrix});
-    w.push_back({p + "self_attn.k_proj.weight", {kv, H}, Init::kMatrix});
-    w.push_back({p + "self_attn.v_proj.weight", {kv, H}, Init::kMatrix});
-    w.push_back({p + "self_attn.o_proj.weight", {H, H}, Init::kMatrix});
-    w.push_back({p + "post_attention_layernorm.weight", {H}, Init::kNorm});
-    if (m.arch == "mixtral") {
-      w.push_back({p + "block_sparse_moe.gate.weight", {m.experts, H}, Init::kMatrix});
-      for (int64_t e = 0; e < m.experts; ++e) {
-        std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-        w.push_back({q + "w1.weight", {F, H}, Init::kMatrix});
-        w.push_back({q + "w2.weight", {H, F}, Init::kMatrix});
-        w.push_back({q + "w3.weight", {F, H}, Init::kMatrix});
-      }
-    } else {
-      w.push_back({p + "mlp.gate_proj.weight", {F, H}, Init::kMatrix});
-      w.push_back({p + "mlp.up_proj.weight", {F, H}, Init::kMatrix});
-      w.push_back({p + "mlp.down_proj.weight", {H, F}, Init::kMatrix});
-    }
-  }
-  w.push_back({"model.norm.weight", {H}, Init::kNorm});
-  if (!m.tie) w.push_back({"lm_head.weight", {V, H}, Init::kMatrix});
-  return w;
-}
-
-// Keys as transformers 4.47's save_pretrained() writes them (see shared/fixtures/tiny-*/config.json).
-nlohmann::json make_config(const ModelShape& m, DType dtype) {
-  nlohmann::json c;
+// config.json from the row: its family-specific keys (config_extras) plus the shape under
+// the row's own key names, as save_pretrained() writes them (see shared/fixtures/tiny-*).
+nlohmann::json make_config(const ModelShape& m, const ArchSpec& a, DType dtype) {
+  nlohmann::json c = nlohmann::json::parse(a.config_extras);
+  const ConfigKeys& k = a.keys;
+  c["architectures"] = {a.hf_architecture};
+  c["model_type"] = a.model_types[0];
   c["bos_token_id"] = 1;
   c["eos_token_id"] = 2;
-  c["hidden_size"] = m.hidden;
   c["initializer_range"] = 0.02;
   c["attention_dropout"] = 0.0;
   c["torch_dtype"] = dtype_name(dtype);
   c["transformers_version"] = "4.47.1";
   c["use_cache"] = true;
   c["vocab_size"] = m.vocab;
-  if (m.arch == "bloom") {
-    c["apply_residual_connection_post_layernorm"] = false;
-    c["architectures"] = {"BloomForCausalLM"};
-    c["hidden_dropout"] = 0.0;
-    c["layer_norm_epsilon"] = 1e-5;
-    c["model_type"] = "bloom";
-    c["n_head"] = m.heads;
-    c["n_layer"] = m.layers;
-    c["pretraining_tp"] = 1;
-    c["slow_but_exact"] = false;
-    return c;  // tie_word_embeddings defaults to true for BLOOM and is not written
-  }
-  c["head_dim"] = m.hidden / m.heads;
-  c["hidden_act"] = "silu";
-  c["intermediate_size"] = m.ffn;
-  c["max_position_embeddings"] = m.max_positions;
-  c["num_attention_heads"] = m.heads;
-  c["num_hidden_layers"] = m.layers;
-  c["num_key_value_heads"] = m.kv_heads;
-  c["rms_norm_eps"] = 1e-5;
-  c["rope_theta"] = m.rope_theta;
-  c["tie_word_embeddings"] = m.tie;
-  if (m.arch == "mixtral") {
-    c["architectures"] = {"MixtralForCausalLM"};
-    c["model_type"] = "mixtral";
+  c[k.hidden[0]] = m.hidden;
+  c[k.layers[0]] = m.layers;
+  c[k.heads[0]] = m.heads;
+  if (!k.kv_heads.empty()) c[k.kv_heads[0]] = m.kv_heads;
+  if (!k.head_dim.empty()) c[k.head_dim[0]] = m.hidden / m.heads;
+  if (!k.ffn.empty()) c[k.ffn[0]] = m.ffn;
+  c[k.norm_eps[0]] = 1e-5;
+  if (a.position == PositionKind::kRotary && !k.rope_theta.empty()) c[k.rope_theta[0]] = m.rope_theta;
+  if (!k.max_positions.empty()) c[k.max_positions[0]] = m.max_positions;
+  if (a.moe) {
+    c[k.experts[0]] = m.experts;
     c["num_experts_per_tok"] = m.top_k;
-    c["num_local_experts"] = m.experts;
-    c["output_router_logits"] = false;
-    c["router_aux_loss_coef"] = 0.001;
-    c["router_jitter_noise"] = 0.0;
-    c["sliding_window"] = nullptr;
-  } else {
-    c["architectures"] = {"LlamaForCausalLM"};
-    c["attention_bias"] = false;
-    c["mlp_bias"] = false;
-    c["model_type"] = "llama";
-    c["pretraining_tp"] = 1;
-    c["rope_scaling"] = nullptr;
+    if (!k.moe_ffn.empty()) c[k.moe_ffn[0]] = m.ffn;
+    if (a.shared_expert) c["shared_expert_intermediate_size"] = m.ffn;
   }
+  // A family whose default is tied (BLOOM, Gemma, GPT-2) writes the key only to untie.
+  if (!a.tie_embeddings_default || !m.tie) c["tie_word_embeddings"] = m.tie;
   return c;
 }
 
@@ -208,14 +142,20 @@ void fill_normal(Rng& rng, float* out, size_t n, float mean, float std) {
   }
 }
 
-Status write_tensor(SafetensorsWriter& writer, const WeightSpec& spec, DType dtype, uint64_t seed) {
+int64_t numel(const ExpectedTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+
+Status write_tensor(SafetensorsWriter& writer, const ExpectedTensor& spec, DType dtype, uint64_t seed) {
   constexpr size_t kChunk = 1 << 20;  // elements per chunk: 4 MB of f32
   Rng rng{seed ^ fnv1a(spec.name)};
   rng.next();
-  float mean = spec.init == Init::kNorm ? 1.f : 0.f;
-  std::vector<float> f32(std::min<size_t>(kChunk, static_cast<size_t>(spec.numel())));
+  float mean = spec.kind == ExpectedTensor::Kind::kNorm ? 1.f : 0.f;
+  std::vector<float> f32(std::min<size_t>(kChunk, static_cast<size_t>(numel(spec))));
   std::vector<uint16_t> half(dtype == DType::kF32 ? 0 : f32.size());
-  for (size_t done = 0, total = static_cast<size_t>(spec.numel()); done < total;) {
+  for (size_t done = 0, total = static_cast<size_t>(numel(spec)); done < total;) {
     size_t n = std::min(kChunk, total - done);
     fill_normal(rng, f32.data(), n, mean, 0.02f);
     if (dtype == DType::kF32) {
@@ -239,23 +179,28 @@ struct Options {
 
 Status run(const Options& opt) {
   const ModelShape& m = opt.shape;
-  std::vector<WeightSpec> specs = weight_specs(m);
+  const ArchSpec& arch = *find_row(m.arch);
+  const nlohmann::json config = make_config(m, arch, opt.dtype);
+  // The written config is read back as the engine reads it, and the tensors follow from
+  // that: whatever the loader will ask for is exactly what is written.
+  TESSERA_ASSIGN_OR_RETURN(const ModelConfig mc, parse_model_config(config, "generated config.json"));
+  const std::vector<ExpectedTensor> specs = expected_tensors(mc);
   const size_t esize = dtype_size(opt.dtype);
 
   // Plan shards first: every file's header lists its tensors before any data is written.
-  std::vector<std::vector<const WeightSpec*>> shards(1);
+  std::vector<std::vector<const ExpectedTensor*>> shards(1);
   const double limit = opt.shard_mb * 1e6;
   double in_shard = 0;
   int64_t params = 0;
   for (const auto& s : specs) {
-    double bytes = static_cast<double>(s.numel() * esize);
+    double bytes = static_cast<double>(numel(s) * esize);
     if (opt.shard_mb > 0 && in_shard > 0 && in_shard + bytes > limit) {
       shards.emplace_back();
       in_shard = 0;
     }
     shards.back().push_back(&s);
     in_shard += bytes;
-    params += s.numel();
+    params += numel(s);
   }
 
   std::error_code ec;
@@ -268,7 +213,7 @@ Status run(const Options& opt) {
 
   {
     std::ofstream cfg(fs::path(opt.out) / "config.json");
-    cfg << make_config(m, opt.dtype).dump(2) << "\n";
+    cfg << config.dump(2) << "\n";
     if (!cfg) return invalid_argument(opt.out + "/config.json: write failed");
   }
 
@@ -282,12 +227,12 @@ Status run(const Options& opt) {
       name = buf;
     }
     std::vector<SafetensorsWriter::Entry> entries;
-    for (const WeightSpec* s : shards[i]) {
+    for (const ExpectedTensor* s : shards[i]) {
       entries.push_back({s->name, opt.dtype, s->shape});
       weight_map[s->name] = name;
     }
     TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::create((fs::path(opt.out) / name).string(), entries));
-    for (const WeightSpec* s : shards[i]) TESSERA_RETURN_IF_ERROR(write_tensor(*writer, *s, opt.dtype, opt.seed));
+    for (const ExpectedTensor* s : shards[i]) TESSERA_RETURN_IF_ERROR(write_tensor(*writer, *s, opt.dtype, opt.seed));
     TESSERA_RETURN_IF_ERROR(writer->finish());
     file_bytes += writer->file_bytes();
   }
@@ -310,25 +255,28 @@ Status run(const Options& opt) {
 int main(int argc, char** argv) {
   using namespace tessera;
   init_logging("make-ckpt");
-  CLI::App app{"Writes a random-weight Llama, BLOOM or Mixtral checkpoint in Hugging Face layout"};
+  CLI::App app{"Writes a random-weight checkpoint of any architecture in the table (" + row_names() +
+               ") in Hugging Face layout"};
   Options opt;
   ModelShape& m = opt.shape;
   std::string preset = "tiny", dtype = "float32";
-  app.add_option("--arch", m.arch, "architecture")->required()->check(CLI::IsMember({"llama", "bloom", "mixtral"}));
+  std::vector<std::string> names;
+  for (const ArchSpec& spec : arch_specs()) names.push_back(spec.name);
+  app.add_option("--arch", m.arch, "architecture (a row of the table)")->required()->check(CLI::IsMember(names));
   app.add_option("--out", opt.out, "output folder (created if missing)")->required();
-  app.add_option("--preset", preset, "tiny (hidden 64, 2 layers) or 100m (Llama-shaped, hidden 768, 12 layers)")
+  app.add_option("--preset", preset, "tiny (hidden 64, 2 layers) or 100m (hidden 768, 12 layers, 12 heads)")
       ->check(CLI::IsMember({"tiny", "100m"}));
   auto* hidden = app.add_option("--hidden", m.hidden);
   auto* layers = app.add_option("--layers", m.layers);
   auto* heads = app.add_option("--heads", m.heads);
   auto* kv_heads = app.add_option("--kv-heads", m.kv_heads);
-  auto* ffn = app.add_option("--ffn", m.ffn, "MLP width (bloom: must be 4 * hidden)");
+  auto* ffn = app.add_option("--ffn", m.ffn, "MLP width, also of each expert (bloom: must be 4 * hidden)");
   auto* vocab = app.add_option("--vocab", m.vocab);
-  auto* experts = app.add_option("--experts", m.experts, "mixtral only");
-  auto* top_k = app.add_option("--top-k", m.top_k, "mixtral only");
-  auto* max_pos = app.add_option("--max-positions", m.max_positions, "llama/mixtral only");
-  auto* theta = app.add_option("--rope-theta", m.rope_theta, "llama/mixtral only");
-  app.add_flag("--tie-embeddings", m.tie, "no lm_head.weight (always so for bloom)");
+  auto* experts = app.add_option("--experts", m.experts, "MoE architectures only");
+  auto* top_k = app.add_option("--top-k", m.top_k, "MoE architectures only");
+  auto* max_pos = app.add_option("--max-positions", m.max_positions, "not for ALiBi (bloom)");
+  auto* theta = app.add_option("--rope-theta", m.rope_theta, "rotary architectures only");
+  app.add_flag("--tie-embeddings", m.tie, "no LM head tensor (always so for bloom)");
   app.add_option("--dtype", dtype, "float32 | float16 | bfloat16")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   app.add_option("--seed", opt.seed);
@@ -341,35 +289,36 @@ int main(int argc, char** argv) {
 
   // The preset gives defaults; explicit flags win.
   ModelShape given = m;
-  const bool is_mixtral = m.arch == "mixtral";
+  const ArchSpec& arch = *find_row(m.arch);
+  const bool no_gqa = arch.keys.kv_heads.empty();
   ModelShape base;
   if (preset == "100m") {
     base.hidden = 768, base.layers = 12, base.heads = 12, base.kv_heads = 4, base.ffn = 2048, base.vocab = 32000;
     base.experts = 8, base.max_positions = 4096;
   }
-  if (m.arch == "bloom") {
-    base.kv_heads = base.heads;
-    base.ffn = 4 * base.hidden;
-  }
+  if (no_gqa) base.kv_heads = base.heads;
+  if (arch.keys.ffn.empty()) base.ffn = arch.ffn_multiple * base.hidden;
   auto pick = [](CLI::Option* o, int64_t v, int64_t dflt) { return o->count() ? v : dflt; };
   m.hidden = pick(hidden, given.hidden, base.hidden);
   m.layers = pick(layers, given.layers, base.layers);
   m.heads = pick(heads, given.heads, base.heads);
-  m.kv_heads = pick(kv_heads, given.kv_heads, m.arch == "bloom" ? m.heads : base.kv_heads);
-  m.ffn = pick(ffn, given.ffn, m.arch == "bloom" ? 4 * m.hidden : base.ffn);
+  m.kv_heads = pick(kv_heads, given.kv_heads, no_gqa ? m.heads : base.kv_heads);
+  m.ffn = pick(ffn, given.ffn, arch.keys.ffn.empty() ? arch.ffn_multiple * m.hidden : base.ffn);
   m.vocab = pick(vocab, given.vocab, base.vocab);
   m.experts = pick(experts, given.experts, base.experts);
   m.top_k = pick(top_k, given.top_k, base.top_k);
   m.max_positions = pick(max_pos, given.max_positions, base.max_positions);
-  m.rope_theta = theta->count() ? given.rope_theta : (is_mixtral ? 1e6 : 1e4);
+  m.rope_theta = theta->count() ? given.rope_theta : arch.rope_theta;
   Status flags = Status::ok();
-  if (!is_mixtral && (experts->count() || top_k->count()))
-    flags = invalid_argument("--experts and --top-k apply only to --arch mixtral");
-  if (m.arch == "bloom" && (max_pos->count() || theta->count()))
-    flags = invalid_argument("--max-positions and --rope-theta do not apply to bloom (ALiBi)");
-  if (m.arch == "bloom") m.tie = true;  // BLOOM has no lm_head: always tied
+  if (!arch.moe && (experts->count() || top_k->count()))
+    flags = invalid_argument("--experts and --top-k apply only to MoE architectures, not " + arch.name);
+  if (arch.position == PositionKind::kAlibi && (max_pos->count() || theta->count()))
+    flags = invalid_argument("--max-positions and --rope-theta do not apply to " + arch.name + " (ALiBi)");
+  if (arch.position == PositionKind::kLearned && theta->count())
+    flags = invalid_argument("--rope-theta does not apply to " + arch.name + " (learned positions)");
+  if (arch.name == "bloom") m.tie = true;  // BLOOM has no lm_head: always tied
   if (opt.shard_mb < 0) flags = invalid_argument("--shard-mb must not be negative");
-  if (flags.is_ok()) flags = validate(m);
+  if (flags.is_ok()) flags = validate(m, arch);
   if (!flags.is_ok()) {
     TESSERA_LOG_ERROR("{}", flags.message());
     return 2;

@@ -59,17 +59,19 @@ TensorInfo classify(const ArchSpec& arch, const std::string& name) {
   TensorInfo info;
   info.is_bias = ends_with(name, ".bias");
   info.weight = info.is_bias ? name.substr(0, name.size() - 5) + ".weight" : name;
-  for (size_t r = 0; r < static_cast<size_t>(TensorRole::kCount); ++r) {
-    const std::string& pattern = arch.names[r];
-    int layer = -1;
-    if (!pattern.empty() && match_pattern(pattern, info.weight, &layer)) {
-      info.role = static_cast<TensorRole>(r);
-      info.layer = layer;
-      break;
+  for (size_t r = 0; r < static_cast<size_t>(TensorRole::kCount) && info.role == kUnknown; ++r) {
+    if (arch.names[r].empty()) continue;
+    for (const std::string& pattern : name_alternatives(arch.names[r])) {
+      int layer = -1;
+      if (match_pattern(pattern, info.weight, &layer)) {
+        info.role = static_cast<TensorRole>(r);
+        info.layer = layer;
+        break;
+      }
     }
   }
   // The block prefix ("model.layers.") comes from the attention norm's pattern.
-  const std::string& norm = arch.name_of(TensorRole::kAttnNorm);
+  const std::string norm = name_alternatives(arch.name_of(TensorRole::kAttnNorm))[0];
   const std::string prefix = norm.substr(0, norm.find("{L}"));
   const std::string module = module_path(info.weight);
   if (module.rfind(prefix, 0) == 0) {
@@ -83,9 +85,20 @@ TensorInfo classify(const ArchSpec& arch, const std::string& name) {
   return info;
 }
 
+// Norms (and learned positions, which are as small and as whole): never split.
 bool is_norm(TensorRole r) {
-  return r == TensorRole::kEmbedNorm || r == TensorRole::kFinalNorm || r == TensorRole::kAttnNorm ||
-         r == TensorRole::kMlpNorm;
+  switch (r) {
+    case TensorRole::kEmbedNorm:
+    case TensorRole::kFinalNorm:
+    case TensorRole::kAttnNorm:
+    case TensorRole::kMlpNorm:
+    case TensorRole::kPostAttnNorm:
+    case TensorRole::kPostMlpNorm:
+    case TensorRole::kQNorm:
+    case TensorRole::kKNorm:
+    case TensorRole::kPosEmbed: return true;
+    default: return false;
+  }
 }
 bool is_vocab(TensorRole r) { return r == TensorRole::kEmbed || r == TensorRole::kLmHead; }
 // Linears (and tensors the table does not know) are what DeepSpeed's lists may move.
@@ -98,12 +111,19 @@ TpRole builtin_role(TensorRole r) {
     case TensorRole::kQ:
     case TensorRole::kK:
     case TensorRole::kV:
-    case TensorRole::kQkv:
+    case TensorRole::kQkv:  // fused q|k|v: split per head
     case TensorRole::kGate:
-    case TensorRole::kUp: return TpRole::kColumn;
+    case TensorRole::kUp:
+    case TensorRole::kGateUp:  // fused gate|up: each half split alike
+    case TensorRole::kExpertGate:
+    case TensorRole::kExpertUp:
+    case TensorRole::kSharedGate:
+    case TensorRole::kSharedUp: return TpRole::kColumn;
     case TensorRole::kO:
-    case TensorRole::kDown: return TpRole::kRow;
-    default: return TpRole::kKeep;  // norms, MoE router, unknown tensors
+    case TensorRole::kDown:
+    case TensorRole::kExpertDown:
+    case TensorRole::kSharedDown: return TpRole::kRow;
+    default: return TpRole::kKeep;  // norms, MoE router, shared-expert gate, unknown tensors
   }
 }
 
@@ -117,22 +137,9 @@ bool model_type_matches(const ModelConfig& config, const std::string& value) {
   return v == lower(config.model_type) || (config.arch != nullptr && v == config.arch->name);
 }
 
-// Hugging Face block class -> ArchSpec row name.
-const std::vector<std::pair<std::string, std::string>>& known_blocks() {
-  static const std::vector<std::pair<std::string, std::string>> blocks = {
-      {"BloomBlock", "bloom"},
-      {"LlamaDecoderLayer", "llama"},
-      {"MistralDecoderLayer", "llama"},
-      {"MixtralDecoderLayer", "mixtral"},
-  };
-  return blocks;
-}
-
 std::string blocks_of(const ArchSpec& arch) {
   std::string out;
-  for (const auto& [block, name] : known_blocks()) {
-    if (name == arch.name) out += (out.empty() ? "" : ", ") + block;
-  }
+  for (const std::string& block : arch.hf_blocks) out += (out.empty() ? "" : ", ") + block;
   return out;
 }
 
@@ -157,8 +164,15 @@ SplitDim split_dim(const ModelConfig& c, TensorRole r, TpRole role) {
     case TensorRole::kV: return out ? SplitDim{c.kv_heads, "num_key_value_heads", true} : hidden;
     case TensorRole::kO: return out ? hidden : SplitDim{c.heads, "num_attention_heads"};
     case TensorRole::kGate:
-    case TensorRole::kUp: return out ? SplitDim{c.ffn, "intermediate_size"} : hidden;
+    case TensorRole::kUp:
+    case TensorRole::kGateUp: return out ? SplitDim{c.ffn, "intermediate_size"} : hidden;
     case TensorRole::kDown: return out ? hidden : SplitDim{c.ffn, "intermediate_size"};
+    case TensorRole::kExpertGate:
+    case TensorRole::kExpertUp: return out ? SplitDim{c.moe_ffn, "the experts' intermediate size"} : hidden;
+    case TensorRole::kExpertDown: return out ? hidden : SplitDim{c.moe_ffn, "the experts' intermediate size"};
+    case TensorRole::kSharedGate:
+    case TensorRole::kSharedUp: return out ? SplitDim{c.shared_ffn, "shared_expert_intermediate_size"} : hidden;
+    case TensorRole::kSharedDown: return out ? hidden : SplitDim{c.shared_ffn, "shared_expert_intermediate_size"};
     case TensorRole::kRouter: return out ? SplitDim{c.num_experts, "num_local_experts"} : hidden;
     case TensorRole::kEmbed:
     case TensorRole::kLmHead: return out ? SplitDim{c.vocab, "vocab_size"} : hidden;
@@ -269,9 +283,7 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
   std::string policy_block;
   for (const auto& [block, linears] : options.injection_policy) {
     const auto& block_name = block;  // clang before 16 cannot capture a structured binding
-    auto it = std::find_if(known_blocks().begin(), known_blocks().end(),
-                           [&](const auto& b) { return b.first == block_name; });
-    if (it == known_blocks().end() || it->second != arch.name) {
+    if (find_arch_by_block(block_name) != &arch) {
       return invalid_argument("parallel.injection_policy: '" + block + "' is not a block of model_type " +
                               config.model_type + " (its block is " + blocks_of(arch) + ")");
     }
@@ -350,6 +362,15 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
 
 namespace {
 
+bool is_fused(TensorRole r) { return r == TensorRole::kQkv || r == TensorRole::kGateUp; }
+
+// Rows one rank holds of a column-split fused tensor.
+int64_t fused_rows_per_rank(const ModelConfig& c, TensorRole r, int world) {
+  if (r == TensorRole::kGateUp) return 2 * c.ffn / world;
+  const KvHeadRange kv = kv_heads_for_rank(c.heads, c.kv_heads, 0, world);
+  return (c.heads / world + 2 * kv.count) * c.head_dim;
+}
+
 bool kv_replicated(const ModelConfig& c, TensorRole r, TpRole role, int world) {
   return (r == TensorRole::kK || r == TensorRole::kV) && role == TpRole::kColumn && c.kv_heads > 0 &&
          c.kv_heads % world != 0;
@@ -366,9 +387,16 @@ Status check_tp_plan_shapes(const TpPlan& plan, const ModelConfig& config,
     if (role == TpRole::kKeep) continue;
     const TensorInfo info = classify(*config.arch, name);
     if (kv_replicated(config, info.role, role, world)) continue;
+    // Fused q|k|v and gate|up are gathered per head / per half (the heads and the
+    // intermediate size were checked above, by check_split).
+    if (is_fused(info.role) && role == TpRole::kColumn) continue;
     const bool one_d = shape.size() == 1;
     if (role == TpRole::kRow && one_d) continue;  // bias added once after the all-reduce
-    const size_t axis = role == TpRole::kRow ? 1 : 0;
+    size_t axis = role == TpRole::kRow ? 1 : 0;
+    if (config.arch->conv1d_weights && shape.size() == 2 && info.role != TensorRole::kLmHead &&
+        info.role != TensorRole::kEmbed) {
+      axis = 1 - axis;  // stored [in, out]
+    }
     if (shape.empty() || shape.size() > 2) {
       return invalid_argument(name + layer_text(info) + ": a " + tp_role_name(role) +
                               " split needs a 2-D weight (or 1-D bias), got rank " + std::to_string(shape.size()));
@@ -400,7 +428,11 @@ TpSlice slice_for(const TpPlan& plan, const ModelConfig& config, const std::stri
     TESSERA_CHECK_EQ(full_shape[0], config.kv_heads * config.head_dim) << tensor;
     return TpSlice{0, kv.first * config.head_dim, kv.count * config.head_dim};
   }
-  const int axis = role == TpRole::kRow ? 1 : 0;
+  int axis = role == TpRole::kRow ? 1 : 0;
+  if (config.arch != nullptr && config.arch->conv1d_weights && full_shape.size() == 2 && r != TensorRole::kLmHead &&
+      r != TensorRole::kEmbed) {
+    axis = 1 - axis;  // GPT-2's Conv1D weights are stored [in, out]
+  }
   TESSERA_CHECK(static_cast<size_t>(axis) < full_shape.size()) << tensor << ": no axis " << axis;
   const int64_t dim = full_shape[axis];
   if (role == TpRole::kVocab) {  // ceil-sized chunks; see check_split
@@ -434,12 +466,21 @@ std::string format_tp_plan(const TpPlan& plan, const ModelConfig& config,
     if (it != full_shapes.end()) {
       const auto& full = it->second;
       row.full = shape_text(full);
-      TpSlice s = slice_for(plan, config, name, full, 0);
-      std::vector<int64_t> part = full;
-      if (!s.whole()) part[s.axis] = s.count;
-      row.per_rank = shape_text(part);
       const TensorRole r = config.arch ? classify(*config.arch, name).role : kUnknown;
-      if (kv_replicated(config, r, role, plan.world_size)) {
+      std::vector<int64_t> part = full;
+      const bool fused = is_fused(r) && role == TpRole::kColumn && plan.world_size > 1 && !full.empty();
+      if (fused) {
+        // GPT-2 stores its Conv1D weights [in, out]: the split axis is the last one.
+        const size_t axis = config.arch->conv1d_weights && full.size() == 2 ? 1 : 0;
+        part[axis] = fused_rows_per_rank(config, r, plan.world_size);
+      } else {
+        TpSlice s = slice_for(plan, config, name, full, 0);
+        if (!s.whole()) part[s.axis] = s.count;
+      }
+      row.per_rank = shape_text(part);
+      if (fused) {
+        row.note = r == TensorRole::kQkv ? "q|k|v rows of each rank's heads" : "gate and up halves split alike";
+      } else if (kv_replicated(config, r, role, plan.world_size)) {
         row.note = "kv head = rank / " + std::to_string(plan.world_size / config.kv_heads) + " (replicated)";
       } else if (role == TpRole::kRow && full.size() == 1) {
         row.note = "added once after all-reduce";

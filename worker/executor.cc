@@ -1,5 +1,7 @@
 #include "worker/executor.h"
 
+#include <algorithm>
+
 #include "worker/sampler.h"
 
 namespace tessera {
@@ -10,6 +12,9 @@ Executor::Executor(Transformer& model, Backend& backend, int block_size, int num
 Status Executor::validate(const StepPlan& plan) const {
   const int64_t vocab = model_.config().vocab;
   const int block_size = cache_.block_size();
+  // With a window on every layer the scheduler frees the blocks wholly before the first new
+  // token's window (no query of the step reads them) and leaves -1 in their place.
+  const int32_t window = model_.config().kv_window();
   for (const SeqStep& s : plan.seqs) {
     const std::string who = "step " + std::to_string(plan.step_id) + ", sequence " + std::to_string(s.seq_id);
     if (s.tokens.empty()) return invalid_argument(who + ": no tokens");
@@ -21,8 +26,14 @@ Status Executor::validate(const StepPlan& plan) const {
       return invalid_argument(who + ": block table of " + std::to_string(s.block_table.size()) +
                               " blocks cannot hold " + std::to_string(total) + " tokens");
     }
-    for (int32_t b : s.block_table) {
-      if (b < 0 || b >= cache_.num_blocks()) return invalid_argument(who + ": block " + std::to_string(b) + " outside the pool");
+    const int64_t first_read = window > 0 ? std::max<int64_t>(0, s.num_computed - window + 1) / block_size : 0;
+    for (size_t k = 0; k < s.block_table.size(); ++k) {
+      const int32_t b = s.block_table[k];
+      if (b == -1 && static_cast<int64_t>(k) < first_read) continue;
+      if (b < 0 || b >= cache_.num_blocks()) {
+        return invalid_argument(who + ": block " + std::to_string(b) + " (table entry " + std::to_string(k) +
+                                ") outside the pool");
+      }
     }
   }
   for (const auto& [src, dst] : plan.block_copies) {
@@ -68,6 +79,7 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   std::vector<float> host(logits.numel());
   backend_.copy_to_host(logits.view(), host.data());
   if (logits_out != nullptr) *logits_out = host;
+  if (plan.return_logits) result.logits = host;
 
   size_t row = 0;
   for (const SeqStep& s : plan.seqs) {

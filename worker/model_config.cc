@@ -1,139 +1,259 @@
 #include "worker/model_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
+
+#include "worker/config_fields.h"
 
 namespace tessera {
 namespace {
 
-// Finds the first of `keys` present in `config`; BLOOM's configs use both the new names
-// (hidden_size, n_head) and old ones (n_embed, num_attention_heads) depending on their age.
-const nlohmann::json* find_key(const nlohmann::json& config, std::initializer_list<const char*> keys,
-                               std::string* found) {
-  for (const char* k : keys) {
-    auto it = config.find(k);
-    if (it != config.end() && !it->is_null()) {
-      *found = k;
-      return &*it;
-    }
+namespace cf = config_fields;
+
+Status parse_rope_scaling(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  auto rs = config.find("rope_scaling");
+  if (rs == config.end() || rs->is_null()) return Status::ok();
+  if (!rs->is_object()) return invalid_argument(source + ": \"rope_scaling\" must be an object or null, got " + rs->dump());
+  std::string type;
+  TESSERA_RETURN_IF_ERROR(cf::read_string(*rs, source + " rope_scaling", {"rope_type", "type"}, &type));
+  RopeScaling& s = c->rope_scaling;
+  if (type.empty() || type == "default") return Status::ok();
+  const std::string where = source + " rope_scaling";
+  if (type == "linear" || type == "llama3") {
+    if (cf::find(*rs, {"factor"}) == nullptr) return invalid_argument(where + ": missing key \"factor\"");
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_float(*rs, where, {"factor"}, &s.factor));
   }
-  return nullptr;
-}
-
-std::string key_list(std::initializer_list<const char*> keys) {
-  std::string s;
-  for (const char* k : keys) s += (s.empty() ? "\"" : "\" or \"") + std::string(k);
-  return s + "\"";
-}
-
-Status read_int(const nlohmann::json& config, const std::string& source,
-                std::initializer_list<const char*> keys, bool required, int64_t* out) {
-  std::string key;
-  const nlohmann::json* v = find_key(config, keys, &key);
-  if (v == nullptr) {
-    if (required) return invalid_argument(source + ": missing key " + key_list(keys));
+  if (type == "linear") {
+    s.kind = RopeScaling::Kind::kLinear;
     return Status::ok();
   }
-  if (!v->is_number_integer() || v->get<int64_t>() <= 0) {
-    return invalid_argument(source + ": key \"" + key + "\" must be a positive integer, got " + v->dump());
+  if (type == "llama3") {
+    s.kind = RopeScaling::Kind::kLlama3;
+    for (const char* key : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      if (cf::find(*rs, {key}) == nullptr) return invalid_argument(where + ": missing key \"" + std::string(key) + "\"");
+    }
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_float(*rs, where, {"low_freq_factor"}, &s.low_freq_factor));
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_float(*rs, where, {"high_freq_factor"}, &s.high_freq_factor));
+    TESSERA_RETURN_IF_ERROR(
+        cf::read_positive_int(*rs, where, {"original_max_position_embeddings"}, true, &s.original_max_positions));
+    if (s.high_freq_factor <= s.low_freq_factor) {
+      return invalid_argument(where + ": high_freq_factor must exceed low_freq_factor");
+    }
+    return Status::ok();
   }
-  *out = v->get<int64_t>();
+  return unimplemented(source + ": rope_scaling of type \"" + type +
+                       "\" is not supported (supported: default, linear, llama3)");
+}
+
+Status parse_moe(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  const ArchSpec& a = *c->arch;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, a.keys.experts, true, &c->num_experts));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, {"num_experts_per_tok"}, true, &c->top_k));
+  if (c->top_k > c->num_experts) {
+    return invalid_argument(source + ": num_experts_per_tok " + std::to_string(c->top_k) + " exceeds the " +
+                            std::to_string(c->num_experts) + " experts");
+  }
+  c->moe_ffn = c->ffn;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, a.keys.moe_ffn, false, &c->moe_ffn));
+  c->moe_normalize = a.moe_normalize;
+  TESSERA_RETURN_IF_ERROR(cf::read_bool(config, source, {"norm_topk_prob"}, &c->moe_normalize));
+  if (a.shared_expert) {
+    TESSERA_RETURN_IF_ERROR(
+        cf::read_positive_int(config, source, {"shared_expert_intermediate_size"}, true, &c->shared_ffn));
+  }
+  // transformers (Qwen2/3-MoE): layer l is sparse iff it is not in mlp_only_layers and
+  // (l + 1) % decoder_sparse_step == 0. Mixtral has neither key: every layer is sparse.
+  int64_t step = 1;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, {"decoder_sparse_step"}, false, &step));
+  std::set<int64_t> dense;
+  if (const nlohmann::json* only = cf::find(config, {"mlp_only_layers"})) {
+    if (!only->is_array()) return invalid_argument(source + ": \"mlp_only_layers\" must be a list of layer indices");
+    for (const auto& v : *only) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c->layers) {
+        return invalid_argument(source + ": \"mlp_only_layers\" holds " + v.dump() + ", not a layer index below " +
+                                std::to_string(c->layers));
+      }
+      dense.insert(v.get<int64_t>());
+    }
+  }
+  for (int64_t l = 0; l < c->layers; ++l) c->layer[l].moe = dense.count(l) == 0 && (l + 1) % step == 0;
   return Status::ok();
 }
 
-Status read_float(const nlohmann::json& config, const std::string& source,
-                  std::initializer_list<const char*> keys, float* out) {
-  std::string key;
-  const nlohmann::json* v = find_key(config, keys, &key);
-  if (v == nullptr) return Status::ok();
-  if (!v->is_number() || v->get<double>() <= 0) {
-    return invalid_argument(source + ": key \"" + key + "\" must be a positive number, got " + v->dump());
+// Which layers have a sliding window: an explicit "layer_types" list (newer configs), else
+// the row's rule applied to "sliding_window".
+Status parse_windows(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  const ArchSpec& a = *c->arch;
+  int64_t window = 0;
+  TESSERA_RETURN_IF_ERROR(cf::read_int(config, source, {"sliding_window"}, &window));
+  if (a.windows == WindowLayers::kNone || window == 0) {
+    if (a.windows == WindowLayers::kNone && window > 0) {
+      return unimplemented(source + ": \"sliding_window\" is not supported for model_type \"" + c->model_type + "\"");
+    }
+    return Status::ok();
   }
-  *out = v->get<float>();
+  if (window > (int64_t{1} << 30)) return invalid_argument(source + ": \"sliding_window\" " + std::to_string(window) + " is too large");
+  std::vector<bool> sliding(c->layers, false);
+  if (const nlohmann::json* types = cf::find(config, {"layer_types"})) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->layers) {
+      return invalid_argument(source + ": \"layer_types\" must list one type per layer (" + std::to_string(c->layers) + ")");
+    }
+    for (int64_t l = 0; l < c->layers; ++l) {
+      const nlohmann::json& t = (*types)[l];
+      if (t == "sliding_attention") {
+        sliding[l] = true;
+      } else if (t != "full_attention") {
+        return unimplemented(source + ": layer_types[" + std::to_string(l) + "] is " + t.dump() +
+                             " (supported: \"full_attention\", \"sliding_attention\")");
+      }
+    }
+  } else {
+    int64_t pattern = 6, first = 28;
+    bool use = false;
+    switch (a.windows) {
+      case WindowLayers::kAll: sliding.assign(c->layers, true); break;
+      case WindowLayers::kEven:
+        for (int64_t l = 0; l < c->layers; ++l) sliding[l] = l % 2 == 0;
+        break;
+      case WindowLayers::kPattern:
+        TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, {"sliding_window_pattern"}, false, &pattern));
+        for (int64_t l = 0; l < c->layers; ++l) sliding[l] = (l + 1) % pattern != 0;
+        break;
+      case WindowLayers::kFromLayer:
+        TESSERA_RETURN_IF_ERROR(cf::read_bool(config, source, {"use_sliding_window"}, &use));
+        TESSERA_RETURN_IF_ERROR(cf::read_int(config, source, {"max_window_layers"}, &first));
+        for (int64_t l = 0; l < c->layers; ++l) sliding[l] = use && l >= first;
+        break;
+      case WindowLayers::kNone: break;
+    }
+  }
+  for (int64_t l = 0; l < c->layers; ++l) c->layer[l].window = sliding[l] ? static_cast<int32_t>(window) : 0;
+  return Status::ok();
+}
+
+Status parse_activation(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  const ArchSpec& a = *c->arch;
+  c->activation = a.activation;
+  if (a.keys.activation.empty()) return Status::ok();
+  std::string key;
+  const nlohmann::json* v = cf::find(config, a.keys.activation, &key);
+  if (v == nullptr) return Status::ok();
+  if (!v->is_string()) return invalid_argument(source + ": key \"" + key + "\" must be a string, got " + v->dump());
+  if (!activation_from_name(v->get<std::string>(), &c->activation)) {
+    return unimplemented(source + ": activation \"" + v->get<std::string>() + "\" (key \"" + key +
+                         "\") is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, silu)");
+  }
+  return Status::ok();
+}
+
+Status parse_rotary(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  const ArchSpec& a = *c->arch;
+  if (a.position != PositionKind::kRotary) return Status::ok();
+  c->rope_theta = a.rope_theta;
+  if (!a.keys.rope_theta.empty()) {
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, a.keys.rope_theta, &c->rope_theta));
+  }
+  TESSERA_RETURN_IF_ERROR(parse_rope_scaling(config, source, c));
+  c->rotary_dim = c->head_dim;
+  std::string key;
+  if (const nlohmann::json* f = cf::find(config, a.keys.rotary_fraction, &key)) {
+    if (!f->is_number() || f->get<double>() <= 0 || f->get<double>() > 1) {
+      return invalid_argument(source + ": key \"" + key + "\" must be in (0, 1], got " + f->dump());
+    }
+    // transformers: int(head_dim * fraction).
+    c->rotary_dim = static_cast<int64_t>(static_cast<double>(c->head_dim) * f->get<double>());
+  }
+  if (c->rotary_dim < 2 || c->rotary_dim % 2 != 0) {
+    return invalid_argument(source + ": rotary embeddings need an even number of rotated dims, got " +
+                            std::to_string(c->rotary_dim) + " of head_dim " + std::to_string(c->head_dim));
+  }
+  return Status::ok();
+}
+
+Status read_token_id(const nlohmann::json& config, const char* key, int32_t* out) {
+  auto it = config.find(key);
+  if (it == config.end()) return Status::ok();
+  // Llama 3 lists several end-of-sequence ids; the first is the one a plain completion ends on.
+  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
+    *out = (*it)[0].get<int32_t>();
+  } else if (it->is_number_integer()) {
+    *out = it->get<int32_t>();
+  }
   return Status::ok();
 }
 
 }  // namespace
+
+int32_t ModelConfig::kv_window() const {
+  int32_t w = 0;
+  for (const LayerSpec& l : layer) {
+    if (l.window == 0) return 0;
+    w = std::max(w, l.window);
+  }
+  return w;
+}
 
 StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config, const std::string& source) {
   if (!config.is_object()) return invalid_argument(source + ": expected a JSON object");
   ModelConfig c;
   auto mt = config.find("model_type");
   if (mt == config.end() || !mt->is_string()) {
-    return invalid_argument(source + ": missing string key \"model_type\" (supported: " +
-                            supported_model_types() + ")");
+    return invalid_argument(source + ": missing string key \"model_type\" (supported: " + supported_model_types() + ")");
   }
   c.model_type = mt->get<std::string>();
   c.arch = find_arch_spec(c.model_type);
   if (c.arch == nullptr) {
-    return unimplemented(source + ": unknown model_type \"" + c.model_type +
-                         "\" (supported: " + supported_model_types() + ")");
+    return unimplemented(source + ": unknown model_type \"" + c.model_type + "\" (supported: " +
+                         supported_model_types() + ")");
   }
-  TESSERA_RETURN_IF_ERROR(read_int(config, source, {"hidden_size", "n_embed", "d_model"}, true, &c.hidden));
-  TESSERA_RETURN_IF_ERROR(read_int(config, source, {"num_hidden_layers", "n_layer"}, true, &c.layers));
-  TESSERA_RETURN_IF_ERROR(read_int(config, source, {"num_attention_heads", "n_head"}, true, &c.heads));
-  TESSERA_RETURN_IF_ERROR(read_int(config, source, {"vocab_size"}, true, &c.vocab));
+  const ArchSpec& a = *c.arch;
+  const ConfigKeys& k = a.keys;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, k.hidden, true, &c.hidden));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, k.layers, true, &c.layers));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, k.heads, true, &c.heads));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, {"vocab_size"}, true, &c.vocab));
+  if (c.layers > 100000) return invalid_argument(source + ": " + std::to_string(c.layers) + " layers is not a model");
   c.kv_heads = c.heads;
-  TESSERA_RETURN_IF_ERROR(read_int(config, source, {"num_key_value_heads"}, false, &c.kv_heads));
-  if (c.hidden % c.heads != 0 && config.find("head_dim") == config.end()) {
+  if (!k.kv_heads.empty()) TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, k.kv_heads, false, &c.kv_heads));
+  if (c.hidden % c.heads != 0 && cf::find(config, k.head_dim) == nullptr) {
     return invalid_argument(source + ": hidden size " + std::to_string(c.hidden) +
                             " is not divisible by the number of heads " + std::to_string(c.heads));
   }
   c.head_dim = c.hidden / c.heads;
-  TESSERA_RETURN_IF_ERROR(read_int(config, source, {"head_dim"}, false, &c.head_dim));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, k.head_dim, false, &c.head_dim));
+  c.ffn = a.ffn_multiple * c.hidden;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, k.ffn, a.ffn_multiple == 0, &c.ffn));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, k.norm_eps, &c.norm_eps));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, k.max_positions, false, &c.max_positions));
+  c.qkv = a.qkv;
+  c.block = a.block;
+  c.mlp_norm = !a.name_of(TensorRole::kMlpNorm).empty();
+  c.layer.assign(c.layers, LayerSpec{});
+  for (LayerSpec& l : c.layer) l.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  TESSERA_RETURN_IF_ERROR(parse_activation(config, source, &c));
+  TESSERA_RETURN_IF_ERROR(parse_rotary(config, source, &c));
+  if (a.moe) TESSERA_RETURN_IF_ERROR(parse_moe(config, source, &c));
+  TESSERA_RETURN_IF_ERROR(parse_windows(config, source, &c));
+  c.tie_embeddings = a.tie_embeddings_default;
+  TESSERA_RETURN_IF_ERROR(cf::read_bool(config, source, {"tie_word_embeddings"}, &c.tie_embeddings));
+  TESSERA_RETURN_IF_ERROR(read_token_id(config, "bos_token_id", &c.bos_id));
+  TESSERA_RETURN_IF_ERROR(read_token_id(config, "eos_token_id", &c.eos_id));
+  if (a.adapt != nullptr) TESSERA_RETURN_IF_ERROR(a.adapt(config, source, &c));
+  // Checked after the family's own fields, which may set the KV heads (Falcon).
   if (c.heads % c.kv_heads != 0) {
     return invalid_argument(source + ": num_attention_heads " + std::to_string(c.heads) +
                             " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
   }
-  if (c.arch->position == PositionKind::kRotary && c.head_dim % 2 != 0) {
-    return invalid_argument(source + ": rotary embeddings need an even head_dim, got " +
-                            std::to_string(c.head_dim));
+  if (c.qkv == QkvLayout::kGrouped && a.qkv == QkvLayout::kGrouped && c.kv_heads != c.heads) {
+    return invalid_argument(source + ": model_type \"" + c.model_type + "\" has no grouped-query attention, but "
+                            "num_key_value_heads " + std::to_string(c.kv_heads) + " differs from the " +
+                            std::to_string(c.heads) + " heads");
   }
-  if (c.arch->mlp == MlpKind::kGeluDense) {
-    c.ffn = 4 * c.hidden;  // BLOOM's MLP is always 4h
-  } else {
-    TESSERA_RETURN_IF_ERROR(read_int(config, source, {"intermediate_size"}, true, &c.ffn));
+  if (a.position == PositionKind::kLearned && c.max_positions == 0) {
+    return invalid_argument(source + ": learned position embeddings need " + config_fields::key_list(k.max_positions));
   }
-  if (c.arch->norm == NormKind::kLayerNorm) {
-    TESSERA_RETURN_IF_ERROR(read_float(config, source, {"layer_norm_epsilon", "layer_norm_eps"}, &c.norm_eps));
-  } else {
-    TESSERA_RETURN_IF_ERROR(read_float(config, source, {"rms_norm_eps"}, &c.norm_eps));
-  }
-  if (c.arch->position == PositionKind::kRotary) {
-    TESSERA_RETURN_IF_ERROR(read_float(config, source, {"rope_theta"}, &c.rope_theta));
-    auto rs = config.find("rope_scaling");
-    if (rs != config.end() && !rs->is_null()) {
-      std::string type = rs->is_object() ? rs->value("rope_type", rs->value("type", std::string("?"))) : "?";
-      if (type != "default") {
-        return unimplemented(source + ": rope_scaling of type \"" + type + "\" is not supported yet");
-      }
-    }
-  }
-  TESSERA_RETURN_IF_ERROR(read_int(config, source, {"max_position_embeddings", "n_positions"}, false,
-                                   &c.max_positions));
-  if (c.arch->mlp == MlpKind::kMoeSwiGlu) {
-    TESSERA_RETURN_IF_ERROR(read_int(config, source, {"num_local_experts", "num_experts"}, true, &c.num_experts));
-    TESSERA_RETURN_IF_ERROR(read_int(config, source, {"num_experts_per_tok"}, true, &c.top_k));
-    if (c.top_k > c.num_experts) {
-      return invalid_argument(source + ": num_experts_per_tok " + std::to_string(c.top_k) +
-                              " exceeds num_local_experts " + std::to_string(c.num_experts));
-    }
-  }
-  c.tie_embeddings = c.arch->tie_embeddings_default;
-  if (auto it = config.find("tie_word_embeddings"); it != config.end() && it->is_boolean()) {
-    c.tie_embeddings = it->get<bool>();
-  }
-  if (config.value("apply_residual_connection_post_layernorm", false)) {
-    return unimplemented(source + ": apply_residual_connection_post_layernorm=true is not supported");
-  }
-  // Sliding-window attention equals full attention while a sequence fits in the window, so
-  // such models are served with their context capped at the window.
-  if (auto it = config.find("sliding_window"); it != config.end() && it->is_number_integer() &&
-                                               it->get<int64_t>() > 0) {
-    const int64_t window = it->get<int64_t>();
-    if (c.max_positions == 0 || c.max_positions > window) c.max_positions = window;
-  }
-  if (auto it = config.find("bos_token_id"); it != config.end() && it->is_number_integer()) c.bos_id = it->get<int32_t>();
-  if (auto it = config.find("eos_token_id"); it != config.end() && it->is_number_integer()) c.eos_id = it->get<int32_t>();
   return c;
 }
 
@@ -148,12 +268,47 @@ Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, cons
     }
   }
   const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
-  if (c.max_positions > 0 && c.arch->position == PositionKind::kRotary && total > c.max_positions) {
+  if (c.max_positions > 0 && c.arch->position != PositionKind::kAlibi && total > c.max_positions) {
     return invalid_argument(who + ": " + std::to_string(prompt.size()) + " prompt tokens + " +
                             std::to_string(max_new_tokens) + " new tokens exceed the model's context of " +
                             std::to_string(c.max_positions));
   }
   return Status::ok();
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) {
+  const bool local = c.layer[layer].local_rope && c.rope_local_theta > 0;
+  const float theta = local ? c.rope_local_theta : c.rope_theta;
+  const int64_t dim = c.rotary_dim, half = dim / 2;
+  // transformers' float32 formula: 1 / theta ** (arange(0, dim, 2).float() / dim).
+  std::vector<float> inv(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    inv[i] = 1.0f / std::pow(theta, exponent);
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (local || s.kind == RopeScaling::Kind::kNone) return inv;
+  if (s.kind == RopeScaling::Kind::kLinear) {
+    for (float& f : inv) f /= s.factor;
+    return inv;
+  }
+  // llama3 (_compute_llama3_parameters): long wavelengths divided by factor, short ones
+  // kept, those between interpolated.
+  const float old_ctx = static_cast<float>(s.original_max_positions);
+  const float low_wavelen = old_ctx / s.low_freq_factor;
+  const float high_wavelen = old_ctx / s.high_freq_factor;
+  const float two_pi = static_cast<float>(2.0 * M_PI);
+  for (float& f : inv) {
+    const float wavelen = two_pi / f;
+    const float scaled = wavelen > low_wavelen ? f / s.factor : f;
+    if (wavelen < high_wavelen || wavelen > low_wavelen) {
+      f = scaled;
+      continue;
+    }
+    const float smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+    f = (1.0f - smooth) * scaled / s.factor + smooth * scaled;
+  }
+  return inv;
 }
 
 }  // namespace tessera

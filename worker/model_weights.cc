@@ -22,28 +22,74 @@ struct Slice {
 Slice rows(int64_t begin, int64_t count) { return {0, begin, count}; }
 Slice cols(int64_t begin, int64_t count) { return {1, begin, count}; }
 
+// Rows [begin, begin + count) of the logical [out, in] weight `name` (whose full row count
+// is `out`): one piece of a gathered matrix.
+struct Segment {
+  std::string name;
+  int64_t out = 0;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
+// Appends a segment, merging it into the previous one when it continues it.
+void add_segment(std::vector<Segment>& segs, const std::string& name, int64_t out, int64_t begin, int64_t count) {
+  if (!segs.empty() && segs.back().name == name && segs.back().begin + segs.back().count == begin) {
+    segs.back().count += count;
+    return;
+  }
+  segs.push_back({name, out, begin, count});
+}
+
+// [a, b] -> [b, a] for any element size (GPT-2's Conv1D weights are stored [in, out]).
+Tensor transpose(const Tensor& t) {
+  const int64_t a = t.dim(0), b = t.dim(1);
+  const size_t es = dtype_size(t.dtype());
+  Tensor out = Tensor::zeros({b, a}, t.dtype());
+  const char* src = t.data<char>();
+  char* dst = out.data<char>();
+  for (int64_t i = 0; i < a; ++i) {
+    for (int64_t j = 0; j < b; ++j) std::memcpy(dst + (j * a + i) * es, src + (i * b + j) * es, es);
+  }
+  return out;
+}
+
 // Reads tensors (or this rank's slice of them) by name, checking each against the shape
 // config.json implies, so a mismatched checkpoint fails with the tensor's name rather than
-// garbage output.
+// garbage output. Linear weights are addressed in the logical [out, in] layout whatever
+// their storage (conv1d: stored [in, out]).
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, DType dtype) : ckpt_(ckpt), dtype_(dtype) {}
+  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d) : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d) {}
+
+  // The first alternative of a "a|b" name the checkpoint has (the first one when none).
+  std::string resolve(const std::string& names) const {
+    const std::vector<std::string> alts = name_alternatives(names);
+    for (const std::string& n : alts) {
+      if (ckpt_.find(n) != nullptr) return n;
+    }
+    return alts[0];
+  }
+  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
 
   StatusOr<Tensor> load(const std::string& name, const std::vector<int64_t>& shape, Slice slice = {}) {
+    return load_as(name, shape, slice, dtype_);
+  }
+
+  StatusOr<Tensor> load_as(const std::string& name, const std::vector<int64_t>& shape, Slice slice, DType dtype) {
     const TensorInfo* info = ckpt_.find(name);
     if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
     // An unsupported dtype is reported by name before the shape is compared.
-    if (!info->dtype_supported) return ckpt_.load(name, dtype_).status();
+    if (!info->dtype_supported) return ckpt_.load(name, dtype).status();
     if (info->shape != shape) {
       return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
                               " but config.json implies " + shape_str(shape));
     }
-    StatusOr<Tensor> t = slice.axis < 0 ? ckpt_.load(name, dtype_)
-                                        : ckpt_.load_slice(name, dtype_, slice.axis, slice.begin, slice.count);
+    StatusOr<Tensor> t = slice.axis < 0 ? ckpt_.load(name, dtype)
+                                        : ckpt_.load_slice(name, dtype, slice.axis, slice.begin, slice.count);
     if (!t.is_ok()) return t.status();
     // A converted or sliced copy no longer needs the mapped pages: drop them to keep peak
     // RSS near this rank's share.
-    if (info->dtype != dtype_ || slice.axis == 1) ckpt_.release(name);
+    if (info->dtype != dtype || slice.axis == 1) ckpt_.release(name);
     total_bytes_ += static_cast<int64_t>(t->nbytes());
     return t;
   }
@@ -54,18 +100,85 @@ class WeightReader {
     return load(name, shape, slice);
   }
 
+  // A norm's gamma (and beta for LayerNorm), always in float32: norms are tiny, and
+  // Gemma's (1 + w) must be formed before any rounding to 16 bits.
+  Status norm(const std::string& names, int64_t size, NormKind kind, float offset, Tensor* w, Tensor* b) {
+    const std::string name = resolve(names);
+    TESSERA_ASSIGN_OR_RETURN(Tensor g, load_as(name, {size}, {}, DType::kF32));
+    if (offset != 0.0f) {
+      Tensor copy = Tensor::zeros({size}, DType::kF32);
+      for (int64_t i = 0; i < size; ++i) copy.data<float>()[i] = g.data<float>()[i] + offset;
+      g = std::move(copy);
+    }
+    *w = std::move(g);
+    if (kind == NormKind::kLayerNorm) {
+      TESSERA_ASSIGN_OR_RETURN(*b, load_as(bias_name(name), {size}, {}, DType::kF32));
+    }
+    return Status::ok();
+  }
+
+  // Logical rows `slice` (axis 0) or columns (axis 1) of a linear [out, in] weight.
+  StatusOr<Tensor> matrix(const std::string& name, int64_t out, int64_t in, Slice slice) {
+    if (!conv1d_) return load(name, {out, in}, slice);
+    const Slice stored = slice.axis < 0 ? slice : Slice{1 - slice.axis, slice.begin, slice.count};
+    TESSERA_ASSIGN_OR_RETURN(Tensor t, load(name, {in, out}, stored));
+    Tensor flipped = transpose(t);
+    ckpt_.release(name);
+    return flipped;
+  }
+
   // A linear layer [out, in]. Column-parallel: `slice` takes rows, and the bias the same
   // rows. Row-parallel: `slice` takes columns; the bias is added once, by the rank with
   // `add_bias`, before the partial sums are all-reduced.
   StatusOr<LinearWeights> linear(const std::string& weight_name, int64_t out, int64_t in, Slice slice = {},
                                  bool add_bias = true) {
     LinearWeights l;
-    TESSERA_ASSIGN_OR_RETURN(l.w, load(weight_name, {out, in}, slice));
+    TESSERA_ASSIGN_OR_RETURN(l.w, matrix(weight_name, out, in, slice));
     if (add_bias) {
       const Slice bias_slice = slice.axis == 0 ? slice : Slice{};
       TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {out}, bias_slice));
     }
     return l;
+  }
+
+  // The rows of several segments stacked into one [sum of counts, in] matrix (a fused QKV
+  // or gate|up, or this rank's heads of one), biases likewise (all present or all absent).
+  StatusOr<LinearWeights> gather(const std::vector<Segment>& segs, int64_t in) {
+    if (segs.size() == 1) {
+      const Segment& s = segs[0];
+      return linear(s.name, s.out, in, s.count == s.out ? Slice{} : rows(s.begin, s.count));
+    }
+    std::vector<LinearWeights> parts;
+    int64_t total = 0;
+    for (const Segment& s : segs) {
+      TESSERA_ASSIGN_OR_RETURN(LinearWeights p, linear(s.name, s.out, in, rows(s.begin, s.count)));
+      if (!parts.empty() && p.b.empty() != parts[0].b.empty()) {
+        return invalid_argument("tensor \"" + bias_name(s.name) + "\": biases must be present for all or none of " +
+                                segs[0].name + " and " + s.name);
+      }
+      total += s.count;
+      parts.push_back(std::move(p));
+    }
+    LinearWeights packed;
+    packed.w = Tensor::zeros({total, in}, parts[0].w.dtype());
+    char* dst = packed.w.data<char>();
+    for (const LinearWeights& p : parts) {
+      std::memcpy(dst, p.w.data<char>(), p.w.nbytes());
+      dst += p.w.nbytes();
+    }
+    if (!parts[0].b.empty()) {
+      packed.b = Tensor::zeros({total}, parts[0].b.dtype());
+      char* bdst = packed.b.data<char>();
+      for (const LinearWeights& p : parts) {
+        std::memcpy(bdst, p.b.data<char>(), p.b.nbytes());
+        bdst += p.b.nbytes();
+      }
+    }
+    // Counted once as the packed copy; the parts are freed here.
+    for (const LinearWeights& p : parts) total_bytes_ -= static_cast<int64_t>(p.w.nbytes() + (p.b.empty() ? 0 : p.b.nbytes()));
+    total_bytes_ += static_cast<int64_t>(packed.w.nbytes() + (packed.b.empty() ? 0 : packed.b.nbytes()));
+    for (const Segment& s : segs) release_linear(s.name);
+    return packed;
   }
 
   // After a tensor was copied (packed, reordered), its mapped pages can go.
@@ -80,32 +193,9 @@ class WeightReader {
  private:
   const Checkpoint& ckpt_;
   DType dtype_;
+  bool conv1d_;
   int64_t total_bytes_ = 0;
 };
-
-// Stacks 2-D weights (same column count) into one [sum rows, cols] tensor; biases likewise
-// (all present or all absent).
-LinearWeights pack(const std::vector<const LinearWeights*>& parts) {
-  int64_t rows = 0;
-  const int64_t cols = parts[0]->w.dim(1);
-  for (const auto* p : parts) rows += p->w.dim(0);
-  LinearWeights packed;
-  packed.w = Tensor::zeros({rows, cols}, parts[0]->w.dtype());
-  char* dst = packed.w.data<char>();
-  for (const auto* p : parts) {
-    std::memcpy(dst, p->w.data<char>(), p->w.nbytes());
-    dst += p->w.nbytes();
-  }
-  if (!parts[0]->b.empty()) {
-    packed.b = Tensor::zeros({rows}, parts[0]->b.dtype());
-    char* bdst = packed.b.data<char>();
-    for (const auto* p : parts) {
-      std::memcpy(bdst, p->b.data<char>(), p->b.nbytes());
-      bdst += p->b.nbytes();
-    }
-  }
-  return packed;
-}
 
 // Rows of a tensor as a Tensor sharing its owner.
 Tensor row_view(const Tensor& t, int64_t begin, int64_t count) {
@@ -119,30 +209,10 @@ LinearWeights row_slice(const LinearWeights& l, int64_t begin, int64_t count) {
   return out;
 }
 
-// BLOOM stores QKV rows as [head, (q|k|v), head_dim]; reorder to [(q|k|v), head, head_dim].
-Tensor reorder_per_head_qkv(const Tensor& t, int64_t heads, int64_t head_dim) {
-  const int64_t row_bytes = t.ndim() == 2 ? t.dim(1) * static_cast<int64_t>(dtype_size(t.dtype()))
-                                          : static_cast<int64_t>(dtype_size(t.dtype()));
-  Tensor out = Tensor::zeros(t.view().dims(), t.dtype());
-  const char* src = t.data<char>();
-  char* dst = out.data<char>();
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t c = 0; c < 3; ++c) {
-      const int64_t src_row = (h * 3 + c) * head_dim;
-      const int64_t dst_row = (c * heads + h) * head_dim;
-      std::memcpy(dst + dst_row * row_bytes, src + src_row * row_bytes, head_dim * row_bytes);
-    }
-  }
-  return out;
-}
-
-Status load_norm(WeightReader& r, const std::string& weight_name, const ModelConfig& c, Tensor* w,
-                 Tensor* b) {
-  TESSERA_ASSIGN_OR_RETURN(*w, r.load(weight_name, {c.hidden}));
-  if (c.arch->norm == NormKind::kLayerNorm) {
-    TESSERA_ASSIGN_OR_RETURN(*b, r.load(bias_name(weight_name), {c.hidden}));
-  }
-  return Status::ok();
+Status load_norm(WeightReader& r, const ModelConfig& c, TensorRole role, int layer, Tensor* w, Tensor* b,
+                 int64_t size = 0) {
+  const ArchSpec& a = *c.arch;
+  return r.norm(tensor_name(a.name_of(role), layer), size > 0 ? size : c.hidden, a.norm, a.norm_weight_offset, w, b);
 }
 
 // What the TP plan says about one group of linears: split (inputs column-parallel, output
@@ -168,136 +238,212 @@ StatusOr<bool> group_is_split(const WeightLoadOptions& o, const std::vector<std:
   return true;
 }
 
+// Where this rank's q, k and v rows lie in the checkpoint, for any QKV layout.
+struct QkvSegments {
+  std::vector<Segment> q, k, v;
+};
+
+QkvSegments qkv_segments(const ModelConfig& c, int layer, int64_t q_off, int64_t q_heads, int64_t kv_off,
+                         int64_t kv_heads) {
+  const ArchSpec& a = *c.arch;
+  const int64_t D = c.head_dim, H = c.heads, KV = c.kv_heads;
+  QkvSegments s;
+  switch (c.qkv) {
+    case QkvLayout::kSeparate:
+      add_segment(s.q, tensor_name(a.name_of(TensorRole::kQ), layer), H * D, q_off * D, q_heads * D);
+      add_segment(s.k, tensor_name(a.name_of(TensorRole::kK), layer), KV * D, kv_off * D, kv_heads * D);
+      add_segment(s.v, tensor_name(a.name_of(TensorRole::kV), layer), KV * D, kv_off * D, kv_heads * D);
+      break;
+    case QkvLayout::kConcat: {
+      const std::string name = tensor_name(a.name_of(TensorRole::kQkv), layer);
+      const int64_t total = (H + 2 * KV) * D;
+      add_segment(s.q, name, total, q_off * D, q_heads * D);
+      add_segment(s.k, name, total, (H + kv_off) * D, kv_heads * D);
+      add_segment(s.v, name, total, (H + KV + kv_off) * D, kv_heads * D);
+      break;
+    }
+    case QkvLayout::kGrouped: {
+      // Rows per KV group g: [q heads g*qpg .. (g+1)*qpg - 1, k_g, v_g], D rows each.
+      const std::string name = tensor_name(a.name_of(TensorRole::kQkv), layer);
+      const int64_t qpg = H / KV, group_rows = (qpg + 2) * D, total = KV * group_rows;
+      for (int64_t h = q_off; h < q_off + q_heads; ++h) {
+        add_segment(s.q, name, total, (h / qpg) * group_rows + (h % qpg) * D, D);
+      }
+      for (int64_t g = kv_off; g < kv_off + kv_heads; ++g) {
+        add_segment(s.k, name, total, g * group_rows + qpg * D, D);
+        add_segment(s.v, name, total, g * group_rows + (qpg + 1) * D, D);
+      }
+      break;
+    }
+  }
+  return s;
+}
+
 Status load_attention(WeightReader& r, const ModelConfig& c, int layer, const WeightLoadOptions& o,
                       LayerWeights* lw) {
   const ArchSpec& a = *c.arch;
-  const bool inject = o.kernel_inject;
   const int64_t D = c.head_dim;
   const std::string o_name = tensor_name(a.name_of(TensorRole::kO), layer);
   std::vector<std::string> inputs;
-  if (a.qkv == QkvLayout::kFusedPerHead) {
-    inputs = {tensor_name(a.name_of(TensorRole::kQkv), layer)};
-  } else {
-    for (TensorRole role : {TensorRole::kQ, TensorRole::kK, TensorRole::kV}) {
-      inputs.push_back(tensor_name(a.name_of(role), layer));
-    }
+  for (TensorRole role : {TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kQkv}) {
+    if (!a.name_of(role).empty()) inputs.push_back(tensor_name(a.name_of(role), layer));
   }
   TESSERA_ASSIGN_OR_RETURN(lw->attn_split, group_is_split(o, inputs, o_name));
   const ShardSpec& sh = o.shard;
-  // Heads this rank computes (all of them when the attention is kept whole).
-  const int64_t q_heads = lw->attn_split ? sh.q_heads : c.heads;
-  const int64_t q_off = lw->attn_split ? sh.q_head_offset : 0;
-  const int64_t kv_heads = lw->attn_split ? sh.kv_heads : c.kv_heads;
-  const int64_t kv_off = lw->attn_split ? sh.kv_head_offset : 0;
-  const int64_t q_rows = q_heads * D, kv_rows = kv_heads * D;
-  const Slice whole;
-
-  if (a.qkv == QkvLayout::kFusedPerHead) {
-    // Rows are [head, (q|k|v), D]: a head range is one contiguous row range.
-    const std::string& name = inputs[0];
-    const Slice s = lw->attn_split ? rows(q_off * 3 * D, q_heads * 3 * D) : whole;
-    TESSERA_ASSIGN_OR_RETURN(LinearWeights raw, r.linear(name, 3 * c.heads * D, c.hidden, s));
-    lw->qkv.w = reorder_per_head_qkv(raw.w, q_heads, D);
-    if (!raw.b.empty()) lw->qkv.b = reorder_per_head_qkv(raw.b, q_heads, D);
-    raw = {};
-    r.release_linear(name);
-    if (!inject) {
-      lw->q = row_slice(lw->qkv, 0, q_rows);
-      lw->k = row_slice(lw->qkv, q_rows, kv_rows);
-      lw->v = row_slice(lw->qkv, q_rows + kv_rows, kv_rows);
-      lw->qkv = {};
-    }
-  } else {
-    const bool split = lw->attn_split;
-    TESSERA_ASSIGN_OR_RETURN(lw->q, r.linear(inputs[0], c.heads * D, c.hidden, split ? rows(q_off * D, q_rows) : whole));
-    TESSERA_ASSIGN_OR_RETURN(lw->k, r.linear(inputs[1], c.kv_heads * D, c.hidden, split ? rows(kv_off * D, kv_rows) : whole));
-    TESSERA_ASSIGN_OR_RETURN(lw->v, r.linear(inputs[2], c.kv_heads * D, c.hidden, split ? rows(kv_off * D, kv_rows) : whole));
-    if (inject) {
-      lw->qkv = pack({&lw->q, &lw->k, &lw->v});
-      lw->q = lw->k = lw->v = {};
-      for (const std::string& n : inputs) r.release_linear(n);
-    }
-  }
   const bool split = lw->attn_split;
-  TESSERA_ASSIGN_OR_RETURN(lw->o, r.linear(o_name, c.hidden, c.heads * D, split ? cols(q_off * D, q_rows) : whole,
+  // Heads this rank computes (all of them when the attention is kept whole).
+  const int64_t q_heads = split ? sh.q_heads : c.heads;
+  const int64_t q_off = split ? sh.q_head_offset : 0;
+  const int64_t kv_heads = split ? sh.kv_heads : c.kv_heads;
+  const int64_t kv_off = split ? sh.kv_head_offset : 0;
+  const QkvSegments segs = qkv_segments(c, layer, q_off, q_heads, kv_off, kv_heads);
+  if (o.kernel_inject) {
+    std::vector<Segment> all = segs.q;
+    for (const Segment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
+    for (const Segment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
+    TESSERA_ASSIGN_OR_RETURN(lw->qkv, r.gather(all, c.hidden));
+  } else if (c.qkv == QkvLayout::kSeparate) {
+    TESSERA_ASSIGN_OR_RETURN(lw->q, r.gather(segs.q, c.hidden));
+    TESSERA_ASSIGN_OR_RETURN(lw->k, r.gather(segs.k, c.hidden));
+    TESSERA_ASSIGN_OR_RETURN(lw->v, r.gather(segs.v, c.hidden));
+  } else {
+    // One fused source: gather this rank's rows once, then q, k, v are row views of it.
+    std::vector<Segment> all = segs.q;
+    for (const Segment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
+    for (const Segment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
+    TESSERA_ASSIGN_OR_RETURN(LinearWeights packed, r.gather(all, c.hidden));
+    lw->q = row_slice(packed, 0, q_heads * D);
+    lw->k = row_slice(packed, q_heads * D, kv_heads * D);
+    lw->v = row_slice(packed, (q_heads + kv_heads) * D, kv_heads * D);
+  }
+  if (a.qk_norm) {
+    Tensor unused;
+    TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kQNorm, layer, &lw->q_norm, &unused, D));
+    TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kKNorm, layer, &lw->k_norm, &unused, D));
+  }
+  TESSERA_ASSIGN_OR_RETURN(lw->o, r.linear(o_name, c.hidden, c.heads * D, split ? cols(q_off * D, q_heads * D) : Slice{},
                                            /*add_bias=*/!split || sh.rank == 0));
   return Status::ok();
 }
 
-// A SwiGLU MLP (dense or one expert): gate/up [ffn, hidden], down [hidden, ffn].
-Status load_swiglu(WeightReader& r, const ModelConfig& c, int layer, int expert, const WeightLoadOptions& o,
-                   bool* split, LinearWeights* gate, LinearWeights* up, LinearWeights* gate_up, LinearWeights* down) {
-  const ArchSpec& a = *c.arch;
-  const std::string gate_name = tensor_name(a.name_of(TensorRole::kGate), layer, expert);
-  const std::string up_name = tensor_name(a.name_of(TensorRole::kUp), layer, expert);
-  const std::string down_name = tensor_name(a.name_of(TensorRole::kDown), layer, expert);
-  TESSERA_ASSIGN_OR_RETURN(*split, group_is_split(o, {gate_name, up_name}, down_name));
-  const Slice in_slice = *split ? rows(o.shard.ffn_offset, o.shard.ffn) : Slice{};
-  const Slice out_slice = *split ? cols(o.shard.ffn_offset, o.shard.ffn) : Slice{};
-  TESSERA_ASSIGN_OR_RETURN(*gate, r.linear(gate_name, c.ffn, c.hidden, in_slice));
-  TESSERA_ASSIGN_OR_RETURN(*up, r.linear(up_name, c.ffn, c.hidden, in_slice));
-  TESSERA_ASSIGN_OR_RETURN(*down, r.linear(down_name, c.hidden, c.ffn, out_slice, !*split || o.shard.rank == 0));
-  if (o.kernel_inject) {
-    *gate_up = pack({gate, up});
-    *gate = *up = {};
-    r.release_linear(gate_name);
-    r.release_linear(up_name);
+// One MLP (dense, one expert, or the shared expert) of intermediate width `ffn`. Gated:
+// gate and up are separate tensors or the halves of a fused gate_up (Phi-3).
+struct MlpNames {
+  std::string gate, up, gate_up, down;  // gate/gate_up empty when not used
+};
+
+Status load_mlp_inputs(WeightReader& r, const ModelConfig& c, const MlpNames& n, int64_t ffn, int64_t f, int64_t off,
+                       bool gated, bool inject, ExpertWeights* w);
+
+Status load_mlp_group(WeightReader& r, const ModelConfig& c, const MlpNames& n, int64_t ffn, bool gated,
+                      const WeightLoadOptions& o, bool* split, ExpertWeights* w) {
+  std::vector<std::string> inputs;
+  for (const std::string* in : {&n.gate, &n.up, &n.gate_up}) {
+    if (!in->empty()) inputs.push_back(*in);
+  }
+  TESSERA_ASSIGN_OR_RETURN(*split, group_is_split(o, inputs, n.down));
+  const int64_t f = *split ? o.shard.share(ffn) : ffn;
+  const int64_t off = *split ? o.shard.share_offset(ffn) : 0;
+  TESSERA_RETURN_IF_ERROR(load_mlp_inputs(r, c, n, ffn, f, off, gated, o.kernel_inject, w));
+  TESSERA_ASSIGN_OR_RETURN(w->down, r.linear(n.down, c.hidden, ffn, *split ? cols(off, f) : Slice{},
+                                             !*split || o.shard.rank == 0));
+  return Status::ok();
+}
+
+// The input projections of one MLP: this rank's rows [off, off + f) of each (f = ffn when whole).
+Status load_mlp_inputs(WeightReader& r, const ModelConfig& c, const MlpNames& n, int64_t ffn, int64_t f, int64_t off,
+                       bool gated, bool inject, ExpertWeights* w) {
+  if (!gated) {
+    TESSERA_ASSIGN_OR_RETURN(w->up, r.linear(n.up, ffn, c.hidden, f == ffn ? Slice{} : rows(off, f)));
+    return Status::ok();
+  }
+  std::vector<Segment> gate, up;
+  if (!n.gate_up.empty()) {
+    add_segment(gate, n.gate_up, 2 * ffn, off, f);
+    add_segment(up, n.gate_up, 2 * ffn, ffn + off, f);
+  } else {
+    add_segment(gate, n.gate, ffn, off, f);
+    add_segment(up, n.up, ffn, off, f);
+  }
+  if (inject) {
+    std::vector<Segment> both = gate;
+    add_segment(both, up[0].name, up[0].out, up[0].begin, up[0].count);
+    TESSERA_ASSIGN_OR_RETURN(w->gate_up, r.gather(both, c.hidden));
+  } else if (!n.gate_up.empty()) {
+    std::vector<Segment> both = gate;
+    add_segment(both, up[0].name, up[0].out, up[0].begin, up[0].count);
+    TESSERA_ASSIGN_OR_RETURN(LinearWeights packed, r.gather(both, c.hidden));
+    w->gate = row_slice(packed, 0, f);
+    w->up = row_slice(packed, f, f);
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(w->gate, r.gather(gate, c.hidden));
+    TESSERA_ASSIGN_OR_RETURN(w->up, r.gather(up, c.hidden));
   }
   return Status::ok();
 }
 
+MlpNames mlp_names(const ArchSpec& a, TensorRole gate, TensorRole up, TensorRole gate_up, TensorRole down, int layer,
+                   int expert = -1) {
+  auto name = [&](TensorRole role) {
+    return a.name_of(role).empty() ? std::string() : tensor_name(a.name_of(role), layer, expert);
+  };
+  return {name(gate), name(up), gate_up == TensorRole::kCount ? std::string() : name(gate_up), name(down)};
+}
+
 Status load_mlp(WeightReader& r, const ModelConfig& c, int layer, const WeightLoadOptions& o, LayerWeights* lw) {
   const ArchSpec& a = *c.arch;
-  switch (a.mlp) {
-    case MlpKind::kGeluDense: {
-      const std::string up_name = tensor_name(a.name_of(TensorRole::kUp), layer);
-      const std::string down_name = tensor_name(a.name_of(TensorRole::kDown), layer);
-      TESSERA_ASSIGN_OR_RETURN(lw->mlp_split, group_is_split(o, {up_name}, down_name));
-      const bool split = lw->mlp_split;
-      TESSERA_ASSIGN_OR_RETURN(lw->up, r.linear(up_name, c.ffn, c.hidden,
-                                                split ? rows(o.shard.ffn_offset, o.shard.ffn) : Slice{}));
-      TESSERA_ASSIGN_OR_RETURN(lw->down, r.linear(down_name, c.hidden, c.ffn,
-                                                  split ? cols(o.shard.ffn_offset, o.shard.ffn) : Slice{},
-                                                  !split || o.shard.rank == 0));
-      return Status::ok();
-    }
-    case MlpKind::kSwiGlu: {
-      bool split = false;
-      TESSERA_RETURN_IF_ERROR(load_swiglu(r, c, layer, -1, o, &split, &lw->gate, &lw->up, &lw->gate_up, &lw->down));
-      lw->mlp_split = split;
-      return Status::ok();
-    }
-    case MlpKind::kMoeSwiGlu: {
-      // The router is always whole: every rank must route every token the same way.
-      TESSERA_ASSIGN_OR_RETURN(lw->router, r.linear(tensor_name(a.name_of(TensorRole::kRouter), layer),
-                                                    c.num_experts, c.hidden));
-      lw->experts.resize(c.num_experts);
-      lw->expert_split.assign(c.num_experts, false);
-      for (int e = 0; e < c.num_experts; ++e) {
-        ExpertWeights& ew = lw->experts[e];
-        bool split = false;
-        TESSERA_RETURN_IF_ERROR(load_swiglu(r, c, layer, e, o, &split, &ew.gate, &ew.up, &ew.gate_up, &ew.down));
-        lw->expert_split[e] = split;
-      }
-      return Status::ok();
-    }
+  const bool gated = a.mlp == MlpKind::kGated;
+  if (!c.layer[layer].moe) {
+    ExpertWeights w;
+    const MlpNames n = mlp_names(a, TensorRole::kGate, TensorRole::kUp, TensorRole::kGateUp, TensorRole::kDown, layer);
+    TESSERA_RETURN_IF_ERROR(load_mlp_group(r, c, n, c.ffn, gated, o, &lw->mlp_split, &w));
+    lw->gate = std::move(w.gate);
+    lw->up = std::move(w.up);
+    lw->gate_up = std::move(w.gate_up);
+    lw->down = std::move(w.down);
+    return Status::ok();
   }
-  return internal_error("unknown MLP kind");
+  // The router (and the shared expert's gate) are always whole: every rank must route
+  // every token the same way.
+  TESSERA_ASSIGN_OR_RETURN(lw->router, r.linear(tensor_name(a.name_of(TensorRole::kRouter), layer), c.num_experts,
+                                                c.hidden));
+  lw->experts.resize(c.num_experts);
+  lw->expert_split.assign(c.num_experts, false);
+  for (int e = 0; e < c.num_experts; ++e) {
+    const MlpNames n = mlp_names(a, TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kCount,
+                                 TensorRole::kExpertDown, layer, e);
+    bool split = false;
+    TESSERA_RETURN_IF_ERROR(load_mlp_group(r, c, n, c.moe_ffn, /*gated=*/true, o, &split, &lw->experts[e]));
+    lw->expert_split[e] = split;
+  }
+  if (c.shared_ffn > 0) {
+    const MlpNames n = mlp_names(a, TensorRole::kSharedGate, TensorRole::kSharedUp, TensorRole::kCount,
+                                 TensorRole::kSharedDown, layer);
+    TESSERA_RETURN_IF_ERROR(load_mlp_group(r, c, n, c.shared_ffn, /*gated=*/true, o, &lw->shared_split, &lw->shared));
+    TESSERA_ASSIGN_OR_RETURN(lw->shared_gate,
+                             r.linear(tensor_name(a.name_of(TensorRole::kSharedExpertGate), layer), 1, c.hidden));
+  }
+  return Status::ok();
 }
 
 int64_t bytes_of(const LinearWeights& l) {
   return static_cast<int64_t>((l.w.empty() ? 0 : l.w.nbytes()) + (l.b.empty() ? 0 : l.b.nbytes()));
 }
 
+int64_t bytes_of(const ExpertWeights& e) {
+  return bytes_of(e.gate) + bytes_of(e.up) + bytes_of(e.gate_up) + bytes_of(e.down);
+}
+
 int64_t layer_decode_bytes(const LayerWeights& lw, const ModelConfig& c) {
   int64_t bytes = bytes_of(lw.q) + bytes_of(lw.k) + bytes_of(lw.v) + bytes_of(lw.qkv) + bytes_of(lw.o) +
                   bytes_of(lw.gate) + bytes_of(lw.up) + bytes_of(lw.gate_up) + bytes_of(lw.down) +
-                  bytes_of(lw.router);
+                  bytes_of(lw.router) + bytes_of(lw.shared) + bytes_of(lw.shared_gate);
   for (const ExpertWeights& e : lw.experts) {
     // Batch 1 reads top_k of num_experts experts per token.
-    bytes += (bytes_of(e.gate) + bytes_of(e.up) + bytes_of(e.gate_up) + bytes_of(e.down)) * c.top_k / c.num_experts;
+    bytes += bytes_of(e) * c.top_k / c.num_experts;
   }
-  for (const Tensor* t : {&lw.attn_norm_w, &lw.attn_norm_b, &lw.mlp_norm_w, &lw.mlp_norm_b}) {
+  for (const Tensor* t : {&lw.attn_norm_w, &lw.attn_norm_b, &lw.mlp_norm_w, &lw.mlp_norm_b, &lw.post_attn_norm_w,
+                          &lw.post_attn_norm_b, &lw.post_mlp_norm_w, &lw.post_mlp_norm_b, &lw.q_norm, &lw.k_norm}) {
     if (!t->empty()) bytes += static_cast<int64_t>(t->nbytes());
   }
   return bytes;
@@ -323,7 +469,11 @@ StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
   const KvHeadRange kv = kv_heads_for_rank(c.heads, c.kv_heads, rank, world);
   s.kv_heads = kv.count;
   s.kv_head_offset = kv.first;
-  if (c.ffn % world != 0) return uneven("MLP intermediate size", c.ffn);
+  bool dense_layers = !c.has_moe();
+  for (const LayerSpec& l : c.layer) dense_layers |= !l.moe;
+  if (dense_layers && c.ffn % world != 0) return uneven("MLP intermediate size", c.ffn);
+  if (c.has_moe() && c.moe_ffn % world != 0) return uneven("experts' intermediate size", c.moe_ffn);
+  if (c.shared_ffn > 0 && c.shared_ffn % world != 0) return uneven("shared expert's intermediate size", c.shared_ffn);
   s.ffn = c.ffn / world;
   s.ffn_offset = rank * s.ffn;
   s.vocab = (c.vocab + world - 1) / world;
@@ -335,8 +485,8 @@ StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
 
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& c,
                                           const WeightLoadOptions& options) {
-  WeightReader r(checkpoint, options.dtype);
   const ArchSpec& a = *c.arch;
+  WeightReader r(checkpoint, options.dtype, a.conv1d_weights);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);
@@ -344,33 +494,42 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   mw.vocab_split = sh.world > 1 && (options.plan == nullptr || options.plan->role_of(embed_name) == TpRole::kVocab);
   const Slice vocab_rows = mw.vocab_split ? rows(sh.vocab_offset, sh.vocab_rows) : Slice{};
   TESSERA_ASSIGN_OR_RETURN(mw.embed, r.load(embed_name, {c.vocab, c.hidden}, vocab_rows));
+  if (a.position == PositionKind::kLearned) {
+    TESSERA_ASSIGN_OR_RETURN(mw.pos_embed, r.load(a.name_of(TensorRole::kPosEmbed), {c.max_positions, c.hidden}));
+  }
   if (a.embedding_norm) {
-    TESSERA_RETURN_IF_ERROR(load_norm(r, a.name_of(TensorRole::kEmbedNorm), c, &mw.embed_norm_w, &mw.embed_norm_b));
+    TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kEmbedNorm, -1, &mw.embed_norm_w, &mw.embed_norm_b));
   }
   mw.layers.resize(c.layers);
   for (int l = 0; l < c.layers; ++l) {
     LayerWeights& lw = mw.layers[l];
-    TESSERA_RETURN_IF_ERROR(load_norm(r, tensor_name(a.name_of(TensorRole::kAttnNorm), l), c,
-                                      &lw.attn_norm_w, &lw.attn_norm_b));
+    TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kAttnNorm, l, &lw.attn_norm_w, &lw.attn_norm_b));
     TESSERA_RETURN_IF_ERROR(load_attention(r, c, l, options, &lw));
     if (lw.attn_split != mw.layers[0].attn_split) {
       // The KV cache is laid out once for all layers.
       return invalid_argument("TP plan: attention must be split in every layer or in none (layer " +
                               std::to_string(l) + " differs from layer 0)");
     }
-    TESSERA_RETURN_IF_ERROR(load_norm(r, tensor_name(a.name_of(TensorRole::kMlpNorm), l), c,
-                                      &lw.mlp_norm_w, &lw.mlp_norm_b));
+    if (a.post_norms) {
+      TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kPostAttnNorm, l, &lw.post_attn_norm_w, &lw.post_attn_norm_b));
+      TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kPostMlpNorm, l, &lw.post_mlp_norm_w, &lw.post_mlp_norm_b));
+    }
+    if (c.mlp_norm) {
+      TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kMlpNorm, l, &lw.mlp_norm_w, &lw.mlp_norm_b));
+    }
     TESSERA_RETURN_IF_ERROR(load_mlp(r, c, l, options, &lw));
   }
-  TESSERA_RETURN_IF_ERROR(load_norm(r, a.name_of(TensorRole::kFinalNorm), c, &mw.final_norm_w, &mw.final_norm_b));
-  if (c.tie_embeddings || checkpoint.find(head_name) == nullptr) {
+  TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kFinalNorm, -1, &mw.final_norm_w, &mw.final_norm_b));
+  if (c.tie_embeddings || !r.has(head_name)) {
     if (!c.tie_embeddings) {
       return not_found("checkpoint has no tensor \"" + head_name +
                        "\" and config.json does not set tie_word_embeddings");
     }
     mw.lm_head.w = mw.embed;  // shares the buffer (and the vocabulary split)
   } else {
-    TESSERA_ASSIGN_OR_RETURN(mw.lm_head, r.linear(head_name, c.vocab, c.hidden, vocab_rows));
+    // The LM head is stored [vocab, hidden] even in GPT-2 (a Linear, not a Conv1D).
+    TESSERA_ASSIGN_OR_RETURN(mw.lm_head.w, r.load(head_name, {c.vocab, c.hidden}, vocab_rows));
+    TESSERA_ASSIGN_OR_RETURN(mw.lm_head.b, r.load_optional(bias_name(head_name), {c.vocab}, vocab_rows));
   }
   mw.total_bytes = r.total_bytes();
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());

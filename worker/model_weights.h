@@ -1,7 +1,8 @@
 #pragma once
-// The weights of one model (one tensor-parallel rank, later), laid out for the transformer
-// block: packed QKV and gate|up matrices on the fused ("kernel_inject") path, separate
-// matrices on the plain path. BLOOM's per-head interleaved QKV is reordered to
+// The weights of one model (one tensor-parallel rank), laid out for the transformer block:
+// packed QKV and gate|up matrices on the fused ("kernel_inject") path, separate matrices
+// on the plain path. Whatever the checkpoint's QKV layout (separate, concatenated, grouped
+// per KV head; GPT-2's transposed Conv1D), this rank's rows are gathered into
 // [q heads | k heads | v heads] at load so both paths read one layout.
 #include <vector>
 
@@ -31,7 +32,7 @@ struct ShardSpec {
   int world = 1;
   int64_t q_heads = 0, q_head_offset = 0;    // local query heads and the first one's global index
   int64_t kv_heads = 0, kv_head_offset = 0;  // local KV heads and the first one's global index
-  int64_t ffn = 0, ffn_offset = 0;
+  int64_t ffn = 0, ffn_offset = 0;  // the dense MLP's intermediate slice
   // The vocabulary is cut in chunks of ceil(vocab / world) rows: rank r holds rows
   // [vocab_offset, vocab_offset + vocab_rows), where vocab_rows < vocab for the last rank
   // when the split is uneven (logits are padded to `vocab` columns for the all-gather).
@@ -39,6 +40,9 @@ struct ShardSpec {
 
   // Checks that the model divides evenly; the error names the sizes.
   static StatusOr<ShardSpec> make(const ModelConfig& config, int rank, int world);
+  // This rank's [offset, offset + size / world) of an intermediate width that make() checked.
+  int64_t share(int64_t size) const { return size / world; }
+  int64_t share_offset(int64_t size) const { return rank * (size / world); }
 };
 
 struct LayerWeights {
@@ -47,18 +51,27 @@ struct LayerWeights {
   bool attn_split = false;
   bool mlp_split = false;                 // dense MLP
   std::vector<bool> expert_split;         // per MoE expert
-  Tensor attn_norm_w, attn_norm_b, mlp_norm_w, mlp_norm_b;  // *_b empty for RMSNorm
-  LinearWeights q, k, v;  // plain path (views of a reordered qkv for BLOOM)
-  LinearWeights qkv;      // fused path: [(heads + 2 * kv_heads) * head_dim, hidden]
+  bool shared_split = false;              // Qwen2-MoE's shared expert
+  // *_b empty for RMSNorm; post_* only with post-norms (Gemma); mlp_norm may be empty in
+  // a parallel block whose MLP reads the attention's norm (Falcon-7B).
+  Tensor attn_norm_w, attn_norm_b, mlp_norm_w, mlp_norm_b;
+  Tensor post_attn_norm_w, post_attn_norm_b, post_mlp_norm_w, post_mlp_norm_b;
+  Tensor q_norm, k_norm;  // per-head gammas [head_dim] (Qwen3, Gemma 3)
+  LinearWeights q, k, v;  // plain path
+  LinearWeights qkv;      // fused path: [(q_heads + 2 * kv_heads) * head_dim, hidden]
   LinearWeights o;
-  LinearWeights gate, up, gate_up, down;  // dense MLPs; gate_up on the fused path
-  LinearWeights router;                   // MoE
-  std::vector<ExpertWeights> experts;     // MoE
+  LinearWeights gate, up, gate_up, down;  // dense MLP (gate/gate_up only when gated)
+  LinearWeights router;                   // MoE layers
+  std::vector<ExpertWeights> experts;     // MoE layers
+  ExpertWeights shared;                   // Qwen2-MoE
+  LinearWeights shared_gate;              // [1, hidden]: sigmoid scale of the shared expert
+  bool moe() const { return !experts.empty(); }
 };
 
 struct ModelWeights {
   bool vocab_split = false;  // embedding and LM head hold rows [vocab_offset, +vocab) only
   Tensor embed;
+  Tensor pos_embed;  // learned positions [max_positions, hidden] (GPT-2), whole on every rank
   Tensor embed_norm_w, embed_norm_b;
   Tensor final_norm_w, final_norm_b;
   LinearWeights lm_head;  // a view of `embed` when tied

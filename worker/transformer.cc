@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/logging.h"
+#include "worker/model_checkpoint.h"
 
 namespace tessera {
 
@@ -26,7 +27,7 @@ std::vector<float> alibi_slopes(int64_t heads) {
 
 StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path,
                                                          const ModelLoadOptions& options, Backend& backend) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(path));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config,
                            parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
   if (options.dtype != DType::kF32 && options.dtype != DType::kF16 && options.dtype != DType::kBF16) {
@@ -78,6 +79,30 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string c
     alibi_slopes_ = backend_.alloc({q_heads_}, DType::kF32);
     backend_.copy_from_host(all.data() + first, alibi_slopes_.view());
   }
+  if (config_.arch->position == PositionKind::kRotary) {
+    // One table per distinct set of frequencies, on the backend, computed once.
+    std::vector<std::vector<float>> distinct;
+    for (int l = 0; l < config_.layers; ++l) {
+      const std::vector<float> f = rope_inv_freq(config_, l);
+      auto it = std::find(distinct.begin(), distinct.end(), f);
+      layer_rope_.push_back(static_cast<int>(it - distinct.begin()));
+      if (it == distinct.end()) distinct.push_back(f);
+    }
+    for (const std::vector<float>& f : distinct) {
+      Tensor t = backend_.alloc({static_cast<int64_t>(f.size())}, DType::kF32);
+      backend_.copy_from_host(f.data(), t.view());
+      rope_tables_.push_back(std::move(t));
+    }
+  }
+  if (config_.embed_scale > 0) {
+    // transformers multiplies by torch.tensor(sqrt(hidden), dtype=model dtype).
+    uint16_t rounded = 0;
+    embed_scale_ = config_.embed_scale;
+    if (dtype_ != DType::kF32) {
+      convert_elements(&embed_scale_, DType::kF32, &rounded, dtype_, 1);
+      convert_elements(&rounded, dtype_, &embed_scale_, DType::kF32, 1);
+    }
+  }
 }
 
 ModelConfig Transformer::cache_config() const {
@@ -125,9 +150,10 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
 
   Tensor ids = backend_.alloc({T}, DType::kI32);
   backend_.copy_from_host(tokens.data(), ids.view());
-  Tensor x = backend_.alloc({T, H}, DType::kF32);      // residual stream
-  Tensor h = backend_.alloc({T, H}, DType::kF32);      // normalised input of a sub-block
-  Tensor delta = backend_.alloc({T, H}, DType::kF32);  // output of a sub-block
+  Tensor x = backend_.alloc({T, H}, DType::kF32);       // residual stream
+  Tensor h = backend_.alloc({T, H}, DType::kF32);       // normalised input of a sub-block
+  Tensor delta = backend_.alloc({T, H}, DType::kF32);   // output of a sub-block
+  Tensor delta2 = backend_.alloc({T, H}, DType::kF32);  // the MLP branch of a parallel block
 
   if (weights_.vocab_split) {
     // Each rank looks up the ids in its vocabulary rows (zeros elsewhere); the sum over
@@ -137,16 +163,19 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   } else {
     backend_.embedding(ids.view(), weights_.embed.view(), x.view());
   }
+  if (config_.arch->position == PositionKind::kLearned) {
+    Tensor pos = backend_.alloc({T}, DType::kI32);
+    backend_.copy_from_host(positions.data(), pos.view());
+    backend_.embedding(pos.view(), weights_.pos_embed.view(), h.view());
+    backend_.add(x.view(), h.view(), x.view());
+  }
+  if (embed_scale_ > 0) backend_.scale(x.view(), embed_scale_);
   if (config_.arch->embedding_norm) {
     backend_.layer_norm(x.view(), weights_.embed_norm_w, weights_.embed_norm_b, config_.norm_eps, x.view());
   }
-  const TensorView* pending = nullptr;  // the previous sub-block's output, not yet added
+  const TensorView* pending = nullptr;  // the previous layer's output, not yet added
   for (int l = 0; l < config_.layers; ++l) {
-    const LayerWeights& lw = weights_.layers[l];
-    add_and_norm(x.view(), pending, lw.attn_norm_w, lw.attn_norm_b, h.view());
-    attention_block(l, h.view(), positions, batch, cache, delta.view());
-    add_and_norm(x.view(), &delta.view(), lw.mlp_norm_w, lw.mlp_norm_b, h.view());
-    mlp_block(l, h.view(), delta.view());
+    layer_forward(l, x.view(), pending, h.view(), delta.view(), delta2.view(), positions, batch, cache);
     pending = &delta.view();
   }
 
@@ -158,7 +187,36 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   backend_.gather_rows(x.view(), logit_rows, picked.view());
   add_and_norm(picked.view(), nullptr, weights_.final_norm_w, weights_.final_norm_b, normed.view());
   lm_head(normed.view(), logits);
+  if (config_.final_softcap > 0) backend_.softcap(logits, config_.final_softcap);
   return comm_error_;
+}
+
+void Transformer::layer_forward(int l, const TensorView& x, const TensorView* pending, const TensorView& h,
+                                const TensorView& delta, const TensorView& delta2,
+                                const std::vector<int32_t>& positions, const AttentionBatch& batch, KvCache& cache) {
+  const LayerWeights& lw = weights_.layers[l];
+  add_and_norm(x, pending, lw.attn_norm_w, lw.attn_norm_b, h);
+  if (config_.block == BlockKind::kParallel) {
+    // x + attn(norm1(x)) + mlp(norm2(x)): both branches read the same residual, so with
+    // both split one all-reduce of their sum replaces two.
+    const bool attn_partial = attention_block(l, h, positions, batch, cache, delta, /*defer_reduce=*/true);
+    if (!lw.mlp_norm_w.empty()) add_and_norm(x, nullptr, lw.mlp_norm_w, lw.mlp_norm_b, h);
+    const bool mlp_partial = mlp_block(l, h, delta2, /*defer_reduce=*/true);
+    if (attn_partial && mlp_partial) {
+      backend_.add(delta, delta2, delta);
+      all_reduce(delta);
+      return;
+    }
+    if (attn_partial) all_reduce(delta);
+    if (mlp_partial) all_reduce(delta2);
+    backend_.add(delta, delta2, delta);
+    return;
+  }
+  attention_block(l, h, positions, batch, cache, delta, /*defer_reduce=*/false);
+  if (!lw.post_attn_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_attn_norm_w, lw.post_attn_norm_b, delta);
+  add_and_norm(x, &delta, lw.mlp_norm_w, lw.mlp_norm_b, h);
+  mlp_block(l, h, delta, /*defer_reduce=*/false);
+  if (!lw.post_mlp_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_mlp_norm_w, lw.post_mlp_norm_b, delta);
 }
 
 void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
@@ -197,18 +255,20 @@ void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
   backend_.copy_from_host(out.data(), logits);
 }
 
-void Transformer::attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
-                                  const AttentionBatch& batch, KvCache& cache, const TensorView& delta) {
+bool Transformer::attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
+                                  const AttentionBatch& batch, KvCache& cache, const TensorView& delta,
+                                  bool defer_reduce) {
   const LayerWeights& lw = weights_.layers[layer];
+  const LayerSpec& spec = config_.layer[layer];
   const int64_t T = h.dim(0);
-  const int64_t q_width = q_heads_ * config_.head_dim;
-  const int64_t kv_width = kv_heads_ * config_.head_dim;
-  const bool rotary = config_.arch->position == PositionKind::kRotary;
+  const int64_t D = config_.head_dim;
+  const int64_t q_width = q_heads_ * D;
+  const int64_t kv_width = kv_heads_ * D;
 
   // q, k, v as rows `stride` floats apart: three slices of one packed buffer on the fused
   // path, three separate buffers on the plain path.
   Tensor qkv_buf, q_buf, k_buf, v_buf;
-  const float *q, *k, *v;
+  float *q, *k, *v;
   int64_t q_stride, kv_stride;
   if (kernel_inject_) {
     const int64_t width = q_width + 2 * kv_width;
@@ -232,63 +292,73 @@ void Transformer::attention_block(int layer, const TensorView& h, const std::vec
     q_stride = q_width;
     kv_stride = kv_width;
   }
-  if (rotary) {
-    backend_.rotary(const_cast<float*>(q), T, q_heads_, config_.head_dim, q_stride, positions.data(),
-                    config_.rope_theta);
-    backend_.rotary(const_cast<float*>(k), T, kv_heads_, config_.head_dim, kv_stride, positions.data(),
-                    config_.rope_theta);
+  if (!lw.q_norm.empty()) {
+    backend_.head_rms_norm(q, T, q_heads_, D, q_stride, lw.q_norm, config_.norm_eps);
+    backend_.head_rms_norm(k, T, kv_heads_, D, kv_stride, lw.k_norm, config_.norm_eps);
+  }
+  if (config_.arch->position == PositionKind::kRotary) {
+    const TensorView freq = rope_tables_[layer_rope_[layer]].view();
+    backend_.rotary(q, T, q_heads_, D, q_stride, positions.data(), freq);
+    backend_.rotary(k, T, kv_heads_, D, kv_stride, positions.data(), freq);
   }
   backend_.write_kv(k, v, T, kv_stride, batch, cache.k(layer), cache.v(layer));
   Tensor attn = backend_.alloc({T, q_width}, DType::kF32);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
-  backend_.attention(q, q_stride, q_heads_, batch, cache.k(layer), cache.v(layer), scale,
-                     alibi_slopes_.view(), attn.view(), gqa_);
+  AttentionParams params;
+  params.scale = spec.attn_scale;
+  params.softcap = config_.attn_softcap;
+  params.window = spec.window;
+  params.alibi_slopes = alibi_slopes_.view();
+  backend_.attention(q, q_stride, q_heads_, batch, cache.k(layer), cache.v(layer), params, attn.view(), gqa_);
   backend_.linear(attn.view(), lw.o.w, lw.o.b, delta);
-  if (lw.attn_split) all_reduce(delta);
+  if (!lw.attn_split) return false;
+  if (defer_reduce) return true;
+  all_reduce(delta);
+  return false;
 }
 
-void Transformer::swiglu(const LinearWeights& gate, const LinearWeights& up, const LinearWeights& gate_up,
-                         const LinearWeights& down, const TensorView& h, const TensorView& out) {
+void Transformer::mlp(const ExpertWeights& w, const TensorView& h, const TensorView& out) {
   // This rank's intermediate width: its slice, or all of it when the group is kept whole.
-  const int64_t T = h.dim(0), F = down.w.dim(1);
-  Tensor act = backend_.alloc({T, F}, DType::kF32);
-  if (kernel_inject_) {
+  const int64_t T = h.dim(0), F = w.down.w.dim(1);
+  const Activation act = config_.activation;
+  Tensor hidden = backend_.alloc({T, F}, DType::kF32);
+  const bool gated = !w.gate_up.w.empty() || !w.gate.w.empty();
+  if (!gated) {
+    if (kernel_inject_) {
+      backend_.linear_act(h, w.up.w, w.up.b, hidden.view(), act);
+    } else {
+      backend_.linear(h, w.up.w, w.up.b, hidden.view());
+      backend_.activate(hidden.view(), act);
+    }
+  } else if (kernel_inject_) {
     Tensor gu = backend_.alloc({T, 2 * F}, DType::kF32);
-    backend_.linear(h, gate_up.w, gate_up.b, gu.view());
-    backend_.silu_mul_packed(gu.view(), act.view());
+    backend_.linear(h, w.gate_up.w, w.gate_up.b, gu.view());
+    backend_.gated_act_packed(gu.view(), hidden.view(), act);
   } else {
     Tensor g = backend_.alloc({T, F}, DType::kF32);
     Tensor u = backend_.alloc({T, F}, DType::kF32);
-    backend_.linear(h, gate.w, gate.b, g.view());
-    backend_.linear(h, up.w, up.b, u.view());
-    backend_.silu_mul(g.view(), u.view(), act.view());
+    backend_.linear(h, w.gate.w, w.gate.b, g.view());
+    backend_.linear(h, w.up.w, w.up.b, u.view());
+    backend_.gated_act(g.view(), u.view(), hidden.view(), act);
   }
-  backend_.linear(act.view(), down.w, down.b, out);
+  backend_.linear(hidden.view(), w.down.w, w.down.b, out);
 }
 
-void Transformer::mlp_block(int layer, const TensorView& h, const TensorView& delta) {
+bool Transformer::mlp_block(int layer, const TensorView& h, const TensorView& delta, bool defer_reduce) {
   const LayerWeights& lw = weights_.layers[layer];
-  switch (config_.arch->mlp) {
-    case MlpKind::kGeluDense: {
-      Tensor act = backend_.alloc({h.dim(0), lw.down.w.dim(1)}, DType::kF32);
-      if (kernel_inject_) {
-        backend_.linear_gelu(h, lw.up.w, lw.up.b, act.view());
-      } else {
-        backend_.linear(h, lw.up.w, lw.up.b, act.view());
-        backend_.gelu_tanh(act.view());
-      }
-      backend_.linear(act.view(), lw.down.w, lw.down.b, delta);
-      if (lw.mlp_split) all_reduce(delta);
-      return;
-    }
-    case MlpKind::kSwiGlu:
-      swiglu(lw.gate, lw.up, lw.gate_up, lw.down, h, delta);
-      if (lw.mlp_split) all_reduce(delta);
-      return;
-    case MlpKind::kMoeSwiGlu:
-      moe_block(lw, h, delta);
-      return;
+  if (lw.moe()) {
+    moe_block(lw, h, delta);
+    return false;
   }
+  ExpertWeights dense;
+  dense.gate = lw.gate;
+  dense.up = lw.up;
+  dense.gate_up = lw.gate_up;
+  dense.down = lw.down;
+  mlp(dense, h, delta);
+  if (!lw.mlp_split) return false;
+  if (defer_reduce) return true;
+  all_reduce(delta);
+  return false;
 }
 
 void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const TensorView& delta) {
@@ -298,7 +368,7 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
   backend_.linear(h, lw.router.w, lw.router.b, router_logits.view());
   Tensor weights = backend_.alloc({T, top_k}, DType::kF32);
   Tensor ids = backend_.alloc({T, top_k}, DType::kI32);
-  backend_.moe_topk(router_logits.view(), top_k, weights.view(), ids.view());
+  backend_.moe_topk(router_logits.view(), top_k, config_.moe_normalize, weights.view(), ids.view());
 
   // Group token rows by expert (host side: routing decisions are tiny), then run each
   // expert once over all of its tokens.
@@ -319,22 +389,39 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
   // a second buffer added after the reduction, otherwise straight into delta.
   bool any_split = false;
   for (bool b : lw.expert_split) any_split |= b;
+  if (!lw.shared.down.w.empty()) any_split |= lw.shared_split;
   std::vector<float> zeros(delta.numel(), 0.0f);
   backend_.copy_from_host(zeros.data(), delta);
   Tensor whole;
+  auto target = [&](bool split) -> TensorView {
+    if (split || !any_split) return delta;
+    if (whole.empty()) whole = backend_.alloc(delta.dims(), DType::kF32);
+    return whole.view();
+  };
   for (int64_t e = 0; e < E; ++e) {
     if (rows[e].empty()) continue;
-    const bool to_delta = lw.expert_split[e] || !any_split;
-    if (!to_delta && whole.empty()) {
-      whole = backend_.alloc(delta.dims(), DType::kF32);
-    }
     const int64_t n = static_cast<int64_t>(rows[e].size());
     Tensor xin = backend_.alloc({n, config_.hidden}, DType::kF32);
     Tensor xout = backend_.alloc({n, config_.hidden}, DType::kF32);
     backend_.gather_rows(h, rows[e], xin.view());
-    const ExpertWeights& ew = lw.experts[e];
-    swiglu(ew.gate, ew.up, ew.gate_up, ew.down, xin.view(), xout.view());
-    backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], to_delta ? delta : whole.view());
+    mlp(lw.experts[e], xin.view(), xout.view());
+    backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], target(lw.expert_split[e]));
+  }
+  if (!lw.shared.down.w.empty()) {
+    // Qwen2-MoE: + sigmoid(shared_expert_gate(x)) * shared_expert(x), per token. The gate
+    // is whole on every rank, so scaling a partial sum scales the total.
+    Tensor out = backend_.alloc({T, config_.hidden}, DType::kF32);
+    mlp(lw.shared, h, out.view());
+    Tensor gate = backend_.alloc({T, 1}, DType::kF32);
+    backend_.linear(h, lw.shared_gate.w, lw.shared_gate.b, gate.view());
+    std::vector<float> g(T);
+    backend_.copy_to_host(gate.view(), g.data());
+    std::vector<int32_t> all(T);
+    for (int64_t t = 0; t < T; ++t) {
+      all[t] = static_cast<int32_t>(t);
+      g[t] = 1.0f / (1.0f + std::exp(-g[t]));
+    }
+    backend_.scatter_add_scaled(out.view(), all, g, target(lw.shared_split));
   }
   if (any_split) all_reduce(delta);
   if (!whole.empty()) backend_.add(delta, whole.view(), delta);

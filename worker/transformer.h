@@ -1,6 +1,8 @@
 #pragma once
-// One transformer, any architecture in the ArchSpec table: embedding, N identical blocks
-// (norm -> attention -> residual, norm -> MLP/MoE -> residual), final norm, LM head.
+// One transformer, any architecture in the ArchSpec table: embedding, N blocks (norm ->
+// attention -> residual, norm -> MLP/MoE -> residual; or both branches from the same
+// residual in a parallel block; Gemma's extra norms on the branch outputs), final norm,
+// LM head.
 // forward() runs one ragged batch of new tokens (prefill chunks and decode tokens mixed)
 // against the paged KV cache and returns logits for the rows asked for.
 #include <memory>
@@ -59,15 +61,23 @@ class Transformer {
   // Sums a row-parallel group's partial output over the ranks (a no-op for one rank).
   void all_reduce(const TensorView& partial);
   void lm_head(const TensorView& normed, const TensorView& logits);
-  void attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
-                       const AttentionBatch& batch, KvCache& cache, const TensorView& delta);
-  void mlp_block(int layer, const TensorView& h, const TensorView& delta);
-  void swiglu(const LinearWeights& gate, const LinearWeights& up, const LinearWeights& gate_up,
-              const LinearWeights& down, const TensorView& h, const TensorView& out);
+  // The sub-blocks write their output to `delta`. With `defer_reduce` a split group's
+  // output is left as this rank's partial sum (the caller reduces it together with the
+  // other branch of a parallel block); the return value says whether it was.
+  bool attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
+                       const AttentionBatch& batch, KvCache& cache, const TensorView& delta, bool defer_reduce);
+  bool mlp_block(int layer, const TensorView& h, const TensorView& delta, bool defer_reduce);
+  // One dense or gated MLP (or expert): out = down(act(...)).
+  void mlp(const ExpertWeights& w, const TensorView& h, const TensorView& out);
   void moe_block(const LayerWeights& lw, const TensorView& h, const TensorView& delta);
   // residual += delta (when given), then out = norm(residual) with this norm's weights.
   void add_and_norm(const TensorView& residual, const TensorView* delta, const Tensor& w,
                     const Tensor& b, const TensorView& out);
+  // One layer: the residual stream x gets the previous layer's pending output added and
+  // leaves this layer's in `delta` (added by the next layer's fused norm).
+  void layer_forward(int layer, const TensorView& x, const TensorView* pending, const TensorView& h,
+                     const TensorView& delta, const TensorView& delta2, const std::vector<int32_t>& positions,
+                     const AttentionBatch& batch, KvCache& cache);
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -82,6 +92,9 @@ class Transformer {
   int64_t q_heads_ = 0, kv_heads_ = 0;
   GqaLayout gqa_;  // which local KV head each local query head reads
   Tensor alibi_slopes_;  // [q_heads_] for ALiBi architectures, by global head index
+  std::vector<Tensor> rope_tables_;  // distinct inverse-frequency tables (Gemma 3 has two)
+  std::vector<int> layer_rope_;      // index into rope_tables_ per layer
+  float embed_scale_ = 0.0f;         // config's embed_scale rounded to the weight dtype
   Status comm_error_;    // the first failed collective; sticky
 };
 

@@ -20,6 +20,7 @@
 #include "worker/shm_communicator.h"
 #include "worker/transformer.h"
 #include "worker/worker_link.h"
+#include "worker/model_checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -67,12 +68,13 @@ void keep_inputs_of_kept_groups(const ModelConfig& c, TpPlan& plan) {
   };
   for (int l = 0; l < c.layers; ++l) {
     keep_if_output_kept({TensorRole::kQ, TensorRole::kK, TensorRole::kV, TensorRole::kQkv}, TensorRole::kO, l, -1);
-    if (c.arch->mlp == MlpKind::kMoeSwiGlu) {
+    if (c.layer[l].moe) {
       for (int e = 0; e < c.num_experts; ++e) {
-        keep_if_output_kept({TensorRole::kGate, TensorRole::kUp}, TensorRole::kDown, l, e);
+        keep_if_output_kept({TensorRole::kExpertGate, TensorRole::kExpertUp}, TensorRole::kExpertDown, l, e);
       }
+      keep_if_output_kept({TensorRole::kSharedGate, TensorRole::kSharedUp}, TensorRole::kSharedDown, l, -1);
     } else {
-      keep_if_output_kept({TensorRole::kGate, TensorRole::kUp}, TensorRole::kDown, l, -1);
+      keep_if_output_kept({TensorRole::kGate, TensorRole::kUp, TensorRole::kGateUp}, TensorRole::kDown, l, -1);
     }
   }
 }
@@ -97,7 +99,7 @@ Status merge_deepspeed_env(TesseraConfig& config) {
 }
 
 StatusOr<ModelConfig> check_deployment(const TesseraConfig& config) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(config.model.path));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(config.model.path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
   TESSERA_RETURN_IF_ERROR(plan_for_config(config, *ckpt, mc, /*use_env=*/false).status());
   TESSERA_RETURN_IF_ERROR(ShardSpec::make(mc, 0, config.parallel.tensor_parallel).status());
@@ -105,7 +107,7 @@ StatusOr<ModelConfig> check_deployment(const TesseraConfig& config) {
 }
 
 StatusOr<std::string> describe_tp_plan(const TesseraConfig& config) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(config.model.path));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(config.model.path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
   TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(config, *ckpt, mc, /*use_env=*/true));
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -180,7 +182,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     } else {
       TESSERA_ASSIGN_OR_RETURN(comm, make_gpu_communicator(link, a.rank, a.world_size));
     }
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(a.model_path));
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(a.model_path));
     TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
     config.parallel.tensor_parallel = a.world_size;
     TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(config, *ckpt, mc, /*use_env=*/false));

@@ -227,6 +227,7 @@ void encode(const StepPlan& m, std::string* out) {
       w.i32(src);
       w.i32(dst);
     }
+    w.u8(m.return_logits ? 1 : 0);
   });
 }
 Status decode(std::string_view frame, StepPlan* m) {
@@ -252,12 +253,13 @@ Status decode(std::string_view frame, StepPlan* m) {
       m->block_copies[i].first = r.i32("block_copies.src");
       m->block_copies[i].second = r.i32("block_copies.dst");
     }
+    m->return_logits = r.boolean("return_logits");
   });
 }
 
 // ---- StepResult
 void encode(const StepResult& m, std::string* out) {
-  out->reserve(kHeaderBytes + 16 + m.error.size() + m.tokens.size() * kMinSampledTokenBytes);
+  out->reserve(kHeaderBytes + 20 + m.error.size() + m.tokens.size() * kMinSampledTokenBytes + 4 * m.logits.size());
   encode_frame(MessageType::kStepResult, out, [&](WireWriter& w) {
     w.u64(m.step_id);
     w.bytes(m.error);
@@ -272,6 +274,7 @@ void encode(const StepResult& m, std::string* out) {
         w.f32(lp.logprob);
       }
     }
+    w.f32_array(m.logits);
   });
 }
 Status decode(std::string_view frame, StepResult* m) {
@@ -292,6 +295,7 @@ Status decode(std::string_view frame, StepResult* m) {
         t.top_logprobs[j].logprob = r.f32("top_logprob.logprob");
       }
     }
+    r.f32_array(&m->logits, "logits");
   });
 }
 

@@ -20,7 +20,7 @@
 namespace tessera::wire {
 
 inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: CollectiveId
+inline constexpr uint16_t kProtocolVersion = 3;  // 2: CollectiveId; 3: StepPlan.return_logits, StepResult.logits
 inline constexpr size_t kHeaderBytes = 12;  // = kFrameHeaderBytes (common/wire/frame.h)
 
 enum class MessageType : uint16_t {

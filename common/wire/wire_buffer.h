@@ -47,6 +47,15 @@ class WireWriter {
       for (int32_t x : v) i32(x);
     }
   }
+  // u32 element count, then the elements as little-endian float32.
+  void f32_array(const std::vector<float>& v) {
+    u32(static_cast<uint32_t>(v.size()));
+    if constexpr (std::endian::native == std::endian::little) {
+      raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    } else {
+      for (float x : v) f32(x);
+    }
+  }
   size_t size() const { return used_; }
   // Overwrites a u32 written earlier at byte `offset`.
   void patch_u32(size_t offset, uint32_t v) {
@@ -127,6 +136,18 @@ class WireReader {
       p_ += static_cast<size_t>(n) * 4;
     } else {
       for (uint32_t i = 0; i < n; ++i) (*out)[i] = i32(field);
+    }
+  }
+  void f32_array(std::vector<float>* out, const char* field) {
+    const uint32_t n = u32(field);
+    if (!ok_) return;
+    if (static_cast<uint64_t>(n) * 4 > remaining()) return fail(field);
+    out->resize(n);
+    if constexpr (std::endian::native == std::endian::little) {
+      if (n) std::memcpy(out->data(), p_, static_cast<size_t>(n) * 4);
+      p_ += static_cast<size_t>(n) * 4;
+    } else {
+      for (uint32_t i = 0; i < n; ++i) (*out)[i] = f32(field);
     }
   }
   // A count of elements each at least `min_element_bytes` long: rejects counts the rest of

@@ -1,7 +1,7 @@
 // Paged causal attention on the CPU. Every new token of every sequence attends to the keys
-// at positions 0..its own position, read through the sequence's block table; with ALiBi the
-// score of key j gets slope_h * j added (BLOOM's bias; softmax is shift-invariant, so this
-// equals the slope * (j - i) form).
+// at positions 0..its own position (the last `window` of them with a sliding window), read
+// through the sequence's block table; with ALiBi the score of key j gets slope_h * j added
+// (BLOOM's bias; softmax is shift-invariant, so this equals the slope * (j - i) form).
 #include <omp.h>
 
 #include <algorithm>
@@ -30,8 +30,8 @@ struct BF16Elems {
 
 template <typename E>
 void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
-            const TensorView& k_cache, const TensorView& v_cache, float scale, const float* slopes,
-            const TensorView& out, const GqaLayout& gqa) {
+            const TensorView& k_cache, const TensorView& v_cache, const AttentionParams& params,
+            const float* slopes, const TensorView& out, const GqaLayout& gqa) {
   using T = typename E::T;
   const int64_t block_size = k_cache.dim(1), kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
   const int64_t kv_row = kv_heads * head_dim;  // elements per cache slot
@@ -63,32 +63,37 @@ void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const Attenti
       const int s = item.seq;
       const int32_t n_new = batch.query_start[s + 1] - batch.query_start[s];
       const int32_t pos = batch.context_lens[s] - n_new + (item.token - batch.query_start[s]);
-      const int32_t n_keys = pos + 1;
+      // Keys first .. pos; blocks before `first` may already be freed.
+      const int32_t first = params.window > 0 ? std::max(0, pos - params.window + 1) : 0;
+      const int32_t n_keys = pos + 1 - first;
       const int32_t* table = batch.block_tables.data() + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
       const float* qv = q + item.token * q_row_stride + h * head_dim;
 
       scores.resize(n_keys);
       float mx = -INFINITY;
-      for (int32_t j = 0; j < n_keys; ++j) {
+      for (int32_t i = 0; i < n_keys; ++i) {
+        const int32_t j = first + i;
         const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
         const T* kv = kc + slot * kv_row + g * head_dim;
         float dot = 0;
         // simd reduction: lets the compiler reorder this sum into vector lanes.
 #pragma omp simd reduction(+ : dot)
         for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * E::get(kv, d);
-        float sc = dot * scale;
+        float sc = dot * params.scale;
+        if (params.softcap > 0) sc = params.softcap * std::tanh(sc / params.softcap);
         if (slopes) sc += slopes[h] * static_cast<float>(j);
-        scores[j] = sc;
+        scores[i] = sc;
         mx = std::max(mx, sc);
       }
       float sum = 0;
       for (int32_t j = 0; j < n_keys; ++j) sum += scores[j] = std::exp(scores[j] - mx);
       const float inv = 1.0f / sum;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int32_t j = 0; j < n_keys; ++j) {
+      for (int32_t i = 0; i < n_keys; ++i) {
+        const int32_t j = first + i;
         const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
         const T* vv = vc + slot * kv_row + g * head_dim;
-        const float p = scores[j] * inv;
+        const float p = scores[i] * inv;
         float* a = acc.data();
 #pragma omp simd
         for (int64_t d = 0; d < head_dim; ++d) a[d] += p * E::get(vv, d);
@@ -102,13 +107,13 @@ void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const Attenti
 
 void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
                                 const AttentionBatch& batch, const TensorView& k_cache,
-                                const TensorView& v_cache, float scale,
-                                const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) {
-  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.as<float>();
+                                const TensorView& v_cache, const AttentionParams& params,
+                                const TensorView& out, const GqaLayout& gqa) {
+  const float* slopes = params.alibi_slopes.empty() ? nullptr : params.alibi_slopes.as<float>();
   switch (k_cache.dtype) {
-    case DType::kF32: return attend<F32Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out, gqa);
-    case DType::kF16: return attend<F16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out, gqa);
-    case DType::kBF16: return attend<BF16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, scale, slopes, out, gqa);
+    case DType::kF32: return attend<F32Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out, gqa);
+    case DType::kF16: return attend<F16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out, gqa);
+    case DType::kBF16: return attend<BF16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out, gqa);
     default: TESSERA_CHECK(false) << "KV cache dtype " << dtype_name(k_cache.dtype);
   }
 }

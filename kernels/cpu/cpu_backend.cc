@@ -156,7 +156,7 @@ void CpuBackend::residual_add_norm_impl(const TensorView& residual, const Tensor
 }
 
 void CpuBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
-                             const TensorView& out, bool gelu) {
+                             const TensorView& out, Activation act) {
   const float* b = nullptr;
   Tensor bias_f32;
   if (!bias.empty()) {
@@ -169,24 +169,29 @@ void CpuBackend::linear_impl(const TensorView& x, const TensorView& w, const Ten
     }
   }
   cpu::linear(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.data, w.dtype, w.dim(0), b,
-              out.as<float>(), out.dim(1), gelu);
+              out.as<float>(), out.dim(1), act);
 }
 
-void CpuBackend::gelu_tanh_impl(const TensorView& x) {
+void CpuBackend::activate_impl(const TensorView& x, Activation act) {
   float* p = x.as<float>();
   const int64_t n = x.numel();
 #pragma omp parallel for if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) p[i] = cpu::gelu_tanh(p[i]);
+  for (int64_t i = 0; i < n; ++i) p[i] = cpu::activate(p[i], act);
 }
 
-void CpuBackend::silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
-                               int64_t in_stride, float* out) {
+void CpuBackend::gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
+                                int64_t in_stride, float* out, Activation act) {
 #pragma omp parallel for if (tokens * width > kParallelGrain)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* g = gate + t * in_stride;
     const float* u = up + t * in_stride;
     float* o = out + t * width;
-    for (int64_t i = 0; i < width; ++i) o[i] = cpu::silu(g[i]) * u[i];
+    // The common case gets its own loop, so the compiler sees no switch inside it.
+    if (act == Activation::kSilu) {
+      for (int64_t i = 0; i < width; ++i) o[i] = cpu::silu(g[i]) * u[i];
+    } else {
+      for (int64_t i = 0; i < width; ++i) o[i] = cpu::activate(g[i], act) * u[i];
+    }
   }
 }
 
@@ -199,21 +204,29 @@ void CpuBackend::add_impl(const TensorView& a, const TensorView& b, const Tensor
   for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
 }
 
+void CpuBackend::scale_impl(const TensorView& x, float factor) {
+  float* p = x.as<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) p[i] *= factor;
+}
+
+void CpuBackend::softcap_impl(const TensorView& x, float cap) {
+  float* p = x.as<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
+}
+
 void CpuBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
-                             int64_t row_stride, const int32_t* positions, float theta) {
-  const int64_t half = head_dim / 2;
-  // inv_freq exactly as transformers builds it in float32:
-  // 1 / theta ** (arange(0, dim, 2).float() / dim).
-  std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv_freq[i] = 1.0f / std::pow(theta, exponent);
-  }
+                             int64_t row_stride, const int32_t* positions, const TensorView& inv_freq) {
+  const int64_t half = inv_freq.numel();
+  const float* freq = inv_freq.as<float>();
 #pragma omp parallel for if (tokens * heads * head_dim > kParallelGrain)
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<float> cos_v(half), sin_v(half);
     for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+      const float angle = static_cast<float>(positions[t]) * freq[i];
       cos_v[i] = std::cos(angle);
       sin_v[i] = std::sin(angle);
     }
@@ -224,6 +237,17 @@ void CpuBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t he
         v[i] = x0 * cos_v[i] - x1 * sin_v[i];
         v[i + half] = x1 * cos_v[i] + x0 * sin_v[i];
       }
+    }
+  }
+}
+
+void CpuBackend::head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                                    int64_t row_stride, const TensorView& gamma, float eps) {
+#pragma omp parallel for if (tokens * heads * head_dim > kParallelGrain)
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + t * row_stride + h * head_dim;
+      rms_norm_row(v, gamma, eps, head_dim, v);  // in place: each element is read before it is written
     }
   }
 }
@@ -251,7 +275,7 @@ void CpuBackend::copy_block_impl(const TensorView& pool, int64_t src, int64_t ds
   std::memcpy(base + dst * bytes, base + src * bytes, bytes);
 }
 
-void CpuBackend::moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+void CpuBackend::moe_topk_impl(const TensorView& logits, int top_k, bool normalize, const TensorView& weights,
                                const TensorView& ids) {
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
   std::vector<float> prob(experts);
@@ -268,7 +292,7 @@ void CpuBackend::moe_topk_impl(const TensorView& logits, int top_k, const Tensor
     float chosen = 0;
     for (int k = 0; k < top_k; ++k) chosen += prob[order[k]];
     for (int k = 0; k < top_k; ++k) {
-      weights.as<float>()[t * top_k + k] = prob[order[k]] / chosen;
+      weights.as<float>()[t * top_k + k] = normalize ? prob[order[k]] / chosen : prob[order[k]];
       ids.as<int32_t>()[t * top_k + k] = order[k];
     }
   }

@@ -97,14 +97,14 @@ namespace detail {
 
 void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                  const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
-                 bool gelu) {
+                 Activation act) {
   TESSERA_CHECK(M >= 0 && K >= 0 && N >= 0) << "M=" << M << " K=" << K << " N=" << N;
   TESSERA_CHECK_GE(ldx, K);
   TESSERA_CHECK_GE(ldy, N);
   TESSERA_CHECK(w_dtype == DType::kF32 || w_dtype == DType::kF16 || w_dtype == DType::kBF16)
       << "linear weights must be f32, f16 or bf16, got " << dtype_name(w_dtype);
   if (M == 0 || N == 0) return;
-  const LinearArgs args{x, M, K, ldx, w, w_dtype, N, bias, y, ldy, gelu};
+  const LinearArgs args{x, M, K, ldx, w, w_dtype, N, bias, y, ldy, act};
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
   const bool gemv = options.path == LinearPath::kGemv ||
                     (options.path == LinearPath::kAuto && M <= linear_gemv_max_rows(w_dtype)) || K == 0;
@@ -120,8 +120,8 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
 }  // namespace detail
 
 void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
-            int64_t N, const float* bias, float* y, int64_t ldy, bool gelu) {
-  detail::linear_with(detail::LinearOptions{}, x, M, K, ldx, w, w_dtype, N, bias, y, ldy, gelu);
+            int64_t N, const float* bias, float* y, int64_t ldy, Activation act) {
+  detail::linear_with(detail::LinearOptions{}, x, M, K, ldx, w, w_dtype, N, bias, y, ldy, act);
 }
 
 }  // namespace tessera::cpu

@@ -1,5 +1,5 @@
 #pragma once
-// The CPU linear layer: y = x · W^T (+ bias) (then gelu_tanh). The engine's hot spot.
+// The CPU linear layer: y = x · W^T (+ bias) (then an activation). The engine's hot spot.
 //
 // Two regimes, chosen by M (rows of x):
 //  - M <= linear_gemv_max_rows() (decode): memory-bandwidth bound. A GEMV-style kernel streams
@@ -12,17 +12,18 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "kernels/activation.h"
 
 namespace tessera::cpu {
 
-// y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]) (then gelu_tanh from kernels/cpu/activations.h if
-// gelu). x, y, bias: float32 row-major; y rows `ldy` floats apart (ldy >= N) so outputs can land
+// y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]) (then `act`, as kernels/cpu/activations.h
+// computes it). x, y, bias: float32 row-major; y rows `ldy` floats apart (ldy >= N) so outputs can land
 // in a column range of a wider buffer (columns N..ldy-1 are never touched); x rows `ldx` apart
 // (ldx >= K). W: row-major [N, K] stored as f32, f16 or bf16, rows exactly K apart. bias may be
 // nullptr. Multi-threaded with OpenMP over omp_get_max_threads() threads. y must not overlap x,
 // W or bias.
 void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
-            int64_t N, const float* bias, float* y, int64_t ldy, bool gelu);
+            int64_t N, const float* bias, float* y, int64_t ldy, Activation act);
 
 // Up to this many rows of x the GEMV kernel is used; above it, sgemm. Measured crossover
 // (bench/linear_bench.cc BM_GemvGemmCrossover, 4096x4096, 2 threads): f32 weights 12 rows,
@@ -54,7 +55,7 @@ struct LinearOptions {
 };
 void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                  const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
-                 bool gelu);
+                 Activation act);
 }  // namespace detail
 
 }  // namespace tessera::cpu

@@ -107,12 +107,12 @@ void gemm_blas_threads(CpuIsa isa, const LinearArgs& a) {
   }
 }
 
-void bias_gelu_epilogue(const LinearArgs& a) {
-  if (a.bias == nullptr && !a.gelu) return;
+void bias_act_epilogue(const LinearArgs& a) {
+  if (a.bias == nullptr && a.act == Activation::kNone) return;
 #pragma omp parallel for schedule(static) if (a.M * a.N >= 16 * 1024)
   for (int64_t m = 0; m < a.M; ++m) {
     float* row = a.y + m * a.ldy;
-    for (int64_t n = 0; n < a.N; ++n) row[n] = finish_output(row[n], a.bias, n, a.gelu);
+    for (int64_t n = 0; n < a.N; ++n) row[n] = finish_output(row[n], a.bias, n, a.act);
   }
 }
 
@@ -124,7 +124,7 @@ void gemm_linear(const LinearOptions& options, const LinearArgs& a) {
   } else {
     gemm_omp_panels(options.isa, a);
   }
-  bias_gelu_epilogue(a);
+  bias_act_epilogue(a);
 }
 
 }  // namespace tessera::cpu::detail

@@ -99,7 +99,7 @@ TESSERA_TARGET_AVX2 void gemv_tile(const LinearArgs& a, int64_t m0, int64_t n0, 
         __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[i][r]), _mm256_extractf128_ps(acc[i][r], 1));
         s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        a.y[(m0 + i) * a.ldy + n + r] = finish_output(_mm_cvtss_f32(s), a.bias, n + r, a.gelu);
+        a.y[(m0 + i) * a.ldy + n + r] = finish_output(_mm_cvtss_f32(s), a.bias, n + r, a.act);
       }
     }
   }

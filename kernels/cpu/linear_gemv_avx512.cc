@@ -86,7 +86,7 @@ TESSERA_TARGET_AVX512 void gemv_tile(const LinearArgs& a, int64_t m0, int64_t n0
 #pragma GCC unroll 16
       for (int i = 0; i < MT; ++i) {
         a.y[(m0 + i) * a.ldy + n + r] =
-            finish_output(_mm512_reduce_add_ps(acc[i][r]), a.bias, n + r, a.gelu);
+            finish_output(_mm512_reduce_add_ps(acc[i][r]), a.bias, n + r, a.act);
       }
     }
   }
@@ -154,7 +154,7 @@ TESSERA_TARGET_AVX512 void gemv_tile_bf16_pairs(const LinearArgs& a, int64_t m0,
       if (n + r >= n1) break;
 #pragma GCC unroll 16
       for (int i = 0; i < MT; ++i) {
-        a.y[(m0 + i) * a.ldy + n + r] = finish_output(_mm512_reduce_add_ps(acc[i][r]), a.bias, n + r, a.gelu);
+        a.y[(m0 + i) * a.ldy + n + r] = finish_output(_mm512_reduce_add_ps(acc[i][r]), a.bias, n + r, a.act);
       }
     }
   }

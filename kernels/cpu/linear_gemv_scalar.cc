@@ -40,7 +40,7 @@ void gemv_scalar(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_
         s3 += x_row[k + 3] * w_row[k + 3];
       }
       for (; k < K; ++k) s0 += x_row[k] * w_row[k];
-      a.y[m * a.ldy + n] = finish_output((s0 + s1) + (s2 + s3), a.bias, n, a.gelu);
+      a.y[m * a.ldy + n] = finish_output((s0 + s1) + (s2 + s3), a.bias, n, a.act);
     }
   }
 }

@@ -21,12 +21,12 @@ struct LinearArgs {
   const float* bias;
   float* y;
   int64_t ldy;
-  bool gelu;
+  Activation act;
 };
 
 // The GEMV kernel: y rows [m0, m1) x columns [n0, n1), reading each weight row of
 // [n0, n1) once per group of up to kGemvRowTile rows of x (so once for decode batches).
-// Applies bias and gelu.
+// Applies bias and the activation.
 inline constexpr int64_t kGemvRowTile = 8;
 void gemv_scalar(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 void gemv_avx2(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
@@ -37,12 +37,12 @@ void widen_scalar(const uint16_t* src, DType src_dtype, float* dst, int64_t n);
 void widen_avx2(const uint16_t* src, DType src_dtype, float* dst, int64_t n);
 void widen_avx512(const uint16_t* src, DType src_dtype, float* dst, int64_t n);
 
-// The sgemm regime (linear_gemm.cc), bias and gelu included.
+// The sgemm regime (linear_gemm.cc), bias and activation included.
 void gemm_linear(const LinearOptions& options, const LinearArgs& a);
 
-// The bias + gelu epilogue for one output value.
-inline float finish_output(float acc, const float* bias, int64_t n, bool gelu) {
+// The bias + activation epilogue for one output value.
+inline float finish_output(float acc, const float* bias, int64_t n, Activation act) {
   if (bias != nullptr) acc += bias[n];
-  return gelu ? gelu_tanh(acc) : acc;
+  return activate(acc, act);
 }
 }  // namespace tessera::cpu::detail

@@ -1,10 +1,13 @@
 // Paged causal attention, prefill and decode rows in one kernel. One block per (query
-// token, query head); its warps take the keys 0..pos round-robin, each warp computes one
-// score at a time (lanes split head_dim, coalesced reads of the cached row), keeps an
-// online softmax (running max, sum and weighted V in registers) and the warps' partial
-// results are merged at the end. Keys are read through the sequence's block table; the
-// cache is f32, f16 or bf16, widened in registers. GQA: query head h reads cached KV head
-// (q_head_offset + h) / group - kv_head_offset. ALiBi adds slope[h] * key position.
+// token, query head); its warps take the keys first..pos round-robin (first = 0, or with a
+// sliding window max(0, pos - window + 1): keys before it are never read, so their blocks
+// may already be freed and their table entries -1). Each warp computes one score at a time
+// (lanes split head_dim, coalesced reads of the cached row), keeps an online softmax
+// (running max, sum and weighted V in registers) and the warps' partial results are merged
+// at the end. Keys are read through the sequence's block table; the cache is f32, f16 or
+// bf16, widened in registers. GQA: query head h reads cached KV head (q_head_offset + h) /
+// group - kv_head_offset. Scores in the CPU's order: scale, then the soft cap
+// softcap * tanh(s / softcap) (Gemma 2), then ALiBi's slope[h] * key position.
 //
 // Correct first, not fast: no tiling of several query rows over one key load (flash-style
 // prefill), no split-K over long contexts for decode. Those come with the tuning work.
@@ -28,7 +31,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t D = a.head_dim;
   const int32_t seq = a.token_seq[token];
-  const int32_t n_keys = a.token_pos[token] + 1;
+  const int32_t pos = a.token_pos[token];
+  const int32_t first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int64_t g = (a.q_head_offset + h) / a.group - a.kv_head_offset;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   const float slope = a.alibi_slopes != nullptr ? a.alibi_slopes[h] : 0.0f;
@@ -44,7 +48,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[r] = 0.0f;
   }
   float m = -FLT_MAX, l = 0.0f;  // -FLT_MAX, not -inf: exp(m - m_new) stays well defined
-  for (int32_t j = warp; j < n_keys; j += kWarps) {
+  for (int32_t j = first + warp; j <= pos; j += kWarps) {
     const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
     const int64_t base = (slot * a.kv_heads + g) * D;
     float dot = 0.0f;
@@ -55,6 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     dot = warp_sum(dot);
     float score = dot * a.scale;
+    if (a.softcap > 0.0f) score = a.softcap * tanhf(score / a.softcap);
     if (a.alibi_slopes != nullptr) score += slope * static_cast<float>(j);
     const float m_new = fmaxf(m, score);
     const float correction = expf(m - m_new);

@@ -5,8 +5,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -236,7 +236,7 @@ void CudaBackend::residual_add_norm_impl(const TensorView& residual, const Tenso
 }
 
 void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
-                              const TensorView& out, bool gelu) {
+                              const TensorView& out, Activation act) {
   require_device({{&x, "x"}, {&out, "out"}}, "linear");
   const TensorView wd = resident(w);
   const TensorView bd = resident(bias);
@@ -271,20 +271,20 @@ void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const Te
     }
     if (sync_every_launch_) after_launch("linear (cuBLAS)");
   }
-  cuda::launch::bias_gelu(y, M, N, bd.empty() ? nullptr : bd.data, bd.dtype, gelu, stream_);
-  after_launch("linear (bias/gelu epilogue)");
+  cuda::launch::bias_act(y, M, N, bd.empty() ? nullptr : bd.data, bd.dtype, act, stream_);
+  after_launch("linear (bias/activation epilogue)");
 }
 
-void CudaBackend::gelu_tanh_impl(const TensorView& x) {
-  require_device({{&x, "x"}}, "gelu_tanh");
-  cuda::launch::gelu_tanh(x.as<float>(), x.numel(), stream_);
-  after_launch("gelu_tanh");
+void CudaBackend::activate_impl(const TensorView& x, Activation act) {
+  require_device({{&x, "x"}}, "activate");
+  cuda::launch::activate(x.as<float>(), x.numel(), act, stream_);
+  after_launch("activate");
 }
 
-void CudaBackend::silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
-                                int64_t in_stride, float* out) {
-  cuda::launch::silu_mul(gate, up, tokens, width, in_stride, out, stream_);
-  after_launch("silu_mul");
+void CudaBackend::gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
+                                 int64_t in_stride, float* out, Activation act) {
+  cuda::launch::gated_act(gate, up, tokens, width, in_stride, out, act, stream_);
+  after_launch("gated_act");
 }
 
 void CudaBackend::add_impl(const TensorView& a, const TensorView& b, const TensorView& out) {
@@ -293,25 +293,38 @@ void CudaBackend::add_impl(const TensorView& a, const TensorView& b, const Tenso
   after_launch("add");
 }
 
+void CudaBackend::scale_impl(const TensorView& x, float factor) {
+  require_device({{&x, "x"}}, "scale");
+  cuda::launch::scale(x.as<float>(), x.numel(), factor, stream_);
+  after_launch("scale");
+}
+
+void CudaBackend::softcap_impl(const TensorView& x, float cap) {
+  require_device({{&x, "x"}}, "softcap");
+  cuda::launch::softcap(x.as<float>(), x.numel(), cap, stream_);
+  after_launch("softcap");
+}
+
 void CudaBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                              const int32_t* positions, float theta) {
+                              const int32_t* positions, const TensorView& inv_freq) {
   if (tokens == 0 || heads == 0) return;
-  // inv_freq by the CPU backend's expression (transformers' float32 formula), on the host,
-  // so both backends rotate by bit-identical frequencies.
-  const int64_t half = head_dim / 2;
-  std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv_freq[i] = 1.0f / std::pow(theta, exponent);
-  }
+  // The model's inv_freq table (a backend tensor; a host one is mirrored like a weight), so
+  // both backends rotate by the same f32 frequencies.
+  const TensorView freq = resident(inv_freq);
   // `positions` is host memory (the interface's contract). Uploaded per call for now;
   // caching a step's metadata once for all layers is a later optimisation.
-  const std::vector<const void*> dev = staging_->upload(
-      {{positions, static_cast<size_t>(tokens) * sizeof(int32_t)}, {inv_freq.data(), inv_freq.size() * sizeof(float)}},
-      stream_);
+  const std::vector<const void*> dev =
+      staging_->upload({{positions, static_cast<size_t>(tokens) * sizeof(int32_t)}}, stream_);
   cuda::launch::rotary(x, tokens, heads, head_dim, row_stride, static_cast<const int32_t*>(dev[0]),
-                       static_cast<const float*>(dev[1]), stream_);
+                       freq.as<float>(), freq.numel(), stream_);
   after_launch("rotary");
+}
+
+void CudaBackend::head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                                     int64_t row_stride, const TensorView& gamma, float eps) {
+  const TensorView g = resident(gamma);
+  cuda::launch::head_rms_norm(x, tokens, heads, head_dim, row_stride, g.data, g.dtype, eps, stream_);
+  after_launch("head_rms_norm");
 }
 
 void CudaBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
@@ -332,8 +345,8 @@ void CudaBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, 
 }
 
 void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
-                                 const TensorView& k_cache, const TensorView& v_cache, float scale,
-                                 const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) {
+                                 const TensorView& k_cache, const TensorView& v_cache, const AttentionParams& params,
+                                 const TensorView& out, const GqaLayout& gqa) {
   require_device({{&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&out, "out"}}, "attention");
   const int64_t tokens = out.dim(0);
   if (tokens == 0) return;
@@ -341,8 +354,9 @@ void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q
   TESSERA_CHECK_LE(head_dim, cuda::launch::kMaxHeadDim) << "the CUDA attention kernel supports head_dim up to "
                                                          << cuda::launch::kMaxHeadDim;
   // Per-row sequence and position, and a check of every block a row will read (the
-  // kernel trusts them). Built and uploaded per call, i.e. per layer; doing it once per
-  // step is a later optimisation.
+  // kernel trusts them). With a sliding window that is only the blocks from the first
+  // new token's first key on: the earlier ones may be freed (-1). Built and uploaded per
+  // call, i.e. per layer; doing it once per step is a later optimisation.
   std::vector<int32_t> token_seq(tokens), token_pos(tokens);
   for (int s = 0; s < batch.num_seqs(); ++s) {
     const int32_t begin = batch.query_start[s], end = batch.query_start[s + 1];
@@ -350,7 +364,9 @@ void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q
     TESSERA_CHECK(n_new >= 0 && ctx >= n_new) << "sequence " << s << ": " << n_new << " new tokens, context " << ctx;
     const int64_t blocks = (ctx + block_size - 1) / block_size;
     TESSERA_CHECK_LE(blocks, batch.max_blocks_per_seq) << "sequence " << s;
-    for (int64_t b = 0; b < (n_new > 0 ? blocks : 0); ++b) {
+    // The earliest key any row of s reads: that of its first new token (position ctx - n_new).
+    const int64_t first_key = params.window > 0 ? std::max<int64_t>(0, ctx - n_new - params.window + 1) : 0;
+    for (int64_t b = first_key / block_size; b < (n_new > 0 ? blocks : 0); ++b) {
       const int32_t id = batch.block_tables[static_cast<int64_t>(s) * batch.max_blocks_per_seq + b];
       TESSERA_CHECK(id >= 0 && id < num_blocks) << "sequence " << s << " block " << b << " is " << id;
     }
@@ -364,7 +380,7 @@ void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q
                                                          {token_pos.data(), token_pos.size() * sizeof(int32_t)},
                                                          {batch.block_tables.data(), table_bytes}},
                                                         stream_);
-  const TensorView slopes = resident(alibi_slopes);
+  const TensorView slopes = resident(params.alibi_slopes);
   cuda::launch::PagedAttentionArgs a;
   a.q = q;
   a.q_row_stride = q_row_stride;
@@ -380,7 +396,9 @@ void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q
   a.block_size = block_size;
   a.kv_heads = k_cache.dim(2);
   a.head_dim = head_dim;
-  a.scale = scale;
+  a.scale = params.scale;
+  a.softcap = params.softcap;
+  a.window = params.window;
   a.alibi_slopes = slopes.empty() ? nullptr : slopes.as<float>();
   a.out = out.as<float>();
   a.group = gqa.group;
@@ -400,10 +418,10 @@ void CudaBackend::copy_block_impl(const TensorView& pool, int64_t src, int64_t d
   }
 }
 
-void CudaBackend::moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+void CudaBackend::moe_topk_impl(const TensorView& logits, int top_k, bool normalize, const TensorView& weights,
                                 const TensorView& ids) {
   require_device({{&logits, "logits"}, {&weights, "weights"}, {&ids, "ids"}}, "moe_topk");
-  cuda::launch::moe_topk(logits.as<float>(), logits.dim(0), logits.dim(1), top_k, weights.as<float>(),
+  cuda::launch::moe_topk(logits.as<float>(), logits.dim(0), logits.dim(1), top_k, normalize, weights.as<float>(),
                          ids.as<int32_t>(), stream_);
   after_launch("moe_topk");
 }

@@ -9,7 +9,7 @@
 // weight arena and looked up by address on later calls (see resident()); the f16/bf16
 // copy of a GEMM input lives in a workspace; host-side op arguments (batch metadata,
 // positions, row lists) go through a pinned staging ring. Pointer arguments of the ops
-// (q, k, v, rotary's x) are device pointers.
+// (q, k, v, rotary's and head_rms_norm's x, gated_act's gate and up) are device pointers.
 //
 // Synchronisation: every op is enqueued on the backend's stream and returns; copy_to_host
 // and copy_from_host synchronise. TESSERA_CUDA_SYNC=1 synchronises and checks after every
@@ -59,20 +59,24 @@ class CudaBackend final : public Backend {
   void residual_add_norm_impl(const TensorView& residual, const TensorView& delta, const TensorView& gamma,
                               const TensorView& beta, float eps, bool rms, const TensorView& out) override;
   void linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out,
-                   bool gelu) override;
-  void gelu_tanh_impl(const TensorView& x) override;
-  void silu_mul_impl(const float* gate, const float* up, int64_t tokens, int64_t width, int64_t in_stride,
-                     float* out) override;
+                   Activation act) override;
+  void activate_impl(const TensorView& x, Activation act) override;
+  void gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width, int64_t in_stride,
+                      float* out, Activation act) override;
   void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) override;
+  void scale_impl(const TensorView& x, float factor) override;
+  void softcap_impl(const TensorView& x, float cap) override;
   void rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                   const int32_t* positions, float theta) override;
+                   const int32_t* positions, const TensorView& inv_freq) override;
+  void head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                          const TensorView& gamma, float eps) override;
   void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
                      const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache) override;
   void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
-                      const TensorView& k_cache, const TensorView& v_cache, float scale,
-                      const TensorView& alibi_slopes, const TensorView& out, const GqaLayout& gqa) override;
+                      const TensorView& k_cache, const TensorView& v_cache, const AttentionParams& params,
+                      const TensorView& out, const GqaLayout& gqa) override;
   void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) override;
-  void moe_topk_impl(const TensorView& logits, int top_k, const TensorView& weights,
+  void moe_topk_impl(const TensorView& logits, int top_k, bool normalize, const TensorView& weights,
                      const TensorView& ids) override;
   void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out) override;
   void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "kernels/activation.h"
 
 struct CUstream_st;
 
@@ -28,24 +29,35 @@ void embedding(const int32_t* ids, int64_t tokens, const void* table, DType tabl
 // (out = gamma * (x * rsqrt(mean(x^2) + eps))), else LayerNorm. out may alias x.
 void norm(float* x, const float* delta, const void* gamma, DType gamma_dtype, const void* beta,
           DType beta_dtype, float eps, int64_t rows, int64_t hidden, float* out, Stream stream);
+// RMSNorm in place of every head vector x[t * row_stride + h * head_dim + 0 .. head_dim),
+// one gamma [head_dim] for all heads; one block per (token, head), same arithmetic as norm.
+void head_rms_norm(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+                   const void* gamma, DType gamma_dtype, float eps, Stream stream);
 
 // ---- elementwise.cu -------------------------------------------------------------------------
+// Activations are kernels/cpu/activations.h's formulas, in f32; kNone is the identity.
 // out[i] = (dtype) in[i], round to nearest even (the f16/bf16 copy of a GEMM input).
 void convert_from_f32(const float* in, void* out, DType out_dtype, int64_t n, Stream stream);
-// GEMM epilogue on out[rows, cols]: += bias[col] (bias may be nullptr), then gelu_tanh.
-void bias_gelu(float* out, int64_t rows, int64_t cols, const void* bias, DType bias_dtype, bool gelu,
-               Stream stream);
-void gelu_tanh(float* x, int64_t n, Stream stream);
-// out[t, i] = silu(gate[t * in_stride + i]) * up[t * in_stride + i], out rows `width` apart.
-void silu_mul(const float* gate, const float* up, int64_t tokens, int64_t width, int64_t in_stride,
-              float* out, Stream stream);
+// GEMM epilogue on out[rows, cols]: += bias[col] (bias may be nullptr), then act.
+void bias_act(float* out, int64_t rows, int64_t cols, const void* bias, DType bias_dtype, Activation act,
+              Stream stream);
+// x[i] = act(x[i]).
+void activate(float* x, int64_t n, Activation act, Stream stream);
+// out[t, i] = act(gate[t * in_stride + i]) * up[t * in_stride + i], out rows `width` apart.
+void gated_act(const float* gate, const float* up, int64_t tokens, int64_t width, int64_t in_stride,
+               float* out, Activation act, Stream stream);
 void add(const float* a, const float* b, float* out, int64_t n, Stream stream);
+// x[i] *= factor.
+void scale(float* x, int64_t n, float factor, Stream stream);
+// x[i] = cap * tanh(x[i] / cap).
+void softcap(float* x, int64_t n, float cap, Stream stream);
 
 // ---- rotary.cu ------------------------------------------------------------------------------
-// Rotate-half RoPE in place on x[t * row_stride + h * head_dim + i]; angle =
-// positions[t] * inv_freq[i] (inv_freq computed on the host exactly as the CPU does).
+// Rotate-half RoPE in place on x[t * row_stride + h * head_dim + i] over the first
+// 2 * rot_half dims of each head (pairs i, i + rot_half); the rest are not touched.
+// angle = positions[t] * inv_freq[i], inv_freq [rot_half] (the model's own table).
 void rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-            const int32_t* positions, const float* inv_freq, Stream stream);
+            const int32_t* positions, const float* inv_freq, int64_t rot_half, Stream stream);
 
 // ---- kv_cache.cu ----------------------------------------------------------------------------
 // cache[slots[t] * width + i] = (cache dtype) k[t * row_stride + i] (and v), width =
@@ -62,7 +74,7 @@ struct PagedAttentionArgs {
   int64_t q_heads = 0;
   int64_t tokens = 0;
   const int32_t* token_seq = nullptr;  // [tokens]: the sequence of each query row
-  const int32_t* token_pos = nullptr;  // [tokens]: its position; keys 0..pos are attended
+  const int32_t* token_pos = nullptr;  // [tokens]: its position; keys first..pos are attended
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int64_t max_blocks_per_seq = 0;
   const void* k_cache = nullptr;  // [num_blocks, block_size, kv_heads, head_dim]
@@ -71,7 +83,12 @@ struct PagedAttentionArgs {
   int64_t block_size = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;  // <= kMaxHeadDim
+  // Scores as AttentionParams (kernels/backend.h) forms them: scale, then softcap > 0:
+  // softcap * tanh(s / softcap), then ALiBi; window > 0: first = max(0, pos - window + 1),
+  // else 0. Keys before `first` are never read (their table entries may be -1).
   float scale = 1.0f;
+  float softcap = 0.0f;
+  int32_t window = 0;
   const float* alibi_slopes = nullptr;  // [q_heads] or nullptr
   float* out = nullptr;                 // [tokens, q_heads * head_dim]
   // Query head h reads cached KV head (q_head_offset + h) / group - kv_head_offset.
@@ -81,9 +98,10 @@ struct PagedAttentionArgs {
 void paged_attention(const PagedAttentionArgs& args, Stream stream);
 
 // ---- moe.cu ---------------------------------------------------------------------------------
-// Softmax over experts, top-k (ties to the lower id), weights renormalised to sum 1.
-void moe_topk(const float* logits, int64_t tokens, int64_t experts, int top_k, float* weights, int32_t* ids,
-              Stream stream);
+// Softmax over experts, top-k (ties to the lower id), weights renormalised to sum 1 when
+// `normalize`, else the softmax probabilities themselves.
+void moe_topk(const float* logits, int64_t tokens, int64_t experts, int top_k, bool normalize, float* weights,
+              int32_t* ids, Stream stream);
 // out[i, :] = x[rows[i], :].
 void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t hidden, float* out,
                  Stream stream);

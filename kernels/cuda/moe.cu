@@ -12,9 +12,10 @@ namespace {
 // CPU does (max, exp, one sequential sum, divide) and recomputed on the fly rather than
 // stored, so any expert count works without local arrays. The k-th pick is the best
 // expert strictly after the (k-1)-th in the order (probability descending, id ascending):
-// exactly what the CPU's stable sort yields, ties included.
-__global__ void moe_topk_kernel(const float* logits, int64_t tokens, int64_t experts, int top_k, float* weights,
-                                int32_t* ids) {
+// exactly what the CPU's stable sort yields, ties included. normalize: the k weights are
+// divided by their sum (Mixtral); else they stay the softmax probabilities (Qwen2-MoE).
+__global__ void moe_topk_kernel(const float* logits, int64_t tokens, int64_t experts, int top_k, bool normalize,
+                                float* weights, int32_t* ids) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= tokens) return;
   const float* l = logits + t * experts;
@@ -46,7 +47,9 @@ __global__ void moe_topk_kernel(const float* logits, int64_t tokens, int64_t exp
     prev_p = best_p;
     prev_id = best;
   }
-  for (int k = 0; k < top_k; ++k) weights[t * top_k + k] /= chosen;
+  if (normalize) {
+    for (int k = 0; k < top_k; ++k) weights[t * top_k + k] /= chosen;
+  }
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t hidden, float* out) {
@@ -83,12 +86,12 @@ __global__ void scatter_ordered_kernel(const float* x, const int32_t* rows, cons
 
 namespace launch {
 
-void moe_topk(const float* logits, int64_t tokens, int64_t experts, int top_k, float* weights, int32_t* ids,
-              Stream stream) {
+void moe_topk(const float* logits, int64_t tokens, int64_t experts, int top_k, bool normalize, float* weights,
+              int32_t* ids, Stream stream) {
   if (tokens == 0) return;
   const int threads = 128;
   const int64_t blocks = (tokens + threads - 1) / threads;
-  moe_topk_kernel<<<blocks, threads, 0, stream>>>(logits, tokens, experts, top_k, weights, ids);
+  moe_topk_kernel<<<blocks, threads, 0, stream>>>(logits, tokens, experts, top_k, normalize, weights, ids);
 }
 
 void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t hidden, float* out, Stream stream) {

@@ -240,7 +240,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 2);  // version, little-endian u16 (docs/wire.md: version 2)
+  EXPECT_EQ(f[4], 3);  // version, little-endian u16 (docs/wire.md: version 3)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length
@@ -326,16 +326,16 @@ TEST(WireTest, HugeCountsAreRejectedWithoutAllocating) {
 TEST(WireTest, UnknownVersionTypeAndMagicAreRejected) {
   std::string f = encode(random_plan(*std::make_unique<Gen>(1)));
   std::string v2 = f;
-  v2[4] = 3;  // a version this build does not speak
+  v2[4] = kProtocolVersion + 1;  // a version this build does not speak
   StepPlan plan;
   Status st = decode(v2, &plan);
   ASSERT_FALSE(st.is_ok());
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("version 3"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("version " + std::to_string(kProtocolVersion + 1)), std::string::npos) << st.to_string();
   // The header still reads, so the other side can answer with a Reject.
   StatusOr<Header> h = decode_header(v2);
   ASSERT_TRUE(h.is_ok());
-  EXPECT_EQ(h->version, 3);
+  EXPECT_EQ(h->version, kProtocolVersion + 1);
 
   std::string bad_type = f;
   bad_type[6] = 99;

@@ -1,4 +1,5 @@
-// BlockManager: exact free counts, prefix sharing by content hash, copy-on-write, eviction.
+// BlockManager: exact free counts, prefix sharing by content hash, copy-on-write, eviction,
+// blocks given back behind a sliding window.
 #include "coordinator/block_manager.h"
 
 #include <gtest/gtest.h>
@@ -189,6 +190,60 @@ TEST(BlockManagerTest, PrefixCachingOffNeverHits) {
   bm.free(1);
   EXPECT_EQ(bm.stats().num_cached, 0);
   EXPECT_EQ(bm.num_free_blocks(), 8);
+}
+
+// A sliding window gives back leading blocks: a shared one just loses a reference, a filed
+// one stays in the prefix cache (and is hit again), the free count stays exact, and free(),
+// fork() and a later admission treat the -1 entries as gone.
+TEST(BlockManagerTest, ReleasingBlocksBeforeAWindowKeepsSharingAndCountsExact) {
+  BlockManager bm(4, 16);
+  Copies copies;
+  const std::vector<int32_t> a = iota_tokens(16, 0);  // 4 full blocks
+  admit_and_compute(bm, 1, a, &copies);
+  std::vector<int32_t> b = a;
+  b.insert(b.end(), {90, 91, 92, 93});
+  admit_and_compute(bm, 2, b, &copies);  // shares a's 4 blocks, adds 1
+  EXPECT_EQ(bm.num_free_blocks(), 11);
+  const std::vector<int32_t> shared = bm.block_table(1);
+
+  // Sequence 1's window starts at token 9: blocks 0 and 1 go, but sequence 2 still owns them.
+  EXPECT_EQ(bm.release_blocks_before(1, 9), 2);
+  EXPECT_EQ(bm.block_table(1), (std::vector<int32_t>{-1, -1, shared[2], shared[3]}));
+  EXPECT_EQ(bm.num_held_blocks(1), 2);
+  EXPECT_EQ(bm.ref_count(shared[0]), 1);
+  EXPECT_EQ(bm.num_free_blocks(), 11);
+  EXPECT_EQ(bm.release_blocks_before(1, 11), 0);  // nothing more lies wholly before token 11
+  bm.check_invariants();
+
+  // Sequence 2's starts at token 13: blocks 0 and 1 are nobody's now (cached: they are
+  // filed), block 2 is still sequence 1's.
+  EXPECT_EQ(bm.release_blocks_before(2, 13), 3);
+  EXPECT_EQ(bm.num_free_blocks(), 13);
+  EXPECT_EQ(bm.stats().num_cached, 2);
+  EXPECT_EQ(bm.ref_count(shared[2]), 1);
+  EXPECT_EQ(bm.stats().window_releases, 5u);
+  bm.check_invariants();
+
+  // A third sequence still finds the whole 16-token prefix (two blocks cached, two owned).
+  // Admitted with its window at token 12, the two cached hits go straight back, so they cost
+  // nothing; only the copy of the shared last block it rewrites (token 15, for logits) does.
+  const PrefixHit hit = bm.find_cached_prefix(a);
+  ASSERT_EQ(hit.blocks, shared);
+  EXPECT_EQ(hit.num_evictable, 2);
+  EXPECT_EQ(bm.admission_cost(hit, 15, 16), 3);
+  EXPECT_EQ(bm.admission_cost(hit, 15, 16, /*first_token=*/12), 1);
+  bm.admit(3, hit, 15);
+  EXPECT_EQ(bm.release_blocks_before(3, 12), 3);
+  ASSERT_TRUE(bm.append_slots(3, 15, 16, &copies));
+  EXPECT_EQ(bm.num_free_blocks(), 12);  // exactly the one block the cost said
+  bm.check_invariants();
+
+  bm.fork(3, 4);  // the child shares what the parent holds, not what it gave back
+  EXPECT_EQ(bm.num_held_blocks(4), 1);
+  bm.check_invariants();
+  for (SeqId id : {SeqId{1}, SeqId{2}, SeqId{3}, SeqId{4}}) bm.free(id);
+  EXPECT_EQ(bm.num_free_blocks(), 16);
+  bm.check_invariants();
 }
 
 }  // namespace

@@ -4,9 +4,12 @@
 // tokens at every position the step reads: prefix sharing, copy-on-write, preemption and
 // eviction bugs all show up as a wrong token in a slot. Sampled tokens are a fixed function
 // of (sequence, token index), so a preempted and recomputed sequence must produce exactly
-// the tokens it would have produced without preemption.
+// the tokens it would have produced without preemption. With a sliding window W it reads
+// only what the real attention reads (from the first new token's window on) and checks that
+// every block wholly before that has been given back (-1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -18,8 +21,11 @@ namespace tessera::testing {
 
 class FakeExecutor {
  public:
-  FakeExecutor(int block_size, int num_blocks, int vocab = 50)
-      : block_size_(block_size), vocab_(vocab), kv_(static_cast<size_t>(block_size) * num_blocks, -1) {}
+  FakeExecutor(int block_size, int num_blocks, int vocab = 50, int window = 0)
+      : block_size_(block_size),
+        vocab_(vocab),
+        window_(window),
+        kv_(static_cast<size_t>(block_size) * num_blocks, -1) {}
 
   // The token a sequence draws as its `index`-th output.
   int32_t token_for(SeqId id, int32_t index) const {
@@ -46,8 +52,13 @@ class FakeExecutor {
       const int end = s.num_computed + static_cast<int>(s.tokens.size());
       EXPECT_LE(static_cast<size_t>(end), known.size()) << "seq " << s.seq_id;
       EXPECT_GE(static_cast<int>(s.block_table.size()) * block_size_, end) << "seq " << s.seq_id;
-      for (int p = 0; p < s.num_computed; ++p) {
-        const int32_t got = kv_[slot(s.block_table[p / block_size_], p % block_size_)];
+      const int first = window_ > 0 ? std::max(0, s.num_computed - window_ + 1) : 0;
+      for (int k = 0; k < first / block_size_; ++k)
+        EXPECT_EQ(s.block_table[k], -1) << "step " << plan.step_id << " seq " << s.seq_id << " still holds block "
+                                        << k << ", which its window has left";
+      for (int p = first; p < s.num_computed; ++p) {
+        const int32_t block = s.block_table[p / block_size_];
+        const int32_t got = block < 0 ? -1 : kv_[slot(block, p % block_size_)];  // -1: a freed block
         if (got != known[p]) {
           ADD_FAILURE() << "step " << plan.step_id << " seq " << s.seq_id << " reads token " << got
                         << " at position " << p << ", expected " << known[p];
@@ -57,7 +68,13 @@ class FakeExecutor {
       for (size_t i = 0; i < s.tokens.size(); ++i) {
         const int p = s.num_computed + static_cast<int>(i);
         EXPECT_EQ(s.tokens[i], known[p]) << "seq " << s.seq_id << " fed a wrong token at " << p;
-        kv_[slot(s.block_table[p / block_size_], p % block_size_)] = s.tokens[i];
+        const int32_t block = s.block_table[p / block_size_];
+        if (block < 0) {
+          ADD_FAILURE() << "step " << plan.step_id << " seq " << s.seq_id << " writes position " << p
+                        << " into a freed block";
+          continue;
+        }
+        kv_[slot(block, p % block_size_)] = s.tokens[i];
       }
       EXPECT_EQ(s.sample, end == static_cast<int>(known.size())) << "seq " << s.seq_id;
       if (s.sample) {
@@ -84,6 +101,7 @@ class FakeExecutor {
 
   int block_size_;
   int vocab_;
+  int window_;
   std::vector<int32_t> kv_;
   std::unordered_map<SeqId, std::vector<int32_t>> known_;
 };

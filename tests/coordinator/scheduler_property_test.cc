@@ -1,8 +1,8 @@
 // Randomized property test of Scheduler + BlockManager against a fake executor that checks
 // every KV slot a step reads (tests/coordinator/fake_executor.h). Arrivals with shared prompt
 // prefixes, aborts (also between schedule() and on_step_result()), stop tokens, priorities and
-// tiny pools that force preemption. After every step the invariants hold; every request
-// finishes within a bound; at the end every block is free again.
+// tiny pools that force preemption, with and without a sliding window. After every step the
+// invariants hold; every request finishes within a bound; at the end every block is free again.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +39,19 @@ SchedulerConfig make_config(int block_size, int num_blocks, int max_seqs, int bu
   return c;
 }
 
+// The same, for a model whose every layer attends to the last `window` keys.
+SchedulerConfig windowed(SchedulerConfig c, int window) {
+  c.sliding_window = window;
+  return c;
+}
+
+// Most blocks a sequence can hold during a step that writes `tokens` tokens under a sliding
+// window: those spanning its first query's window (window - 1 older keys) plus the new tokens.
+int window_block_bound(int window, int tokens, int block_size) {
+  const int span = window - 1 + tokens;
+  return (span - 1 + block_size - 1) / block_size + 1;
+}
+
 struct Outstanding {
   int arrival_step = 0;
   int prompt_len = 0;
@@ -48,6 +61,7 @@ struct Outstanding {
 
 struct Totals {
   int finished = 0, aborted = 0, rejected = 0, max_lifetime = 0;
+  int max_decode_blocks = 0;  // most blocks held in a one-token sampling step (sliding window)
 };
 
 constexpr int kSteps = 10000;
@@ -56,7 +70,7 @@ constexpr int kVocab = 40;        // small, so eos and stop tokens do get sample
 // arriving (the worst seen across these cases is ~2,500 steps, in a 20-block pool).
 constexpr int kStarvationBound = 5000;
 
-void check_plan(const StepPlan& plan, const Scheduler& sched) {
+void check_plan(const StepPlan& plan, const Scheduler& sched, Totals& totals) {
   const SchedulerConfig& c = sched.config();
   int tokens = 0;
   std::vector<SeqId> ids;
@@ -72,6 +86,16 @@ void check_plan(const StepPlan& plan, const Scheduler& sched) {
     ASSERT_EQ(s.num_generated, seq->num_output());
     if (!c.chunked_prefill && s.num_computed == 0) {
       ASSERT_TRUE(s.sample) << "a prompt was split";
+    }
+    if (c.sliding_window > 0) {
+      const int held = static_cast<int>(std::count_if(s.block_table.begin(), s.block_table.end(),
+                                                      [](int32_t b) { return b >= 0; }));
+      const int n = static_cast<int>(s.tokens.size());
+      // Static members reserve their whole prompt up front, so only their steps that reach
+      // the end of it (and decodes) are bounded by the window.
+      if (c.mode == BatchingMode::kContinuous || s.sample)
+        ASSERT_LE(held, window_block_bound(c.sliding_window, n, c.block_size)) << "seq " << s.seq_id;
+      if (n == 1 && s.sample) totals.max_decode_blocks = std::max(totals.max_decode_blocks, held);
     }
   }
   ASSERT_LE(tokens, c.max_num_batched_tokens);
@@ -91,7 +115,7 @@ void run_case(const PropertyCase& pc) {
   SCOPED_TRACE(pc.name);
   const SchedulerConfig& c = pc.config;
   Scheduler sched(c);
-  FakeExecutor exec(c.block_size, c.num_blocks, kVocab);
+  FakeExecutor exec(c.block_size, c.num_blocks, kVocab, c.sliding_window);
   std::mt19937_64 rng(pc.seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
@@ -182,7 +206,7 @@ void run_case(const PropertyCase& pc) {
     const bool had_work = sched.has_work();
     StepPlan plan = sched.schedule();
     ASSERT_EQ(had_work, !plan.seqs.empty()) << "work queued but nothing could run (or vice versa)";
-    ASSERT_NO_FATAL_FAILURE(check_plan(plan, sched));
+    ASSERT_NO_FATAL_FAILURE(check_plan(plan, sched, totals));
     const bool abort_mid_step = step < kSteps && chance(0.005);
     const StepResult result = exec.execute(plan);
     if (abort_mid_step) abort_random();
@@ -203,6 +227,15 @@ void run_case(const PropertyCase& pc) {
               static_cast<unsigned long long>(stats.num_preemptions),
               static_cast<unsigned long long>(stats.prefix_hit_tokens),
               static_cast<unsigned long long>(stats.cow_copies), totals.max_lifetime);
+  if (c.sliding_window > 0) {
+    EXPECT_GT(stats.window_releases, 0u);
+    std::printf("[ %s ] window %d block size %d: %llu blocks freed by the window; one-token steps held at "
+                "most %d blocks (bound %d)\n",
+                pc.name, c.sliding_window, c.block_size, static_cast<unsigned long long>(stats.window_releases),
+                totals.max_decode_blocks, window_block_bound(c.sliding_window, 1, c.block_size));
+  } else {
+    EXPECT_EQ(stats.window_releases, 0u);
+  }
 }
 
 class SchedulerPropertyTest : public ::testing::TestWithParam<PropertyCase> {};
@@ -222,7 +255,19 @@ INSTANTIATE_TEST_SUITE_P(
         PropertyCase{"tiny_pool_seed8", 8, make_config(4, 24, 6, 16, true, true, 96)},
         PropertyCase{"static_no_chunking", 9, make_config(8, 24, 4, 32, false, true, 64, BatchingMode::kStatic)},
         PropertyCase{"static_tiny_pool", 11, make_config(4, 14, 6, 16, true, true, 48, BatchingMode::kStatic)},
-        PropertyCase{"one_seq", 10, make_config(4, 16, 1, 8, true, true, 64)}),
+        PropertyCase{"one_seq", 10, make_config(4, 16, 1, 8, true, true, 64)},
+        // Windows shorter than the prompt heads and outputs, so blocks leave mid-prefill too.
+        PropertyCase{"window_tiny_pool", 21, windowed(make_config(4, 24, 6, 16, true, true, 96), 6)},
+        PropertyCase{"window_preempting", 28, windowed(make_config(4, 14, 8, 16, true, true, 56), 10)},
+        PropertyCase{"window_block_size_1", 22, windowed(make_config(1, 48, 4, 8, true, true, 40), 3)},
+        PropertyCase{"window_under_block", 23, windowed(make_config(8, 32, 6, 16, true, true, 96), 3)},
+        PropertyCase{"window_no_chunking", 24, windowed(make_config(16, 12, 8, 64, false, true, 256), 20)},
+        PropertyCase{"window_no_prefix_cache", 25, windowed(make_config(2, 40, 8, 12, true, false, 64), 5)},
+        PropertyCase{"window_static", 26,
+                     windowed(make_config(4, 32, 6, 24, true, true, 80, BatchingMode::kStatic), 8)},
+        PropertyCase{"window_static_tiny_pool", 29,
+                     windowed(make_config(4, 14, 6, 16, true, true, 48, BatchingMode::kStatic), 7)},
+        PropertyCase{"window_one", 27, windowed(make_config(4, 16, 2, 8, true, true, 64), 1)}),
     [](const ::testing::TestParamInfo<PropertyCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

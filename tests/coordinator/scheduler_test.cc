@@ -1,10 +1,13 @@
 // Scheduler: token budget, chunked prefill, decode-first order, priorities, admission
-// errors, preemption by recompute, prefix reuse, stop conditions, static batching.
+// errors, preemption by recompute, prefix reuse, stop conditions, static batching, the
+// blocks a sliding window gives back.
 #include "coordinator/scheduler.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -30,7 +33,8 @@ struct Finished {
 // Drives a scheduler and a fake executor together.
 class Harness {
  public:
-  explicit Harness(SchedulerConfig config) : sched(config), exec(config.block_size, config.num_blocks) {}
+  explicit Harness(SchedulerConfig config)
+      : sched(config), exec(config.block_size, config.num_blocks, 50, config.sliding_window) {}
 
   void add(SeqId id, int prompt_len, int max_new, int priority = 0, StopConditions stop = {},
            SamplingParams sampling = {}) {
@@ -379,6 +383,126 @@ TEST(SchedulerTest, StaticBatchingNeverAdmitsWhileABatchRuns) {
     }
   });
   EXPECT_EQ(h.finished.size(), 3u);
+}
+
+// Blocks a table still holds (entries a sliding window gave back are -1).
+int held_blocks(const SeqStep& s) {
+  return static_cast<int>(std::count_if(s.block_table.begin(), s.block_table.end(), [](int32_t b) { return b >= 0; }));
+}
+
+// A decoding sequence reads its last W keys, a span of W tokens, which meets at most
+// ceil((W - 1) / B) + 1 blocks; the decode step writes inside that span. So with a short
+// prompt (at most W tokens, one chunk) no step holds more, whatever the output length.
+TEST(SchedulerTest, SlidingWindowBoundsTheBlocksASequenceHolds) {
+  struct Shape {
+    int window, block_size;
+  };
+  for (const Shape shape : {Shape{16, 4}, Shape{24, 4}, Shape{17, 4}, Shape{6, 4}, Shape{3, 8}, Shape{1, 4},
+                            Shape{16, 16}, Shape{5, 1}}) {
+    const int w = shape.window, bs = shape.block_size;
+    SCOPED_TRACE("window " + std::to_string(w) + ", block size " + std::to_string(bs));
+    SchedulerConfig c = small_config();
+    c.block_size = bs;
+    c.num_blocks = 256;
+    c.max_model_len = 1024;
+    c.sliding_window = w;
+    Harness h(c);
+    const int prompt = std::min(w, 3), max_new = 3 * w + 5;
+    h.add(1, prompt, max_new);
+    const int bound = (w - 1 + bs - 1) / bs + 1;
+    ASSERT_LE(bound, (w + bs - 1) / bs + 1);  // ceil(W / B) + 1
+    int most = 0;
+    h.run(10000, [&](const StepPlan& plan) {
+      ASSERT_EQ(plan.seqs.size(), 1u);
+      most = std::max(most, held_blocks(plan.seqs[0]));
+      EXPECT_LE(held_blocks(plan.seqs[0]), bound) << "at position " << plan.seqs[0].num_computed;
+    });
+    EXPECT_EQ(most, bound) << "the bound is reached once the window has slid a block";
+    std::cout << "[ REPORT   ] window " << w << ", block size " << bs << ": " << prompt + max_new
+              << " tokens, at most " << most << " blocks held (bound ceil((W-1)/B)+1 = " << bound
+              << ", ceil(W/B)+1 = " << (w + bs - 1) / bs + 1 << "; full attention: "
+              << (prompt + max_new - 1 + bs - 1) / bs << ")" << std::endl;
+    const std::vector<int32_t>& all = h.exec.tokens(1);
+    ASSERT_EQ(all.size(), static_cast<size_t>(prompt + max_new));
+    for (int i = 0; i < max_new; ++i) EXPECT_EQ(all[prompt + i], h.exec.token_for(1, i)) << "token " << i;
+    EXPECT_EQ(h.sched.stats().num_free_blocks, c.num_blocks);
+    EXPECT_GT(h.sched.stats().window_releases, 0u);
+    h.sched.block_manager().check_invariants();
+  }
+
+  // Without a window nothing is given back: the table only grows, to the whole sequence.
+  SchedulerConfig c = small_config();
+  c.num_blocks = 256;
+  c.max_model_len = 1024;
+  Harness h(c);
+  h.add(1, 3, 53);
+  int most = 0;
+  h.run(10000, [&](const StepPlan& plan) {
+    EXPECT_EQ(held_blocks(plan.seqs[0]), static_cast<int>(plan.seqs[0].block_table.size()));
+    most = std::max(most, held_blocks(plan.seqs[0]));
+  });
+  EXPECT_EQ(most, 14);  // the last decode writes position 54: blocks 0..13 of 4 tokens
+  EXPECT_EQ(h.sched.stats().window_releases, 0u);
+  EXPECT_EQ(h.sched.stats().num_free_blocks, c.num_blocks);
+}
+
+// A chunk of c tokens also holds its own blocks: the span is then W - 1 + c tokens.
+TEST(SchedulerTest, SlidingWindowFreesBlocksDuringAChunkedPrefill) {
+  SchedulerConfig c = small_config();
+  c.sliding_window = 8;
+  c.max_num_batched_tokens = 6;
+  Harness h(c);
+  h.add(1, 40, 10);
+  h.run(1000, [&](const StepPlan& plan) {
+    const SeqStep& s = plan.seqs[0];
+    const int span = 8 - 1 + static_cast<int>(s.tokens.size());
+    EXPECT_LE(held_blocks(s), (span - 1 + 3) / 4 + 1) << "at position " << s.num_computed;
+    EXPECT_LE(held_blocks(s), 5);
+  });
+  EXPECT_EQ(h.finished[1].reason, FinishReason::kLength);
+  EXPECT_EQ(h.sched.stats().num_free_blocks, c.num_blocks);
+}
+
+// Prefix hits longer than the window, copy-on-write of a fully cached prompt, and preemption
+// by recompute in a pool too small for every sequence, all under a window: the fake executor
+// checks every key a step reads, the invariants every step, the token streams at the end.
+TEST(SchedulerTest, SlidingWindowKeepsPrefixSharingAndPreemptionExact) {
+  SchedulerConfig c = small_config();
+  c.sliding_window = 8;
+  c.num_blocks = 13;  // 52 tokens: room for one whole sequence, not for 6 windows of 3 blocks
+  c.max_num_batched_tokens = 24;
+  Harness h(c);
+  const std::vector<int32_t> shared = prompt_of(20, 700);
+  h.add_prompt(1, shared, 30);
+  h.step();  // computes the prompt and files its 5 full blocks
+  for (SeqId id = 2; id <= 6; ++id) h.add_prompt(id, shared, 30);
+  StepPlan plan = h.step();
+  ASSERT_EQ(plan.seqs.size(), 6u);  // 1 decodes; 2 to 6 reuse the cached prompt
+  const SeqStep& hit = plan.seqs[1];
+  EXPECT_EQ(hit.seq_id, 2u);
+  EXPECT_EQ(hit.num_computed, 19);  // only the last prompt token is recomputed, for logits
+  // Its first query (position 19) reads keys 12.. on: hit blocks 0..2 went straight back.
+  EXPECT_EQ(std::vector<int32_t>(hit.block_table.begin(), hit.block_table.begin() + 3),
+            (std::vector<int32_t>{-1, -1, -1}));
+  EXPECT_EQ(plan.block_copies.size(), 5u);  // block 4 is rewritten while seq 1 still shares it
+  h.run();
+  EXPECT_GT(h.sched.stats().num_preemptions, 0u);
+  EXPECT_GT(h.sched.stats().prefix_hit_tokens, 0u);
+  for (SeqId id = 1; id <= 6; ++id) {
+    ASSERT_EQ(h.finished[id].reason, FinishReason::kLength);
+    const std::vector<int32_t>& all = h.exec.tokens(id);
+    ASSERT_EQ(all.size(), 50u);
+    for (int i = 0; i < 30; ++i) EXPECT_EQ(all[20 + i], h.exec.token_for(id, i)) << "seq " << id << " token " << i;
+  }
+  EXPECT_EQ(h.sched.stats().num_free_blocks, c.num_blocks);
+}
+
+TEST(SchedulerTest, NegativeSlidingWindowIsRejected) {
+  SchedulerConfig c = small_config();
+  c.sliding_window = -1;
+  const Status st = validate_scheduler_config(c);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("sliding_window"), std::string::npos) << st.message();
 }
 
 }  // namespace

@@ -1,26 +1,29 @@
 // Parity of every CUDA backend op with the CPU backend (the reference, itself tested
 // against plain references in linear_cpu_test.cc and the fixture goldens). Each test feeds
-// both backends the same random inputs -- odd sizes, every weight and KV-cache dtype, GQA
-// groups and tensor-parallel head offsets, ALiBi, ragged batches mixing prefill chunks
-// and decode rows, non-contiguous block tables, vocabulary-parallel embedding -- and checks
-// every element (no "99% within tolerance").
+// both backends the same random inputs -- odd sizes, every weight and KV-cache dtype, every
+// activation, GQA groups and tensor-parallel head offsets, ALiBi, soft-capping, sliding
+// windows over partly freed block tables, ragged batches mixing prefill chunks and decode
+// rows, non-contiguous block tables, strided q/k rows, partial rotary, vocabulary-parallel
+// embedding -- and checks every element (no "99% within tolerance").
 //
 // Compiled in every build. Without CUDA compiled in, or without a device, every test that
 // needs one is skipped with "SKIPPED: no CUDA device (...)", never passed silently.
 //
 // Tolerances (|cuda - cpu| <= atol + rtol * |cpu| unless stated):
-//  - copies, gathers, conversions, cache writes, top-k ids: exact (same rounding rules).
-//  - norms: 1e-5 + 1e-5 rel. Statistics are accumulated in double on both backends; what
-//    remains is float rounding of the final expression and summation order.
-//  - element-wise activations, rotary: 1e-6 + 1e-5 rel (tanhf/expf/sinf/cosf of CUDA and
-//    glibc differ by an ulp or two; rotary frequencies are computed on the host for both).
+//  - copies, gathers, conversions, cache writes, scale, top-k ids: exact (same rounding
+//    rules), and so are the elements an op must leave alone (strides, unrotated dims).
+//  - norms (head_rms_norm too): 1e-5 + 1e-5 rel. Statistics are accumulated in double on
+//    both backends; what remains is float rounding of the final expression and summation order.
+//  - element-wise activations, softcap, rotary: 1e-6 + 1e-5 rel (tanhf/erff/expf/sinf/cosf
+//    of CUDA and glibc differ by an ulp or two; both rotate by the same inv_freq table).
 //  - attention: 1e-5 + 1e-5 rel (online vs two-pass softmax, different dot-product order).
 //  - linear, f32 weights: 1e-5 * sum_k |x_k w_k| (both accumulate in f32 in different
 //    orders; TF32 is off on the CUDA side, and TF32 would fail this by ~100x).
 //  - linear, f16/bf16 weights: the CUDA backend rounds x to the weight dtype before the
 //    tensor-core GEMM, the CPU does not. Rounding each x_k moves the result by at most
 //    u * sum_k |x_k w_k| (u = 2^-11 for f16, 2^-8 for bf16: half an ulp, relative), so
-//    the bound is (u + 1e-5) * sum_k |x_k w_k|, times 1.2 after GELU (|gelu'| < 1.13).
+//    the bound is (u + 1e-5) * sum_k |x_k w_k|, times 1.2 after an activation (|gelu'| <
+//    1.13 for both GELUs, |silu'| < 1.1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,6 +43,10 @@ namespace tessera {
 namespace {
 
 const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+const Activation kActivations[] = {Activation::kNone, Activation::kGeluTanh, Activation::kGeluErf,
+                                   Activation::kSilu};
+// Those a gated MLP can use (gated_act rejects kNone).
+const Activation kGatedActivations[] = {Activation::kGeluTanh, Activation::kGeluErf, Activation::kSilu};
 
 // ---- host helpers ----------------------------------------------------------------------------
 
@@ -121,6 +128,28 @@ class CudaBackendTest : public ::testing::Test {
     return h;
   }
   std::vector<float> device_f32(const TensorView& dev) { return widen(to_host(dev).view()); }
+
+  void check_moe_topk(bool normalize) {
+    struct Case { int64_t tokens, experts; int top_k; };
+    for (Case c : {Case{9, 8, 2}, Case{5, 5, 3}, Case{33, 64, 6}, Case{4, 3, 3}, Case{1, 1, 1}}) {
+      Tensor logits = random_host({c.tokens, c.experts}, DType::kF32, -4.0f, 4.0f);
+      float* l = logits.data<float>();
+      for (int64_t e = 0; e < c.experts; ++e) l[e] = 0.5f;  // row 0: every expert tied
+      if (c.tokens > 1 && c.experts > 2) {
+        l[c.experts + 2] = l[c.experts + 1] = 9.0f;  // row 1: a tied top pair
+      }
+      Tensor w_ref = Tensor::zeros({c.tokens, c.top_k}, DType::kF32);
+      Tensor id_ref = Tensor::zeros({c.tokens, c.top_k}, DType::kI32);
+      cpu_->moe_topk(logits, c.top_k, normalize, w_ref, id_ref);
+      Tensor w = cuda_->alloc({c.tokens, c.top_k}, DType::kF32);
+      Tensor ids = cuda_->alloc({c.tokens, c.top_k}, DType::kI32);
+      cuda_->moe_topk(to_device(logits), c.top_k, normalize, w, ids);
+      const std::string tag = std::string("moe_topk") + (normalize ? "" : " unnormalised") +
+                              " E=" + std::to_string(c.experts) + " k=" + std::to_string(c.top_k);
+      expect_close(widen(id_ref), widen(to_host(ids).view()), 0, 0, tag + " ids");
+      expect_close(widen(w_ref), device_f32(w), 1e-6, 1e-5, tag + " weights");
+    }
+  }
 
   std::unique_ptr<Backend> cpu_, cuda_;
   std::mt19937 rng_{20240607};
@@ -257,7 +286,7 @@ struct GemmShape { int64_t M, K, N; };
 class LinearCase {
  public:
   // Per-element bound from sum_k |x_k w_k| (see the file comment).
-  static std::vector<double> tolerance(const Tensor& x, const Tensor& w, bool gelu) {
+  static std::vector<double> tolerance(const Tensor& x, const Tensor& w, bool activated) {
     const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
     const std::vector<float> xf = widen(x), wf = widen(w);
     const double u = w.dtype() == DType::kF16    ? std::ldexp(1.0, -11)
@@ -268,7 +297,7 @@ class LinearCase {
       for (int64_t n = 0; n < N; ++n) {
         double abs_dot = 0;
         for (int64_t k = 0; k < K; ++k) abs_dot += std::fabs(static_cast<double>(xf[m * K + k]) * wf[n * K + k]);
-        tol[m * N + n] = ((u + 1e-5) * abs_dot + 1e-6) * (gelu ? 1.2 : 1.0);
+        tol[m * N + n] = ((u + 1e-5) * abs_dot + 1e-6) * (activated ? 1.2 : 1.0);
       }
     }
     return tol;
@@ -290,8 +319,8 @@ TEST_F(CudaBackendTest, LinearMatchesForEveryWeightDtypeBiasAndGelu) {
           Tensor ref = Tensor::zeros({s.M, s.N}, DType::kF32);
           Tensor out = cuda_->alloc({s.M, s.N}, DType::kF32);
           if (gelu) {
-            cpu_->linear_gelu(x, w, bias, ref);
-            cuda_->linear_gelu(x_d, w_d, bias_d, out);
+            cpu_->linear_act(x, w, bias, ref, Activation::kGeluTanh);
+            cuda_->linear_act(x_d, w_d, bias_d, out, Activation::kGeluTanh);
           } else {
             cpu_->linear(x, w, bias, ref);
             cuda_->linear(x_d, w_d, bias_d, out);
@@ -300,6 +329,35 @@ TEST_F(CudaBackendTest, LinearMatchesForEveryWeightDtypeBiasAndGelu) {
           std::ostringstream tag;
           tag << "linear " << dtype_name(wt) << " M=" << s.M << " K=" << s.K << " N=" << s.N << " bias=" << bias_kind
               << (gelu ? " gelu" : "");
+          expect_close(widen(ref), device_f32(out), 0, 0, tag.str(), &tol);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, LinearActMatchesForEveryActivation) {
+  // The fused epilogue: bias, then each activation (BLOOM's and GPT-2's tanh GELU, the exact
+  // erf GELU of Falcon and GPT-NeoX, SiLU), on decode- and prefill-sized shapes (the CPU's
+  // GEMV and GEMM paths).
+  const GemmShape shapes[] = {{1, 64, 96}, {3, 17, 5}, {33, 300, 64}, {130, 96, 1000}};
+  for (DType wt : kFloatTypes) {
+    for (GemmShape s : shapes) {
+      Tensor x = random_host({s.M, s.K}, DType::kF32, -2.0f, 2.0f);
+      Tensor w = random_host({s.N, s.K}, wt, -0.5f, 0.5f);
+      Tensor x_d = to_device(x), w_d = to_device(w);
+      for (bool with_bias : {false, true}) {
+        Tensor bias = with_bias ? random_host({s.N}, wt) : Tensor();
+        Tensor bias_d = with_bias ? to_device(bias) : Tensor();
+        for (Activation act : kActivations) {
+          Tensor ref = Tensor::zeros({s.M, s.N}, DType::kF32);
+          Tensor out = cuda_->alloc({s.M, s.N}, DType::kF32);
+          cpu_->linear_act(x, w, bias, ref, act);
+          cuda_->linear_act(x_d, w_d, bias_d, out, act);
+          const std::vector<double> tol = LinearCase::tolerance(x, w, act != Activation::kNone);
+          std::ostringstream tag;
+          tag << "linear_act " << activation_name(act) << " " << dtype_name(wt) << " M=" << s.M << " K=" << s.K
+              << " N=" << s.N << (with_bias ? " bias" : "");
           expect_close(widen(ref), device_f32(out), 0, 0, tag.str(), &tol);
         }
       }
@@ -341,24 +399,24 @@ TEST_F(CudaBackendTest, GeluSiluMulAndAddMatch) {
   for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{1000}, int64_t{70001}}) {
     Tensor x = random_host({n}, DType::kF32, -6.0f, 6.0f);
     Tensor ref = host_copy(x);
-    cpu_->gelu_tanh(ref);
+    cpu_->activate(ref, Activation::kGeluTanh);
     Tensor xd = to_device(x);
-    cuda_->gelu_tanh(xd);
+    cuda_->activate(xd, Activation::kGeluTanh);
     expect_close(widen(ref), device_f32(xd), 1e-6, 1e-5, "gelu_tanh n=" + std::to_string(n));
   }
   const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 17}, {65, 1000}};  // tokens, width
   for (const auto& [T, F] : shapes) {
     Tensor gate = random_host({T, F}, DType::kF32, -8.0f, 8.0f), up = random_host({T, F}, DType::kF32);
     Tensor ref = Tensor::zeros({T, F}, DType::kF32), out = cuda_->alloc({T, F}, DType::kF32);
-    cpu_->silu_mul(gate, up, ref);
-    cuda_->silu_mul(to_device(gate), to_device(up), out);
-    expect_close(widen(ref), device_f32(out), 1e-6, 1e-5, "silu_mul F=" + std::to_string(F));
+    cpu_->gated_act(gate, up, ref, Activation::kSilu);
+    cuda_->gated_act(to_device(gate), to_device(up), out, Activation::kSilu);
+    expect_close(widen(ref), device_f32(out), 1e-6, 1e-5, "gated_act silu F=" + std::to_string(F));
 
     Tensor packed = random_host({T, 2 * F}, DType::kF32, -8.0f, 8.0f);
     Tensor ref_p = Tensor::zeros({T, F}, DType::kF32), out_p = cuda_->alloc({T, F}, DType::kF32);
-    cpu_->silu_mul_packed(packed, ref_p);
-    cuda_->silu_mul_packed(to_device(packed), out_p);
-    expect_close(widen(ref_p), device_f32(out_p), 1e-6, 1e-5, "silu_mul_packed F=" + std::to_string(F));
+    cpu_->gated_act_packed(packed, ref_p, Activation::kSilu);
+    cuda_->gated_act_packed(to_device(packed), out_p, Activation::kSilu);
+    expect_close(widen(ref_p), device_f32(out_p), 1e-6, 1e-5, "gated_act_packed silu F=" + std::to_string(F));
 
     Tensor a = random_host({T, F}, DType::kF32), b = random_host({T, F}, DType::kF32);
     Tensor ref_a = Tensor::zeros({T, F}, DType::kF32);
@@ -369,7 +427,74 @@ TEST_F(CudaBackendTest, GeluSiluMulAndAddMatch) {
   }
 }
 
-// ---- rotary ----------------------------------------------------------------------------------
+TEST_F(CudaBackendTest, ActivateAndGatedActMatchForEveryActivation) {
+  for (Activation act : kActivations) {
+    for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{70001}}) {
+      Tensor x = random_host({n}, DType::kF32, -8.0f, 8.0f);
+      Tensor ref = host_copy(x);
+      cpu_->activate(ref, act);
+      Tensor xd = to_device(x);
+      cuda_->activate(xd, act);
+      expect_close(widen(ref), device_f32(xd), 1e-6, 1e-5,
+                   std::string("activate ") + activation_name(act) + " n=" + std::to_string(n));
+    }
+  }
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 17}, {65, 1000}};  // tokens, width
+  for (Activation act : kGatedActivations) {
+    for (const auto& [T, F] : shapes) {
+      const std::string tag = std::string(activation_name(act)) + " F=" + std::to_string(F);
+      Tensor gate = random_host({T, F}, DType::kF32, -8.0f, 8.0f), up = random_host({T, F}, DType::kF32);
+      Tensor ref = Tensor::zeros({T, F}, DType::kF32), out = cuda_->alloc({T, F}, DType::kF32);
+      cpu_->gated_act(gate, up, ref, act);
+      cuda_->gated_act(to_device(gate), to_device(up), out, act);
+      expect_close(widen(ref), device_f32(out), 1e-6, 1e-5, "gated_act " + tag);
+
+      Tensor packed = random_host({T, 2 * F}, DType::kF32, -8.0f, 8.0f);
+      Tensor ref_p = Tensor::zeros({T, F}, DType::kF32), out_p = cuda_->alloc({T, F}, DType::kF32);
+      cpu_->gated_act_packed(packed, ref_p, act);
+      cuda_->gated_act_packed(to_device(packed), out_p, act);
+      expect_close(widen(ref_p), device_f32(out_p), 1e-6, 1e-5, "gated_act_packed " + tag);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ScaleAndSoftcapMatch) {
+  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{1000}, int64_t{70001}}) {
+    // Gemma's embedding scale sqrt(hidden), and an arbitrary one: one rounding, exact.
+    for (float factor : {std::sqrt(3072.0f), -0.37f}) {
+      Tensor x = random_host({n}, DType::kF32, -4.0f, 4.0f);
+      Tensor ref = host_copy(x);
+      cpu_->scale(ref, factor);
+      Tensor xd = to_device(x);
+      cuda_->scale(xd, factor);
+      expect_close(widen(ref), device_f32(xd), 0, 0,
+                   "scale by " + std::to_string(factor) + " n=" + std::to_string(n));
+    }
+    // Gemma 2's final-logit cap (30) and a small one, over values well past both.
+    for (float cap : {30.0f, 0.5f}) {
+      Tensor x = random_host({n}, DType::kF32, -100.0f, 100.0f);
+      Tensor ref = host_copy(x);
+      cpu_->softcap(ref, cap);
+      Tensor xd = to_device(x);
+      cuda_->softcap(xd, cap);
+      expect_close(widen(ref), device_f32(xd), 1e-6, 1e-5,
+                   "softcap " + std::to_string(cap) + " n=" + std::to_string(n));
+    }
+  }
+}
+
+// ---- rotary and per-head norms ---------------------------------------------------------------
+
+// inv_freq as transformers builds it in float32 for `dims` rotated dims:
+// 1 / theta ** (arange(0, dims, 2).float() / dims).
+Tensor rope_inv_freq(float theta, int64_t dims) {
+  Tensor t = Tensor::zeros({dims / 2}, DType::kF32);
+  for (int64_t i = 0; i < dims / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dims);
+    t.data<float>()[i] = 1.0f / std::pow(theta, exponent);
+  }
+  return t;
+}
 
 TEST_F(CudaBackendTest, RotaryMatchesOnStridedRowsAndLeavesTheRestAlone) {
   struct Case { int64_t tokens, heads, head_dim, extra; float theta; };
@@ -382,11 +507,78 @@ TEST_F(CudaBackendTest, RotaryMatchesOnStridedRowsAndLeavesTheRestAlone) {
     for (int32_t& p : positions) p = pos(rng_);
     positions[0] = 0;
     Tensor ref = host_copy(x);
-    cpu_->rotary(ref.data<float>(), c.tokens, c.heads, c.head_dim, stride, positions.data(), c.theta);
-    Tensor xd = to_device(x);
-    cuda_->rotary(xd.data<float>(), c.tokens, c.heads, c.head_dim, stride, positions.data(), c.theta);
+    const Tensor inv_freq = rope_inv_freq(c.theta, c.head_dim);
+    cpu_->rotary(ref.data<float>(), c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq);
+    Tensor xd = to_device(x), inv_freq_d = to_device(inv_freq);
+    cuda_->rotary(xd.data<float>(), c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq_d);
     expect_close(widen(ref), device_f32(xd), 1e-6, 1e-5,
                  "rotary heads=" + std::to_string(c.heads) + " head_dim=" + std::to_string(c.head_dim));
+  }
+}
+
+TEST_F(CudaBackendTest, PartialRotaryTurnsOnlyTheFirstRDimsOfEachHead) {
+  // GPT-NeoX's rotary_pct: R = rot dims of each head rotate (pairs i, i + R/2), the rest
+  // pass through. x is a view into wider rows (k inside a packed qkv row): `lead` columns
+  // before it, `extra` after.
+  struct Case { int64_t tokens, heads, head_dim, rot, lead, extra; float theta; };
+  for (Case c : {Case{1, 1, 4, 2, 0, 0, 10000.0f}, Case{3, 2, 64, 16, 128, 5, 10000.0f},
+                 Case{7, 4, 80, 20, 0, 33, 10000.0f}, Case{5, 3, 128, 64, 384, 0, 1e6f},
+                 Case{9, 8, 96, 94, 7, 1, 500000.0f}}) {
+    const int64_t stride = c.lead + c.heads * c.head_dim + c.extra;
+    Tensor x = random_host({c.tokens, stride}, DType::kF32);
+    std::uniform_int_distribution<int32_t> pos(0, 8191);
+    std::vector<int32_t> positions(c.tokens);
+    for (int32_t& p : positions) p = pos(rng_);
+    const Tensor inv_freq = rope_inv_freq(c.theta, c.rot);
+    Tensor ref = host_copy(x);
+    cpu_->rotary(ref.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq);
+    Tensor xd = to_device(x), inv_freq_d = to_device(inv_freq);
+    cuda_->rotary(xd.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq_d);
+    const std::vector<float> got = device_f32(xd), in = widen(x);
+    std::ostringstream tag;
+    tag << "partial rotary " << c.rot << " of " << c.head_dim << " heads=" << c.heads;
+    expect_close(widen(ref), got, 1e-6, 1e-5, tag.str());
+    // Everything outside the rotated dims is the input, bit for bit.
+    int64_t touched = 0;
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      for (int64_t col = 0; col < stride; ++col) {
+        const int64_t in_heads = col - c.lead;
+        const bool rotated = in_heads >= 0 && in_heads < c.heads * c.head_dim && in_heads % c.head_dim < c.rot;
+        if (!rotated && got[t * stride + col] != in[t * stride + col]) ++touched;
+      }
+    }
+    EXPECT_EQ(touched, 0) << tag.str() << ": elements outside the rotated dims changed";
+  }
+}
+
+TEST_F(CudaBackendTest, HeadRmsNormMatchesOnStridedRowsForEveryGammaDtype) {
+  // Qwen3's q_norm / k_norm: every head vector normalised on its own with one shared gamma,
+  // in place inside wider rows (q or k of a packed qkv row).
+  struct Case { int64_t tokens, heads, head_dim, lead, extra; };
+  for (DType gt : kFloatTypes) {
+    for (Case c : {Case{1, 1, 1, 0, 0}, Case{5, 4, 64, 0, 0}, Case{7, 3, 128, 24, 37}, Case{3, 2, 256, 0, 5},
+                   Case{9, 8, 96, 192, 13}, Case{33, 16, 128, 0, 1024}}) {
+      const int64_t stride = c.lead + c.heads * c.head_dim + c.extra;
+      Tensor x = random_host({c.tokens, stride}, DType::kF32, -3.0f, 3.0f);
+      Tensor gamma = random_host({c.head_dim}, gt, 0.5f, 1.5f);
+      Tensor ref = host_copy(x);
+      cpu_->head_rms_norm(ref.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, gamma, 1e-6f);
+      Tensor xd = to_device(x), gamma_d = to_device(gamma);
+      cuda_->head_rms_norm(xd.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, gamma_d, 1e-6f);
+      const std::vector<float> got = device_f32(xd), in = widen(x);
+      std::ostringstream tag;
+      tag << "head_rms_norm " << dtype_name(gt) << " heads=" << c.heads << " head_dim=" << c.head_dim << " stride="
+          << stride;
+      expect_close(widen(ref), got, 1e-5, 1e-5, tag.str());
+      int64_t touched = 0;
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        for (int64_t col = 0; col < stride; ++col) {
+          const bool normed = col >= c.lead && col < c.lead + c.heads * c.head_dim;
+          if (!normed && got[t * stride + col] != in[t * stride + col]) ++touched;
+        }
+      }
+      EXPECT_EQ(touched, 0) << tag.str() << ": elements outside the heads changed";
+    }
   }
 }
 
@@ -490,15 +682,106 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesForPrefillAndDecodeRows) {
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     Tensor ref = Tensor::zeros({b.tokens, c.q_heads * D}, DType::kF32);
-    cpu_->attention(q.data<float>(), q_stride, c.q_heads, b.batch, kc, vc, scale, slopes, ref, c.gqa);
+    cpu_->attention(q.data<float>(), q_stride, c.q_heads, b.batch, kc, vc, {.scale = scale, .alibi_slopes = slopes},
+                    ref, c.gqa);
     Tensor q_d = to_device(q), kc_d = to_device(kc), vc_d = to_device(vc);
     Tensor slopes_d = c.alibi ? to_device(slopes) : Tensor();
     Tensor out = cuda_->alloc({b.tokens, c.q_heads * D}, DType::kF32);
-    cuda_->attention(q_d.data<float>(), q_stride, c.q_heads, b.batch, kc_d, vc_d, scale, slopes_d, out, c.gqa);
+    cuda_->attention(q_d.data<float>(), q_stride, c.q_heads, b.batch, kc_d, vc_d,
+                     {.scale = scale, .alibi_slopes = slopes_d}, out, c.gqa);
     std::ostringstream tag;
     tag << "attention q_heads=" << c.q_heads << " kv_heads=" << c.kv_heads << " head_dim=" << D << " block="
         << c.block_size << " " << dtype_name(c.cache) << (c.alibi ? " alibi" : "") << " gqa offset "
         << c.gqa.q_head_offset;
+    expect_close(widen(ref), device_f32(out), 1e-5, 1e-5, tag.str());
+  }
+}
+
+// What a scheduler may free once a sliding window has moved past it: for each sequence, the
+// blocks wholly before the first key any of its new tokens reads get table entry -1, and
+// the keys and values before that first key in the first kept block become NaN. A backend
+// that read outside the window would fail its own block check on a -1 entry, fault, or put
+// NaN in its output. Returns how many table entries were dropped.
+int drop_outside_window(AttentionBatch& batch, int block_size, int32_t window, Tensor& kc, Tensor& vc) {
+  const int64_t slot_width = kc.dim(2) * kc.dim(3);
+  const size_t esize = dtype_size(kc.dtype());
+  std::vector<char> nan_row(slot_width * esize);
+  const std::vector<float> nans(slot_width, std::nanf(""));
+  convert_elements(nans.data(), DType::kF32, nan_row.data(), kc.dtype(), slot_width);
+  int dropped = 0;
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t n_new = batch.query_start[s + 1] - batch.query_start[s];
+    const int32_t first_key = std::max(0, batch.context_lens[s] - n_new - window + 1);
+    int32_t* table = batch.block_tables.data() + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
+    for (int b = 0; b < first_key / block_size; ++b) {
+      table[b] = -1;
+      ++dropped;
+    }
+    for (int32_t j = first_key / block_size * block_size; j < first_key; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+      std::memcpy(kc.data<char>() + slot * slot_width * esize, nan_row.data(), nan_row.size());
+      std::memcpy(vc.data<char>() + slot * slot_width * esize, nan_row.data(), nan_row.size());
+    }
+  }
+  return dropped;
+}
+
+TEST_F(CudaBackendTest, PagedAttentionWithSlidingWindowAndSoftcapMatches) {
+  struct Case {
+    int64_t q_heads, kv_heads, head_dim;
+    int block_size;
+    DType cache;
+    bool alibi;
+    int32_t window;  // 0: none
+    float softcap;   // 0: none
+  };
+  const Case cases[] = {
+      // Sliding window only: one key, a few, Mistral's shape, with ALiBi, wider than every context.
+      {4, 4, 64, 16, DType::kF32, false, 1, 0.0f},
+      {6, 1, 40, 5, DType::kBF16, false, 7, 0.0f},
+      {8, 2, 128, 16, DType::kF16, false, 16, 0.0f},
+      {4, 2, 80, 7, DType::kF32, true, 30, 0.0f},
+      {2, 1, 64, 4, DType::kF32, false, 1000, 0.0f},
+      // Soft cap only: caps near the scores' size (of order 1 here, see q below), and Gemma 2's 50.
+      {4, 4, 64, 16, DType::kF32, false, 0, 1.5f},
+      {3, 3, 33, 3, DType::kF16, true, 0, 3.0f},
+      {8, 4, 256, 16, DType::kBF16, false, 0, 50.0f},
+      // Both, as Gemma 2's sliding layers use them.
+      {8, 4, 256, 16, DType::kBF16, false, 16, 50.0f},
+      {4, 2, 64, 5, DType::kF16, false, 9, 2.0f},
+      {6, 2, 96, 7, DType::kF32, true, 3, 1.0f},
+  };
+  for (const Case& c : cases) {
+    Batch b = make_batch(kMixedBatch, c.block_size, rng_);
+    const int64_t D = c.head_dim, q_stride = c.q_heads * D + 3;
+    // Wider q than the other attention tests (scores of standard deviation ~1 after the
+    // scale), so that the small caps bend most scores.
+    Tensor q = random_host({b.tokens, q_stride}, DType::kF32, -3.0f, 3.0f);
+    Tensor kc = random_host({b.num_blocks, c.block_size, c.kv_heads, D}, c.cache);
+    Tensor vc = random_host({b.num_blocks, c.block_size, c.kv_heads, D}, c.cache);
+    const int dropped = c.window > 0 ? drop_outside_window(b.batch, c.block_size, c.window, kc, vc) : 0;
+    if (c.window > 0 && c.window < 100) {
+      // The 130-token decode row of kMixedBatch always leaves whole blocks behind.
+      EXPECT_GT(dropped, 0) << "window " << c.window << " dropped no block";
+    }
+    Tensor slopes;
+    if (c.alibi) {
+      slopes = Tensor::zeros({c.q_heads}, DType::kF32);
+      for (int64_t h = 0; h < c.q_heads; ++h) slopes.data<float>()[h] = std::pow(2.0f, -static_cast<float>(h + 1));
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    Tensor ref = Tensor::zeros({b.tokens, c.q_heads * D}, DType::kF32);
+    cpu_->attention(q.data<float>(), q_stride, c.q_heads, b.batch, kc, vc,
+                    {.scale = scale, .softcap = c.softcap, .window = c.window, .alibi_slopes = slopes}, ref);
+    Tensor q_d = to_device(q), kc_d = to_device(kc), vc_d = to_device(vc);
+    Tensor slopes_d = c.alibi ? to_device(slopes) : Tensor();
+    Tensor out = cuda_->alloc({b.tokens, c.q_heads * D}, DType::kF32);
+    cuda_->attention(q_d.data<float>(), q_stride, c.q_heads, b.batch, kc_d, vc_d,
+                     {.scale = scale, .softcap = c.softcap, .window = c.window, .alibi_slopes = slopes_d}, out);
+    std::ostringstream tag;
+    tag << "attention window=" << c.window << " softcap=" << c.softcap << " q_heads=" << c.q_heads
+        << " kv_heads=" << c.kv_heads << " head_dim=" << D << " block=" << c.block_size << " "
+        << dtype_name(c.cache) << (c.alibi ? " alibi" : "") << " (" << dropped << " blocks dropped)";
     expect_close(widen(ref), device_f32(out), 1e-5, 1e-5, tag.str());
   }
 }
@@ -538,8 +821,10 @@ TEST_F(CudaBackendTest, WriteThenAttendOverManySteps) {
       const float* base_d = qkv_d.data<float>();
       cuda_->write_kv(base_d + q_heads * D, base_d + (q_heads + kv_heads) * D, T, width, ab, kc_d, vc_d);
       Tensor ref = Tensor::zeros({T, q_heads * D}, DType::kF32), out = cuda_->alloc({T, q_heads * D}, DType::kF32);
-      cpu_->attention(base, width, q_heads, ab, kc, vc, 0.125f, TensorView(), ref);
-      cuda_->attention(base_d, width, q_heads, ab, kc_d, vc_d, 0.125f, TensorView(), out);
+      AttentionParams params;
+      params.scale = 0.125f;
+      cpu_->attention(base, width, q_heads, ab, kc, vc, params, ref);
+      cuda_->attention(base_d, width, q_heads, ab, kc_d, vc_d, params, out);
       expect_close(widen(ref), device_f32(out), 1e-5, 1e-5,
                    std::string("step ") + std::to_string(step) + " " + dtype_name(ct));
     }
@@ -561,24 +846,11 @@ TEST_F(CudaBackendTest, CopyBlockCopiesOneBlockOfThePool) {
 
 // ---- mixture of experts ----------------------------------------------------------------------
 
-TEST_F(CudaBackendTest, MoeTopkPicksTheSameExpertsWithTiesToTheLowerId) {
-  struct Case { int64_t tokens, experts; int top_k; };
-  for (Case c : {Case{9, 8, 2}, Case{5, 5, 3}, Case{33, 64, 6}, Case{4, 3, 3}, Case{1, 1, 1}}) {
-    Tensor logits = random_host({c.tokens, c.experts}, DType::kF32, -4.0f, 4.0f);
-    float* l = logits.data<float>();
-    for (int64_t e = 0; e < c.experts; ++e) l[e] = 0.5f;  // row 0: every expert tied
-    if (c.tokens > 1 && c.experts > 2) {
-      l[c.experts + 2] = l[c.experts + 1] = 9.0f;  // row 1: a tied top pair
-    }
-    Tensor w_ref = Tensor::zeros({c.tokens, c.top_k}, DType::kF32);
-    Tensor id_ref = Tensor::zeros({c.tokens, c.top_k}, DType::kI32);
-    cpu_->moe_topk(logits, c.top_k, w_ref, id_ref);
-    Tensor w = cuda_->alloc({c.tokens, c.top_k}, DType::kF32), ids = cuda_->alloc({c.tokens, c.top_k}, DType::kI32);
-    cuda_->moe_topk(to_device(logits), c.top_k, w, ids);
-    const std::string tag = "moe_topk E=" + std::to_string(c.experts) + " k=" + std::to_string(c.top_k);
-    expect_close(widen(id_ref), widen(to_host(ids).view()), 0, 0, tag + " ids");
-    expect_close(widen(w_ref), device_f32(w), 1e-6, 1e-5, tag + " weights");
-  }
+TEST_F(CudaBackendTest, MoeTopkPicksTheSameExpertsWithTiesToTheLowerId) { check_moe_topk(/*normalize=*/true); }
+
+TEST_F(CudaBackendTest, MoeTopkWithoutNormalizationKeepsTheSoftmaxProbabilities) {
+  // Qwen2-MoE's norm_topk_prob = false: same experts, weights the plain probabilities.
+  check_moe_topk(/*normalize=*/false);
 }
 
 TEST_F(CudaBackendTest, GatherRowsAndScatterAddScaledMatch) {

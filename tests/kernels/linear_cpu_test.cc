@@ -126,7 +126,7 @@ void check_shape(DType dtype, const Shape& s, bool padded, std::mt19937& rng, in
       options.path = path;
       std::vector<float> y(s.M * ldy, kSentinel);
       detail::linear_with(options, x.data(), s.M, s.K, ldx, w.data(), dtype, s.N,
-                          with_bias ? bias.data() : nullptr, y.data(), ldy, gelu);
+                          with_bias ? bias.data() : nullptr, y.data(), ldy, gelu ? Activation::kGeluTanh : Activation::kNone);
       const std::string what = std::string(dtype_name(dtype)) + " M=" + std::to_string(s.M) +
                                " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N) +
                                " isa=" + cpu_isa_name(isa) + " path=" +
@@ -198,10 +198,10 @@ TEST_P(LinearCpuTest, BothGemmThreadingPolicies) {
   options.path = LinearPath::kGemm;
   options.threading = detail::GemmThreading::kBlasThreads;
   detail::linear_with(options, x.data(), M, K, K, w.data(), dtype, N, bias.data(), y_blas.data(),
-                      N, true);
+                      N, Activation::kGeluTanh);
   options.threading = detail::GemmThreading::kOmpPanels;
   detail::linear_with(options, x.data(), M, K, K, w.data(), dtype, N, bias.data(), y_omp.data(),
-                      N, true);
+                      N, Activation::kGeluTanh);
   for (int64_t i = 0; i < M * N; ++i) {
     ASSERT_NEAR(y_blas[i], y_omp[i], 1e-5 * std::sqrt(K) * 1.0 * 0.5 + 1e-6) << "element " << i;
   }
@@ -236,7 +236,7 @@ TEST(LinearCpu, EmptyKGivesBias) {
   float y[2 * 3] = {};
   const float x[2] = {0, 0};
   const float w[1] = {0};
-  linear(x, 2, 0, 1, w, DType::kF32, 3, bias, y, 3, false);
+  linear(x, 2, 0, 1, w, DType::kF32, 3, bias, y, 3, Activation::kNone);
   for (int m = 0; m < 2; ++m) {
     for (int n = 0; n < 3; ++n) EXPECT_EQ(y[m * 3 + n], bias[n]);
   }
@@ -251,10 +251,10 @@ TEST(LinearCpu, SingleThreadMatchesAllThreads) {
   for (float& v : x) v = dist(rng);
   Weights w = make_weights(DType::kBF16, N, K, rng);
   std::vector<float> y_all(M * N), y_one(M * N);
-  linear(x.data(), M, K, K, w.data(), DType::kBF16, N, nullptr, y_all.data(), N, false);
+  linear(x.data(), M, K, K, w.data(), DType::kBF16, N, nullptr, y_all.data(), N, Activation::kNone);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  linear(x.data(), M, K, K, w.data(), DType::kBF16, N, nullptr, y_one.data(), N, false);
+  linear(x.data(), M, K, K, w.data(), DType::kBF16, N, nullptr, y_one.data(), N, Activation::kNone);
   omp_set_num_threads(threads);
   // Same kernel, same per-row summation order: identical bits.
   EXPECT_EQ(std::memcmp(y_all.data(), y_one.data(), y_all.size() * sizeof(float)), 0);

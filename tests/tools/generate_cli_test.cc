@@ -155,9 +155,9 @@ TEST_F(GenerateCliTest, TensorShapeDisagreesWithConfig) {
 TEST_F(GenerateCliTest, UnknownModelType) {
   std::string m = copy_model("unknown-type");
   auto cfg = read_config(m);
-  cfg["model_type"] = "gpt_neox";
+  cfg["model_type"] = "mamba";
   write_config(m, cfg);
-  expect_clean_error(generate(m, "--prompt-ids 1,2"), "gpt_neox");
+  expect_clean_error(generate(m, "--prompt-ids 1,2"), "unknown model_type \"mamba\"");
 }
 
 TEST_F(GenerateCliTest, UnsupportedDtypeFlag) {

@@ -257,9 +257,9 @@ TEST_F(MakeCheckpointTest, ShardedRunWritesIndexWithTheSameWeights) {
 }
 
 TEST_F(MakeCheckpointTest, BadFlagsFailWithClearMessages) {
-  auto unknown = make("bad", "--arch gpt2");
+  auto unknown = make("bad", "--arch mamba");
   EXPECT_NE(unknown.exit_code, 0);
-  EXPECT_NE((unknown.err + unknown.out).find("gpt2"), std::string::npos) << unknown.err;
+  EXPECT_NE((unknown.err + unknown.out).find("mamba"), std::string::npos) << unknown.err;
 
   auto heads = make("bad", "--arch llama --hidden 64 --heads 5");
   EXPECT_NE(heads.exit_code, 0);

@@ -33,6 +33,9 @@ std::map<std::string, std::vector<int64_t>> model_shapes(const ModelConfig& c) {
       case TensorRole::kGate:
       case TensorRole::kUp: return {c.ffn, c.hidden};
       case TensorRole::kDown: return {c.hidden, c.ffn};
+      case TensorRole::kExpertGate:
+      case TensorRole::kExpertUp: return {c.moe_ffn, c.hidden};
+      case TensorRole::kExpertDown: return {c.hidden, c.moe_ffn};
       case TensorRole::kRouter: return {c.num_experts, c.hidden};
       default: return {c.hidden};  // norms
     }

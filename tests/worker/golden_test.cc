@@ -1,6 +1,8 @@
 // The engine against reference outputs it did not produce: ../shared/fixtures holds greedy
 // tokens and logits from a PyTorch transcription of transformers (cross-checked with
-// llama.cpp) for BLOOM, Llama, Mixtral and the trained kjv-llama.
+// llama.cpp) for every tiny-<family> model there (BLOOM, Llama 2/3, Mistral with its
+// sliding window, Mixtral, Qwen2/3 dense and MoE, Phi-3, Gemma 2/3, Falcon, GPT-NeoX,
+// GPT-2, StarCoder2, ...) and the trained kjv-llama.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -173,7 +175,7 @@ TEST_P(GoldenTest, AllPromptsBatched) { check(true); }
 
 std::vector<Param> all_params(const std::string& backend) {
   std::vector<Param> out;
-  for (const char* m : {"tiny-bloom", "tiny-llama", "tiny-mixtral", "kjv-llama"}) {
+  for (const std::string& m : testing::golden_models()) {
     for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (bool inject : {true, false}) out.push_back({m, d, inject, backend});
     }

@@ -22,6 +22,7 @@
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
 #include "worker/worker_runtime.h"
+#include "worker/model_checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -33,7 +34,7 @@ int64_t available_memory_bytes() {
 }  // namespace
 
 StatusOr<int64_t> auto_kv_blocks(const TesseraConfig& c, int64_t max_model_len) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(c.model.path));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
   const int world = c.parallel.tensor_parallel;
   TESSERA_ASSIGN_OR_RETURN(ShardSpec shard, ShardSpec::make(mc, 0, world));
@@ -70,7 +71,7 @@ Status serve(ServeOptions o) {
 
   // The model's shape, the plan and the tokenizer, checked here before any worker starts.
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, check_deployment(c));
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(c.model.path));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
   std::unique_ptr<Tokenizer> tokenizer;
   if (auto tok = Tokenizer::load(ckpt->config_dir()); tok.is_ok()) {
     tokenizer = std::move(tok).value();
@@ -96,6 +97,7 @@ Status serve(ServeOptions o) {
   sc.prefix_caching = c.scheduler.prefix_caching;
   sc.max_model_len = static_cast<int>(max_model_len);
   sc.mode = c.scheduler.mode == SchedulerMode::kStatic ? BatchingMode::kStatic : BatchingMode::kContinuous;
+  sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
   // Workers: the group binds first, then (tessera-serve) the local ranks start.

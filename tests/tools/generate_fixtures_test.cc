@@ -1,0 +1,117 @@
+// Every fixture model through the real tessera-generate program, as a user runs it: the
+// reference goldens' prompts in one file, greedy ids from stdout and logits from
+// --dump-logits, compared with the goldens (tokens exact, logits within the fixtures
+// README's f32 tolerance of 1e-3). Fused and plain paths, all prompts batched and one at a
+// time (--max-num-seqs 1), and through worker processes at every tensor-parallel size the
+// model's shapes allow among 2 and 3 (--tensor-parallel N).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "tests/test_support.h"
+#include "worker/model_config.h"
+#include "worker/model_weights.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+struct FixtureRun {
+  std::string model;
+  int world = 1;
+  bool inject = true;
+  bool one_at_a_time = false;
+};
+
+std::string run_name(const ::testing::TestParamInfo<FixtureRun>& info) {
+  std::string m = info.param.model;
+  for (char& ch : m) if (ch == '-') ch = '_';
+  return m + "_tp" + std::to_string(info.param.world) + (info.param.inject ? "_fused" : "_plain") +
+         (info.param.one_at_a_time ? "_single" : "_batched");
+}
+
+// Whether the model's shapes allow `world` ranks (heads and MLP widths divide).
+bool tp_allowed(const std::string& model, int world) {
+  const std::string dir = testing::fixtures_dir();
+  if (dir.empty()) return world == 2;  // listed, so that the test skips visibly
+  std::ifstream in(dir + "/" + model + "/config.json");
+  if (!in) return false;
+  auto config = parse_model_config(nlohmann::json::parse(in), model);
+  return config.is_ok() && ShardSpec::make(config.value(), 0, world).is_ok();
+}
+
+std::vector<FixtureRun> runs() {
+  std::vector<FixtureRun> out;
+  for (const std::string& m : testing::golden_models()) {
+    for (bool inject : {true, false}) {
+      out.push_back({m, 1, inject, false});
+      out.push_back({m, 1, inject, true});
+    }
+    for (int world : {2, 3}) {
+      if (tp_allowed(m, world)) out.push_back({m, world, true, false});
+    }
+  }
+  return out;
+}
+
+class GenerateFixturesTest : public ::testing::TestWithParam<FixtureRun> {};
+
+TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
+  TESSERA_REQUIRE_FIXTURES();
+  const FixtureRun& p = GetParam();
+  const std::string model = testing::fixtures_dir() + "/" + p.model;
+  std::ifstream in(model + "/goldens/index.json");
+  const auto index = nlohmann::json::parse(in);
+  const auto& cases = index["cases"];
+  const int n_new = static_cast<int>(cases[0]["greedy_ids"].size());
+  const std::string dir = testing::make_temp_dir("tessera-gen-fixtures");
+  std::string lines;
+  for (const auto& c : cases) {
+    std::string ids;
+    for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+    lines += ids + "\n";
+  }
+  testing::write_file(dir + "/prompts.txt", lines);
+  std::string cmd = testing::bin_dir() + "/tessera-generate --model " + quote(model) + " --prompt-ids-file " +
+                    quote(dir + "/prompts.txt") + " --max-new-tokens " + std::to_string(n_new) +
+                    " --json --dump-logits " + quote(dir + "/logits.f32");
+  if (!p.inject) cmd += " --no-kernel-inject";
+  if (p.one_at_a_time) cmd += " --max-num-seqs 1";
+  if (p.world > 1) cmd += " --tensor-parallel " + std::to_string(p.world);
+  const auto r = testing::run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+  const std::vector<float> got = testing::read_f32_file(dir + "/logits.f32");
+  fs::remove_all(dir);
+
+  std::stringstream out(r.out);
+  std::string line;
+  size_t offset = 0;
+  float worst = 0;
+  for (const auto& c : cases) {
+    ASSERT_TRUE(std::getline(out, line)) << r.out;
+    EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]) << c["name"];
+    const std::vector<float> want = testing::read_f32_file(model + "/goldens/" + c["logits_file"].get<std::string>());
+    ASSERT_LE(offset + want.size(), got.size()) << "dumped logits end early";
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[offset + i] - want[i]));
+    offset += want.size();
+  }
+  EXPECT_EQ(offset, got.size()) << "dumped logits hold more rows than the cases";
+  EXPECT_LE(worst, 1e-3f);
+  std::cout << "[ REPORT   ] tessera-generate " << p.model << " TP=" << p.world << (p.inject ? " fused" : " plain")
+            << (p.one_at_a_time ? " one at a time" : " batched") << ": max |logit - reference| = " << worst
+            << std::endl;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateFixturesTest, ::testing::ValuesIn(runs()), run_name);
+
+}  // namespace
+}  // namespace tessera
