@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -36,6 +37,19 @@ std::vector<std::string> tiny_models() {
     }
   }
   return {names.begin(), names.end()};
+}
+
+float top2_margin(const float* row, int64_t vocab) {
+  float a = -INFINITY, b = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (row[i] > a) {
+      b = a;
+      a = row[i];
+    } else if (row[i] > b) {
+      b = row[i];
+    }
+  }
+  return a - b;
 }
 
 std::vector<std::string> golden_models() {

@@ -3,6 +3,7 @@
 // running a real program to check its output and exit code.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ std::string fixtures_dir();
 std::vector<std::string> golden_models();
 // Just the tiny-<family> random-weight models of golden_models().
 std::vector<std::string> tiny_models();
+// Top-1 minus top-2 of one logits row: how much error the row tolerates before its greedy
+// choice may legitimately flip.
+float top2_margin(const float* row, int64_t vocab);
 // build/bin, where the command-line programs are.
 std::string bin_dir();
 std::string source_dir();

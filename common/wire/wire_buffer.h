@@ -38,24 +38,9 @@ class WireWriter {
     u32(static_cast<uint32_t>(s.size()));
     raw(s.data(), s.size());
   }
-  // u32 element count, then the elements as little-endian int32.
-  void i32_array(const std::vector<int32_t>& v) {
-    u32(static_cast<uint32_t>(v.size()));
-    if constexpr (std::endian::native == std::endian::little) {
-      raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
-    } else {
-      for (int32_t x : v) i32(x);
-    }
-  }
-  // u32 element count, then the elements as little-endian float32.
-  void f32_array(const std::vector<float>& v) {
-    u32(static_cast<uint32_t>(v.size()));
-    if constexpr (std::endian::native == std::endian::little) {
-      raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-    } else {
-      for (float x : v) f32(x);
-    }
-  }
+  // u32 element count, then the elements as little-endian int32 / float32.
+  void i32_array(const std::vector<int32_t>& v) { array32(v); }
+  void f32_array(const std::vector<float>& v) { array32(v); }
   size_t size() const { return used_; }
   // Overwrites a u32 written earlier at byte `offset`.
   void patch_u32(size_t offset, uint32_t v) {
@@ -67,6 +52,16 @@ class WireWriter {
   }
 
  private:
+  template <typename T>
+  void array32(const std::vector<T>& v) {
+    static_assert(sizeof(T) == 4);
+    u32(static_cast<uint32_t>(v.size()));
+    if constexpr (std::endian::native == std::endian::little) {
+      raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    } else {
+      for (T x : v) put_le(std::bit_cast<uint32_t>(x));
+    }
+  }
   void ensure(size_t n) {
     if (out_->size() - used_ >= n) return;
     const size_t want = std::max(used_ + n, std::max<size_t>(64, out_->capacity()));
@@ -126,30 +121,8 @@ class WireReader {
     p_ += n;
   }
   // Reuses `out`'s capacity: decoding into a recycled plan does not allocate.
-  void i32_array(std::vector<int32_t>* out, const char* field) {
-    const uint32_t n = u32(field);
-    if (!ok_) return;
-    if (static_cast<uint64_t>(n) * 4 > remaining()) return fail(field);
-    out->resize(n);
-    if constexpr (std::endian::native == std::endian::little) {
-      if (n) std::memcpy(out->data(), p_, static_cast<size_t>(n) * 4);
-      p_ += static_cast<size_t>(n) * 4;
-    } else {
-      for (uint32_t i = 0; i < n; ++i) (*out)[i] = i32(field);
-    }
-  }
-  void f32_array(std::vector<float>* out, const char* field) {
-    const uint32_t n = u32(field);
-    if (!ok_) return;
-    if (static_cast<uint64_t>(n) * 4 > remaining()) return fail(field);
-    out->resize(n);
-    if constexpr (std::endian::native == std::endian::little) {
-      if (n) std::memcpy(out->data(), p_, static_cast<size_t>(n) * 4);
-      p_ += static_cast<size_t>(n) * 4;
-    } else {
-      for (uint32_t i = 0; i < n; ++i) (*out)[i] = f32(field);
-    }
-  }
+  void i32_array(std::vector<int32_t>* out, const char* field) { array32(out, field); }
+  void f32_array(std::vector<float>* out, const char* field) { array32(out, field); }
   // A count of elements each at least `min_element_bytes` long: rejects counts the rest of
   // the input cannot hold, so garbage never triggers a huge allocation.
   uint32_t count(size_t min_element_bytes, const char* field) {
@@ -164,6 +137,20 @@ class WireReader {
   }
 
  private:
+  template <typename T>
+  void array32(std::vector<T>* out, const char* field) {
+    static_assert(sizeof(T) == 4);
+    const uint32_t n = u32(field);
+    if (!ok_) return;
+    if (static_cast<uint64_t>(n) * 4 > remaining()) return fail(field);
+    out->resize(n);
+    if constexpr (std::endian::native == std::endian::little) {
+      if (n) std::memcpy(out->data(), p_, static_cast<size_t>(n) * 4);
+      p_ += static_cast<size_t>(n) * 4;
+    } else {
+      for (uint32_t i = 0; i < n; ++i) (*out)[i] = std::bit_cast<T>(get_le<uint32_t>(field));
+    }
+  }
   bool take(size_t n, const char* field) {
     if (!ok_ || remaining() < n) {
       fail(field);

@@ -61,6 +61,13 @@ std::vector<float> widen(const TensorView& host) {
 }
 
 // Every element within atol + rtol * |ref|; the first few failures and the worst are named.
+// ALiBi-like slopes 2^-(h+1) for the attention tests.
+Tensor alibi_test_slopes(int64_t q_heads) {
+  Tensor slopes = Tensor::zeros({q_heads}, DType::kF32);
+  for (int64_t h = 0; h < q_heads; ++h) slopes.data<float>()[h] = std::pow(2.0f, -static_cast<float>(h + 1));
+  return slopes;
+}
+
 void expect_close(const std::vector<float>& ref, const std::vector<float>& got, double atol, double rtol,
                   const std::string& what, const std::vector<double>* per_element_tol = nullptr) {
   ASSERT_EQ(ref.size(), got.size()) << what;
@@ -675,11 +682,7 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesForPrefillAndDecodeRows) {
     Tensor q = random_host({b.tokens, q_stride}, DType::kF32);
     Tensor kc = random_host({b.num_blocks, c.block_size, c.kv_heads, D}, c.cache);
     Tensor vc = random_host({b.num_blocks, c.block_size, c.kv_heads, D}, c.cache);
-    Tensor slopes;
-    if (c.alibi) {
-      slopes = Tensor::zeros({c.q_heads}, DType::kF32);
-      for (int64_t h = 0; h < c.q_heads; ++h) slopes.data<float>()[h] = std::pow(2.0f, -static_cast<float>(h + 1));
-    }
+    const Tensor slopes = c.alibi ? alibi_test_slopes(c.q_heads) : Tensor();
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     Tensor ref = Tensor::zeros({b.tokens, c.q_heads * D}, DType::kF32);
     cpu_->attention(q.data<float>(), q_stride, c.q_heads, b.batch, kc, vc, {.scale = scale, .alibi_slopes = slopes},
@@ -764,11 +767,7 @@ TEST_F(CudaBackendTest, PagedAttentionWithSlidingWindowAndSoftcapMatches) {
       // The 130-token decode row of kMixedBatch always leaves whole blocks behind.
       EXPECT_GT(dropped, 0) << "window " << c.window << " dropped no block";
     }
-    Tensor slopes;
-    if (c.alibi) {
-      slopes = Tensor::zeros({c.q_heads}, DType::kF32);
-      for (int64_t h = 0; h < c.q_heads; ++h) slopes.data<float>()[h] = std::pow(2.0f, -static_cast<float>(h + 1));
-    }
+    const Tensor slopes = c.alibi ? alibi_test_slopes(c.q_heads) : Tensor();
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     Tensor ref = Tensor::zeros({b.tokens, c.q_heads * D}, DType::kF32);
     cpu_->attention(q.data<float>(), q_stride, c.q_heads, b.batch, kc, vc,

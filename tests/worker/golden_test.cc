@@ -40,21 +40,6 @@ std::vector<GoldenCase> read_goldens(const std::string& model_dir) {
   return cases;
 }
 
-// Top-1 minus top-2 logit of a reference row: how much error a row tolerates before the
-// greedy choice may legitimately flip.
-float margin(const float* row, int64_t vocab) {
-  float a = -INFINITY, b = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (row[i] > a) {
-      b = a;
-      a = row[i];
-    } else if (row[i] > b) {
-      b = row[i];
-    }
-  }
-  return a - b;
-}
-
 struct Param {
   std::string model;
   DType dtype;
@@ -140,7 +125,9 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
       // rows describe different contexts).
       size_t matched = 0;
       size_t trusted = 0;  // leading rows whose reference margin is comfortably large
-      while (trusted < c.greedy.size() && margin(&c.logits[trusted * vocab], vocab) > trusted_margin) ++trusted;
+      while (trusted < c.greedy.size() && testing::top2_margin(&c.logits[trusted * vocab], vocab) > trusted_margin) {
+        ++trusted;
+      }
       for (size_t s = 0; s < c.greedy.size(); ++s) {
         float row_err = 0;
         for (int64_t v = 0; v < vocab; ++v) {
