@@ -333,10 +333,10 @@ struct MlpNames {
 };
 
 Status load_mlp_inputs(WeightReader& r, const ModelConfig& c, const MlpNames& n, int64_t ffn, int64_t f, int64_t off,
-                       bool gated, bool inject, ExpertWeights* w);
+                       bool gated, bool inject, MlpWeights* w);
 
 Status load_mlp_group(WeightReader& r, const ModelConfig& c, const MlpNames& n, int64_t ffn, bool gated,
-                      const WeightLoadOptions& o, bool* split, ExpertWeights* w) {
+                      const WeightLoadOptions& o, bool* split, MlpWeights* w) {
   std::vector<std::string> inputs;
   for (const std::string* in : {&n.gate, &n.up, &n.gate_up}) {
     if (!in->empty()) inputs.push_back(*in);
@@ -352,7 +352,7 @@ Status load_mlp_group(WeightReader& r, const ModelConfig& c, const MlpNames& n, 
 
 // The input projections of one MLP: this rank's rows [off, off + f) of each (f = ffn when whole).
 Status load_mlp_inputs(WeightReader& r, const ModelConfig& c, const MlpNames& n, int64_t ffn, int64_t f, int64_t off,
-                       bool gated, bool inject, ExpertWeights* w) {
+                       bool gated, bool inject, MlpWeights* w) {
   if (!gated) {
     TESSERA_ASSIGN_OR_RETURN(w->up, r.linear(n.up, ffn, c.hidden, f == ffn ? Slice{} : rows(off, f)));
     return Status::ok();
@@ -394,14 +394,8 @@ Status load_mlp(WeightReader& r, const ModelConfig& c, int layer, const WeightLo
   const ArchSpec& a = *c.arch;
   const bool gated = a.mlp == MlpKind::kGated;
   if (!c.layer[layer].moe) {
-    ExpertWeights w;
     const MlpNames n = mlp_names(a, TensorRole::kGate, TensorRole::kUp, TensorRole::kGateUp, TensorRole::kDown, layer);
-    TESSERA_RETURN_IF_ERROR(load_mlp_group(r, c, n, c.ffn, gated, o, &lw->mlp_split, &w));
-    lw->gate = std::move(w.gate);
-    lw->up = std::move(w.up);
-    lw->gate_up = std::move(w.gate_up);
-    lw->down = std::move(w.down);
-    return Status::ok();
+    return load_mlp_group(r, c, n, c.ffn, gated, o, &lw->mlp_split, &lw->mlp);
   }
   // The router (and the shared expert's gate) are always whole: every rank must route
   // every token the same way.
@@ -430,15 +424,14 @@ int64_t bytes_of(const LinearWeights& l) {
   return static_cast<int64_t>((l.w.empty() ? 0 : l.w.nbytes()) + (l.b.empty() ? 0 : l.b.nbytes()));
 }
 
-int64_t bytes_of(const ExpertWeights& e) {
+int64_t bytes_of(const MlpWeights& e) {
   return bytes_of(e.gate) + bytes_of(e.up) + bytes_of(e.gate_up) + bytes_of(e.down);
 }
 
 int64_t layer_decode_bytes(const LayerWeights& lw, const ModelConfig& c) {
   int64_t bytes = bytes_of(lw.q) + bytes_of(lw.k) + bytes_of(lw.v) + bytes_of(lw.qkv) + bytes_of(lw.o) +
-                  bytes_of(lw.gate) + bytes_of(lw.up) + bytes_of(lw.gate_up) + bytes_of(lw.down) +
-                  bytes_of(lw.router) + bytes_of(lw.shared) + bytes_of(lw.shared_gate);
-  for (const ExpertWeights& e : lw.experts) {
+                  bytes_of(lw.mlp) + bytes_of(lw.router) + bytes_of(lw.shared) + bytes_of(lw.shared_gate);
+  for (const MlpWeights& e : lw.experts) {
     // Batch 1 reads top_k of num_experts experts per token.
     bytes += bytes_of(e) * c.top_k / c.num_experts;
   }

@@ -19,8 +19,10 @@ struct LinearWeights {
   Tensor b;  // [out] or empty
 };
 
-struct ExpertWeights {
-  LinearWeights gate, up, gate_up, down;  // gate_up only on the fused path
+// One MLP: a dense layer's, one expert's, or a shared expert's. gate and gate_up only when
+// gated (gate_up on the fused path, gate + up on the plain one).
+struct MlpWeights {
+  LinearWeights gate, up, gate_up, down;
 };
 
 // This rank's share of the model under tensor parallelism (world 1: everything). Attention
@@ -60,10 +62,10 @@ struct LayerWeights {
   LinearWeights q, k, v;  // plain path
   LinearWeights qkv;      // fused path: [(q_heads + 2 * kv_heads) * head_dim, hidden]
   LinearWeights o;
-  LinearWeights gate, up, gate_up, down;  // dense MLP (gate/gate_up only when gated)
+  MlpWeights mlp;                         // dense layers
   LinearWeights router;                   // MoE layers
-  std::vector<ExpertWeights> experts;     // MoE layers
-  ExpertWeights shared;                   // Qwen2-MoE
+  std::vector<MlpWeights> experts;        // MoE layers
+  MlpWeights shared;                      // Qwen2-MoE
   LinearWeights shared_gate;              // [1, hidden]: sigmoid scale of the shared expert
   bool moe() const { return !experts.empty(); }
 };

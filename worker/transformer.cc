@@ -316,7 +316,7 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   return false;
 }
 
-void Transformer::mlp(const ExpertWeights& w, const TensorView& h, const TensorView& out) {
+void Transformer::mlp(const MlpWeights& w, const TensorView& h, const TensorView& out) {
   // This rank's intermediate width: its slice, or all of it when the group is kept whole.
   const int64_t T = h.dim(0), F = w.down.w.dim(1);
   const Activation act = config_.activation;
@@ -349,12 +349,7 @@ bool Transformer::mlp_block(int layer, const TensorView& h, const TensorView& de
     moe_block(lw, h, delta);
     return false;
   }
-  ExpertWeights dense;
-  dense.gate = lw.gate;
-  dense.up = lw.up;
-  dense.gate_up = lw.gate_up;
-  dense.down = lw.down;
-  mlp(dense, h, delta);
+  mlp(lw.mlp, h, delta);
   if (!lw.mlp_split) return false;
   if (defer_reduce) return true;
   all_reduce(delta);

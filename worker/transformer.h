@@ -68,7 +68,7 @@ class Transformer {
                        const AttentionBatch& batch, KvCache& cache, const TensorView& delta, bool defer_reduce);
   bool mlp_block(int layer, const TensorView& h, const TensorView& delta, bool defer_reduce);
   // One dense or gated MLP (or expert): out = down(act(...)).
-  void mlp(const ExpertWeights& w, const TensorView& h, const TensorView& out);
+  void mlp(const MlpWeights& w, const TensorView& h, const TensorView& out);
   void moe_block(const LayerWeights& lw, const TensorView& h, const TensorView& delta);
   // residual += delta (when given), then out = norm(residual) with this norm's weights.
   void add_and_norm(const TensorView& residual, const TensorView* delta, const Tensor& w,

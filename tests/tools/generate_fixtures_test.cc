@@ -113,5 +113,22 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateFixturesTest, ::testing::ValuesIn(runs()), run_name);
 
+// DeepSpeed's keep list applies to the new families as to the first ones: Falcon's MLP
+// output kept whole on both ranks (so its input is too) still gives the goldens.
+TEST(GenerateFixturesOverrides, DeepSpeedKeepListOnFalconStillMatches) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/tiny-falcon";
+  std::ifstream in(model + "/goldens/index.json");
+  const auto index = nlohmann::json::parse(in);
+  const auto& c = index["cases"][3];
+  std::string ids;
+  for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+  const auto r = testing::run_command("DS_KEEP_LINEAR_ITEMS=\"{'dense_4h_to_h':'falcon'}\" " + testing::bin_dir() +
+                                      "/tessera-generate --model " + quote(model) + " --prompt-ids " + ids +
+                                      " --max-new-tokens 24 --json --tensor-parallel 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], c["greedy_ids"]);
+}
+
 }  // namespace
 }  // namespace tessera

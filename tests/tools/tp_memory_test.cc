@@ -60,7 +60,7 @@ TEST(TensorParallelMemory, EachRankHoldsAboutHalfOfA500MBModel) {
             for (size_t i = 0; i < t.nbytes(); i += 4096) sink = sink + t.data<char>()[i];
           };
           for (const auto& l : model.value()->weights().layers) {
-            for (const LinearWeights* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) touch(w->w);
+            for (const LinearWeights* w : {&l.qkv, &l.o, &l.mlp.gate_up, &l.mlp.down}) touch(w->w);
           }
           touch(model.value()->weights().embed);
           touch(model.value()->weights().lm_head.w);
