@@ -175,12 +175,27 @@ struct Options {
   DType dtype = DType::kF32;
   uint64_t seed = 0;
   double shard_mb = 0;  // 0: one model.safetensors
+  std::vector<std::string> config_sets;  // "key=value" pairs applied to config.json last
 };
+
+// "key=value": value as JSON when it parses (true, 8, null, [1], {"rope_type": "linear"}),
+// else as a string.
+Status apply_config_set(const std::string& kv, nlohmann::json* config) {
+  const size_t eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return invalid_argument("--config-set " + kv + ": expected KEY=VALUE (VALUE as JSON, e.g. parallel_attn=false)");
+  }
+  const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+  nlohmann::json v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  (*config)[key] = v.is_discarded() ? nlohmann::json(value) : v;
+  return Status::ok();
+}
 
 Status run(const Options& opt) {
   const ModelShape& m = opt.shape;
   const ArchSpec& arch = *find_row(m.arch);
-  const nlohmann::json config = make_config(m, arch, opt.dtype);
+  nlohmann::json config = make_config(m, arch, opt.dtype);
+  for (const std::string& kv : opt.config_sets) TESSERA_RETURN_IF_ERROR(apply_config_set(kv, &config));
   // The written config is read back as the engine reads it, and the tensors follow from
   // that: whatever the loader will ask for is exactly what is written.
   TESSERA_ASSIGN_OR_RETURN(const ModelConfig mc, parse_model_config(config, "generated config.json"));
@@ -281,6 +296,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   app.add_option("--seed", opt.seed);
   app.add_option("--shard-mb", opt.shard_mb, "split into shards of at most this many MB (10^6 bytes) + index");
+  app.add_option("--config-set", opt.config_sets,
+                 "KEY=VALUE written into config.json (VALUE as JSON); the tensors follow the edited config, e.g. "
+                 "--config-set new_decoder_architecture=false (repeatable)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

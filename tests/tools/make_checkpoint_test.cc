@@ -256,6 +256,28 @@ TEST_F(MakeCheckpointTest, ShardedRunWritesIndexWithTheSameWeights) {
   EXPECT_EQ(redone->files().size(), 1u);
 }
 
+// --config-set edits config.json before the tensor list is derived from it: Falcon-7B's
+// multi-query layout instead of the default new_decoder_architecture.
+TEST_F(MakeCheckpointTest, ConfigSetChangesTheTensorsWritten) {
+  auto r = make("falcon", "--arch falcon --hidden 64 --layers 1 --heads 4 --kv-heads 2 --ffn 128 --vocab 64 "
+                          "--config-set new_decoder_architecture=false --config-set multi_query=true "
+                          "--config-set parallel_attn=false");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto c = open("falcon");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->config()["new_decoder_architecture"], false);
+  EXPECT_EQ(shape(*c, "transformer.h.0.self_attention.query_key_value.weight"), (std::vector<int64_t>{96, 64}));
+  EXPECT_NE(c->find("transformer.h.0.input_layernorm.weight"), nullptr);
+  EXPECT_NE(c->find("transformer.h.0.post_attention_layernorm.weight"), nullptr);
+  EXPECT_EQ(c->find("transformer.h.0.ln_attn.weight"), nullptr);
+  auto bad = make("bad", "--arch falcon --config-set alibi=true");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("alibi"), std::string::npos) << bad.err;
+  auto malformed = make("bad", "--arch llama --config-set novalue");
+  EXPECT_NE(malformed.exit_code, 0);
+  EXPECT_NE(malformed.err.find("KEY=VALUE"), std::string::npos) << malformed.err;
+}
+
 TEST_F(MakeCheckpointTest, BadFlagsFailWithClearMessages) {
   auto unknown = make("bad", "--arch mamba");
   EXPECT_NE(unknown.exit_code, 0);
