@@ -7,18 +7,15 @@
 #include <set>
 #include <sstream>
 
+#include "common/string_util.h"
+
 namespace tessera {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
-bool is_safetensors_name(const fs::path& p) { return lower(p.extension().string()) == ".safetensors"; }
+bool is_safetensors_name(const fs::path& p) { return ascii_lower(p.extension().string()) == ".safetensors"; }
 
 Status only_safetensors(const std::string& file) {
   return unimplemented(file + ": only safetensors checkpoints are supported (convert PyTorch .bin/.pt files "
@@ -131,7 +128,7 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
     } else {
       std::vector<std::string> found, other;
       for (const auto& e : fs::directory_iterator(path, ec)) {
-        std::string ext = lower(e.path().extension().string());
+        std::string ext = ascii_lower(e.path().extension().string());
         if (ext == ".safetensors") found.push_back(e.path().string());
         if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt") other.push_back(e.path().string());
       }
@@ -144,7 +141,7 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
   }
 
   fs::path file(path);
-  std::string ext = lower(file.extension().string());
+  std::string ext = ascii_lower(file.extension().string());
   fs::path parent = file.parent_path().empty() ? fs::path(".") : file.parent_path();
   if (ext == ".safetensors") {  // a single file, config.json beside it
     TESSERA_RETURN_IF_ERROR(ckpt->load_config(parent.string()));

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/string_util.h"
+
 namespace tessera {
 namespace {
 
@@ -41,11 +43,6 @@ std::string describe(const YAML::Node& n) {
 Status expect_scalar(const YAML::Node& n, const Where& w, const std::string& expected) {
   if (n.IsScalar()) return Status::ok();
   return w.error("expected " + expected + ", got " + describe(n));
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
 }
 
 // ---- scalar readers ---------------------------------------------------------------------
@@ -86,7 +83,7 @@ Status read_fraction(const YAML::Node& n, const Where& w, double* out) {
 
 Status read_bool(const YAML::Node& n, const Where& w, bool* out) {
   TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, "true or false"));
-  const std::string s = lower(n.Scalar());
+  const std::string s = ascii_lower(n.Scalar());
   if (s == "true" || s == "yes" || s == "on") {
     *out = true;
   } else if (s == "false" || s == "no" || s == "off") {
@@ -486,7 +483,7 @@ std::string suggestion(const std::string& key, const std::vector<std::string>& c
   std::string best;
   size_t best_d = std::string::npos;
   for (const auto& c : candidates) {
-    size_t d = edit_distance(lower(key), lower(c));
+    size_t d = edit_distance(ascii_lower(key), ascii_lower(c));
     if (d < best_d) {
       best_d = d;
       best = c;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/check.h"
+#include "common/splitmix64.h"
 
 namespace tessera {
 namespace {
@@ -14,12 +15,7 @@ bool has_penalty(const SamplingParams& p) {
 }
 
 // A fixed function of the id, so a recomputed sequence draws the same tokens again.
-uint64_t default_seed(SeqId id) {
-  uint64_t x = id + 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+uint64_t default_seed(SeqId id) { return splitmix64(id); }
 
 std::string request_name(SeqId id) { return "request " + std::to_string(id); }
 

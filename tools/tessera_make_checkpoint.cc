@@ -23,6 +23,7 @@
 #include "worker/arch_spec.h"
 #include "worker/arch_tensors.h"
 #include "worker/model_config.h"
+#include "common/splitmix64.h"
 
 namespace tessera {
 namespace {
@@ -117,10 +118,9 @@ nlohmann::json make_config(const ModelShape& m, const ArchSpec& a, DType dtype) 
 struct Rng {
   uint64_t s;
   uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    const uint64_t z = splitmix64(s);
+    s += kSplitmix64Gamma;
+    return z;
   }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
 };

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "common/string_util.h"
 
 namespace tessera {
 
@@ -22,15 +23,6 @@ struct TensorInfo {
   std::string weight;     // the weight this name belongs to ("x.bias" -> "x.weight")
   std::string in_block;   // module path inside its block ("self_attn.o_proj"), "" outside
 };
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 // Matches `name` against a pattern whose "{L}"/"{E}" stand for decimal numbers.
 bool match_pattern(const std::string& pattern, const std::string& name, int* layer) {
@@ -52,12 +44,12 @@ bool match_pattern(const std::string& pattern, const std::string& name, int* lay
 }
 
 std::string module_path(const std::string& weight_name) {
-  return ends_with(weight_name, ".weight") ? weight_name.substr(0, weight_name.size() - 7) : weight_name;
+  return weight_name.ends_with(".weight") ? weight_name.substr(0, weight_name.size() - 7) : weight_name;
 }
 
 TensorInfo classify(const ArchSpec& arch, const std::string& name) {
   TensorInfo info;
-  info.is_bias = ends_with(name, ".bias");
+  info.is_bias = name.ends_with(".bias");
   info.weight = info.is_bias ? name.substr(0, name.size() - 5) + ".weight" : name;
   for (size_t r = 0; r < static_cast<size_t>(TensorRole::kCount) && info.role == kUnknown; ++r) {
     if (arch.names[r].empty()) continue;
@@ -129,12 +121,12 @@ TpRole builtin_role(TensorRole r) {
 
 // DeepSpeed's suffix match: "w2" names "...experts.0.w2", "gate" names "block_sparse_moe.gate".
 bool suffix_matches(const std::string& module, const std::string& item) {
-  return module == item || ends_with(module, "." + item);
+  return module == item || module.ends_with("." + item);
 }
 
 bool model_type_matches(const ModelConfig& config, const std::string& value) {
-  const std::string v = lower(value);
-  return v == lower(config.model_type) || (config.arch != nullptr && v == config.arch->name);
+  const std::string v = ascii_lower(value);
+  return v == ascii_lower(config.model_type) || (config.arch != nullptr && v == config.arch->name);
 }
 
 std::string blocks_of(const ArchSpec& arch) {
@@ -345,7 +337,7 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
   }
   // A bias takes its weight's role.
   for (auto& [name, role] : plan.roles) {
-    if (!ends_with(name, ".bias")) continue;
+    if (!name.ends_with(".bias")) continue;
     auto it = plan.roles.find(name.substr(0, name.size() - 5) + ".weight");
     if (it != plan.roles.end()) role = it->second;
   }

@@ -1,4 +1,5 @@
 #include "worker/sampler.h"
+#include "common/splitmix64.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,13 +8,6 @@
 
 namespace tessera {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Applies the penalties to a copy of the logits (HF repetition penalty over prompt and
 // output; OpenAI presence/frequency penalties over the output only).

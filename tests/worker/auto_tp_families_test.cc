@@ -42,10 +42,6 @@ AutoTpOptions yaml_options(const std::string& yaml, bool use_env = false) {
   return auto_tp_options_from(cfg.value(), use_env);
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The role DeepSpeed's AutoTP gives a tensor of each kind.
 TpRole deepspeed_role(TensorRole r) {
   switch (r) {
@@ -124,16 +120,16 @@ TEST(FamilyPlanTest, RowParallelLinearsAreTheOnesDeepSpeedAllReduces) {
     const TpPlan plan = plan_tensor_parallel(f.config, f.names, AutoTpOptions{}, 2).value();
     std::set<std::string> row;
     for (const auto& [name, role] : plan.roles) {
-      if (role == TpRole::kRow && ends_with(name, ".weight")) row.insert(name);
+      if (role == TpRole::kRow && name.ends_with(".weight")) row.insert(name);
     }
     for (const std::string& name : row) {
       bool listed = false;
-      for (const std::string& s : suffixes) listed |= ends_with(name, s);
+      for (const std::string& s : suffixes) listed |= name.ends_with(s);
       EXPECT_TRUE(listed) << model << ": " << name << " is row-parallel";
     }
     for (const std::string& s : suffixes) {
       bool found = false;
-      for (const std::string& name : row) found |= ends_with(name, s);
+      for (const std::string& name : row) found |= name.ends_with(s);
       EXPECT_TRUE(found) << model << ": no row-parallel tensor ends in " << s;
     }
   }

@@ -6,14 +6,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/splitmix64.h"
+
 namespace tessera::loadgen {
 
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using tessera::splitmix64;
 
 class Random {
  public:
