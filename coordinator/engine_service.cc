@@ -283,6 +283,7 @@ void EngineService::Impl::publish_stats() {
   stats.kv_blocks_free = s.num_free_blocks;
   stats.prefix_cache_hit_tokens = s.prefix_hit_tokens;
   stats.preemptions = s.num_preemptions;
+  stats.kv_window_released_blocks = s.window_releases;
 }
 
 void EngineService::Impl::run() {

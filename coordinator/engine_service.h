@@ -59,6 +59,7 @@ struct EngineServiceStats {
   int num_running = 0, num_waiting = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0;
   uint64_t prefix_cache_hit_tokens = 0, preemptions = 0;
+  uint64_t kv_window_released_blocks = 0;  // given back because a sliding window moved past them
   // Latency histograms (seconds) since start: time to first token, inter-token latency,
   // end-to-end (finished by stop or length).
   LatencyHistogram ttft{ttft_buckets()}, itl{tpot_buckets()}, e2e{e2e_buckets()};

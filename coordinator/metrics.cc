@@ -106,6 +106,9 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
           static_cast<double>(s.prefix_cache_hit_tokens));
   counter("tessera:num_preemptions_total", "Sequences preempted (recomputed later) for lack of KV blocks.",
           static_cast<double>(s.preemptions));
+  counter("tessera:kv_window_released_blocks_total",
+          "KV blocks given back early because every layer's sliding window had moved past them.",
+          static_cast<double>(s.kv_window_released_blocks));
 
   out += render_histogram("tessera:time_to_first_token_seconds", "Time to first token in seconds.", m,
                           s.ttft);

@@ -12,10 +12,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <thread>
 
 #include "tests/test_support.h"
+#include "tests/tools/serve_process.h"
 #include "tools/client/zmq_client.h"
 
 namespace tessera {
@@ -46,6 +48,33 @@ std::string http(int port, const std::string& method, const std::string& path, c
 std::string body_of(const std::string& response) {
   size_t at = response.find("\r\n\r\n");
   return at == std::string::npos ? "" : response.substr(at + 4);
+}
+
+// A model whose every layer has a sliding window (Mistral's, 16 tokens here) gives back a
+// sequence's KV blocks once the window has moved past them, and /metrics counts them (that
+// the tokens stay the goldens' is tested through the engine, engine_batching_test.cc).
+TEST(Serve, SlidingWindowModelReleasesBlocksAndCountsThem) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/tiny-mistral-swa";
+  std::ifstream in(model + "/goldens/index.json");
+  const auto c = nlohmann::json::parse(in)["cases"][4];  // 64 prompt tokens + 24: 5.5 windows
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", model, "--set", "cache.block_size=4"})) << server.log();
+  nlohmann::json req = {{"model", "tiny-mistral-swa"}, {"prompt", c["prompt_ids"]}, {"max_tokens", 24},
+                        {"temperature", 0}};
+  const std::string r = body_of(http(server.port(), "POST", "/v1/completions", req.dump()));
+  const auto body = nlohmann::json::parse(r, nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << r;
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24) << r;
+  const std::string metrics = body_of(http(server.port(), "GET", "/metrics"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics, m, std::regex(R"(tessera:kv_window_released_blocks_total\{[^}]*\} (\d+))")))
+      << metrics;
+  // 88 tokens in blocks of 4 = 22 blocks; at most 5 are held at the end (the window's 16
+  // keys span 5 blocks), so at least 17 went back early.
+  EXPECT_GE(std::stoi(m[1]), 17) << metrics;
+  std::cout << "[ REPORT   ] tiny-mistral-swa, 88 tokens, block size 4: " << m[1]
+            << " KV blocks released by the window" << std::endl;
 }
 
 TEST(Serve, DefaultModelAnswersOpenAIRequestsAndDrainsOnSigterm) {
