@@ -1,6 +1,6 @@
 #pragma once
-// The Tessera configuration file (DESIGN.md §5): one YAML document read by the coordinator
-// and the workers. Every key has a default, every key can be overridden from the command
+// The Tessera configuration file (../shared/DESIGN.md §5): one YAML document read by the
+// coordinator and the workers. Every key has a default, every key can be overridden from the command
 // line (`--set parallel.tensor_parallel=2`), and every error names the file (or the --set
 // flag), the full dotted key path and what was expected. docs/configuration.md lists the keys.
 #include <cstdint>

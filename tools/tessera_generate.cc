@@ -1,5 +1,5 @@
 // tessera-generate: one process, no server, tensor-parallel size 1. Loads a model, runs the
-// prompt(s) and prints the continuation (see DESIGN.md §6 for the contract).
+// prompt(s) and prints the continuation (see ../shared/DESIGN.md §6 for the contract).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 

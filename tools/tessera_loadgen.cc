@@ -1,4 +1,4 @@
-// tessera-loadgen: the load-testing harness (DESIGN.md §6, docs/benchmarks.md "Load
+// tessera-loadgen: the load-testing harness (../shared/DESIGN.md §6, docs/benchmarks.md "Load
 // generator"). Drives a running Tessera, or any OpenAI-compatible server, over streamed HTTP
 // or Tessera's ZeroMQ client API with open-loop arrivals (Poisson, constant, bursts; one
 // rate or a sweep) or closed-loop users, measures TTFT, TPOT, every inter-token gap and

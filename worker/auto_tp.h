@@ -10,7 +10,7 @@
 //   3. injection_policy ({BloomBlock: [self_attention.dense, mlp.dense_4h_to_h]}): within
 //      that block, the listed linears are row and its other linears column;
 //   4. rules: ordered regexes, the first that matches the tensor name wins.
-// docs/config_notes.md describes the keys and how ranks map to heads.
+// docs/configuration.md describes the keys, docs/models.md each family's plan.
 #include <cstdint>
 #include <map>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 // The coordinator <-> worker wire protocol: message structs and their versioned binary
-// encoding (docs/wire_notes.md has the byte layout). One message is one ZeroMQ frame:
+// encoding (docs/wire.md has the byte layout). One message is one ZeroMQ frame:
 //
 //   header (12 bytes): magic u32 "TSWP" | version u16 | type u16 | body length u32
 //   body:              the message's fields, little-endian, in declaration order

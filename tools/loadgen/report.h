@@ -1,6 +1,6 @@
 #pragma once
 // The load generator's outputs other than plots: the JSON result (the layout is a contract,
-// DESIGN.md §6: never rename its keys) and the table printed on the terminal.
+// ../shared/DESIGN.md §6: never rename its keys) and the table printed on the terminal.
 #include <nlohmann/json.hpp>
 
 #include <string>
