@@ -212,8 +212,8 @@ Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>
         }
         has_match = true;
       } else if (key == "role") {
-        TESSERA_RETURN_IF_ERROR(read_enum<TpRuleRole>(
-            kv.second, kw, {{"column", TpRuleRole::kColumn}, {"row", TpRuleRole::kRow}, {"keep", TpRuleRole::kKeep}},
+        TESSERA_RETURN_IF_ERROR(read_enum<TpRole>(
+            kv.second, kw, {{"column", TpRole::kColumn}, {"row", TpRole::kRow}, {"keep", TpRole::kKeep}},
             &rule.role));
         has_role = true;
       } else {
@@ -262,8 +262,8 @@ void emit_string_map(YAML::Emitter& out, const std::map<std::string, std::string
 
 const std::vector<std::pair<const char*, DType>> kDtypes = {
     {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16}};
-const std::vector<std::pair<const char*, SchedulerMode>> kModes = {
-    {"continuous", SchedulerMode::kContinuous}, {"static", SchedulerMode::kStatic}};
+const std::vector<std::pair<const char*, BatchingMode>> kModes = {
+    {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, WorkerBackend>> kBackends = {
     {"auto", WorkerBackend::kAuto}, {"cpu", WorkerBackend::kCpu}, {"cuda", WorkerBackend::kCuda}};
 
@@ -337,7 +337,7 @@ const std::vector<KeyDef>& schema() {
                out << YAML::BeginSeq;
                for (const auto& r : c.parallel.auto_tp.rules) {
                  out << YAML::Flow << YAML::BeginMap << YAML::Key << "match" << YAML::Value << YAML::DoubleQuoted
-                     << r.match << YAML::Key << "role" << YAML::Value << tp_rule_role_name(r.role) << YAML::EndMap;
+                     << r.match << YAML::Key << "role" << YAML::Value << tp_role_name(r.role) << YAML::EndMap;
                }
                out << YAML::EndSeq;
              },
@@ -525,16 +525,6 @@ Status walk(TesseraConfig& config, const YAML::Node& node, const std::string& se
 
 }  // namespace
 
-const char* tp_rule_role_name(TpRuleRole role) {
-  switch (role) {
-    case TpRuleRole::kColumn: return "column";
-    case TpRuleRole::kRow: return "row";
-    case TpRuleRole::kKeep: return "keep";
-  }
-  return "?";
-}
-
-const char* scheduler_mode_name(SchedulerMode mode) { return enum_name(kModes, mode); }
 const char* worker_backend_name(WorkerBackend backend) { return enum_name(kBackends, backend); }
 
 StatusOr<TesseraConfig> parse_config_yaml(const std::string& text, const std::string& source) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/parallel_roles.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -20,13 +21,11 @@ struct ModelSection {
   bool kernel_inject = true;        // fused kernels; false = plain ops, same TP plan
 };
 
-// One ordered auto-TP rule: the first rule whose regex matches a tensor name decides its role.
-enum class TpRuleRole { kColumn, kRow, kKeep };
-const char* tp_rule_role_name(TpRuleRole role);  // "column", "row", "keep"
-
+// One ordered auto-TP rule: the first rule whose regex matches a tensor name decides its role
+// (column, row or keep; column on an embedding means its vocabulary rows).
 struct TpRuleConfig {
   std::string match;  // ECMAScript regex, searched (unanchored) in the checkpoint tensor name
-  TpRuleRole role = TpRuleRole::kKeep;
+  TpRole role = TpRole::kKeep;
   bool operator==(const TpRuleConfig&) const = default;
 };
 
@@ -52,16 +51,13 @@ struct CacheSection {
   double memory_fraction = 0.9;         // share of free device memory the KV cache may take
 };
 
-enum class SchedulerMode { kContinuous, kStatic };
-const char* scheduler_mode_name(SchedulerMode mode);
-
 struct SchedulerSection {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 4096;
   bool chunked_prefill = true;
   bool prefix_caching = true;
   std::optional<int64_t> max_model_len;  // nullopt = the model's max_position_embeddings
-  SchedulerMode mode = SchedulerMode::kContinuous;
+  BatchingMode mode = BatchingMode::kContinuous;
 };
 
 struct HttpSection {

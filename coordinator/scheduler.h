@@ -27,17 +27,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/parallel_roles.h"
 #include "common/status.h"
 #include "common/step_plan.h"
 #include "coordinator/block_manager.h"
 #include "coordinator/sequence.h"
 
 namespace tessera {
-
-enum class BatchingMode : uint8_t {
-  kContinuous,  // sequences join and leave at every step
-  kStatic,      // a batch forms only when nothing runs; nobody joins until all members finish
-};
 
 struct SchedulerConfig {
   int block_size = 16;

@@ -318,15 +318,15 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
     }
     for (size_t i = 0; i < rules.size(); ++i) {
       if (!std::regex_search(info.weight, rules[i])) continue;
-      const TpRuleRole r = options.rules[i].role;
+      const TpRole r = options.rules[i].role;
       const std::string where = "parallel.auto_tp.rules[" + std::to_string(i) + "] ('" + options.rules[i].match + "')";
-      if (is_norm(info.role) && r != TpRuleRole::kKeep) {
+      if (is_norm(info.role) && r != TpRole::kKeep) {
         return invalid_argument(where + ": " + name + " is a norm; norms can only be keep");
       }
-      if (is_vocab(info.role) && r == TpRuleRole::kRow) {
+      if (is_vocab(info.role) && r == TpRole::kRow) {
         return invalid_argument(where + ": " + name + " is an embedding; it can be column (vocab rows) or keep");
       }
-      role = r == TpRuleRole::kKeep ? TpRole::kKeep : r == TpRuleRole::kRow ? TpRole::kRow : TpRole::kColumn;
+      role = r;
       if (is_vocab(info.role) && role == TpRole::kColumn) role = TpRole::kVocab;
       break;
     }

@@ -2,16 +2,6 @@
 
 namespace tessera {
 
-const char* tp_role_name(TpRole role) {
-  switch (role) {
-    case TpRole::kColumn: return "column";
-    case TpRole::kRow: return "row";
-    case TpRole::kKeep: return "keep";
-    case TpRole::kVocab: return "vocab";
-  }
-  return "?";
-}
-
 TpRole TpPlan::role_of(const std::string& tensor_name) const {
   auto it = roles.find(tensor_name);
   return it == roles.end() ? TpRole::kKeep : it->second;

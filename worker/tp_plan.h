@@ -7,15 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel_roles.h"
+
 namespace tessera {
 
-enum class TpRole {
-  kColumn,      // output features split (rows of an [out, in] weight); no communication
-  kRow,         // input features split (columns); partial sums all-reduced after the matmul
-  kKeep,        // replicated whole on every rank (norms, MoE router, small linears)
-  kVocab,       // vocabulary rows split: embedding (all-reduce) and LM head (all-gather)
-};
-const char* tp_role_name(TpRole role);  // "column", "row", "keep", "vocab"
 
 struct TpPlan {
   int world_size = 1;

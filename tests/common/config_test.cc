@@ -42,7 +42,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_TRUE(c->scheduler.chunked_prefill);
   EXPECT_TRUE(c->scheduler.prefix_caching);
   EXPECT_FALSE(c->scheduler.max_model_len.has_value());
-  EXPECT_EQ(c->scheduler.mode, SchedulerMode::kContinuous);
+  EXPECT_EQ(c->scheduler.mode, BatchingMode::kContinuous);
   EXPECT_EQ(c->server.http.host, "127.0.0.1");
   EXPECT_EQ(c->server.http.port, 8000);
   EXPECT_TRUE(c->server.http.api_keys.empty());
@@ -95,7 +95,7 @@ worker: {backend: cpu, threads: 6}
   EXPECT_EQ(c->parallel.auto_tp.keep_linear.at("gate"), "mixtral");
   ASSERT_EQ(c->parallel.auto_tp.rules.size(), 2u);
   EXPECT_EQ(c->parallel.auto_tp.rules[1].match, "\\.experts\\.\\d+\\.w2");
-  EXPECT_EQ(c->parallel.auto_tp.rules[1].role, TpRuleRole::kRow);
+  EXPECT_EQ(c->parallel.auto_tp.rules[1].role, TpRole::kRow);
   EXPECT_EQ(c->parallel.injection_policy.at("BloomBlock"),
             (std::vector<std::string>{"self_attention.dense", "mlp.dense_4h_to_h"}));
   EXPECT_EQ(c->cache.block_size, 32);
@@ -105,7 +105,7 @@ worker: {backend: cpu, threads: 6}
   EXPECT_FALSE(c->scheduler.chunked_prefill);
   EXPECT_FALSE(c->scheduler.prefix_caching);
   EXPECT_EQ(c->scheduler.max_model_len, 256);
-  EXPECT_EQ(c->scheduler.mode, SchedulerMode::kStatic);
+  EXPECT_EQ(c->scheduler.mode, BatchingMode::kStatic);
   EXPECT_EQ(c->server.http.host, "0.0.0.0");
   EXPECT_EQ(c->server.http.port, 9000);
   EXPECT_EQ(c->server.http.api_keys, (std::vector<std::string>{"k1", "k2"}));
@@ -256,7 +256,7 @@ TEST(ConfigTest, OverridesSetEveryKind) {
   ASSERT_TRUE(apply_override(c, "worker.backend", "cuda").is_ok());
   EXPECT_EQ(c.worker.backend, WorkerBackend::kCuda);
   ASSERT_TRUE(apply_override(c, "scheduler.mode", "static").is_ok());
-  EXPECT_EQ(c.scheduler.mode, SchedulerMode::kStatic);
+  EXPECT_EQ(c.scheduler.mode, BatchingMode::kStatic);
 }
 
 TEST(ConfigTest, EveryKeyIsOverridableWithItsDumpedValue) {

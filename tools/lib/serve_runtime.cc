@@ -96,7 +96,7 @@ Status serve(ServeOptions o) {
   sc.chunked_prefill = c.scheduler.chunked_prefill;
   sc.prefix_caching = c.scheduler.prefix_caching;
   sc.max_model_len = static_cast<int>(max_model_len);
-  sc.mode = c.scheduler.mode == SchedulerMode::kStatic ? BatchingMode::kStatic : BatchingMode::kContinuous;
+  sc.mode = c.scheduler.mode;
   sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
