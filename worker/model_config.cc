@@ -172,16 +172,15 @@ Status parse_rotary(const nlohmann::json& config, const std::string& source, Mod
   return Status::ok();
 }
 
-Status read_token_id(const nlohmann::json& config, const char* key, int32_t* out) {
+void read_token_id(const nlohmann::json& config, const char* key, int32_t* out) {
   auto it = config.find(key);
-  if (it == config.end()) return Status::ok();
+  if (it == config.end()) return;
   // Llama 3 lists several end-of-sequence ids; the first is the one a plain completion ends on.
   if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
     *out = (*it)[0].get<int32_t>();
   } else if (it->is_number_integer()) {
     *out = it->get<int32_t>();
   }
-  return Status::ok();
 }
 
 }  // namespace
@@ -238,18 +237,13 @@ StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config, const std
   TESSERA_RETURN_IF_ERROR(parse_windows(config, source, &c));
   c.tie_embeddings = a.tie_embeddings_default;
   TESSERA_RETURN_IF_ERROR(cf::read_bool(config, source, {"tie_word_embeddings"}, &c.tie_embeddings));
-  TESSERA_RETURN_IF_ERROR(read_token_id(config, "bos_token_id", &c.bos_id));
-  TESSERA_RETURN_IF_ERROR(read_token_id(config, "eos_token_id", &c.eos_id));
+  read_token_id(config, "bos_token_id", &c.bos_id);
+  read_token_id(config, "eos_token_id", &c.eos_id);
   if (a.adapt != nullptr) TESSERA_RETURN_IF_ERROR(a.adapt(config, source, &c));
   // Checked after the family's own fields, which may set the KV heads (Falcon).
   if (c.heads % c.kv_heads != 0) {
     return invalid_argument(source + ": num_attention_heads " + std::to_string(c.heads) +
                             " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
-  }
-  if (c.qkv == QkvLayout::kGrouped && a.qkv == QkvLayout::kGrouped && c.kv_heads != c.heads) {
-    return invalid_argument(source + ": model_type \"" + c.model_type + "\" has no grouped-query attention, but "
-                            "num_key_value_heads " + std::to_string(c.kv_heads) + " differs from the " +
-                            std::to_string(c.heads) + " heads");
   }
   if (a.position == PositionKind::kLearned && c.max_positions == 0) {
     return invalid_argument(source + ": learned position embeddings need " + config_fields::key_list(k.max_positions));

@@ -297,10 +297,10 @@ Status load_attention(WeightReader& r, const ModelConfig& c, int layer, const We
   const int64_t kv_heads = split ? sh.kv_heads : c.kv_heads;
   const int64_t kv_off = split ? sh.kv_head_offset : 0;
   const QkvSegments segs = qkv_segments(c, layer, q_off, q_heads, kv_off, kv_heads);
+  std::vector<Segment> all = segs.q;  // [q | k | v] rows of this rank, in that order
+  for (const Segment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
+  for (const Segment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
   if (o.kernel_inject) {
-    std::vector<Segment> all = segs.q;
-    for (const Segment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
-    for (const Segment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
     TESSERA_ASSIGN_OR_RETURN(lw->qkv, r.gather(all, c.hidden));
   } else if (c.qkv == QkvLayout::kSeparate) {
     TESSERA_ASSIGN_OR_RETURN(lw->q, r.gather(segs.q, c.hidden));
@@ -308,9 +308,6 @@ Status load_attention(WeightReader& r, const ModelConfig& c, int layer, const We
     TESSERA_ASSIGN_OR_RETURN(lw->v, r.gather(segs.v, c.hidden));
   } else {
     // One fused source: gather this rank's rows once, then q, k, v are row views of it.
-    std::vector<Segment> all = segs.q;
-    for (const Segment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
-    for (const Segment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
     TESSERA_ASSIGN_OR_RETURN(LinearWeights packed, r.gather(all, c.hidden));
     lw->q = row_slice(packed, 0, q_heads * D);
     lw->k = row_slice(packed, q_heads * D, kv_heads * D);
@@ -365,13 +362,11 @@ Status load_mlp_inputs(WeightReader& r, const ModelConfig& c, const MlpNames& n,
     add_segment(gate, n.gate, ffn, off, f);
     add_segment(up, n.up, ffn, off, f);
   }
+  std::vector<Segment> both = gate;  // [gate | up] rows of this rank
+  add_segment(both, up[0].name, up[0].out, up[0].begin, up[0].count);
   if (inject) {
-    std::vector<Segment> both = gate;
-    add_segment(both, up[0].name, up[0].out, up[0].begin, up[0].count);
     TESSERA_ASSIGN_OR_RETURN(w->gate_up, r.gather(both, c.hidden));
   } else if (!n.gate_up.empty()) {
-    std::vector<Segment> both = gate;
-    add_segment(both, up[0].name, up[0].out, up[0].begin, up[0].count);
     TESSERA_ASSIGN_OR_RETURN(LinearWeights packed, r.gather(both, c.hidden));
     w->gate = row_slice(packed, 0, f);
     w->up = row_slice(packed, f, f);
