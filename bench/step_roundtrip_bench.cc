@@ -1,9 +1,12 @@
 // Step round trip over the real wire: WorkerGroup::execute() -> every rank -> back, with a
 // fake step function (no model compute). Workers are forked processes running WorkerLink
-// (rank 0 returns one token per sequence, the others status only). The plan is an
-// 8-sequence decode step (context ~512, block size 16 -> 33 blocks per sequence).
-// Each case reports p50/p99/mean in microseconds as counters; Google Benchmark's own
-// time column is the mean. Also times encode+decode of 8- and 256-sequence plans.
+// (rank 0 returns one token per sequence, the others status only). RoundTrip: an 8-sequence
+// decode step (context ~512, block size 16 -> 33 blocks per sequence). RoundTripLong: the
+// steady decode step of 256 sequences of 2,048-token context (128 blocks each), without and
+// with a repetition penalty (whose sampler needs every sequence's token history).
+// Each case reports p50/p99/mean in microseconds and the frame's bytes per rank as counters;
+// Google Benchmark's own time column is the mean. Also times encode+decode of 8- and
+// 256-sequence plans.
 //
 //   build/bin/step_roundtrip_bench [--benchmark_filter=RoundTrip/tcp]
 #include <benchmark/benchmark.h>
@@ -25,19 +28,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-StepPlan decode_plan(uint64_t step_id, int num_seqs) {
+// A decode step of `num_seqs` sequences that have `context` tokens each (block size 16).
+StepPlan decode_plan(uint64_t step_id, int num_seqs, int context = 512, bool penalty = false) {
   StepPlan p;
   p.step_id = step_id;
+  const int blocks = context / 16 + 1;
   for (int i = 0; i < num_seqs; ++i) {
     SeqStep s;
     s.seq_id = 1000 + i;
     s.tokens = {static_cast<int32_t>(17 + i)};
-    s.num_computed = 512 + i;
-    for (int b = 0; b < 33; ++b) s.block_table.push_back(i * 40 + b);
+    s.num_computed = context + i % 16;
+    for (int b = 0; b < blocks; ++b) s.block_table.push_back(i * (blocks + 7) + b);
     s.sample = true;
     s.sampling.temperature = 0.7f;
     s.sampling.seed = 1234 + i;
     s.num_generated = 20;
+    if (penalty) {
+      s.sampling.repetition_penalty = 1.1f;
+      s.penalty_tokens.assign(static_cast<size_t>(s.num_computed) + 1, 42);
+      s.penalty_prompt_len = s.num_computed - 20;
+    }
     p.seqs.push_back(std::move(s));
   }
   return p;
@@ -61,8 +71,12 @@ void add_percentiles(benchmark::State& state, std::vector<double>& us) {
   state.counters["mean_us"] = sum / us.size();
 }
 
+// range(0) = TP world size; range(1) = sequences; range(2) = context; range(3) = penalty.
 void BM_RoundTrip(benchmark::State& state, const std::string& transport) {
   const int world = static_cast<int>(state.range(0));
+  const int num_seqs = static_cast<int>(state.range(1));
+  const int context = static_cast<int>(state.range(2));
+  const bool penalty = state.range(3) != 0;
   WorkerGroupOptions o;
   o.bind_address = transport == "ipc" ? "ipc:///tmp/tessera-roundtrip-" + std::to_string(getpid())
                                       : "tcp://127.0.0.1:*";
@@ -90,8 +104,9 @@ void BM_RoundTrip(benchmark::State& state, const std::string& transport) {
     for (pid_t c : children) kill(c, SIGKILL);
     return state.SkipWithError(st.to_string().c_str());
   }
-  StepPlan plan = decode_plan(0, 8);
-  for (int i = 0; i < 300; ++i) {  // warm up
+  StepPlan plan = decode_plan(0, num_seqs, context, penalty);
+  state.counters["frame_bytes"] = static_cast<double>(wire::encode(plan).size());
+  for (int i = 0, warmup = num_seqs > 8 ? 30 : 300; i < warmup; ++i) {
     plan.step_id++;
     (void)group.execute(plan);
   }
@@ -102,7 +117,7 @@ void BM_RoundTrip(benchmark::State& state, const std::string& transport) {
     const auto t0 = Clock::now();
     StatusOr<StepResult> r = group.execute(plan);
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!r.is_ok() || r->tokens.size() != 8) {
+    if (!r.is_ok() || r->tokens.size() != static_cast<size_t>(num_seqs)) {
       state.SkipWithError(r.is_ok() ? "wrong token count" : r.status().to_string().c_str());
       break;
     }
@@ -164,15 +179,23 @@ BENCHMARK(BM_EncodeDecodePlanFresh)->Arg(8)->Arg(256);
 }  // namespace tessera
 
 int main(int argc, char** argv) {
-  for (const char* transport : {"tcp", "ipc"})
-    benchmark::RegisterBenchmark((std::string("RoundTrip/") + transport).c_str(),
-                                 [t = std::string(transport)](benchmark::State& s) { tessera::BM_RoundTrip(s, t); })
-        ->Arg(1)
-        ->Arg(2)
-        ->Arg(4)
+  for (const char* transport : {"tcp", "ipc"}) {
+    const auto run = [t = std::string(transport)](benchmark::State& s) { tessera::BM_RoundTrip(s, t); };
+    benchmark::RegisterBenchmark((std::string("RoundTrip/") + transport).c_str(), run)
+        ->Args({1, 8, 512, 0})
+        ->Args({2, 8, 512, 0})
+        ->Args({4, 8, 512, 0})
         ->Iterations(5000)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((std::string("RoundTripLong/") + transport).c_str(), run)
+        ->Args({1, 256, 2048, 0})
+        ->Args({2, 256, 2048, 0})
+        ->Args({2, 256, 2048, 1})
+        ->Iterations(500)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
