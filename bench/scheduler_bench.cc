@@ -25,7 +25,7 @@ StepResult fake_result(const StepPlan& plan) {
   StepResult r;
   r.step_id = plan.step_id;
   for (const SeqStep& s : plan.seqs)
-    if (s.sample) r.tokens.push_back(SampledToken{s.seq_id, static_cast<int32_t>(s.num_generated % 1000 + 7), 0.0f, {}});
+    if (s.sample) r.tokens.push_back(SampledToken{s.seq_id, static_cast<int32_t>(s.num_computed % 1000 + 7), 0.0f, {}});
   return r;
 }
 

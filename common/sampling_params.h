@@ -19,6 +19,12 @@ struct SamplingParams {
   // from the coordinator.
   std::optional<uint64_t> seed;
   int logprobs = 0;  // how many top alternatives to return with each token (0 = only its own)
+
+  // The penalties read the sequence's token history (prompt + output), so only then do the
+  // executors keep it.
+  bool has_penalty() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
 };
 
 }  // namespace tessera

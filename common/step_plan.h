@@ -3,6 +3,7 @@
 // in, one StepResult out, per step. Plain structs, no transport: in-process they are passed
 // by reference; between processes they are encoded by the wire protocol.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,28 +14,52 @@ namespace tessera {
 
 using SeqId = uint64_t;
 
+// Steps carry deltas (docs/wire.md, "Step deltas"): a sequence's state travels in full once,
+// on the step that starts it on the executors (new, resumed after preemption, or after the
+// executors lost their KV caches); every later step carries only what changed — the tokens
+// fed, the block-table entries that changed, how many leading blocks a sliding window has
+// released. Executors keep the state (common/sequence_states.h) until the plan lists the
+// sequence in `dropped`. So a steady decode step costs O(sequences) bytes, not O(context).
+
+// What the executors keep for a sequence between steps, sent once on its starting step.
+struct SeqStart {
+  SamplingParams sampling;
+  // Tokens that are prompt (of the request, not of this incarnation: a resumed sequence
+  // re-feeds prompt + output). The sampler counts generated tokens from here.
+  int32_t prompt_len = 0;
+  // The tokens before the step's num_computed (a prefix-cache hit skips feeding them), sent
+  // only when a penalty is set (the penalties read the whole history); empty otherwise.
+  std::vector<int32_t> history;
+};
+
 // One sequence's share of a step: a prefill chunk or one decode token.
 struct SeqStep {
   SeqId seq_id = 0;
+  // 1 on the step that starts the sequence on the executors (then `start` is set), +1 on
+  // every later step: an executor refuses a step whose version does not follow the one it
+  // holds (it missed a step, or lost its state), rather than compute with stale state.
+  uint32_t version = 0;
   std::vector<int32_t> tokens;       // the new tokens fed this step
   int32_t num_computed = 0;          // tokens already in the KV cache; new ones take positions from here
-  // Every block the sequence owns, in order (covers num_computed + tokens). With a sliding
-  // window the leading blocks wholly before the first new token's window are -1 (freed).
-  std::vector<int32_t> block_table;
   // True when this step reaches the end of the known tokens, so a next token must be sampled
   // (false for all but the last chunk of a chunked prefill).
   bool sample = false;
-  SamplingParams sampling;
-  // Sampling state that must survive preemption and travel with the plan: the index of the
-  // token being generated (the counter of the seeded generator), and the tokens the
-  // penalties look at.
-  int32_t num_generated = 0;
-  std::vector<int32_t> penalty_tokens;  // prompt + output so far, only when a penalty is set
-  int32_t penalty_prompt_len = 0;       // how many of penalty_tokens are prompt
+  // The block table (every block the sequence owns, in order, covering num_computed +
+  // tokens) as a change to the one the executors hold: entries from `table_from` on are
+  // replaced by `new_blocks` (blocks appended, and a shared last block replaced by its
+  // copy-on-write copy); then the first `num_released` entries are -1 (given back because a
+  // sliding window has moved past them). A starting step has table_from 0 and the whole table.
+  int32_t table_from = 0;
+  std::vector<int32_t> new_blocks;
+  int32_t num_released = 0;
+  std::optional<SeqStart> start;     // present exactly when version == 1
 };
 
 struct StepPlan {
   uint64_t step_id = 0;
+  // Sequences whose executor state is to be forgotten before this step runs (finished,
+  // aborted or preempted since the last plan). Unknown ids are ignored.
+  std::vector<SeqId> dropped;
   std::vector<SeqStep> seqs;
   // Copy-on-write: copy KV block `first` into block `second` before running the step.
   std::vector<std::pair<int32_t, int32_t>> block_copies;

@@ -10,10 +10,6 @@
 namespace tessera {
 namespace {
 
-bool has_penalty(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 // A fixed function of the id, so a recomputed sequence draws the same tokens again.
 uint64_t default_seed(SeqId id) { return splitmix64(id); }
 
@@ -85,6 +81,11 @@ StepPlan Scheduler::schedule() {
     int budget = config_.max_num_batched_tokens;
     schedule_running(plan, budget);
     admit_waiting(plan, budget);
+  }
+  // Drops ride on the next plan that runs (an empty plan is not sent).
+  if (!plan.seqs.empty() || !plan.block_copies.empty()) {
+    plan.dropped = std::move(dropped_);
+    dropped_.clear();
   }
   ++next_step_id_;
   return plan;
@@ -207,18 +208,40 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan) {
   s.seq_id = seq.id();
   s.tokens.assign(tokens.begin() + from, tokens.begin() + from + num_tokens);
   s.num_computed = from;
-  s.block_table = blocks_.block_table(seq.id());
   s.sample = from + num_tokens == seq.num_tokens();
-  s.sampling = seq.sampling();
-  s.num_generated = seq.num_output();
-  if (s.sample && has_penalty(seq.sampling())) {
-    s.penalty_tokens.assign(tokens.begin(), tokens.end());
-    s.penalty_prompt_len = seq.prompt_len();
+  // Only the block-table entries the executors do not hold yet travel: a step writes from
+  // `from` on, so entries before from / block_size never change again (a sliding window
+  // only turns leading ones into -1, which num_released says).
+  const std::vector<int32_t>& table = blocks_.block_table(seq.id());
+  s.num_released = static_cast<int32_t>(table.size()) - blocks_.num_held_blocks(seq.id());
+  if (e.version == 0) {
+    SeqStart& start = s.start.emplace();
+    start.sampling = seq.sampling();
+    start.prompt_len = seq.prompt_len();
+    if (seq.sampling().has_penalty()) start.history.assign(tokens.begin(), tokens.begin() + from);
+    s.table_from = 0;
+  } else {
+    size_t first = std::min(e.sent_table.size(), static_cast<size_t>(from / config_.block_size));
+    while (first < e.sent_table.size() && e.sent_table[first] == table[first]) ++first;
+    s.table_from = static_cast<int32_t>(first);
   }
+  s.new_blocks.assign(table.begin() + s.table_from, table.end());
+  e.sent_table.resize(static_cast<size_t>(s.table_from));
+  e.sent_table.insert(e.sent_table.end(), s.new_blocks.begin(), s.new_blocks.end());
+  for (int k = 0; k < s.num_released; ++k) e.sent_table[static_cast<size_t>(k)] = -1;
+  s.version = ++e.version;
   e.scheduled_step = plan.step_id + 1;
 }
 
+void Scheduler::forget_on_executors(Entry& e) {
+  if (e.version == 0) return;
+  dropped_.push_back(e.seq.id());
+  e.version = 0;
+  e.sent_table.clear();
+}
+
 void Scheduler::preempt(Entry& e) {
+  forget_on_executors(e);  // resumed, it is sent in full again
   blocks_.free(e.seq.id());
   remove_running(e);
   e.seq.preempt();
@@ -238,6 +261,7 @@ void Scheduler::remove_running(const Entry& e) {
 }
 
 void Scheduler::finish(Entry& e, FinishReason reason) {
+  forget_on_executors(e);
   if (e.seq.is_running()) {
     blocks_.free(e.seq.id());
     remove_running(e);
@@ -272,6 +296,8 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
               " tokens for " + std::to_string(r) + " sampled sequences";
   }
 
+  // A failed step may not have reached every executor: its drops go out again.
+  if (!error.empty()) dropped_.insert(dropped_.end(), plan.dropped.begin(), plan.dropped.end());
   size_t r = 0;
   for (const SeqStep& s : plan.seqs) {
     const SampledToken* token = s.sample && error.empty() ? &result.tokens[r++] : nullptr;

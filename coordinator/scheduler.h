@@ -124,6 +124,10 @@ class Scheduler {
     Sequence seq;
     uint64_t scheduled_step = 0;  // step_id + 1 of the last plan it was in (0 = never)
     bool batch_member = false;    // static mode: part of the current batch
+    // What the executors hold for it (step deltas): the version of its last step (0 = no
+    // state there: it is sent in full next), and the block table that step left them.
+    uint32_t version = 0;
+    std::vector<int32_t> sent_table;
   };
   struct RunsBefore {
     bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
@@ -142,6 +146,8 @@ class Scheduler {
   void schedule_running(StepPlan& plan, int& budget);
   void admit_waiting(StepPlan& plan, int& budget);
   void add_step(Entry& e, int num_tokens, StepPlan& plan);
+  // The executors are to drop the sequence's state (the next plan lists it in `dropped`).
+  void forget_on_executors(Entry& e);
   void remove_running(const Entry& e);
   void finish(Entry& e, FinishReason reason);  // frees blocks; the entry is erased by the caller
 
@@ -155,6 +161,7 @@ class Scheduler {
   uint64_t next_step_id_ = 0;
   uint64_t num_preemptions_ = 0;
   int static_members_left_ = 0;
+  std::vector<SeqId> dropped_;  // for the next plan's `dropped`
 };
 
 }  // namespace tessera

@@ -1,9 +1,11 @@
 #pragma once
-// Runs one StepPlan on this rank's model and KV cache: copies blocks the plan asks to copy
+// Runs one StepPlan on this rank's model and KV cache: applies the plan's deltas to the
+// sequences' state held here (common/sequence_states.h), copies blocks the plan asks to copy
 // (copy-on-write), lays the plan out as one ragged batch, runs the transformer, and samples
 // one token for every sequence whose step ends its known tokens.
 #include <memory>
 
+#include "common/sequence_states.h"
 #include "common/step_executor.h"
 #include "worker/kv_cache.h"
 #include "worker/transformer.h"
@@ -21,13 +23,18 @@ class Executor final : public StepExecutor {
   StatusOr<StepResult> execute(const StepPlan& plan, std::vector<float>* logits);
 
   const KvCache& cache() const { return cache_; }
+  // The sequences whose state this executor holds (until a plan drops them).
+  const SequenceStates& sequences() const { return sequences_; }
 
  private:
+  // What the sequence states cannot judge: token ids against the vocabulary, released
+  // blocks against the model's window, copies against the pool.
   Status validate(const StepPlan& plan) const;
 
   Transformer& model_;
   Backend& backend_;
   KvCache cache_;
+  SequenceStates sequences_;
 };
 
 }  // namespace tessera

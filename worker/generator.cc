@@ -49,10 +49,16 @@ StatusOr<std::vector<GenerationResult>> Generator::generate(const std::vector<Ge
       st.seq_id = i;
       st.tokens = step == 0 ? requests[i].prompt : std::vector<int32_t>{results[i].output.back()};
       st.num_computed = s.num_computed;
-      st.block_table = s.blocks;
       st.sample = true;
-      st.sampling = requests[i].sampling;
-      st.num_generated = static_cast<int32_t>(results[i].output.size());
+      // The whole table and the sampling state go once, with the prefill (step deltas).
+      st.version = static_cast<uint32_t>(step + 1);
+      if (step == 0) {
+        st.start.emplace().sampling = requests[i].sampling;
+        st.start->prompt_len = static_cast<int32_t>(requests[i].prompt.size());
+        st.new_blocks = s.blocks;
+      } else {
+        st.table_from = static_cast<int32_t>(s.blocks.size());
+      }
       plan.seqs.push_back(std::move(st));
     }
     if (plan.seqs.empty()) break;

@@ -9,7 +9,9 @@ namespace tessera::wire {
 namespace {
 
 // Smallest encodings, used to bound element counts before allocating.
-constexpr size_t kMinSeqStepBytes = 8 + 4 + 1 + 4 + 4 + 4 * 7 + 1 + 8 + 4 + 3 * 4;
+// A SeqStep: seq_id, version, num_computed, sample, table_from, num_released, two array
+// lengths, has_start.
+constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 2 * 4 + 1;
 constexpr size_t kMinSampledTokenBytes = 8 + 4 + 4 + 4;
 
 template <typename BodyFn>
@@ -204,23 +206,32 @@ Status decode(std::string_view frame, CollectiveId* m) {
 
 // ---- StepPlan
 void encode(const StepPlan& m, std::string* out) {
-  size_t estimate = kHeaderBytes + 16 + m.block_copies.size() * 8;
-  for (const SeqStep& s : m.seqs)
-    estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.block_table.size() + s.penalty_tokens.size());
+  size_t estimate = kHeaderBytes + 21 + 8 * m.dropped.size() + m.block_copies.size() * 8;
+  for (const SeqStep& s : m.seqs) {
+    estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.new_blocks.size());
+    if (s.start) estimate += 49 + 4 * s.start->history.size();
+  }
   if (out->capacity() < estimate) out->reserve(estimate);
   encode_frame(MessageType::kStepPlan, out, [&](WireWriter& w) {
     w.u64(m.step_id);
+    w.u32(static_cast<uint32_t>(m.dropped.size()));
+    for (SeqId id : m.dropped) w.u64(id);
     w.u32(static_cast<uint32_t>(m.seqs.size()));
     for (const SeqStep& s : m.seqs) {
       w.u64(s.seq_id);
+      w.u32(s.version);
       w.i32(s.num_computed);
       w.u8(s.sample ? 1 : 0);
-      w.i32(s.num_generated);
-      w.i32(s.penalty_prompt_len);
-      write_sampling(w, s.sampling);
+      w.i32(s.table_from);
+      w.i32(s.num_released);
       w.i32_array(s.tokens);
-      w.i32_array(s.block_table);
-      w.i32_array(s.penalty_tokens);
+      w.i32_array(s.new_blocks);
+      w.u8(s.start ? 1 : 0);
+      if (s.start) {
+        write_sampling(w, s.start->sampling);
+        w.i32(s.start->prompt_len);
+        w.i32_array(s.start->history);
+      }
     }
     w.u32(static_cast<uint32_t>(m.block_copies.size()));
     for (const auto& [src, dst] : m.block_copies) {
@@ -233,19 +244,29 @@ void encode(const StepPlan& m, std::string* out) {
 Status decode(std::string_view frame, StepPlan* m) {
   return decode_frame(frame, MessageType::kStepPlan, false, [&](WireReader& r) {
     m->step_id = r.u64("step_id");
+    const uint32_t d = r.count(8, "dropped.count");
+    m->dropped.resize(d);
+    for (uint32_t i = 0; i < d && r.ok(); ++i) m->dropped[i] = r.u64("dropped.seq_id");
     const uint32_t n = r.count(kMinSeqStepBytes, "seqs.count");
     m->seqs.resize(n);
     for (uint32_t i = 0; i < n && r.ok(); ++i) {
       SeqStep& s = m->seqs[i];
       s.seq_id = r.u64("seq.seq_id");
+      s.version = r.u32("seq.version");
       s.num_computed = r.i32("seq.num_computed");
       s.sample = r.boolean("seq.sample");
-      s.num_generated = r.i32("seq.num_generated");
-      s.penalty_prompt_len = r.i32("seq.penalty_prompt_len");
-      read_sampling(r, &s.sampling);
+      s.table_from = r.i32("seq.table_from");
+      s.num_released = r.i32("seq.num_released");
       r.i32_array(&s.tokens, "seq.tokens");
-      r.i32_array(&s.block_table, "seq.block_table");
-      r.i32_array(&s.penalty_tokens, "seq.penalty_tokens");
+      r.i32_array(&s.new_blocks, "seq.new_blocks");
+      if (r.boolean("seq.has_start")) {
+        SeqStart& start = s.start ? *s.start : s.start.emplace();
+        read_sampling(r, &start.sampling);
+        start.prompt_len = r.i32("seq.start.prompt_len");
+        r.i32_array(&start.history, "seq.start.history");
+      } else {
+        s.start.reset();
+      }
     }
     const uint32_t c = r.count(8, "block_copies.count");
     m->block_copies.resize(c);

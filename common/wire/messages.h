@@ -20,7 +20,9 @@
 namespace tessera::wire {
 
 inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 3;  // 2: CollectiveId; 3: StepPlan.return_logits, StepResult.logits
+// 2: CollectiveId; 3: StepPlan.return_logits, StepResult.logits; 4: step deltas (SeqStep
+// version, table change, start state; StepPlan.dropped).
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderBytes = 12;  // = kFrameHeaderBytes (common/wire/frame.h)
 
 enum class MessageType : uint16_t {

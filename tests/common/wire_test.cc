@@ -40,25 +40,32 @@ class Gen {
 StepPlan random_plan(Gen& g, int max_seqs = 20) {
   StepPlan p;
   p.step_id = g.u64();
+  p.dropped.resize(g.n(6));
+  for (SeqId& id : p.dropped) id = g.u64();
   p.seqs.resize(g.n(max_seqs));
   for (SeqStep& s : p.seqs) {
     s.seq_id = g.u64();
+    s.version = static_cast<uint32_t>(g.i32());
     s.tokens = g.ints(40);
     s.num_computed = g.i32();
-    s.block_table = g.ints(30);
     s.sample = g.b();
-    s.sampling.temperature = g.f();
-    s.sampling.top_k = g.i32();
-    s.sampling.top_p = g.f();
-    s.sampling.min_p = g.f();
-    s.sampling.repetition_penalty = g.f();
-    s.sampling.presence_penalty = g.f();
-    s.sampling.frequency_penalty = g.f();
-    if (g.b()) s.sampling.seed = g.u64();
-    s.sampling.logprobs = g.i32();
-    s.num_generated = g.i32();
-    s.penalty_tokens = g.ints(10);
-    s.penalty_prompt_len = g.i32();
+    s.table_from = g.i32();
+    s.new_blocks = g.ints(30);
+    s.num_released = g.i32();
+    if (g.b()) {
+      SeqStart& st = s.start.emplace();
+      st.sampling.temperature = g.f();
+      st.sampling.top_k = g.i32();
+      st.sampling.top_p = g.f();
+      st.sampling.min_p = g.f();
+      st.sampling.repetition_penalty = g.f();
+      st.sampling.presence_penalty = g.f();
+      st.sampling.frequency_penalty = g.f();
+      if (g.b()) st.sampling.seed = g.u64();
+      st.sampling.logprobs = g.i32();
+      st.prompt_len = g.i32();
+      st.history = g.ints(10);
+    }
   }
   p.block_copies.resize(g.n(5));
   for (auto& c : p.block_copies) c = {g.i32(), g.i32()};
@@ -103,18 +110,24 @@ void expect_eq(const SamplingParams& a, const SamplingParams& b) {
 
 void expect_eq(const StepPlan& a, const StepPlan& b) {
   EXPECT_EQ(a.step_id, b.step_id);
+  EXPECT_EQ(a.dropped, b.dropped);
   ASSERT_EQ(a.seqs.size(), b.seqs.size());
   for (size_t i = 0; i < a.seqs.size(); ++i) {
     const SeqStep &x = a.seqs[i], &y = b.seqs[i];
     EXPECT_EQ(x.seq_id, y.seq_id);
+    EXPECT_EQ(x.version, y.version);
     EXPECT_EQ(x.tokens, y.tokens);
     EXPECT_EQ(x.num_computed, y.num_computed);
-    EXPECT_EQ(x.block_table, y.block_table);
     EXPECT_EQ(x.sample, y.sample);
-    expect_eq(x.sampling, y.sampling);
-    EXPECT_EQ(x.num_generated, y.num_generated);
-    EXPECT_EQ(x.penalty_tokens, y.penalty_tokens);
-    EXPECT_EQ(x.penalty_prompt_len, y.penalty_prompt_len);
+    EXPECT_EQ(x.table_from, y.table_from);
+    EXPECT_EQ(x.new_blocks, y.new_blocks);
+    EXPECT_EQ(x.num_released, y.num_released);
+    ASSERT_EQ(x.start.has_value(), y.start.has_value());
+    if (x.start) {
+      expect_eq(x.start->sampling, y.start->sampling);
+      EXPECT_EQ(x.start->prompt_len, y.start->prompt_len);
+      EXPECT_EQ(x.start->history, y.start->history);
+    }
   }
   EXPECT_EQ(a.block_copies, b.block_copies);
 }
@@ -240,7 +253,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 3);  // version, little-endian u16 (docs/wire.md: version 3)
+  EXPECT_EQ(f[4], 4);  // version, little-endian u16 (docs/wire.md: version 4)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length
@@ -312,8 +325,9 @@ TEST(WireTest, HugeCountsAreRejectedWithoutAllocating) {
   w.u32(kMagic);
   w.u16(kProtocolVersion);
   w.u16(static_cast<uint16_t>(MessageType::kStepPlan));
-  w.u32(12);
+  w.u32(16);
   w.u64(1);
+  w.u32(0);  // no dropped sequences
   w.u32(0xffffffffu);
   w.finish();
   StepPlan plan;

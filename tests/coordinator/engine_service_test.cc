@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "common/sequence_states.h"
 #include "kernels/backend.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"
@@ -51,9 +52,15 @@ class ScriptedExecutor : public StepExecutor {
   StatusOr<StepResult> execute(const StepPlan& plan) override {
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
     std::lock_guard<std::mutex> lk(mu_);
+    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
+    if (!views.is_ok()) {
+      ADD_FAILURE() << views.status().to_string();
+      return views.status();
+    }
     StepResult result;
     result.step_id = plan.step_id;
-    for (const SeqStep& s : plan.seqs) {
+    for (const SeqView& v : views.value()) {
+      const SeqStep& s = *v.step;
       if (s.num_computed == 0) first_[s.seq_id] = s.tokens.at(0);
       if (!first_.count(s.seq_id)) {
         ADD_FAILURE() << "sequence " << s.seq_id << " started past its first token";
@@ -65,10 +72,10 @@ class ScriptedExecutor : public StepExecutor {
       SampledToken t;
       t.seq_id = s.seq_id;
       auto it = scripts_.find(first);
-      if (it != scripts_.end() && s.num_generated < static_cast<int32_t>(it->second.size())) {
-        t.token = it->second[s.num_generated];
+      if (it != scripts_.end() && v.num_generated() < static_cast<int32_t>(it->second.size())) {
+        t.token = it->second[v.num_generated()];
       } else {
-        t.token = token_for(s.seq_id, s.num_generated);
+        t.token = token_for(s.seq_id, v.num_generated());
       }
       result.tokens.push_back(t);
     }
@@ -86,6 +93,7 @@ class ScriptedExecutor : public StepExecutor {
   std::mutex mu_;
   std::map<int32_t, std::vector<int32_t>> scripts_;
   std::map<SeqId, int32_t> first_;
+  SequenceStates states_{0, 0};
 };
 
 // Everything one request's callback saw.

@@ -6,7 +6,10 @@
 // of (sequence, token index), so a preempted and recomputed sequence must produce exactly
 // the tokens it would have produced without preemption. With a sliding window W it reads
 // only what the real attention reads (from the first new token's window on) and checks that
-// every block wholly before that has been given back (-1).
+// every block wholly before that has been given back (-1). Plans are step deltas: the fake
+// applies them through the same SequenceStates as the worker, so a delta the scheduler gets
+// wrong shows up as a refused plan or a wrong slot, and it hands the tests each step in
+// full (ResolvedPlan: what the executor sees once the deltas are applied).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,10 +17,32 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/sequence_states.h"
 #include "common/step_plan.h"
 #include "coordinator/scheduler.h"
 
 namespace tessera::testing {
+
+// One sequence's step with the executor's state applied.
+struct ResolvedStep {
+  SeqId seq_id = 0;
+  uint32_t version = 0;
+  std::vector<int32_t> tokens;
+  int32_t num_computed = 0;
+  bool sample = false;
+  std::vector<int32_t> block_table;   // the whole table (-1 for released entries)
+  SamplingParams sampling;
+  int32_t num_generated = 0;          // the index of the token this step samples
+  std::vector<int32_t> penalty_tokens;  // prompt + output so far, only with a penalty
+  int32_t penalty_prompt_len = 0;
+};
+
+struct ResolvedPlan {
+  uint64_t step_id = 0;
+  std::vector<SeqId> dropped;
+  std::vector<ResolvedStep> seqs;
+  std::vector<std::pair<int32_t, int32_t>> block_copies;
+};
 
 class FakeExecutor {
  public:
@@ -25,7 +50,8 @@ class FakeExecutor {
       : block_size_(block_size),
         vocab_(vocab),
         window_(window),
-        kv_(static_cast<size_t>(block_size) * num_blocks, -1) {}
+        kv_(static_cast<size_t>(block_size) * num_blocks, -1),
+        states_(block_size, num_blocks) {}
 
   // The token a sequence draws as its `index`-th output.
   int32_t token_for(SeqId id, int32_t index) const {
@@ -41,13 +67,43 @@ class FakeExecutor {
   void forget(SeqId id) { known_.erase(id); }
   const std::vector<int32_t>& tokens(SeqId id) { return known_.at(id); }
 
-  // Runs one plan against the shadow cache; records every sampled token.
-  StepResult execute(const StepPlan& plan) {
+  // Applies the plan's deltas (a refused plan is a test failure) and returns it in full.
+  ResolvedPlan resolve(const StepPlan& plan) {
+    ResolvedPlan out;
+    out.step_id = plan.step_id;
+    out.dropped = plan.dropped;
+    out.block_copies = plan.block_copies;
+    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
+    if (!views.is_ok()) {
+      ADD_FAILURE() << "the executor refused the plan: " << views.status().to_string();
+      return out;
+    }
+    for (const SeqView& v : views.value()) {
+      ResolvedStep& r = out.seqs.emplace_back();
+      r.seq_id = v.step->seq_id;
+      r.version = v.step->version;
+      r.tokens = v.step->tokens;
+      r.num_computed = v.step->num_computed;
+      r.sample = v.step->sample;
+      r.block_table = v.state->block_table;
+      r.sampling = v.state->sampling;
+      r.num_generated = v.num_generated();
+      r.penalty_tokens = v.penalty_tokens();
+      r.penalty_prompt_len = v.state->sampling.has_penalty() ? v.state->prompt_len : 0;
+    }
+    return out;
+  }
+
+  // Runs one plan against the shadow cache; records every sampled token. The plan as the
+  // executor saw it is last_plan().
+  StepResult execute(const StepPlan& delta) {
+    last_ = resolve(delta);
+    const ResolvedPlan& plan = last_;
     StepResult result;
     result.step_id = plan.step_id;
     for (const auto& [src, dst] : plan.block_copies)
       std::copy_n(kv_.begin() + slot(src, 0), block_size_, kv_.begin() + slot(dst, 0));
-    for (const SeqStep& s : plan.seqs) {
+    for (const ResolvedStep& s : plan.seqs) {
       const std::vector<int32_t>& known = known_.at(s.seq_id);
       const int end = s.num_computed + static_cast<int>(s.tokens.size());
       EXPECT_LE(static_cast<size_t>(end), known.size()) << "seq " << s.seq_id;
@@ -87,6 +143,10 @@ class FakeExecutor {
     return result;
   }
 
+  const ResolvedPlan& last_plan() const { return last_; }
+  // The sequences whose state the executor holds.
+  const SequenceStates& states() const { return states_; }
+
   // Feeds the scheduler's events back into what the executor knows.
   void apply(const std::vector<SequenceEvent>& events) {
     for (const SequenceEvent& e : events) {
@@ -104,6 +164,8 @@ class FakeExecutor {
   int window_;
   std::vector<int32_t> kv_;
   std::unordered_map<SeqId, std::vector<int32_t>> known_;
+  SequenceStates states_;
+  ResolvedPlan last_;
 };
 
 }  // namespace tessera::testing

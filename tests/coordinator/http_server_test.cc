@@ -12,8 +12,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
+#include "common/sequence_states.h"
 #include "tests/test_support.h"
 
 namespace tessera {
@@ -28,20 +30,28 @@ class FakeStepExecutor : public StepExecutor {
  public:
   StatusOr<StepResult> execute(const StepPlan& plan) override {
     if (const int d = delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
+    std::lock_guard<std::mutex> lk(mu_);
+    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
+    if (!views.is_ok()) return views.status();
     StepResult r;
     r.step_id = plan.step_id;
-    for (const SeqStep& s : plan.seqs) {
-      if (!s.sample) continue;
+    for (const SeqView& v : views.value()) {
+      if (!v.step->sample) continue;
       SampledToken t;
-      t.seq_id = s.seq_id;
-      t.token = fake_token(s.num_generated);
+      t.seq_id = v.step->seq_id;
+      t.token = fake_token(v.num_generated());
       t.logprob = -0.5f;
-      for (int k = 0; k < s.sampling.logprobs; ++k) t.top_logprobs.push_back({fake_token(s.num_generated + k), -0.5f});
+      for (int k = 0; k < v.state->sampling.logprobs; ++k)
+        t.top_logprobs.push_back({fake_token(v.num_generated() + k), -0.5f});
       r.tokens.push_back(t);
     }
     return r;
   }
   std::atomic<int> delay_ms{0};
+
+ private:
+  std::mutex mu_;
+  SequenceStates states_{0, 0};
 };
 
 // ---- a tiny blocking client ----------------------------------------------------------------

@@ -18,6 +18,8 @@ namespace tessera {
 namespace {
 
 using testing::FakeExecutor;
+using testing::ResolvedPlan;
+using testing::ResolvedStep;
 
 std::vector<int32_t> prompt_of(int n, int32_t start = 1) {
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -47,8 +49,8 @@ class Harness {
     ASSERT_TRUE(sched.add_request(id, prompt, sampling, max_new, stop, priority).is_ok());
   }
 
-  // One step; returns the plan it ran.
-  StepPlan step() {
+  // One step; returns the plan it ran, as the executor saw it (deltas applied).
+  ResolvedPlan step() {
     StepPlan plan = sched.schedule();
     int tokens = 0;
     for (const SeqStep& s : plan.seqs) tokens += static_cast<int>(s.tokens.size());
@@ -65,11 +67,11 @@ class Harness {
       f.output.assign(all.end() - (all.size() - prompt_len(e.seq_id)), all.end());
     }
     sched.check_invariants();
-    return plan;
+    return exec.last_plan();
   }
-  void run(int max_steps = 10000, const std::function<void(const StepPlan&)>& on_plan = {}) {
+  void run(int max_steps = 10000, const std::function<void(const ResolvedPlan&)>& on_plan = {}) {
     for (int i = 0; i < max_steps && sched.has_work(); ++i) {
-      StepPlan plan = step();
+      ResolvedPlan plan = step();
       if (on_plan) on_plan(plan);
     }
     EXPECT_FALSE(sched.has_work()) << "did not finish in " << max_steps << " steps";
@@ -98,7 +100,7 @@ TEST(SchedulerTest, LongPromptIsChunkedUnderTheTokenBudget) {
   std::vector<size_t> chunks;
   std::vector<bool> samples;
   for (int i = 0; i < 4; ++i) {
-    StepPlan plan = h.step();
+    ResolvedPlan plan = h.step();
     ASSERT_EQ(plan.seqs.size(), 1u);
     chunks.push_back(plan.seqs[0].tokens.size());
     samples.push_back(plan.seqs[0].sample);
@@ -120,7 +122,7 @@ TEST(SchedulerTest, DecodesComeFirstThenPrefillChunksThenNewRequests) {
   h.add(2, 6, 10);
   h.step();  // both prefilled whole (11 tokens)
   h.add(3, 60, 10);
-  StepPlan plan = h.step();
+  ResolvedPlan plan = h.step();
   ASSERT_EQ(plan.seqs.size(), 3u);
   EXPECT_EQ(plan.seqs[0].seq_id, 1u);
   EXPECT_EQ(plan.seqs[0].tokens.size(), 1u);
@@ -148,9 +150,9 @@ TEST(SchedulerTest, DecodeFieldsFollowTheStepPlanContract) {
   sp.temperature = 0.7f;
   sp.repetition_penalty = 1.2f;
   h.add(1, 6, 4, 0, {}, sp);
-  StepPlan plan = h.step();
+  ResolvedPlan plan = h.step();
   ASSERT_EQ(plan.seqs.size(), 1u);
-  const SeqStep& s = plan.seqs[0];
+  const ResolvedStep& s = plan.seqs[0];
   EXPECT_TRUE(s.sample);
   EXPECT_EQ(s.num_generated, 0);
   EXPECT_TRUE(s.sampling.seed.has_value()) << "unseeded sampling gets a stable seed";
@@ -180,8 +182,8 @@ TEST(SchedulerTest, PriorityThenArrivalOrder) {
   h.add(3, 4, 2, 0);
   h.add(4, 4, 2, -1);
   std::vector<SeqId> order;
-  h.run(1000, [&](const StepPlan& plan) {
-    for (const SeqStep& s : plan.seqs)
+  h.run(1000, [&](const ResolvedPlan& plan) {
+    for (const ResolvedStep& s : plan.seqs)
       if (s.num_computed == 0) order.push_back(s.seq_id);
   });
   EXPECT_EQ(order, (std::vector<SeqId>{4, 2, 3, 1}));
@@ -251,7 +253,7 @@ TEST(SchedulerTest, PrefixCacheSkipsASharedPromptPrefix) {
   h.step();
   const int free_after_a = h.sched.stats().num_free_blocks;
   h.add_prompt(2, b, 5);
-  StepPlan plan = h.step();
+  ResolvedPlan plan = h.step();
   ASSERT_EQ(plan.seqs.size(), 2u);
   EXPECT_EQ(plan.seqs[1].num_computed, 64);
   EXPECT_EQ(plan.seqs[1].tokens.size(), 2u);
@@ -313,12 +315,12 @@ TEST(SchedulerTest, AbortFreesWaitingAndRunningSequences) {
   Harness h(c);
   h.add(1, 10, 50);
   h.add(2, 10, 50);
-  StepPlan plan = h.step();
+  h.step();
   EXPECT_LT(h.sched.stats().num_free_blocks, c.num_blocks);
   EXPECT_TRUE(h.sched.abort(2));   // waiting
   EXPECT_FALSE(h.sched.abort(2));  // gone
   // Aborted between schedule() and on_step_result(): its result is dropped.
-  plan = h.sched.schedule();
+  StepPlan plan = h.sched.schedule();
   EXPECT_TRUE(h.sched.abort(1));
   const StepResult result = h.exec.execute(plan);
   EXPECT_TRUE(h.sched.on_step_result(plan, result).empty());
@@ -357,11 +359,11 @@ TEST(SchedulerTest, WithoutChunkedPrefillAPromptRunsWhole) {
   h.step();
   h.add(2, 15, 5);  // 15 tokens never fit beside two decodes: waits until one finishes
   for (int i = 0; i < 5; ++i) {
-    StepPlan plan = h.step();
-    for (const SeqStep& s : plan.seqs) EXPECT_NE(s.seq_id, 2u);
+    ResolvedPlan plan = h.step();
+    for (const ResolvedStep& s : plan.seqs) EXPECT_NE(s.seq_id, 2u);
   }
-  h.run(1000, [](const StepPlan& plan) {
-    for (const SeqStep& s : plan.seqs)
+  h.run(1000, [](const ResolvedPlan& plan) {
+    for (const ResolvedStep& s : plan.seqs)
       if (s.num_computed == 0) EXPECT_EQ(s.tokens.size(), s.seq_id == 2 ? 15u : 5u);
   });
   EXPECT_EQ(h.finished[2].reason, FinishReason::kLength);
@@ -376,8 +378,8 @@ TEST(SchedulerTest, StaticBatchingNeverAdmitsWhileABatchRuns) {
   h.step();
   h.add(3, 4, 2);
   bool batch_done = false;
-  h.run(1000, [&](const StepPlan& plan) {
-    for (const SeqStep& s : plan.seqs) {
+  h.run(1000, [&](const ResolvedPlan& plan) {
+    for (const ResolvedStep& s : plan.seqs) {
       if (s.seq_id == 3) EXPECT_TRUE(batch_done) << "request 3 joined a running batch";
       if (s.seq_id == 2 && s.num_generated == 7) batch_done = true;
     }
@@ -386,7 +388,7 @@ TEST(SchedulerTest, StaticBatchingNeverAdmitsWhileABatchRuns) {
 }
 
 // Blocks a table still holds (entries a sliding window gave back are -1).
-int held_blocks(const SeqStep& s) {
+int held_blocks(const ResolvedStep& s) {
   return static_cast<int>(std::count_if(s.block_table.begin(), s.block_table.end(), [](int32_t b) { return b >= 0; }));
 }
 
@@ -412,7 +414,7 @@ TEST(SchedulerTest, SlidingWindowBoundsTheBlocksASequenceHolds) {
     const int bound = (w - 1 + bs - 1) / bs + 1;
     ASSERT_LE(bound, (w + bs - 1) / bs + 1);  // ceil(W / B) + 1
     int most = 0;
-    h.run(10000, [&](const StepPlan& plan) {
+    h.run(10000, [&](const ResolvedPlan& plan) {
       ASSERT_EQ(plan.seqs.size(), 1u);
       most = std::max(most, held_blocks(plan.seqs[0]));
       EXPECT_LE(held_blocks(plan.seqs[0]), bound) << "at position " << plan.seqs[0].num_computed;
@@ -437,7 +439,7 @@ TEST(SchedulerTest, SlidingWindowBoundsTheBlocksASequenceHolds) {
   Harness h(c);
   h.add(1, 3, 53);
   int most = 0;
-  h.run(10000, [&](const StepPlan& plan) {
+  h.run(10000, [&](const ResolvedPlan& plan) {
     EXPECT_EQ(held_blocks(plan.seqs[0]), static_cast<int>(plan.seqs[0].block_table.size()));
     most = std::max(most, held_blocks(plan.seqs[0]));
   });
@@ -453,8 +455,8 @@ TEST(SchedulerTest, SlidingWindowFreesBlocksDuringAChunkedPrefill) {
   c.max_num_batched_tokens = 6;
   Harness h(c);
   h.add(1, 40, 10);
-  h.run(1000, [&](const StepPlan& plan) {
-    const SeqStep& s = plan.seqs[0];
+  h.run(1000, [&](const ResolvedPlan& plan) {
+    const ResolvedStep& s = plan.seqs[0];
     const int span = 8 - 1 + static_cast<int>(s.tokens.size());
     EXPECT_LE(held_blocks(s), (span - 1 + 3) / 4 + 1) << "at position " << s.num_computed;
     EXPECT_LE(held_blocks(s), 5);
@@ -476,9 +478,9 @@ TEST(SchedulerTest, SlidingWindowKeepsPrefixSharingAndPreemptionExact) {
   h.add_prompt(1, shared, 30);
   h.step();  // computes the prompt and files its 5 full blocks
   for (SeqId id = 2; id <= 6; ++id) h.add_prompt(id, shared, 30);
-  StepPlan plan = h.step();
+  ResolvedPlan plan = h.step();
   ASSERT_EQ(plan.seqs.size(), 6u);  // 1 decodes; 2 to 6 reuse the cached prompt
-  const SeqStep& hit = plan.seqs[1];
+  const ResolvedStep& hit = plan.seqs[1];
   EXPECT_EQ(hit.seq_id, 2u);
   EXPECT_EQ(hit.num_computed, 19);  // only the last prompt token is recomputed, for logits
   // Its first query (position 19) reads keys 12.. on: hit blocks 0..2 went straight back.

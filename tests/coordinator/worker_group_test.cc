@@ -31,7 +31,7 @@ StatusOr<StepResult> fake_step(const StepPlan& plan) {
   StepResult r;
   r.step_id = plan.step_id;
   for (const SeqStep& s : plan.seqs)
-    if (s.sample) r.tokens.push_back(SampledToken{s.seq_id, fake_token(s.seq_id, s.num_generated), -0.5f, {}});
+    if (s.sample) r.tokens.push_back(SampledToken{s.seq_id, fake_token(s.seq_id, static_cast<int32_t>(s.version) - 1), -0.5f, {}});
   return r;
 }
 
@@ -43,9 +43,9 @@ StepPlan decode_plan(uint64_t step_id, int num_seqs) {
     s.seq_id = 100 + i;
     s.tokens = {static_cast<int32_t>(i + 1)};
     s.num_computed = 40 + static_cast<int32_t>(step_id);
-    s.block_table = {i * 4, i * 4 + 1, i * 4 + 2, i * 4 + 3};
+    s.new_blocks = {i * 4, i * 4 + 1, i * 4 + 2, i * 4 + 3};
     s.sample = true;
-    s.num_generated = static_cast<int32_t>(step_id);
+    s.version = static_cast<uint32_t>(step_id) + 1;  // the fake step's token index
     p.seqs.push_back(std::move(s));
   }
   return p;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/sequence_states.h"
 #include "common/wire/client_messages.h"
 #include "coordinator/metrics.h"
 #include "tests/test_support.h"
@@ -39,14 +40,16 @@ class FakeStepExecutor : public StepExecutor {
     }
     if (const int d = delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
     if (fail.load()) return internal_error("injected executor failure");
+    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
+    if (!views.is_ok()) return views.status();
     StepResult r;
     r.step_id = plan.step_id;
-    for (const SeqStep& s : plan.seqs) {
-      if (!s.sample) continue;
+    for (const SeqView& v : views.value()) {
+      if (!v.step->sample) continue;
       SampledToken t;
-      t.seq_id = s.seq_id;
-      t.token = fake_token(s.num_generated);
-      t.logprob = -0.5f - 0.25f * static_cast<float>(s.num_generated % 4);
+      t.seq_id = v.step->seq_id;
+      t.token = fake_token(v.num_generated());
+      t.logprob = -0.5f - 0.25f * static_cast<float>(v.num_generated() % 4);
       r.tokens.push_back(t);
     }
     return r;
@@ -67,6 +70,9 @@ class FakeStepExecutor : public StepExecutor {
   std::mutex gate_mu;
   std::condition_variable gate_cv;
   bool open = true;
+
+ private:
+  SequenceStates states_{0, 0};  // execute() is called by one engine thread
 };
 
 float fake_logprob(int index) { return -0.5f - 0.25f * static_cast<float>(index % 4); }

@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
+#include "common/sequence_states.h"
 #include "common/step_executor.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/engine_service.h"
@@ -69,16 +70,19 @@ class FakeStepExecutor : public StepExecutor {
  public:
   explicit FakeStepExecutor(int32_t eos) : eos_(eos) {}
   StatusOr<StepResult> execute(const StepPlan& plan) override {
+    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
+    FUZZ_CHECK(views.is_ok(), "the scheduler's step deltas apply");
     StepResult r;
     r.step_id = plan.step_id;
-    for (const SeqStep& s : plan.seqs) {
+    for (const SeqView& v : views.value()) {
+      const SeqStep& s = *v.step;
       if (!s.sample) continue;
       SampledToken t;
       t.seq_id = s.seq_id;
-      t.token = token(s.seq_id, s.num_generated);
+      t.token = token(s.seq_id, v.num_generated());
       t.logprob = -0.5f;
-      for (int k = 0; k < s.sampling.logprobs; ++k)
-        t.top_logprobs.push_back({token(s.seq_id, s.num_generated + k + 1), -0.75f});
+      for (int k = 0; k < v.state->sampling.logprobs; ++k)
+        t.top_logprobs.push_back({token(s.seq_id, v.num_generated() + k + 1), -0.75f});
       r.tokens.push_back(t);
     }
     return r;
@@ -90,6 +94,7 @@ class FakeStepExecutor : public StepExecutor {
     return 100 + (index * 7 + 3) % 500;
   }
   int32_t eos_;
+  SequenceStates states_{0, 0};
 };
 
 struct Server {

@@ -43,23 +43,27 @@ struct RunStats {
 };
 
 // Passes plans through, counting the blocks each sequence holds in each step: its table
-// minus the entries a sliding window freed (-1).
+// (as the executor holds it once the step's delta is applied) minus the entries a sliding
+// window freed (-1).
 class HeldBlocksRecorder final : public StepExecutor {
  public:
-  HeldBlocksRecorder(StepExecutor& inner, RunStats& stats) : inner_(inner), stats_(stats) {}
+  HeldBlocksRecorder(Executor& inner, RunStats& stats) : inner_(inner), stats_(stats) {}
   StatusOr<StepResult> execute(const StepPlan& plan) override {
+    StatusOr<StepResult> result = inner_.execute(plan);
     for (const SeqStep& s : plan.seqs) {
+      const HeldSequence* h = inner_.sequences().find(s.seq_id);
+      if (h == nullptr) continue;  // the step was refused (the result says why)
       const int held = static_cast<int>(
-          std::count_if(s.block_table.begin(), s.block_table.end(), [](int32_t b) { return b >= 0; }));
+          std::count_if(h->block_table.begin(), h->block_table.end(), [](int32_t b) { return b >= 0; }));
       stats_.most_held = std::max(stats_.most_held, held);
       if (s.tokens.size() == 1) stats_.most_held_one_token = std::max(stats_.most_held_one_token, held);
     }
-    return inner_.execute(plan);
+    return result;
   }
   uint64_t kv_cache_epoch() const override { return inner_.kv_cache_epoch(); }
 
  private:
-  StepExecutor& inner_;
+  Executor& inner_;
   RunStats& stats_;
 };
 
@@ -256,7 +260,10 @@ TEST_P(SlidingWindowEngineTest, ExecutorTakesFreedEntriesOnlyBeforeTheWindow) {
     s.tokens = {1};
     s.num_computed = n;
     s.sample = true;
-    for (int k = 0; k <= n / bs; ++k) s.block_table.push_back(k < freed ? -1 : k);
+    s.version = 1;
+    s.start.emplace();
+    for (int k = 0; k <= n / bs; ++k) s.new_blocks.push_back(k < freed ? -1 : k);
+    s.num_released = freed;
     return plan;
   };
   auto ok = executor.execute(plan_with(first_block));

@@ -1,0 +1,109 @@
+#include "common/sequence_states.h"
+
+#include <string>
+#include <unordered_set>
+
+namespace tessera {
+namespace {
+
+std::string who(const StepPlan& plan, const SeqStep& s) {
+  return "step " + std::to_string(plan.step_id) + ", sequence " + std::to_string(s.seq_id);
+}
+
+}  // namespace
+
+Status SequenceStates::check(const StepPlan& plan) const {
+  std::unordered_set<SeqId> dropped(plan.dropped.begin(), plan.dropped.end());
+  std::unordered_set<SeqId> seen;
+  seen.reserve(plan.seqs.size());
+  for (const SeqStep& s : plan.seqs) {
+    if (!seen.insert(s.seq_id).second) return invalid_argument(who(plan, s) + ": listed twice");
+    if (s.tokens.empty()) return invalid_argument(who(plan, s) + ": no tokens");
+    if (s.num_computed < 0) return invalid_argument(who(plan, s) + ": negative num_computed");
+    size_t held_size = 0;
+    int32_t held_released = 0;
+    if (s.version == 1) {
+      if (!s.start) return invalid_argument(who(plan, s) + ": version 1 starts the sequence but carries no state");
+      if (s.table_from != 0) return invalid_argument(who(plan, s) + ": a starting step must send the whole block table");
+      const SeqStart& st = *s.start;
+      // (A chunked prefill's first chunk may end before the prompt does.)
+      if (st.prompt_len < 0) return invalid_argument(who(plan, s) + ": negative prompt_len");
+      if (st.sampling.has_penalty() && st.history.size() != static_cast<size_t>(s.num_computed))
+        return invalid_argument(who(plan, s) + ": a penalty needs the " + std::to_string(s.num_computed) +
+                                " tokens before the step, got " + std::to_string(st.history.size()));
+    } else {
+      if (s.start) return invalid_argument(who(plan, s) + ": only version 1 may carry the starting state");
+      auto it = states_.find(s.seq_id);
+      if (it == states_.end() || dropped.count(s.seq_id)) {
+        return invalid_argument(who(plan, s) + ": version " + std::to_string(s.version) +
+                                " continues a sequence this executor does not hold (restarted, or its start was "
+                                "never applied); it must be sent in full");
+      }
+      const HeldSequence& h = it->second;
+      if (s.version != h.version + 1) {
+        return invalid_argument(who(plan, s) + ": version " + std::to_string(s.version) + " does not follow version " +
+                                std::to_string(h.version) + " held here");
+      }
+      if (s.num_computed != h.num_fed) {
+        return invalid_argument(who(plan, s) + ": num_computed " + std::to_string(s.num_computed) + " but " +
+                                std::to_string(h.num_fed) + " tokens were fed here");
+      }
+      held_size = h.block_table.size();
+      held_released = h.num_released;
+    }
+    if (s.table_from < 0 || static_cast<size_t>(s.table_from) > held_size)
+      return invalid_argument(who(plan, s) + ": table change from entry " + std::to_string(s.table_from) +
+                              " of a " + std::to_string(held_size) + "-entry table");
+    const int64_t size = int64_t{s.table_from} + static_cast<int64_t>(s.new_blocks.size());
+    if (s.num_released < held_released || s.num_released > size)
+      return invalid_argument(who(plan, s) + ": " + std::to_string(s.num_released) + " released entries of a " +
+                              std::to_string(size) + "-entry table (" + std::to_string(held_released) +
+                              " released before)");
+    const int64_t end = s.num_computed + static_cast<int64_t>(s.tokens.size());
+    if (block_size_ > 0 && size * block_size_ < end)
+      return invalid_argument(who(plan, s) + ": block table of " + std::to_string(size) + " blocks cannot hold " +
+                              std::to_string(end) + " tokens");
+    for (size_t k = 0; k < s.new_blocks.size(); ++k) {
+      const int32_t b = s.new_blocks[k];
+      const int64_t entry = s.table_from + static_cast<int64_t>(k);
+      if (b == -1 && entry < s.num_released) continue;
+      if (b < 0 || (num_blocks_ > 0 && b >= num_blocks_)) {
+        return invalid_argument(who(plan, s) + ": block " + std::to_string(b) + " (table entry " +
+                                std::to_string(entry) + ") outside the pool");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+StatusOr<std::vector<SeqView>> SequenceStates::apply(const StepPlan& plan) {
+  TESSERA_RETURN_IF_ERROR(check(plan));
+  for (SeqId id : plan.dropped) states_.erase(id);
+  for (const SeqStep& s : plan.seqs) {
+    HeldSequence& st = states_[s.seq_id];
+    if (s.start) {
+      st = HeldSequence{};
+      st.sampling = s.start->sampling;
+      st.prompt_len = s.start->prompt_len;
+      if (st.sampling.has_penalty()) st.history = s.start->history;
+    }
+    st.version = s.version;
+    st.block_table.resize(static_cast<size_t>(s.table_from));
+    st.block_table.insert(st.block_table.end(), s.new_blocks.begin(), s.new_blocks.end());
+    for (int32_t k = st.num_released; k < s.num_released; ++k) st.block_table[static_cast<size_t>(k)] = -1;
+    st.num_released = s.num_released;
+    st.num_fed = s.num_computed + static_cast<int32_t>(s.tokens.size());
+    if (st.sampling.has_penalty()) st.history.insert(st.history.end(), s.tokens.begin(), s.tokens.end());
+  }
+  std::vector<SeqView> views;
+  views.reserve(plan.seqs.size());
+  for (const SeqStep& s : plan.seqs) views.push_back(SeqView{&s, &states_.at(s.seq_id)});
+  return views;
+}
+
+const HeldSequence* SequenceStates::find(SeqId id) const {
+  auto it = states_.find(id);
+  return it == states_.end() ? nullptr : &it->second;
+}
+
+}  // namespace tessera
