@@ -55,14 +55,13 @@ TEST(WorkerFault, DeadRankFailsTheRequestAndRestartedRanksRejoin) {
   ASSERT_TRUE(group.value()->wait_until_ready(std::chrono::seconds(60)).is_ok());
 
   Engine engine(sc, *group.value());
+  RequestId next_id = 1;
   auto request = [&](int max_new) {
-    EngineRequest r;
-    r.prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = max_new;
-    r.stop.ignore_eos = true;
-    auto id = engine.add_request(r);
-    EXPECT_TRUE(id.is_ok());
-    return id.value();
+    StopConditions stop;
+    stop.ignore_eos = true;
+    const RequestId id = next_id++;
+    EXPECT_TRUE(engine.add_request(id, make_request(golden["prompt_ids"].get<std::vector<int32_t>>(), max_new, {}, stop)).is_ok());
+    return id;
   };
 
   // 1. A long request is running when rank 1 is killed.
