@@ -55,16 +55,16 @@ RunResult replay(Transformer& model, Backend& backend, const std::vector<TraceRe
   while (next < trace.size() || engine.has_work()) {
     const double now = since(start);
     while (next < trace.size() && trace[next].arrival_s <= now) {
-      EngineRequest req;
-      req.prompt = trace[next].prompt;
-      req.max_new_tokens = trace[next].max_new_tokens;
-      req.stop.ignore_eos = true;
-      auto id = engine.add_request(req);
-      if (!id.is_ok()) {
-        std::cerr << id.status().to_string() << std::endl;
+      auto req = std::make_shared<Request>();
+      req->prompt = trace[next].prompt;
+      req->max_tokens = trace[next].max_new_tokens;
+      req->stop.ignore_eos = true;
+      const RequestId id = next + 1;
+      if (Status st = engine.add_request(id, std::move(req)); !st.is_ok()) {
+        std::cerr << st.to_string() << std::endl;
         std::exit(1);
       }
-      which[id.value()] = next++;
+      which[id] = next++;
     }
     if (!engine.has_work()) {  // idle until the next arrival
       std::this_thread::sleep_for(std::chrono::duration<double>(trace[next].arrival_s - now));

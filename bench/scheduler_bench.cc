@@ -46,7 +46,8 @@ std::unique_ptr<Scheduler> decoding_scheduler(int n, uint64_t seed) {
     for (int32_t& t : prompt) t = tok(rng);
     SamplingParams sp;
     sp.temperature = (i % 2) ? 0.8f : 0.0f;
-    if (sched->add_request(static_cast<SeqId>(i), std::move(prompt), sp, 1 << 20, {}).is_ok() == false) std::abort();
+    if (!sched->add_request(static_cast<RequestId>(i + 1), make_request(std::move(prompt), 1 << 20, sp)).is_ok())
+      std::abort();
   }
   while (true) {
     const StepPlan plan = sched->schedule();
@@ -112,9 +113,9 @@ void BM_Drain(benchmark::State& state) {
     Scheduler sched(c);
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> prompt_len(64, 512), output_len(16, 512);
-    for (SeqId id = 0; id < 1024; ++id) {
+    for (RequestId id = 1; id <= 1024; ++id) {
       std::vector<int32_t> prompt(static_cast<size_t>(prompt_len(rng)), static_cast<int32_t>(id));
-      if (!sched.add_request(id, std::move(prompt), {}, output_len(rng), {}).is_ok()) std::abort();
+      if (!sched.add_request(id, make_request(std::move(prompt), output_len(rng))).is_ok()) std::abort();
     }
     double steps = 0, seqs = 0, tokens = 0;
     while (sched.has_work()) {

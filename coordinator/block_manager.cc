@@ -230,6 +230,7 @@ void BlockManager::release(int32_t block) {
 }
 
 int32_t BlockManager::take_block() {
+  ++blocks_allocated_;
   if (!free_.empty()) {
     const int32_t b = free_.back();
     free_.pop_back();
@@ -294,6 +295,7 @@ BlockManagerStats BlockManager::stats() const {
   s.prefix_hit_blocks = prefix_hit_blocks_;
   s.prefix_hit_tokens = prefix_hit_tokens_;
   s.cow_copies = cow_copies_;
+  s.blocks_allocated = blocks_allocated_;
   s.evictions = evictions_;
   s.window_releases = window_releases_;
   return s;

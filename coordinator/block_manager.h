@@ -49,6 +49,7 @@ struct BlockManagerStats {
   uint64_t prefix_hit_blocks = 0;  // blocks shared instead of recomputed, since start
   uint64_t prefix_hit_tokens = 0;  // tokens whose KV was reused, since start
   uint64_t cow_copies = 0;         // copy-on-write block copies issued
+  uint64_t blocks_allocated = 0;   // blocks taken from the pool (new ones and copies), since start
   uint64_t evictions = 0;          // cached blocks reclaimed for new content
   uint64_t window_releases = 0;    // blocks given back because a sliding window moved past them
 };
@@ -155,6 +156,7 @@ class BlockManager {
   uint64_t prefix_hit_blocks_ = 0;
   uint64_t prefix_hit_tokens_ = 0;
   uint64_t cow_copies_ = 0;
+  uint64_t blocks_allocated_ = 0;
   uint64_t evictions_ = 0;
   uint64_t window_releases_ = 0;
 };

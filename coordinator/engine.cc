@@ -5,14 +5,9 @@ namespace tessera {
 Engine::Engine(SchedulerConfig config, StepExecutor& executor)
     : scheduler_(config), executor_(executor), kv_epoch_(executor.kv_cache_epoch()) {}
 
-StatusOr<SeqId> Engine::add_request(EngineRequest r) {
-  const SeqId id = next_id_++;
-  TESSERA_RETURN_IF_ERROR(scheduler_.add_request(id, std::move(r.prompt), r.sampling, r.max_new_tokens,
-                                                 std::move(r.stop), r.priority));
-  return id;
+Status Engine::add_request(RequestId id, std::shared_ptr<const Request> request) {
+  return scheduler_.add_request(id, std::move(request));
 }
-
-bool Engine::abort(SeqId id) { return scheduler_.abort(id); }
 
 std::vector<SequenceEvent> Engine::step() {
   if (executor_.kv_cache_epoch() != kv_epoch_) {

@@ -4,30 +4,28 @@
 // executor is whatever runs the model (in-process, or the dispatcher to worker processes).
 // Not thread-safe: one thread owns the engine and calls add_request / abort / step.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
 #include "common/step_executor.h"
+#include "coordinator/request.h"
 #include "coordinator/scheduler.h"
 
 namespace tessera {
-
-struct EngineRequest {
-  std::vector<int32_t> prompt;
-  SamplingParams sampling;
-  int max_new_tokens = 16;
-  StopConditions stop;
-  int priority = 0;
-};
 
 class Engine {
  public:
   Engine(SchedulerConfig config, StepExecutor& executor);
 
-  // Queues a request and returns its id; an invalid request is an error naming it.
-  StatusOr<SeqId> add_request(EngineRequest request);
-  // Cancels a queued or running request; false when it is unknown or already finished.
-  bool abort(SeqId id);
+  // Queues a request under the caller's id (unique among live requests, in [1,
+  // kMaxRequestId]); an invalid request is an error naming it. Its events carry
+  // choice_seq_id(id, choice) as seq_id.
+  Status add_request(RequestId id, std::shared_ptr<const Request> request);
+  // Cancels every choice of a queued or running request; false when none is live.
+  bool abort(RequestId id) { return scheduler_.abort(id); }
+  // Cancels one choice; the request's other choices go on.
+  bool abort_choice(RequestId id, int choice) { return scheduler_.abort_choice(id, choice); }
   // Runs one step. An executor failure ends that step's sequences with kError (reported in
   // the events) and the engine carries on with the rest.
   std::vector<SequenceEvent> step();
@@ -39,7 +37,6 @@ class Engine {
  private:
   Scheduler scheduler_;
   StepExecutor& executor_;
-  SeqId next_id_ = 1;
   uint64_t steps_ = 0;
   uint64_t kv_epoch_ = 0;
 };

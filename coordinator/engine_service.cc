@@ -1,6 +1,5 @@
 #include "coordinator/engine_service.h"
 
-#include <cmath>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -21,84 +20,67 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-Status validate_sampling(const SamplingParams& s) {
-  if (!std::isfinite(s.temperature) || s.temperature < 0.0f)
-    return invalid_argument("temperature must be >= 0, got " + std::to_string(s.temperature));
-  if (s.top_k < 0) return invalid_argument("top_k must be >= 0, got " + std::to_string(s.top_k));
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
-    return invalid_argument("top_p must be in (0, 1], got " + std::to_string(s.top_p));
-  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
-    return invalid_argument("min_p must be in [0, 1], got " + std::to_string(s.min_p));
-  if (!(s.repetition_penalty > 0.0f) || !std::isfinite(s.repetition_penalty))
-    return invalid_argument("repetition_penalty must be > 0, got " + std::to_string(s.repetition_penalty));
-  if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty))
-    return invalid_argument("presence_penalty and frequency_penalty must be finite");
-  if (s.logprobs < 0 || s.logprobs > 20)
-    return invalid_argument("logprobs must be in [0, 20], got " + std::to_string(s.logprobs));
-  return Status::ok();
-}
-
-const char* finish_reason_text(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAborted: return "abort";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: break;
-  }
-  return "error";
-}
-
 }  // namespace
 
 struct EngineService::Impl {
   struct Pending {
-    SeqId id = 0;
-    GenerateRequest request;
+    RequestId id = 0;
+    std::shared_ptr<const Request> request;
     GenerateCallback callback;
     Clock::time_point submitted;
   };
-  // A request the engine knows; owned by the loop thread.
-  struct Live {
-    SeqId id = 0;         // the service's id (what clients see)
-    SeqId engine_id = 0;  // the engine's id for the same request
-    GenerateCallback callback;
+  // One choice's output state.
+  struct Choice {
     std::unique_ptr<IncrementalDetokenizer> detok;  // null without a tokenizer
     StopStringMatcher stop;
-    int prompt_tokens = 0;
     int completion_tokens = 0;
-    Clock::time_point submitted, last_token;
+    Clock::time_point last_token;
     bool has_token = false;
+    bool done = false;
+  };
+  // A request the engine knows; owned by the loop thread.
+  struct Live {
+    RequestId id = 0;  // the engine's id too
+    GenerateCallback callback;
+    std::vector<Choice> choices;
+    int remaining = 0;  // choices not finished
+    int prompt_tokens = 0;
+    Clock::time_point submitted;
   };
 
   Impl(EngineServiceOptions o, StepExecutor& executor, const Tokenizer* tok)
       : options(std::move(o)), tokenizer(tok), engine(options.scheduler, executor) {
     max_model_len = engine.scheduler().max_sequence_len();
     if (options.vocab_size <= 0 && tokenizer) options.vocab_size = tokenizer->vocab_size();
+    limits = engine.scheduler().request_limits();
+    limits.vocab_size = options.vocab_size;
+    limits.max_tokens_must_fit = true;  // an API caller gets what it asked for, or an error
     publish_stats();
   }
 
-  Status validate(const GenerateRequest& r) const;
   void run();
   void admit(Pending p);
-  void abort_request(SeqId service_id);
+  void abort_request(RequestId id);
   void handle(const SequenceEvent& e);
-  // Ends a live request: one final event, counters, and it is forgotten.
-  void finish(Live& r, GenerateEvent ev, const std::string& reason, const std::string& error);
-  void deliver(const GenerateCallback& cb, const GenerateEvent& ev, SeqId id);
+  // Ends one choice of a live request: its final event and counters; the request is
+  // forgotten with its last choice.
+  void finish(Live& r, int choice, GenerateEvent ev, FinishReason reason, const std::string& error);
+  void deliver(const GenerateCallback& cb, const GenerateEvent& ev, RequestId id);
   void publish_stats();
   void fail_pending_unstarted();
+  void count_finish(FinishReason reason);
 
   EngineServiceOptions options;
   const Tokenizer* tokenizer;
   int max_model_len = 0;
+  RequestLimits limits;  // what submit() validates against
 
   // Shared with submitters; guarded by mu.
   mutable std::mutex mu;
   std::condition_variable cv;
   std::vector<Pending> submits;
-  std::vector<SeqId> aborts;
-  SeqId next_id = 1;
+  std::vector<RequestId> aborts;
+  RequestId next_id = 1;
   bool started = false;
   std::thread::id loop_id;  // set once the loop thread exists
   bool draining = false;
@@ -110,35 +92,14 @@ struct EngineService::Impl {
 
   // Loop thread only (or any thread once the loop has been joined / never started).
   Engine engine;
-  std::unordered_map<SeqId, Live> live;           // by engine id
-  std::unordered_map<SeqId, SeqId> engine_id_of;  // service id -> engine id
+  std::unordered_map<RequestId, Live> live;
 
   mutable std::mutex stats_mu;  // guards the two below
   EngineServiceStats stats;
   int scheduler_waiting = 0;
 };
 
-Status EngineService::Impl::validate(const GenerateRequest& r) const {
-  if (r.prompt.empty()) return invalid_argument("prompt is empty");
-  if (r.max_tokens < 1) return invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
-  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
-  if (total > max_model_len) {
-    return invalid_argument("prompt (" + std::to_string(r.prompt.size()) + " tokens) + max_tokens (" +
-                            std::to_string(r.max_tokens) + ") = " + std::to_string(total) +
-                            " exceeds max_model_len " + std::to_string(max_model_len));
-  }
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    const int32_t t = r.prompt[i];
-    if (t < 0 || (options.vocab_size > 0 && t >= options.vocab_size)) {
-      return invalid_argument("prompt[" + std::to_string(i) + "] = " + std::to_string(t) +
-                              " is outside the vocabulary of " + std::to_string(options.vocab_size) + " tokens");
-    }
-  }
-  TESSERA_RETURN_IF_ERROR(validate_sampling(r.sampling));
-  return Status::ok();
-}
-
-void EngineService::Impl::deliver(const GenerateCallback& cb, const GenerateEvent& ev, SeqId id) {
+void EngineService::Impl::deliver(const GenerateCallback& cb, const GenerateEvent& ev, RequestId id) {
   if (!cb) return;
   // A throwing callback must not take the loop (and every other request) down with it.
   try {
@@ -150,83 +111,96 @@ void EngineService::Impl::deliver(const GenerateCallback& cb, const GenerateEven
   }
 }
 
+void EngineService::Impl::count_finish(FinishReason reason) {
+  std::lock_guard<std::mutex> lk(stats_mu);
+  switch (reason) {
+    case FinishReason::kStop: ++stats.requests_finished_stop; break;
+    case FinishReason::kLength: ++stats.requests_finished_length; break;
+    case FinishReason::kAborted: ++stats.requests_aborted; break;
+    case FinishReason::kError:
+    case FinishReason::kNone: ++stats.requests_failed; break;
+  }
+}
+
 void EngineService::Impl::admit(Pending p) {
-  EngineRequest er;
-  er.prompt = p.request.prompt;
-  er.sampling = p.request.sampling;
-  er.max_new_tokens = p.request.max_tokens;
-  er.stop = p.request.stop;
-  er.priority = p.request.priority;
-  const int prompt_tokens = static_cast<int>(p.request.prompt.size());
-  StatusOr<SeqId> engine_id = engine.add_request(std::move(er));
-  if (!engine_id.is_ok()) {
-    // validate() should have caught it; the engine's own checks are the last word.
-    GenerateEvent ev;
-    ev.finished = true;
-    ev.finish_reason = "error";
-    ev.error = engine_id.status().message();
-    ev.prompt_tokens = prompt_tokens;
-    {
-      std::lock_guard<std::mutex> lk(stats_mu);
-      ++stats.requests_failed;
+  const Request& req = *p.request;
+  const int prompt_tokens = static_cast<int>(req.prompt.size());
+  if (Status st = engine.add_request(p.id, p.request); !st.is_ok()) {
+    // validate_request() in submit() should have caught it; the engine's checks are the last word.
+    for (int c = 0; c < req.n; ++c) {
+      GenerateEvent ev;
+      ev.choice = c;
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kError;
+      ev.error = st.message();
+      ev.prompt_tokens = prompt_tokens;
+      count_finish(FinishReason::kError);
+      deliver(p.callback, ev, p.id);
     }
-    deliver(p.callback, ev, p.id);
     return;
   }
   Live r;
   r.id = p.id;
-  r.engine_id = engine_id.value();
   r.callback = std::move(p.callback);
-  if (tokenizer) {
+  r.choices.resize(static_cast<size_t>(req.n));
+  for (Choice& c : r.choices) {
+    if (!tokenizer) continue;
     // The prompt gives context (the space before the first generated word); its own text
     // is not emitted.
-    r.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer, p.request.skip_special_tokens, p.request.prompt);
-    r.stop = StopStringMatcher(std::move(p.request.stop_strings));
+    c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer, req.skip_special_tokens, req.prompt);
+    c.stop = StopStringMatcher(req.stop_strings);
   }
+  r.remaining = req.n;
   r.prompt_tokens = prompt_tokens;
   r.submitted = p.submitted;
-  engine_id_of[r.id] = r.engine_id;
-  live.emplace(r.engine_id, std::move(r));
+  live.emplace(r.id, std::move(r));
 }
 
-void EngineService::Impl::finish(Live& r, GenerateEvent ev, const std::string& reason, const std::string& error) {
+void EngineService::Impl::finish(Live& r, int choice, GenerateEvent ev, FinishReason reason,
+                                 const std::string& error) {
+  ev.choice = choice;
   ev.finished = true;
   ev.finish_reason = reason;
   ev.error = error;
   ev.prompt_tokens = r.prompt_tokens;
-  ev.completion_tokens = r.completion_tokens;
-  {
+  ev.completion_tokens = r.choices[static_cast<size_t>(choice)].completion_tokens;
+  r.choices[static_cast<size_t>(choice)].done = true;
+  count_finish(reason);
+  // Only completed generations say something about latency.
+  if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
     std::lock_guard<std::mutex> lk(stats_mu);
-    if (reason == "stop") ++stats.requests_finished_stop;
-    else if (reason == "length") ++stats.requests_finished_length;
-    else if (reason == "abort") ++stats.requests_aborted;
-    else ++stats.requests_failed;
-    // Only completed generations say something about latency.
-    if (reason == "stop" || reason == "length") stats.e2e.observe(seconds_between(r.submitted, Clock::now()));
+    stats.e2e.observe(seconds_between(r.submitted, Clock::now()));
   }
+  const RequestId id = r.id;
+  if (--r.remaining > 0) return deliver(r.callback, ev, id);
   GenerateCallback cb = std::move(r.callback);
-  const SeqId id = r.id;
-  engine_id_of.erase(id);
-  live.erase(r.engine_id);  // `r` dangles from here
+  live.erase(id);  // `r` dangles from here
   deliver(cb, ev, id);
 }
 
-void EngineService::Impl::abort_request(SeqId service_id) {
-  auto it = engine_id_of.find(service_id);
-  if (it == engine_id_of.end()) return;  // unknown or already finished
-  auto lit = live.find(it->second);
-  engine.abort(it->second);  // frees its KV blocks now
-  GenerateEvent ev;
+void EngineService::Impl::abort_request(RequestId id) {
+  auto it = live.find(id);
+  if (it == live.end()) return;  // unknown or already finished
+  engine.abort(id);  // frees its KV blocks now
   // Text still held back (partial stop string, incomplete character) is dropped: the
   // client asked to stop listening.
-  finish(lit->second, std::move(ev), "abort", "");
+  const int n = static_cast<int>(it->second.choices.size());
+  for (int c = 0; c < n; ++c) {
+    it = live.find(id);  // the last finish erases the request
+    if (it == live.end()) break;
+    if (!it->second.choices[static_cast<size_t>(c)].done) finish(it->second, c, GenerateEvent(), FinishReason::kAborted, "");
+  }
 }
 
 void EngineService::Impl::handle(const SequenceEvent& e) {
-  auto it = live.find(e.seq_id);
+  auto it = live.find(request_of(e.seq_id));
   if (it == live.end()) return;  // aborted between schedule and result
   Live& r = it->second;
+  const int c = choice_of(e.seq_id);
+  Choice& ch = r.choices.at(static_cast<size_t>(c));
+  if (ch.done) return;  // ended by its stop string; the engine's last word is dropped
   GenerateEvent ev;
+  ev.choice = c;
   ev.tokens = e.new_tokens;
   std::string piece;
   if (!e.new_tokens.empty()) {
@@ -234,33 +208,33 @@ void EngineService::Impl::handle(const SequenceEvent& e) {
     {
       std::lock_guard<std::mutex> lk(stats_mu);
       stats.generation_tokens_total += e.new_tokens.size();
-      if (!r.has_token) {
+      if (!ch.has_token) {
         stats.ttft.observe(seconds_between(r.submitted, now));
         stats.prompt_tokens_total += static_cast<uint64_t>(r.prompt_tokens);
       } else {
-        stats.itl.observe(seconds_between(r.last_token, now));
+        stats.itl.observe(seconds_between(ch.last_token, now));
       }
     }
-    r.has_token = true;
-    r.last_token = now;
-    r.completion_tokens += static_cast<int>(e.new_tokens.size());
-    if (r.detok) {
-      for (const SampledToken& t : e.new_tokens) piece += r.detok->push(t.token);
+    ch.has_token = true;
+    ch.last_token = now;
+    ch.completion_tokens += static_cast<int>(e.new_tokens.size());
+    if (ch.detok) {
+      for (const SampledToken& t : e.new_tokens) piece += ch.detok->push(t.token);
     }
   }
-  if (e.finished && r.detok) piece += r.detok->finish();
-  StopStringMatcher::Result m = r.stop.push(piece);
+  if (e.finished && ch.detok) piece += ch.detok->finish();
+  StopStringMatcher::Result m = ch.stop.push(piece);
   ev.text = std::move(m.text);
   ev.prompt_tokens = r.prompt_tokens;
-  ev.completion_tokens = r.completion_tokens;
+  ev.completion_tokens = ch.completion_tokens;
   if (m.stopped) {
-    if (!e.finished) engine.abort(r.engine_id);  // free its blocks; no more steps for it
-    finish(r, std::move(ev), "stop", "");
+    if (!e.finished) engine.abort_choice(r.id, c);  // free its blocks; no more steps for it
+    finish(r, c, std::move(ev), FinishReason::kStop, "");
     return;
   }
   if (e.finished) {
-    ev.text += r.stop.finish();
-    finish(r, std::move(ev), finish_reason_text(e.reason), e.reason == FinishReason::kError ? e.error : "");
+    ev.text += ch.stop.finish();
+    finish(r, c, std::move(ev), e.reason, e.reason == FinishReason::kError ? e.error : "");
     return;
   }
   if (ev.text.empty() && ev.tokens.empty()) return;
@@ -290,7 +264,7 @@ void EngineService::Impl::run() {
   bool idle_wait = false;
   for (;;) {
     std::vector<Pending> new_submits;
-    std::vector<SeqId> new_aborts;
+    std::vector<RequestId> new_aborts;
     bool drain = false;
     Clock::time_point drain_deadline;
     {
@@ -308,11 +282,11 @@ void EngineService::Impl::run() {
       drain_deadline = deadline;
     }
     for (Pending& p : new_submits) admit(std::move(p));
-    for (SeqId id : new_aborts) abort_request(id);
+    for (RequestId id : new_aborts) abort_request(id);
     if (drain && Clock::now() >= drain_deadline) {
-      std::vector<SeqId> rest;
-      for (const auto& [service_id, engine_id] : engine_id_of) rest.push_back(service_id);
-      for (SeqId id : rest) abort_request(id);
+      std::vector<RequestId> rest;
+      for (const auto& [id, r] : live) rest.push_back(id);
+      for (RequestId id : rest) abort_request(id);
     }
     bool stepped = false;
     if (engine.has_work()) {
@@ -339,15 +313,15 @@ void EngineService::Impl::fail_pending_unstarted() {
     aborts.clear();
   }
   for (Pending& p : pending) {
-    GenerateEvent ev;
-    ev.finished = true;
-    ev.finish_reason = "abort";
-    ev.prompt_tokens = static_cast<int>(p.request.prompt.size());
-    {
-      std::lock_guard<std::mutex> lk(stats_mu);
-      ++stats.requests_aborted;
+    for (int c = 0; c < p.request->n; ++c) {
+      GenerateEvent ev;
+      ev.choice = c;
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kAborted;
+      ev.prompt_tokens = static_cast<int>(p.request->prompt.size());
+      count_finish(FinishReason::kAborted);
+      deliver(p.callback, ev, p.id);
     }
-    deliver(p.callback, ev, p.id);
   }
   publish_stats();
 }
@@ -399,9 +373,10 @@ void EngineService::drain_and_stop(std::chrono::milliseconds deadline) {
   impl_->fail_pending_unstarted();
 }
 
-StatusOr<SeqId> EngineService::submit(GenerateRequest request, GenerateCallback callback) {
-  TESSERA_RETURN_IF_ERROR(impl_->validate(request));
-  SeqId id = 0;
+StatusOr<RequestId> EngineService::submit(std::shared_ptr<const Request> request, GenerateCallback callback) {
+  if (request == nullptr) return invalid_argument("no request");
+  TESSERA_RETURN_IF_ERROR(validate_request(*request, impl_->limits));
+  RequestId id = 0;
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     if (impl_->draining) return Status(StatusCode::kUnavailable, "the server is shutting down");
@@ -417,7 +392,7 @@ StatusOr<SeqId> EngineService::submit(GenerateRequest request, GenerateCallback 
   return id;
 }
 
-void EngineService::abort(SeqId id) {
+void EngineService::abort(RequestId id) {
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     impl_->aborts.push_back(id);

@@ -2,8 +2,9 @@
 // The thread-safe face of the engine for the API front ends (HTTP, ZeroMQ clients): one
 // background thread owns the Engine and loops schedule -> execute -> events; requests are
 // submitted from any thread and their progress comes back through a callback as text deltas
-// (incremental, UTF-8-safe detokenization) and token ids. Stop strings are matched here,
-// across token boundaries, and never emitted.
+// (incremental, UTF-8-safe detokenization) and token ids, per choice. Stop strings are
+// matched here, across token boundaries, and never emitted. The id submit() returns is the
+// request's id in the engine too (coordinator/request.h): there is no second id and no map.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -16,30 +17,23 @@
 #include "common/step_executor.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/latency_histogram.h"
+#include "coordinator/request.h"
 #include "coordinator/scheduler.h"
 
 namespace tessera {
 
-struct GenerateRequest {
-  std::vector<int32_t> prompt;       // already tokenized (special tokens included as wanted)
-  SamplingParams sampling;
-  int max_tokens = 16;
-  StopConditions stop;               // eos handling and stop token ids
-  std::vector<std::string> stop_strings;  // text that ends the output (not emitted)
-  int priority = 0;
-  bool skip_special_tokens = true;   // in the text deltas
-};
-
-// One callback per new piece of output, and exactly one with finished = true.
+// One callback per new piece of a choice's output, and exactly one per choice with
+// finished = true (the request's n choices interleave; the last final event ends it).
 struct GenerateEvent {
-  std::string text;                  // new text since the last event (may be empty)
-  std::vector<SampledToken> tokens;  // new tokens since the last event (with logprobs)
+  int choice = 0;                    // in [0, request.n)
+  std::string text;                  // new text since the choice's last event (may be empty)
+  std::vector<SampledToken> tokens;  // new tokens since the choice's last event (with logprobs)
   bool finished = false;
-  // "stop" (eos, stop token, stop string), "length", "abort", "error"
-  std::string finish_reason;
-  std::string error;                 // when finish_reason == "error"
+  // kStop (eos, stop token, stop string), kLength, kAborted, kError; kNone until finished.
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                 // when finish_reason == kError
   int prompt_tokens = 0;
-  int completion_tokens = 0;         // so far
+  int completion_tokens = 0;         // of this choice, so far
 };
 
 using GenerateCallback = std::function<void(const GenerateEvent&)>;
@@ -80,12 +74,17 @@ class EngineService {
   void drain_and_stop(std::chrono::milliseconds deadline);
   void stop() { drain_and_stop(std::chrono::milliseconds(0)); }
 
-  // Queues a request; the callback runs on the engine thread and must not block. Errors:
-  // InvalidArgument (naming the field), ResourceExhausted (queue full), Unavailable (draining).
-  StatusOr<SeqId> submit(GenerateRequest request, GenerateCallback callback);
-  // Aborts a queued or running request (e.g. the client disconnected): its KV blocks are
-  // freed at the next loop iteration and its callback gets finish_reason "abort".
-  void abort(SeqId id);
+  // Queues a request and returns its id; the callback runs on the engine thread and must not
+  // block. Errors: InvalidArgument (naming the field, from validate_request), ResourceExhausted
+  // (queue full), Unavailable (draining).
+  StatusOr<RequestId> submit(std::shared_ptr<const Request> request, GenerateCallback callback);
+  StatusOr<RequestId> submit(Request request, GenerateCallback callback) {
+    return submit(std::make_shared<const Request>(std::move(request)), std::move(callback));
+  }
+  // Aborts every unfinished choice of a queued or running request (e.g. the client
+  // disconnected): its KV blocks are freed at the next loop iteration and each such choice's
+  // callback gets finish_reason kAborted. Unknown or finished ids are ignored.
+  void abort(RequestId id);
 
   EngineServiceStats stats() const;
   // Longest prompt + output the scheduler accepts.

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "coordinator/api_submission.h"
 #include "coordinator/metrics.h"
 
 namespace tessera {
@@ -50,15 +51,6 @@ std::string status_line_and_headers(int status, unsigned version, const std::str
   out += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   for (const auto& [k, v] : extra) out += k + ": " + v + "\r\n";
   return out;
-}
-
-ApiError api_error(int status, std::string type, std::string code, std::string message) {
-  ApiError e;
-  e.http_status = status;
-  e.type = std::move(type);
-  e.code = std::move(code);
-  e.message = std::move(message);
-  return e;
 }
 
 int64_t unix_now() {
@@ -137,8 +129,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     ApiRequest request;
     std::string id;
     int64_t created = 0;
-    std::vector<SeqId> seq_ids;
-    std::vector<bool> submitted, done;
+    std::vector<RequestId> request_ids;  // one per prompt
+    std::vector<bool> done;              // per choice
     std::vector<ChoiceOutput> outputs;
     int remaining = 0;
     std::string error;  // first engine error
@@ -255,18 +247,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     start_generation(is_chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions, req.body());
   }
 
+  // The key is "Authorization: Bearer <key>"; whether it is accepted is api_key_accepted's call.
   bool authorized(const http::request<http::string_body>& req) const {
-    const auto& keys = server_.options.api_keys;
-    if (keys.empty()) return true;
-    auto it = req.find(http::field::authorization);
-    if (it == req.end()) return false;
-    const std::string_view v(it->value().data(), it->value().size());
-    constexpr std::string_view kBearer = "Bearer ";
-    if (v.size() <= kBearer.size() || !beast::iequals(beast::string_view(v.data(), kBearer.size()), beast::string_view(kBearer.data(), kBearer.size()))) return false;
-    const std::string_view key = v.substr(kBearer.size());
-    for (const std::string& k : keys)
-      if (key == k) return true;
-    return false;
+    std::string_view key;
+    if (auto it = req.find(http::field::authorization); it != req.end()) {
+      const std::string_view v(it->value().data(), it->value().size());
+      constexpr std::string_view kBearer = "Bearer ";
+      if (v.size() > kBearer.size() && beast::iequals(beast::string_view(v.data(), kBearer.size()),
+                                                      beast::string_view(kBearer.data(), kBearer.size())))
+        key = v.substr(kBearer.size());
+    }
+    return api_key_accepted(server_.options.api_keys, key);
   }
 
   // ---- generation ------------------------------------------------------------------------
@@ -277,38 +268,29 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     g->serial = ++serial_;
     g->id = make_response_id(endpoint);
     g->created = unix_now();
-    const size_t n = g->request.generate.size();
-    g->seq_ids.assign(n, 0);
-    g->submitted.assign(n, false);
+    const size_t n = g->request.num_choices();
     g->done.assign(n, false);
     g->outputs.assign(n, ChoiceOutput());
     g->remaining = static_cast<int>(n);
     gen_ = std::move(g);
 
-    for (size_t i = 0; i < n; ++i) {
-      StatusOr<SeqId> id = server_.service.submit(gen_->request.generate[i], make_callback(gen_->serial, i));
-      if (!id.is_ok()) {
-        abort_generation();
-        const Status& st = id.status();
-        if (st.code() == StatusCode::kResourceExhausted)
-          return send_error(api_error(429, "rate_limit_error", "queue_full", st.message()), {{"Retry-After", "1"}});
-        if (st.code() == StatusCode::kUnavailable)
-          return send_error(api_error(503, "service_unavailable", "draining", st.message()));
-        if (st.code() == StatusCode::kInvalidArgument) return send_error(bad_request("", st.message()));
-        return send_error(api_error(500, "server_error", "internal_error", st.message()));
-      }
-      gen_->seq_ids[i] = id.value();
-      gen_->submitted[i] = true;
+    StatusOr<std::vector<RequestId>> ids = submit_api_request(server_.service, gen_->request, make_callback(gen_->serial));
+    if (!ids.is_ok()) {
+      gen_.reset();  // the prompts submitted so far were aborted; their late events find no generation
+      const ApiError e = api_error_of(ids.status());
+      if (e.http_status == 429) return send_error(e, {{"Retry-After", "1"}});
+      return send_error(e);
     }
+    gen_->request_ids = std::move(ids).value();
     keep_ = shared_from_this();  // alive until the generation ends, even with nothing pending
     if (gen_->request.stream) begin_stream();
     watch_disconnect(gen_->serial);
   }
 
-  GenerateCallback make_callback(uint64_t serial, size_t index) {
+  ChoiceCallback make_callback(uint64_t serial) {
     std::weak_ptr<HttpSession> weak = weak_from_this();
     std::shared_ptr<Liveness> live = server_.liveness;
-    return [weak, live, serial, index](const GenerateEvent& ev) {
+    return [weak, live, serial](size_t index, const GenerateEvent& ev) {
       std::lock_guard<std::mutex> lock(live->mu);
       if (!live->alive) return;
       std::shared_ptr<HttpSession> self = weak.lock();
@@ -327,15 +309,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     out.completion_tokens = ev.completion_tokens;
     if (ev.finished) {
       out.finish_reason = ev.finish_reason;
-      if (ev.finish_reason == "error" && g.error.empty()) g.error = ev.error.empty() ? "generation failed" : ev.error;
+      if (ev.finish_reason == FinishReason::kError && g.error.empty())
+        g.error = ev.error.empty() ? "generation failed" : ev.error;
     }
     if (g.request.stream) {
-      if (ev.finished && ev.finish_reason == "error") {
+      if (ev.finished && ev.finish_reason == FinishReason::kError) {
         ApiError e = api_error(500, "server_error", "internal_error", g.error);
         queue_chunk(sse_event(error_body(e)));
       } else if (!ev.text.empty() || ev.finished || (g.request.logprobs >= 0 && !ev.tokens.empty())) {
         queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(index), ev.text,
-                                                ev.tokens, ev.finished ? ev.finish_reason : std::string(), false,
+                                                ev.tokens, ev.finished ? ev.finish_reason : FinishReason::kNone, false,
                                                 server_.tokenizer)));
       }
     }
@@ -353,14 +336,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     head += "\r\n";
     server_.responses.add(200);
     queue_raw(std::move(head));
-    for (size_t i = 0; i < g.request.generate.size(); ++i) {
+    for (size_t i = 0; i < g.request.num_choices(); ++i) {
       if (g.request.endpoint == ApiEndpoint::kChatCompletions) {
-        queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i), "", {}, "", true,
-                                                server_.tokenizer)));
+        queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i), "", {},
+                                                FinishReason::kNone, true, server_.tokenizer)));
       } else if (g.request.echo) {
         queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i),
-                                                g.request.prompt_texts[i / g.request.n], {}, "", false,
-                                                server_.tokenizer)));
+                                                g.request.prompt_texts[i / g.request.n], {}, FinishReason::kNone,
+                                                false, server_.tokenizer)));
       }
     }
   }
@@ -386,11 +369,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     keep_.reset();
   }
 
-  // Aborts every submitted request of the current generation (disconnect, submit failure).
+  // Aborts every unfinished choice of the current generation (disconnect).
   void abort_generation() {
     if (!gen_) return;
-    for (size_t i = 0; i < gen_->seq_ids.size(); ++i)
-      if (gen_->submitted[i] && !gen_->done[i]) server_.service.abort(gen_->seq_ids[i]);
+    abort_api_request(server_.service, gen_->request_ids);
     gen_.reset();
     keep_.reset();
   }

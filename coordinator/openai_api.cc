@@ -133,7 +133,8 @@ bool token_ids_from(const json& array, const std::string& param, const Tokenizer
 
 // "prompt": a string, an array of strings (a batch), an array of token ids, or an array of
 // token-id arrays (a batch).
-bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, ApiError* error) {
+bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, std::vector<std::vector<int32_t>>* prompts,
+                  ApiError* error) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) {
     *error = bad_request("prompt", "'prompt' is required");
@@ -149,17 +150,17 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, ApiE
   if (p.is_string()) {
     if (ctx.tokenizer == nullptr) return need_tokenizer();
     out->prompt_texts.push_back(p.get<std::string>());
-    out->prompts.push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
+    prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
   } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_number_integer)) {
     std::vector<int32_t> ids;
     if (!token_ids_from(p, "prompt", ctx.tokenizer, &ids, error)) return false;
-    out->prompts.push_back(std::move(ids));
-    out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(out->prompts.back(), false) : "");
+    prompts->push_back(std::move(ids));
+    out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(prompts->back(), false) : "");
   } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_string)) {
     if (ctx.tokenizer == nullptr) return need_tokenizer();
     for (const json& s : p) {
       out->prompt_texts.push_back(s.get<std::string>());
-      out->prompts.push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
+      prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
     }
   } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_array)) {
     for (size_t i = 0; i < p.size(); ++i) {
@@ -170,15 +171,15 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, ApiE
       }
       std::vector<int32_t> ids;
       if (!token_ids_from(p[i], param, ctx.tokenizer, &ids, error)) return false;
-      out->prompts.push_back(std::move(ids));
-      out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(out->prompts.back(), false)
+      prompts->push_back(std::move(ids));
+      out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(prompts->back(), false)
                                                            : "");
     }
   } else {
     *error = bad_request("prompt", kShape);
     return false;
   }
-  for (const auto& ids : out->prompts) {
+  for (const auto& ids : *prompts) {
     if (ids.empty()) {
       *error = bad_request("prompt", "'prompt' is empty (no tokens)");
       return false;
@@ -187,7 +188,8 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, ApiE
   return true;
 }
 
-bool parse_messages(const json& body, const ApiContext& ctx, ApiRequest* out, ApiError* error) {
+bool parse_messages(const json& body, const ApiContext& ctx, ApiRequest* out,
+                    std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) {
     *error = bad_request("messages", "'messages' is required");
@@ -266,8 +268,8 @@ bool parse_messages(const json& body, const ApiContext& ctx, ApiRequest* out, Ap
     text = render_chat_fallback(messages);
   }
   out->prompt_texts.push_back(text);
-  out->prompts.push_back(ctx.tokenizer->encode(text, special));
-  if (out->prompts.back().empty()) {
+  prompts->push_back(ctx.tokenizer->encode(text, special));
+  if (prompts->back().empty()) {
     *error = bad_request("messages", "'messages' render to an empty prompt");
     return false;
   }
@@ -320,7 +322,9 @@ json chat_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer* tok
   return {{"content", content}};
 }
 
-json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+json finish_json(FinishReason reason) {
+  return reason == FinishReason::kNone ? json(nullptr) : json(api_finish_reason(reason));
+}
 
 json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
@@ -468,10 +472,11 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   f.boolean("skip_special_tokens", &skip_special);
   if (f.failed()) return false;
 
-  if (chat ? !parse_messages(j, ctx, out, error) : !parse_prompt(j, ctx, out, error)) return false;
+  std::vector<std::vector<int32_t>> prompts;
+  if (chat ? !parse_messages(j, ctx, out, &prompts, error) : !parse_prompt(j, ctx, out, &prompts, error)) return false;
 
-  for (size_t pi = 0; pi < out->prompts.size(); ++pi) {
-    const int prompt_len = static_cast<int>(out->prompts[pi].size());
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    const int prompt_len = static_cast<int>(prompts[pi].size());
     int mt = max_tokens;
     if (mt < 0) mt = chat ? std::max(0, ctx.max_model_len - prompt_len) : 16;
     if (static_cast<int64_t>(prompt_len) + std::max(mt, 1) > ctx.max_model_len) {
@@ -486,24 +491,35 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
       error->code = "context_length_exceeded";
       return false;
     }
-    for (int i = 0; i < out->n; ++i) {
-      GenerateRequest g;
-      g.prompt = out->prompts[pi];
-      g.sampling = sp;
-      if (seeded) g.sampling.seed = static_cast<uint64_t>(seed) + static_cast<uint64_t>(i);
-      g.max_tokens = mt;
-      g.stop = stop;
-      g.stop_strings = stop_strings;
-      g.skip_special_tokens = skip_special;
-      out->generate.push_back(std::move(g));
-    }
+    // The prompt moves into its Request; choice c samples with seed + c (Request::choice_sampling).
+    auto r = std::make_shared<Request>();
+    r->prompt = std::move(prompts[pi]);
+    r->sampling = sp;
+    if (seeded) r->sampling.seed = static_cast<uint64_t>(seed);
+    r->max_tokens = mt;
+    r->n = out->n;
+    r->stop = stop;
+    r->stop_strings = stop_strings;
+    r->skip_special_tokens = skip_special;
+    out->requests.push_back(std::move(r));
   }
   return true;
 }
 
+const char* api_finish_reason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAborted: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return "";
+}
+
 Usage usage_of(const ApiRequest& request, const std::vector<ChoiceOutput>& choices) {
   Usage u;
-  for (const auto& p : request.prompts) u.prompt_tokens += static_cast<int>(p.size());
+  for (const auto& r : request.requests) u.prompt_tokens += static_cast<int>(r->prompt.size());
   for (const auto& c : choices) u.completion_tokens += c.completion_tokens;
   return u;
 }
@@ -549,7 +565,7 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
 
 std::string stream_chunk_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
                               const std::string& text, const std::vector<SampledToken>& tokens,
-                              const std::string& finish_reason, bool role_only, const Tokenizer* tokenizer) {
+                              FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer) {
   const bool chat = is_chat(request);
   json out = {{"id", id},
               {"object", chat ? "chat.completion.chunk" : "text_completion"},
@@ -559,7 +575,7 @@ std::string stream_chunk_body(const ApiRequest& request, const std::string& id, 
   if (chat) {
     if (role_only)
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
-    else if (text.empty() && !finish_reason.empty())
+    else if (text.empty() && finish_reason != FinishReason::kNone)
       choice["delta"] = json::object();
     else
       choice["delta"] = {{"content", text}};

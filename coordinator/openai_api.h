@@ -1,10 +1,11 @@
 #pragma once
 // The OpenAI-compatible request/response layer, without any transport: request JSON ->
-// GenerateRequests (every invalid field named in the error), and the JSON of responses,
-// stream chunks and errors. The HTTP server (coordinator/http_server.cc) only moves bytes;
+// Requests (every invalid field named in the error), and the JSON of responses, stream
+// chunks and errors. Submitting them (the n-choice fan-out) is coordinator/api_submission.h. The HTTP server (coordinator/http_server.cc) only moves bytes;
 // everything a client can get wrong is decided here, so it is cheap to test and fuzz.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,14 +55,13 @@ ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, 
 // "\n" (roles dropped); tokenized with special tokens (BOS) added.
 std::string render_chat_fallback(const std::vector<ChatMessage>& messages);
 
-// A decoded request. One GenerateRequest per output choice: prompts.size() × n of them,
-// choice index = prompt_index × n + i.
+// A decoded request: one engine Request per prompt, each with n choices; a response's
+// choice index is prompt_index × n + choice.
 struct ApiRequest {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
   std::string model;  // as served (the request's "model" when given, it must match)
-  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<const Request>> requests;  // one per prompt
   std::vector<std::string> prompt_texts;  // for echo (decoded when the prompt was token ids)
-  std::vector<GenerateRequest> generate;  // one per choice
   int n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -69,6 +69,8 @@ struct ApiRequest {
   // Completions: "logprobs": k (-1 = none). Chat: "logprobs": true -> 0 + top_logprobs.
   int logprobs = -1;
   std::string user;
+
+  size_t num_choices() const { return requests.size() * static_cast<size_t>(n); }
 };
 
 // Parses and validates a request body into *out; false with *error filled when invalid:
@@ -78,11 +80,14 @@ struct ApiRequest {
 bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& context, ApiRequest* out,
                        ApiError* error);
 
+// OpenAI's "finish_reason" text: "stop", "length", "abort", "error"; "" (JSON null) for kNone.
+const char* api_finish_reason(FinishReason reason);
+
 // The result of one choice, gathered for a non-streaming response.
 struct ChoiceOutput {
   std::string text;
   std::vector<SampledToken> tokens;
-  std::string finish_reason;  // "stop" | "length" | "abort"
+  FinishReason finish_reason = FinishReason::kNone;
   int completion_tokens = 0;
 };
 
@@ -102,11 +107,11 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
                           const std::vector<ChoiceOutput>& choices, const Tokenizer* tokenizer);
 
 // One streaming event's JSON (without the "data: " framing). `text` is the new text of
-// choice `index`; `finish_reason` empty = not finished yet; `role_only` (chat) = the first
+// choice `index`; `finish_reason` kNone = not finished yet; `role_only` (chat) = the first
 // chunk of a choice, delta {"role": "assistant", "content": ""}.
 std::string stream_chunk_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
                               const std::string& text, const std::vector<SampledToken>& tokens,
-                              const std::string& finish_reason, bool role_only, const Tokenizer* tokenizer);
+                              FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer);
 // The final usage chunk (stream_options.include_usage): "choices": [] and "usage".
 std::string stream_usage_body(const ApiRequest& request, const std::string& id, int64_t created,
                               const Usage& usage);

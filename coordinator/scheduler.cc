@@ -13,7 +13,7 @@ namespace {
 // A fixed function of the id, so a recomputed sequence draws the same tokens again.
 uint64_t default_seed(SeqId id) { return splitmix64(id); }
 
-std::string request_name(SeqId id) { return "request " + std::to_string(id); }
+std::string request_name(RequestId id) { return "request " + std::to_string(id); }
 
 }  // namespace
 
@@ -44,33 +44,60 @@ Scheduler::Scheduler(SchedulerConfig config)
   running_.reserve(static_cast<size_t>(config_.max_num_seqs));
 }
 
-Status Scheduler::add_request(SeqId id, std::vector<int32_t> prompt, SamplingParams sampling, int max_new_tokens,
-                              StopConditions stop, int priority) {
-  if (entries_.count(id)) return invalid_argument(request_name(id) + ": id already in use");
-  if (prompt.empty()) return invalid_argument(request_name(id) + ": empty prompt");
-  if (max_new_tokens < 1)
-    return invalid_argument(request_name(id) + ": max_new_tokens must be >= 1, got " + std::to_string(max_new_tokens));
-  const int64_t need = static_cast<int64_t>(prompt.size()) + 1;  // the prompt plus one generated token
-  const std::string len = std::to_string(prompt.size());
-  if (need > config_.max_model_len)
-    return invalid_argument(request_name(id) + ": prompt of " + len + " tokens leaves no room to generate within max_model_len " +
-                            std::to_string(config_.max_model_len));
-  if (blocks_.blocks_needed(static_cast<int>(need)) > config_.num_blocks)
-    return invalid_argument(request_name(id) + ": prompt of " + len + " tokens needs " +
-                            std::to_string(blocks_.blocks_needed(static_cast<int>(need))) +
-                            " KV blocks but the cache has only " + std::to_string(config_.num_blocks) + " of " +
-                            std::to_string(config_.block_size) + " tokens");
-  if (need > max_len_)
-    return invalid_argument(request_name(id) + ": prompt of " + len +
-                            " tokens does not fit max_num_batched_tokens " + std::to_string(config_.max_num_batched_tokens) +
-                            " without chunked prefill");
-  if (!sampling.seed && sampling.temperature > 0.0f) sampling.seed = default_seed(id);
+RequestLimits Scheduler::request_limits() const {
+  RequestLimits l;
+  l.max_model_len = config_.max_model_len;
+  l.max_sequence_len = max_len_;
+  l.block_size = config_.block_size;
+  l.num_blocks = config_.num_blocks;
+  l.chunked_prefill = config_.chunked_prefill;
+  l.max_num_batched_tokens = config_.max_num_batched_tokens;
+  return l;
+}
 
-  auto entry = std::make_unique<Entry>(Entry{
-      Sequence(id, std::move(prompt), std::move(sampling), max_new_tokens, std::move(stop), priority, next_arrival_++)});
+SamplingParams Scheduler::choice_sampling(const Request& request, SeqId seq) {
+  SamplingParams s = request.choice_sampling(choice_of(seq));
+  if (!s.seed && s.temperature > 0.0f) s.seed = default_seed(seq);
+  return s;
+}
+
+Status Scheduler::add_request(RequestId id, std::shared_ptr<const Request> request) {
+  TESSERA_CHECK(request != nullptr) << request_name(id);
+  if (id == 0 || id > kMaxRequestId)
+    return invalid_argument(request_name(id) + ": ids must be in [1, " + std::to_string(kMaxRequestId) + "]");
+  if (entries_.count(id)) return invalid_argument(request_name(id) + ": id already in use");
+  if (Status st = validate_request(*request, request_limits()); !st.is_ok())
+    return invalid_argument(request_name(id) + ": " + st.message());
+  SamplingParams sampling = choice_sampling(*request, id);
+  auto entry = std::make_unique<Entry>(Entry{Sequence(id, std::move(request), std::move(sampling), next_arrival_++)});
   waiting_.insert(entry.get());
   entries_.emplace(id, std::move(entry));
   return Status::ok();
+}
+
+void Scheduler::fork(Entry& parent) {
+  const Sequence& p = parent.seq;
+  for (int c = 1; c < p.request().n; ++c) {
+    const SeqId child_id = choice_seq_id(p.request_id(), c);
+    TESSERA_CHECK(entries_.count(child_id) == 0) << "sequence " << child_id << " exists before its fork";
+    auto entry = std::make_unique<Entry>(Entry{p.fork(child_id, choice_sampling(p.request(), child_id))});
+    Entry* e = entry.get();
+    entries_.emplace(child_id, std::move(entry));
+    if (parent.batch_member) {  // static batching: the batch lasts until every choice ends
+      e->batch_member = true;
+      ++static_members_left_;
+    }
+    if (static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      blocks_.fork(p.id(), child_id);
+      running_.insert(std::upper_bound(running_.begin(), running_.end(), e, RunsBefore{}), e);
+    } else {
+      // No room to run beside its parent: it queues like a new sequence, owning nothing, and
+      // starts from the prefix cache (the parent's filed prompt blocks) when admitted.
+      e->seq.preempt();
+      waiting_.insert(e);
+    }
+  }
+  parent.seq.forked();
 }
 
 StepPlan Scheduler::schedule() {
@@ -115,7 +142,7 @@ void Scheduler::schedule_running(StepPlan& plan, int& budget) {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Entry& e = *running_[i];
     if (e.seq.state() != SequenceState::kPrefill) continue;
-    const int remaining = e.seq.num_uncomputed();
+    const int remaining = e.seq.prefill_end() - e.seq.num_computed();
     int chunk = std::min(remaining, budget);
     if (!config_.chunked_prefill && chunk < remaining) continue;  // waits for a step with room
     const int from = e.seq.num_computed();
@@ -171,7 +198,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     PrefixHit hit = blocks_.find_cached_prefix(tokens);
     // At least one token is computed, so the step yields logits to sample from.
     const int cached = std::min(hit.num_tokens(config_.block_size), len - 1);
-    const int remaining = len - cached;
+    // 0 for a request to fork whose prompt but the last token is cached: it forks now.
+    const int remaining = e.seq.prefill_end() - cached;
     int chunk = std::min(remaining, budget);
     if (!config_.chunked_prefill && chunk < remaining) {
       if (!is_static) break;  // FCFS: the head waits for a step with room for its prompt
@@ -196,6 +224,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     if (chunk > 0) {
       add_step(e, chunk, plan);
       budget -= chunk;
+    } else if (e.seq.fork_pending() && cached == e.seq.prefill_end()) {
+      fork(e);  // its choices run from the next step
     }
   }
 }
@@ -307,8 +337,12 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       continue;
     Entry& e = *it->second;
     if (!error.empty()) {
+      // Choices not forked yet end with their parent: each gets its own event.
+      const int unforked = e.seq.fork_pending() ? e.seq.request().n : 1;
       finish(e, FinishReason::kError);
-      events.push_back(SequenceEvent{s.seq_id, {}, true, FinishReason::kError, error});
+      for (int c = 0; c < unforked; ++c)
+        events.push_back(SequenceEvent{choice_seq_id(e.seq.request_id(), c == 0 ? e.seq.choice() : c),
+                                       {}, true, FinishReason::kError, error});
       entries_.erase(it);
       continue;
     }
@@ -317,7 +351,10 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     blocks_.commit(s.seq_id, e.seq.token_ids(), e.seq.num_computed());
     // The window moved on: what only the tokens just passed read is free for anyone now.
     blocks_.release_blocks_before(s.seq_id, first_needed_key(e.seq.num_computed()));
-    if (token == nullptr) continue;
+    if (token == nullptr) {
+      if (e.seq.fork_pending() && e.seq.num_computed() == e.seq.prefill_end()) fork(e);
+      continue;
+    }
     e.seq.append_token(token->token);
     SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}};
     const FinishReason reason = e.seq.stop_reason(max_len_);
@@ -332,8 +369,14 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   return events;
 }
 
-bool Scheduler::abort(SeqId id) {
-  auto it = entries_.find(id);
+bool Scheduler::abort(RequestId id) {
+  bool any = false;  // choice 0 may have finished while forked choices still run
+  for (int c = 0; c < kMaxChoices; ++c) any |= abort_choice(id, c);
+  return any;
+}
+
+bool Scheduler::abort_choice(RequestId id, int choice) {
+  auto it = entries_.find(choice_seq_id(id, choice));
   if (it == entries_.end()) return false;
   finish(*it->second, FinishReason::kAborted);
   entries_.erase(it);

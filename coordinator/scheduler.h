@@ -31,6 +31,7 @@
 #include "common/status.h"
 #include "common/step_plan.h"
 #include "coordinator/block_manager.h"
+#include "coordinator/request.h"
 #include "coordinator/sequence.h"
 
 namespace tessera {
@@ -82,14 +83,17 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request. InvalidArgument (naming the request) for an empty prompt, a
-  // max_new_tokens below 1, a duplicate id, or a prompt that could never run: prompt + 1
-  // longer than max_model_len, more KV blocks than the whole pool, or (without chunked
-  // prefill) more tokens than max_num_batched_tokens. An unseeded request with
-  // temperature > 0 gets a seed derived from its id, so a preempted sequence resamples the
-  // same tokens.
-  Status add_request(SeqId id, std::vector<int32_t> prompt, SamplingParams sampling, int max_new_tokens,
-                     StopConditions stop = {}, int priority = 0);
+  // Queues a request under `id` (its choice 0 is sequence `id`, choice c is
+  // choice_seq_id(id, c)). InvalidArgument (naming the request) for a duplicate or
+  // out-of-range id, or whatever validate_request() refuses: an empty prompt, max_tokens below
+  // 1, n outside [1, kMaxChoices], bad sampling, or a prompt that could never run (prompt + 1
+  // longer than max_model_len, more KV blocks than the whole pool, or without chunked prefill
+  // more tokens than max_num_batched_tokens). An unseeded choice with temperature > 0 gets a
+  // seed derived from its sequence id, so a preempted sequence resamples the same tokens.
+  // With n > 1 the prompt is prefilled once and forked (see Sequence).
+  Status add_request(RequestId id, std::shared_ptr<const Request> request);
+  // What add_request checks a request against (the engine's side of validate_request).
+  RequestLimits request_limits() const;
 
   // The next step. Empty (no seqs) when there is nothing to run.
   StepPlan schedule();
@@ -97,9 +101,12 @@ class Scheduler {
   // plan, finishes every sequence of the plan with kError.
   std::vector<SequenceEvent> on_step_result(const StepPlan& plan, const StepResult& result);
 
-  // Removes a waiting or running request and frees its blocks. False when unknown (e.g.
-  // already finished). Safe between schedule() and on_step_result(): its results are dropped.
-  bool abort(SeqId id);
+  // Removes every waiting or running choice of a request and frees their blocks (a choice
+  // not forked yet just never starts). False when none is live (e.g. all finished). Safe
+  // between schedule() and on_step_result(): their results are dropped.
+  bool abort(RequestId id);
+  // The same for one choice (e.g. its stop string matched); the others go on.
+  bool abort_choice(RequestId id, int choice);
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   // The executors' KV caches were lost (workers restarted): every running sequence is
@@ -149,6 +156,11 @@ class Scheduler {
   // The executors are to drop the sequence's state (the next plan lists it in `dropped`).
   void forget_on_executors(Entry& e);
   void remove_running(const Entry& e);
+  // The pending fork of `parent` (at its prefill_end()): choices 1..n-1 share its blocks and
+  // run next to it, or queue (owning nothing) when max_num_seqs is reached.
+  void fork(Entry& parent);
+  // The request's sampling for the choice `seq` is, seeded from the sequence id when unseeded.
+  static SamplingParams choice_sampling(const Request& request, SeqId seq);
   void finish(Entry& e, FinishReason reason);  // frees blocks; the entry is erased by the caller
 
   SchedulerConfig config_;

@@ -28,16 +28,31 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
-Sequence::Sequence(SeqId id, std::vector<int32_t> prompt, SamplingParams sampling, int max_new_tokens,
-                   StopConditions stop, int priority, uint64_t arrival)
+Sequence::Sequence(SeqId id, std::shared_ptr<const Request> request, SamplingParams sampling, uint64_t arrival)
     : id_(id),
-      token_ids_(std::move(prompt)),
+      request_(std::move(request)),
+      token_ids_(request_->prompt),
       prompt_len_(static_cast<int>(token_ids_.size())),
       sampling_(std::move(sampling)),
-      max_new_tokens_(max_new_tokens),
-      stop_(std::move(stop)),
-      priority_(priority),
-      arrival_(arrival) {}
+      arrival_(arrival),
+      fork_pending_(request_->n > 1 && choice_of(id) == 0) {}
+
+Sequence Sequence::fork(SeqId child_id, SamplingParams sampling) const {
+  TESSERA_CHECK(fork_pending_ && is_running() && num_computed_ == prefill_end())
+      << "sequence " << id_ << " forked before its prefill reached the fork point";
+  TESSERA_CHECK_EQ(request_of(child_id), request_id()) << "fork into another request's id";
+  Sequence child = *this;
+  child.id_ = child_id;
+  child.sampling_ = std::move(sampling);
+  child.fork_pending_ = false;
+  child.num_preemptions_ = 0;
+  return child;
+}
+
+void Sequence::forked() {
+  TESSERA_CHECK(fork_pending_) << "sequence " << id_ << " is not forking";
+  fork_pending_ = false;
+}
 
 void Sequence::start(int num_cached_tokens) {
   TESSERA_CHECK(state_ == SequenceState::kWaiting) << "sequence " << id_ << " started while "
@@ -63,10 +78,11 @@ void Sequence::append_token(int32_t token) {
 FinishReason Sequence::stop_reason(int max_len) const {
   if (num_output() == 0) return FinishReason::kNone;
   const int32_t last = token_ids_.back();
-  if (!stop_.ignore_eos && stop_.eos_token_id && last == *stop_.eos_token_id) return FinishReason::kStop;
-  if (std::find(stop_.stop_token_ids.begin(), stop_.stop_token_ids.end(), last) != stop_.stop_token_ids.end())
+  const StopConditions& stop = request_->stop;
+  if (!stop.ignore_eos && stop.eos_token_id && last == *stop.eos_token_id) return FinishReason::kStop;
+  if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), last) != stop.stop_token_ids.end())
     return FinishReason::kStop;
-  if (num_output() >= max_new_tokens_ || num_tokens() >= max_len) return FinishReason::kLength;
+  if (num_output() >= max_new_tokens() || num_tokens() >= max_len) return FinishReason::kLength;
   return FinishReason::kNone;
 }
 

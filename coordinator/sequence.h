@@ -1,15 +1,22 @@
 #pragma once
-// Sequence: the scheduler's mutable state for one request (the request itself — text,
-// client, stream — lives with the API layer). States are listed in the order a sequence
-// passes through them; preemption by recompute sends a running sequence back to kWaiting
-// with its generated tokens kept, to be prefilled again as prompt + output.
+// Sequence: the scheduler's mutable state for one choice of a request (the immutable
+// Request it runs is shared, see coordinator/request.h). States are listed in the order a
+// sequence passes through them; preemption by recompute sends a running sequence back to
+// kWaiting with its generated tokens kept, to be prefilled again as prompt + output.
+//
+// A request with n > 1 choices starts as one sequence (choice 0) that is to fork: its prefill
+// stops one token short of the prompt (prefill_end()), and there the scheduler forks it into
+// n sequences sharing its KV blocks; each then computes the last prompt token itself and
+// samples its first token with its own seed, exactly as a separate request would.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "common/sampling_params.h"
 #include "common/step_plan.h"
+#include "coordinator/request.h"
 
 namespace tessera {
 
@@ -31,18 +38,16 @@ enum class FinishReason : uint8_t {
 const char* sequence_state_name(SequenceState state);
 const char* finish_reason_name(FinishReason reason);
 
-struct StopConditions {
-  std::optional<int32_t> eos_token_id;
-  bool ignore_eos = false;
-  std::vector<int32_t> stop_token_ids;
-};
-
 class Sequence {
  public:
-  Sequence(SeqId id, std::vector<int32_t> prompt, SamplingParams sampling, int max_new_tokens,
-           StopConditions stop, int priority, uint64_t arrival);
+  // Choice choice_of(id) of `request`, drawing with `sampling` (the request's choice
+  // sampling, seeded). Choice 0 of a request with n > 1 starts as the one to fork.
+  Sequence(SeqId id, std::shared_ptr<const Request> request, SamplingParams sampling, uint64_t arrival);
 
   SeqId id() const { return id_; }
+  RequestId request_id() const { return request_of(id_); }
+  int choice() const { return choice_of(id_); }
+  const Request& request() const { return *request_; }
   SequenceState state() const { return state_; }
   FinishReason finish_reason() const { return finish_reason_; }
   bool is_running() const { return state_ == SequenceState::kPrefill || state_ == SequenceState::kDecode; }
@@ -57,16 +62,24 @@ class Sequence {
   int num_output() const { return num_tokens() - prompt_len_; }
   int num_computed() const { return num_computed_; }      // tokens whose KV is in the cache
   int num_uncomputed() const { return num_tokens() - num_computed_; }
+  // Still to fork into the request's n choices (choice 0 of an n > 1 request, until then).
+  bool fork_pending() const { return fork_pending_; }
+  // Where this sequence's prefill stops: the known tokens, or one short of the prompt while a
+  // fork is pending (each choice computes the last prompt token for its own first sample).
+  int prefill_end() const { return fork_pending_ ? prompt_len_ - 1 : num_tokens(); }
 
   const SamplingParams& sampling() const { return sampling_; }
-  int max_new_tokens() const { return max_new_tokens_; }
-  const StopConditions& stop() const { return stop_; }
-  int priority() const { return priority_; }   // lower runs sooner
-  uint64_t arrival() const { return arrival_; } // order of add_request, unique
+  int max_new_tokens() const { return request_->max_tokens; }
+  const StopConditions& stop() const { return request_->stop; }
+  int priority() const { return request_->priority; }  // lower runs sooner
+  uint64_t arrival() const { return arrival_; }  // order of add_request, unique per request
   int num_preemptions() const { return num_preemptions_; }
-  // (priority, arrival): the order both queues and the preemption choice follow.
+  // (priority, arrival, choice): the order both queues and the preemption choice follow; a
+  // request's choices keep its place.
   bool runs_before(const Sequence& other) const {
-    return priority_ != other.priority_ ? priority_ < other.priority_ : arrival_ < other.arrival_;
+    if (priority() != other.priority()) return priority() < other.priority();
+    if (arrival_ != other.arrival_) return arrival_ < other.arrival_;
+    return choice() < other.choice();
   }
 
   // --- transitions, driven by the scheduler ---
@@ -77,17 +90,21 @@ class Sequence {
   FinishReason stop_reason(int max_len) const;
   void preempt();                                // running -> kWaiting, KV dropped
   void finish(FinishReason reason);
+  // At prefill_end() of a pending fork: choice `child_id` with the same tokens and computed
+  // prefix (the caller shares the KV blocks), drawing with `sampling`. The fork is done for
+  // this sequence once every child is made (forked()).
+  Sequence fork(SeqId child_id, SamplingParams sampling) const;
+  void forked();
 
  private:
   SeqId id_;
-  std::vector<int32_t> token_ids_;
+  std::shared_ptr<const Request> request_;
+  std::vector<int32_t> token_ids_;  // the prompt copied once, then the output appended
   int prompt_len_;
   int num_computed_ = 0;
   SamplingParams sampling_;
-  int max_new_tokens_;
-  StopConditions stop_;
-  int priority_;
   uint64_t arrival_;
+  bool fork_pending_;
   int num_preemptions_ = 0;
   SequenceState state_ = SequenceState::kWaiting;
   FinishReason finish_reason_ = FinishReason::kNone;

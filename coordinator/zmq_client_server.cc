@@ -18,6 +18,7 @@
 
 #include "common/logging.h"
 #include "common/wire/client_messages.h"
+#include "coordinator/api_submission.h"
 
 namespace tessera {
 
@@ -87,16 +88,6 @@ struct EventQueue {
   }
 };
 
-ApiError api_error(int status, std::string type, std::string code, std::string message, std::string param = "") {
-  ApiError e;
-  e.http_status = status;
-  e.type = std::move(type);
-  e.code = std::move(code);
-  e.message = std::move(message);
-  e.param = std::move(param);
-  return e;
-}
-
 std::string hex_of(const std::string& identity) {
   static const char* kDigits = "0123456789abcdef";
   std::string out;
@@ -112,8 +103,8 @@ struct ClientRequest {
   std::string identity;
   uint64_t client_id = 0;
   int prompt_tokens = 0;
-  std::vector<SeqId> seq_ids;
-  std::vector<bool> done;
+  std::vector<RequestId> request_ids;  // one per prompt
+  std::vector<bool> done;              // per choice
   std::vector<wc::FinalChoice> finals;
   int remaining = 0;
 };
@@ -157,10 +148,7 @@ struct ZmqClientServer::Impl {
     send_or_drop(identity, send_buf);
   }
 
-  void abort_choices(ClientRequest& r) {
-    for (size_t i = 0; i < r.seq_ids.size(); ++i)
-      if (!r.done[i]) service.abort(r.seq_ids[i]);
-  }
+  void abort_choices(ClientRequest& r) { abort_api_request(service, r.request_ids); }
 
   void forget(uint64_t serial) {
     auto it = requests.find(serial);
@@ -189,13 +177,6 @@ struct ZmqClientServer::Impl {
     }
   }
 
-  bool authorized(const std::string& key) const {
-    if (options.api_keys.empty()) return true;
-    for (const std::string& k : options.api_keys)
-      if (!key.empty() && key == k) return true;
-    return false;
-  }
-
   void on_submit(const std::string& identity, wc::Submit& s) {
     if (s.id == 0)
       return send_error(identity, 0, api_error(400, "invalid_request_error", "invalid_request_id",
@@ -204,7 +185,7 @@ struct ZmqClientServer::Impl {
       return send_error(identity, s.id,
                         api_error(413, "invalid_request_error", "request_too_large",
                                   "request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
-    if (!authorized(s.api_key))
+    if (!api_key_accepted(options.api_keys, s.api_key))
       return send_error(identity, s.id, api_error(401, "invalid_request_error", "invalid_api_key",
                                                   "missing or invalid API key (set the Submit api_key)"));
     if (draining.load())
@@ -224,33 +205,19 @@ struct ZmqClientServer::Impl {
     ClientRequest r;
     r.identity = identity;
     r.client_id = s.id;
-    for (const auto& p : req.prompts) r.prompt_tokens += static_cast<int>(p.size());
-    const size_t n = req.generate.size();
+    for (const auto& p : req.requests) r.prompt_tokens += static_cast<int>(p->prompt.size());
+    const size_t n = req.num_choices();
     r.done.assign(n, false);
     r.finals.assign(n, wc::FinalChoice{});
     r.remaining = static_cast<int>(n);
-    for (size_t i = 0; i < n; ++i) {
-      std::shared_ptr<EventQueue> q = queue;
-      StatusOr<SeqId> id = service.submit(std::move(req.generate[i]), [q, serial, i](const GenerateEvent& ev) {
-        q->push(QueuedEvent{serial, i, ev});
-      });
-      if (!id.is_ok()) {
-        abort_choices(r);  // the choices submitted so far; their late events find no request
-        const Status& st = id.status();
-        ApiError e;
-        if (st.code() == StatusCode::kResourceExhausted) {
-          e = api_error(429, "rate_limit_error", "queue_full", st.message());
-        } else if (st.code() == StatusCode::kUnavailable) {
-          e = api_error(503, "service_unavailable", "draining", st.message());
-        } else if (st.code() == StatusCode::kInvalidArgument) {
-          e = bad_request("", st.message());
-        } else {
-          e = api_error(500, "server_error", "internal_error", st.message());
-        }
-        return send_error(identity, s.id, e);
-      }
-      r.seq_ids.push_back(id.value());
-    }
+    std::shared_ptr<EventQueue> q = queue;
+    StatusOr<std::vector<RequestId>> ids =
+        submit_api_request(service, req, [q, serial](size_t index, const GenerateEvent& ev) {
+          q->push(QueuedEvent{serial, index, ev});
+        });
+    // On failure the prompts submitted so far were aborted; their late events find no request.
+    if (!ids.is_ok()) return send_error(identity, s.id, api_error_of(ids.status()));
+    r.request_ids = std::move(ids).value();
     requests.emplace(serial, std::move(r));
     by_client_id[{identity, s.id}] = serial;
     live_count.store(requests.size(), std::memory_order_relaxed);
@@ -325,7 +292,7 @@ struct ZmqClientServer::Impl {
       if (!send_or_drop(r.identity, send_buf)) return;  // r is gone now
     }
     if (!ev.finished) return;
-    if (ev.finish_reason == "error") {
+    if (ev.finish_reason == FinishReason::kError) {
       // The whole request fails (as REST answers 500): the other choices are aborted.
       r.done[qe.index] = true;
       abort_choices(r);
@@ -337,7 +304,7 @@ struct ZmqClientServer::Impl {
                                   ev.error.empty() ? std::string("generation failed") : ev.error));
     }
     r.done[qe.index] = true;
-    r.finals[qe.index] = wc::FinalChoice{ev.finish_reason, ev.completion_tokens};
+    r.finals[qe.index] = wc::FinalChoice{api_finish_reason(ev.finish_reason), ev.completion_tokens};
     if (--r.remaining > 0) return;
     wc::Final f;
     f.id = r.client_id;

@@ -269,20 +269,21 @@ Status run(const Options& o) {
   }
   Engine engine(sc, *runner);
 
-  std::vector<SeqId> ids;
+  std::vector<RequestId> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    EngineRequest req;
-    req.prompt = prompts[i];
-    req.max_new_tokens = o.max_new_tokens;
-    req.sampling.temperature = o.temperature;
-    req.sampling.top_k = o.top_k;
-    req.sampling.top_p = o.top_p;
-    if (o.seed_given) req.sampling.seed = o.seed + i;
-    if (config.eos_id >= 0) req.stop.eos_token_id = config.eos_id;
-    req.stop.ignore_eos = !o.stop_at_eos;
-    auto id = engine.add_request(std::move(req));
-    if (!id.is_ok()) return id.status().with_context("prompt " + std::to_string(i));
-    ids.push_back(id.value());
+    auto req = std::make_shared<Request>();
+    req->prompt = prompts[i];
+    req->max_tokens = o.max_new_tokens;
+    req->sampling.temperature = o.temperature;
+    req->sampling.top_k = o.top_k;
+    req->sampling.top_p = o.top_p;
+    if (o.seed_given) req->sampling.seed = o.seed + i;
+    if (config.eos_id >= 0) req->stop.eos_token_id = config.eos_id;
+    req->stop.ignore_eos = !o.stop_at_eos;
+    const RequestId id = i + 1;  // input line i + 1 (its one sequence has the same id)
+    if (Status st = engine.add_request(id, std::move(req)); !st.is_ok())
+      return st.with_context("prompt " + std::to_string(i));
+    ids.push_back(id);
   }
   std::map<SeqId, std::vector<int32_t>> outputs;
   while (engine.has_work()) {

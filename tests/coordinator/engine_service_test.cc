@@ -147,8 +147,8 @@ EngineServiceOptions small_options() {
   return o;
 }
 
-GenerateRequest request(std::vector<int32_t> prompt, int max_tokens) {
-  GenerateRequest r;
+Request request(std::vector<int32_t> prompt, int max_tokens) {
+  Request r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
   r.stop.ignore_eos = true;
@@ -208,7 +208,7 @@ TEST(EngineServiceTest, ManyConcurrentSubmittersEachGetTheirTokensAndOneFinish) 
   for (size_t k = 0; k < collectors.size(); ++k) {
     ASSERT_TRUE(collectors[k]->wait()) << "request " << k << " never finished";
     const GenerateEvent last = collectors[k]->last();
-    EXPECT_EQ(last.finish_reason, "length") << k;
+    EXPECT_EQ(last.finish_reason, FinishReason::kLength) << k;
     EXPECT_EQ(static_cast<int>(collectors[k]->tokens().size()), max_tokens[k]) << k;
     EXPECT_EQ(last.completion_tokens, max_tokens[k]) << k;
   }
@@ -249,11 +249,11 @@ TEST(EngineServiceTest, AbortWhileQueuedAndWhileRunningFreesBlocks) {
   EXPECT_GT(svc.stats().kv_blocks_total - svc.stats().kv_blocks_free, 0);
   svc.abort(r2.value());
   ASSERT_TRUE(queued.wait());
-  EXPECT_EQ(queued.last().finish_reason, "abort");
+  EXPECT_EQ(queued.last().finish_reason, FinishReason::kAborted);
   EXPECT_TRUE(queued.tokens().empty());
   svc.abort(r1.value());
   ASSERT_TRUE(running.wait());
-  EXPECT_EQ(running.last().finish_reason, "abort");
+  EXPECT_EQ(running.last().finish_reason, FinishReason::kAborted);
   EXPECT_LT(running.tokens().size(), 400u);
   EXPECT_TRUE(wait_blocks_free(svc)) << "blocks not returned after abort";
   // Aborting again, or an unknown id, is harmless.
@@ -262,7 +262,7 @@ TEST(EngineServiceTest, AbortWhileQueuedAndWhileRunningFreesBlocks) {
   auto r3 = svc.submit(request({12}, 3), after.callback());
   ASSERT_TRUE(r3.is_ok());
   ASSERT_TRUE(after.wait());
-  EXPECT_EQ(after.last().finish_reason, "length");
+  EXPECT_EQ(after.last().finish_reason, FinishReason::kLength);
   svc.stop();
   EXPECT_EQ(running.finished, 1);
   EXPECT_EQ(queued.finished, 1);
@@ -280,8 +280,8 @@ TEST(EngineServiceTest, AbortBeforeTheLoopStarts) {
   svc.start();
   ASSERT_TRUE(a.wait());
   ASSERT_TRUE(b.wait());
-  EXPECT_EQ(a.last().finish_reason, "abort");
-  EXPECT_EQ(b.last().finish_reason, "length");
+  EXPECT_EQ(a.last().finish_reason, FinishReason::kAborted);
+  EXPECT_EQ(b.last().finish_reason, FinishReason::kLength);
   EXPECT_TRUE(wait_blocks_free(svc));
 }
 
@@ -314,7 +314,7 @@ TEST(EngineServiceTest, InvalidRequestsAreNamedErrors) {
   ASSERT_FALSE(bad_id.is_ok());
   EXPECT_NE(bad_id.status().message().find("prompt[1]"), std::string::npos) << bad_id.status().message();
 
-  GenerateRequest bad_sampling = request({5}, 4);
+  Request bad_sampling = request({5}, 4);
   bad_sampling.sampling.top_p = 0.0f;
   auto bs = svc.submit(bad_sampling, nullptr);
   ASSERT_FALSE(bs.is_ok());
@@ -337,7 +337,7 @@ TEST(EngineServiceTest, QueueFullThenUnavailableWhenDraining) {
   // Queued requests of a service that never ran still end, once, with "abort".
   EXPECT_EQ(a.finished, 1);
   EXPECT_EQ(b.finished, 1);
-  EXPECT_EQ(a.last().finish_reason, "abort");
+  EXPECT_EQ(a.last().finish_reason, FinishReason::kAborted);
   EXPECT_EQ(c.finished, 0);
   auto late = svc.submit(request({8}, 4), c.callback());
   ASSERT_FALSE(late.is_ok());
@@ -357,9 +357,9 @@ TEST(EngineServiceTest, DrainLetsShortRequestsFinishAndAbortsTheRestAtTheDeadlin
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(took, 2.0) << "drain overran its deadline";
   EXPECT_EQ(short_req.finished, 1);
-  EXPECT_EQ(short_req.last().finish_reason, "length");
+  EXPECT_EQ(short_req.last().finish_reason, FinishReason::kLength);
   EXPECT_EQ(long_req.finished, 1);
-  EXPECT_EQ(long_req.last().finish_reason, "abort");
+  EXPECT_EQ(long_req.last().finish_reason, FinishReason::kAborted);
   EXPECT_GT(long_req.tokens().size(), 0u);
   const EngineServiceStats s = svc.stats();
   EXPECT_EQ(s.kv_blocks_free, s.kv_blocks_total);
@@ -391,7 +391,7 @@ TEST(EngineServiceTest, DestructorAbortsRunningRequestsAndNeverCallsBackAfterwar
   EXPECT_EQ(c->finished, 4);
   for (const auto& e : c->events) {
     if (e.finished) {
-      EXPECT_EQ(e.finish_reason, "abort");
+      EXPECT_EQ(e.finish_reason, FinishReason::kAborted);
     }
   }
 }
@@ -404,13 +404,13 @@ TEST(EngineServiceTest, ExecutorErrorFinishesWithError) {
   Collector bad;
   ASSERT_TRUE(svc.submit(request({99, 5}, 4), bad.callback()).is_ok());
   ASSERT_TRUE(bad.wait());
-  EXPECT_EQ(bad.last().finish_reason, "error");
+  EXPECT_EQ(bad.last().finish_reason, FinishReason::kError);
   EXPECT_NE(bad.last().error.find("scripted failure"), std::string::npos) << bad.last().error;
   EXPECT_TRUE(wait_blocks_free(svc));
   Collector good;
   ASSERT_TRUE(svc.submit(request({5}, 3), good.callback()).is_ok());
   ASSERT_TRUE(good.wait());
-  EXPECT_EQ(good.last().finish_reason, "length");
+  EXPECT_EQ(good.last().finish_reason, FinishReason::kLength);
   EXPECT_EQ(svc.stats().requests_failed, 1u);
 }
 
@@ -420,12 +420,12 @@ TEST(EngineServiceTest, EosFinishesWithStop) {
   EngineService svc(small_options(), exec, nullptr);
   svc.start();
   Collector c;
-  GenerateRequest r = request({5}, 10);
+  Request r = request({5}, 10);
   r.stop.ignore_eos = false;
   r.stop.eos_token_id = 2;
   ASSERT_TRUE(svc.submit(r, c.callback()).is_ok());
   ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.last().finish_reason, "stop");
+  EXPECT_EQ(c.last().finish_reason, FinishReason::kStop);
   EXPECT_EQ(c.tokens(), (std::vector<int32_t>{40, 41, 2}));
   EXPECT_TRUE(c.text().empty());  // no tokenizer: tokens only
 }
@@ -448,7 +448,7 @@ TEST(EngineServiceTest, StreamedTextEqualsDecodeWithoutStopStrings) {
     p.push_back(300 + i);  // distinct scripts per request
     prompts.push_back(p);
     cs.push_back(std::make_unique<Collector>());
-    GenerateRequest r = request(p, 40);
+    Request r = request(p, 40);
     r.skip_special_tokens = i % 4 != 3;
     ASSERT_TRUE(svc.submit(r, cs.back()->callback()).is_ok());
   }
@@ -486,7 +486,7 @@ std::unique_ptr<Collector> run_stop(const Tokenizer& tok, const std::string& tex
   EngineService svc(small_options(), exec, &tok);
   svc.start();
   auto c = std::make_unique<Collector>();
-  GenerateRequest r = request({1}, static_cast<int>(words.size()) + 20);  // more than the script
+  Request r = request({1}, static_cast<int>(words.size()) + 20);  // more than the script
   r.stop_strings = std::move(stops);
   EXPECT_TRUE(svc.submit(r, c->callback()).is_ok());
   EXPECT_TRUE(c->wait());
@@ -506,7 +506,7 @@ TEST(EngineServiceTest, StopStringsAcrossTokenBoundariesAreNotEmitted) {
     EngineServiceStats s;
     auto c = run_stop(*tokenizer, text, {"heaven and"}, &s);
     EXPECT_EQ(c->text(), "In the beginning God created the ");
-    EXPECT_EQ(c->last().finish_reason, "stop");
+    EXPECT_EQ(c->last().finish_reason, FinishReason::kStop);
     EXPECT_LT(c->tokens().size(), words.size());
     EXPECT_EQ(c->finished, 1);
     EXPECT_EQ(s.requests_finished_stop, 1u);
@@ -514,12 +514,12 @@ TEST(EngineServiceTest, StopStringsAcrossTokenBoundariesAreNotEmitted) {
   {  // starts and ends inside tokens
     auto c = run_stop(*tokenizer, text, {"ginning God cr"});
     EXPECT_EQ(c->text(), "In the be");
-    EXPECT_EQ(c->last().finish_reason, "stop");
+    EXPECT_EQ(c->last().finish_reason, FinishReason::kStop);
   }
   {  // partial matches ("the " twice) are held back and then released
     auto c = run_stop(*tokenizer, text, {"the earth"});
     EXPECT_EQ(c->text(), "In the beginning God created the heaven and ");
-    EXPECT_EQ(c->last().finish_reason, "stop");
+    EXPECT_EQ(c->last().finish_reason, FinishReason::kStop);
   }
   {  // the earliest of several stop strings wins
     auto c = run_stop(*tokenizer, text, {"earth", "God"});
@@ -528,7 +528,7 @@ TEST(EngineServiceTest, StopStringsAcrossTokenBoundariesAreNotEmitted) {
   {  // a stop string that never completes: everything comes out, finish by length
     auto c = run_stop(*tokenizer, text, {"earth!"});
     EXPECT_EQ(c->text().substr(0, text.size()), text);
-    EXPECT_EQ(c->last().finish_reason, "length");
+    EXPECT_EQ(c->last().finish_reason, FinishReason::kLength);
   }
   {  // no partial stop string is ever emitted early: every prefix of the stream is safe
     auto c = run_stop(*tokenizer, text, {"created the heaven"});
@@ -549,11 +549,11 @@ TEST(EngineServiceTest, LengthFinishWithTokenizer) {
   EngineService svc(small_options(), exec, tokenizer.get());
   svc.start();
   Collector c;
-  GenerateRequest r = request({1}, 3);
+  Request r = request({1}, 3);
   r.stop_strings = {"heaven"};
   ASSERT_TRUE(svc.submit(r, c.callback()).is_ok());
   ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.last().finish_reason, "length");
+  EXPECT_EQ(c.last().finish_reason, FinishReason::kLength);
   EXPECT_EQ(c.tokens(), std::vector<int32_t>(words.begin(), words.begin() + 3));
   EXPECT_EQ(c.text(), tokenizer->decode(c.tokens(), true));
   EXPECT_EQ(c.last().completion_tokens, 3);
@@ -607,12 +607,12 @@ TEST(EngineServiceTest, RealModelGreedyMatchesGoldens) {
   ASSERT_TRUE(found) << "goldens/index.json has no in_the_beginning case";
   // All cases at once: the service batches them; each must still match its golden.
   for (Case& k : cases) {
-    GenerateRequest r = request(k.prompt, static_cast<int>(k.greedy.size()));
+    Request r = request(k.prompt, static_cast<int>(k.greedy.size()));
     ASSERT_TRUE(svc.submit(r, k.out->callback()).is_ok());
   }
   for (Case& k : cases) {
     ASSERT_TRUE(k.out->wait(120s)) << k.label;
-    EXPECT_EQ(k.out->last().finish_reason, "length") << k.label;
+    EXPECT_EQ(k.out->last().finish_reason, FinishReason::kLength) << k.label;
     EXPECT_EQ(k.out->tokens(), k.greedy) << k.label;
     if (k.label == "in_the_beginning") {
       // The stream is the continuation of the prompt's text.

@@ -40,11 +40,11 @@ ApiRequest expect_ok(const std::string& body, ApiEndpoint ep = ApiEndpoint::kCom
 
 TEST(OpenAiApi, DefaultsForTokenIdPrompt) {
   ApiRequest r = expect_ok(R"({"prompt": [5, 6, 7]})");
-  ASSERT_EQ(r.generate.size(), 1u);
-  EXPECT_EQ(r.generate[0].prompt, (std::vector<int32_t>{5, 6, 7}));
-  EXPECT_EQ(r.generate[0].max_tokens, 16);
-  EXPECT_EQ(r.generate[0].sampling.temperature, 0.0f);
-  EXPECT_FALSE(r.generate[0].sampling.seed.has_value());
+  ASSERT_EQ(r.requests.size(), 1u);
+  EXPECT_EQ(r.requests[0]->prompt, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(r.requests[0]->max_tokens, 16);
+  EXPECT_EQ(r.requests[0]->sampling.temperature, 0.0f);
+  EXPECT_FALSE(r.requests[0]->sampling.seed.has_value());
   EXPECT_EQ(r.n, 1);
   EXPECT_FALSE(r.stream);
   EXPECT_EQ(r.logprobs, -1);
@@ -57,24 +57,27 @@ TEST(OpenAiApi, EveryCompletionField) {
       "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2, "logprobs": 2,
       "echo": true, "stream": true, "stream_options": {"include_usage": true}, "user": "u1",
       "ignore_eos": true, "stop_token_ids": [9], "skip_special_tokens": false})");
-  ASSERT_EQ(r.generate.size(), 3u);
+  ASSERT_EQ(r.requests.size(), 1u);  // one prompt; its 3 choices fork in the engine
+  ASSERT_EQ(r.num_choices(), 3u);
+  EXPECT_EQ(r.requests[0]->n, 3);
+  const Request& g = *r.requests[0];
+  EXPECT_EQ(g.max_tokens, 7);
+  EXPECT_EQ(g.stop_strings, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_TRUE(g.stop.ignore_eos);
+  EXPECT_EQ(g.stop.stop_token_ids, (std::vector<int32_t>{9}));
+  EXPECT_FALSE(g.skip_special_tokens);
   for (int i = 0; i < 3; ++i) {
-    const GenerateRequest& g = r.generate[i];
-    EXPECT_EQ(g.max_tokens, 7);
-    EXPECT_FLOAT_EQ(g.sampling.temperature, 0.7f);
-    EXPECT_FLOAT_EQ(g.sampling.top_p, 0.9f);
-    EXPECT_EQ(g.sampling.top_k, 40);
-    EXPECT_FLOAT_EQ(g.sampling.min_p, 0.05f);
-    EXPECT_FLOAT_EQ(g.sampling.presence_penalty, 0.5f);
-    EXPECT_FLOAT_EQ(g.sampling.frequency_penalty, -0.5f);
-    EXPECT_FLOAT_EQ(g.sampling.repetition_penalty, 1.2f);
-    EXPECT_EQ(g.sampling.logprobs, 2);
-    ASSERT_TRUE(g.sampling.seed.has_value());
-    EXPECT_EQ(*g.sampling.seed, 11u + i);  // n > 1: seed + i
-    EXPECT_EQ(g.stop_strings, (std::vector<std::string>{"x", "yz"}));
-    EXPECT_TRUE(g.stop.ignore_eos);
-    EXPECT_EQ(g.stop.stop_token_ids, (std::vector<int32_t>{9}));
-    EXPECT_FALSE(g.skip_special_tokens);
+    const SamplingParams sampling = g.choice_sampling(i);  // what choice i draws with
+    EXPECT_FLOAT_EQ(sampling.temperature, 0.7f);
+    EXPECT_FLOAT_EQ(sampling.top_p, 0.9f);
+    EXPECT_EQ(sampling.top_k, 40);
+    EXPECT_FLOAT_EQ(sampling.min_p, 0.05f);
+    EXPECT_FLOAT_EQ(sampling.presence_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(sampling.frequency_penalty, -0.5f);
+    EXPECT_FLOAT_EQ(sampling.repetition_penalty, 1.2f);
+    EXPECT_EQ(sampling.logprobs, 2);
+    ASSERT_TRUE(sampling.seed.has_value());
+    EXPECT_EQ(*sampling.seed, 11u + i);  // n > 1: seed + i
   }
   EXPECT_EQ(r.n, 3);
   EXPECT_TRUE(r.stream);
@@ -86,17 +89,19 @@ TEST(OpenAiApi, EveryCompletionField) {
 
 TEST(OpenAiApi, StopAsStringTopKMinusOneAndNulls) {
   ApiRequest r = expect_ok(R"({"prompt": [1], "stop": "END", "top_k": -1, "temperature": null, "seed": null})");
-  EXPECT_EQ(r.generate[0].stop_strings, (std::vector<std::string>{"END"}));
-  EXPECT_EQ(r.generate[0].sampling.top_k, 0);
-  EXPECT_FALSE(r.generate[0].sampling.seed.has_value());
+  EXPECT_EQ(r.requests[0]->stop_strings, (std::vector<std::string>{"END"}));
+  EXPECT_EQ(r.requests[0]->sampling.top_k, 0);
+  EXPECT_FALSE(r.requests[0]->sampling.seed.has_value());
 }
 
 TEST(OpenAiApi, BatchOfTokenIdPromptsWithN) {
   ApiRequest r = expect_ok(R"({"prompt": [[1, 2], [3]], "n": 2})");
-  ASSERT_EQ(r.generate.size(), 4u);  // prompt-major: index = prompt * n + i
-  EXPECT_EQ(r.generate[0].prompt, (std::vector<int32_t>{1, 2}));
-  EXPECT_EQ(r.generate[1].prompt, (std::vector<int32_t>{1, 2}));
-  EXPECT_EQ(r.generate[2].prompt, (std::vector<int32_t>{3}));
+  ASSERT_EQ(r.num_choices(), 4u);  // prompt-major: index = prompt * n + i
+  ASSERT_EQ(r.requests.size(), 2u);
+  EXPECT_EQ(r.requests[0]->prompt, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(r.requests[0]->n, 2);
+  EXPECT_EQ(r.requests[1]->prompt, (std::vector<int32_t>{3}));
+  EXPECT_EQ(r.requests[1]->n, 2);
   std::vector<ChoiceOutput> outs(4);
   for (auto& o : outs) o.completion_tokens = 2;
   Usage u = usage_of(r, outs);
@@ -203,7 +208,7 @@ TEST(OpenAiApi, CompletionResponseAndChunks) {
   ApiRequest r = expect_ok(R"({"prompt": [1, 2], "n": 2, "logprobs": 1, "stream_options": {"include_usage": true}})");
   std::vector<ChoiceOutput> outs(2);
   outs[0].text = "ab";
-  outs[0].finish_reason = "length";
+  outs[0].finish_reason = FinishReason::kLength;
   outs[0].completion_tokens = 2;
   SampledToken t;
   t.token = 7;
@@ -211,7 +216,7 @@ TEST(OpenAiApi, CompletionResponseAndChunks) {
   t.top_logprobs = {{7, -0.25f}};
   outs[0].tokens = {t, t};
   outs[1].text = "c";
-  outs[1].finish_reason = "stop";
+  outs[1].finish_reason = FinishReason::kStop;
   outs[1].completion_tokens = 1;
   outs[1].tokens = {t};
   json j = json::parse(response_body(r, "cmpl-1", 123, outs, nullptr));
@@ -230,7 +235,7 @@ TEST(OpenAiApi, CompletionResponseAndChunks) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 3);
   EXPECT_EQ(j["usage"]["total_tokens"], 5);
 
-  json c = json::parse(stream_chunk_body(r, "cmpl-1", 123, 1, "x", {}, "", false, nullptr));
+  json c = json::parse(stream_chunk_body(r, "cmpl-1", 123, 1, "x", {}, FinishReason::kNone, false, nullptr));
   EXPECT_EQ(c["choices"][0]["index"], 1);
   EXPECT_EQ(c["choices"][0]["text"], "x");
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
@@ -275,12 +280,12 @@ class OpenAiApiTokenizer : public ::testing::Test {
 
 TEST_F(OpenAiApiTokenizer, TextPromptsAreTokenizedWithBos) {
   ApiRequest r = expect_ok(R"({"prompt": "In the beginning"})", ApiEndpoint::kCompletions, ctx_);
-  EXPECT_EQ(r.generate[0].prompt, tokenizer_->encode("In the beginning", true));
-  EXPECT_EQ(r.generate[0].prompt.front(), tokenizer_->bos_id());
-  ASSERT_TRUE(r.generate[0].stop.eos_token_id.has_value());
-  EXPECT_EQ(*r.generate[0].stop.eos_token_id, tokenizer_->eos_id());
+  EXPECT_EQ(r.requests[0]->prompt, tokenizer_->encode("In the beginning", true));
+  EXPECT_EQ(r.requests[0]->prompt.front(), tokenizer_->bos_id());
+  ASSERT_TRUE(r.requests[0]->stop.eos_token_id.has_value());
+  EXPECT_EQ(*r.requests[0]->stop.eos_token_id, tokenizer_->eos_id());
   ApiRequest b = expect_ok(R"({"prompt": ["a", "b c"]})", ApiEndpoint::kCompletions, ctx_);
-  ASSERT_EQ(b.generate.size(), 2u);
+  ASSERT_EQ(b.requests.size(), 2u);
   EXPECT_EQ(b.prompt_texts[1], "b c");
   EXPECT_EQ(expect_error(R"({"prompt": [5000]})", ApiEndpoint::kCompletions, ctx_).param, "prompt");
 }
@@ -291,13 +296,13 @@ TEST_F(OpenAiApiTokenizer, ChatMessages) {
                        {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
           "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 2})",
       ApiEndpoint::kChatCompletions, ctx_);
-  EXPECT_EQ(r.generate[0].prompt, tokenizer_->encode("Be brief.\nHi", true));
-  EXPECT_EQ(r.generate[0].max_tokens, 5);
+  EXPECT_EQ(r.requests[0]->prompt, tokenizer_->encode("Be brief.\nHi", true));
+  EXPECT_EQ(r.requests[0]->max_tokens, 5);
   EXPECT_EQ(r.logprobs, 2);
-  EXPECT_EQ(r.generate[0].sampling.logprobs, 2);
+  EXPECT_EQ(r.requests[0]->sampling.logprobs, 2);
   // Without max_tokens, chat may use the rest of the context.
   ApiRequest d = expect_ok(R"({"messages": [{"role": "user", "content": "Hi"}]})", ApiEndpoint::kChatCompletions, ctx_);
-  EXPECT_EQ(d.generate[0].max_tokens, 512 - static_cast<int>(d.generate[0].prompt.size()));
+  EXPECT_EQ(d.requests[0]->max_tokens, 512 - static_cast<int>(d.requests[0]->prompt.size()));
 
   ApiContext with_template = ctx_;
   with_template.chat_renderer = [](const std::vector<ChatMessage>& m) -> StatusOr<std::string> {
@@ -305,7 +310,7 @@ TEST_F(OpenAiApiTokenizer, ChatMessages) {
   };
   ApiRequest t = expect_ok(R"({"messages": [{"role": "user", "content": "Hi"}]})", ApiEndpoint::kChatCompletions,
                            with_template);
-  EXPECT_EQ(t.generate[0].prompt, tokenizer_->encode("<s>user:Hi", false));
+  EXPECT_EQ(t.requests[0]->prompt, tokenizer_->encode("<s>user:Hi", false));
 
   const ErrorCase cases[] = {
       {R"({})", "messages"},
@@ -336,7 +341,7 @@ TEST_F(OpenAiApiTokenizer, ChatResponseAndChunks) {
                            ApiEndpoint::kChatCompletions, ctx_);
   ChoiceOutput o;
   o.text = "And God said";
-  o.finish_reason = "stop";
+  o.finish_reason = FinishReason::kStop;
   o.completion_tokens = 3;
   SampledToken t;
   t.token = tokenizer_->encode(" God", false).back();
@@ -348,12 +353,12 @@ TEST_F(OpenAiApiTokenizer, ChatResponseAndChunks) {
   EXPECT_EQ(j["choices"][0]["message"]["content"], "And God said");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["token"], " God");
-  json first = json::parse(stream_chunk_body(r, "chatcmpl-1", 1, 0, "", {}, "", true, tokenizer_.get()));
+  json first = json::parse(stream_chunk_body(r, "chatcmpl-1", 1, 0, "", {}, FinishReason::kNone, true, tokenizer_.get()));
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
-  json mid = json::parse(stream_chunk_body(r, "chatcmpl-1", 1, 0, "And", {}, "", false, tokenizer_.get()));
+  json mid = json::parse(stream_chunk_body(r, "chatcmpl-1", 1, 0, "And", {}, FinishReason::kNone, false, tokenizer_.get()));
   EXPECT_EQ(mid["choices"][0]["delta"]["content"], "And");
-  json last = json::parse(stream_chunk_body(r, "chatcmpl-1", 1, 0, "", {}, "stop", false, tokenizer_.get()));
+  json last = json::parse(stream_chunk_body(r, "chatcmpl-1", 1, 0, "", {}, FinishReason::kStop, false, tokenizer_.get()));
   EXPECT_TRUE(last["choices"][0]["delta"].empty());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
 }

@@ -195,7 +195,7 @@ void run_case(const PropertyCase& pc) {
         if (chance(0.2)) sp.presence_penalty = 0.5f;
         const int priority = chance(0.8) ? 0 : uniform(-1, 2);
         const SeqId id = next_id++;
-        const Status st = sched.add_request(id, prompt, sp, o.max_new, o.stop, priority);
+        const Status st = sched.add_request(id, make_request(prompt, o.max_new, sp, o.stop, priority));
         if (o.prompt_len + 1 > sched.max_sequence_len()) {
           ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
           ++totals.rejected;

@@ -46,7 +46,7 @@ class Harness {
                   SamplingParams sampling = {}) {
     exec.add(id, prompt);
     lens_[id] = prompt.size();
-    ASSERT_TRUE(sched.add_request(id, prompt, sampling, max_new, stop, priority).is_ok());
+    ASSERT_TRUE(sched.add_request(id, make_request(prompt, max_new, sampling, stop, priority)).is_ok());
   }
 
   // One step; returns the plan it ran, as the executor saw it (deltas applied).
@@ -195,7 +195,7 @@ TEST(SchedulerTest, AdmissionErrorsNameTheRequest) {
   c.max_model_len = 64;
   Scheduler s(c);
   auto expect_invalid = [&](SeqId id, int prompt_len, int max_new, const char* what) {
-    Status st = s.add_request(id, prompt_of(prompt_len), {}, max_new, {});
+    Status st = s.add_request(id, make_request(prompt_of(prompt_len), max_new));
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what;
     EXPECT_NE(st.message().find("request " + std::to_string(id)), std::string::npos) << st.message();
   };
@@ -203,13 +203,13 @@ TEST(SchedulerTest, AdmissionErrorsNameTheRequest) {
   expect_invalid(8, 4, 0, "max_new_tokens 0");
   expect_invalid(9, 64, 4, "longer than max_model_len");
   expect_invalid(10, 32, 4, "more blocks than the pool");
-  ASSERT_TRUE(s.add_request(11, prompt_of(31), {}, 4, {}).is_ok());  // 31 + 1 fills the pool exactly
+  ASSERT_TRUE(s.add_request(11, make_request(prompt_of(31), 4)).is_ok());  // 31 + 1 fills the pool exactly
   expect_invalid(11, 4, 4, "duplicate id");
 
   c.chunked_prefill = false;
   c.num_blocks = 64;
   Scheduler t(c);
-  Status st = t.add_request(12, prompt_of(40), {}, 4, {});
+  Status st = t.add_request(12, make_request(prompt_of(40), 4));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("max_num_batched_tokens"), std::string::npos) << st.message();
 

@@ -60,7 +60,7 @@ size_t steady_decode_frame_bytes(int n, int context) {
     std::iota(prompt.begin(), prompt.end(), i);
     for (int32_t& t : prompt) t %= 50;
     run.exec.add(static_cast<SeqId>(i + 1), prompt);
-    EXPECT_TRUE(run.sched.add_request(static_cast<SeqId>(i + 1), prompt, sp, 20).is_ok());
+    EXPECT_TRUE(run.sched.add_request(static_cast<SeqId>(i + 1), make_request(prompt, 20, sp)).is_ok());
   }
   for (int guard = 0; guard < 1000; ++guard) {
     const StepPlan plan = run.step();
@@ -100,8 +100,8 @@ TEST(StepDeltas, StateTravelsOnceAndFinishedOrPreemptedSequencesAreDropped) {
   const std::vector<int32_t> p1(10, 3), p2(10, 4);
   run.exec.add(1, p1);
   run.exec.add(2, p2);
-  ASSERT_TRUE(run.sched.add_request(1, p1, sp, 8).is_ok());
-  ASSERT_TRUE(run.sched.add_request(2, p2, {}, 20).is_ok());
+  ASSERT_TRUE(run.sched.add_request(1, make_request(p1, 8, sp)).is_ok());
+  ASSERT_TRUE(run.sched.add_request(2, make_request(p2, 20)).is_ok());
   std::map<SeqId, int> starts;
   bool saw_drop_of_1 = false;
   SeqId preempted_dropped = 0;
@@ -137,7 +137,7 @@ TEST(StepDeltas, LostKvCachesResendEverySequenceInFull) {
   for (SeqId id : {1, 2}) {
     const std::vector<int32_t> p(6, static_cast<int32_t>(id));
     run.exec.add(id, p);
-    ASSERT_TRUE(run.sched.add_request(id, p, {}, 10).is_ok());
+    ASSERT_TRUE(run.sched.add_request(id, make_request(p, 10)).is_ok());
   }
   run.step();
   run.step();

@@ -3,7 +3,7 @@
 // tessera-serve runs it); then the JSON writers on a dummy output of every decoded request.
 //
 // Invariants (a violation traps, so libFuzzer reports it with the input):
-//  - success: one GenerateRequest per prompt × n, every prompt non-empty with ids in
+//  - success: one Request per prompt (each with n choices), every prompt non-empty with ids in
 //    [0, vocab), 1 <= max_tokens and prompt + max_tokens <= max_model_len;
 //  - failure: an HTTP status in 400..499 and a non-empty message;
 //  - every JSON writer (responses, stream chunks, usage, errors) emits valid JSON.
@@ -87,7 +87,7 @@ void check_json(const std::string& text) { FUZZ_CHECK(nlohmann::json::accept(tex
 // the vocabulary, special tokens included), with as many alternatives as were asked for.
 void exercise_writers(const ApiRequest& r, const ApiContext& ctx, std::string_view data) {
   const int64_t vocab = ctx.tokenizer != nullptr ? ctx.tokenizer->vocab_size() : 1000;
-  std::vector<ChoiceOutput> choices(r.generate.size());
+  std::vector<ChoiceOutput> choices(r.num_choices());
   for (size_t i = 0; i < choices.size() && i < 8; ++i) {
     ChoiceOutput& c = choices[i];
     c.text = std::string(data.substr(0, std::min<size_t>(data.size(), 16 * (i + 1))));
@@ -100,7 +100,7 @@ void exercise_writers(const ApiRequest& r, const ApiContext& ctx, std::string_vi
       c.tokens.push_back(std::move(t));
     }
     c.completion_tokens = static_cast<int>(c.tokens.size());
-    c.finish_reason = i % 2 == 0 ? "length" : "stop";
+    c.finish_reason = i % 2 == 0 ? FinishReason::kLength : FinishReason::kStop;
   }
   const std::string id = make_response_id(r.endpoint);
   check_json(response_body(r, id, 1700000000, choices, ctx.tokenizer));
@@ -108,10 +108,10 @@ void exercise_writers(const ApiRequest& r, const ApiContext& ctx, std::string_vi
   for (size_t i = 0; i < n; ++i) {
     const ChoiceOutput& c = choices[i];
     const int index = static_cast<int>(i);
-    check_json(stream_chunk_body(r, id, 1700000000, index, "", {}, "", /*role_only=*/true, ctx.tokenizer));
-    check_json(stream_chunk_body(r, id, 1700000000, index, c.text, c.tokens, "", false, ctx.tokenizer));
+    check_json(stream_chunk_body(r, id, 1700000000, index, "", {}, FinishReason::kNone, /*role_only=*/true, ctx.tokenizer));
+    check_json(stream_chunk_body(r, id, 1700000000, index, c.text, c.tokens, FinishReason::kNone, false, ctx.tokenizer));
     check_json(stream_chunk_body(r, id, 1700000000, index, "", {}, c.finish_reason, false, ctx.tokenizer));
-    if (r.echo) check_json(stream_chunk_body(r, id, 1700000000, index, r.prompt_texts[i / r.n], {}, "", false,
+    if (r.echo) check_json(stream_chunk_body(r, id, 1700000000, index, r.prompt_texts[i / r.n], {}, FinishReason::kNone, false,
                                              ctx.tokenizer));
   }
   check_json(stream_usage_body(r, id, 1700000000, usage_of(r, choices)));
@@ -129,11 +129,13 @@ void run_one(ApiEndpoint endpoint, const ApiContext& ctx, std::string_view body)
   FUZZ_CHECK(r.endpoint == endpoint);
   FUZZ_CHECK(r.n >= 1 && r.n <= 128);
   FUZZ_CHECK(r.logprobs >= -1 && r.logprobs <= 20);
-  FUZZ_CHECK(!r.prompts.empty());
-  FUZZ_CHECK(r.prompt_texts.size() == r.prompts.size());
-  FUZZ_CHECK(r.generate.size() == r.prompts.size() * static_cast<size_t>(r.n));
+  FUZZ_CHECK(!r.requests.empty());
+  FUZZ_CHECK(r.prompt_texts.size() == r.requests.size());
+  FUZZ_CHECK(r.num_choices() == r.requests.size() * static_cast<size_t>(r.n));
   const int64_t vocab = ctx.tokenizer != nullptr ? ctx.tokenizer->vocab_size() : int64_t{INT32_MAX};
-  for (const GenerateRequest& g : r.generate) {
+  for (const auto& request : r.requests) {
+    const Request& g = *request;
+    FUZZ_CHECK(g.n == r.n);
     FUZZ_CHECK(!g.prompt.empty());
     for (int32_t id : g.prompt) FUZZ_CHECK(id >= 0 && id < vocab);
     for (int32_t id : g.stop.stop_token_ids) FUZZ_CHECK(id >= 0 && id < vocab);

@@ -58,14 +58,13 @@ TEST(WorkerFault, DeadRankFailsTheRequestAndRestartedRanksRejoin) {
   ASSERT_TRUE(group.value()->wait_until_ready(std::chrono::seconds(60)).is_ok());
 
   Engine engine(sc, *group.value());
+  RequestId next_id = 1;
   auto request = [&](int max_new) {
-    EngineRequest r;
-    r.prompt = golden["prompt_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = max_new;
-    r.stop.ignore_eos = true;
-    auto id = engine.add_request(r);
-    EXPECT_TRUE(id.is_ok());
-    return id.value();
+    StopConditions stop;
+    stop.ignore_eos = true;
+    const RequestId id = next_id++;
+    EXPECT_TRUE(engine.add_request(id, make_request(golden["prompt_ids"].get<std::vector<int32_t>>(), max_new, {}, stop)).is_ok());
+    return id;
   };
 
   // 1. A long request is running when rank 1 is killed.
@@ -165,11 +164,9 @@ TEST(WorkerFault, RestartedWorkerIsSentItsSequencesInFullAndTheTokensMatchTheRef
   SchedulerConfig sc;
   sc.num_blocks = 64;
   Engine engine(sc, *w.group);
-  EngineRequest r;
-  r.prompt = w.prompt();
-  r.max_new_tokens = static_cast<int>(w.greedy().size());
-  r.stop.ignore_eos = true;
-  ASSERT_TRUE(engine.add_request(r).is_ok());
+  StopConditions stop;
+  stop.ignore_eos = true;
+  ASSERT_TRUE(engine.add_request(1, make_request(w.prompt(), static_cast<int>(w.greedy().size()), {}, stop)).is_ok());
   std::vector<int32_t> out;
   auto step = [&] {
     for (const auto& ev : engine.step()) {

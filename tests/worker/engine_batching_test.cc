@@ -81,15 +81,14 @@ std::vector<std::vector<int32_t>> run_engine(Transformer& model, Backend& backen
   size_t next = 0;
   for (uint64_t step = 0; next < cases.size() || engine.has_work(); ++step) {
     while (next < cases.size() && step >= next * static_cast<uint64_t>(stagger)) {
-      EngineRequest r;
-      r.prompt = cases[next].prompt;
-      r.max_new_tokens = static_cast<int>(cases[next].greedy.size());
-      r.sampling = sampling;
-      r.stop.ignore_eos = true;
-      auto id = engine.add_request(r);
-      EXPECT_TRUE(id.is_ok()) << id.status().to_string();
-      if (!id.is_ok()) return outputs;
-      index_of[id.value()] = next++;
+      StopConditions stop;
+      stop.ignore_eos = true;
+      const RequestId id = next + 1;
+      const Status st =
+          engine.add_request(id, make_request(cases[next].prompt, static_cast<int>(cases[next].greedy.size()), sampling, stop));
+      EXPECT_TRUE(st.is_ok()) << st.to_string();
+      if (!st.is_ok()) return outputs;
+      index_of[id] = next++;
     }
     for (const SequenceEvent& ev : engine.step()) {
       EXPECT_NE(ev.reason, FinishReason::kError) << ev.error;

@@ -1,0 +1,247 @@
+// Parallel sampling (n > 1): one prefill, then a fork through BlockManager::fork. The fake
+// executor's shadow KV cache checks that every choice reads its own tokens at every
+// position (copy-on-write of the shared tail block, preemption and recompute of a forked
+// choice, prefix hits); the block manager's counters show the prompt was allocated once.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "coordinator/request.h"
+#include "coordinator/scheduler.h"
+#include "tests/coordinator/fake_executor.h"
+
+namespace tessera {
+namespace {
+
+using testing::FakeExecutor;
+
+SchedulerConfig fork_config() {
+  SchedulerConfig c;
+  c.block_size = 4;
+  c.num_blocks = 64;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 64;
+  c.max_model_len = 256;
+  return c;
+}
+
+std::vector<int32_t> prompt_of(int len, int32_t base = 100) {
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (int i = 0; i < len; ++i) p[static_cast<size_t>(i)] = base + i;
+  return p;
+}
+
+std::shared_ptr<const Request> request_with_n(std::vector<int32_t> prompt, int n, int max_tokens,
+                                              std::optional<uint64_t> seed = std::nullopt) {
+  auto r = std::make_shared<Request>();
+  r->prompt = std::move(prompt);
+  r->n = n;
+  r->max_tokens = max_tokens;
+  r->sampling.seed = seed;
+  return r;
+}
+
+// Drives a scheduler and the fake executor; records what each sequence was fed and drew.
+struct ForkHarness {
+  explicit ForkHarness(SchedulerConfig c) : sched(c), exec(c.block_size, c.num_blocks) {}
+
+  void add(RequestId id, std::shared_ptr<const Request> r) {
+    for (int c = 0; c < r->n; ++c) exec.add(choice_seq_id(id, c), r->prompt);  // what every choice will read
+    ASSERT_TRUE(sched.add_request(id, std::move(r)).is_ok());
+  }
+
+  std::vector<SequenceEvent> step() {
+    StepPlan plan = sched.schedule();
+    const StepResult result = exec.execute(plan);
+    // The seeds as the executor holds them (they travel with each sequence's first step).
+    for (const testing::ResolvedStep& s : exec.last_plan().seqs) {
+      fed[s.seq_id] += static_cast<int>(s.tokens.size());
+      if (s.sample) seeds[s.seq_id].insert(s.sampling.seed.value_or(0));
+    }
+    std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
+    exec.apply(events);
+    for (const SequenceEvent& e : events) {
+      for (const SampledToken& t : e.new_tokens) outputs[e.seq_id].push_back(t.token);
+      if (e.finished) reasons[e.seq_id] = e.reason;
+    }
+    sched.check_invariants();
+    return events;
+  }
+  void run(int max_steps = 10000) {
+    for (int i = 0; i < max_steps && sched.has_work(); ++i) step();
+    EXPECT_FALSE(sched.has_work()) << "did not finish in " << max_steps << " steps";
+  }
+  // What a sequence draws as its k-th token (the fake's function of id and index).
+  std::vector<int32_t> expected(SeqId seq, int count) const {
+    std::vector<int32_t> out;
+    for (int k = 0; k < count; ++k) out.push_back(exec.token_for(seq, k));
+    return out;
+  }
+
+  Scheduler sched;
+  FakeExecutor exec;
+  std::map<SeqId, int> fed;
+  std::map<SeqId, std::set<uint64_t>> seeds;
+  std::map<SeqId, std::vector<int32_t>> outputs;
+  std::map<SeqId, FinishReason> reasons;
+};
+
+TEST(SchedulerForkTest, PromptIsPrefilledOnceAndEveryChoiceDrawsWithItsOwnSeed) {
+  ForkHarness h(fork_config());
+  h.add(1, request_with_n(prompt_of(16), 3, 5, /*seed=*/100));
+  h.run();
+  const BlockManagerStats b = h.sched.block_manager().stats();
+  // Blocks 0..3 hold the prompt, allocated once. Position 15 (the last prompt token) lies in
+  // block 3, which the parent computed up to 14 and the fork shares: the two other choices
+  // write their own copy of it (copy-on-write). Each choice's output (positions 16..19) gets
+  // one block of its own.
+  EXPECT_EQ(b.cow_copies, 2u);
+  EXPECT_EQ(b.blocks_allocated, 4u + 2u + 3u);
+  EXPECT_EQ(b.num_free, b.num_blocks) << "every block back (free or cached)";
+  for (int c = 0; c < 3; ++c) {
+    const SeqId seq = choice_seq_id(1, c);
+    // Choice 0 fed prompt[0..15) in the prefill, then each choice position 15 and its outputs.
+    EXPECT_EQ(h.fed[seq], (c == 0 ? 15 : 0) + 1 + 4) << "choice " << c;
+    EXPECT_EQ(h.outputs[seq], h.expected(seq, 5)) << "choice " << c;
+    EXPECT_EQ(h.reasons[seq], FinishReason::kLength) << "choice " << c;
+    EXPECT_EQ(h.seeds[seq], (std::set<uint64_t>{100u + static_cast<uint64_t>(c)})) << "choice " << c;
+  }
+}
+
+TEST(SchedulerForkTest, UnseededChoicesGetDistinctSeedsFromTheirSequenceIds) {
+  ForkHarness h(fork_config());
+  auto r = std::make_shared<Request>();
+  r->prompt = prompt_of(9);
+  r->n = 2;
+  r->max_tokens = 2;
+  r->sampling.temperature = 0.7f;
+  h.add(5, r);
+  h.run();
+  ASSERT_EQ(h.seeds[choice_seq_id(5, 0)].size(), 1u);
+  ASSERT_EQ(h.seeds[choice_seq_id(5, 1)].size(), 1u);
+  EXPECT_NE(*h.seeds[choice_seq_id(5, 0)].begin(), *h.seeds[choice_seq_id(5, 1)].begin());
+}
+
+TEST(SchedulerForkTest, ForkRightAtAdmissionWhenThePrefixCacheHoldsThePrompt) {
+  ForkHarness h(fork_config());
+  h.add(1, request_with_n(prompt_of(16), 1, 2));
+  h.run();
+  const uint64_t before = h.sched.block_manager().stats().blocks_allocated;
+  // The same prompt again, n = 2: its 15 tokens before the last are all cached, so it forks
+  // on admission and neither choice recomputes any of them.
+  h.add(2, request_with_n(prompt_of(16), 2, 3));
+  h.run();
+  for (int c = 0; c < 2; ++c) {
+    const SeqId seq = choice_seq_id(2, c);
+    EXPECT_EQ(h.fed[seq], 1 + 2) << "choice " << c << ": position 15, then 2 of its 3 outputs";
+    EXPECT_EQ(h.outputs[seq], h.expected(seq, 3)) << "choice " << c;
+  }
+  // One copy of the shared last prompt block, one output block per choice.
+  EXPECT_EQ(h.sched.block_manager().stats().blocks_allocated - before, 1u + 2u);
+}
+
+TEST(SchedulerForkTest, PreemptedForkedChoicesAreRecomputedAsPromptPlusOutput) {
+  SchedulerConfig c = fork_config();
+  c.num_blocks = 14;  // 56 tokens: three choices of 10 + 30 cannot all hold their blocks
+  ForkHarness h(c);
+  h.add(1, request_with_n(prompt_of(10), 3, 30));
+  h.run();
+  EXPECT_GT(h.sched.stats().num_preemptions, 0u);
+  for (int k = 0; k < 3; ++k) {
+    const SeqId seq = choice_seq_id(1, k);
+    EXPECT_EQ(h.outputs[seq], h.expected(seq, 30)) << "choice " << k;
+    EXPECT_EQ(h.reasons[seq], FinishReason::kLength) << "choice " << k;
+  }
+}
+
+TEST(SchedulerForkTest, ChoicesBeyondMaxNumSeqsQueueAndStillMatch) {
+  SchedulerConfig c = fork_config();
+  c.max_num_seqs = 2;
+  ForkHarness h(c);
+  h.add(1, request_with_n(prompt_of(1), 4, 3));  // a one-token prompt forks before computing anything
+  h.run();
+  for (int k = 0; k < 4; ++k) {
+    const SeqId seq = choice_seq_id(1, k);
+    EXPECT_EQ(h.outputs[seq], h.expected(seq, 3)) << "choice " << k;
+  }
+}
+
+TEST(SchedulerForkTest, StaticBatchKeepsEveryChoiceInTheBatch) {
+  SchedulerConfig c = fork_config();
+  c.mode = BatchingMode::kStatic;
+  c.max_num_seqs = 2;  // the batch's fork overflows: the queued choice is still a member
+  ForkHarness h(c);
+  h.add(1, request_with_n(prompt_of(6), 3, 4));
+  h.add(2, request_with_n(prompt_of(5, 300), 1, 2));
+  h.run();
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(h.outputs[choice_seq_id(1, k)], h.expected(choice_seq_id(1, k), 4)) << "choice " << k;
+  EXPECT_EQ(h.outputs[2], h.expected(2, 2));
+}
+
+TEST(SchedulerForkTest, AbortingOneChoiceLeavesTheOthersRunning) {
+  ForkHarness h(fork_config());
+  h.add(1, request_with_n(prompt_of(8), 3, 6));
+  for (int i = 0; i < 3; ++i) h.step();  // prefill, fork, first tokens
+  ASSERT_NE(h.sched.find(choice_seq_id(1, 1)), nullptr);
+  EXPECT_TRUE(h.sched.abort_choice(1, 1));
+  EXPECT_FALSE(h.sched.abort_choice(1, 1));
+  h.exec.forget(choice_seq_id(1, 1));
+  h.run();
+  EXPECT_EQ(h.outputs[choice_seq_id(1, 0)], h.expected(choice_seq_id(1, 0), 6));
+  EXPECT_EQ(h.outputs[choice_seq_id(1, 2)], h.expected(choice_seq_id(1, 2), 6));
+  EXPECT_EQ(h.sched.block_manager().stats().num_free, h.sched.block_manager().stats().num_blocks);
+  // The whole request: nothing left of it.
+  EXPECT_FALSE(h.sched.abort(1));
+}
+
+TEST(SchedulerForkTest, AbortBeforeTheForkEndsTheRequest) {
+  SchedulerConfig c = fork_config();
+  c.max_num_batched_tokens = 8;
+  ForkHarness h(c);
+  h.add(1, request_with_n(prompt_of(30), 4, 6));
+  h.step();  // the first prefill chunk
+  ASSERT_TRUE(h.sched.find(1)->fork_pending());
+  EXPECT_TRUE(h.sched.abort(1));
+  EXPECT_FALSE(h.sched.has_work());
+  EXPECT_EQ(h.sched.find(choice_seq_id(1, 1)), nullptr);
+  EXPECT_EQ(h.sched.block_manager().stats().num_free, c.num_blocks);
+}
+
+TEST(SchedulerForkTest, AFailedStepBeforeTheForkEndsEveryChoice) {
+  ForkHarness h(fork_config());
+  h.add(7, request_with_n(prompt_of(10), 3, 4));
+  const StepPlan plan = h.sched.schedule();
+  StepResult failed;
+  failed.step_id = plan.step_id;
+  failed.error = "device lost";
+  const std::vector<SequenceEvent> events = h.sched.on_step_result(plan, failed);
+  ASSERT_EQ(events.size(), 3u);
+  std::set<SeqId> ended;
+  for (const SequenceEvent& e : events) {
+    EXPECT_TRUE(e.finished);
+    EXPECT_EQ(e.reason, FinishReason::kError);
+    EXPECT_EQ(e.error, "device lost");
+    ended.insert(e.seq_id);
+  }
+  EXPECT_EQ(ended, (std::set<SeqId>{choice_seq_id(7, 0), choice_seq_id(7, 1), choice_seq_id(7, 2)}));
+  EXPECT_FALSE(h.sched.has_work());
+}
+
+TEST(SchedulerForkTest, RequestsAreCheckedOnce) {
+  Scheduler s(fork_config());
+  auto bad_n = std::make_shared<Request>();
+  bad_n->prompt = prompt_of(3);
+  bad_n->n = kMaxChoices + 1;
+  const Status st = s.add_request(3, bad_n);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("request 3: n must be in [1, 128]"), std::string::npos) << st.message();
+  EXPECT_EQ(s.add_request(0, request_with_n(prompt_of(3), 1, 2)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.add_request(kMaxRequestId + 1, request_with_n(prompt_of(3), 1, 2)).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera
