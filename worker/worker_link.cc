@@ -234,6 +234,7 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
     reg.host = o.host;
     reg.backend = o.backend;
     reg.free_memory_bytes = o.free_memory_bytes;
+    reg.total_memory_bytes = o.total_memory_bytes;
     reg.pid = static_cast<int64_t>(getpid());
     wire::encode(reg, &buf);
     buf[4] = static_cast<char>(o.protocol_version & 0xff);  // header version (tests override it)

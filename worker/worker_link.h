@@ -26,8 +26,9 @@ struct WorkerLinkOptions {
   int rank = 0;
   int world_size = 1;
   std::string host;     // reported in Register (defaults to gethostname())
-  std::string backend = "cpu";
-  uint64_t free_memory_bytes = 0;
+  std::string backend = "cpu";     // reported in Register: the backend this worker made
+  uint64_t free_memory_bytes = 0;  // reported in Register: its device's memory (Backend::memory_info)
+  uint64_t total_memory_bytes = 0;
   // Heartbeat period; the coordinator should use the same value.
   std::chrono::milliseconds heartbeat_interval{1000};
   // The coordinator is presumed dead after this many intervals without any message from it.
