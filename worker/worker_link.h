@@ -33,7 +33,8 @@ struct WorkerLinkOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   // The coordinator is presumed dead after this many intervals without any message from it.
   int coordinator_dead_after_intervals = 3;
-  // How long to wait for the Assignment (or a Reject) after registering.
+  // How long to wait, after registering, without any word from the coordinator before the
+  // Assignment (or a Reject) comes; its heartbeats while it holds the assignment count.
   std::chrono::milliseconds register_timeout{30000};
   // CURVE: the coordinator's public key (Z85); empty = plain TCP. The worker's own keypair
   // is generated when not given. A coordinator whose allowed-key list lacks this worker's
