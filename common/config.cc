@@ -264,8 +264,8 @@ const std::vector<std::pair<const char*, DType>> kDtypes = {
     {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16}};
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
-const std::vector<std::pair<const char*, WorkerBackend>> kBackends = {
-    {"auto", WorkerBackend::kAuto}, {"cpu", WorkerBackend::kCpu}, {"cuda", WorkerBackend::kCuda}};
+const std::vector<std::pair<const char*, std::optional<BackendKind>>> kBackends = {
+    {"auto", std::nullopt}, {"cpu", BackendKind::kCpu}, {"cuda", BackendKind::kCuda}};
 
 #define TESSERA_INT_KEY(PATH, FIELD, LO, HI)                                                     \
   KeyDef {                                                                                       \
@@ -383,6 +383,28 @@ const std::vector<KeyDef>& schema() {
                return read_fraction(n, w, &c.cache.memory_fraction);
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.cache.memory_fraction); }, nullptr},
+      KeyDef{"cache.cpu_kv_bytes", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (n.IsScalar() && n.Scalar() == "auto") {
+                 c.cache.cpu_kv_bytes.reset();
+                 return Status::ok();
+               }
+               int64_t v = 0;
+               Status st = read_int(n, w, 1, int64_t{1} << 50, &v);
+               if (!st.is_ok()) {
+                 return w.error("expected \"auto\" or a byte count from 1 to 2^50 (an integer), got " + describe(n));
+               }
+               c.cache.cpu_kv_bytes = v;
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) {
+               if (c.cache.cpu_kv_bytes) {
+                 out << *c.cache.cpu_kv_bytes;
+               } else {
+                 out << "auto";
+               }
+             },
+             nullptr},
       TESSERA_INT_KEY("scheduler.max_num_seqs", scheduler.max_num_seqs, 1, 65536),
       TESSERA_INT_KEY("scheduler.max_num_batched_tokens", scheduler.max_num_batched_tokens, 1, 1 << 24),
       TESSERA_BOOL_KEY("scheduler.chunked_prefill", scheduler.chunked_prefill),
@@ -438,6 +460,11 @@ const std::vector<KeyDef>& schema() {
       TESSERA_BOOL_KEY("server.curve.client_api", server.curve.client_api),
       TESSERA_ENUM_KEY("worker.backend", worker.backend, kBackends),
       TESSERA_INT_KEY("worker.threads", worker.threads, 0, 4096),
+      KeyDef{"worker.memory_limit_bytes", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_int(n, w, 0, int64_t{1} << 50, &c.worker.memory_limit_bytes);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << c.worker.memory_limit_bytes; }, nullptr},
       TESSERA_STRING_KEY("worker.control_address", worker.control_address, read_optional_endpoint),
   };
   return keys;
@@ -524,8 +551,6 @@ Status walk(TesseraConfig& config, const YAML::Node& node, const std::string& se
 }
 
 }  // namespace
-
-const char* worker_backend_name(WorkerBackend backend) { return enum_name(kBackends, backend); }
 
 StatusOr<TesseraConfig> parse_config_yaml(const std::string& text, const std::string& source) {
   YAML::Node root;

@@ -45,10 +45,16 @@ struct ParallelSection {
   std::map<std::string, std::vector<std::string>> injection_policy;
 };
 
+// cache.num_blocks "auto" sizes the pool from what the workers report when they register
+// (coordinator/kv_pool_sizing.h): CUDA ranks give memory_fraction of their free device
+// memory, CPU ranks cpu_kv_bytes; either less that rank's weights; the smallest rank wins.
 struct CacheSection {
   int block_size = 16;                  // tokens per KV block
-  std::optional<int64_t> num_blocks;    // nullopt = "auto" (sized from memory_fraction)
-  double memory_fraction = 0.9;         // share of free device memory the KV cache may take
+  std::optional<int64_t> num_blocks;    // nullopt = "auto" (sized from the workers' memory)
+  double memory_fraction = 0.9;         // share of free device memory the KV cache may take (CUDA)
+  // Bytes of KV cache a CPU rank may take; nullopt = "auto": min(2 GiB, 10% of the memory
+  // the rank reports available). Either way at most what the rank reports, less its weights.
+  std::optional<int64_t> cpu_kv_bytes;
 };
 
 struct SchedulerSection {
@@ -90,12 +96,13 @@ struct ServerSection {
   CurveSection curve;
 };
 
-enum class WorkerBackend { kAuto, kCpu, kCuda };
-const char* worker_backend_name(WorkerBackend backend);
-
 struct WorkerSection {
-  WorkerBackend backend = WorkerBackend::kAuto;
+  std::optional<BackendKind> backend;  // nullopt = "auto" (common/parallel_roles.h)
   int threads = 0;  // CPU threads per worker; 0 = all cores (or OMP_NUM_THREADS)
+  // The most memory this worker offers the KV cache and its weights: the free memory it
+  // reports when it registers is min(what its device has free, this); 0 = no limit. For a
+  // host or GPU shared with other programs.
+  int64_t memory_limit_bytes = 0;
   // Where workers connect; "" = server.control (which is where the coordinator binds, e.g.
   // tcp://0.0.0.0:5560, while workers on other hosts need tcp://tessera-coordinator:5560).
   std::string control_address;

@@ -12,4 +12,27 @@ const char* tp_role_name(TpRole role) {
   return "?";
 }
 
+const char* backend_kind_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kCpu: return "cpu";
+    case BackendKind::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+const char* backend_choice_name(std::optional<BackendKind> kind) { return kind ? backend_kind_name(*kind) : "auto"; }
+
+bool parse_backend_choice(const std::string& name, std::optional<BackendKind>* out) {
+  if (name == "auto") {
+    out->reset();
+  } else if (name == "cpu") {
+    *out = BackendKind::kCpu;
+  } else if (name == "cuda") {
+    *out = BackendKind::kCuda;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace tessera

@@ -41,6 +41,7 @@ struct Slot {
   bool alive = false;
   bool ready = false;
   bool setup_failed = false;
+  bool assigned = false;  // its current registration got an Assignment
   int registrations = 0;
   wire::Register info;
   std::string error;
@@ -77,6 +78,10 @@ struct WorkerGroup::Impl {
   // The collective group's id from rank 0's current session (NCCL's unique id), relayed to
   // the other ranks; empty until rank 0 sends one, cleared when rank 0 registers or dies.
   std::string collective_id;
+  // on_all_registered: whether it has run successfully (under sock_mu), and its error
+  // (under state_mu), which ends wait_until_ready().
+  bool all_registered_once = false;
+  Status group_error;
 
   // The step in flight and socket-side state (under sock_mu).
   Status outcome_status;
@@ -107,6 +112,8 @@ struct WorkerGroup::Impl {
       std::string what;
       if (!s.registered) {
         what = "not registered yet";
+      } else if (s.alive && !s.assigned) {
+        what = "registered, its assignment held until every rank has registered";
       } else if (!s.alive) {
         what = "dead (" + s.error + ")";
       } else if (s.setup_failed) {
@@ -283,6 +290,7 @@ struct WorkerGroup::Impl {
       s.alive = true;
       s.ready = false;
       s.setup_failed = false;
+      s.assigned = false;
       s.error.clear();
       s.info = reg;
       s.last_heard = Clock::now();
@@ -290,7 +298,69 @@ struct WorkerGroup::Impl {
       by_identity[identity] = rank;
       if (rank == 0) collective_id.clear();  // a new session of rank 0 makes a new group id
     }
-    wire::Assignment a = factory ? factory(rank, reg) : wire::Assignment{};
+    if (opts.on_all_registered && !all_registered_once) return hold_until_all_registered(rank, reg);
+    assign(rank, identity, reg, registrations);
+  }
+
+  // on_all_registered mode, before it ran: holds this rank's assignment until every rank
+  // has registered, then sizes the group and assigns them all.
+  void hold_until_all_registered(int rank, const wire::Register& reg) {
+    std::vector<wire::Register> regs;
+    std::vector<std::string> ids;
+    std::vector<int> counts;
+    {
+      std::lock_guard<std::mutex> lock(state_mu);
+      for (const Slot& s : slots) {
+        if (!s.alive) {
+          regs.clear();
+          break;
+        }
+        regs.push_back(s.info);
+        ids.push_back(s.identity);
+        counts.push_back(s.registrations);
+      }
+    }
+    if (regs.empty()) {
+      TESSERA_LOG_INFO("worker group: rank {} registered from host {} (pid {}, backend {}, {} MB free of {} MB); "
+                       "holding its assignment until all {} rank(s) have registered",
+                       rank, reg.host, reg.pid, reg.backend, reg.free_memory_bytes / 1000000,
+                       reg.total_memory_bytes / 1000000, slots.size());
+      return;
+    }
+    Status st = opts.on_all_registered(regs);
+    if (!st.is_ok()) {
+      TESSERA_LOG_ERROR("worker group: cannot assign the ranks: {}", st.to_string());
+      {
+        std::lock_guard<std::mutex> lock(state_mu);
+        group_error = st;
+      }
+      for (size_t r = 0; r < ids.size(); ++r) {
+        wire::encode(wire::Reject{st.message()}, &send_buf);
+        send_to(ids[r], send_buf);
+        std::lock_guard<std::mutex> lock(state_mu);
+        mark_dead_locked(static_cast<int>(r), "refused: " + st.message());
+      }
+      state_cv.notify_all();
+      return;
+    }
+    all_registered_once = true;
+    for (size_t r = 0; r < ids.size(); ++r) assign(static_cast<int>(r), ids[r], regs[r], counts[r]);
+  }
+
+  // Builds and sends one rank's assignment (then rank 0's collective id, if it has one).
+  void assign(int rank, const std::string& identity, const wire::Register& reg, int registrations) {
+    const int world = static_cast<int>(slots.size());
+    StatusOr<wire::Assignment> made = factory ? factory(rank, reg) : StatusOr<wire::Assignment>(wire::Assignment{});
+    if (!made.is_ok()) {
+      TESSERA_LOG_ERROR("worker group: refusing rank {} (host {}, pid {}): {}", rank, reg.host, reg.pid,
+                        made.status().message());
+      wire::encode(wire::Reject{made.status().message()}, &send_buf);
+      send_to(identity, send_buf);
+      std::lock_guard<std::mutex> lock(state_mu);
+      mark_dead_locked(rank, "refused: " + made.status().message());
+      return;
+    }
+    wire::Assignment a = std::move(made).value();
     a.rank = rank;
     a.world_size = world;
     TESSERA_LOG_INFO("worker group: rank {} registered from host {} (pid {}, backend {}){}; sending assignment", rank,
@@ -301,6 +371,7 @@ struct WorkerGroup::Impl {
     std::string id;
     {
       std::lock_guard<std::mutex> lock(state_mu);
+      slots[rank].assigned = true;
       id = collective_id;
     }
     if (rank != 0 && !id.empty()) {  // joined after rank 0 made the group: it waits for this
@@ -538,8 +609,10 @@ Status WorkerGroup::wait_until_ready(std::chrono::milliseconds timeout) {
   auto failed = [&] {
     return std::any_of(d.slots.begin(), d.slots.end(), [](const Slot& s) { return s.setup_failed; });
   };
-  d.state_cv.wait_for(lock, timeout, [&] { return d.complete_locked() || failed() || d.stop.load(); });
+  d.state_cv.wait_for(lock, timeout,
+                      [&] { return d.complete_locked() || failed() || !d.group_error.is_ok() || d.stop.load(); });
   if (d.complete_locked()) return Status::ok();
+  if (!d.group_error.is_ok()) return d.group_error;
   return unavailable(d.describe_incomplete_locked(Clock::now()));
 }
 

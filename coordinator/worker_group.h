@@ -47,12 +47,21 @@ struct WorkerGroupOptions {
   // the replacement: a collective cannot take one new member. Off: the others stay (tests of
   // the protocol alone). The serving cluster (coordinator/cluster.cc) turns it on.
   bool regroup_on_rank_loss = false;
+  // When set, no rank gets its assignment until all world_size ranks have registered; then
+  // this runs once with every registration (index = rank) before the first assignment is
+  // built, so what the assignments hold may depend on every rank (cache.num_blocks auto:
+  // the KV pool sized to the smallest rank's memory). An error rejects every waiting rank
+  // with its message and ends wait_until_ready() with it. Ranks registering afterwards
+  // (restarts) are assigned at once; the factory may refuse them. Called like the factory.
+  std::function<Status(const std::vector<wire::Register>& registrations)> on_all_registered;
 };
 
 // Builds a rank's Assignment from its registration (model, dtype, KV sizes, bootstrap blob,
-// TP plan). The group overwrites `rank` and `world_size` with the registered values.
+// the worker configuration); an error refuses the rank (Reject with the message). The group
+// overwrites `rank` and `world_size` with the registered values.
 // Called on the group's own threads (with its socket held): keep it quick and thread-safe.
-using AssignmentFactory = std::function<wire::Assignment(int rank, const wire::Register& registration)>;
+using AssignmentFactory =
+    std::function<StatusOr<wire::Assignment>(int rank, const wire::Register& registration)>;
 
 struct RankStatus {
   int rank = 0;
@@ -80,7 +89,8 @@ class WorkerGroup final : public StepExecutor {
   // The address actually bound (resolves a "*" port). Empty before start().
   std::string endpoint() const;
   // Blocks until every rank is registered, alive and ready, or the timeout passes
-  // (Unavailable naming the missing ranks). A rank whose setup failed ends the wait early.
+  // (Unavailable naming the missing ranks). A rank whose setup failed ends the wait early,
+  // and so does on_all_registered failing (its error).
   Status wait_until_ready(std::chrono::milliseconds timeout);
   bool is_complete() const;
 

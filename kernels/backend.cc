@@ -227,12 +227,10 @@ void Backend::scatter_add_scaled(const TensorView& x, const std::vector<int32_t>
   scatter_add_scaled_impl(x, rows, scale, out);
 }
 
-StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads, int device) {
-  if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
-  if (name != "cuda" && name != "auto") {
-    return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
-  }
-  const bool automatic = name == "auto";
+StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, int num_threads, int device) {
+  if (kind == BackendKind::kCpu) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  const bool automatic = !kind.has_value();
+  const char* name = backend_choice_name(kind);
 #ifdef TESSERA_WITH_CUDA
   if (cuda::device_count() == 0) {
     // describe_device says why: no driver, driver too old, no device visible...
@@ -256,9 +254,26 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
 #else
   (void)device;
+  (void)name;
   if (automatic) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
   return unimplemented("backend 'cuda': this build has no CUDA support (configure with nvcc present "
                        "or -DTESSERA_CUDA=ON); use --backend cpu");
+#endif
+}
+
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads, int device) {
+  std::optional<BackendKind> kind;
+  if (!parse_backend_choice(name, &kind)) {
+    return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
+  }
+  return make_backend(kind, num_threads, device);
+}
+
+BackendKind auto_backend_kind() {
+#ifdef TESSERA_WITH_CUDA
+  return cuda::device_count() > 0 ? BackendKind::kCuda : BackendKind::kCpu;
+#else
+  return BackendKind::kCpu;
 #endif
 }
 

@@ -8,16 +8,23 @@
 // its blocks in a block table (see AttentionBatch).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/parallel_roles.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/activation.h"
 
 namespace tessera {
 
-enum class BackendKind { kCpu, kCuda };
+// What a backend's device has: free is what an allocation could still get now (CPU: the
+// kernel's MemAvailable; CUDA: cudaMemGetInfo's free), total its whole memory.
+struct MemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
 
 // Host-side description of one ragged batch, shared by all layers of a step.
 struct AttentionBatch {
@@ -63,6 +70,15 @@ class Backend {
 
   // Memory on this backend's device (zeroed).
   virtual Tensor alloc(const std::vector<int64_t>& dims, DType dtype) = 0;
+  // Where a parameter lives (ggml's buffer types): the loader hands every weight it read
+  // (host memory: a mapped checkpoint or a converted copy) to place_weight once, at load
+  // time, and ops receive the returned tensor from then on. CPU: `host` itself, no copy.
+  // CUDA: uploaded once into the backend's weight memory; the returned tensor is device
+  // memory that lives as long as the backend, and `host` may be freed. Ops never move
+  // parameters themselves: one handed over in host memory is a loud error on CUDA.
+  virtual Tensor place_weight(const Tensor& host) = 0;
+  // Memory of this backend's device now (what a worker reports when it registers).
+  virtual StatusOr<MemoryInfo> memory_info() const = 0;
   // Copies between host and this device; identical for the CPU backend.
   virtual void copy_to_host(const TensorView& src, void* dst) = 0;
   virtual void copy_from_host(const void* src, const TensorView& dst) = 0;
@@ -174,9 +190,16 @@ class Backend {
                                        const std::vector<float>& scale, const TensorView& out) = 0;
 };
 
-// "cpu" or "cuda" (or "auto": CUDA when compiled in and a device is present, else CPU).
-// Asking for CUDA in a build without it is a clear error, never a crash. `device` picks the
-// CUDA device modulo the visible count (tensor-parallel rank r of one host passes r).
+// A CPU or CUDA backend; nullopt is "auto": CUDA when compiled in and a device is present
+// (and it starts), else the CPU. Asking for CUDA in a build without it is a clear error,
+// never a crash. `device` picks the CUDA device modulo the visible count (tensor-parallel
+// rank r of one host passes r).
+StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, int num_threads = 0, int device = 0);
+// The same by name: "cpu", "cuda" or "auto" (command-line flags); another name is an error.
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads = 0, int device = 0);
+// What "auto" will pick on this machine, without starting a backend: kCuda when the build
+// has CUDA and a device is visible. (make_backend still falls back to the CPU when that
+// device then fails to start.)
+BackendKind auto_backend_kind();
 
 }  // namespace tessera

@@ -3,7 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -139,8 +142,12 @@ struct TpRuntime {
 
   static StatusOr<std::unique_ptr<TpRuntime>> start(const Options& o, DType dtype, const SchedulerConfig& sc) {
     auto rt = std::make_unique<TpRuntime>();
-    rt->dir = (std::filesystem::temp_directory_path() / ("tessera-gen-" + std::to_string(getpid()))).string();
-    std::filesystem::create_directories(rt->dir);
+    // A fresh private folder (mode 0700) for the workers' configuration and control socket.
+    std::string pattern = (std::filesystem::temp_directory_path() / "tessera-gen-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return internal_error("cannot create a temporary folder (" + pattern + "): " + std::strerror(errno));
+    }
+    rt->dir = pattern;
     TesseraConfig c;
     c.source = "tessera-generate";
     c.model.path = std::filesystem::absolute(o.model).string();
@@ -150,20 +157,20 @@ struct TpRuntime {
     c.cache.block_size = sc.block_size;
     c.cache.num_blocks = sc.num_blocks;
     c.server.control = "ipc://" + rt->dir + "/control.ipc";
-    c.worker.backend = o.backend == "cuda" ? WorkerBackend::kCuda : WorkerBackend::kCpu;
+    c.worker.backend = o.backend == "cuda" ? BackendKind::kCuda : BackendKind::kCpu;
     c.worker.threads = o.threads;
     TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
     TESSERA_RETURN_IF_ERROR(validate_config(c));
     // Checked here, once, rather than have every worker fail with the same message.
     TESSERA_RETURN_IF_ERROR(check_deployment(c).status());
     const std::string config_path = rt->dir + "/config.yaml";
-    std::ofstream(config_path) << dump_config_yaml(c);
+    std::ofstream(config_path) << worker_config_yaml(c);
     ClusterOptions co;
     co.config = c;
-    co.kv_num_blocks = sc.num_blocks;
     co.kv_dtype = dtype;
     co.group_name = "gen-" + std::to_string(getpid());
-    TESSERA_ASSIGN_OR_RETURN(rt->group, start_cluster(co));
+    TESSERA_ASSIGN_OR_RETURN(Cluster cluster, start_cluster(co));
+    rt->group = std::move(cluster.group);
     // Workers log warnings only, unless the user asked for more.
     setenv("TESSERA_LOG_LEVEL", "warn", /*overwrite=*/0);
     TESSERA_RETURN_IF_ERROR(rt->workers.start(executable_dir() + "/tessera-worker", config_path, o.tensor_parallel));

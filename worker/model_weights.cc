@@ -526,4 +526,44 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   return mw;
 }
 
+namespace {
+
+void place(Tensor& t, Backend& backend) {
+  if (!t.empty()) t = backend.place_weight(t);
+}
+
+void place(LinearWeights& l, Backend& backend) {
+  place(l.w, backend);
+  place(l.b, backend);
+}
+
+void place(MlpWeights& m, Backend& backend) {
+  for (LinearWeights* l : {&m.gate, &m.up, &m.gate_up, &m.down}) place(*l, backend);
+}
+
+}  // namespace
+
+void place_model_weights(ModelWeights& w, Backend& backend) {
+  const bool tied = !w.embed.empty() && w.lm_head.w.view().data == w.embed.view().data;
+  for (Tensor* t : {&w.embed, &w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w, &w.final_norm_b}) {
+    place(*t, backend);
+  }
+  if (tied) {
+    w.lm_head.w = w.embed;  // one buffer, placed once
+    place(w.lm_head.b, backend);
+  } else {
+    place(w.lm_head, backend);
+  }
+  for (LayerWeights& lw : w.layers) {
+    for (Tensor* t : {&lw.attn_norm_w, &lw.attn_norm_b, &lw.mlp_norm_w, &lw.mlp_norm_b, &lw.post_attn_norm_w,
+                      &lw.post_attn_norm_b, &lw.post_mlp_norm_w, &lw.post_mlp_norm_b, &lw.q_norm, &lw.k_norm}) {
+      place(*t, backend);
+    }
+    for (LinearWeights* l : {&lw.q, &lw.k, &lw.v, &lw.qkv, &lw.o, &lw.router, &lw.shared_gate}) place(*l, backend);
+    place(lw.mlp, backend);
+    place(lw.shared, backend);
+    for (MlpWeights& e : lw.experts) place(e, backend);
+  }
+}
+
 }  // namespace tessera

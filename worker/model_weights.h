@@ -9,6 +9,7 @@
 #include "common/checkpoint.h"
 #include "common/status.h"
 #include "common/tensor.h"
+#include "kernels/backend.h"
 #include "worker/model_config.h"
 #include "worker/tp_plan.h"
 
@@ -96,5 +97,10 @@ struct WeightLoadOptions {
 
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config,
                                           const WeightLoadOptions& options);
+
+// Hands every tensor of `weights` to backend.place_weight, once, so the weights live where
+// the backend wants them from load time on (CPU: unchanged; CUDA: device memory, the host
+// copies dropped). A tied LM head stays one buffer with the embedding.
+void place_model_weights(ModelWeights& weights, Backend& backend);
 
 }  // namespace tessera

@@ -49,6 +49,8 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.plan = options.plan;
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
+  // From here on the weights live where the backend keeps them (CUDA: device memory).
+  place_model_weights(weights.value(), backend);
   return std::unique_ptr<Transformer>(new Transformer(std::move(config), std::move(weights).value(),
                                                       ckpt->config_dir(), options.kernel_inject, options.dtype,
                                                       shard.value(), std::move(owned), comm, backend));
@@ -76,8 +78,9 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string c
     // Slopes belong to global heads: a rank's head h is global head q_head_offset + h.
     const std::vector<float> all = alibi_slopes(config_.heads);
     const int64_t first = split ? shard_.q_head_offset : 0;
-    alibi_slopes_ = backend_.alloc({q_heads_}, DType::kF32);
-    backend_.copy_from_host(all.data() + first, alibi_slopes_.view());
+    Tensor slopes = Tensor::zeros({q_heads_}, DType::kF32);
+    std::copy_n(all.data() + first, q_heads_, slopes.data<float>());
+    alibi_slopes_ = backend_.place_weight(slopes);
   }
   if (config_.arch->position == PositionKind::kRotary) {
     // One table per distinct set of frequencies, on the backend, computed once.
@@ -89,9 +92,9 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string c
       if (it == distinct.end()) distinct.push_back(f);
     }
     for (const std::vector<float>& f : distinct) {
-      Tensor t = backend_.alloc({static_cast<int64_t>(f.size())}, DType::kF32);
-      backend_.copy_from_host(f.data(), t.view());
-      rope_tables_.push_back(std::move(t));
+      Tensor t = Tensor::zeros({static_cast<int64_t>(f.size())}, DType::kF32);
+      std::copy(f.begin(), f.end(), t.data<float>());
+      rope_tables_.push_back(backend_.place_weight(t));  // a parameter like any weight
     }
   }
   if (config_.embed_scale > 0) {

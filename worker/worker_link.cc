@@ -207,7 +207,10 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
       dealer.send(zmq::buffer(buf), zmq::send_flags::dontwait);
       next_hb = now + interval;
     }
-    if (!assigned && now - started > o.register_timeout) {
+    // Not assigned yet: waiting is fine while the coordinator is heard from (it holds every
+    // assignment until all ranks have registered when it sizes the KV pool from their
+    // reports, and heartbeats the waiting ones); silence for register_timeout is an error.
+    if (!assigned && now - last_heard > o.register_timeout) {
       const std::string msg = tag + ": no assignment from coordinator at " + o.coordinator_address + " within " +
                               std::to_string(o.register_timeout.count()) + " ms" +
                               (o.curve_server_public_key.empty()
@@ -234,6 +237,7 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
     reg.host = o.host;
     reg.backend = o.backend;
     reg.free_memory_bytes = o.free_memory_bytes;
+    reg.total_memory_bytes = o.total_memory_bytes;
     reg.pid = static_cast<int64_t>(getpid());
     wire::encode(reg, &buf);
     buf[4] = static_cast<char>(o.protocol_version & 0xff);  // header version (tests override it)

@@ -26,13 +26,15 @@ struct WorkerLinkOptions {
   int rank = 0;
   int world_size = 1;
   std::string host;     // reported in Register (defaults to gethostname())
-  std::string backend = "cpu";
-  uint64_t free_memory_bytes = 0;
+  std::string backend = "cpu";     // reported in Register: the backend this worker made
+  uint64_t free_memory_bytes = 0;  // reported in Register: its device's memory (Backend::memory_info)
+  uint64_t total_memory_bytes = 0;
   // Heartbeat period; the coordinator should use the same value.
   std::chrono::milliseconds heartbeat_interval{1000};
   // The coordinator is presumed dead after this many intervals without any message from it.
   int coordinator_dead_after_intervals = 3;
-  // How long to wait for the Assignment (or a Reject) after registering.
+  // How long to wait, after registering, without any word from the coordinator before the
+  // Assignment (or a Reject) comes; its heartbeats while it holds the assignment count.
   std::chrono::milliseconds register_timeout{30000};
   // CURVE: the coordinator's public key (Z85); empty = plain TCP. The worker's own keypair
   // is generated when not given. A coordinator whose allowed-key list lacks this worker's

@@ -150,7 +150,25 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
   }
   lo.rank = rank;
   lo.world_size = local_config.parallel.tensor_parallel;
-  lo.backend = worker_backend_name(local_config.worker.backend);
+  // The backend is made before registering, from this worker's own configuration, so the
+  // registration reports its device's memory (cache.num_blocks auto sizes the KV pool from
+  // it; a coordinator whose worker.backend names another backend refuses the rank). CPU
+  // ranks take their share of the cores first: the CPU backend pins its threads when made.
+  const std::optional<BackendKind> choice = local_config.worker.backend;
+  if (choice.value_or(auto_backend_kind()) == BackendKind::kCpu) restrict_to_core_share(rank, lo.world_size);
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(choice, local_config.worker.threads, rank));
+  TESSERA_ASSIGN_OR_RETURN(MemoryInfo memory, backend->memory_info());
+  int64_t offered = memory.free_bytes;
+  const int64_t limit = local_config.worker.memory_limit_bytes;
+  if (limit > 0 && limit < offered) offered = limit;
+  lo.backend = backend->name();
+  lo.free_memory_bytes = static_cast<uint64_t>(std::max<int64_t>(offered, 0));
+  lo.total_memory_bytes = static_cast<uint64_t>(std::max<int64_t>(memory.total_bytes, 0));
+  TESSERA_LOG_INFO("rank {}: backend {}, {} MB free of {} MB{}", rank, backend->name(), memory.free_bytes / 1000000,
+                   memory.total_bytes / 1000000,
+                   offered < memory.free_bytes
+                       ? "; offering " + std::to_string(offered / 1000000) + " MB (worker.memory_limit_bytes)"
+                       : std::string());
   lo.heartbeat_interval = std::chrono::milliseconds(local_config.server.heartbeat_ms);
   lo.coordinator_dead_after_intervals = local_config.server.heartbeat_misses;
   // An unreachable coordinator is an error after ten "dead" periods (30 s by default).
@@ -160,21 +178,18 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
 
   // Built by setup, used by every step.
   std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Backend> backend;
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Executor> executor;
 
   auto setup = [&](const wire::Assignment& a) -> Status {
     // The coordinator's configuration is authoritative: every rank plans from the same one.
-    TESSERA_ASSIGN_OR_RETURN(TesseraConfig config, parse_config_yaml(a.tp_plan, "the coordinator's configuration"));
+    TESSERA_ASSIGN_OR_RETURN(TesseraConfig config,
+                             parse_config_yaml(a.worker_config_yaml, "the coordinator's configuration"));
     const auto dtype = parse_float_dtype(a.dtype);
     const auto kv_dtype = parse_float_dtype(a.kv_dtype.empty() ? a.dtype : a.kv_dtype);
     if (!dtype || !kv_dtype) return invalid_argument("assignment: bad dtype \"" + a.dtype + "\"");
     // The backend decides the collective: GPU ranks (one device each: rank r of this host
     // takes device r modulo the visible count) talk NCCL, CPU ranks shared memory.
-    TESSERA_ASSIGN_OR_RETURN(backend, make_backend(worker_backend_name(config.worker.backend), config.worker.threads,
-                                                   a.rank));
-    if (backend->kind() == BackendKind::kCpu) restrict_to_core_share(a.rank, a.world_size);
     if (a.world_size == 1) {
       comm = make_loopback_communicator();
     } else if (backend->kind() == BackendKind::kCpu) {

@@ -99,6 +99,7 @@ void encode(const Register& m, std::string* out) {
     w.bytes(m.host);
     w.bytes(m.backend);
     w.u64(m.free_memory_bytes);
+    w.u64(m.total_memory_bytes);
     w.i64(m.pid);
   });
 }
@@ -110,6 +111,7 @@ Status decode(std::string_view frame, Register* m) {
     r.bytes(&m->host, "host");
     r.bytes(&m->backend, "backend");
     m->free_memory_bytes = r.u64("free_memory_bytes");
+    m->total_memory_bytes = r.u64("total_memory_bytes");
     m->pid = r.i64("pid");
   });
 }
@@ -126,7 +128,7 @@ void encode(const Assignment& m, std::string* out) {
     w.i32(m.kv_num_blocks);
     w.bytes(m.kv_dtype);
     w.bytes(m.collective_bootstrap);
-    w.bytes(m.tp_plan);
+    w.bytes(m.worker_config_yaml);
   });
 }
 Status decode(std::string_view frame, Assignment* m) {
@@ -140,7 +142,7 @@ Status decode(std::string_view frame, Assignment* m) {
     m->kv_num_blocks = r.i32("kv_num_blocks");
     r.bytes(&m->kv_dtype, "kv_dtype");
     r.bytes(&m->collective_bootstrap, "collective_bootstrap");
-    r.bytes(&m->tp_plan, "tp_plan");
+    r.bytes(&m->worker_config_yaml, "worker_config_yaml");
   });
 }
 

@@ -43,8 +43,11 @@ struct Register {
   int32_t rank = 0;
   int32_t world_size = 1;
   std::string host;
-  std::string backend;  // "cpu" | "cuda"
+  std::string backend;  // "cpu" | "cuda": the backend this worker made (auto resolved)
+  // Its device's memory before the model is loaded (Backend::memory_info, capped by
+  // worker.memory_limit_bytes): what cache.num_blocks "auto" sizes the KV pool from.
   uint64_t free_memory_bytes = 0;
+  uint64_t total_memory_bytes = 0;
   int64_t pid = 0;
 };
 
@@ -58,7 +61,9 @@ struct Assignment {
   int32_t kv_num_blocks = 0;
   std::string kv_dtype;
   std::string collective_bootstrap;  // opaque bytes: NCCL unique id, shm group name, ...
-  std::string tp_plan;               // opaque bytes: serialized TP plan / model config
+  // The coordinator's configuration as YAML (common/config.h), without secrets
+  // (server.http.api_keys emptied): every rank plans its shard from the same one.
+  std::string worker_config_yaml;
 };
 
 struct Ready {

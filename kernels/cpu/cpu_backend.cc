@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -93,6 +94,10 @@ void pin_threads() {
 
 }  // namespace
 
+static Status unavailable_memory_info(const std::string& why) {
+  return Status(StatusCode::kUnavailable, "cpu backend: host memory unknown: " + why);
+}
+
 CpuBackend::CpuBackend(int num_threads) {
   if (num_threads > 0) omp_set_num_threads(num_threads);
   static std::once_flag pinned;  // the OpenMP pool is per process
@@ -105,6 +110,32 @@ void CpuBackend::copy_to_host(const TensorView& src, void* dst) { std::memcpy(ds
 
 void CpuBackend::copy_from_host(const void* src, const TensorView& dst) {
   std::memcpy(dst.data, src, dst.nbytes());
+}
+
+Tensor CpuBackend::place_weight(const Tensor& host) { return host; }
+
+StatusOr<MemoryInfo> CpuBackend::memory_info() const {
+  // MemAvailable (not MemFree): the kernel's estimate of what can be allocated without
+  // swapping, page cache it would drop included.
+  std::ifstream in("/proc/meminfo");
+  if (!in) return unavailable_memory_info("cannot read /proc/meminfo");
+  MemoryInfo m;
+  bool have_free = false, have_total = false;
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);  // " kB"
+    if (key == "MemAvailable:") {
+      m.free_bytes = kib * 1024;
+      have_free = true;
+    } else if (key == "MemTotal:") {
+      m.total_bytes = kib * 1024;
+      have_total = true;
+    }
+  }
+  if (!have_free || !have_total) return unavailable_memory_info("/proc/meminfo has no MemAvailable or MemTotal line");
+  return m;
 }
 
 void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,

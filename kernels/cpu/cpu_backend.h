@@ -15,6 +15,8 @@ class CpuBackend final : public Backend {
   Tensor alloc(const std::vector<int64_t>& dims, DType dtype) override;
   void copy_to_host(const TensorView& src, void* dst) override;
   void copy_from_host(const void* src, const TensorView& dst) override;
+  Tensor place_weight(const Tensor& host) override;
+  StatusOr<MemoryInfo> memory_info() const override;
 
  protected:
   void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,

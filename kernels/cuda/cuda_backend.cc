@@ -19,29 +19,6 @@
 namespace tessera {
 namespace {
 
-// FNV-1a over the whole buffer when small, else over 32 evenly spaced 8-byte samples plus
-// the size: enough to notice that a host address now holds a different tensor.
-uint64_t fingerprint(const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 1469598103934665603ull ^ bytes;
-  auto mix = [&h](const unsigned char* q, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      h ^= q[i];
-      h *= 1099511628211ull;
-    }
-  };
-  if (bytes <= 1024) {
-    mix(p, bytes);
-  } else {
-    constexpr size_t kSamples = 32;
-    for (size_t s = 0; s < kSamples; ++s) {
-      const size_t off = (bytes - 8) / (kSamples - 1) * s;
-      mix(p + off, 8);
-    }
-  }
-  return h;
-}
-
 TensorView with_data(const TensorView& t, void* data) {
   TensorView v = t;
   v.data = data;
@@ -49,13 +26,22 @@ TensorView with_data(const TensorView& t, void* data) {
   return v;
 }
 
-// Activations, caches and outputs must already live on the device (Backend::alloc); only
-// parameters may be host memory (see CudaBackend::resident). Fails loudly instead of
-// letting a kernel fault on a host address.
+// Activations, caches and outputs must live on the device (Backend::alloc). Fails loudly
+// instead of letting a kernel fault on a host address.
 void require_device(std::initializer_list<std::pair<const TensorView*, const char*>> views, const char* op) {
   for (const auto& [v, what] : views) {
     TESSERA_CHECK(v->empty() || v->device == DeviceKind::kCuda)
         << op << ": " << what << " is host memory; the CUDA backend needs it on the device (Backend::alloc)";
+  }
+}
+
+// Parameters (weights, biases, norm gammas, the embedding table, rotary frequencies, ALiBi
+// slopes) must have been placed on the device at load time (Backend::place_weight).
+void require_placed(std::initializer_list<std::pair<const TensorView*, const char*>> views, const char* op) {
+  for (const auto& [v, what] : views) {
+    TESSERA_CHECK(v->empty() || v->device == DeviceKind::kCuda)
+        << op << ": " << what
+        << " is host memory; parameters must be placed on the device at load time (Backend::place_weight)";
   }
 }
 
@@ -94,7 +80,7 @@ Status CudaBackend::init() {
   TESSERA_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&flag_dev, flag, 0));
   error_flag_device_ = static_cast<int*>(flag_dev);
   allocator_ = std::make_shared<cuda::CachingAllocator>();
-  weights_ = std::make_unique<cuda::DeviceArena>();
+  weights_ = std::make_shared<cuda::DeviceArena>();
   workspace_ = std::make_unique<cuda::Workspace>();
   staging_ = std::make_unique<cuda::StagingRing>();
   const char* sync = std::getenv("TESSERA_CUDA_SYNC");
@@ -104,10 +90,9 @@ Status CudaBackend::init() {
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  mirrors_.clear();
   staging_.reset();
   workspace_.reset();
-  weights_.reset();
+  weights_.reset();    // placed weights still alive keep the arena until they go
   allocator_.reset();  // tensors still alive keep it (and their blocks) until they go
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -166,34 +151,27 @@ void CudaBackend::after_launch(const char* op) {
   }
 }
 
-TensorView CudaBackend::resident(const TensorView& t) {
-  if (t.empty() || t.device == DeviceKind::kCuda) return t;
-  // The worker hands weights over in host memory (mmap'd checkpoints or converted copies):
-  // mirror each into the weight arena once. Keyed by (address, size); a fingerprint check
-  // notices a host buffer reused for another tensor and refreshes the mirror in place.
-  // The worker uploading its weights through the backend at load time will replace this.
-  const size_t bytes = t.nbytes();
-  const auto key = std::make_pair(static_cast<const void*>(t.data), bytes);
-  auto it = mirrors_.find(key);
-  if (it != mirrors_.end() && it->second.dtype == t.dtype) {
-    const uint64_t fp = fingerprint(t.data, bytes);
-    if (fp != it->second.fingerprint) {
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(it->second.device, t.data, bytes, cudaMemcpyHostToDevice, stream_));
-      it->second.fingerprint = fp;
-    }
-    return with_data(t, it->second.device);
-  }
-  // A device pointer in a view tagged as host memory: use it as it is.
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, t.data) == cudaSuccess &&
-      (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)) {
-    return with_data(t, t.data);
-  }
-  cudaGetLastError();
+Tensor CudaBackend::place_weight(const Tensor& host) {
+  const TensorView v = host.view();
+  if (v.empty() || v.device == DeviceKind::kCuda) return host;  // nothing to move, or already placed
+  // One upload per weight, at load time, into the bump-allocated weight arena (weights are
+  // never freed one by one). The copy is finished before returning, so the caller may free
+  // or reuse `host` (a converted copy, a mapped checkpoint page) at once.
+  const size_t bytes = v.nbytes();
   void* d = weights_->allocate(bytes);
-  if (bytes > 0) TESSERA_CUDA_CHECK(cudaMemcpyAsync(d, t.data, bytes, cudaMemcpyHostToDevice, stream_));
-  mirrors_[key] = Mirror{d, bytes, t.dtype, fingerprint(t.data, bytes)};
-  return with_data(t, d);
+  if (bytes > 0) {
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(d, v.data, bytes, cudaMemcpyHostToDevice, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  std::shared_ptr<const void> arena = weights_;  // the arena outlives every weight placed in it
+  return Tensor::borrowed(with_data(v, d), std::move(arena));
+}
+
+StatusOr<MemoryInfo> CudaBackend::memory_info() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return MemoryInfo{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
 }
 
 // ---- ops -----------------------------------------------------------------------------------
@@ -201,7 +179,8 @@ TensorView CudaBackend::resident(const TensorView& t) {
 void CudaBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
                                  int64_t row_offset) {
   require_device({{&ids, "ids"}, {&out, "out"}}, "embedding");
-  const TensorView tab = resident(table);
+  require_placed({{&table, "table"}}, "embedding");
+  const TensorView& tab = table;
   cuda::launch::embedding(ids.as<int32_t>(), ids.dim(0), tab.data, tab.dtype, tab.dim(0), tab.dim(1), row_offset,
                           out.as<float>(), error_flag_device_, stream_);
   after_launch("embedding");
@@ -210,7 +189,8 @@ void CudaBackend::embedding_impl(const TensorView& ids, const TensorView& table,
 void CudaBackend::layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
                                   const TensorView& out) {
   require_device({{&x, "x"}, {&out, "out"}}, "layer_norm");
-  const TensorView g = resident(gamma), b = resident(beta);
+  require_placed({{&gamma, "gamma"}, {&beta, "beta"}}, "layer_norm");
+  const TensorView &g = gamma, &b = beta;
   cuda::launch::norm(x.as<float>(), nullptr, g.data, g.dtype, b.data, b.dtype, eps, x.dim(0), x.dim(1),
                      out.as<float>(), stream_);
   after_launch("layer_norm");
@@ -218,7 +198,8 @@ void CudaBackend::layer_norm_impl(const TensorView& x, const TensorView& gamma, 
 
 void CudaBackend::rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps, const TensorView& out) {
   require_device({{&x, "x"}, {&out, "out"}}, "rms_norm");
-  const TensorView g = resident(gamma);
+  require_placed({{&gamma, "gamma"}}, "rms_norm");
+  const TensorView& g = gamma;
   cuda::launch::norm(x.as<float>(), nullptr, g.data, g.dtype, nullptr, DType::kF32, eps, x.dim(0), x.dim(1),
                      out.as<float>(), stream_);
   after_launch("rms_norm");
@@ -228,8 +209,9 @@ void CudaBackend::residual_add_norm_impl(const TensorView& residual, const Tenso
                                          const TensorView& gamma, const TensorView& beta, float eps, bool rms,
                                          const TensorView& out) {
   require_device({{&residual, "residual"}, {&delta, "delta"}, {&out, "out"}}, "residual_add_norm");
-  const TensorView g = resident(gamma);
-  const TensorView b = rms ? TensorView() : resident(beta);
+  const TensorView b = rms ? TensorView() : beta;
+  require_placed({{&gamma, "gamma"}, {&b, "beta"}}, "residual_add_norm");
+  const TensorView& g = gamma;
   cuda::launch::norm(residual.as<float>(), delta.as<float>(), g.data, g.dtype, b.data, b.dtype, eps,
                      residual.dim(0), residual.dim(1), out.as<float>(), stream_);
   after_launch("residual_add_norm");
@@ -238,8 +220,8 @@ void CudaBackend::residual_add_norm_impl(const TensorView& residual, const Tenso
 void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
                               const TensorView& out, Activation act) {
   require_device({{&x, "x"}, {&out, "out"}}, "linear");
-  const TensorView wd = resident(w);
-  const TensorView bd = resident(bias);
+  require_placed({{&w, "w"}, {&bias, "bias"}}, "linear");
+  const TensorView &wd = w, &bd = bias;
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
   if (M == 0 || N == 0) return;
   float* y = out.as<float>();
@@ -308,9 +290,10 @@ void CudaBackend::softcap_impl(const TensorView& x, float cap) {
 void CudaBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
                               const int32_t* positions, const TensorView& inv_freq) {
   if (tokens == 0 || heads == 0) return;
-  // The model's inv_freq table (a backend tensor; a host one is mirrored like a weight), so
-  // both backends rotate by the same f32 frequencies.
-  const TensorView freq = resident(inv_freq);
+  // The model's own inv_freq table, placed at load like a weight, so both backends rotate
+  // by the same f32 frequencies.
+  require_placed({{&inv_freq, "inv_freq"}}, "rotary");
+  const TensorView& freq = inv_freq;
   // `positions` is host memory (the interface's contract). Uploaded per call for now;
   // caching a step's metadata once for all layers is a later optimisation.
   const std::vector<const void*> dev =
@@ -322,7 +305,8 @@ void CudaBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t h
 
 void CudaBackend::head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
                                      int64_t row_stride, const TensorView& gamma, float eps) {
-  const TensorView g = resident(gamma);
+  require_placed({{&gamma, "gamma"}}, "head_rms_norm");
+  const TensorView& g = gamma;
   cuda::launch::head_rms_norm(x, tokens, heads, head_dim, row_stride, g.data, g.dtype, eps, stream_);
   after_launch("head_rms_norm");
 }
@@ -380,7 +364,8 @@ void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q
                                                          {token_pos.data(), token_pos.size() * sizeof(int32_t)},
                                                          {batch.block_tables.data(), table_bytes}},
                                                         stream_);
-  const TensorView slopes = resident(params.alibi_slopes);
+  require_placed({{&params.alibi_slopes, "alibi_slopes"}}, "attention");
+  const TensorView& slopes = params.alibi_slopes;
   cuda::launch::PagedAttentionArgs a;
   a.q = q;
   a.q_row_stride = q_row_stride;

@@ -4,9 +4,9 @@
 // through make_backend("cuda" | "auto").
 //
 // Memory: Backend::alloc comes from a caching allocator (activations, KV pools, logits);
-// host-resident parameters handed to an op (weights, norm gammas, biases, the embedding
-// table: the worker loads checkpoints into host memory today) are mirrored once into a
-// weight arena and looked up by address on later calls (see resident()); the f16/bf16
+// parameters (weights, norm gammas, biases, the embedding table, rotary frequencies, ALiBi
+// slopes) are uploaded once, at load time, by place_weight into a bump-allocated weight
+// arena, and an op handed a parameter still in host memory fails loudly; the f16/bf16
 // copy of a GEMM input lives in a workspace; host-side op arguments (batch metadata,
 // positions, row lists) go through a pinned staging ring. Pointer arguments of the ops
 // (q, k, v, rotary's and head_rms_norm's x, gated_act's gate and up) are device pointers.
@@ -15,7 +15,6 @@
 // and copy_from_host synchronise. TESSERA_CUDA_SYNC=1 synchronises and checks after every
 // launch (names the failing op).
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,6 +45,8 @@ class CudaBackend final : public Backend {
   Tensor alloc(const std::vector<int64_t>& dims, DType dtype) override;
   void copy_to_host(const TensorView& src, void* dst) override;
   void copy_from_host(const void* src, const TensorView& dst) override;
+  Tensor place_weight(const Tensor& host) override;
+  StatusOr<MemoryInfo> memory_info() const override;
 
   // Waits for all queued work and checks for errors reported by kernels.
   void synchronize();
@@ -86,20 +87,10 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device);
   Status init();
 
-  // A view of `t` that device code can read: `t` itself when it is device memory, else
-  // its mirror in the weight arena (uploaded on first use).
-  TensorView resident(const TensorView& t);
   // After every launch: the launch error, and with TESSERA_CUDA_SYNC=1 the kernel's own.
   void after_launch(const char* op);
   // Fails loudly if a kernel reported a bad argument (e.g. a token id outside the vocabulary).
   void check_device_errors();
-
-  struct Mirror {
-    void* device;
-    size_t bytes;
-    DType dtype;
-    uint64_t fingerprint;
-  };
 
   int device_;
   CUstream_st* stream_ = nullptr;
@@ -108,10 +99,9 @@ class CudaBackend final : public Backend {
   int* error_flag_host_ = nullptr;    // mapped pinned int[2]
   int* error_flag_device_ = nullptr;  // its device address
   std::shared_ptr<cuda::CachingAllocator> allocator_;
-  std::unique_ptr<cuda::DeviceArena> weights_;
+  std::shared_ptr<cuda::DeviceArena> weights_;  // placed weights share it (place_weight)
   std::unique_ptr<cuda::Workspace> workspace_;
   std::unique_ptr<cuda::StagingRing> staging_;
-  std::map<std::pair<const void*, size_t>, Mirror> mirrors_;  // (host address, bytes)
 };
 
 }  // namespace tessera

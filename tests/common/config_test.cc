@@ -52,8 +52,10 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(c->server.heartbeat_ms, 1000);
   EXPECT_EQ(c->server.heartbeat_misses, 3);
   EXPECT_EQ(c->server.max_queued_requests, 1024);
-  EXPECT_EQ(c->worker.backend, WorkerBackend::kAuto);
+  EXPECT_EQ(c->worker.backend, std::nullopt);
   EXPECT_EQ(c->worker.threads, 0);
+  EXPECT_EQ(c->worker.memory_limit_bytes, 0);
+  EXPECT_FALSE(c->cache.cpu_kv_bytes.has_value());
   // Defaults are valid once a model is named.
   EXPECT_TRUE(fails_with(validate_config(*c), {"empty.yaml", "model.path", "required"}));
   c->model.path = "m";
@@ -73,7 +75,7 @@ parallel:
       - {match: '\.experts\.\d+\.w2', role: row}
   injection_policy:
     BloomBlock: [self_attention.dense, mlp.dense_4h_to_h]
-cache: {block_size: 32, num_blocks: 1000, memory_fraction: 0.5}
+cache: {block_size: 32, num_blocks: 1000, memory_fraction: 0.5, cpu_kv_bytes: 67108864}
 scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, chunked_prefill: false, prefix_caching: false,
             max_model_len: 256, mode: static}
 server:
@@ -83,7 +85,7 @@ server:
   heartbeat_ms: 250
   heartbeat_misses: 5
   max_queued_requests: 7
-worker: {backend: cpu, threads: 6}
+worker: {backend: cpu, threads: 6, memory_limit_bytes: 1000000}
 )";
   auto c = parse_config_yaml(yaml, "full.yaml");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
@@ -114,8 +116,10 @@ worker: {backend: cpu, threads: 6}
   EXPECT_EQ(c->server.heartbeat_ms, 250);
   EXPECT_EQ(c->server.heartbeat_misses, 5);
   EXPECT_EQ(c->server.max_queued_requests, 7);
-  EXPECT_EQ(c->worker.backend, WorkerBackend::kCpu);
+  EXPECT_EQ(c->worker.backend, BackendKind::kCpu);
   EXPECT_EQ(c->worker.threads, 6);
+  EXPECT_EQ(c->worker.memory_limit_bytes, 1000000);
+  EXPECT_EQ(c->cache.cpu_kv_bytes, 67108864);
   EXPECT_TRUE(validate_config(*c).is_ok());
 
   // dump -> parse gives the same values.
@@ -128,6 +132,8 @@ worker: {backend: cpu, threads: 6}
   EXPECT_EQ(again->server.http.api_keys, c->server.http.api_keys);
   EXPECT_EQ(again->scheduler.max_model_len, 256);
   EXPECT_EQ(again->cache.num_blocks, 1000);
+  EXPECT_EQ(again->cache.cpu_kv_bytes, 67108864);
+  EXPECT_EQ(again->worker.memory_limit_bytes, 1000000);
 }
 
 TEST(ConfigTest, DefaultsDumpRoundTrips) {
@@ -150,7 +156,7 @@ TEST(ConfigTest, UnknownKeysNameTheirPathAndSuggest) {
   EXPECT_TRUE(fails_with(parse_status("modle: {path: x}\n"), {"cfg.yaml", "modle: unknown key (did you mean 'model'?)"}));
   EXPECT_TRUE(fails_with(parse_status("server: {http: {prot: 1}}\n"), {"server.http.prot", "did you mean 'port'"}));
   EXPECT_TRUE(fails_with(parse_status("cache: {zzzzzzzz: 1}\n"),
-                         {"cache.zzzzzzzz: unknown key (expected one of: block_size, num_blocks, memory_fraction)"}));
+                         {"cache.zzzzzzzz: unknown key (expected one of: block_size, num_blocks, memory_fraction, cpu_kv_bytes)"}));
   EXPECT_TRUE(fails_with(parse_status("parallel: {auto_tp: {rules: [{match: x, role: keep, extra: 1}]}}\n"),
                          {"parallel.auto_tp.rules[0].extra: unknown key"}));
   EXPECT_TRUE(fails_with(parse_status("model: {path: a}\nmodel: {path: b}\n"), {"model: duplicate key"}));
@@ -165,6 +171,10 @@ TEST(ConfigTest, WrongTypesAndValuesNameThePathAndExpectation) {
       {"parallel: {tensor_parallel: two}", {"cfg.yaml:1:", "parallel.tensor_parallel", "expected an integer in [1, 1024], got 'two'"}},
       {"parallel: {tensor_parallel: 0}", {"parallel.tensor_parallel", "[1, 1024]", "got '0'"}},
       {"parallel: {tensor_parallel: 1.5}", {"parallel.tensor_parallel", "got '1.5'"}},
+      {"cache: {cpu_kv_bytes: 0}", {"cache.cpu_kv_bytes", "expected \"auto\" or a byte count from 1 to 2^50", "got '0'"}},
+      {"cache: {cpu_kv_bytes: 2GiB}", {"cache.cpu_kv_bytes", "byte count", "got '2GiB'"}},
+      {"cache: {cpu_kv_bytes: -5}", {"cache.cpu_kv_bytes", "got '-5'"}},
+      {"worker: {memory_limit_bytes: -1}", {"worker.memory_limit_bytes", "expected an integer in [0, ", "got '-1'"}},
       {"model: {dtype: float8}", {"model.dtype", "expected float32 | float16 | bfloat16, got 'float8'"}},
       {"model: {kernel_inject: maybe}", {"model.kernel_inject", "expected true or false"}},
       {"model: {path: [a]}", {"model.path", "expected a string, got a list"}},
@@ -254,7 +264,7 @@ TEST(ConfigTest, OverridesSetEveryKind) {
   ASSERT_TRUE(apply_override(c, "parallel.auto_tp.rules", "[{match: 'lm_head', role: keep}]").is_ok());
   ASSERT_EQ(c.parallel.auto_tp.rules.size(), 1u);
   ASSERT_TRUE(apply_override(c, "worker.backend", "cuda").is_ok());
-  EXPECT_EQ(c.worker.backend, WorkerBackend::kCuda);
+  EXPECT_EQ(c.worker.backend, BackendKind::kCuda);
   ASSERT_TRUE(apply_override(c, "scheduler.mode", "static").is_ok());
   EXPECT_EQ(c.scheduler.mode, BatchingMode::kStatic);
 }

@@ -88,7 +88,7 @@ StepResult random_result(Gen& g) {
 }
 
 Register random_register(Gen& g) {
-  return Register{static_cast<uint32_t>(g.i32()), g.i32(), g.i32(), g.bytes(20), g.bytes(8), g.u64(),
+  return Register{static_cast<uint32_t>(g.i32()), g.i32(), g.i32(), g.bytes(20), g.bytes(8), g.u64(), g.u64(),
                   static_cast<int64_t>(g.u64())};
 }
 Assignment random_assignment(Gen& g) {
@@ -194,6 +194,7 @@ TEST(WireTest, ControlMessagesRoundTripManySeeds) {
     EXPECT_EQ(reg.host, reg2.host);
     EXPECT_EQ(reg.backend, reg2.backend);
     EXPECT_EQ(reg.free_memory_bytes, reg2.free_memory_bytes);
+    EXPECT_EQ(reg.total_memory_bytes, reg2.total_memory_bytes);
     EXPECT_EQ(reg.pid, reg2.pid);
 
     const Assignment a = random_assignment(g);
@@ -208,7 +209,7 @@ TEST(WireTest, ControlMessagesRoundTripManySeeds) {
     EXPECT_EQ(a.kv_num_blocks, a2.kv_num_blocks);
     EXPECT_EQ(a.kv_dtype, a2.kv_dtype);
     EXPECT_EQ(a.collective_bootstrap, a2.collective_bootstrap);
-    EXPECT_EQ(a.tp_plan, a2.tp_plan);
+    EXPECT_EQ(a.worker_config_yaml, a2.worker_config_yaml);
 
     const Ready ready{g.i32(), g.b(), g.bytes(40)};
     Ready ready2;

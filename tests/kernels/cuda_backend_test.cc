@@ -242,32 +242,62 @@ TEST_F(CudaBackendTest, LinearActMatchesForEveryActivation) {
   }
 }
 
-TEST_F(CudaBackendTest, HostResidentWeightsAreMirroredAndRefreshedWhenTheyChange) {
-  // The worker hands the backend weights in host memory (loaded checkpoints): the CUDA
-  // backend mirrors them on first use and must notice a host buffer holding new values.
+TEST_F(CudaBackendTest, PlacedWeightsAreDeviceCopiesIndependentOfTheirHostBuffers) {
+  // The loader hands every weight to place_weight once, at load time; the placed tensor is
+  // device memory holding the host values, and stays valid once the host buffer is gone
+  // or overwritten.
   for (DType wt : kFloatTypes) {
     Tensor x = random_host({5, 96}, DType::kF32);
     Tensor w = random_host({70, 96}, wt, -0.5f, 0.5f);
     Tensor b = random_host({70}, DType::kF32);
     Tensor gamma = random_host({96}, wt, 0.5f, 1.5f);
+    Tensor ref = Tensor::zeros({5, 70}, DType::kF32), ref_n = Tensor::zeros({5, 96}, DType::kF32);
+    cpu_->linear(x, w, b, ref);
+    cpu_->rms_norm(x, gamma, 1e-5f, ref_n);
+    const std::vector<double> tol = LinearCase::tolerance(x, w, false);
+    Tensor w_d = cuda_->place_weight(w), b_d = cuda_->place_weight(b), g_d = cuda_->place_weight(gamma);
+    for (const Tensor* t : {&w_d, &b_d, &g_d}) EXPECT_EQ(t->view().device, DeviceKind::kCuda);
+    EXPECT_EQ(w_d.view().dims(), w.view().dims());
+    EXPECT_EQ(w_d.dtype(), wt);
+    expect_close(widen(w), device_f32(w_d), 0, 0, std::string("placed weight bytes ") + dtype_name(wt));
+    // Overwrite, then free, the host buffers: the placed copies do not change.
+    std::memset(w.data<void>(), 0, w.nbytes());
+    std::memset(gamma.data<void>(), 0, gamma.nbytes());
+    w = Tensor();
+    gamma = Tensor();
+    b = Tensor();
     Tensor x_d = to_device(x);
-    for (int round = 0; round < 2; ++round) {
-      Tensor ref = Tensor::zeros({5, 70}, DType::kF32);
-      cpu_->linear(x, w, b, ref);
-      Tensor out = cuda_->alloc({5, 70}, DType::kF32);
-      cuda_->linear(x_d, w, b, out);  // w and b are host views
-      const std::vector<double> tol = LinearCase::tolerance(x, w, false);
-      expect_close(widen(ref), device_f32(out), 0, 0, std::string("host-weight linear ") + dtype_name(wt), &tol);
-      Tensor ref_n = Tensor::zeros({5, 96}, DType::kF32), out_n = cuda_->alloc({5, 96}, DType::kF32);
-      cpu_->rms_norm(x, gamma, 1e-5f, ref_n);
-      cuda_->rms_norm(x_d, gamma, 1e-5f, out_n);
-      expect_close(widen(ref_n), device_f32(out_n), 1e-5, 1e-5, std::string("host-gamma rms_norm ") + dtype_name(wt));
-      // Same addresses, new contents.
-      Tensor w2 = random_host({70, 96}, wt, -0.5f, 0.5f), g2 = random_host({96}, wt, 0.5f, 1.5f);
-      std::memcpy(w.data<void>(), w2.data<void>(), w.nbytes());
-      std::memcpy(gamma.data<void>(), g2.data<void>(), gamma.nbytes());
-    }
+    Tensor out = cuda_->alloc({5, 70}, DType::kF32), out_n = cuda_->alloc({5, 96}, DType::kF32);
+    cuda_->linear(x_d, w_d, b_d, out);
+    cuda_->rms_norm(x_d, g_d, 1e-5f, out_n);
+    expect_close(widen(ref), device_f32(out), 0, 0, std::string("placed-weight linear ") + dtype_name(wt), &tol);
+    expect_close(widen(ref_n), device_f32(out_n), 1e-5, 1e-5, std::string("placed-gamma rms_norm ") + dtype_name(wt));
+    // Placing a device tensor again is a no-op (same memory).
+    EXPECT_EQ(cuda_->place_weight(w_d).view().data, w_d.view().data);
   }
+}
+
+TEST_F(CudaBackendTest, UnplacedHostWeightsAreALoudErrorNotAKernelFault) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child re-executes: no CUDA across fork
+  Tensor x_d = to_device(random_host({2, 8}, DType::kF32));
+  Tensor w = random_host({4, 8}, DType::kF32), gamma = random_host({8}, DType::kF32);
+  Tensor out = cuda_->alloc({2, 4}, DType::kF32), out_n = cuda_->alloc({2, 8}, DType::kF32);
+  EXPECT_DEATH(cuda_->linear(x_d, w, Tensor(), out), "w is host memory; parameters must be placed");
+  EXPECT_DEATH(cuda_->rms_norm(x_d, gamma, 1e-5f, out_n), "gamma is host memory; parameters must be placed");
+}
+
+TEST_F(CudaBackendTest, MemoryInfoReportsTheDeviceAndAllocationsUseIt) {
+  auto before = cuda_->memory_info();
+  ASSERT_TRUE(before.is_ok()) << before.status().to_string();
+  EXPECT_GT(before->total_bytes, 0);
+  EXPECT_GT(before->free_bytes, 0);
+  EXPECT_LE(before->free_bytes, before->total_bytes);
+  // 512 MiB placed as a weight: the device then has less free.
+  Tensor big = Tensor::zeros({int64_t{128} << 20}, DType::kF32);
+  Tensor placed = cuda_->place_weight(big);
+  auto after = cuda_->memory_info();
+  ASSERT_TRUE(after.is_ok());
+  EXPECT_LE(after->free_bytes, before->free_bytes - (int64_t{500} << 20));
 }
 
 // ---- element-wise ----------------------------------------------------------------------------

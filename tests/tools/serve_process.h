@@ -99,6 +99,7 @@ class ServeProcess {
   }
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   const std::string& zmq_endpoint() const { return zmq_endpoint_; }
   const std::string& dir() const { return dir_; }

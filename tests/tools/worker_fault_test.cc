@@ -40,8 +40,9 @@ TEST(WorkerFault, DeadRankFailsTheRequestAndRestartedRanksRejoin) {
   c.parallel.tensor_parallel = 2;
   c.server.control = "ipc://" + dir + "/control.ipc";
   c.server.heartbeat_ms = heartbeat_ms;
-  c.worker.backend = WorkerBackend::kCpu;
+  c.worker.backend = BackendKind::kCpu;
   c.worker.threads = 1;
+  c.cache.num_blocks = 160;
   std::ofstream(dir + "/config.yaml") << dump_config_yaml(c);
 
   SchedulerConfig sc;
@@ -49,15 +50,15 @@ TEST(WorkerFault, DeadRankFailsTheRequestAndRestartedRanksRejoin) {
   sc.max_model_len = 2048;
   ClusterOptions co;
   co.config = c;
-  co.kv_num_blocks = sc.num_blocks;
   co.group_name = "fault-" + std::to_string(getpid());
-  auto group = start_cluster(co);
-  ASSERT_TRUE(group.is_ok()) << group.status().to_string();
+  auto cluster = start_cluster(co);
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().to_string();
+  auto& group = cluster.value().group;
   LocalWorkers workers;
   ASSERT_TRUE(workers.start(testing::bin_dir() + "/tessera-worker", dir + "/config.yaml", 2).is_ok());
-  ASSERT_TRUE(group.value()->wait_until_ready(std::chrono::seconds(60)).is_ok());
+  ASSERT_TRUE(group->wait_until_ready(std::chrono::seconds(60)).is_ok());
 
-  Engine engine(sc, *group.value());
+  Engine engine(sc, *group);
   RequestId next_id = 1;
   auto request = [&](int max_new) {
     StopConditions stop;
@@ -87,8 +88,8 @@ TEST(WorkerFault, DeadRankFailsTheRequestAndRestartedRanksRejoin) {
 
   // 2. The group says it is incomplete, and new work is refused with that reason.
   const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (group.value()->is_complete() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(group.value()->is_complete());
+  while (group->is_complete() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(group->is_complete());
   request(4);
   std::string refused;
   for (const auto& ev : engine.step()) refused += ev.error;
@@ -97,11 +98,11 @@ TEST(WorkerFault, DeadRankFailsTheRequestAndRestartedRanksRejoin) {
   // 3. Supervise as tessera-serve does: restart every rank whose process exited (rank 0
   // leaves too once its collective fails) until the group is whole again.
   const auto whole_by = Clock::now() + std::chrono::seconds(60);
-  while (!group.value()->is_complete() && Clock::now() < whole_by) {
+  while (!group->is_complete() && Clock::now() < whole_by) {
     workers.restart_exited();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_TRUE(group.value()->wait_until_ready(std::chrono::seconds(30)).is_ok());
+  ASSERT_TRUE(group->wait_until_ready(std::chrono::seconds(30)).is_ok());
   const SeqId id = request(static_cast<int>(golden["greedy_ids"].size()));
   std::vector<int32_t> out;
   while (engine.has_work()) {
@@ -113,7 +114,7 @@ TEST(WorkerFault, DeadRankFailsTheRequestAndRestartedRanksRejoin) {
     }
   }
   EXPECT_EQ(out, golden["greedy_ids"].get<std::vector<int32_t>>());
-  group.value()->shutdown();
+  group->shutdown();
   workers.stop();
   std::filesystem::remove_all(dir);
 }
@@ -135,16 +136,16 @@ struct OneWorker {
     c.model.dtype = DType::kF32;
     c.server.control = "ipc://" + dir + "/control.ipc";
     c.server.heartbeat_ms = 200;
-    c.worker.backend = WorkerBackend::kCpu;
+    c.worker.backend = BackendKind::kCpu;
     c.worker.threads = 1;
+    c.cache.num_blocks = 64;
     std::ofstream(dir + "/config.yaml") << dump_config_yaml(c);
     ClusterOptions co;
     co.config = c;
-    co.kv_num_blocks = 64;
     co.group_name = "delta-" + std::to_string(getpid());
     auto g = start_cluster(co);
     ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-    group = std::move(g.value());
+    group = std::move(g.value().group);
     ASSERT_TRUE(workers.start(testing::bin_dir() + "/tessera-worker", dir + "/config.yaml", 1).is_ok());
     ASSERT_TRUE(group->wait_until_ready(std::chrono::seconds(60)).is_ok());
   }

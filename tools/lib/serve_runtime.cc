@@ -1,9 +1,15 @@
 #include "tools/lib/serve_runtime.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -23,37 +29,73 @@
 #include "worker/model_weights.h"
 #include "worker/worker_runtime.h"
 #include "worker/model_checkpoint.h"
+#include "worker/tp_plan.h"
 
 namespace tessera {
-namespace {
-
-int64_t available_memory_bytes() {
-  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
-
-}  // namespace
-
-StatusOr<int64_t> auto_kv_blocks(const TesseraConfig& c, int64_t max_model_len) {
+StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_len) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
   const int world = c.parallel.tensor_parallel;
-  TESSERA_ASSIGN_OR_RETURN(ShardSpec shard, ShardSpec::make(mc, 0, world));
-  ModelConfig local = mc;
-  local.kv_heads = shard.kv_heads;
-  const int64_t per_block = KvCache::bytes_per_block(local, c.cache.block_size, c.model.dtype);
-  const int64_t model_bytes = ckpt->total_bytes() * static_cast<int64_t>(dtype_size(c.model.dtype)) / 4;
-  const int64_t budget = static_cast<int64_t>(available_memory_bytes() * c.cache.memory_fraction) - model_bytes;
-  const int64_t per_seq = (max_model_len + c.cache.block_size - 1) / c.cache.block_size;
-  const int64_t wanted = per_seq * c.scheduler.max_num_seqs;
-  const int64_t fits = budget / (per_block * world);
-  if (fits < per_seq) {
-    return resource_exhausted("cache.num_blocks auto: " + std::to_string(budget / 1000000) +
-                              " MB of memory left for the KV cache hold " + std::to_string(fits) +
-                              " blocks, fewer than one " + std::to_string(max_model_len) +
-                              "-token sequence needs; lower scheduler.max_model_len or set cache.num_blocks");
+  TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(c, *ckpt, mc, /*use_env=*/false));
+  // As the loader decides (worker/model_weights.cc): attention is split by heads unless the
+  // plan keeps its output projection whole, and then every rank caches every KV head.
+  const std::string o_name = tensor_name(mc.arch->name_of(TensorRole::kO), 0);
+  const bool attn_split = world > 1 && plan.role_of(o_name) != TpRole::kKeep;
+  // The weights' share of a rank, estimated before loading: every parameter in the model
+  // dtype, divided by the ranks (replicated tensors make the real share a little larger).
+  int64_t params = 0;
+  for (const std::string& name : ckpt->tensor_names()) {
+    int64_t n = 1;
+    for (int64_t d : ckpt->find(name)->shape) n *= d;
+    params += n;
   }
-  return std::min(fits, wanted);
+  const int64_t weights = params * static_cast<int64_t>(dtype_size(c.model.dtype)) / world;
+  KvPoolModel m;
+  m.block_size = c.cache.block_size;
+  m.max_model_len = max_model_len;
+  m.max_num_seqs = c.scheduler.max_num_seqs;
+  for (int r = 0; r < world; ++r) {
+    TESSERA_ASSIGN_OR_RETURN(ShardSpec shard, ShardSpec::make(mc, r, world));
+    ModelConfig local = mc;
+    local.kv_heads = attn_split ? shard.kv_heads : mc.kv_heads;
+    m.bytes_per_block.push_back(KvCache::bytes_per_block(local, c.cache.block_size, c.model.dtype));
+    m.weight_bytes.push_back(weights);
+  }
+  return m;
 }
+
+namespace {
+
+// A fresh private folder (mkdtemp: mode 0700, a name nobody could have prepared) holding the
+// local workers' configuration, written 0600 and without secrets: the workers read their
+// pre-registration settings (control address, CURVE key files, heartbeat, backend) from it;
+// everything else comes in their Assignment.
+StatusOr<std::string> write_local_worker_config(const TesseraConfig& config) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "tessera-serve-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return internal_error("cannot create a temporary folder for the workers' configuration (" + pattern +
+                          "): " + std::strerror(errno));
+  }
+  const std::string path = pattern + "/config.yaml";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return internal_error("cannot create " + path + ": " + std::strerror(errno));
+  const std::string yaml = worker_config_yaml(config);
+  size_t done = 0;
+  while (done < yaml.size()) {
+    const ssize_t n = ::write(fd, yaml.data() + done, yaml.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return internal_error("cannot write " + path + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return internal_error("cannot write " + path + ": " + std::strerror(errno));
+  return pattern;
+}
+
+}  // namespace
 
 Status serve(ServeOptions o) {
   // SIGTERM/SIGINT are taken synchronously (sigwait below): block them before any thread
@@ -82,15 +124,10 @@ Status serve(ServeOptions o) {
 
   const int64_t max_model_len =
       c.scheduler.max_model_len.value_or(mc.max_positions > 0 ? mc.max_positions : int64_t{4096});
-  int64_t kv_blocks = 0;
-  if (c.cache.num_blocks) {
-    kv_blocks = *c.cache.num_blocks;
-  } else {
-    TESSERA_ASSIGN_OR_RETURN(kv_blocks, auto_kv_blocks(c, max_model_len));
-  }
+
   SchedulerConfig sc;
   sc.block_size = c.cache.block_size;
-  sc.num_blocks = static_cast<int>(kv_blocks);
+  sc.num_blocks = static_cast<int>(std::min<int64_t>(c.cache.num_blocks.value_or(1), INT32_MAX));
   sc.max_num_seqs = c.scheduler.max_num_seqs;
   sc.max_num_batched_tokens = c.scheduler.max_num_batched_tokens;
   sc.chunked_prefill = c.scheduler.chunked_prefill;
@@ -98,31 +135,46 @@ Status serve(ServeOptions o) {
   sc.max_model_len = static_cast<int>(max_model_len);
   sc.mode = c.scheduler.mode;
   sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
-  TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
+  // A fixed pool is checked before any worker starts; an automatic one once it is sized.
+  if (c.cache.num_blocks) TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
-  // Workers: the group binds first, then (tessera-serve) the local ranks start.
+  // Workers: the group binds first, then (tessera-serve) the local ranks start. With
+  // cache.num_blocks auto the pool is sized once every rank has registered and reported
+  // its memory (coordinator/cluster.h).
   ClusterOptions co;
   co.config = c;
-  co.kv_num_blocks = sc.num_blocks;
   co.kv_dtype = c.model.dtype;
   co.group_name = "serve-" + std::to_string(getpid());
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<WorkerGroup> group, start_cluster(co));
+  if (!c.cache.num_blocks) {
+    TESSERA_ASSIGN_OR_RETURN(co.kv_model, kv_pool_model(c, max_model_len));
+  }
+  TESSERA_ASSIGN_OR_RETURN(Cluster cluster, start_cluster(co));
+  std::unique_ptr<WorkerGroup> group = std::move(cluster.group);
   LocalWorkers workers;
   std::string tmp;
   if (o.spawn_workers) {
-    tmp = (std::filesystem::temp_directory_path() / ("tessera-serve-" + std::to_string(getpid()))).string();
-    std::filesystem::create_directories(tmp);
     // Local ranks connect where the group bound (a shared config's worker.control_address
     // names the coordinator for workers on other hosts).
     TesseraConfig local = c;
     local.worker.control_address = group->endpoint();
-    std::ofstream(tmp + "/config.yaml") << dump_config_yaml(local);
+    TESSERA_ASSIGN_OR_RETURN(tmp, write_local_worker_config(local));
     TESSERA_RETURN_IF_ERROR(workers.start(executable_dir() + "/tessera-worker", tmp + "/config.yaml",
                                           c.parallel.tensor_parallel));
   }
-  TESSERA_LOG_INFO("waiting for {} worker(s) at {} ({} KV blocks of {} tokens)", c.parallel.tensor_parallel,
-                   group->endpoint(), sc.num_blocks, sc.block_size);
-  TESSERA_RETURN_IF_ERROR(group->wait_until_ready(std::chrono::minutes(10)));
+  TESSERA_LOG_INFO("waiting for {} worker(s) at {} (KV pool: {})", c.parallel.tensor_parallel, group->endpoint(),
+                   c.cache.num_blocks ? std::to_string(*c.cache.num_blocks) + " blocks of " +
+                                            std::to_string(c.cache.block_size) + " tokens"
+                                      : std::string("auto, sized from the workers' reports"));
+  if (Status st = group->wait_until_ready(std::chrono::minutes(10)); !st.is_ok()) {
+    if (!tmp.empty()) std::filesystem::remove_all(tmp);
+    return st;
+  }
+  const std::optional<KvPoolSize> pool = cluster.kv_pool->get();
+  if (!pool) return internal_error("the worker group became ready without a KV pool size");
+  if (c.cache.num_blocks) TESSERA_LOG_INFO("{}", pool->describe());
+
+  sc.num_blocks = static_cast<int>(pool->num_blocks);
+  TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
   EngineServiceOptions eo;
   eo.scheduler = sc;

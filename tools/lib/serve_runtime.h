@@ -5,6 +5,7 @@
 // drains (503 to new requests, running ones finish up to a deadline) and shuts all down.
 #include "common/config.h"
 #include "common/status.h"
+#include "coordinator/kv_pool_sizing.h"
 
 namespace tessera {
 
@@ -17,9 +18,9 @@ struct ServeOptions {
 // Runs until a termination signal; OK after a clean shutdown.
 Status serve(ServeOptions options);
 
-// KV blocks per rank when cache.num_blocks is "auto": memory_fraction of this host's
-// available memory, less the model, shared by the local ranks; at most what max_num_seqs
-// sequences of max_model_len need, at least one such sequence.
-StatusOr<int64_t> auto_kv_blocks(const TesseraConfig& config, int64_t max_model_len);
+// The model's side of cache.num_blocks "auto" (coordinator/kv_pool_sizing.h): each rank's KV
+// bytes per block (its KV heads after the tensor-parallel split) and an estimate of its
+// weights, read from the checkpoint's config.json and tensor index (no weights loaded).
+StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& config, int64_t max_model_len);
 
 }  // namespace tessera
