@@ -6,11 +6,11 @@
 #include <charconv>
 #include <fstream>
 #include <functional>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "common/string_util.h"
+#include "common/tokenizer/regex.h"
 
 namespace tessera {
 namespace {
@@ -205,11 +205,7 @@ Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>
       const Where kw = rw.child("." + key, kv.second);
       if (key == "match") {
         TESSERA_RETURN_IF_ERROR(read_string(kv.second, kw, &rule.match));
-        try {
-          std::regex re(rule.match);
-        } catch (const std::regex_error& e) {
-          return kw.error("invalid regular expression '" + rule.match + "': " + e.what());
-        }
+        if (Status st = compile_tp_rule_regex(&rule); !st.is_ok()) return kw.error(st.message());
         has_match = true;
       } else if (key == "role") {
         TESSERA_RETURN_IF_ERROR(read_enum<TpRole>(
@@ -635,6 +631,13 @@ Status apply_override(TesseraConfig& config, const std::string& dotted_key, cons
   }
 }
 
+Status compile_tp_rule_regex(TpRuleConfig* rule) {
+  StatusOr<std::shared_ptr<const tok::Regex>> re = tok::Regex::compile_pcre2(rule->match);
+  if (!re.is_ok()) return invalid_argument("invalid regular expression (PCRE2 syntax): " + re.status().message());
+  rule->regex = std::move(re).value();
+  return Status::ok();
+}
+
 Status apply_override_arg(TesseraConfig& config, const std::string& key_equals_value) {
   size_t eq = key_equals_value.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -650,13 +653,10 @@ Status validate_config(const TesseraConfig& c) {
                                   "checkpoint JSON)");
   }
   for (size_t i = 0; i < c.parallel.auto_tp.rules.size(); ++i) {
-    const auto& rule = c.parallel.auto_tp.rules[i];
-    try {
-      std::regex re(rule.match);
-    } catch (const std::regex_error& e) {
-      return invalid_argument(src + ": parallel.auto_tp.rules[" + std::to_string(i) + "].match: invalid regular "
-                              "expression '" + rule.match + "': " + e.what());
-    }
+    TpRuleConfig rule = c.parallel.auto_tp.rules[i];
+    if (rule.regex) continue;  // compiled when read
+    if (Status st = compile_tp_rule_regex(&rule); !st.is_ok())
+      return invalid_argument(src + ": parallel.auto_tp.rules[" + std::to_string(i) + "].match: " + st.message());
   }
   const auto& s = c.scheduler;
   if (s.max_num_batched_tokens < s.max_num_seqs) {

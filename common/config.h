@@ -5,6 +5,7 @@
 // flag), the full dotted key path and what was expected. docs/configuration.md lists the keys.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@
 #include "common/status.h"
 
 namespace tessera {
+namespace tok {
+class Regex;
+}
 
 struct ModelSection {
   std::string path;                 // HF folder or DeepSpeed checkpoint JSON; required
@@ -24,10 +28,17 @@ struct ModelSection {
 // One ordered auto-TP rule: the first rule whose regex matches a tensor name decides its role
 // (column, row or keep; column on an embedding means its vocabulary rows).
 struct TpRuleConfig {
-  std::string match;  // ECMAScript regex, searched (unanchored) in the checkpoint tensor name
+  std::string match;  // PCRE2 regex, searched (unanchored) in the checkpoint tensor name
   TpRole role = TpRole::kKeep;
-  bool operator==(const TpRuleConfig&) const = default;
+  // `match` compiled (common/tokenizer/regex.h) when the config is read, so it is compiled
+  // once and shared by copies of the config; null for a rule built in code until
+  // compile_tp_rule_regex() runs (the auto-TP planner compiles such rules itself).
+  std::shared_ptr<const tok::Regex> regex;
+  bool operator==(const TpRuleConfig& o) const { return match == o.match && role == o.role; }
 };
+// Compiles rule->match into rule->regex; InvalidArgument "invalid regular expression ..."
+// with PCRE2's message and offset. Callers add where the rule is.
+Status compile_tp_rule_regex(TpRuleConfig* rule);
 
 struct AutoTpSection {
   // DeepSpeed's DS_ALL_REDUCE_LINEAR_ITEMS / DS_KEEP_LINEAR_ITEMS as YAML:

@@ -26,42 +26,12 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-const char* reason_phrase(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
-  }
-}
-
-using Headers = std::vector<std::pair<std::string, std::string>>;
-
-std::string status_line_and_headers(int status, unsigned version, const std::string& content_type, bool keep_alive,
-                                    const Headers& extra) {
-  std::string out = version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
-  out += std::to_string(status) + " " + reason_phrase(status) + "\r\nServer: tessera\r\n";
-  out += "Content-Type: " + content_type + "\r\n";
-  out += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
-  for (const auto& [k, v] : extra) out += k + ": " + v + "\r\n";
-  return out;
-}
+// Extra response headers: (name, value), set through Beast's fields.
+using Headers = std::vector<std::pair<beast::string_view, std::string>>;
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string chunk(const std::string& data) {
-  char hex[20];
-  std::snprintf(hex, sizeof(hex), "%zx\r\n", data.size());
-  return hex + data + "\r\n";
 }
 
 // Engine callbacks check this under its mutex before posting to a connection: once the
@@ -84,6 +54,7 @@ struct HttpServer::Impl {
   void remove_session(HttpSession* s);
 
   HttpServerOptions options;
+  HttpLimits limits;  // from options, by start()
   EngineService& service;
   const Tokenizer* tokenizer;
   HttpServer* owner;
@@ -140,9 +111,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void do_read() {
     if (closed_) return;
     parser_.emplace();
-    parser_->body_limit(static_cast<uint64_t>(std::max<int64_t>(0, server_.options.max_body_bytes)));
-    parser_->header_limit(64 * 1024);
-    stream_.expires_after(std::chrono::seconds(server_.options.idle_timeout_s));
+    parser_->body_limit(server_.limits.max_body_bytes);
+    parser_->header_limit(server_.limits.max_header_bytes);
+    stream_.expires_after(server_.limits.idle_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
@@ -152,8 +123,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     auto& req = parser_->get();
     auto expect = req.find(http::field::expect);
     if (expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
-      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      asio::async_write(stream_, asio::buffer(kContinue), [self = shared_from_this()](beast::error_code ec2, size_t) {
+      // Still under the request's idle deadline: the client waits for this before the body.
+      auto go_on = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+      http::async_write(stream_, *go_on, [self = shared_from_this(), go_on](beast::error_code ec2, size_t) {
         if (ec2) return self->disconnect();
         self->read_body();
       });
@@ -172,7 +144,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       version_ = 11;
       keep_alive_ = false;
       return send_error(api_error(413, "invalid_request_error", "request_too_large",
-                                  "request body exceeds " + std::to_string(server_.options.max_body_bytes) +
+                                  "request body exceeds " + std::to_string(server_.limits.max_body_bytes) +
                                       " bytes"));
     }
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
@@ -330,12 +302,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   void begin_stream() {
     Generation& g = *gen_;
-    std::string head = status_line_and_headers(200, version_, "text/event-stream", keep_alive_ && version_ != 10,
-                                               {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-    if (version_ != 10) head += "Transfer-Encoding: chunked\r\n";
-    head += "\r\n";
+    // HTTP/1.1 streams are chunked, one event a chunk; HTTP/1.0 has no chunks, so its stream
+    // ends when the connection closes.
+    auto head = std::make_unique<Outgoing>(Outgoing::Kind::kStreamHead);
+    head->response = make_response(200, "text/event-stream", keep_alive_ && version_ != 10,
+                                   {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+    if (version_ != 10) head->response.chunked(true);
     server_.responses.add(200);
-    queue_raw(std::move(head));
+    enqueue(std::move(head));
     for (size_t i = 0; i < g.request.num_choices(); ++i) {
       if (g.request.endpoint == ApiEndpoint::kChatCompletions) {
         queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i), "", {},
@@ -357,7 +331,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       if (version_ == 10) {
         keep_alive_ = false;
       } else {
-        queue_raw("0\r\n\r\n");
+        enqueue(std::make_unique<Outgoing>(Outgoing::Kind::kStreamEnd));
       }
       after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
       if (!writing_) after_writes();
@@ -396,12 +370,40 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // ---- writing ---------------------------------------------------------------------------
   enum class AfterWrite { kNone, kRead, kClose };
 
-  void send(int status, const std::string& content_type, const std::string& body, const Headers& extra = {}) {
-    std::string out = status_line_and_headers(status, version_, content_type, keep_alive_, extra);
-    out += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
-    out += body;
+  // One thing to write; the queue writes them in order, one at a time. Beast serializes all
+  // of them: a whole response (http::async_write), the head of an event stream
+  // (http::async_write_header), one event (http::make_chunk; its bare bytes on HTTP/1.0) and
+  // the end of a stream (http::make_chunk_last).
+  struct Outgoing {
+    enum class Kind { kResponse, kStreamHead, kEvent, kStreamEnd };
+    explicit Outgoing(Kind k) : kind(k) {}
+    Kind kind;
+    http::response<http::string_body> response;  // kResponse, kStreamHead
+    std::optional<http::response_serializer<http::string_body>> head_serializer;  // kStreamHead, while written
+    std::string event;  // kEvent: "data: ...\n\n"
+  };
+
+  // A response to the current request: its HTTP version, Tessera's Server header, and a
+  // Connection header as Beast derives it from `keep_alive`.
+  http::response<http::string_body> make_response(int status, std::string_view content_type, bool keep_alive,
+                                                  const Headers& extra) const {
+    http::response<http::string_body> res;
+    res.version(version_);
+    res.result(static_cast<unsigned>(status));
+    res.set(http::field::server, "tessera");
+    res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+    for (const auto& [name, value] : extra) res.set(name, beast::string_view(value));
+    res.keep_alive(keep_alive);
+    return res;
+  }
+
+  void send(int status, std::string_view content_type, std::string body, const Headers& extra = {}) {
+    auto out = std::make_unique<Outgoing>(Outgoing::Kind::kResponse);
+    out->response = make_response(status, content_type, keep_alive_, extra);
+    out->response.body() = std::move(body);
+    out->response.prepare_payload();  // Content-Length
     server_.responses.add(status);
-    queue_raw(std::move(out));
+    enqueue(std::move(out));
     after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
     if (!writing_) after_writes();
   }
@@ -410,11 +412,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     send(e.http_status, "application/json", error_body(e), extra);
   }
 
-  void queue_chunk(const std::string& data) { queue_raw(version_ == 10 ? data : chunk(data)); }
+  void queue_chunk(std::string event) {
+    auto out = std::make_unique<Outgoing>(Outgoing::Kind::kEvent);
+    out->event = std::move(event);
+    enqueue(std::move(out));
+  }
 
-  void queue_raw(std::string data) {
+  void enqueue(std::unique_ptr<Outgoing> out) {
     if (closed_) return;
-    queue_.push_back(std::move(data));
+    queue_.push_back(std::move(out));
     if (!writing_) write_next();
   }
 
@@ -424,15 +430,32 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return after_writes();
     }
     writing_ = true;
-    asio::async_write(stream_, asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec || self->closed_) {
-        self->writing_ = false;
-        self->queue_.clear();
-        return self->disconnect();
-      }
-      self->queue_.pop_front();
-      self->write_next();
-    });
+    Outgoing& out = *queue_.front();
+    stream_.expires_after(server_.limits.write_timeout);
+    auto written = [self = shared_from_this()](beast::error_code ec, size_t) { self->on_written(ec); };
+    switch (out.kind) {
+      case Outgoing::Kind::kResponse:
+        return http::async_write(stream_, out.response, std::move(written));
+      case Outgoing::Kind::kStreamHead:
+        out.head_serializer.emplace(out.response);
+        return http::async_write_header(stream_, *out.head_serializer, std::move(written));
+      case Outgoing::Kind::kEvent:
+        if (version_ == 10) return asio::async_write(stream_, asio::buffer(out.event), std::move(written));
+        return asio::async_write(stream_, http::make_chunk(asio::buffer(out.event)), std::move(written));
+      case Outgoing::Kind::kStreamEnd:
+        return asio::async_write(stream_, http::make_chunk_last(), std::move(written));
+    }
+  }
+
+  void on_written(beast::error_code ec) {
+    if (ec || closed_) {
+      writing_ = false;
+      queue_.clear();
+      return disconnect();
+    }
+    stream_.expires_never();  // a stream waits for its next event without a deadline
+    queue_.pop_front();
+    write_next();
   }
 
   void after_writes() {
@@ -446,7 +469,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       beast::error_code ec;
       stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
       closed_ = true;
-      stream_.expires_after(std::chrono::seconds(2));
+      stream_.expires_after(server_.limits.close_linger);
       linger();
     }
   }
@@ -477,7 +500,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::unique_ptr<Generation> gen_;
   uint64_t serial_ = 0;
   std::shared_ptr<HttpSession> keep_;
-  std::deque<std::string> queue_;
+  std::deque<std::unique_ptr<Outgoing>> queue_;
   char scratch_[4096];
   bool writing_ = false;
   bool closed_ = false;
@@ -509,6 +532,19 @@ void HttpServer::Impl::accept() {
   });
 }
 
+StatusOr<HttpLimits> http_limits(const HttpServerOptions& options) {
+  if (options.max_body_bytes < 0)
+    return invalid_argument("HttpServerOptions::max_body_bytes is " + std::to_string(options.max_body_bytes) +
+                            ": must be >= 0");
+  if (options.idle_timeout_s < 1)
+    return invalid_argument("HttpServerOptions::idle_timeout_s is " + std::to_string(options.idle_timeout_s) +
+                            ": must be >= 1");
+  HttpLimits limits;
+  limits.max_body_bytes = static_cast<uint64_t>(options.max_body_bytes);
+  limits.idle_timeout = std::chrono::seconds(options.idle_timeout_s);
+  return limits;
+}
+
 HttpServer::HttpServer(HttpServerOptions options, EngineService& service, const Tokenizer* tokenizer)
     : impl_(std::make_unique<Impl>(std::move(options), service, tokenizer, this)) {}
 
@@ -517,6 +553,7 @@ HttpServer::~HttpServer() { stop(); }
 Status HttpServer::start() {
   Impl& s = *impl_;
   if (s.started) return Status(StatusCode::kInternal, "HttpServer::start called twice");
+  TESSERA_ASSIGN_OR_RETURN(s.limits, http_limits(s.options));
   s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
   beast::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
@@ -566,7 +603,7 @@ void HttpServer::stop() {
   sessions.clear();
   {
     std::unique_lock<std::mutex> lock(s.sessions_mu);
-    s.sessions_cv.wait_for(lock, std::chrono::seconds(2), [&s]() { return s.live_sessions == 0; });
+    s.sessions_cv.wait_for(lock, s.limits.stop_grace, [&s]() { return s.live_sessions == 0; });
   }
   {
     std::lock_guard<std::mutex> lock(s.liveness->mu);

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <regex>
 #include <sstream>
 
 #include "common/check.h"
 #include "common/string_util.h"
+#include "common/tokenizer/regex.h"
 
 namespace tessera {
 
@@ -282,14 +282,15 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
     policy = &linears;
     policy_block = block;
   }
-  std::vector<std::regex> rules;
+  // The config reader compiled its rules; a rule built in code is compiled here.
+  std::vector<std::shared_ptr<const tok::Regex>> rules;
   for (size_t i = 0; i < options.rules.size(); ++i) {
-    try {
-      rules.emplace_back(options.rules[i].match);
-    } catch (const std::regex_error& e) {
-      return invalid_argument("parallel.auto_tp.rules[" + std::to_string(i) + "].match: invalid regular expression '" +
-                              options.rules[i].match + "': " + e.what());
+    TpRuleConfig rule = options.rules[i];
+    if (!rule.regex) {
+      if (Status st = compile_tp_rule_regex(&rule); !st.is_ok())
+        return invalid_argument("parallel.auto_tp.rules[" + std::to_string(i) + "].match: " + st.message());
     }
+    rules.push_back(rule.regex);
   }
   std::vector<bool> policy_used(policy ? policy->size() : 0, false);
 
@@ -317,7 +318,7 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
       }
     }
     for (size_t i = 0; i < rules.size(); ++i) {
-      if (!std::regex_search(info.weight, rules[i])) continue;
+      if (!rules[i]->search(info.weight)) continue;
       const TpRole r = options.rules[i].role;
       const std::string where = "parallel.auto_tp.rules[" + std::to_string(i) + "] ('" + options.rules[i].match + "')";
       if (is_norm(info.role) && r != TpRole::kKeep) {

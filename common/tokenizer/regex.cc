@@ -106,10 +106,20 @@ StatusOr<std::shared_ptr<const Regex>> Regex::compile(const std::string& pattern
     if (!t.is_ok()) return t.status().with_context("regex '" + pattern + "'");
     translated = std::move(t).value();
   }
+  // Tokenizer patterns come from tokenizer.json, whose JSON reader accepts only UTF-8.
+  return compile_translated(pattern, translated, PCRE2_NO_UTF_CHECK);
+}
+
+StatusOr<std::shared_ptr<const Regex>> Regex::compile_pcre2(const std::string& pattern) {
+  return compile_translated(pattern, pattern, 0);  // PCRE2 checks the pattern is UTF-8
+}
+
+StatusOr<std::shared_ptr<const Regex>> Regex::compile_translated(const std::string& pattern,
+                                                                 const std::string& translated, uint32_t options) {
   int err = 0;
   PCRE2_SIZE err_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &err_offset, nullptr);
+                                   PCRE2_UTF | PCRE2_UCP | options, &err, &err_offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(err, buf, sizeof(buf));
@@ -152,6 +162,15 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
     last_match_end = e;
   }
   pcre2_match_data_free(md);
+}
+
+bool Regex::search(std::string_view text) const {
+  pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+  // pcre2_match (not pcre2_jit_match) checks the subject is UTF-8, then runs the JIT code.
+  const int rc = pcre2_match(static_cast<pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                             0, 0, md, nullptr);
+  pcre2_match_data_free(md);
+  return rc >= 0;
 }
 
 std::string Regex::replace_all(std::string_view text, std::string_view replacement) const {

@@ -1,8 +1,8 @@
 #include "common/wire/client_messages.h"
 
-#include <utility>
+#include <type_traits>
 
-#include "common/wire/frame.h"
+#include "common/wire/frame_codec.h"
 #include "common/wire/wire_buffer.h"
 
 namespace tessera::wire::client {
@@ -11,26 +11,39 @@ namespace {
 constexpr size_t kMinTokenBytes = 4 + 4;          // i32 token, f32 logprob
 constexpr size_t kMinFinalChoiceBytes = 4 + 4;    // bytes finish_reason (empty), i32 count
 
+// What the shared codec (common/wire/frame_codec.h) needs to know about this protocol.
+struct ClientProtocol {
+  using Type = MessageType;
+  using Message = client::Message;
+  static constexpr uint32_t kMagic = client::kMagic;
+  static constexpr uint16_t kVersion = kProtocolVersion;
+  static constexpr const char* kName = "client";
+  static constexpr Type kFirstType = MessageType::kSubmit;
+  static constexpr Type kLastType = MessageType::kReject;
+  static constexpr Type kReject = MessageType::kReject;
+  static const char* type_name(Type type) { return message_type_name(type); }
+  static constexpr Type type_of(std::type_identity<Submit>) { return MessageType::kSubmit; }
+  static constexpr Type type_of(std::type_identity<Abort>) { return MessageType::kAbort; }
+  static constexpr Type type_of(std::type_identity<Delta>) { return MessageType::kDelta; }
+  static constexpr Type type_of(std::type_identity<Final>) { return MessageType::kFinal; }
+  static constexpr Type type_of(std::type_identity<Error>) { return MessageType::kError; }
+  static constexpr Type type_of(std::type_identity<Reject>) { return MessageType::kReject; }
+  template <typename M>
+  static Status decode(std::string_view frame, M* m) {
+    return ::tessera::wire::client::decode(frame, m);
+  }
+};
+using Codec = FrameCodec<ClientProtocol>;
+
 template <typename BodyFn>
 void encode_frame(MessageType type, std::string* out, BodyFn&& body) {
-  ::tessera::wire::encode_frame(kMagic, kProtocolVersion, static_cast<uint16_t>(type), out, body);
+  Codec::encode(type, out, body);
 }
 
+// Refuses another version, except for the frozen Reject.
 template <typename BodyFn>
-Status decode_frame(std::string_view frame, MessageType type, bool any_version, BodyFn&& body) {
-  StatusOr<Header> header = decode_header(frame);
-  if (!header.is_ok()) return header.status();
-  if (!any_version && header->version != kProtocolVersion)
-    return unimplemented("client protocol version " + std::to_string(header->version) +
-                         " is not supported (this build speaks version " + std::to_string(kProtocolVersion) + ")");
-  if (header->type != type)
-    return invalid_argument(std::string("expected a ") + message_type_name(type) + " message, got " +
-                            message_type_name(header->type));
-  return decode_frame_body(frame, message_type_name(type), body);
-}
-
-bool known_type(uint16_t type) {
-  return type >= static_cast<uint16_t>(MessageType::kSubmit) && type <= static_cast<uint16_t>(MessageType::kReject);
+Status decode_frame(std::string_view frame, MessageType type, BodyFn&& body) {
+  return Codec::decode(frame, type, body);
 }
 
 }  // namespace
@@ -47,19 +60,7 @@ const char* message_type_name(MessageType type) {
   return "unknown";
 }
 
-StatusOr<Header> decode_header(std::string_view frame) {
-  TESSERA_ASSIGN_OR_RETURN(FrameHeader raw, read_frame_header(frame, kMagic, "client"));
-  // Another version may have other types; only this version's are known. A Reject (type 6)
-  // is frozen, so it is recognised whatever the version.
-  if (raw.version == kProtocolVersion && !known_type(raw.type))
-    return data_loss("unknown client message type " + std::to_string(raw.type));
-  Header h;
-  h.version = raw.version;
-  h.type = static_cast<MessageType>(raw.type);
-  h.body_bytes = raw.body_bytes;
-  TESSERA_RETURN_IF_ERROR(check_frame_body_length(frame, h.body_bytes, message_type_name(h.type)));
-  return h;
-}
+StatusOr<Header> decode_header(std::string_view frame) { return Codec::decode_header(frame); }
 
 std::optional<uint64_t> peek_request_id(std::string_view frame) {
   if (frame.size() < kHeaderBytes + 8) return std::nullopt;
@@ -86,7 +87,7 @@ void encode(const Submit& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Submit* m) {
-  return decode_frame(frame, MessageType::kSubmit, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kSubmit, [&](WireReader& r) {
     m->id = r.u64("id");
     const uint8_t kind = r.u8("kind");
     if (r.ok() && kind != static_cast<uint8_t>(RequestKind::kCompletion) &&
@@ -103,7 +104,7 @@ void encode(const Abort& m, std::string* out) {
   encode_frame(MessageType::kAbort, out, [&](WireWriter& w) { w.u64(m.id); });
 }
 Status decode(std::string_view frame, Abort* m) {
-  return decode_frame(frame, MessageType::kAbort, false, [&](WireReader& r) { m->id = r.u64("id"); });
+  return decode_frame(frame, MessageType::kAbort, [&](WireReader& r) { m->id = r.u64("id"); });
 }
 
 // ---- Delta
@@ -121,7 +122,7 @@ void encode(const Delta& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Delta* m) {
-  return decode_frame(frame, MessageType::kDelta, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kDelta, [&](WireReader& r) {
     m->id = r.u64("id");
     m->index = r.u32("index");
     r.bytes(&m->text, "text");
@@ -148,7 +149,7 @@ void encode(const Final& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Final* m) {
-  return decode_frame(frame, MessageType::kFinal, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kFinal, [&](WireReader& r) {
     m->id = r.u64("id");
     m->prompt_tokens = r.i32("prompt_tokens");
     const uint32_t n = r.count(kMinFinalChoiceBytes, "choices.count");
@@ -172,7 +173,7 @@ void encode(const Error& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Error* m) {
-  return decode_frame(frame, MessageType::kError, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kError, [&](WireReader& r) {
     m->id = r.u64("id");
     m->status = r.u16("status");
     r.bytes(&m->type, "type");
@@ -187,28 +188,9 @@ void encode(const Reject& m, std::string* out) {
   encode_frame(MessageType::kReject, out, [&](WireWriter& w) { w.bytes(m.reason); });
 }
 Status decode(std::string_view frame, Reject* m) {
-  return decode_frame(frame, MessageType::kReject, true, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
+  return decode_frame(frame, MessageType::kReject, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
 }
 
-StatusOr<Message> decode_message(std::string_view frame) {
-  StatusOr<Header> header = decode_header(frame);
-  if (!header.is_ok()) return header.status();
-  auto as = [&](auto msg) -> StatusOr<Message> {
-    Status st = decode(frame, &msg);
-    if (!st.is_ok()) return st;
-    return Message(std::move(msg));
-  };
-  switch (header->type) {
-    case MessageType::kSubmit: return as(Submit{});
-    case MessageType::kAbort: return as(Abort{});
-    case MessageType::kDelta: return as(Delta{});
-    case MessageType::kFinal: return as(Final{});
-    case MessageType::kError: return as(Error{});
-    case MessageType::kReject: return as(Reject{});
-  }
-  return unimplemented("client protocol version " + std::to_string(header->version) + " message type " +
-                       std::to_string(static_cast<uint16_t>(header->type)) + " is not supported (this build speaks version " +
-                       std::to_string(kProtocolVersion) + ")");
-}
+StatusOr<Message> decode_message(std::string_view frame) { return Codec::decode_message(frame); }
 
 }  // namespace tessera::wire::client

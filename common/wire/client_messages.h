@@ -19,12 +19,13 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/wire/frame_header.h"
 
 namespace tessera::wire::client {
 
 inline constexpr uint32_t kMagic = 0x50435354;  // "TSCP" as little-endian bytes
 inline constexpr uint16_t kProtocolVersion = 1;
-inline constexpr size_t kHeaderBytes = 12;  // = kFrameHeaderBytes (common/wire/frame.h)
+inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {
   kSubmit = 1,  // client -> server: one OpenAI request body
@@ -78,14 +79,11 @@ struct Reject {
   std::string reason;
 };
 
-struct Header {
-  uint16_t version = 0;
-  MessageType type = MessageType::kSubmit;
-  uint32_t body_bytes = 0;
-};
+using Header = FrameHeader<MessageType>;
 
 // Checks magic, type and length, not the version (so a frame of another version can be
-// answered with a Reject naming both versions).
+// answered with a Reject naming both versions); the type only when the version is this one's
+// (common/wire/frame_codec.h has the framing rules both protocols share).
 StatusOr<Header> decode_header(std::string_view frame);
 
 // The request id of a Submit or Abort frame whose body starts with it (even if the rest is

@@ -1,8 +1,8 @@
 #include "common/wire/messages.h"
 
-#include <utility>
+#include <type_traits>
 
-#include "common/wire/frame.h"
+#include "common/wire/frame_codec.h"
 #include "common/wire/wire_buffer.h"
 
 namespace tessera::wire {
@@ -14,22 +14,42 @@ namespace {
 constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 2 * 4 + 1;
 constexpr size_t kMinSampledTokenBytes = 8 + 4 + 4 + 4;
 
-template <typename BodyFn>
-void encode_frame(MessageType type, std::string* out, BodyFn&& body) {
-  ::tessera::wire::encode_frame(kMagic, kProtocolVersion, static_cast<uint16_t>(type), out, body);
-}
+// What the shared codec (common/wire/frame_codec.h) needs to know about this protocol.
+struct WorkerProtocol {
+  using Type = MessageType;
+  using Message = wire::Message;
+  static constexpr uint32_t kMagic = wire::kMagic;
+  static constexpr uint16_t kVersion = kProtocolVersion;
+  static constexpr const char* kName = "wire";
+  static constexpr Type kFirstType = MessageType::kRegister;
+  static constexpr Type kLastType = MessageType::kCollectiveId;
+  static constexpr Type kReject = MessageType::kReject;
+  static const char* type_name(Type type) { return message_type_name(type); }
+  static constexpr Type type_of(std::type_identity<Register>) { return MessageType::kRegister; }
+  static constexpr Type type_of(std::type_identity<Assignment>) { return MessageType::kAssignment; }
+  static constexpr Type type_of(std::type_identity<Ready>) { return MessageType::kReady; }
+  static constexpr Type type_of(std::type_identity<Heartbeat>) { return MessageType::kHeartbeat; }
+  static constexpr Type type_of(std::type_identity<Shutdown>) { return MessageType::kShutdown; }
+  static constexpr Type type_of(std::type_identity<Reject>) { return MessageType::kReject; }
+  static constexpr Type type_of(std::type_identity<StepPlan>) { return MessageType::kStepPlan; }
+  static constexpr Type type_of(std::type_identity<StepResult>) { return MessageType::kStepResult; }
+  static constexpr Type type_of(std::type_identity<CollectiveId>) { return MessageType::kCollectiveId; }
+  template <typename M>
+  static Status decode(std::string_view frame, M* m) {
+    return ::tessera::wire::decode(frame, m);
+  }
+};
+using Codec = FrameCodec<WorkerProtocol>;
 
 template <typename BodyFn>
-Status decode_frame(std::string_view frame, MessageType type, bool any_version, BodyFn&& body) {
-  StatusOr<Header> header = decode_header(frame);
-  if (!header.is_ok()) return header.status();
-  if (!any_version && header->version != kProtocolVersion)
-    return unimplemented("wire protocol version " + std::to_string(header->version) +
-                         " is not supported (this build speaks version " + std::to_string(kProtocolVersion) + ")");
-  if (header->type != type)
-    return invalid_argument(std::string("expected a ") + message_type_name(type) + " message, got " +
-                            message_type_name(header->type));
-  return decode_frame_body(frame, message_type_name(type), body);
+void encode_frame(MessageType type, std::string* out, BodyFn&& body) {
+  Codec::encode(type, out, body);
+}
+
+// Refuses another version, except for the frozen Reject.
+template <typename BodyFn>
+Status decode_frame(std::string_view frame, MessageType type, BodyFn&& body) {
+  return Codec::decode(frame, type, body);
 }
 
 void write_sampling(WireWriter& w, const SamplingParams& s) {
@@ -80,15 +100,7 @@ const char* message_type_name(MessageType type) {
   return "unknown";
 }
 
-StatusOr<Header> decode_header(std::string_view frame) {
-  TESSERA_ASSIGN_OR_RETURN(FrameHeader raw, read_frame_header(frame, kMagic, "wire"));
-  const uint16_t type = raw.type;
-  if (type < static_cast<uint16_t>(MessageType::kRegister) || type > static_cast<uint16_t>(MessageType::kCollectiveId))
-    return data_loss("unknown wire message type " + std::to_string(type));
-  Header h{raw.version, static_cast<MessageType>(type), raw.body_bytes};
-  TESSERA_RETURN_IF_ERROR(check_frame_body_length(frame, h.body_bytes, message_type_name(h.type)));
-  return h;
-}
+StatusOr<Header> decode_header(std::string_view frame) { return Codec::decode_header(frame); }
 
 // ---- Register
 void encode(const Register& m, std::string* out) {
@@ -104,7 +116,7 @@ void encode(const Register& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Register* m) {
-  return decode_frame(frame, MessageType::kRegister, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kRegister, [&](WireReader& r) {
     m->protocol_version = r.u32("protocol_version");
     m->rank = r.i32("rank");
     m->world_size = r.i32("world_size");
@@ -132,7 +144,7 @@ void encode(const Assignment& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Assignment* m) {
-  return decode_frame(frame, MessageType::kAssignment, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kAssignment, [&](WireReader& r) {
     r.bytes(&m->model_path, "model_path");
     r.bytes(&m->dtype, "dtype");
     m->kernel_inject = r.boolean("kernel_inject");
@@ -155,7 +167,7 @@ void encode(const Ready& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Ready* m) {
-  return decode_frame(frame, MessageType::kReady, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kReady, [&](WireReader& r) {
     m->rank = r.i32("rank");
     m->ok = r.boolean("ok");
     r.bytes(&m->error, "error");
@@ -171,7 +183,7 @@ void encode(const Heartbeat& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, Heartbeat* m) {
-  return decode_frame(frame, MessageType::kHeartbeat, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kHeartbeat, [&](WireReader& r) {
     m->sender = r.i32("sender");
     m->seq = r.u64("seq");
     m->time_ns = r.i64("time_ns");
@@ -183,13 +195,13 @@ void encode(const Shutdown& m, std::string* out) {
   encode_frame(MessageType::kShutdown, out, [&](WireWriter& w) { w.bytes(m.reason); });
 }
 Status decode(std::string_view frame, Shutdown* m) {
-  return decode_frame(frame, MessageType::kShutdown, false, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
+  return decode_frame(frame, MessageType::kShutdown, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
 }
 void encode(const Reject& m, std::string* out) {
   encode_frame(MessageType::kReject, out, [&](WireWriter& w) { w.bytes(m.reason); });
 }
 Status decode(std::string_view frame, Reject* m) {
-  return decode_frame(frame, MessageType::kReject, true, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
+  return decode_frame(frame, MessageType::kReject, [&](WireReader& r) { r.bytes(&m->reason, "reason"); });
 }
 
 // ---- CollectiveId
@@ -200,7 +212,7 @@ void encode(const CollectiveId& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, CollectiveId* m) {
-  return decode_frame(frame, MessageType::kCollectiveId, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kCollectiveId, [&](WireReader& r) {
     m->origin_rank = r.i32("origin_rank");
     r.bytes(&m->blob, "blob");
   });
@@ -244,7 +256,7 @@ void encode(const StepPlan& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, StepPlan* m) {
-  return decode_frame(frame, MessageType::kStepPlan, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kStepPlan, [&](WireReader& r) {
     m->step_id = r.u64("step_id");
     const uint32_t d = r.count(8, "dropped.count");
     m->dropped.resize(d);
@@ -301,7 +313,7 @@ void encode(const StepResult& m, std::string* out) {
   });
 }
 Status decode(std::string_view frame, StepResult* m) {
-  return decode_frame(frame, MessageType::kStepResult, false, [&](WireReader& r) {
+  return decode_frame(frame, MessageType::kStepResult, [&](WireReader& r) {
     m->step_id = r.u64("step_id");
     r.bytes(&m->error, "error");
     const uint32_t n = r.count(kMinSampledTokenBytes, "tokens.count");
@@ -322,26 +334,6 @@ Status decode(std::string_view frame, StepResult* m) {
   });
 }
 
-StatusOr<Message> decode_message(std::string_view frame) {
-  StatusOr<Header> header = decode_header(frame);
-  if (!header.is_ok()) return header.status();
-  auto as = [&](auto msg) -> StatusOr<Message> {
-    Status st = decode(frame, &msg);
-    if (!st.is_ok()) return st;
-    return Message(std::move(msg));
-  };
-  switch (header->type) {
-    case MessageType::kRegister: return as(Register{});
-    case MessageType::kAssignment: return as(Assignment{});
-    case MessageType::kReady: return as(Ready{});
-    case MessageType::kHeartbeat: return as(Heartbeat{});
-    case MessageType::kShutdown: return as(Shutdown{});
-    case MessageType::kStepPlan: return as(StepPlan{});
-    case MessageType::kStepResult: return as(StepResult{});
-    case MessageType::kReject: return as(Reject{});
-    case MessageType::kCollectiveId: return as(CollectiveId{});
-  }
-  return data_loss("unknown wire message type");
-}
+StatusOr<Message> decode_message(std::string_view frame) { return Codec::decode_message(frame); }
 
 }  // namespace tessera::wire

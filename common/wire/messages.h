@@ -16,14 +16,16 @@
 
 #include "common/status.h"
 #include "common/step_plan.h"
+#include "common/wire/frame_header.h"
 
 namespace tessera::wire {
 
 inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
 // 2: CollectiveId; 3: StepPlan.return_logits, StepResult.logits; 4: step deltas (SeqStep
-// version, table change, start state; StepPlan.dropped).
+// version, table change, start state; StepPlan.dropped), Register.total_memory_bytes,
+// Assignment.worker_config_yaml.
 inline constexpr uint16_t kProtocolVersion = 4;
-inline constexpr size_t kHeaderBytes = 12;  // = kFrameHeaderBytes (common/wire/frame.h)
+inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {
   kRegister = 1,    // worker -> coordinator: who I am
@@ -95,14 +97,11 @@ struct CollectiveId {
   std::string blob;  // opaque bytes
 };
 
-struct Header {
-  uint16_t version = 0;
-  MessageType type = MessageType::kRegister;
-  uint32_t body_bytes = 0;
-};
+using Header = FrameHeader<MessageType>;
 
-// Checks magic and length, not the version (so a Register from another version can be
-// answered with a Reject naming both versions).
+// Checks magic, type and length, not the version (so a Register from another version can be
+// answered with a Reject naming both versions); the type only when the version is this one's
+// (common/wire/frame_codec.h has the framing rules both protocols share).
 StatusOr<Header> decode_header(std::string_view frame);
 
 // encode() replaces *out with the full frame (header + body); it reuses out's capacity.

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/curve_keys.h"
+#include "common/tokenizer/regex.h"
 #include "tests/test_support.h"
 
 namespace tessera {
@@ -198,6 +199,38 @@ TEST(ConfigTest, WrongTypesAndValuesNameThePathAndExpectation) {
       {"model: {path: x\n", {"cfg.yaml:", "YAML syntax error"}},
   };
   for (const Case& c : cases) EXPECT_TRUE(fails_with(parse_status(c.yaml), c.parts)) << c.yaml;
+}
+
+TEST(ConfigTest, AutoTpRuleRegexesArePcre2CompiledOnceWithErrorsNamingTheRule) {
+  // A bad regex in the second rule: the error names the file, line, rule and PCRE2's reason.
+  Status st = parse_status(R"(
+parallel:
+  auto_tp:
+    rules:
+      - {match: 'lm_head', role: keep}
+      - {match: 'experts\.(\d+\.w2', role: row}
+)");
+  EXPECT_TRUE(fails_with(st, {"cfg.yaml:6:", "parallel.auto_tp.rules[1].match", "invalid regular expression",
+                              "experts\\.(\\d+\\.w2", "missing closing parenthesis"}));
+  // --set goes through the same reader.
+  TesseraConfig c;
+  EXPECT_TRUE(fails_with(apply_override(c, "parallel.auto_tp.rules", "[{match: 'a[b', role: keep}]"),
+                         {"parallel.auto_tp.rules[0].match", "missing terminating ]"}));
+
+  // PCRE2 syntax (a lookbehind, which ECMAScript regexes lack), compiled when read and
+  // searched anywhere in the name.
+  auto ok = parse_config_yaml("parallel: {auto_tp: {rules: [{match: '(?<=\\.)w2\\.', role: row}]}}", "r.yaml");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  const TpRuleConfig& rule = ok->parallel.auto_tp.rules[0];
+  ASSERT_NE(rule.regex, nullptr);
+  EXPECT_TRUE(rule.regex->search("model.layers.1.block_sparse_moe.experts.3.w2.weight"));
+  EXPECT_FALSE(rule.regex->search("w2.weight"));  // nothing before the '.'
+
+  // A rule built in code is compiled by validate_config's check (and the planner), not trusted.
+  TesseraConfig coded;
+  coded.model.path = "m";
+  coded.parallel.auto_tp.rules.emplace_back().match = "(?<!x";
+  EXPECT_TRUE(fails_with(validate_config(coded), {"parallel.auto_tp.rules[0].match", "invalid regular expression"}));
 }
 
 TEST(ConfigTest, ValidateChecksAcrossKeys) {

@@ -373,6 +373,29 @@ TEST(WireTest, UnknownVersionTypeAndMagicAreRejected) {
   EXPECT_EQ(r.reason, "go away");
 }
 
+// The shared codec (common/wire/frame_codec.h): another version may carry types this build
+// lacks; its header still reads (so it can be answered with a Reject) and decoding it names
+// both versions, as in the client protocol.
+TEST(WireTest, AnotherVersionsUnknownTypeStillHasAReadableHeader) {
+  std::string future = encode(Heartbeat{0, 1, 2});
+  future[4] = static_cast<char>(kProtocolVersion + 1);
+  future[6] = 42;
+  StatusOr<Header> h = decode_header(future);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  EXPECT_EQ(h->version, kProtocolVersion + 1);
+  EXPECT_EQ(static_cast<uint16_t>(h->type), 42);
+  StatusOr<Message> m = decode_message(future);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("wire protocol version " + std::to_string(kProtocolVersion + 1) +
+                                      " message type 42 is not supported"),
+            std::string::npos)
+      << m.status().message();
+  // This version's frames still reject an unknown type outright.
+  future[4] = static_cast<char>(kProtocolVersion);
+  EXPECT_EQ(decode_header(future).status().code(), StatusCode::kDataLoss);
+}
+
 TEST(WireTest, InvalidBoolIsRejected) {
   std::string f = encode(Ready{1, true, ""});
   f[kHeaderBytes + 4] = 7;

@@ -132,6 +132,19 @@ Response http(int port, const std::string& method, const std::string& path, cons
   return parse_response(raw);
 }
 
+// Sends `request` and returns every byte the server sends until it closes.
+std::string exchange_raw(int port, const std::string& request) {
+  const int fd = connect_to(port);
+  if (fd < 0) return {};
+  send_all(fd, request);
+  std::string raw;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return raw;
+}
+
 // The JSON payloads of "data: ..." events, "[DONE]" included as a string.
 std::vector<std::string> sse_payloads(const std::string& body) {
   std::vector<std::string> out;
@@ -162,13 +175,15 @@ class HttpServerTest : public ::testing::Test {
     service_.reset();
   }
 
-  void start(HttpServerOptions options = {}) {
+  // run_engine = false leaves the engine stopped: submitted requests stay queued.
+  void start(HttpServerOptions options = {}, int max_queued_requests = 1024, bool run_engine = true) {
     EngineServiceOptions eo;
     eo.scheduler.block_size = 16;
     eo.scheduler.num_blocks = 256;
     eo.scheduler.max_model_len = 512;
+    eo.max_queued_requests = max_queued_requests;
     service_ = std::make_unique<EngineService>(eo, executor_, tokenizer_.get());
-    service_->start();
+    if (run_engine) service_->start();
     options.port = 0;
     options.model_name = "kjv";
     server_ = std::make_unique<HttpServer>(options, *service_, tokenizer_.get());
@@ -448,6 +463,94 @@ TEST_F(HttpServerTest, FiftyConcurrentStreamingClients) {
   EXPECT_EQ(good.load(), kClients);
   EngineServiceStats s = service_->stats();
   EXPECT_EQ(s.requests_finished_length, static_cast<uint64_t>(kClients));
+}
+
+// The bytes on the wire, as HTTP/1.1 and HTTP/1.0 clients expect them: status line, headers,
+// Content-Length, the chunked framing of a stream and its last chunk.
+TEST_F(HttpServerTest, ResponsesAndStreamsAreFramedAsHttp) {
+  start();
+  const std::string health = exchange_raw(port(), request_text("GET", "/health", ""));
+  ASSERT_EQ(health.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << health;
+  const std::string body = R"({"status":"ok"})";
+  for (const std::string& h : {std::string("Server: tessera\r\n"), std::string("Content-Type: application/json\r\n"),
+                               std::string("Connection: close\r\n"),
+                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body})
+    EXPECT_NE(health.find(h), std::string::npos) << h << " in " << health;
+
+  const std::string stream_body = R"({"prompt": [1, 500], "max_tokens": 3, "stream": true})";
+  const std::string chunked = exchange_raw(port(), request_text("POST", "/v1/completions", stream_body));
+  ASSERT_EQ(chunked.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << chunked;
+  EXPECT_NE(chunked.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << chunked;
+  EXPECT_NE(chunked.find("Content-Type: text/event-stream\r\n"), std::string::npos) << chunked;
+  EXPECT_NE(chunked.find("Cache-Control: no-cache\r\n"), std::string::npos) << chunked;
+  ASSERT_TRUE(chunked.ends_with("\r\n0\r\n\r\n")) << chunked;  // the last chunk
+  const std::vector<std::string> events = sse_payloads(parse_response(chunked).body);
+  ASSERT_GE(events.size(), 2u) << chunked;  // the tokens, then [DONE]
+  EXPECT_EQ(events.back(), "[DONE]");
+  // Every event is its own chunk: its size line, then exactly its bytes.
+  const std::string done_chunk = std::string("e\r\n") + std::string(kSseDone) + "\r\n";
+  EXPECT_NE(chunked.find(done_chunk), std::string::npos) << chunked;
+
+  // HTTP/1.0 has no chunks: the events are the body, which ends when the server closes.
+  const std::string old = exchange_raw(port(), "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                                               "Content-Length: " + std::to_string(stream_body.size()) + "\r\n\r\n" +
+                                               stream_body);
+  ASSERT_EQ(old.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << old;
+  EXPECT_EQ(old.find("Transfer-Encoding"), std::string::npos) << old;
+  EXPECT_TRUE(old.ends_with(kSseDone)) << old;
+  const std::vector<std::string> old_events = sse_payloads(old.substr(old.find("\r\n\r\n") + 4));
+  ASSERT_GE(old_events.size(), 2u) << old;
+  EXPECT_EQ(old_events.back(), "[DONE]");
+}
+
+TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
+  start();
+  const int fd = connect_to(port());
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nExpect: 100-continue\r\n"
+               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+  std::string raw;
+  char buf[4096];
+  while (raw.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0);
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(raw, "HTTP/1.1 100 Continue\r\n\r\n");  // nothing else until the body comes
+  send_all(fd, body);
+  raw.clear();
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  Response r = parse_response(raw);
+  EXPECT_EQ(r.status, 200) << raw;
+  EXPECT_EQ(json::parse(r.body)["usage"]["completion_tokens"], 2);
+}
+
+TEST_F(HttpServerTest, FullQueueIs429WithRetryAfter) {
+  start({}, /*max_queued_requests=*/2, /*run_engine=*/false);  // the queue only fills
+  // Three prompts are three requests: the third finds the queue of two full.
+  Response r = http(port(), "POST", "/v1/completions", R"({"prompt": [[1, 2], [3, 4], [5, 6]], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_NE(r.headers.find("retry-after: 1"), std::string::npos) << r.headers;
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "queue_full");
+}
+
+TEST(HttpLimitsTest, OptionsMapToLimitsOnceAndOutOfRangeOnesAreNamed) {
+  HttpServerOptions o;
+  o.max_body_bytes = 4096;
+  o.idle_timeout_s = 7;
+  StatusOr<HttpLimits> l = http_limits(o);
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  EXPECT_EQ(l->max_body_bytes, 4096u);
+  EXPECT_EQ(l->idle_timeout, std::chrono::seconds(7));
+  EXPECT_EQ(l->write_timeout, HttpLimits{}.write_timeout);
+  o.idle_timeout_s = 0;
+  EXPECT_NE(http_limits(o).status().message().find("idle_timeout_s"), std::string::npos);
+  o.idle_timeout_s = 1;
+  o.max_body_bytes = -1;
+  EXPECT_NE(http_limits(o).status().message().find("max_body_bytes"), std::string::npos);
 }
 
 }  // namespace

@@ -249,6 +249,26 @@ parallel:
                          {"lm_head.weight", "embedding"}));
 }
 
+TEST(AutoTpTest, RulesArePcre2RegexesAndBadOnesNameTheRule) {
+  TESSERA_REQUIRE_FIXTURES();
+  const ModelConfig c = load_fixture_config("tiny-mixtral");
+  // A lookahead (PCRE2, not ECMAScript-only syntax): every w2 but expert 3's is kept.
+  TpPlan plan = plan_or_die(c, options_from_yaml(R"(
+parallel: {auto_tp: {rules: [{match: 'experts\.(?!3\.)\d+\.w2', role: keep}]}}
+)"), 2);
+  EXPECT_EQ(plan.role_of("model.layers.1.block_sparse_moe.experts.2.w2.weight"), TpRole::kKeep);
+  EXPECT_EQ(plan.role_of(kMixW2), TpRole::kRow);  // expert 3: the built-in policy
+
+  // Rules built in code (not read from YAML) are compiled by the planner, errors naming them.
+  AutoTpOptions coded;
+  coded.rules.resize(2);
+  coded.rules[0].match = "lm_head";
+  coded.rules[1].match = "experts\\.(";
+  coded.rules[1].role = TpRole::kRow;
+  EXPECT_TRUE(fails_with(plan_tensor_parallel(c, names_of(model_shapes(c)), coded, 2).status(),
+                         {"parallel.auto_tp.rules[1].match", "invalid regular expression", "missing closing parenthesis"}));
+}
+
 TEST(AutoTpTest, UnevenSplitsNameLayerAndSizes) {
   TESSERA_REQUIRE_FIXTURES();
   const ModelConfig llama = load_fixture_config("tiny-llama");  // heads 4, kv 2, ffn 344
