@@ -69,6 +69,8 @@ struct EngineService::Impl {
   void publish_stats();
   void fail_pending_unstarted();
   void count_finish(FinishReason reason);
+  // A request that never reached the engine: one final event per choice.
+  void end_unstarted(const Pending& p, FinishReason reason, const std::string& error);
 
   EngineServiceOptions options;
   const Tokenizer* tokenizer;
@@ -122,21 +124,25 @@ void EngineService::Impl::count_finish(FinishReason reason) {
   }
 }
 
+void EngineService::Impl::end_unstarted(const Pending& p, FinishReason reason, const std::string& error) {
+  for (int c = 0; c < p.request->n; ++c) {
+    GenerateEvent ev;
+    ev.choice = c;
+    ev.finished = true;
+    ev.finish_reason = reason;
+    ev.error = error;
+    ev.prompt_tokens = static_cast<int>(p.request->prompt.size());
+    count_finish(reason);
+    deliver(p.callback, ev, p.id);
+  }
+}
+
 void EngineService::Impl::admit(Pending p) {
   const Request& req = *p.request;
   const int prompt_tokens = static_cast<int>(req.prompt.size());
   if (Status st = engine.add_request(p.id, p.request); !st.is_ok()) {
     // validate_request() in submit() should have caught it; the engine's checks are the last word.
-    for (int c = 0; c < req.n; ++c) {
-      GenerateEvent ev;
-      ev.choice = c;
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kError;
-      ev.error = st.message();
-      ev.prompt_tokens = prompt_tokens;
-      count_finish(FinishReason::kError);
-      deliver(p.callback, ev, p.id);
-    }
+    end_unstarted(p, FinishReason::kError, st.message());
     return;
   }
   Live r;
@@ -312,17 +318,7 @@ void EngineService::Impl::fail_pending_unstarted() {
     pending.swap(submits);
     aborts.clear();
   }
-  for (Pending& p : pending) {
-    for (int c = 0; c < p.request->n; ++c) {
-      GenerateEvent ev;
-      ev.choice = c;
-      ev.finished = true;
-      ev.finish_reason = FinishReason::kAborted;
-      ev.prompt_tokens = static_cast<int>(p.request->prompt.size());
-      count_finish(FinishReason::kAborted);
-      deliver(p.callback, ev, p.id);
-    }
-  }
+  for (const Pending& p : pending) end_unstarted(p, FinishReason::kAborted, "");
   publish_stats();
 }
 

@@ -241,7 +241,8 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan) {
   s.sample = from + num_tokens == seq.num_tokens();
   // Only the block-table entries the executors do not hold yet travel: a step writes from
   // `from` on, so entries before from / block_size never change again (a sliding window
-  // only turns leading ones into -1, which num_released says).
+  // only turns leading ones into -1, which num_released says; sent_table need not follow,
+  // since those entries lie before from / block_size and are never compared).
   const std::vector<int32_t>& table = blocks_.block_table(seq.id());
   s.num_released = static_cast<int32_t>(table.size()) - blocks_.num_held_blocks(seq.id());
   if (e.version == 0) {
@@ -258,7 +259,6 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan) {
   s.new_blocks.assign(table.begin() + s.table_from, table.end());
   e.sent_table.resize(static_cast<size_t>(s.table_from));
   e.sent_table.insert(e.sent_table.end(), s.new_blocks.begin(), s.new_blocks.end());
-  for (int k = 0; k < s.num_released; ++k) e.sent_table[static_cast<size_t>(k)] = -1;
   s.version = ++e.version;
   e.scheduled_step = plan.step_id + 1;
 }
