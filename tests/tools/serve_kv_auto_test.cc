@@ -13,6 +13,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "tests/test_support.h"
 #include "tests/tools/serve_process.h"
@@ -21,6 +22,14 @@ namespace tessera {
 namespace {
 
 std::string get(int port, const std::string& path) { return testing::http(port, "GET", path); }
+
+// tessera-serve on tiny-llama in f32 on one CPU thread per rank, plus `extra` arguments.
+std::vector<std::string> tiny_llama_cpu(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "model.dtype=float32",
+                                   "--set",   "worker.backend=cpu",                     "--set", "worker.threads=1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
 
 int64_t kv_blocks_total(int port) {
   const std::string metrics = get(port, "/metrics");
@@ -38,10 +47,8 @@ TEST(ServeKvAuto, PoolIsCpuKvBytesOverEachRanksBlockBytesAndTheLogSaysSo) {
   const int64_t budget = 24576100;  // 1000 single-rank blocks and a remainder
   for (int tp : {1, 2}) {
     testing::ServeProcess server;
-    ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--tensor-parallel",
-                              std::to_string(tp), "--set", "model.dtype=float32", "--set", "worker.backend=cpu",
-                              "--set", "worker.threads=1", "--set", "cache.num_blocks=auto", "--set",
-                              "cache.cpu_kv_bytes=" + std::to_string(budget)}))
+    ASSERT_TRUE(server.start(tiny_llama_cpu({"--tensor-parallel", std::to_string(tp), "--set", "cache.num_blocks=auto",
+                                             "--set", "cache.cpu_kv_bytes=" + std::to_string(budget)})))
         << server.log();
     const int64_t expected = budget / tiny_llama_block_bytes(tp);  // TP 2: each rank caches one KV head
     EXPECT_EQ(expected, 1000 * tp);
@@ -64,9 +71,8 @@ TEST(ServeKvAuto, PoolFollowsTheMemoryTheWorkerReports) {
   const std::string model = testing::fixtures_dir() + "/tiny-llama";
   const int64_t file = static_cast<int64_t>(std::filesystem::file_size(model + "/model.safetensors"));
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start({"--model", model, "--set", "model.dtype=float32", "--set", "worker.backend=cpu", "--set",
-                            "worker.threads=1", "--set", "cache.cpu_kv_bytes=1099511627776", "--set",
-                            "worker.memory_limit_bytes=" + std::to_string(limit)}))
+  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "cache.cpu_kv_bytes=1099511627776", "--set",
+                                           "worker.memory_limit_bytes=" + std::to_string(limit)})))
       << server.log();
   const int64_t block = tiny_llama_block_bytes(1);
   const int64_t blocks = kv_blocks_total(server.port());
@@ -87,9 +93,7 @@ TEST(ServeKvAuto, TooSmallAReportedMemoryFailsNamingIt) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
   // 3 MiB offered: the weights leave too little for one 2048-token sequence (128 blocks).
-  EXPECT_FALSE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "model.dtype=float32",
-                             "--set", "worker.backend=cpu", "--set", "worker.threads=1", "--set",
-                             "worker.memory_limit_bytes=3145728"}));
+  EXPECT_FALSE(server.start(tiny_llama_cpu({"--set", "worker.memory_limit_bytes=3145728"})));
   const std::string log = server.log();
   EXPECT_NE(log.find("cache.num_blocks auto: cache.cpu_kv_bytes auto"), std::string::npos) << log;
   EXPECT_NE(log.find("fewer than the 128 one 2048-token sequence needs"), std::string::npos) << log;
@@ -98,9 +102,8 @@ TEST(ServeKvAuto, TooSmallAReportedMemoryFailsNamingIt) {
 TEST(ServeKvAuto, LocalWorkersConfigurationIsPrivateAndHoldsNoApiKeys) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "model.dtype=float32",
-                            "--set", "worker.backend=cpu", "--set", "worker.threads=1", "--set",
-                            "cache.num_blocks=256", "--set", "server.http.api_keys=[sekrit-key-4711]"}))
+  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "cache.num_blocks=256", "--set",
+                                           "server.http.api_keys=[sekrit-key-4711]"})))
       << server.log();
   // The worker's command line names its configuration file.
   std::string config_path;
