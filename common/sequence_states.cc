@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 
 namespace tessera {
 namespace {
@@ -18,11 +18,28 @@ Status SequenceStates::check(const StepPlan& plan) const {
   auto is_dropped = [&](SeqId id) {
     return std::find(plan.dropped.begin(), plan.dropped.end(), id) != plan.dropped.end();
   };
-  std::unordered_set<SeqId> seen;
+  std::unordered_map<SeqId, const SeqStep*> seen;  // the plan's steps so far
   seen.reserve(plan.seqs.size());
   for (const SeqStep& s : plan.seqs) {
-    if (!seen.insert(s.seq_id).second) return invalid_argument(who(plan, s) + ": listed twice");
-    if (s.tokens.empty()) return invalid_argument(who(plan, s) + ": no tokens");
+    if (!seen.emplace(s.seq_id, &s).second) return invalid_argument(who(plan, s) + ": listed twice");
+    const SeqId sample_from = s.start ? s.start->sample_from : 0;
+    if (sample_from != 0) {
+      // A forked choice's first step: no tokens, the parent's logits row, the parent's KV.
+      auto parent = seen.find(sample_from);
+      if (!s.tokens.empty() || !s.sample)
+        return invalid_argument(who(plan, s) + ": a step sampling from sequence " + std::to_string(sample_from) +
+                                " feeds no tokens and samples");
+      if (parent == seen.end() || parent->second == &s || !parent->second->sample ||
+          parent->second->tokens.empty())
+        return invalid_argument(who(plan, s) + ": samples from sequence " + std::to_string(sample_from) +
+                                ", which is not an earlier step of this plan computing tokens and sampling");
+      const int64_t parent_end = int64_t{parent->second->num_computed} + static_cast<int64_t>(parent->second->tokens.size());
+      if (s.num_computed != parent_end)
+        return invalid_argument(who(plan, s) + ": num_computed " + std::to_string(s.num_computed) + " but sequence " +
+                                std::to_string(sample_from) + "'s step ends at " + std::to_string(parent_end));
+    } else if (s.tokens.empty()) {
+      return invalid_argument(who(plan, s) + ": no tokens");
+    }
     if (s.num_computed < 0) return invalid_argument(who(plan, s) + ": negative num_computed");
     size_t held_size = 0;
     int32_t held_released = 0;

@@ -38,6 +38,9 @@ struct SeqView {
   const HeldSequence* state = nullptr;
   // The index of the token this step samples: tokens generated before it.
   int32_t num_generated() const { return state->num_fed - state->prompt_len; }
+  // The sequence whose logits row this step samples from (its parent, on a forked choice's
+  // first step), else 0: its own last token's row.
+  SeqId sample_from() const { return step->start ? step->start->sample_from : 0; }
   // What the penalties read: prompt + output so far (empty without a penalty).
   const std::vector<int32_t>& penalty_tokens() const { return state->history; }
 };
@@ -53,7 +56,9 @@ class SequenceStates {
   // held one, a num_computed other than the tokens fed so far, a starting step without its
   // state (or a later one with it), a sequence twice in one plan, a table change out of
   // range, a block outside the pool, or a table that cannot hold the step's tokens is an
-  // InvalidArgument naming the step and sequence, and then nothing changes. The views are
+  // InvalidArgument naming the step and sequence, and then nothing changes. A step with no
+  // tokens is refused unless it starts a forked choice sampling from (start.sample_from) an
+  // earlier step of the plan that feeds tokens, samples, and ends where it begins. The views are
   // in plan order and stay valid until the next apply().
   StatusOr<std::vector<SeqView>> apply(const StepPlan& plan);
 

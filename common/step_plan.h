@@ -30,6 +30,11 @@ struct SeqStart {
   // The tokens before the step's num_computed (a prefix-cache hit skips feeding them), sent
   // only when a penalty is set (the penalties read the whole history); empty otherwise.
   std::vector<int32_t> history;
+  // A forked choice (n > 1) starts with a step that feeds no tokens: it samples its first
+  // token from the logits of `sample_from`'s last token in the same step (its parent, listed
+  // earlier in the plan with sample = true, whose step ends where this one's num_computed
+  // says), and shares the KV blocks that step writes. 0 = it samples from its own tokens.
+  SeqId sample_from = 0;
 };
 
 // One sequence's share of a step: a prefill chunk or one decode token.
@@ -39,7 +44,7 @@ struct SeqStep {
   // every later step: an executor refuses a step whose version does not follow the one it
   // holds (it missed a step, or lost its state), rather than compute with stale state.
   uint32_t version = 0;
-  std::vector<int32_t> tokens;       // the new tokens fed this step
+  std::vector<int32_t> tokens;       // the new tokens fed this step (none only for start.sample_from)
   int32_t num_computed = 0;          // tokens already in the KV cache; new ones take positions from here
   // True when this step reaches the end of the known tokens, so a next token must be sampled
   // (false for all but the last chunk of a chunked prefill).

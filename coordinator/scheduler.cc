@@ -75,7 +75,7 @@ Status Scheduler::add_request(RequestId id, std::shared_ptr<const Request> reque
   return Status::ok();
 }
 
-void Scheduler::fork(Entry& parent) {
+void Scheduler::fork(Entry& parent, StepPlan& plan) {
   const Sequence& p = parent.seq;
   for (int c = 1; c < p.request().n; ++c) {
     const SeqId child_id = choice_seq_id(p.request_id(), c);
@@ -88,8 +88,11 @@ void Scheduler::fork(Entry& parent) {
       ++static_members_left_;
     }
     if (static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      // Shares every block of the parent's table, which now covers the whole prompt: the
+      // parent's step writes them, and the child samples from that step's logits.
       blocks_.fork(p.id(), child_id);
       running_.insert(std::upper_bound(running_.begin(), running_.end(), e, RunsBefore{}), e);
+      add_step(*e, 0, plan, p.id());
     } else {
       // No room to run beside its parent: it queues like a new sequence, owning nothing, and
       // starts from the prefix cache (the parent's filed prompt blocks) when admitted.
@@ -141,8 +144,9 @@ void Scheduler::schedule_running(StepPlan& plan, int& budget) {
   // Then the next chunk of every prefill in progress.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Entry& e = *running_[i];
-    if (e.seq.state() != SequenceState::kPrefill) continue;
-    const int remaining = e.seq.prefill_end() - e.seq.num_computed();
+    // (A choice forked in this plan is already in it: it samples from its parent's step.)
+    if (e.seq.state() != SequenceState::kPrefill || scheduled_now(e)) continue;
+    const int remaining = e.seq.num_tokens() - e.seq.num_computed();
     int chunk = std::min(remaining, budget);
     if (!config_.chunked_prefill && chunk < remaining) continue;  // waits for a step with room
     const int from = e.seq.num_computed();
@@ -198,8 +202,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     PrefixHit hit = blocks_.find_cached_prefix(tokens);
     // At least one token is computed, so the step yields logits to sample from.
     const int cached = std::min(hit.num_tokens(config_.block_size), len - 1);
-    // 0 for a request to fork whose prompt but the last token is cached: it forks now.
-    const int remaining = e.seq.prefill_end() - cached;
+    const int remaining = len - cached;
     int chunk = std::min(remaining, budget);
     if (!config_.chunked_prefill && chunk < remaining) {
       if (!is_static) break;  // FCFS: the head waits for a step with room for its prompt
@@ -224,14 +227,13 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     if (chunk > 0) {
       add_step(e, chunk, plan);
       budget -= chunk;
-    } else if (e.seq.fork_pending() && cached == e.seq.prefill_end()) {
-      fork(e);  // its choices run from the next step
     }
   }
 }
 
-void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan) {
+void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from) {
   const Sequence& seq = e.seq;
+  TESSERA_CHECK(num_tokens > 0 || sample_from != 0) << "sequence " << seq.id() << ": a step feeds tokens";
   const int from = seq.num_computed();
   const std::span<const int32_t> tokens = seq.token_ids();
   SeqStep& s = plan.seqs.emplace_back();
@@ -250,6 +252,7 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan) {
     start.sampling = seq.sampling();
     start.prompt_len = seq.prompt_len();
     if (seq.sampling().has_penalty()) start.history.assign(tokens.begin(), tokens.begin() + from);
+    start.sample_from = sample_from;
     s.table_from = 0;
   } else {
     size_t first = std::min(e.sent_table.size(), static_cast<size_t>(from / config_.block_size));
@@ -261,6 +264,9 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan) {
   e.sent_table.insert(e.sent_table.end(), s.new_blocks.begin(), s.new_blocks.end());
   s.version = ++e.version;
   e.scheduled_step = plan.step_id + 1;
+  // The step computing the rest of the prompt of a request with n > 1 forks it (`s` is not
+  // used again: the children's steps are appended to the plan).
+  if (s.sample && e.seq.fork_pending()) fork(e, plan);
 }
 
 void Scheduler::forget_on_executors(Entry& e) {
@@ -351,10 +357,7 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     blocks_.commit(s.seq_id, e.seq.token_ids(), e.seq.num_computed());
     // The window moved on: what only the tokens just passed read is free for anyone now.
     blocks_.release_blocks_before(s.seq_id, first_needed_key(e.seq.num_computed()));
-    if (token == nullptr) {
-      if (e.seq.fork_pending() && e.seq.num_computed() == e.seq.prefill_end()) fork(e);
-      continue;
-    }
+    if (token == nullptr) continue;
     e.seq.append_token(token->token);
     SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}};
     const FinishReason reason = e.seq.stop_reason(max_len_);

@@ -152,13 +152,16 @@ class Scheduler {
   void preempt(Entry& e);
   void schedule_running(StepPlan& plan, int& budget);
   void admit_waiting(StepPlan& plan, int& budget);
-  void add_step(Entry& e, int num_tokens, StepPlan& plan);
+  // Appends e's next step (`num_tokens` from its num_computed on) to the plan; a forked
+  // choice's first step feeds none and samples from its parent's (`sample_from`).
+  void add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from = 0);
   // The executors are to drop the sequence's state (the next plan lists it in `dropped`).
   void forget_on_executors(Entry& e);
   void remove_running(const Entry& e);
-  // The pending fork of `parent` (at its prefill_end()): choices 1..n-1 share its blocks and
-  // run next to it, or queue (owning nothing) when max_num_seqs is reached.
-  void fork(Entry& parent);
+  // The pending fork of `parent`, made while the plan's step computing the rest of its
+  // prompt is added: choices 1..n-1 share its blocks and join the plan sampling from that
+  // step, or queue (owning nothing) when max_num_seqs is reached.
+  void fork(Entry& parent, StepPlan& plan);
   // The request's sampling for the choice `seq` is, seeded from the sequence id when unseeded.
   static SamplingParams choice_sampling(const Request& request, SeqId seq);
   void finish(Entry& e, FinishReason reason);  // frees blocks; the entry is erased by the caller

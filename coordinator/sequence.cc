@@ -38,14 +38,15 @@ Sequence::Sequence(SeqId id, std::shared_ptr<const Request> request, SamplingPar
       fork_pending_(request_->n > 1 && choice_of(id) == 0) {}
 
 Sequence Sequence::fork(SeqId child_id, SamplingParams sampling) const {
-  TESSERA_CHECK(fork_pending_ && is_running() && num_computed_ == prefill_end())
-      << "sequence " << id_ << " forked before its prefill reached the fork point";
+  TESSERA_CHECK(fork_pending_ && is_running() && num_output() == 0)
+      << "sequence " << id_ << " forked outside its prefill";
   TESSERA_CHECK_EQ(request_of(child_id), request_id()) << "fork into another request's id";
   Sequence child = *this;
   child.id_ = child_id;
   child.sampling_ = std::move(sampling);
   child.fork_pending_ = false;
   child.num_preemptions_ = 0;
+  child.num_computed_ = num_tokens();
   return child;
 }
 

@@ -4,10 +4,10 @@
 // sequence passes through them; preemption by recompute sends a running sequence back to
 // kWaiting with its generated tokens kept, to be prefilled again as prompt + output.
 //
-// A request with n > 1 choices starts as one sequence (choice 0) that is to fork: its prefill
-// stops one token short of the prompt (prefill_end()), and there the scheduler forks it into
-// n sequences sharing its KV blocks; each then computes the last prompt token itself and
-// samples its first token with its own seed, exactly as a separate request would.
+// A request with n > 1 choices starts as one sequence (choice 0) that is to fork: the step
+// that computes its last prompt token forks it into n sequences sharing its KV blocks, and
+// each child samples its first token, with its own seed, from the logits that step yields
+// (SeqStart::sample_from), exactly as a separate request would: the prompt is computed once.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -64,9 +64,6 @@ class Sequence {
   int num_uncomputed() const { return num_tokens() - num_computed_; }
   // Still to fork into the request's n choices (choice 0 of an n > 1 request, until then).
   bool fork_pending() const { return fork_pending_; }
-  // Where this sequence's prefill stops: the known tokens, or one short of the prompt while a
-  // fork is pending (each choice computes the last prompt token for its own first sample).
-  int prefill_end() const { return fork_pending_ ? prompt_len_ - 1 : num_tokens(); }
 
   const SamplingParams& sampling() const { return sampling_; }
   int max_new_tokens() const { return request_->max_tokens; }
@@ -90,9 +87,10 @@ class Sequence {
   FinishReason stop_reason(int max_len) const;
   void preempt();                                // running -> kWaiting, KV dropped
   void finish(FinishReason reason);
-  // At prefill_end() of a pending fork: choice `child_id` with the same tokens and computed
-  // prefix (the caller shares the KV blocks), drawing with `sampling`. The fork is done for
-  // this sequence once every child is made (forked()).
+  // While the step computing the rest of the prompt is being scheduled (the parent is
+  // running and has fed no output yet): choice `child_id` with the same tokens, all of them
+  // counted as computed (that step writes them into the KV blocks the caller shares), drawing
+  // with `sampling`. The fork is done for this sequence once every child is made (forked()).
   Sequence fork(SeqId child_id, SamplingParams sampling) const;
   void forked();
 

@@ -1,6 +1,7 @@
 #include "worker/executor.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "worker/sampler.h"
 
@@ -56,8 +57,16 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   for (const SeqView& v : views) {
     batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int>(v.state->block_table.size()));
   }
+  // Row of the logits each sampled sequence reads: its own last token's, or for a forked
+  // choice's first step its parent's (which comes earlier in the plan).
+  std::unordered_map<SeqId, size_t> row_of;
+  std::vector<size_t> sample_rows;
   for (const SeqView& v : views) {
     const SeqStep& s = *v.step;
+    if (s.tokens.empty()) {  // SequenceStates let it through: it samples from its parent's row
+      sample_rows.push_back(row_of.at(v.sample_from()));
+      continue;
+    }
     const std::vector<int32_t>& table = v.state->block_table;
     int32_t pos = s.num_computed;
     for (int32_t t : s.tokens) {
@@ -69,7 +78,11 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     batch.context_lens.push_back(pos);
     batch.block_tables.insert(batch.block_tables.end(), table.begin(), table.end());
     batch.block_tables.insert(batch.block_tables.end(), batch.max_blocks_per_seq - table.size(), -1);
-    if (s.sample) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+    if (s.sample) {
+      row_of[s.seq_id] = logit_rows.size();
+      sample_rows.push_back(logit_rows.size());
+      logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+    }
   }
 
   const int64_t vocab = model_.config().vocab;
@@ -78,6 +91,14 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   if (logit_rows.empty()) return result;
   std::vector<float> host(logits.numel());
   backend_.copy_to_host(logits.view(), host.data());
+  // One row per sampled token, in plan order (a forked choice repeats its parent's row).
+  if (sample_rows.size() != logit_rows.size()) {
+    std::vector<float> per_sample(sample_rows.size() * static_cast<size_t>(vocab));
+    for (size_t k = 0; k < sample_rows.size(); ++k)
+      std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(sample_rows[k] * vocab), vocab,
+                  per_sample.begin() + static_cast<std::ptrdiff_t>(k * vocab));
+    host = std::move(per_sample);
+  }
   if (logits_out != nullptr) *logits_out = host;
   if (plan.return_logits) result.logits = host;
 

@@ -223,7 +223,7 @@ void encode(const StepPlan& m, std::string* out) {
   size_t estimate = kHeaderBytes + 21 + 8 * m.dropped.size() + m.block_copies.size() * 8;
   for (const SeqStep& s : m.seqs) {
     estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.new_blocks.size());
-    if (s.start) estimate += 49 + 4 * s.start->history.size();
+    if (s.start) estimate += 57 + 4 * s.start->history.size();
   }
   if (out->capacity() < estimate) out->reserve(estimate);
   encode_frame(MessageType::kStepPlan, out, [&](WireWriter& w) {
@@ -245,6 +245,7 @@ void encode(const StepPlan& m, std::string* out) {
         write_sampling(w, s.start->sampling);
         w.i32(s.start->prompt_len);
         w.i32_array(s.start->history);
+        w.u64(s.start->sample_from);
       }
     }
     w.u32(static_cast<uint32_t>(m.block_copies.size()));
@@ -278,6 +279,7 @@ Status decode(std::string_view frame, StepPlan* m) {
         read_sampling(r, &start.sampling);
         start.prompt_len = r.i32("seq.start.prompt_len");
         r.i32_array(&start.history, "seq.start.history");
+        start.sample_from = r.u64("seq.start.sample_from");
       } else {
         s.start.reset();
       }

@@ -121,6 +121,57 @@ TEST(SequenceStates, StateItDoesNotHoldOrThatDisagreesIsRefused) {
   EXPECT_EQ(states.size(), 0u);
 }
 
+// A forked choice's first step: no tokens, its parent's end, its parent's blocks.
+SeqStep child_of(SeqId id, const SeqStep& parent, SeqId sample_from) {
+  SeqStep s = start_step(id, {}, parent.new_blocks);
+  s.num_computed = parent.num_computed + static_cast<int32_t>(parent.tokens.size());
+  s.start->prompt_len = s.num_computed;
+  s.start->sample_from = sample_from;
+  return s;
+}
+
+TEST(SequenceStates, AForkedChoiceStartsBySamplingFromItsParentsStep) {
+  SequenceStates states(kBlockSize, 16);
+  const SeqStep parent = start_step(1, {5, 6, 7, 8, 9}, {0, 1});
+  const StepPlan plan = plan_of(0, {parent, child_of(2, parent, 1)});  // the views point into it
+  auto v = states.apply(plan);
+  ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+  EXPECT_EQ(v->at(1).sample_from(), 1u);
+  EXPECT_EQ(v->at(0).sample_from(), 0u);
+  EXPECT_EQ(v->at(1).num_generated(), 0);
+  EXPECT_EQ(v->at(1).state->block_table, (std::vector<int32_t>{0, 1}));
+  // From then on it is a sequence like any other: its first decode feeds its first token.
+  v = states.apply(plan_of(1, {decode_step(2, 2, 5, 40, 1, {3})}));
+  ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+  EXPECT_EQ(v->at(0).num_generated(), 1);
+}
+
+TEST(SequenceStates, ASampleFromThatDoesNotMatchAParentStepIsRefused) {
+  SequenceStates states(kBlockSize, 16);
+  auto expect_refused = [&](const StepPlan& plan, const std::string& why) {
+    auto r = states.apply(plan);
+    ASSERT_FALSE(r.is_ok()) << why;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().to_string();
+    EXPECT_EQ(states.size(), 0u) << "refused plans change nothing";
+  };
+  const SeqStep parent = start_step(1, {5, 6, 7, 8, 9}, {0, 1});
+  expect_refused(plan_of(0, {child_of(2, parent, 1), parent}),
+                 "samples from sequence 1, which is not an earlier step of this plan");
+  expect_refused(plan_of(0, {parent, child_of(2, parent, 7)}), "samples from sequence 7");
+  expect_refused(plan_of(0, {parent, child_of(2, parent, 2)}), "samples from sequence 2");
+  SeqStep chunk = parent;
+  chunk.sample = false;  // a prefill chunk that ends before the prompt does yields no logits
+  expect_refused(plan_of(0, {chunk, child_of(2, parent, 1)}), "not an earlier step of this plan computing tokens and sampling");
+  SeqStep off = child_of(2, parent, 1);
+  off.num_computed = 4;
+  expect_refused(plan_of(0, {parent, off}), "num_computed 4 but sequence 1's step ends at 5");
+  SeqStep fed = child_of(2, parent, 1);
+  fed.tokens = {9};
+  expect_refused(plan_of(0, {parent, fed}), "feeds no tokens and samples");
+  SeqStep empty = start_step(3, {}, {4});
+  expect_refused(plan_of(0, {empty}), "sequence 3: no tokens");
+}
+
 TEST(SequenceStates, AStartReplacesWhatWasHeld) {
   // A sequence resumed after preemption (or after the KV caches were lost) starts again.
   SequenceStates states(kBlockSize, 16);

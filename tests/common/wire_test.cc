@@ -65,6 +65,7 @@ StepPlan random_plan(Gen& g, int max_seqs = 20) {
       st.sampling.logprobs = g.i32();
       st.prompt_len = g.i32();
       st.history = g.ints(10);
+      if (g.b()) st.sample_from = g.u64();
     }
   }
   p.block_copies.resize(g.n(5));
@@ -127,6 +128,7 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
       expect_eq(x.start->sampling, y.start->sampling);
       EXPECT_EQ(x.start->prompt_len, y.start->prompt_len);
       EXPECT_EQ(x.start->history, y.start->history);
+      EXPECT_EQ(x.start->sample_from, y.start->sample_from);
     }
   }
   EXPECT_EQ(a.block_copies, b.block_copies);
@@ -254,7 +256,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 4);  // version, little-endian u16 (docs/wire.md: version 4)
+  EXPECT_EQ(f[4], 5);  // version, little-endian u16 (docs/wire.md: version 5)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length

@@ -1,5 +1,5 @@
 // n > 1 on the real kjv-llama model: one request with n = 4 choices prefills its 64-token
-// prompt once and forks, and its choices are exactly what 4 separate n = 1 requests seeded
+// prompt once and forks (choices 1..3 sample from its logits), and its choices are exactly what 4 separate n = 1 requests seeded
 // seed, seed + 1, seed + 2, seed + 3 draw (what the API layer asked the engine for before the
 // fork existed). The block manager's counters and the tokens fed to the model show the
 // prompt was allocated and computed once.
@@ -131,17 +131,17 @@ TEST_F(EngineForkTest, FourChoicesAllocateThePromptOnceAndEqualFourSeededRequest
   // The choices really differ (so the comparison above checks per-choice seeds).
   EXPECT_NE(forked.outputs.at(0), forked.outputs.at(1));
 
-  // Blocks: the 64-token prompt takes blocks 0..3, allocated once. Its last token (position
-  // 63, block 3) is computed by every choice for its own first sample, so choices 1..3 each
-  // copy block 3 (copy-on-write); every choice's output (positions 64..74) gets one block.
+  // Blocks: the 64-token prompt takes blocks 0..3, allocated once and shared by every
+  // choice (choices 1..3 sample their first token from the logits of choice 0's prefill).
+  // It ends on a block boundary, so nothing is copied; every choice's output (positions
+  // 64..74) gets one block.
   const uint64_t prompt_blocks = kPromptLen / 16;
   const uint64_t output_blocks = 1;
-  EXPECT_EQ(forked.blocks.cow_copies, static_cast<uint64_t>(kChoices - 1));
-  EXPECT_EQ(forked.blocks.blocks_allocated, prompt_blocks + (kChoices - 1) + kChoices * output_blocks);
+  EXPECT_EQ(forked.blocks.cow_copies, 0u);
+  EXPECT_EQ(forked.blocks.blocks_allocated, prompt_blocks + kChoices * output_blocks);
   EXPECT_EQ(apart.blocks.blocks_allocated, kChoices * (prompt_blocks + output_blocks));
-  // Tokens fed: 63 prompt tokens once, then per choice the last prompt token and 11 outputs.
-  const int64_t decode = kChoices * (1 + kMaxTokens - 1);
-  EXPECT_EQ(forked.fed, (kPromptLen - 1) + decode);
+  // Tokens fed: the 64 prompt tokens once, then per choice 11 outputs.
+  EXPECT_EQ(forked.fed, kPromptLen + kChoices * (kMaxTokens - 1));
   EXPECT_EQ(apart.fed, kChoices * kPromptLen + kChoices * (kMaxTokens - 1));
   EXPECT_EQ(forked.blocks.num_free, forked.blocks.num_blocks);
 }

@@ -30,6 +30,7 @@ struct ResolvedStep {
   std::vector<int32_t> tokens;
   int32_t num_computed = 0;
   bool sample = false;
+  SeqId sample_from = 0;              // a forked choice's first step: its parent's row
   std::vector<int32_t> block_table;   // the whole table (-1 for released entries)
   SamplingParams sampling;
   int32_t num_generated = 0;          // the index of the token this step samples
@@ -85,6 +86,7 @@ class FakeExecutor {
       r.tokens = v.step->tokens;
       r.num_computed = v.step->num_computed;
       r.sample = v.step->sample;
+      r.sample_from = v.sample_from();
       r.block_table = v.state->block_table;
       r.sampling = v.state->sampling;
       r.num_generated = v.num_generated();

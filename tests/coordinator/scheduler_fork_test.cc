@@ -92,23 +92,59 @@ struct ForkHarness {
 TEST(SchedulerForkTest, PromptIsPrefilledOnceAndEveryChoiceDrawsWithItsOwnSeed) {
   ForkHarness h(fork_config());
   h.add(1, request_with_n(prompt_of(16), 3, 5, /*seed=*/100));
+  h.step();
+  // One step computes the whole prompt (choice 0) and starts the two other choices, which
+  // feed nothing and sample from choice 0's logits row.
+  const testing::ResolvedPlan& first = h.exec.last_plan();
+  ASSERT_EQ(first.seqs.size(), 3u);
+  EXPECT_EQ(first.seqs[0].tokens.size(), 16u);
+  EXPECT_EQ(first.seqs[0].sample_from, 0u);
+  for (int c = 1; c < 3; ++c) {
+    const testing::ResolvedStep& s = first.seqs[static_cast<size_t>(c)];
+    EXPECT_EQ(s.seq_id, choice_seq_id(1, c));
+    EXPECT_TRUE(s.tokens.empty());
+    EXPECT_TRUE(s.sample);
+    EXPECT_EQ(s.sample_from, choice_seq_id(1, 0));
+    EXPECT_EQ(s.num_computed, 16);
+    EXPECT_EQ(s.block_table, first.seqs[0].block_table) << "choice " << c << " shares the prompt's blocks";
+  }
   h.run();
   const BlockManagerStats b = h.sched.block_manager().stats();
-  // Blocks 0..3 hold the prompt, allocated once. Position 15 (the last prompt token) lies in
-  // block 3, which the parent computed up to 14 and the fork shares: the two other choices
-  // write their own copy of it (copy-on-write). Each choice's output (positions 16..19) gets
-  // one block of its own.
-  EXPECT_EQ(b.cow_copies, 2u);
-  EXPECT_EQ(b.blocks_allocated, 4u + 2u + 3u);
+  // Blocks 0..3 hold the prompt, allocated once; it ends on a block boundary, so no choice
+  // writes into a shared block (no copy) and each choice's output (positions 16..19) gets one
+  // block of its own.
+  EXPECT_EQ(b.cow_copies, 0u);
+  EXPECT_EQ(b.blocks_allocated, 4u + 3u);
   EXPECT_EQ(b.num_free, b.num_blocks) << "every block back (free or cached)";
   for (int c = 0; c < 3; ++c) {
     const SeqId seq = choice_seq_id(1, c);
-    // Choice 0 fed prompt[0..15) in the prefill, then each choice position 15 and its outputs.
-    EXPECT_EQ(h.fed[seq], (c == 0 ? 15 : 0) + 1 + 4) << "choice " << c;
+    // Choice 0 fed the 16 prompt tokens, then each choice its first 4 outputs.
+    EXPECT_EQ(h.fed[seq], (c == 0 ? 16 : 0) + 4) << "choice " << c;
     EXPECT_EQ(h.outputs[seq], h.expected(seq, 5)) << "choice " << c;
     EXPECT_EQ(h.reasons[seq], FinishReason::kLength) << "choice " << c;
     EXPECT_EQ(h.seeds[seq], (std::set<uint64_t>{100u + static_cast<uint64_t>(c)})) << "choice " << c;
   }
+}
+
+TEST(SchedulerForkTest, APromptEndingInsideABlockIsCopiedOnceForEachChoiceButTheLast) {
+  SchedulerConfig c = fork_config();
+  c.max_num_batched_tokens = 4;  // chunked: the fork comes with the last chunk
+  ForkHarness h(c);
+  h.add(1, request_with_n(prompt_of(10), 3, 4));
+  h.run();
+  const BlockManagerStats b = h.sched.block_manager().stats();
+  // Block 2 holds positions 8..11: the prompt's last two and each choice's first output.
+  // Every choice writes position 10 into it: the first two writers take a copy, the last
+  // one left writes the original.
+  EXPECT_EQ(b.cow_copies, 2u);
+  EXPECT_EQ(b.blocks_allocated, 3u + 2u + 3u);  // prompt, two copies, one more block each
+  int prompt_fed = 0;
+  for (int k = 0; k < 3; ++k) {
+    const SeqId seq = choice_seq_id(1, k);
+    prompt_fed += h.fed[seq] - 3;  // 3 of each choice's 4 outputs are fed
+    EXPECT_EQ(h.outputs[seq], h.expected(seq, 4)) << "choice " << k;
+  }
+  EXPECT_EQ(prompt_fed, 10) << "the prompt is computed once";
 }
 
 TEST(SchedulerForkTest, UnseededChoicesGetDistinctSeedsFromTheirSequenceIds) {
@@ -125,22 +161,24 @@ TEST(SchedulerForkTest, UnseededChoicesGetDistinctSeedsFromTheirSequenceIds) {
   EXPECT_NE(*h.seeds[choice_seq_id(5, 0)].begin(), *h.seeds[choice_seq_id(5, 1)].begin());
 }
 
-TEST(SchedulerForkTest, ForkRightAtAdmissionWhenThePrefixCacheHoldsThePrompt) {
+TEST(SchedulerForkTest, ForkOnTheLastPromptTokenWhenThePrefixCacheHoldsTheRest) {
   ForkHarness h(fork_config());
   h.add(1, request_with_n(prompt_of(16), 1, 2));
   h.run();
   const uint64_t before = h.sched.block_manager().stats().blocks_allocated;
-  // The same prompt again, n = 2: its 15 tokens before the last are all cached, so it forks
-  // on admission and neither choice recomputes any of them.
+  // The same prompt again, n = 2: its 15 tokens before the last are all cached, so choice 0
+  // computes only position 15 and choice 1 samples from that.
   h.add(2, request_with_n(prompt_of(16), 2, 3));
   h.run();
   for (int c = 0; c < 2; ++c) {
     const SeqId seq = choice_seq_id(2, c);
-    EXPECT_EQ(h.fed[seq], 1 + 2) << "choice " << c << ": position 15, then 2 of its 3 outputs";
+    EXPECT_EQ(h.fed[seq], (c == 0 ? 1 : 0) + 2) << "choice " << c << ": position 15 once, then 2 of its 3 outputs";
     EXPECT_EQ(h.outputs[seq], h.expected(seq, 3)) << "choice " << c;
   }
-  // One copy of the shared last prompt block, one output block per choice.
-  EXPECT_EQ(h.sched.block_manager().stats().blocks_allocated - before, 1u + 2u);
+  // No copy: choice 0 owns the cached last prompt block alone when it rewrites position 15
+  // (same token, same KV) and choice 1 samples from that step; one output block per choice.
+  EXPECT_EQ(h.sched.block_manager().stats().cow_copies, 0u);
+  EXPECT_EQ(h.sched.block_manager().stats().blocks_allocated - before, 2u);
 }
 
 TEST(SchedulerForkTest, PreemptedForkedChoicesAreRecomputedAsPromptPlusOutput) {
@@ -161,7 +199,7 @@ TEST(SchedulerForkTest, ChoicesBeyondMaxNumSeqsQueueAndStillMatch) {
   SchedulerConfig c = fork_config();
   c.max_num_seqs = 2;
   ForkHarness h(c);
-  h.add(1, request_with_n(prompt_of(1), 4, 3));  // a one-token prompt forks before computing anything
+  h.add(1, request_with_n(prompt_of(1), 4, 3));  // choice 1 samples beside choice 0; 2 and 3 queue
   h.run();
   for (int k = 0; k < 4; ++k) {
     const SeqId seq = choice_seq_id(1, k);
@@ -185,7 +223,7 @@ TEST(SchedulerForkTest, StaticBatchKeepsEveryChoiceInTheBatch) {
 TEST(SchedulerForkTest, AbortingOneChoiceLeavesTheOthersRunning) {
   ForkHarness h(fork_config());
   h.add(1, request_with_n(prompt_of(8), 3, 6));
-  for (int i = 0; i < 3; ++i) h.step();  // prefill, fork, first tokens
+  for (int i = 0; i < 3; ++i) h.step();  // prefill and fork, then two tokens each
   ASSERT_NE(h.sched.find(choice_seq_id(1, 1)), nullptr);
   EXPECT_TRUE(h.sched.abort_choice(1, 1));
   EXPECT_FALSE(h.sched.abort_choice(1, 1));
@@ -211,24 +249,31 @@ TEST(SchedulerForkTest, AbortBeforeTheForkEndsTheRequest) {
   EXPECT_EQ(h.sched.block_manager().stats().num_free, c.num_blocks);
 }
 
-TEST(SchedulerForkTest, AFailedStepBeforeTheForkEndsEveryChoice) {
-  ForkHarness h(fork_config());
-  h.add(7, request_with_n(prompt_of(10), 3, 4));
-  const StepPlan plan = h.sched.schedule();
-  StepResult failed;
-  failed.step_id = plan.step_id;
-  failed.error = "device lost";
-  const std::vector<SequenceEvent> events = h.sched.on_step_result(plan, failed);
-  ASSERT_EQ(events.size(), 3u);
-  std::set<SeqId> ended;
-  for (const SequenceEvent& e : events) {
-    EXPECT_TRUE(e.finished);
-    EXPECT_EQ(e.reason, FinishReason::kError);
-    EXPECT_EQ(e.error, "device lost");
-    ended.insert(e.seq_id);
+TEST(SchedulerForkTest, AFailedStepEndsEveryChoiceForkedOrNot) {
+  // 10 tokens in one step (the step that forks), or a first chunk of 4 (before the fork).
+  for (const int budget : {64, 4}) {
+    SchedulerConfig c = fork_config();
+    c.max_num_batched_tokens = budget;
+    ForkHarness h(c);
+    h.add(7, request_with_n(prompt_of(10), 3, 4));
+    const StepPlan plan = h.sched.schedule();
+    EXPECT_EQ(plan.seqs.size(), budget == 64 ? 3u : 1u);
+    StepResult failed;
+    failed.step_id = plan.step_id;
+    failed.error = "device lost";
+    const std::vector<SequenceEvent> events = h.sched.on_step_result(plan, failed);
+    ASSERT_EQ(events.size(), 3u) << "budget " << budget;
+    std::set<SeqId> ended;
+    for (const SequenceEvent& e : events) {
+      EXPECT_TRUE(e.finished);
+      EXPECT_EQ(e.reason, FinishReason::kError);
+      EXPECT_EQ(e.error, "device lost");
+      ended.insert(e.seq_id);
+    }
+    EXPECT_EQ(ended, (std::set<SeqId>{choice_seq_id(7, 0), choice_seq_id(7, 1), choice_seq_id(7, 2)}));
+    EXPECT_FALSE(h.sched.has_work());
+    EXPECT_EQ(h.sched.block_manager().stats().num_free, c.num_blocks);
   }
-  EXPECT_EQ(ended, (std::set<SeqId>{choice_seq_id(7, 0), choice_seq_id(7, 1), choice_seq_id(7, 2)}));
-  EXPECT_FALSE(h.sched.has_work());
 }
 
 TEST(SchedulerForkTest, RequestsAreCheckedOnce) {
