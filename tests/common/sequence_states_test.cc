@@ -44,6 +44,13 @@ StepPlan plan_of(uint64_t step, std::vector<SeqStep> seqs, std::vector<SeqId> dr
   return p;
 }
 
+// `plan` is refused with a message containing `why`.
+void expect_refusal(SequenceStates& states, const StepPlan& plan, const std::string& why) {
+  auto r = states.apply(plan);
+  ASSERT_FALSE(r.is_ok()) << why;
+  EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().to_string();
+}
+
 TEST(SequenceStates, DeltasRebuildTheTableTheHistoryAndTheTokenIndex) {
   SequenceStates states(kBlockSize, 16);
   SamplingParams sp;
@@ -86,11 +93,7 @@ TEST(SequenceStates, AWrongVersionIsRefusedAndChangesNothing) {
 
 TEST(SequenceStates, StateItDoesNotHoldOrThatDisagreesIsRefused) {
   SequenceStates states(kBlockSize, 16);
-  auto expect_refused = [&](const StepPlan& plan, const std::string& why) {
-    auto r = states.apply(plan);
-    ASSERT_FALSE(r.is_ok()) << why;
-    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().to_string();
-  };
+  auto expect_refused = [&](const StepPlan& plan, const std::string& why) { expect_refusal(states, plan, why); };
   // A delta for a sequence never started here (a restarted worker).
   expect_refused(plan_of(0, {decode_step(9, 5, 10, 1, 3)}), "sequence 9: version 5 continues a sequence this executor does not hold");
   ASSERT_TRUE(states.apply(plan_of(0, {start_step(1, {5, 6}, {0})})).is_ok());
@@ -149,9 +152,7 @@ TEST(SequenceStates, AForkedChoiceStartsBySamplingFromItsParentsStep) {
 TEST(SequenceStates, ASampleFromThatDoesNotMatchAParentStepIsRefused) {
   SequenceStates states(kBlockSize, 16);
   auto expect_refused = [&](const StepPlan& plan, const std::string& why) {
-    auto r = states.apply(plan);
-    ASSERT_FALSE(r.is_ok()) << why;
-    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().to_string();
+    expect_refusal(states, plan, why);
     EXPECT_EQ(states.size(), 0u) << "refused plans change nothing";
   };
   const SeqStep parent = start_step(1, {5, 6, 7, 8, 9}, {0, 1});
