@@ -447,6 +447,8 @@ const std::vector<KeyDef>& schema() {
       TESSERA_INT_KEY("server.heartbeat_ms", server.heartbeat_ms, 10, 3600000),
       TESSERA_INT_KEY("server.heartbeat_misses", server.heartbeat_misses, 1, 1000),
       TESSERA_INT_KEY("server.max_queued_requests", server.max_queued_requests, 1, 1 << 24),
+      TESSERA_INT_KEY("server.drain_timeout_s", server.drain_timeout_s, 0, 86400),
+      TESSERA_INT_KEY("server.worker_restart_wait_s", server.worker_restart_wait_s, 0, 86400),
       TESSERA_BOOL_KEY("server.curve.enabled", server.curve.enabled),
       TESSERA_STRING_KEY("server.curve.server_public_key_file", server.curve.server_public_key_file, read_string),
       TESSERA_STRING_KEY("server.curve.server_secret_key_file", server.curve.server_secret_key_file, read_string),

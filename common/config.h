@@ -104,6 +104,12 @@ struct ServerSection {
   int heartbeat_ms = 1000;
   int heartbeat_misses = 3;
   int max_queued_requests = 1024;  // requests waiting beyond this get 429 (queue_full)
+  // SIGTERM/SIGINT: how long running requests may still run before they are cut (each then
+  // ends with an error event, or a 503); new ones get 503 from the signal on.
+  int drain_timeout_s = 30;
+  // A rank lost (worker restarting): how long requests wait for the group to be whole again
+  // before they get 503; 0 = at once.
+  int worker_restart_wait_s = 30;
   CurveSection curve;
 };
 

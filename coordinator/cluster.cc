@@ -18,6 +18,7 @@ StatusOr<Cluster> start_cluster(const ClusterOptions& o) {
   wo.bind_address = o.config.server.control;
   wo.world_size = o.config.parallel.tensor_parallel;
   wo.heartbeat_interval = std::chrono::milliseconds(o.config.server.heartbeat_ms);
+  wo.heartbeat_misses = o.config.server.heartbeat_misses;  // as the workers count them
   // server.curve: the coordinator's keypair and the workers it lets in, from their files.
   TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(o.config.server.curve));
   wo.curve_server_public_key = keys.server.public_key;

@@ -14,10 +14,12 @@ std::vector<SequenceEvent> Engine::step() {
     kv_epoch_ = executor_.kv_cache_epoch();
     scheduler_.on_kv_cache_lost();
   }
+  last_step_unavailable_ = false;
   StepPlan plan = scheduler_.schedule();
   if (plan.seqs.empty() && plan.block_copies.empty()) return {};
   ++steps_;
   StatusOr<StepResult> result = executor_.execute(plan);
+  last_step_unavailable_ = !result.is_ok() && result.status().code() == StatusCode::kUnavailable;
   if (!result.is_ok()) {
     StepResult failed;
     failed.step_id = plan.step_id;

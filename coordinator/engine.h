@@ -30,6 +30,9 @@ class Engine {
   // the events) and the engine carries on with the rest.
   std::vector<SequenceEvent> step();
   bool has_work() const { return scheduler_.has_work(); }
+  // Whether the last step() failed because the executor was unavailable (a worker rank lost
+  // or missing, StatusCode::kUnavailable): its kError events are then worth retrying.
+  bool last_step_unavailable() const { return last_step_unavailable_; }
 
   const Scheduler& scheduler() const { return scheduler_; }
   uint64_t steps() const { return steps_; }
@@ -39,6 +42,7 @@ class Engine {
   StepExecutor& executor_;
   uint64_t steps_ = 0;
   uint64_t kv_epoch_ = 0;
+  bool last_step_unavailable_ = false;
 };
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -61,7 +62,11 @@ struct EngineService::Impl {
   void run();
   void admit(Pending p);
   void abort_request(RequestId id);
-  void handle(const SequenceEvent& e);
+  // `unavailable`: the step failed because the executor could not run it (GenerateEvent).
+  void handle(const SequenceEvent& e, bool unavailable);
+  // The executor is not ready: ends every request that has waited longer than
+  // options.executor_wait for it (their choices get kError + unavailable).
+  void expire_waiting_for_executor(Clock::time_point now);
   // Ends one choice of a live request: its final event and counters; the request is
   // forgotten with its last choice.
   void finish(Live& r, int choice, GenerateEvent ev, FinishReason reason, const std::string& error);
@@ -88,6 +93,9 @@ struct EngineService::Impl {
   bool draining = false;
   Clock::time_point deadline;
   int engine_waiting = 0;  // the scheduler's queue at the last loop iteration
+
+  // Loop thread only: since when the executor has not been ready (options.executor_ready).
+  std::optional<Clock::time_point> outage_since;
 
   std::mutex join_mu;  // one joiner at a time
   std::thread thread;
@@ -198,7 +206,7 @@ void EngineService::Impl::abort_request(RequestId id) {
   }
 }
 
-void EngineService::Impl::handle(const SequenceEvent& e) {
+void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
   auto it = live.find(request_of(e.seq_id));
   if (it == live.end()) return;  // aborted between schedule and result
   Live& r = it->second;
@@ -240,6 +248,7 @@ void EngineService::Impl::handle(const SequenceEvent& e) {
   }
   if (e.finished) {
     ev.text += ch.stop.finish();
+    ev.unavailable = unavailable && e.reason == FinishReason::kError;
     finish(r, c, std::move(ev), e.reason, e.reason == FinishReason::kError ? e.error : "");
     return;
   }
@@ -266,8 +275,34 @@ void EngineService::Impl::publish_stats() {
   stats.kv_window_released_blocks = s.window_releases;
 }
 
+void EngineService::Impl::expire_waiting_for_executor(Clock::time_point now) {
+  std::vector<RequestId> expired;
+  for (const auto& [id, r] : live) {
+    if (now - std::max(r.submitted, *outage_since) >= options.executor_wait) expired.push_back(id);
+  }
+  if (expired.empty()) return;
+  const std::string why =
+      "the workers are unavailable (a rank was lost and the group is not whole again after " +
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.executor_wait).count()) +
+      " s, server.worker_restart_wait_s); retry later";
+  TESSERA_LOG_WARN("[coord] {} request(s) waited too long for the worker group: ending them", expired.size());
+  for (RequestId id : expired) {
+    engine.abort(id);  // out of the scheduler: no step will take it
+    const int n = static_cast<int>(live.at(id).choices.size());
+    for (int c = 0; c < n; ++c) {
+      auto it = live.find(id);  // the last finish erases the request
+      if (it == live.end()) break;
+      if (it->second.choices[static_cast<size_t>(c)].done) continue;
+      GenerateEvent ev;
+      ev.unavailable = true;
+      finish(it->second, c, std::move(ev), FinishReason::kError, why);
+    }
+  }
+}
+
 void EngineService::Impl::run() {
   bool idle_wait = false;
+  bool holding = false;  // waiting for the executor to be ready again
   for (;;) {
     std::vector<Pending> new_submits;
     std::vector<RequestId> new_aborts;
@@ -276,7 +311,11 @@ void EngineService::Impl::run() {
     {
       std::unique_lock<std::mutex> lk(mu);
       auto ready = [&] { return !submits.empty() || !aborts.empty() || draining || engine.has_work(); };
-      if (idle_wait) {
+      if (holding) {
+        // Polls the executor (it says nothing when it becomes ready) while reacting at once
+        // to submits, aborts and a drain.
+        cv.wait_for(lk, std::chrono::milliseconds(10), [&] { return !submits.empty() || !aborts.empty() || draining; });
+      } else if (idle_wait) {
         // The engine has work but could not schedule any (should not happen; guards a spin).
         cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return !submits.empty() || !aborts.empty() || draining; });
       } else {
@@ -295,11 +334,29 @@ void EngineService::Impl::run() {
       for (RequestId id : rest) abort_request(id);
     }
     bool stepped = false;
-    if (engine.has_work()) {
+    holding = false;
+    if (engine.has_work() && options.executor_ready && !options.executor_ready()) {
+      // A rank is lost: no step could run. Requests wait (up to executor_wait) for the group.
+      const Clock::time_point now = Clock::now();
+      if (!outage_since) {
+        outage_since = now;
+        TESSERA_LOG_WARN("[coord] the worker group is not whole: {} request(s) wait up to {} ms for it", live.size(),
+                         options.executor_wait.count());
+      }
+      expire_waiting_for_executor(now);
+      holding = engine.has_work();
+    } else if (engine.has_work()) {
+      if (outage_since) {
+        TESSERA_LOG_INFO("[coord] the worker group is whole again: resuming {} request(s)", live.size());
+        outage_since.reset();
+      }
       const uint64_t before = engine.steps();
       std::vector<SequenceEvent> events = engine.step();
       stepped = engine.steps() != before;
-      for (const SequenceEvent& e : events) handle(e);
+      // A step refused or cut because a rank is gone (not a fault of the requests in it).
+      const bool unavailable =
+          engine.last_step_unavailable() && options.executor_ready && !options.executor_ready();
+      for (const SequenceEvent& e : events) handle(e, unavailable);
     }
     publish_stats();
     if (drain && live.empty()) {

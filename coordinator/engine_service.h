@@ -32,6 +32,9 @@ struct GenerateEvent {
   // kStop (eos, stop token, stop string), kLength, kAborted, kError; kNone until finished.
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                 // when finish_reason == kError
+  // With kError: the workers could not run it (a rank lost, the group restarting), not the
+  // request's fault; the client may retry (HTTP 503 with Retry-After).
+  bool unavailable = false;
   int prompt_tokens = 0;
   int completion_tokens = 0;         // of this choice, so far
 };
@@ -44,6 +47,13 @@ struct EngineServiceOptions {
   // Prompt ids must lie in [0, vocab_size) (0 = the tokenizer's vocabulary size when there is
   // one, else unchecked): a bad id would otherwise fail the whole batch's step.
   int64_t vocab_size = 0;
+  // Whether the executor can run a step now (the worker group is whole); empty = always. While
+  // it cannot, no step is attempted: requests wait for it, each at most executor_wait (from
+  // its submission or the start of the outage, whichever is later), and then end with kError
+  // and `unavailable`. A step that fails while the executor is not ready ends its sequences
+  // with `unavailable` too. Called on the engine thread; must be cheap and thread-safe.
+  std::function<bool()> executor_ready;
+  std::chrono::milliseconds executor_wait{30000};
 };
 
 // Counters and gauges for /metrics (vLLM-style names are chosen by the HTTP layer).

@@ -29,6 +29,9 @@ namespace {
 // Extra response headers: (name, value), set through Beast's fields.
 using Headers = std::vector<std::pair<beast::string_view, std::string>>;
 
+// Retry-After of every 503 and 429: the client may try again (elsewhere, when draining).
+constexpr const char* kRetryAfterSeconds = "1";
+
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -52,6 +55,11 @@ struct HttpServer::Impl {
   void accept();
   void add_session(const std::shared_ptr<HttpSession>& s);
   void remove_session(HttpSession* s);
+  void close_acceptor();  // posted to the io_context
+  // Posts `what` to every live connection's strand.
+  void post_to_sessions(void (HttpSession::*what)());
+  // Until no connection is left (true) or `timeout` passes (false).
+  bool wait_sessions_closed(std::chrono::milliseconds timeout);
 
   HttpServerOptions options;
   HttpLimits limits;  // from options, by start()
@@ -91,6 +99,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // From HttpServer::stop (posted to the strand): abort everything and close.
   void shutdown() { disconnect(); }
+  // From HttpServer::stop_gracefully (posted to the strand, so after every engine event
+  // already posted here): finish what was started, flush every queued write (the last
+  // chunk, `data: [DONE]`, the chunked terminator) and close; close at once when idle.
+  void finish_and_close() {
+    keep_alive_ = false;  // every answer from now on ends its connection
+    if (closed_ || gen_) return;  // a generation closes the connection when it ends
+    if (writing_) {
+      after_write_ = AfterWrite::kClose;  // nothing else will be written: close after the flush
+      return;
+    }
+    disconnect();  // between requests: nothing started, nothing to flush
+  }
   // The connection's strand.
   beast::tcp_stream::executor_type shutdown_executor() { return stream_.get_executor(); }
 
@@ -105,6 +125,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::vector<ChoiceOutput> outputs;
     int remaining = 0;
     std::string error;  // first engine error
+    bool unavailable = false;  // that error: the workers were unavailable (503, not 500)
+    bool cut = false;          // a choice was aborted by the server (drain deadline): 503
   };
 
   // ---- reading -------------------------------------------------------------------------
@@ -214,7 +236,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                   models_body(server_.options.model_name, server_.api.max_model_len, unix_now()));
     }
     if (server_.draining) {
-      return send_error(api_error(503, "service_unavailable", "draining", "the server is draining"));
+      return send_error(api_error(503, "service_unavailable", "draining", "the server is draining"),
+                        {{"Retry-After", kRetryAfterSeconds}});
     }
     start_generation(is_chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions, req.body());
   }
@@ -250,7 +273,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (!ids.is_ok()) {
       gen_.reset();  // the prompts submitted so far were aborted; their late events find no generation
       const ApiError e = api_error_of(ids.status());
-      if (e.http_status == 429) return send_error(e, {{"Retry-After", "1"}});
+      if (e.http_status == 429 || e.http_status == 503) return send_error(e, {{"Retry-After", kRetryAfterSeconds}});
       return send_error(e);
     }
     gen_->request_ids = std::move(ids).value();
@@ -281,13 +304,20 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     out.completion_tokens = ev.completion_tokens;
     if (ev.finished) {
       out.finish_reason = ev.finish_reason;
-      if (ev.finish_reason == FinishReason::kError && g.error.empty())
+      if (ev.finish_reason == FinishReason::kError && g.error.empty()) {
         g.error = ev.error.empty() ? "generation failed" : ev.error;
+        g.unavailable = ev.unavailable;
+      }
+      // A client's own abort (it disconnected) never reaches here: its generation is gone.
+      // So this one was cut by the server: the drain deadline, or the engine stopping.
+      if (ev.finish_reason == FinishReason::kAborted) g.cut = true;
     }
     if (g.request.stream) {
       if (ev.finished && ev.finish_reason == FinishReason::kError) {
-        ApiError e = api_error(500, "server_error", "internal_error", g.error);
-        queue_chunk(sse_event(error_body(e)));
+        queue_chunk(sse_event(error_body(engine_error(g))));
+      } else if (ev.finished && ev.finish_reason == FinishReason::kAborted) {
+        // Never a bare cut: the client learns why this choice has no final chunk.
+        queue_chunk(sse_event(error_body(cut_error())));
       } else if (!ev.text.empty() || ev.finished || (g.request.logprobs >= 0 && !ev.tokens.empty())) {
         queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(index), ev.text,
                                                 ev.tokens, ev.finished ? ev.finish_reason : FinishReason::kNone, false,
@@ -322,8 +352,20 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
   }
 
+  // The error object of a generation that failed in the engine: 503 when the workers were
+  // unavailable (a lost rank; the client may retry), else 500.
+  static ApiError engine_error(const Generation& g) {
+    if (g.unavailable) return api_error(503, "service_unavailable", "workers_unavailable", g.error);
+    return api_error(500, "server_error", "internal_error", g.error);
+  }
+  static ApiError cut_error() {
+    return api_error(503, "service_unavailable", "draining",
+                     "the server is shutting down and stopped this request before it finished");
+  }
+
   void finish_generation() {
     std::unique_ptr<Generation> g = std::move(gen_);
+    if (server_.draining) keep_alive_ = false;  // let the client reconnect elsewhere
     if (g->request.stream) {
       if (g->request.include_usage)
         queue_chunk(sse_event(stream_usage_body(g->request, g->id, g->created, usage_of(g->request, g->outputs))));
@@ -336,7 +378,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
       if (!writing_) after_writes();
     } else if (!g->error.empty()) {
-      send_error(api_error(500, "server_error", "internal_error", g->error));
+      const ApiError e = engine_error(*g);
+      if (e.http_status == 503) {
+        send_error(e, {{"Retry-After", kRetryAfterSeconds}});
+      } else {
+        send_error(e);
+      }
+    } else if (g->cut) {
+      send_error(cut_error(), {{"Retry-After", kRetryAfterSeconds}});
     } else {
       send(200, "application/json", response_body(g->request, g->id, g->created, g->outputs, server_.tokenizer));
     }
@@ -398,6 +447,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   void send(int status, std::string_view content_type, std::string body, const Headers& extra = {}) {
+    if (server_.draining) keep_alive_ = false;  // let the client reconnect elsewhere
     auto out = std::make_unique<Outgoing>(Outgoing::Kind::kResponse);
     out->response = make_response(status, content_type, keep_alive_, extra);
     out->response.body() = std::move(body);
@@ -584,27 +634,48 @@ int HttpServer::port() const { return impl_->port; }
 void HttpServer::set_draining(bool draining) { impl_->draining = draining; }
 bool HttpServer::draining() const { return impl_->draining; }
 
+void HttpServer::Impl::close_acceptor() {
+  asio::post(ioc, [this]() {
+    beast::error_code ec;
+    acceptor->close(ec);
+  });
+}
+
+void HttpServer::Impl::post_to_sessions(void (HttpSession::*what)()) {
+  std::vector<std::shared_ptr<HttpSession>> live;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu);
+    for (auto& w : sessions)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+  }
+  for (auto& session : live) asio::post(session->shutdown_executor(), [session, what]() { ((*session).*what)(); });
+}
+
+bool HttpServer::Impl::wait_sessions_closed(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(sessions_mu);
+  return sessions_cv.wait_for(lock, timeout, [this]() { return live_sessions == 0; });
+}
+
+void HttpServer::stop_gracefully() {
+  Impl& s = *impl_;
+  if (!s.started) return;
+  s.draining = true;
+  s.close_acceptor();
+  s.post_to_sessions(&HttpSession::finish_and_close);
+  if (!s.wait_sessions_closed(s.limits.stop_grace)) {
+    TESSERA_LOG_WARN("[coord] http: connections still open {} s after the drain; closing them",
+                     s.limits.stop_grace.count());
+  }
+  stop();
+}
+
 void HttpServer::stop() {
   Impl& s = *impl_;
   if (!s.started) return;
   s.started = false;
-  asio::post(s.ioc, [&s]() {
-    beast::error_code ec;
-    s.acceptor->close(ec);
-  });
-  std::vector<std::shared_ptr<HttpSession>> sessions;
-  {
-    std::lock_guard<std::mutex> lock(s.sessions_mu);
-    for (auto& w : s.sessions)
-      if (auto p = w.lock()) sessions.push_back(std::move(p));
-  }
-  for (auto& session : sessions)
-    asio::post(session->shutdown_executor(), [session]() { session->shutdown(); });
-  sessions.clear();
-  {
-    std::unique_lock<std::mutex> lock(s.sessions_mu);
-    s.sessions_cv.wait_for(lock, s.limits.stop_grace, [&s]() { return s.live_sessions == 0; });
-  }
+  s.close_acceptor();
+  s.post_to_sessions(&HttpSession::shutdown);
+  s.wait_sessions_closed(s.limits.stop_grace);
   {
     std::lock_guard<std::mutex> lock(s.liveness->mu);
     s.liveness->alive = false;

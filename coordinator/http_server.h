@@ -40,8 +40,10 @@ struct HttpLimits {
   // After the last answer on a closing connection: how long what the client still sends (the
   // rest of a body over the limit) is drained, so closing does not reset before it reads.
   std::chrono::seconds close_linger{2};
-  // HttpServer::stop(): how long it waits for the connections to close.
-  std::chrono::seconds stop_grace{2};
+  // HttpServer::stop(): how long it waits for the connections to close; stop_gracefully():
+  // how long connections may take to flush what they still have to write and close (more
+  // than close_linger, so a closing connection's linger fits).
+  std::chrono::seconds stop_grace{5};
 };
 
 struct HttpServerOptions {
@@ -75,6 +77,11 @@ class HttpServer {
   int port() const;
   // Closes the listener and every connection (aborting their requests), joins the threads.
   void stop();
+  // The end of a drain (after EngineService::drain_and_stop, when every request has had its
+  // last event): closes the listener, lets every connection write what it still holds (the
+  // response, or a stream's last chunk, `data: [DONE]` and the chunked terminator) and close,
+  // for up to HttpLimits::stop_grace; then stop(). An idle kept-alive connection is closed.
+  void stop_gracefully();
   // While draining, new generation requests get 503 and GET /ready is 503.
   void set_draining(bool draining);
   bool draining() const;

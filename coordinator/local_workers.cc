@@ -85,7 +85,9 @@ int LocalWorkers::restart_exited() {
 
 void LocalWorkers::stop(int grace_ms) {
   for (pid_t p : pids_) {
-    if (p > 0) kill(p, SIGTERM);
+    if (p <= 0) continue;
+    kill(p, SIGTERM);
+    kill(p, SIGCONT);  // a stopped worker (SIGSTOP, a debugger) acts on the SIGTERM only once continued
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
   for (pid_t& p : pids_) {

@@ -472,7 +472,7 @@ struct WorkerGroup::Impl {
   }
 
   void check_liveness(Clock::time_point now) {
-    const auto limit = 2 * opts.heartbeat_interval;
+    const auto limit = opts.heartbeat_misses * opts.heartbeat_interval;
     std::vector<std::pair<int, std::string>> dead;
     {
       std::lock_guard<std::mutex> lock(state_mu);
@@ -480,7 +480,8 @@ struct WorkerGroup::Impl {
         const Slot& s = slots[r];
         if (s.alive && now - s.last_heard > limit)
           dead.emplace_back(static_cast<int>(r), "no heartbeat for " + std::to_string(ms_between(s.last_heard, now)) +
-                                                     " ms (limit: 2 intervals of " +
+                                                     " ms (limit: " + std::to_string(opts.heartbeat_misses) +
+                                                     " intervals of " +
                                                      std::to_string(opts.heartbeat_interval.count()) + " ms)");
       }
     }
@@ -556,6 +557,8 @@ Status WorkerGroup::start(const WorkerGroupOptions& options, AssignmentFactory f
   if (options.world_size < 1)
     return invalid_argument("worker group world_size must be >= 1, got " + std::to_string(options.world_size));
   if (options.heartbeat_interval.count() < 1) return invalid_argument("heartbeat_interval must be >= 1 ms");
+  if (options.heartbeat_misses < 1)
+    return invalid_argument("heartbeat_misses must be >= 1, got " + std::to_string(options.heartbeat_misses));
   const bool curve = !options.curve_server_secret_key.empty() || !options.curve_server_public_key.empty();
   if (curve && !zmq_has("curve")) return unimplemented("CURVE keys given but libzmq was built without CURVE");
   if (!curve && !options.curve_allowed_client_keys.empty())

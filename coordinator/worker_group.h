@@ -11,7 +11,7 @@
 // execute() drives the socket itself while a step is in flight (serving registrations and
 // heartbeats too); a housekeeping thread serves it between steps, every tick (interval/8,
 // at most 20 ms). The socket is guarded by a mutex, so the step path has no thread hop.
-// A rank silent for two heartbeat intervals is declared dead: the step in flight fails with
+// A rank silent for heartbeat_misses intervals is declared dead: the step in flight fails with
 // Unavailable naming it, and execute() refuses steps until the rank registers again (a
 // restarted worker with the same rank is re-assigned; the coordinator keeps running).
 // execute() may be called from one thread at a time (calls are serialised).
@@ -33,8 +33,12 @@ struct WorkerGroupOptions {
   // see WorkerGroup::endpoint()), "ipc:///tmp/tessera-ctl".
   std::string bind_address = "tcp://127.0.0.1:5560";
   int world_size = 1;
-  // Both sides send a heartbeat every interval; a rank silent for 2 intervals is dead.
+  // Both sides send a heartbeat every interval; a rank silent for heartbeat_misses
+  // intervals is dead (the serving cluster takes both from server.heartbeat_ms and
+  // server.heartbeat_misses, as the workers do). A rank whose connection closes (its process
+  // died) is dead at the next heartbeat, whatever heartbeat_misses says.
   std::chrono::milliseconds heartbeat_interval{1000};
+  int heartbeat_misses = 2;
   // CURVE encryption for links that leave the host (Z85 keys, 40 characters; both empty =
   // plain TCP). Workers then need this server public key. See docs/wire.md.
   std::string curve_server_public_key;
@@ -66,7 +70,7 @@ using AssignmentFactory =
 struct RankStatus {
   int rank = 0;
   bool registered = false;  // a worker has registered for this rank (at least once)
-  bool alive = false;       // registered and heard from within two heartbeat intervals
+  bool alive = false;       // registered and heard from within heartbeat_misses intervals
   bool ready = false;       // alive and its setup succeeded (Ready ok)
   int registrations = 0;    // how many times this rank registered (restarts + 1)
   std::string host;

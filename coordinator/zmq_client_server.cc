@@ -31,6 +31,9 @@ namespace {
 // just over the limit still fits in a frame and gets a proper 413.
 constexpr int64_t kFrameSlackBytes = 1 << 20;
 
+// stop(): how long replies already queued may take to reach their clients.
+constexpr std::chrono::milliseconds kCloseFlush{2000};
+
 // One engine event for choice `index` of the request with server-side serial `serial`.
 struct QueuedEvent {
   uint64_t serial = 0;
@@ -299,9 +302,11 @@ struct ZmqClientServer::Impl {
       const std::string identity = r.identity;
       const uint64_t id = r.client_id;
       forget(qe.serial);
+      const std::string why = ev.error.empty() ? std::string("generation failed") : ev.error;
+      // A lost worker rank is not the request's fault: 503, as REST answers it.
       return send_error(identity, id,
-                        api_error(500, "server_error", "internal_error",
-                                  ev.error.empty() ? std::string("generation failed") : ev.error));
+                        ev.unavailable ? api_error(503, "service_unavailable", "workers_unavailable", why)
+                                       : api_error(500, "server_error", "internal_error", why));
     }
     r.done[qe.index] = true;
     r.finals[qe.index] = wc::FinalChoice{api_finish_reason(ev.finish_reason), ev.completion_tokens};
@@ -456,6 +461,13 @@ void ZmqClientServer::stop() {
   s.stopping.store(true, std::memory_order_release);
   s.queue->wake();
   if (s.thread.joinable()) s.thread.join();
+  // The last replies (Finals, the drain's 503s) may still sit in the socket's queues: with
+  // linger 0 closing would drop them. Give them up to kCloseFlush to leave (closing the
+  // context waits for that); a peer that is gone or does not read does not hold us longer.
+  try {
+    if (s.router) s.router->set(zmq::sockopt::linger, static_cast<int>(kCloseFlush.count()));
+  } catch (const zmq::error_t&) {
+  }
   s.router.reset();
   s.ctx.close();
 }

@@ -50,7 +50,10 @@ class ZmqClientServer {
   Status start();
   // The bound address (the chosen port for tcp://HOST:*); empty before start().
   std::string endpoint() const;
-  // Closes the socket (aborting every live request), joins the thread.
+  // Ends every live request with an Error 503 reply (aborting it), sends what is still
+  // queued (every reply already made, up to 2 s for slow or gone peers), closes the socket
+  // and joins the thread. After EngineService::drain_and_stop, every request has had its
+  // Final (or Error) and nothing is left to abort.
   void stop();
   // While draining, new Submits get Error 503; running requests go on.
   void set_draining(bool draining);

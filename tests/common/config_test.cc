@@ -53,6 +53,8 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(c->server.heartbeat_ms, 1000);
   EXPECT_EQ(c->server.heartbeat_misses, 3);
   EXPECT_EQ(c->server.max_queued_requests, 1024);
+  EXPECT_EQ(c->server.drain_timeout_s, 30);
+  EXPECT_EQ(c->server.worker_restart_wait_s, 30);
   EXPECT_EQ(c->worker.backend, std::nullopt);
   EXPECT_EQ(c->worker.threads, 0);
   EXPECT_EQ(c->worker.memory_limit_bytes, 0);
@@ -86,6 +88,8 @@ server:
   heartbeat_ms: 250
   heartbeat_misses: 5
   max_queued_requests: 7
+  drain_timeout_s: 12
+  worker_restart_wait_s: 0
 worker: {backend: cpu, threads: 6, memory_limit_bytes: 1000000}
 )";
   auto c = parse_config_yaml(yaml, "full.yaml");
@@ -117,6 +121,8 @@ worker: {backend: cpu, threads: 6, memory_limit_bytes: 1000000}
   EXPECT_EQ(c->server.heartbeat_ms, 250);
   EXPECT_EQ(c->server.heartbeat_misses, 5);
   EXPECT_EQ(c->server.max_queued_requests, 7);
+  EXPECT_EQ(c->server.drain_timeout_s, 12);
+  EXPECT_EQ(c->server.worker_restart_wait_s, 0);
   EXPECT_EQ(c->worker.backend, BackendKind::kCpu);
   EXPECT_EQ(c->worker.threads, 6);
   EXPECT_EQ(c->worker.memory_limit_bytes, 1000000);
@@ -188,6 +194,9 @@ TEST(ConfigTest, WrongTypesAndValuesNameThePathAndExpectation) {
       {"server: {zmq_client: localhost:5555}", {"server.zmq_client", "ZeroMQ endpoint"}},
       {"server: {heartbeat_misses: 0}", {"server.heartbeat_misses", "[1, 1000]"}},
       {"server: {max_queued_requests: 0}", {"server.max_queued_requests", "[1, 16777216]", "got '0'"}},
+      {"server: {drain_timeout_s: -1}", {"server.drain_timeout_s", "[0, 86400]", "got '-1'"}},
+      {"server: {worker_restart_wait_s: 1.5}", {"server.worker_restart_wait_s", "integer"}},
+      {"server: {worker_restart_wait_s: 90000}", {"server.worker_restart_wait_s", "[0, 86400]"}},
       {"worker: {backend: tpu}", {"worker.backend", "auto | cpu | cuda"}},
       {"worker: 3", {"worker", "expected a map with keys backend, threads"}},
       {"parallel: {auto_tp: {keep_linear: [gate]}}", {"parallel.auto_tp.keep_linear", "expected a map"}},

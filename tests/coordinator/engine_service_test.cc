@@ -414,6 +414,59 @@ TEST(EngineServiceTest, ExecutorErrorFinishesWithError) {
   EXPECT_EQ(svc.stats().requests_failed, 1u);
 }
 
+// A lost worker rank (executor_ready false): no step is attempted, requests wait for the
+// executor and then run as if nothing happened.
+TEST(EngineServiceTest, WhileTheExecutorIsNotReadyRequestsWaitAndRunOnceItIs) {
+  ScriptedExecutor exec;
+  std::atomic<bool> ready{false};
+  EngineServiceOptions o = small_options();
+  o.executor_ready = [&ready] { return ready.load(); };
+  o.executor_wait = std::chrono::hours(1);
+  EngineService svc(o, exec, nullptr);
+  svc.start();
+  Collector c;
+  ASSERT_TRUE(svc.submit(request({5, 6}, 4), c.callback()).is_ok());
+  EXPECT_FALSE(c.wait(200ms)) << "a request ran while the executor was not ready";
+  EXPECT_EQ(exec.steps(), 0);
+  EXPECT_EQ(svc.stats().num_waiting, 1);
+  ready = true;
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.last().finish_reason, FinishReason::kLength);
+  EXPECT_FALSE(c.last().unavailable);
+  EXPECT_EQ(c.tokens().size(), 4u);
+}
+
+// Past executor_wait a waiting request ends with kError marked `unavailable` (HTTP 503 +
+// Retry-After), naming the key that bounds the wait; an ordinary executor error is not.
+TEST(EngineServiceTest, PastTheExecutorWaitRequestsEndUnavailableAndOtherErrorsDoNot) {
+  ScriptedExecutor exec;
+  exec.fail_on(99);
+  std::atomic<bool> ready{false};
+  EngineServiceOptions o = small_options();
+  o.executor_ready = [&ready] { return ready.load(); };
+  o.executor_wait = std::chrono::milliseconds(0);
+  EngineService svc(o, exec, nullptr);
+  svc.start();
+  Collector waited;
+  ASSERT_TRUE(svc.submit(request({5}, 3), waited.callback()).is_ok());
+  ASSERT_TRUE(waited.wait());
+  EXPECT_EQ(waited.last().finish_reason, FinishReason::kError);
+  EXPECT_TRUE(waited.last().unavailable);
+  EXPECT_NE(waited.last().error.find("server.worker_restart_wait_s"), std::string::npos) << waited.last().error;
+  EXPECT_EQ(exec.steps(), 0);
+  EXPECT_TRUE(wait_blocks_free(svc));
+
+  ready = true;
+  Collector bad, good;
+  ASSERT_TRUE(svc.submit(request({99, 5}, 4), bad.callback()).is_ok());
+  ASSERT_TRUE(bad.wait());
+  EXPECT_EQ(bad.last().finish_reason, FinishReason::kError);
+  EXPECT_FALSE(bad.last().unavailable) << "the executor was ready: a real failure, not a retryable one";
+  ASSERT_TRUE(svc.submit(request({5}, 3), good.callback()).is_ok());
+  ASSERT_TRUE(good.wait());
+  EXPECT_EQ(good.last().finish_reason, FinishReason::kLength);
+}
+
 TEST(EngineServiceTest, EosFinishesWithStop) {
   ScriptedExecutor exec;
   exec.set_script(5, {40, 41, 2, 42});

@@ -350,6 +350,56 @@ TEST_F(HttpServerTest, HealthReadyModelsDraining) {
   EXPECT_EQ(http(port(), "POST", "/v1/completions", R"({"prompt": [1], "max_tokens": 1})").status, 200);
 }
 
+// The end of a drain, in the order tessera-serve runs it: set_draining (new requests: 503 +
+// Retry-After), EngineService::drain_and_stop (short streams finish, long ones are cut at
+// the deadline), then stop_gracefully. Every stream still gets everything the engine gave
+// it: its final chunk, or an error event when cut, then [DONE] and the chunked terminator.
+TEST_F(HttpServerTest, DrainThenStopGracefullyEndsEveryStreamWithDoneAndItsTerminator) {
+  executor_.delay_ms = 2;
+  start();
+  constexpr int kStreams = 8;
+  std::vector<std::string> raw(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    const int max_tokens = i % 2 == 0 ? 20 : 400;  // odd ones outlive the deadline
+    const std::string body = json{{"prompt", {1, 2, 3 + i}}, {"max_tokens", max_tokens}, {"stream", true},
+                                  {"ignore_eos", true}}
+                                 .dump();
+    clients.emplace_back([&, i, body] { raw[i] = exchange_raw(port(), request_text("POST", "/v1/completions", body)); });
+  }
+  // Every stream has reached the engine (running, waiting, or already done).
+  for (int k = 0; k < 20000; ++k) {
+    const EngineServiceStats st = service_->stats();
+    if (st.num_running + st.num_waiting + static_cast<int>(st.requests_finished_length) >= kStreams) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server_->set_draining(true);
+  const Response refused = http(port(), "POST", "/v1/completions", R"({"prompt": [1], "max_tokens": 1})");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.headers.find("retry-after: 1"), std::string::npos) << refused.headers;
+  EXPECT_NE(refused.headers.find("connection: close"), std::string::npos) << refused.headers;
+  service_->drain_and_stop(std::chrono::milliseconds(300));
+  server_->stop_gracefully();
+  for (auto& t : clients) t.join();
+  int cut = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    SCOPED_TRACE("stream " + std::to_string(i));
+    const std::string terminator = "data: [DONE]\n\n\r\n0\r\n\r\n";
+    ASSERT_GE(raw[i].size(), terminator.size()) << raw[i];
+    EXPECT_EQ(raw[i].substr(raw[i].size() - terminator.size()), terminator) << raw[i];
+    const std::vector<std::string> events = sse_payloads(parse_response(raw[i]).body);
+    ASSERT_GE(events.size(), 2u);
+    const json last = json::parse(events[events.size() - 2]);
+    if (last.contains("error")) {
+      EXPECT_EQ(last["error"]["code"], "draining") << last.dump();
+      ++cut;
+    } else {
+      EXPECT_EQ(last["choices"][0]["finish_reason"], "length") << last.dump();
+    }
+  }
+  EXPECT_GE(cut, 1) << "no stream was cut by the deadline";
+}
+
 TEST_F(HttpServerTest, KeepAliveServesSeveralRequests) {
   start();
   const int fd = connect_to(port());

@@ -124,6 +124,24 @@ class ServeProcess {
     return status;
   }
 
+  // Sends `sig` once (no second signal, unlike stop()).
+  void signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  // Waits up to `timeout` for the process to exit: the waitpid status, or -1 when it is still
+  // running (or was not).
+  int wait_exit(std::chrono::milliseconds timeout) {
+    if (pid_ <= 0) return -1;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid_ = -1;
+    return status;
+  }
+
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }

@@ -24,6 +24,7 @@
 #include "coordinator/http_server.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/zmq_client_server.h"
+#include "tools/lib/shutdown_signals.h"
 #include "worker/kv_cache.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
@@ -95,16 +96,21 @@ StatusOr<std::string> write_local_worker_config(const TesseraConfig& config) {
   return pattern;
 }
 
+// Ends set-up early: the signal's log line and the (clean) outcome.
+Status interrupted_setup(const ShutdownSignals& signals, const char* during) {
+  TESSERA_LOG_INFO("signal {} during set-up ({}): stopped before serving", signals.signal(), during);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status serve(ServeOptions o) {
-  // SIGTERM/SIGINT are taken synchronously (sigwait below): block them before any thread
-  // exists, so every thread inherits the mask and none dies of the default action.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM/SIGINT are watched from the start, before any thread exists (so every thread
+  // inherits their mask): a signal during set-up stops it at once, one while serving drains.
+  ShutdownSignals signals;
+  signals.set_handler([](int sig, int count) {
+    if (count == 1) TESSERA_LOG_INFO("signal {}: stopping set-up", sig);
+  });
 
   TesseraConfig& c = o.config;
   TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
@@ -121,6 +127,7 @@ Status serve(ServeOptions o) {
     TESSERA_LOG_WARN("no usable tokenizer ({}); only token-id prompts will be accepted", tok.status().to_string());
   }
   ckpt.reset();
+  if (signals.requested()) return interrupted_setup(signals, "reading the model");
 
   const int64_t max_model_len =
       c.scheduler.max_model_len.value_or(mc.max_positions > 0 ? mc.max_positions : int64_t{4096});
@@ -150,6 +157,18 @@ Status serve(ServeOptions o) {
   }
   TESSERA_ASSIGN_OR_RETURN(Cluster cluster, start_cluster(co));
   std::unique_ptr<WorkerGroup> group = std::move(cluster.group);
+  // From here a signal during set-up ends the wait for the workers (shutting the group
+  // down wakes it); the local workers are then stopped and reaped on the way out.
+  WorkerGroup* g = group.get();
+  signals.set_handler([g](int sig, int count) {
+    if (count == 1) TESSERA_LOG_INFO("signal {}: stopping set-up", sig);
+    g->shutdown("set-up interrupted by a signal");
+  });
+  // Whatever way serve() returns, the handler is gone before the objects it uses.
+  struct HandlerReset {
+    ShutdownSignals& s;
+    ~HandlerReset() { s.set_handler(nullptr); }
+  } handler_reset{signals};
   LocalWorkers workers;
   std::string tmp;
   if (o.spawn_workers) {
@@ -165,9 +184,15 @@ Status serve(ServeOptions o) {
                    c.cache.num_blocks ? std::to_string(*c.cache.num_blocks) + " blocks of " +
                                             std::to_string(c.cache.block_size) + " tokens"
                                       : std::string("auto, sized from the workers' reports"));
-  if (Status st = group->wait_until_ready(std::chrono::minutes(10)); !st.is_ok()) {
+  // A signal before the handler above was set has shut nothing down: look once more.
+  if (signals.requested()) group->shutdown("set-up interrupted by a signal");
+  Status ready = group->wait_until_ready(std::chrono::minutes(10));
+  if (signals.requested()) ready = interrupted_setup(signals, "waiting for the workers");
+  if (!ready.is_ok() || signals.requested()) {
+    group->shutdown("set-up ended");
+    workers.stop();
     if (!tmp.empty()) std::filesystem::remove_all(tmp);
-    return st;
+    return ready;
   }
   const std::optional<KvPoolSize> pool = cluster.kv_pool->get();
   if (!pool) return internal_error("the worker group became ready without a KV pool size");
@@ -180,6 +205,9 @@ Status serve(ServeOptions o) {
   eo.scheduler = sc;
   eo.vocab_size = mc.vocab;
   eo.max_queued_requests = c.server.max_queued_requests;
+  // While a rank is lost (and restarting) requests wait for the group instead of failing.
+  eo.executor_ready = [g] { return g->is_complete(); };
+  eo.executor_wait = std::chrono::seconds(c.server.worker_restart_wait_s);
   EngineService service(eo, *group, tokenizer.get());
   service.start();
 
@@ -192,7 +220,6 @@ Status serve(ServeOptions o) {
   auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
   ho.zmq_replies = zmq_replies;
   HttpServer http(ho, service, tokenizer.get());
-  WorkerGroup* g = group.get();
   http.ready_check = [g] { return g->is_complete(); };
 
   TESSERA_RETURN_IF_ERROR(http.start());
@@ -228,19 +255,30 @@ Status serve(ServeOptions o) {
     });
   }
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  TESSERA_LOG_INFO("signal {}: draining (up to {} s), new requests get 503", sig, o.drain_seconds);
+  // Serving. The first signal drains, a second one cuts the drain short.
+  const int drain_seconds = c.server.drain_timeout_s;
+  signals.set_handler([&service](int sig, int count) {
+    if (count == 1) return;  // the main thread drains
+    TESSERA_LOG_WARN("signal {} again: ending the drain now", sig);
+    service.drain_and_stop(std::chrono::milliseconds(0));
+  });
+  signals.wait();
+  TESSERA_LOG_INFO("signal {}: draining (up to {} s), new requests get 503", signals.signal(), drain_seconds);
+  // Order matters. First stop admitting (503 + Retry-After); then let the engine end every
+  // request (finished, or cut at the deadline: each choice gets its final event, posted to
+  // its connection); only then close the front ends, which write everything those events
+  // queued (final chunk, [DONE], the chunked terminator; the ZeroMQ Finals) before closing.
   http.set_draining(true);
   if (zmq_clients) zmq_clients->set_draining(true);
-  service.drain_and_stop(std::chrono::seconds(o.drain_seconds));
-  http.stop();
+  service.drain_and_stop(std::chrono::seconds(drain_seconds));
+  http.stop_gracefully();
   if (zmq_clients) zmq_clients->stop();
   stopping.store(true);
   if (supervisor.joinable()) supervisor.join();
   group->shutdown("server shutting down");
   workers.stop();
   if (!tmp.empty()) std::filesystem::remove_all(tmp);
+  signals.set_handler(nullptr);  // it uses `service`, which goes before handler_reset does
   TESSERA_LOG_INFO("stopped");
   return Status::ok();
 }

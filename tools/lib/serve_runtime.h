@@ -1,8 +1,10 @@
 #pragma once
 // The serving process (tessera-serve, tessera-coordinator): a worker group over ZeroMQ,
 // optionally the local worker processes themselves (supervised: a rank that exits is
-// restarted), the engine service and the OpenAI-compatible HTTP server; SIGTERM/SIGINT
-// drains (503 to new requests, running ones finish up to a deadline) and shuts all down.
+// restarted), the engine service and the OpenAI-compatible HTTP server. SIGTERM/SIGINT
+// during set-up stops it at once; while serving it drains (503 + Retry-After to new
+// requests, running ones finish up to server.drain_timeout_s, every stream is closed
+// properly) and shuts all down; a second signal ends the drain at once.
 #include "common/config.h"
 #include "common/status.h"
 #include "coordinator/kv_pool_sizing.h"
@@ -12,7 +14,6 @@ namespace tessera {
 struct ServeOptions {
   TesseraConfig config;
   bool spawn_workers = true;  // tessera-serve: yes; tessera-coordinator: workers come on their own
-  int drain_seconds = 30;
 };
 
 // Runs until a termination signal; OK after a clean shutdown.

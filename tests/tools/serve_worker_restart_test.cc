@@ -1,0 +1,216 @@
+// tessera-serve while one of its workers fails, as an operator's load balancer sees it: the
+// real program, its real (supervised) worker processes, clients over loopback.
+// - A worker killed (kill -9) mid-traffic: /ready is 503 within one heartbeat; no request
+//   gets a 500: each completes (the queued ones once the group is back) or gets 503 with
+//   Retry-After, which a load balancer retries.
+// - A worker stalled (SIGSTOP) for 5 s under server.heartbeat_misses 10 and 1 s heartbeats
+//   is not declared dead: the requests in flight complete with the same tokens as before.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "tests/test_support.h"
+#include "tests/tools/raw_sse_stream.h"
+#include "tests/tools/serve_process.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+json prompt_ids(int i) {
+  json ids = json::array();
+  for (int k = 0; k < 4 + i % 5; ++k) ids.push_back(7 + (i * 17 + k * 23) % 500);
+  return ids;
+}
+
+json completion(int i, int max_tokens) {
+  return {{"prompt", prompt_ids(i)}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
+          {"logprobs", 0}};
+}
+
+int status_of(const std::string& response) {
+  return response.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(response.c_str() + 9) : 0;
+}
+
+std::string body_of(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
+}
+
+// The generated tokens of a non-streaming completion (logprobs.tokens: "token_id:N" here).
+json tokens_of(const std::string& response) {
+  const json j = json::parse(body_of(response), nullptr, false);
+  if (j.is_discarded() || !j.contains("choices")) return json();
+  return j["choices"][0]["logprobs"]["tokens"];
+}
+
+// The one worker of `server` (its only child process).
+pid_t worker_of(const testing::ServeProcess& server) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = testing::read_file(entry.path().string() + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(paren + 1));
+    std::string state;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == server.pid() && state != "Z") return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequestsRunWhenItIsBack) {
+  TESSERA_REQUIRE_FIXTURES();
+  constexpr int kHeartbeatMs = 200;
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "worker.threads=1", "--set",
+                            "cache.num_blocks=256", "--set", "server.heartbeat_ms=" + std::to_string(kHeartbeatMs),
+                            "--set", "server.worker_restart_wait_s=60"}))
+      << server.log();
+  const int max_tokens = 48;
+  // The expected tokens of each client's request, from a run before any fault.
+  constexpr int kClients = 4;
+  std::vector<json> expected(kClients);
+  for (int c = 0; c < kClients; ++c) {
+    const std::string r = testing::http(server.port(), "POST", "/v1/completions", completion(c, max_tokens).dump());
+    ASSERT_EQ(status_of(r), 200) << r;
+    expected[c] = tokens_of(r);
+    ASSERT_EQ(expected[c].size(), static_cast<size_t>(max_tokens)) << r;
+  }
+
+  // Clients send non-streaming requests back to back until told to stop.
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::string> failures;  // anything that is neither a right 200 nor a 503 with Retry-After
+  std::atomic<int> ok{0}, retryable{0}, ok_after_return{0};
+  std::atomic<bool> group_back{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      while (!stop.load()) {
+        const bool after = group_back.load();
+        const std::string r = testing::http(server.port(), "POST", "/v1/completions", completion(c, max_tokens).dump());
+        const int status = status_of(r);
+        if (status == 200 && tokens_of(r) == expected[c]) {
+          ++ok;
+          if (after) ++ok_after_return;
+        } else if (status == 503 && r.find("\r\nRetry-After: ") != std::string::npos) {
+          ++retryable;
+        } else {
+          std::lock_guard<std::mutex> lock(mu);
+          failures.push_back(r.empty() ? std::string("(no response)") : r.substr(0, 600));
+        }
+      }
+    });
+  }
+  while (ok.load() < 2 * kClients) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  const pid_t worker = worker_of(server);
+  ASSERT_GT(worker, 0) << server.log();
+  ASSERT_NE(status_of(testing::http(server.port(), "GET", "/ready")), 503);
+  const Clock::time_point killed = Clock::now();
+  kill(worker, SIGKILL);
+  double not_ready_ms = -1;
+  while (ms_since(killed) < 5000) {
+    if (status_of(testing::http(server.port(), "GET", "/ready")) == 503) {
+      not_ready_ms = ms_since(killed);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  // Within one heartbeat (the next one finds the connection gone), plus polling slack.
+  EXPECT_GE(not_ready_ms, 0) << "/ready never said 503\n" << server.log();
+  EXPECT_LE(not_ready_ms, kHeartbeatMs + 150) << server.log();
+  // The supervisor restarts the worker; /ready turns 200 again.
+  while (ms_since(killed) < 60000 && status_of(testing::http(server.port(), "GET", "/ready")) != 200)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(status_of(testing::http(server.port(), "GET", "/ready")), 200) << server.log();
+  const double back_ms = ms_since(killed);
+  group_back.store(true);
+  const int ok_at_return = ok.load();
+  while (ok.load() < ok_at_return + 2 * kClients && ms_since(killed) < 90000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop.store(true);
+  for (auto& t : clients) t.join();
+
+  EXPECT_TRUE(failures.empty()) << failures.size() << " bad responses; the first:\n"
+                                << (failures.empty() ? "" : failures[0]) << "\n"
+                                << server.log();
+  EXPECT_GT(ok_after_return.load(), 0) << "nothing completed after the group returned";
+  EXPECT_NE(server.log().find("declared dead"), std::string::npos) << server.log();
+  std::cout << "[ REPORT   ] worker killed: /ready 503 after " << not_ready_ms << " ms, group back after " << back_ms
+            << " ms; " << ok.load() << " requests completed, " << retryable.load() << " got 503 + Retry-After, "
+            << failures.size() << " anything else" << std::endl;
+}
+
+TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNothing) {
+  TESSERA_REQUIRE_FIXTURES();
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "worker.threads=1", "--set",
+                            "cache.num_blocks=256", "--set", "server.heartbeat_ms=1000", "--set",
+                            "server.heartbeat_misses=10"}))
+      << server.log();
+  const int max_tokens = 600;  // long enough to be mid-generation when the worker stops
+  json stream = completion(0, max_tokens);
+  stream["stream"] = true;
+  json queued = completion(1, 32);
+  // References before the stall.
+  const testing::RawSseStream reference = testing::read_raw_sse(server.port(), "/v1/completions", stream.dump());
+  ASSERT_EQ(reference.status, 200);
+  const std::string queued_reference = testing::http(server.port(), "POST", "/v1/completions", queued.dump());
+  ASSERT_EQ(status_of(queued_reference), 200) << queued_reference;
+
+  std::atomic<bool> started{false};
+  testing::RawSseStream during;
+  std::thread streamer([&] { during = testing::read_raw_sse(server.port(), "/v1/completions", stream.dump(), &started); });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const pid_t worker = worker_of(server);
+  ASSERT_GT(worker, 0);
+  kill(worker, SIGSTOP);
+  // A request arriving during the stall waits for it.
+  std::string queued_during;
+  std::thread requester([&] { queued_during = testing::http(server.port(), "POST", "/v1/completions", queued.dump()); });
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const int ready_during = status_of(testing::http(server.port(), "GET", "/ready"));
+  kill(worker, SIGCONT);
+  streamer.join();
+  requester.join();
+
+  EXPECT_EQ(ready_during, 200) << "the stalled rank was declared lost\n" << server.log();
+  EXPECT_EQ(server.log().find("declared dead"), std::string::npos) << server.log();
+  EXPECT_EQ(during.status, 200);
+  EXPECT_TRUE(during.terminated);
+  ASSERT_FALSE(during.events.empty());
+  EXPECT_EQ(during.events.back(), "[DONE]");
+  // Same tokens as before the stall, chunk by chunk (ids and created times aside).
+  auto tokens = [](const testing::RawSseStream& s) {
+    json all = json::array();
+    for (const std::string& e : s.events) {
+      const json j = json::parse(e, nullptr, false);
+      if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+      for (const json& t : j["choices"][0]["logprobs"]["tokens"]) all.push_back(t);
+    }
+    return all;
+  };
+  EXPECT_EQ(tokens(during).size(), static_cast<size_t>(max_tokens));
+  EXPECT_EQ(tokens(during), tokens(reference));
+  EXPECT_EQ(status_of(queued_during), 200) << queued_during;
+  EXPECT_EQ(tokens_of(queued_during), tokens_of(queued_reference));
+}
+
+}  // namespace
+}  // namespace tessera
