@@ -96,11 +96,11 @@ struct PromptLogprob {
 struct StepResult {
   uint64_t step_id = 0;
   std::vector<SampledToken> tokens;  // one per SeqStep with sample == true, in plan order
+  std::string error;                 // empty on success
+  std::vector<float> logits;         // [tokens.size(), vocab] when the plan asked for them
   // For the steps whose sequence asks prompt logprobs: one per fed prompt position p + 1 < prompt_len
   // (the row of token p predicts token p + 1), in plan order then position order.
   std::vector<PromptLogprob> prompt_logprobs;
-  std::string error;                 // empty on success
-  std::vector<float> logits;         // [tokens.size(), vocab] when the plan asked for them
 };
 
 }  // namespace tessera
