@@ -291,9 +291,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         queue_chunk(sse_event(error_body(e)));
       } else {
         // echo + logprobs: the prompt's chunk waits for its logprobs, which come with the first event.
-        if (echo_waits_for_logprobs(g.request) && !ev.prompt_logprobs.empty())
+        if (echo_waits_for_logprobs(g.request) && !out.stream_echoed) {
+          out.stream_echoed = true;
           queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(index),
                                                  ev.prompt_logprobs, server_.tokenizer, &out.stream_text_offset)));
+        }
         if (!ev.text.empty() || ev.finished || (g.request.logprobs >= 0 && !ev.tokens.empty()))
           queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(index), ev.text,
                                                   ev.tokens, ev.finished ? ev.finish_reason : FinishReason::kNone,

@@ -92,6 +92,7 @@ struct ChoiceOutput {
   std::vector<SampledToken> tokens;
   std::vector<PromptLogprob> prompt_logprobs;  // echo + logprobs: positions 1.. of the prompt
   size_t stream_text_offset = 0;               // streaming: text_offset of the next chunk's first token
+  bool stream_echoed = false;                  // streaming echo + logprobs: the prompt's chunk went out
   FinishReason finish_reason = FinishReason::kNone;
   int completion_tokens = 0;
 };

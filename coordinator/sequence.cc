@@ -79,8 +79,8 @@ FinishReason Sequence::stop_reason(int max_len) const {
   if (num_output() == 0) return FinishReason::kNone;
   const int32_t last = token_ids_.back();
   const StopConditions& stop = request_->stop;
-  // min_tokens: nothing but the length limits ends the choice before then (vLLM). The
-  // sampler kept these ids from being drawn; a forced one (e.g. resumed output) does not count.
+  // min_tokens: nothing but the length limits ends the choice before then (vLLM); the
+  // sampler keeps eos and the stop token ids from being drawn until then.
   if (num_output() < request_->sampling.min_tokens) {
     if (num_output() >= max_new_tokens() || num_tokens() >= max_len) return FinishReason::kLength;
     return FinishReason::kNone;
