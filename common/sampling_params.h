@@ -3,6 +3,8 @@
 // the scheduler to the executor that samples (rank 0), so it lives in common/.
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -19,6 +21,20 @@ struct SamplingParams {
   // from the coordinator.
   std::optional<uint64_t> seed;
   int logprobs = 0;  // how many top alternatives to return with each token (0 = only its own)
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the logits before any other
+  // processing (penalties, temperature, top-k/p); sorted by id, each id once. -100 all but bans
+  // the token. The reported logprobs stay those of the raw model output.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's min_tokens: until this many tokens were generated, the ids in min_tokens_stop_ids
+  // (eos unless ignore_eos, and stop_token_ids; Request::choice_sampling fills them) get
+  // logit -inf, so they cannot be sampled, and nothing (no stop token, no stop string) ends
+  // the choice before then.
+  int min_tokens = 0;
+  std::vector<int32_t> min_tokens_stop_ids;
+  // Prompt logprobs (echo + logprobs on /v1/completions): >= 0 asks the executor for the
+  // logprob of every prompt token given its prefix, with this many top alternatives; -1 = none
+  // (then a prefill computes logits only for the rows it samples from).
+  int prompt_logprobs = -1;
 
   // The penalties read the sequence's token history (prompt + output), so only then do the
   // executors keep it.

@@ -52,6 +52,9 @@ Status SequenceStates::check(const StepPlan& plan) const {
       if (st.sampling.has_penalty() && st.history.size() != static_cast<size_t>(s.num_computed))
         return invalid_argument(who(plan, s) + ": a penalty needs the " + std::to_string(s.num_computed) +
                                 " tokens before the step, got " + std::to_string(st.history.size()));
+      if (st.sampling.prompt_logprobs >= 0 && st.prompt.size() != static_cast<size_t>(st.prompt_len))
+        return invalid_argument(who(plan, s) + ": prompt logprobs need the " + std::to_string(st.prompt_len) +
+                                "-token prompt, got " + std::to_string(st.prompt.size()) + " tokens");
     } else {
       if (s.start) return invalid_argument(who(plan, s) + ": only version 1 may carry the starting state");
       auto it = states_.find(s.seq_id);
@@ -107,6 +110,7 @@ StatusOr<std::vector<SeqView>> SequenceStates::apply(const StepPlan& plan) {
       st.sampling = s.start->sampling;
       st.prompt_len = s.start->prompt_len;
       if (st.sampling.has_penalty()) st.history = s.start->history;
+      if (st.sampling.prompt_logprobs >= 0) st.prompt = s.start->prompt;
     }
     st.version = s.version;
     st.block_table.resize(static_cast<size_t>(s.table_from));

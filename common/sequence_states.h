@@ -30,6 +30,8 @@ struct HeldSequence {
   int32_t prompt_len = 0;
   // Every token fed so far, kept only when a penalty is set (sampling.has_penalty()).
   std::vector<int32_t> history;
+  // The whole prompt, kept only when sampling.prompt_logprobs >= 0 (the targets of its rows).
+  std::vector<int32_t> prompt;
 };
 
 // One step of a plan with the state of its sequence (after the step was applied).

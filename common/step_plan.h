@@ -35,6 +35,9 @@ struct SeqStart {
   // earlier in the plan with sample = true, whose step ends where this one's num_computed
   // says), and shares the KV blocks that step writes. 0 = it samples from its own tokens.
   SeqId sample_from = 0;
+  // The whole prompt, sent only when sampling.prompt_logprobs >= 0: a prefill chunk's last row
+  // predicts the first token of the next chunk, which the executor has not been fed yet.
+  std::vector<int32_t> prompt;
 };
 
 // One sequence's share of a step: a prefill chunk or one decode token.
@@ -85,11 +88,24 @@ struct SampledToken {
   std::vector<TokenLogprob> top_logprobs;  // when sampling.logprobs > 0
 };
 
+// The logprob of prompt token `position` (>= 1) given the tokens before it, for a sequence
+// whose sampling asks prompt_logprobs (the first prompt token has none: nothing precedes it).
+struct PromptLogprob {
+  SeqId seq_id = 0;
+  int32_t position = 0;
+  int32_t token = 0;                     // the prompt token at `position`
+  float logprob = 0.0f;                  // log-softmax of the raw logits of row position - 1
+  std::vector<TokenLogprob> top_logprobs;  // sampling.prompt_logprobs of them, best first
+};
+
 struct StepResult {
   uint64_t step_id = 0;
   std::vector<SampledToken> tokens;  // one per SeqStep with sample == true, in plan order
   std::string error;                 // empty on success
   std::vector<float> logits;         // [tokens.size(), vocab] when the plan asked for them
+  // For the steps whose sequence asks prompt logprobs: one per fed prompt position p + 1 < prompt_len
+  // (the row of token p predicts token p + 1), in plan order then position order.
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 }  // namespace tessera

@@ -35,7 +35,7 @@ StatusOr<std::vector<RequestId>> submit_api_request(EngineService& service, cons
                                                     ChoiceCallback callback) {
   std::vector<RequestId> ids;
   ids.reserve(request.requests.size());
-  const size_t n = static_cast<size_t>(request.n);
+  const size_t n = static_cast<size_t>(request.best_of);  // choices generated per prompt
   for (size_t p = 0; p < request.requests.size(); ++p) {
     const size_t first = p * n;  // this prompt's choices are [first, first + n)
     StatusOr<RequestId> id = service.submit(

@@ -46,6 +46,12 @@ struct EngineService::Impl {
     std::vector<Choice> choices;
     int remaining = 0;  // choices not finished
     int prompt_tokens = 0;
+    int min_tokens = 0;  // stop strings end a choice only from this many tokens on
+    // Prompt logprobs by position (0 stays empty), gathered from the prefill's steps; handed
+    // to each choice with its first event.
+    bool wants_prompt_logprobs = false;
+    std::vector<PromptLogprob> prompt_logprobs;
+    int prompt_logprobs_received = 0;  // slots filled
     Clock::time_point submitted;
   };
 
@@ -162,10 +168,13 @@ void EngineService::Impl::admit(Pending p) {
     // The prompt gives context (the space before the first generated word); its own text
     // is not emitted.
     c.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer, req.skip_special_tokens, req.prompt);
-    c.stop = StopStringMatcher(req.stop_strings);
+    c.stop = StopStringMatcher(req.stop_strings, req.include_stop_str_in_output);
   }
   r.remaining = req.n;
   r.prompt_tokens = prompt_tokens;
+  r.min_tokens = req.sampling.min_tokens;
+  r.wants_prompt_logprobs = req.sampling.prompt_logprobs >= 0;
+  if (r.wants_prompt_logprobs) r.prompt_logprobs.resize(static_cast<size_t>(prompt_tokens));
   r.submitted = p.submitted;
   live.emplace(r.id, std::move(r));
 }
@@ -212,10 +221,23 @@ void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
   Live& r = it->second;
   const int c = choice_of(e.seq_id);
   Choice& ch = r.choices.at(static_cast<size_t>(c));
+  if (r.wants_prompt_logprobs) {
+    for (const PromptLogprob& lp : e.prompt_logprobs) {
+      if (lp.position < 1 || lp.position >= r.prompt_tokens) continue;
+      PromptLogprob& slot = r.prompt_logprobs[static_cast<size_t>(lp.position)];
+      if (slot.position == 0) ++r.prompt_logprobs_received;  // a recomputed prompt repeats positions
+      slot = lp;
+    }
+  }
   if (ch.done) return;  // ended by its stop string; the engine's last word is dropped
   GenerateEvent ev;
   ev.choice = c;
   ev.tokens = e.new_tokens;
+  if (r.wants_prompt_logprobs && !ch.has_token && (!e.new_tokens.empty() || e.finished)) {
+    ev.prompt_logprobs.reserve(static_cast<size_t>(r.prompt_logprobs_received));
+    for (const PromptLogprob& lp : r.prompt_logprobs)
+      if (lp.position > 0) ev.prompt_logprobs.push_back(lp);
+  }
   std::string piece;
   if (!e.new_tokens.empty()) {
     const Clock::time_point now = Clock::now();
@@ -237,7 +259,7 @@ void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
     }
   }
   if (e.finished && ch.detok) piece += ch.detok->finish();
-  StopStringMatcher::Result m = ch.stop.push(piece);
+  StopStringMatcher::Result m = ch.stop.push(piece, ch.completion_tokens >= r.min_tokens);
   ev.text = std::move(m.text);
   ev.prompt_tokens = r.prompt_tokens;
   ev.completion_tokens = ch.completion_tokens;

@@ -28,6 +28,9 @@ struct GenerateEvent {
   int choice = 0;                    // in [0, request.n)
   std::string text;                  // new text since the choice's last event (may be empty)
   std::vector<SampledToken> tokens;  // new tokens since the choice's last event (with logprobs)
+  // A request asking prompt logprobs (sampling.prompt_logprobs >= 0): on each choice's first
+  // event, the logprob of every prompt token from position 1 on (position order); else empty.
+  std::vector<PromptLogprob> prompt_logprobs;
   bool finished = false;
   // kStop (eos, stop token, stop string), kLength, kAborted, kError; kNone until finished.
   FinishReason finish_reason = FinishReason::kNone;

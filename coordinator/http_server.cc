@@ -301,6 +301,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     ChoiceOutput& out = g.outputs[index];
     out.text += ev.text;
     out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = ev.prompt_logprobs;
     out.completion_tokens = ev.completion_tokens;
     if (ev.finished) {
       out.finish_reason = ev.finish_reason;
@@ -318,16 +319,27 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       } else if (ev.finished && ev.finish_reason == FinishReason::kAborted) {
         // Never a bare cut: the client learns why this choice has no final chunk.
         queue_chunk(sse_event(error_body(cut_error())));
-      } else if (!ev.text.empty() || ev.finished || (g.request.logprobs >= 0 && !ev.tokens.empty())) {
-        queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(index), ev.text,
-                                                ev.tokens, ev.finished ? ev.finish_reason : FinishReason::kNone, false,
-                                                server_.tokenizer)));
+      } else {
+        // echo + logprobs: the prompt's chunk waits for its logprobs, which come with the first event.
+        if (echo_waits_for_logprobs(g.request) && !out.stream_echoed) {
+          out.stream_echoed = true;
+          queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(index),
+                                                 ev.prompt_logprobs, server_.tokenizer, &out.stream_text_offset)));
+        }
+        if (!ev.text.empty() || ev.finished || (g.request.logprobs >= 0 && !ev.tokens.empty()))
+          queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(index), ev.text,
+                                                  ev.tokens, ev.finished ? ev.finish_reason : FinishReason::kNone,
+                                                  false, server_.tokenizer, &out.stream_text_offset)));
       }
     }
     if (!ev.finished) return;
     g.done[index] = true;
     if (--g.remaining > 0) return;
     finish_generation();
+  }
+
+  static bool echo_waits_for_logprobs(const ApiRequest& r) {
+    return r.endpoint == ApiEndpoint::kCompletions && r.echo && r.logprobs >= 0;
   }
 
   void begin_stream() {
@@ -344,10 +356,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       if (g.request.endpoint == ApiEndpoint::kChatCompletions) {
         queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i), "", {},
                                                 FinishReason::kNone, true, server_.tokenizer)));
-      } else if (g.request.echo) {
-        queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i),
-                                                g.request.prompt_texts[i / g.request.n], {}, FinishReason::kNone,
-                                                false, server_.tokenizer)));
+      } else if (g.request.echo && !echo_waits_for_logprobs(g.request)) {
+        queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(i), {}, server_.tokenizer,
+                                               &g.outputs[i].stream_text_offset)));
       }
     }
   }

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/logging.h"
+#include "coordinator/api_request_fields.h"
 
 namespace tessera {
 
@@ -289,22 +290,70 @@ json bytes_of(const std::string& s) {
   return b;
 }
 
-// Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
-json completion_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer* tokenizer, size_t offset0) {
+// Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. With
+// `prompt` (echo + logprobs) the prompt's tokens come first: the first with null logprob and
+// top_logprobs (nothing precedes it), offsets counted from 0 over the prompt tokens' texts.
+// The generated tokens' offsets start at *offset (the text before them: the echoed prompt,
+// or what earlier stream chunks carried) and *offset moves past them.
+json completion_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer* tokenizer, size_t* offset,
+                         const std::vector<int32_t>* prompt = nullptr,
+                         const std::vector<PromptLogprob>* prompt_logprobs = nullptr) {
   json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
              {"text_offset", json::array()}};
-  size_t offset = offset0;
+  auto top_json = [&](const std::vector<TokenLogprob>& top) {
+    json t = json::object();
+    for (const TokenLogprob& a : top) t[token_text(tokenizer, a.token)] = a.logprob;
+    return t;
+  };
+  if (prompt != nullptr) {
+    size_t prompt_offset = 0;
+    size_t next = 0;  // prompt_logprobs is in position order
+    for (size_t p = 0; p < prompt->size(); ++p) {
+      const std::string s = token_text(tokenizer, (*prompt)[p]);
+      lp["tokens"].push_back(s);
+      while (prompt_logprobs != nullptr && next < prompt_logprobs->size() &&
+             (*prompt_logprobs)[next].position < static_cast<int32_t>(p))
+        ++next;
+      const PromptLogprob* scored = prompt_logprobs != nullptr && next < prompt_logprobs->size() &&
+                                            (*prompt_logprobs)[next].position == static_cast<int32_t>(p)
+                                        ? &(*prompt_logprobs)[next]
+                                        : nullptr;
+      lp["token_logprobs"].push_back(scored ? json(scored->logprob) : json(nullptr));
+      lp["top_logprobs"].push_back(scored ? top_json(scored->top_logprobs) : json(nullptr));
+      lp["text_offset"].push_back(prompt_offset);
+      prompt_offset += s.size();
+    }
+  }
   for (const SampledToken& t : tokens) {
     const std::string s = token_text(tokenizer, t.token);
     lp["tokens"].push_back(s);
     lp["token_logprobs"].push_back(t.logprob);
-    json top = json::object();
-    for (const TokenLogprob& a : t.top_logprobs) top[token_text(tokenizer, a.token)] = a.logprob;
-    lp["top_logprobs"].push_back(std::move(top));
-    lp["text_offset"].push_back(offset);
-    offset += s.size();
+    lp["top_logprobs"].push_back(top_json(t.top_logprobs));
+    lp["text_offset"].push_back(*offset);
+    *offset += s.size();
   }
   return lp;
+}
+
+// best_of > n: the n choices of each prompt with the highest cumulative logprob (the sum of
+// their tokens' logprobs; ties keep the earlier choice), in that order. Else all, as generated.
+std::vector<const ChoiceOutput*> returned_choices(const ApiRequest& request, const std::vector<ChoiceOutput>& choices) {
+  std::vector<const ChoiceOutput*> out;
+  const size_t gen = static_cast<size_t>(request.best_of);
+  for (size_t first = 0; first < choices.size(); first += gen) {
+    std::vector<std::pair<double, const ChoiceOutput*>> ranked;
+    for (size_t c = first; c < std::min(first + gen, choices.size()); ++c) {
+      double sum = 0;
+      for (const SampledToken& t : choices[c].tokens) sum += t.logprob;
+      ranked.emplace_back(sum, &choices[c]);
+    }
+    if (request.best_of > request.n) {
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      ranked.resize(std::min(ranked.size(), static_cast<size_t>(request.n)));
+    }
+    for (const auto& [sum, c] : ranked) out.push_back(c);
+  }
+  return out;
 }
 
 // Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
@@ -378,6 +427,7 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     return false;
   }
   const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+  if (!check_request_fields(endpoint, j, error)) return false;
   FieldReader f(j, error);
 
   std::string model;
@@ -406,6 +456,29 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   const bool seeded = f.integer("seed", &seed, INT64_MIN, INT64_MAX);
   f.integer("n", &out->n, 1, kMaxN);
   f.boolean("stream", &out->stream);
+  out->best_of = out->n;
+  if (!chat && f.integer("best_of", &out->best_of, 1, kMaxN) && !f.failed()) {
+    if (out->best_of < out->n)
+      f.fail("best_of", "'best_of' (" + std::to_string(out->best_of) + ") must be >= 'n' (" + std::to_string(out->n) + ")");
+    else if (out->stream && out->best_of > out->n)
+      f.fail("best_of", "'best_of' > 'n' cannot be streamed (the best choices are known only at the end)");
+  }
+  if (const json* sfx = f.find("suffix"); sfx != nullptr && !f.failed()) {
+    if (!sfx->is_string())
+      f.fail("suffix", "'suffix' must be a string");
+    else if (!sfx->get<std::string>().empty())
+      f.fail("suffix", "'suffix' needs a fill-in-the-middle template, which the served model '" + ctx.model_name +
+                           "' does not define");
+  }
+  if (const json* lb = f.find("logit_bias"); lb != nullptr && !f.failed()) {
+    if (!parse_logit_bias(*lb, ctx.tokenizer != nullptr ? ctx.tokenizer->vocab_size() : 0, &sp.logit_bias, error))
+      return false;
+  }
+  f.integer("min_tokens", &sp.min_tokens, 0, INT32_MAX);
+  bool include_stop = false;
+  f.boolean("include_stop_str_in_output", &include_stop);
+  int priority = 0;
+  f.integer("priority", &priority, INT32_MIN, INT32_MAX);
   if (const json* so = f.find("stream_options"); so != nullptr && !f.failed()) {
     if (!so->is_object()) {
       f.fail("stream_options", "'stream_options' must be an object");
@@ -439,6 +512,8 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   } else {
     f.integer("logprobs", &out->logprobs, 0, kMaxLogprobs);
     f.boolean("echo", &out->echo);
+    // echo + logprobs: the prompt's tokens are scored too (in the same prefill).
+    if (out->echo && out->logprobs >= 0) sp.prompt_logprobs = out->logprobs;
   }
   if (out->logprobs >= 0) sp.logprobs = out->logprobs;
 
@@ -479,6 +554,11 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     const int prompt_len = static_cast<int>(prompts[pi].size());
     int mt = max_tokens;
     if (mt < 0) mt = chat ? std::max(0, ctx.max_model_len - prompt_len) : 16;
+    if (sp.min_tokens > mt) {
+      *error = bad_request("min_tokens", "'min_tokens' (" + std::to_string(sp.min_tokens) + ") must not exceed '" +
+                                             max_field + "' (" + std::to_string(mt) + ")");
+      return false;
+    }
     if (static_cast<int64_t>(prompt_len) + std::max(mt, 1) > ctx.max_model_len) {
       const char* where = chat ? "messages" : "prompt";
       *error = bad_request(prompt_len >= ctx.max_model_len ? where : max_field,
@@ -497,9 +577,11 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     r->sampling = sp;
     if (seeded) r->sampling.seed = static_cast<uint64_t>(seed);
     r->max_tokens = mt;
-    r->n = out->n;
+    r->n = out->best_of;  // best_of candidates; the response keeps the n best (response_body)
     r->stop = stop;
     r->stop_strings = stop_strings;
+    r->include_stop_str_in_output = include_stop;
+    r->priority = priority;
     r->skip_special_tokens = skip_special;
     out->requests.push_back(std::move(r));
   }
@@ -542,30 +624,41 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
               {"created", created},
               {"model", request.model}};
   json list = json::array();
-  for (size_t i = 0; i < choices.size(); ++i) {
-    const ChoiceOutput& c = choices[i];
+  const std::vector<const ChoiceOutput*> returned = returned_choices(request, choices);
+  std::vector<ChoiceOutput> counted;  // what usage counts: the choices returned
+  for (size_t i = 0; i < returned.size(); ++i) {
+    const ChoiceOutput& c = *returned[i];
+    const size_t prompt_index = i / static_cast<size_t>(request.n);
     json choice = {{"index", i}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       choice["logprobs"] = request.logprobs >= 0 ? chat_logprobs(c.tokens, tokenizer) : json(nullptr);
     } else {
-      const std::string& prefix =
-          request.echo ? request.prompt_texts[i / static_cast<size_t>(request.n)] : std::string();
+      const std::string& prefix = request.echo ? request.prompt_texts[prompt_index] : std::string();
       choice["text"] = prefix + c.text;
-      choice["logprobs"] =
-          request.logprobs >= 0 ? completion_logprobs(c.tokens, tokenizer, prefix.size()) : json(nullptr);
+      size_t offset = prefix.size();
+      const bool with_prompt = request.echo && request.logprobs >= 0;
+      choice["logprobs"] = request.logprobs >= 0
+                               ? completion_logprobs(c.tokens, tokenizer, &offset,
+                                                     with_prompt ? &request.requests[prompt_index]->prompt : nullptr,
+                                                     &c.prompt_logprobs)
+                               : json(nullptr);
     }
     choice["finish_reason"] = finish_json(c.finish_reason);
     list.push_back(std::move(choice));
+    counted.push_back(c);
   }
   out["choices"] = std::move(list);
-  out["usage"] = usage_json(usage_of(request, choices));
+  out["usage"] = usage_json(usage_of(request, counted));
   return dump(out);
 }
 
 std::string stream_chunk_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
                               const std::string& text, const std::vector<SampledToken>& tokens,
-                              FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer) {
+                              FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer,
+                              size_t* text_offset) {
+  size_t local_offset = 0;
+  if (text_offset == nullptr) text_offset = &local_offset;
   const bool chat = is_chat(request);
   json out = {{"id", id},
               {"object", chat ? "chat.completion.chunk" : "text_completion"},
@@ -584,10 +677,32 @@ std::string stream_chunk_body(const ApiRequest& request, const std::string& id, 
   } else {
     choice["text"] = text;
     choice["logprobs"] =
-        request.logprobs >= 0 && !tokens.empty() ? completion_logprobs(tokens, tokenizer, 0) : json(nullptr);
+        request.logprobs >= 0 && !tokens.empty() ? completion_logprobs(tokens, tokenizer, text_offset) : json(nullptr);
   }
   choice["finish_reason"] = finish_json(finish_reason);
   out["choices"] = json::array({std::move(choice)});
+  if (request.include_usage) out["usage"] = nullptr;
+  return dump(out);
+}
+
+std::string stream_echo_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
+                             const std::vector<PromptLogprob>& prompt_logprobs, const Tokenizer* tokenizer,
+                             size_t* text_offset) {
+  const size_t prompt_index = static_cast<size_t>(index) / static_cast<size_t>(request.n);
+  const std::string& text = request.prompt_texts[prompt_index];
+  json choice = {{"index", index}, {"text", text}};
+  size_t unused = 0;
+  choice["logprobs"] = request.logprobs >= 0 ? completion_logprobs({}, tokenizer, &unused,
+                                                                   &request.requests[prompt_index]->prompt,
+                                                                   &prompt_logprobs)
+                                             : json(nullptr);
+  choice["finish_reason"] = nullptr;
+  if (text_offset != nullptr) *text_offset = text.size();  // generated tokens' offsets follow the echo
+  json out = {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", request.model},
+              {"choices", json::array({std::move(choice)})}};
   if (request.include_usage) out["usage"] = nullptr;
   return dump(out);
 }

@@ -55,14 +55,15 @@ ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, 
 // "\n" (roles dropped); tokenized with special tokens (BOS) added.
 std::string render_chat_fallback(const std::vector<ChatMessage>& messages);
 
-// A decoded request: one engine Request per prompt, each with n choices; a response's
-// choice index is prompt_index × n + choice.
+// A decoded request: one engine Request per prompt, each with best_of (= n unless asked)
+// choices; a response's choice index is prompt_index × n + choice.
 struct ApiRequest {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
   std::string model;  // as served (the request's "model" when given, it must match)
   std::vector<std::shared_ptr<const Request>> requests;  // one per prompt
   std::vector<std::string> prompt_texts;  // for echo (decoded when the prompt was token ids)
-  int n = 1;
+  int n = 1;        // choices returned per prompt
+  int best_of = 1;  // choices generated per prompt (>= n): the n with the highest cumulative logprob return
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only
@@ -70,7 +71,9 @@ struct ApiRequest {
   int logprobs = -1;
   std::string user;
 
-  size_t num_choices() const { return requests.size() * static_cast<size_t>(n); }
+  // Choices generated (requests × best_of): what the transports gather, by generated index
+  // prompt_index × best_of + choice. Without best_of > n these are the response's indexes.
+  size_t num_choices() const { return requests.size() * static_cast<size_t>(best_of); }
 };
 
 // Parses and validates a request body into *out; false with *error filled when invalid:
@@ -87,6 +90,9 @@ const char* api_finish_reason(FinishReason reason);
 struct ChoiceOutput {
   std::string text;
   std::vector<SampledToken> tokens;
+  std::vector<PromptLogprob> prompt_logprobs;  // echo + logprobs: positions 1.. of the prompt
+  size_t stream_text_offset = 0;               // streaming: text_offset of the next chunk's first token
+  bool stream_echoed = false;                  // streaming echo + logprobs: the prompt's chunk went out
   FinishReason finish_reason = FinishReason::kNone;
   int completion_tokens = 0;
 };
@@ -108,10 +114,18 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
 
 // One streaming event's JSON (without the "data: " framing). `text` is the new text of
 // choice `index`; `finish_reason` kNone = not finished yet; `role_only` (chat) = the first
-// chunk of a choice, delta {"role": "assistant", "content": ""}.
+// chunk of a choice, delta {"role": "assistant", "content": ""}. `text_offset` (completions
+// logprobs): the choice's text_offset so far, moved past this chunk's tokens, so offsets run
+// on across chunks as in the non-streaming response (null: this chunk's start from 0).
 std::string stream_chunk_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
                               const std::string& text, const std::vector<SampledToken>& tokens,
-                              FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer);
+                              FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer,
+                              size_t* text_offset = nullptr);
+// Completions with echo: the chunk that repeats choice `index`'s prompt, with (logprobs >= 0)
+// the prompt tokens' logprobs; sets *text_offset to where the generated tokens' offsets start.
+std::string stream_echo_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
+                             const std::vector<PromptLogprob>& prompt_logprobs, const Tokenizer* tokenizer,
+                             size_t* text_offset);
 // The final usage chunk (stream_options.include_usage): "choices": [] and "usage".
 std::string stream_usage_body(const ApiRequest& request, const std::string& id, int64_t created,
                               const Usage& usage);

@@ -8,6 +8,14 @@ namespace tessera {
 SamplingParams Request::choice_sampling(int choice) const {
   SamplingParams s = sampling;
   if (s.seed) s.seed = *s.seed + static_cast<uint64_t>(choice);
+  // What min_tokens keeps from being sampled: the ids that would end the choice.
+  s.min_tokens_stop_ids.clear();
+  if (s.min_tokens > 0) {
+    if (stop.eos_token_id && !stop.ignore_eos) s.min_tokens_stop_ids.push_back(*stop.eos_token_id);
+    s.min_tokens_stop_ids.insert(s.min_tokens_stop_ids.end(), stop.stop_token_ids.begin(), stop.stop_token_ids.end());
+  }
+  // The prompt's logprobs are the same for every choice: only choice 0 asks for them.
+  if (choice > 0) s.prompt_logprobs = -1;
   return s;
 }
 
@@ -36,6 +44,17 @@ Status validate_sampling(const SamplingParams& s) {
     return invalid_argument("presence_penalty and frequency_penalty must be finite");
   if (s.logprobs < 0 || s.logprobs > 20)
     return invalid_argument("logprobs must be in [0, 20], got " + std::to_string(s.logprobs));
+  if (s.prompt_logprobs < -1 || s.prompt_logprobs > 20)
+    return invalid_argument("prompt logprobs must be in [-1, 20], got " + std::to_string(s.prompt_logprobs));
+  if (s.min_tokens < 0) return invalid_argument("min_tokens must be >= 0, got " + std::to_string(s.min_tokens));
+  for (size_t i = 0; i < s.logit_bias.size(); ++i) {
+    const auto& [token, bias] = s.logit_bias[i];
+    if (!std::isfinite(bias) || bias < -100.0f || bias > 100.0f)
+      return invalid_argument("logit_bias of token " + std::to_string(token) + " must be in [-100, 100], got " +
+                              std::to_string(bias));
+    if (i > 0 && s.logit_bias[i - 1].first >= token)
+      return invalid_argument("logit_bias must list each token once, in id order");
+  }
   return Status::ok();
 }
 
@@ -68,6 +87,14 @@ Status validate_request(const Request& r, const RequestLimits& l) {
   if (l.max_sequence_len > 0 && need > l.max_sequence_len)
     return invalid_argument("prompt of " + len + " tokens does not fit the longest sequence the engine runs (" +
                             std::to_string(l.max_sequence_len) + " tokens)");
+  if (r.sampling.min_tokens > r.max_tokens)
+    return invalid_argument("min_tokens (" + std::to_string(r.sampling.min_tokens) + ") must not exceed max_tokens (" +
+                            std::to_string(r.max_tokens) + ")");
+  for (const auto& [token, bias] : r.sampling.logit_bias) {
+    if (token < 0 || (l.vocab_size > 0 && token >= l.vocab_size))
+      return invalid_argument("logit_bias token " + std::to_string(token) + " is outside the vocabulary of " +
+                              std::to_string(l.vocab_size) + " tokens");
+  }
   for (size_t i = 0; i < r.prompt.size(); ++i) {
     const int32_t t = r.prompt[i];
     if (t < 0 || (l.vocab_size > 0 && t >= l.vocab_size)) {

@@ -51,12 +51,14 @@ struct Request {
   // (KV blocks shared copy-on-write) before the first token is sampled.
   int n = 1;
   StopConditions stop;                // eos handling and stop token ids
-  std::vector<std::string> stop_strings;  // text that ends a choice's output (not emitted)
+  std::vector<std::string> stop_strings;  // text that ends a choice's output (not emitted, unless:)
+  bool include_stop_str_in_output = false;  // vLLM: the matched stop string ends the text
   int priority = 0;                   // lower runs sooner
   bool skip_special_tokens = true;    // in the text deltas
 
   // Choice c of a seeded request draws with seed + c (what separate requests seeded
   // seed, seed + 1, ... would draw); an unseeded one is seeded by the scheduler per sequence.
+  // min_tokens_stop_ids is filled from `stop`, and only choice 0 asks prompt logprobs.
   SamplingParams choice_sampling(int choice) const;
 };
 
@@ -80,7 +82,8 @@ struct RequestLimits {
   int max_num_batched_tokens = 0;
 };
 
-// InvalidArgument naming the field (prompt, prompt[i], max_tokens, n, sampling fields).
+// InvalidArgument naming the field (prompt, prompt[i], max_tokens, n, min_tokens, logit_bias,
+// sampling fields).
 Status validate_request(const Request& request, const RequestLimits& limits);
 Status validate_sampling(const SamplingParams& sampling);
 

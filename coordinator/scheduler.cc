@@ -199,7 +199,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     const SeqId id = e.seq.id();
     const std::span<const int32_t> tokens = e.seq.token_ids();
     const int len = e.seq.num_tokens();
-    PrefixHit hit = blocks_.find_cached_prefix(tokens);
+    // A sequence asking prompt logprobs computes its whole prompt: a cached prefix has no logits.
+    PrefixHit hit = e.seq.sampling().prompt_logprobs >= 0 ? PrefixHit{} : blocks_.find_cached_prefix(tokens);
     // At least one token is computed, so the step yields logits to sample from.
     const int cached = std::min(hit.num_tokens(config_.block_size), len - 1);
     const int remaining = len - cached;
@@ -252,6 +253,7 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
     start.sampling = seq.sampling();
     start.prompt_len = seq.prompt_len();
     if (seq.sampling().has_penalty()) start.history.assign(tokens.begin(), tokens.begin() + from);
+    if (seq.sampling().prompt_logprobs >= 0) start.prompt.assign(tokens.begin(), tokens.begin() + seq.prompt_len());
     start.sample_from = sample_from;
     s.table_from = 0;
   } else {
@@ -335,8 +337,12 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   // A failed step may not have reached every executor: its drops go out again.
   if (!error.empty()) dropped_.insert(dropped_.end(), plan.dropped.begin(), plan.dropped.end());
   size_t r = 0;
+  size_t lp = 0;  // result.prompt_logprobs is in plan order
   for (const SeqStep& s : plan.seqs) {
     const SampledToken* token = s.sample && error.empty() ? &result.tokens[r++] : nullptr;
+    std::vector<PromptLogprob> prompt_lps;
+    while (error.empty() && lp < result.prompt_logprobs.size() && result.prompt_logprobs[lp].seq_id == s.seq_id)
+      prompt_lps.push_back(result.prompt_logprobs[lp++]);
     auto it = entries_.find(s.seq_id);
     // Aborted (or aborted and re-added) since the plan was made: drop its result.
     if (it == entries_.end() || it->second->scheduled_step != plan.step_id + 1 || !it->second->seq.is_running())
@@ -348,7 +354,7 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       finish(e, FinishReason::kError);
       for (int c = 0; c < unforked; ++c)
         events.push_back(SequenceEvent{choice_seq_id(e.seq.request_id(), c == 0 ? e.seq.choice() : c),
-                                       {}, true, FinishReason::kError, error});
+                                       {}, true, FinishReason::kError, error, {}});
       entries_.erase(it);
       continue;
     }
@@ -357,9 +363,12 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     blocks_.commit(s.seq_id, e.seq.token_ids(), e.seq.num_computed());
     // The window moved on: what only the tokens just passed read is free for anyone now.
     blocks_.release_blocks_before(s.seq_id, first_needed_key(e.seq.num_computed()));
-    if (token == nullptr) continue;
+    if (token == nullptr) {
+      if (!prompt_lps.empty()) events.push_back(SequenceEvent{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps)});
+      continue;
+    }
     e.seq.append_token(token->token);
-    SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}};
+    SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
     const FinishReason reason = e.seq.stop_reason(max_len_);
     if (reason != FinishReason::kNone) {
       finish(e, reason);

@@ -61,6 +61,10 @@ struct SequenceEvent {
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   std::string error;                     // for kError
+  // Prompt logprobs computed this step (a sequence asking them, coordinator/request.h); an
+  // event may carry only these (a prefill chunk samples nothing). A recomputed prompt
+  // (preemption) sends positions again, with the same values.
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 struct SchedulerStats {

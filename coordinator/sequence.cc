@@ -80,6 +80,12 @@ FinishReason Sequence::stop_reason(int max_len) const {
   if (num_output() == 0) return FinishReason::kNone;
   const int32_t last = token_ids_.back();
   const StopConditions& stop = request_->stop;
+  // min_tokens: nothing but the length limits ends the choice before then (vLLM); the
+  // sampler keeps eos and the stop token ids from being drawn until then.
+  if (num_output() < request_->sampling.min_tokens) {
+    if (num_output() >= max_new_tokens() || num_tokens() >= max_len) return FinishReason::kLength;
+    return FinishReason::kNone;
+  }
   if (!stop.ignore_eos && stop.eos_token_id && last == *stop.eos_token_id) return FinishReason::kStop;
   if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), last) != stop.stop_token_ids.end())
     return FinishReason::kStop;

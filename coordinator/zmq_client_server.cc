@@ -203,6 +203,14 @@ struct ZmqClientServer::Impl {
     ApiRequest req;
     ApiError error;
     if (!parse_api_request(endpoint, s.request_json, api, &req, &error)) return send_error(identity, s.id, error);
+    // Deltas carry each choice's tokens as they come: nothing here could rank choices at the
+    // end, or carry the prompt's logprobs.
+    if (req.best_of > req.n)
+      return send_error(identity, s.id, bad_request("best_of", "'best_of' > 'n' is not supported on the ZeroMQ client API"));
+    if (req.echo && req.logprobs >= 0)
+      return send_error(identity, s.id,
+                        bad_request("echo", "'echo' with 'logprobs' (prompt logprobs) is not supported on the ZeroMQ "
+                                            "client API; use /v1/completions"));
 
     const uint64_t serial = next_serial++;
     ClientRequest r;

@@ -1,6 +1,7 @@
 #include "worker/executor.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <unordered_map>
 
 #include "worker/sampler.h"
@@ -24,6 +25,18 @@ Status Executor::validate(const StepPlan& plan) const {
     const std::string who = "step " + std::to_string(plan.step_id) + ", sequence " + std::to_string(s.seq_id);
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= vocab) return invalid_argument(who + ": token " + std::to_string(t) + " outside the vocabulary");
+    }
+    if (s.start) {
+      const SamplingParams& sp = s.start->sampling;
+      for (const auto& [t, bias] : sp.logit_bias) {
+        if (t < 0 || t >= vocab) return invalid_argument(who + ": logit_bias token " + std::to_string(t) + " outside the vocabulary");
+      }
+      for (int32_t t : sp.min_tokens_stop_ids) {
+        if (t < 0 || t >= vocab) return invalid_argument(who + ": min_tokens stop id " + std::to_string(t) + " outside the vocabulary");
+      }
+      for (int32_t t : s.start->prompt) {
+        if (t < 0 || t >= vocab) return invalid_argument(who + ": prompt token " + std::to_string(t) + " outside the vocabulary");
+      }
     }
     const int64_t first_read = window > 0 ? std::max<int64_t>(0, s.num_computed - window + 1) / block_size : 0;
     if (s.num_released > first_read) {
@@ -52,6 +65,14 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
 
   const int block_size = cache_.block_size();
   std::vector<int32_t> tokens, logit_rows;
+  // Rows whose logits score a prompt token (sequences asking prompt logprobs only), after the
+  // sampled rows in logit_rows: (row in the batch, sequence view, position of the token scored).
+  struct PromptRow {
+    const SeqView* view;
+    int32_t position;
+  };
+  std::vector<PromptRow> prompt_rows;
+  std::vector<int32_t> prompt_row_ids;
   AttentionBatch batch;
   batch.query_start.push_back(0);
   for (const SeqView& v : views) {
@@ -69,8 +90,14 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     }
     const std::vector<int32_t>& table = v.state->block_table;
     int32_t pos = s.num_computed;
+    const bool wants_prompt = v.state->sampling.prompt_logprobs >= 0;
     for (int32_t t : s.tokens) {
       batch.slot_mapping.push_back(table[pos / block_size] * block_size + pos % block_size);
+      // The row of the token at `pos` predicts the one at pos + 1: a prompt token when it is one.
+      if (wants_prompt && pos + 1 < v.state->prompt_len) {
+        prompt_row_ids.push_back(static_cast<int32_t>(tokens.size()));
+        prompt_rows.push_back(PromptRow{&v, pos + 1});
+      }
       tokens.push_back(t);
       ++pos;
     }
@@ -86,28 +113,44 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   }
 
   const int64_t vocab = model_.config().vocab;
+  const size_t num_sampled = logit_rows.size();
+  logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
   TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch, cache_, logit_rows, logits.view()));
   if (logit_rows.empty()) return result;
   std::vector<float> host(logits.numel());
   backend_.copy_to_host(logits.view(), host.data());
-  // One row per sampled token, in plan order (a forked choice repeats its parent's row).
-  if (sample_rows.size() != logit_rows.size()) {
-    std::vector<float> per_sample(sample_rows.size() * static_cast<size_t>(vocab));
+  // One row per sampled token, in plan order (a forked choice repeats its parent's row); the
+  // prompt-scoring rows follow the sampled ones in `host`.
+  std::vector<float> per_sample;
+  const float* sampled = host.data();
+  if (sample_rows.size() != num_sampled) {
+    per_sample.resize(sample_rows.size() * static_cast<size_t>(vocab));
     for (size_t k = 0; k < sample_rows.size(); ++k)
       std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(sample_rows[k] * vocab), vocab,
                   per_sample.begin() + static_cast<std::ptrdiff_t>(k * vocab));
-    host = std::move(per_sample);
+    sampled = per_sample.data();
   }
-  if (logits_out != nullptr) *logits_out = host;
-  if (plan.return_logits) result.logits = host;
+  const float* sampled_end = sampled + sample_rows.size() * static_cast<size_t>(vocab);
+  if (logits_out != nullptr) logits_out->assign(sampled, sampled_end);
+  if (plan.return_logits) result.logits.assign(sampled, sampled_end);
+  for (size_t i = 0; i < prompt_rows.size(); ++i) {
+    const HeldSequence& st = *prompt_rows[i].view->state;
+    PromptLogprob lp;
+    lp.seq_id = prompt_rows[i].view->step->seq_id;
+    lp.position = prompt_rows[i].position;
+    lp.token = st.prompt[static_cast<size_t>(lp.position)];
+    lp.logprob = raw_logprobs(host.data() + (num_sampled + i) * vocab, vocab, lp.token, st.sampling.prompt_logprobs,
+                              &lp.top_logprobs);
+    result.prompt_logprobs.push_back(std::move(lp));
+  }
 
   size_t row = 0;
   for (const SeqView& v : views) {
     const SeqStep& s = *v.step;
     if (!s.sample) continue;
     SampleRequest req;
-    req.logits = host.data() + row * vocab;
+    req.logits = sampled + row * vocab;
     req.vocab = vocab;
     req.params = &v.state->sampling;
     // Unseeded requests still get a reproducible stream per sequence.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -34,23 +35,41 @@ void apply_penalties(const SampleRequest& r, std::vector<float>& logits) {
   }
 }
 
+// logit_bias, then (before min_tokens tokens were generated) -inf on the ids that would end
+// the choice. Both act on what is sampled, not on the reported logprobs.
+void apply_bias_and_min_tokens(const SampleRequest& r, std::vector<float>& logits) {
+  const SamplingParams& p = *r.params;
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t >= 0 && t < r.vocab) logits[t] += bias;
+  }
+  if (r.token_index < p.min_tokens) {
+    for (int32_t t : p.min_tokens_stop_ids) {
+      if (t >= 0 && t < r.vocab) logits[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
 void fill_logprobs(const SampleRequest& r, SampledToken& out) {
-  const float* l = r.logits;
-  const float mx = *std::max_element(l, l + r.vocab);
-  double sum = 0;
-  for (int64_t i = 0; i < r.vocab; ++i) sum += std::exp(static_cast<double>(l[i] - mx));
-  const double log_z = mx + std::log(sum);
-  out.logprob = static_cast<float>(l[out.token] - log_z);
-  const int k = std::min<int64_t>(r.params->logprobs, r.vocab);
-  if (k <= 0) return;
-  std::vector<int32_t> ids(r.vocab);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                    [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-  for (int i = 0; i < k; ++i) out.top_logprobs.push_back({ids[i], static_cast<float>(l[ids[i]] - log_z)});
+  out.logprob = raw_logprobs(r.logits, r.vocab, out.token, r.params->logprobs, &out.top_logprobs);
 }
 
 }  // namespace
+
+float raw_logprobs(const float* l, int64_t vocab, int32_t token, int top_k, std::vector<TokenLogprob>* top) {
+  const float mx = *std::max_element(l, l + vocab);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(l[i] - mx));
+  const double log_z = mx + std::log(sum);
+  const int k = static_cast<int>(std::min<int64_t>(top_k, vocab));
+  if (k > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    for (int i = 0; i < k; ++i) top->push_back({ids[i], static_cast<float>(l[ids[i]] - log_z)});
+  }
+  return static_cast<float>(l[token] - log_z);
+}
 
 int32_t argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
@@ -69,10 +88,12 @@ SampledToken sample_token(const SampleRequest& r) {
   const SamplingParams& p = *r.params;
   SampledToken out;
   const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool masked = r.token_index < p.min_tokens && !p.min_tokens_stop_ids.empty();
   std::vector<float> adjusted;
   const float* logits = r.logits;
-  if (penalised) {
+  if (penalised || masked || !p.logit_bias.empty()) {
     adjusted.assign(r.logits, r.logits + r.vocab);
+    apply_bias_and_min_tokens(r, adjusted);
     apply_penalties(r, adjusted);
     logits = adjusted.data();
   }

@@ -1,5 +1,6 @@
 #pragma once
-// Turns one row of logits into a token: penalties (repetition, presence, frequency), then
+// Turns one row of logits into a token: logit_bias and the min_tokens mask, penalties
+// (repetition, presence, frequency), then
 // greedy (temperature 0; ties to the lowest id, as torch.argmax) or sampling with
 // temperature, top-k, top-p and min-p. The random draw is counter-based: a pure function of
 // (seed, index of the token being generated), so a seeded request yields the same tokens
@@ -23,6 +24,9 @@ struct SampleRequest {
 };
 
 int32_t argmax(const float* logits, int64_t vocab);
+// log-softmax of the raw `logits` at `token`; with top_k > 0 the top_k best ids (ties to the
+// lower id) and their logprobs are appended to *top. Sampled tokens and prompt tokens alike.
+float raw_logprobs(const float* logits, int64_t vocab, int32_t token, int top_k, std::vector<TokenLogprob>* top);
 // A uniform double in [0, 1) from (seed, counter) alone.
 double counter_uniform(uint64_t seed, uint64_t counter);
 // Chooses the token and fills its logprob (log-softmax of the raw logits) and, when asked,

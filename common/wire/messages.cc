@@ -63,6 +63,14 @@ void write_sampling(WireWriter& w, const SamplingParams& s) {
   w.u8(s.seed.has_value() ? 1 : 0);
   w.u64(s.seed.value_or(0));
   w.i32(s.logprobs);
+  w.u32(static_cast<uint32_t>(s.logit_bias.size()));
+  for (const auto& [token, bias] : s.logit_bias) {
+    w.i32(token);
+    w.f32(bias);
+  }
+  w.i32(s.min_tokens);
+  w.i32_array(s.min_tokens_stop_ids);
+  w.i32(s.prompt_logprobs);
 }
 
 void read_sampling(WireReader& r, SamplingParams* s) {
@@ -81,6 +89,32 @@ void read_sampling(WireReader& r, SamplingParams* s) {
     s->seed.reset();
   }
   s->logprobs = r.i32("sampling.logprobs");
+  const uint32_t nb = r.count(8, "sampling.logit_bias.count");
+  s->logit_bias.resize(nb);
+  for (uint32_t i = 0; i < nb && r.ok(); ++i) {
+    s->logit_bias[i].first = r.i32("sampling.logit_bias.token");
+    s->logit_bias[i].second = r.f32("sampling.logit_bias.bias");
+  }
+  s->min_tokens = r.i32("sampling.min_tokens");
+  r.i32_array(&s->min_tokens_stop_ids, "sampling.min_tokens_stop_ids");
+  s->prompt_logprobs = r.i32("sampling.prompt_logprobs");
+}
+
+void write_top_logprobs(WireWriter& w, const std::vector<TokenLogprob>& top) {
+  w.u32(static_cast<uint32_t>(top.size()));
+  for (const TokenLogprob& lp : top) {
+    w.i32(lp.token);
+    w.f32(lp.logprob);
+  }
+}
+
+void read_top_logprobs(WireReader& r, std::vector<TokenLogprob>* top) {
+  const uint32_t k = r.count(8, "top_logprobs.count");
+  top->resize(k);
+  for (uint32_t j = 0; j < k && r.ok(); ++j) {
+    (*top)[j].token = r.i32("top_logprob.token");
+    (*top)[j].logprob = r.f32("top_logprob.logprob");
+  }
 }
 
 }  // namespace
@@ -223,7 +257,10 @@ void encode(const StepPlan& m, std::string* out) {
   size_t estimate = kHeaderBytes + 21 + 8 * m.dropped.size() + m.block_copies.size() * 8;
   for (const SeqStep& s : m.seqs) {
     estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.new_blocks.size());
-    if (s.start) estimate += 57 + 4 * s.start->history.size();
+    if (s.start) {
+      estimate += 77 + 4 * (s.start->history.size() + s.start->prompt.size()) +
+                  8 * s.start->sampling.logit_bias.size() + 4 * s.start->sampling.min_tokens_stop_ids.size();
+    }
   }
   if (out->capacity() < estimate) out->reserve(estimate);
   encode_frame(MessageType::kStepPlan, out, [&](WireWriter& w) {
@@ -245,6 +282,7 @@ void encode(const StepPlan& m, std::string* out) {
         write_sampling(w, s.start->sampling);
         w.i32(s.start->prompt_len);
         w.i32_array(s.start->history);
+        w.i32_array(s.start->prompt);
         w.u64(s.start->sample_from);
       }
     }
@@ -279,6 +317,7 @@ Status decode(std::string_view frame, StepPlan* m) {
         read_sampling(r, &start.sampling);
         start.prompt_len = r.i32("seq.start.prompt_len");
         r.i32_array(&start.history, "seq.start.history");
+        r.i32_array(&start.prompt, "seq.start.prompt");
         start.sample_from = r.u64("seq.start.sample_from");
       } else {
         s.start.reset();
@@ -296,7 +335,8 @@ Status decode(std::string_view frame, StepPlan* m) {
 
 // ---- StepResult
 void encode(const StepResult& m, std::string* out) {
-  out->reserve(kHeaderBytes + 20 + m.error.size() + m.tokens.size() * kMinSampledTokenBytes + 4 * m.logits.size());
+  out->reserve(kHeaderBytes + 24 + m.error.size() + m.tokens.size() * kMinSampledTokenBytes + 4 * m.logits.size() +
+               m.prompt_logprobs.size() * 24);
   encode_frame(MessageType::kStepResult, out, [&](WireWriter& w) {
     w.u64(m.step_id);
     w.bytes(m.error);
@@ -305,13 +345,17 @@ void encode(const StepResult& m, std::string* out) {
       w.u64(t.seq_id);
       w.i32(t.token);
       w.f32(t.logprob);
-      w.u32(static_cast<uint32_t>(t.top_logprobs.size()));
-      for (const TokenLogprob& lp : t.top_logprobs) {
-        w.i32(lp.token);
-        w.f32(lp.logprob);
-      }
+      write_top_logprobs(w, t.top_logprobs);
     }
     w.f32_array(m.logits);
+    w.u32(static_cast<uint32_t>(m.prompt_logprobs.size()));
+    for (const PromptLogprob& p : m.prompt_logprobs) {
+      w.u64(p.seq_id);
+      w.i32(p.position);
+      w.i32(p.token);
+      w.f32(p.logprob);
+      write_top_logprobs(w, p.top_logprobs);
+    }
   });
 }
 Status decode(std::string_view frame, StepResult* m) {
@@ -325,14 +369,19 @@ Status decode(std::string_view frame, StepResult* m) {
       t.seq_id = r.u64("token.seq_id");
       t.token = r.i32("token.token");
       t.logprob = r.f32("token.logprob");
-      const uint32_t k = r.count(8, "token.top_logprobs.count");
-      t.top_logprobs.resize(k);
-      for (uint32_t j = 0; j < k && r.ok(); ++j) {
-        t.top_logprobs[j].token = r.i32("top_logprob.token");
-        t.top_logprobs[j].logprob = r.f32("top_logprob.logprob");
-      }
+      read_top_logprobs(r, &t.top_logprobs);
     }
     r.f32_array(&m->logits, "logits");
+    const uint32_t np = r.count(8 + 4 + 4 + 4 + 4, "prompt_logprobs.count");
+    m->prompt_logprobs.resize(np);
+    for (uint32_t i = 0; i < np && r.ok(); ++i) {
+      PromptLogprob& p = m->prompt_logprobs[i];
+      p.seq_id = r.u64("prompt_logprob.seq_id");
+      p.position = r.i32("prompt_logprob.position");
+      p.token = r.i32("prompt_logprob.token");
+      p.logprob = r.f32("prompt_logprob.logprob");
+      read_top_logprobs(r, &p.top_logprobs);
+    }
   });
 }
 

@@ -23,8 +23,9 @@ namespace tessera::wire {
 inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
 // 2: CollectiveId; 3: StepPlan.return_logits, StepResult.logits; 4: step deltas (SeqStep
 // version, table change, start state; StepPlan.dropped), Register.total_memory_bytes,
-// Assignment.worker_config_yaml; 5: SeqStart.sample_from (forked choices sample from their
-// parent's logits row).
+// Assignment.worker_config_yaml; 5: SamplingParams.logit_bias, min_tokens(_stop_ids),
+// prompt_logprobs, SeqStart.prompt, SeqStart.sample_from (forked choices sample from their
+// parent's logits row), StepResult.prompt_logprobs.
 inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 

@@ -63,8 +63,14 @@ StepPlan random_plan(Gen& g, int max_seqs = 20) {
       st.sampling.frequency_penalty = g.f();
       if (g.b()) st.sampling.seed = g.u64();
       st.sampling.logprobs = g.i32();
+      st.sampling.logit_bias.resize(g.n(6));
+      for (auto& [token, bias] : st.sampling.logit_bias) token = g.i32(), bias = g.f();
+      st.sampling.min_tokens = g.i32();
+      st.sampling.min_tokens_stop_ids = g.ints(4);
+      st.sampling.prompt_logprobs = g.i32();
       st.prompt_len = g.i32();
       st.history = g.ints(10);
+      st.prompt = g.ints(12);
       if (g.b()) st.sample_from = g.u64();
     }
   }
@@ -84,6 +90,15 @@ StepResult random_result(Gen& g) {
     t.logprob = g.f();
     t.top_logprobs.resize(g.n(5));
     for (auto& lp : t.top_logprobs) lp = {g.i32(), g.f()};
+  }
+  r.prompt_logprobs.resize(g.n(8));
+  for (PromptLogprob& p : r.prompt_logprobs) {
+    p.seq_id = g.u64();
+    p.position = g.i32();
+    p.token = g.i32();
+    p.logprob = g.f();
+    p.top_logprobs.resize(g.n(4));
+    for (auto& lp : p.top_logprobs) lp = {g.i32(), g.f()};
   }
   return r;
 }
@@ -107,6 +122,10 @@ void expect_eq(const SamplingParams& a, const SamplingParams& b) {
   EXPECT_EQ(a.frequency_penalty, b.frequency_penalty);
   EXPECT_EQ(a.seed, b.seed);
   EXPECT_EQ(a.logprobs, b.logprobs);
+  EXPECT_EQ(a.logit_bias, b.logit_bias);
+  EXPECT_EQ(a.min_tokens, b.min_tokens);
+  EXPECT_EQ(a.min_tokens_stop_ids, b.min_tokens_stop_ids);
+  EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
 }
 
 void expect_eq(const StepPlan& a, const StepPlan& b) {
@@ -128,6 +147,7 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
       expect_eq(x.start->sampling, y.start->sampling);
       EXPECT_EQ(x.start->prompt_len, y.start->prompt_len);
       EXPECT_EQ(x.start->history, y.start->history);
+      EXPECT_EQ(x.start->prompt, y.start->prompt);
       EXPECT_EQ(x.start->sample_from, y.start->sample_from);
     }
   }
@@ -146,6 +166,19 @@ void expect_eq(const StepResult& a, const StepResult& b) {
     for (size_t j = 0; j < a.tokens[i].top_logprobs.size(); ++j) {
       EXPECT_EQ(a.tokens[i].top_logprobs[j].token, b.tokens[i].top_logprobs[j].token);
       EXPECT_EQ(a.tokens[i].top_logprobs[j].logprob, b.tokens[i].top_logprobs[j].logprob);
+    }
+  }
+  ASSERT_EQ(a.prompt_logprobs.size(), b.prompt_logprobs.size());
+  for (size_t i = 0; i < a.prompt_logprobs.size(); ++i) {
+    const PromptLogprob &x = a.prompt_logprobs[i], &y = b.prompt_logprobs[i];
+    EXPECT_EQ(x.seq_id, y.seq_id);
+    EXPECT_EQ(x.position, y.position);
+    EXPECT_EQ(x.token, y.token);
+    EXPECT_EQ(x.logprob, y.logprob);
+    ASSERT_EQ(x.top_logprobs.size(), y.top_logprobs.size());
+    for (size_t j = 0; j < x.top_logprobs.size(); ++j) {
+      EXPECT_EQ(x.top_logprobs[j].token, y.top_logprobs[j].token);
+      EXPECT_EQ(x.top_logprobs[j].logprob, y.top_logprobs[j].logprob);
     }
   }
 }

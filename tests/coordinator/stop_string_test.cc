@@ -120,3 +120,35 @@ TEST(StopStringTest, RandomSplitsAgreeWithWholeTextSearch) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(StopStringTest, IncludeStopStringKeepsTheMatch) {
+  StopStringMatcher m({"END"}, /*include_stop_string=*/true);
+  bool stopped = false;
+  EXPECT_EQ(feed(m, {"abc E", "N", "Dxyz"}, &stopped), "abc END");
+  EXPECT_TRUE(stopped);
+}
+
+// vLLM's min_tokens: text before min_tokens cannot end the choice; a match ending later can.
+TEST(StopStringTest, TextBeforeMinTokensNeverStopsButAMatchEndingAfterDoes) {
+  StopStringMatcher m({"ab"});
+  std::string out;
+  StopStringMatcher::Result r = m.push("xab", /*may_stop=*/false);
+  EXPECT_FALSE(r.stopped);
+  out += r.text;
+  r = m.push("cab", true);  // "ab" again, wholly after min_tokens
+  out += r.text;
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(out, "xabc");
+
+  StopStringMatcher straddle({"ab"});
+  out = straddle.push("xa", false).text;
+  r = straddle.push("bz", true);  // begins before, ends after: it counts
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(out + r.text, "x");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -134,3 +134,50 @@ TEST(Sampler, TheDrawIsAFunctionOfSeedAndIndexOnly) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(Sampler, LogitBiasMovesTheDrawButNotTheReportedLogprob) {
+  SamplingParams p;
+  const std::vector<float> l = {0.f, 3.f, 1.f, 2.f};
+  p.logit_bias = {{1, -100.0f}};
+  SampledToken t = draw(l, p);
+  EXPECT_EQ(t.token, 3);  // greedy without token 1
+  double z = 0;
+  for (float v : l) z += std::exp(v);
+  EXPECT_NEAR(t.logprob, 2.0 - std::log(z), 1e-5);  // raw model output
+  p.logit_bias = {{0, 100.0f}};
+  p.temperature = 1.0f;
+  p.seed = 5;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(draw(l, p, i).token, 0);  // +100 dominates every draw
+}
+
+TEST(Sampler, MinTokensMasksStopIdsOnlyBeforeTheCount) {
+  SamplingParams p;
+  const std::vector<float> l = {0.f, 5.f, 1.f, 2.f};  // id 1 plays eos
+  p.min_tokens = 3;
+  p.min_tokens_stop_ids = {1};
+  EXPECT_EQ(draw(l, p, 0).token, 3);
+  EXPECT_EQ(draw(l, p, 2).token, 3);
+  EXPECT_EQ(draw(l, p, 3).token, 1);  // three tokens generated: eos may come
+  p.temperature = 1.0f;
+  p.seed = 9;
+  for (int i = 0; i < 3; ++i) EXPECT_NE(draw(l, p, i).token, 1);
+}
+
+TEST(Sampler, RawLogprobsGivesTopAlternativesBestFirst) {
+  const std::vector<float> l = {1.f, 4.f, 4.f, -2.f};
+  std::vector<TokenLogprob> top;
+  const float lp = raw_logprobs(l.data(), 4, 0, 2, &top);
+  double z = 0;
+  for (float v : l) z += std::exp(v);
+  EXPECT_NEAR(lp, 1.0 - std::log(z), 1e-5);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].token, 1);  // ties to the lower id
+  EXPECT_EQ(top[1].token, 2);
+  EXPECT_NEAR(top[0].logprob, 4.0 - std::log(z), 1e-5);
+}
+
+}  // namespace
+}  // namespace tessera
