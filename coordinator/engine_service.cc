@@ -304,9 +304,10 @@ void EngineService::Impl::expire_waiting_for_executor(Clock::time_point now) {
   }
   if (expired.empty()) return;
   const std::string why =
-      "the workers are unavailable (a rank was lost and the group is not whole again after " +
+      "the workers are unavailable: the worker group is incomplete (a rank was lost) and not whole again "
+      "after " +
       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.executor_wait).count()) +
-      " s, server.worker_restart_wait_s); retry later";
+      " s (server.worker_restart_wait_s); retry later";
   TESSERA_LOG_WARN("[coord] {} request(s) waited too long for the worker group: ending them", expired.size());
   for (RequestId id : expired) {
     engine.abort(id);  // out of the scheduler: no step will take it

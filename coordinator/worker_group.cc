@@ -238,6 +238,11 @@ struct WorkerGroup::Impl {
       return;
     }
     if (!result.error.empty()) {
+      // A rank's step often fails because a peer died (its collective broke): look at once
+      // whether every rank is still connected, so the group reports a lost rank now rather
+      // than at the next heartbeat (callers tell "workers unavailable" from "step failed" by
+      // is_complete()).
+      send_heartbeats();
       finish_step(unavailable("rank " + std::to_string(rank) + " failed step " + std::to_string(step_id) + ": " +
                               result.error));
       return;

@@ -8,7 +8,7 @@
 // mirrors restartPolicy: Always.
 //
 // 1. The fixture's greedy tokens at TP=2 over HTTP; cutting worker 1's link fails the request
-//    in flight clearly and makes /ready say 503 within a few heartbeats; restoring it, the
+//    in flight clearly (503, retryable) and makes /ready say 503 within a few heartbeats; restoring it, the
 //    restarted rank re-registers and service resumes.
 // 2. CURVE with an allow-list: the group works with the right keys; a worker holding the
 //    server key but an unknown keypair is refused (both sides say so) and the group still
@@ -234,7 +234,9 @@ std::string write_config(const std::string& dir, const std::vector<std::pair<std
       {"cache.num_blocks", "256"},
       {"worker.backend", "cpu"},
       {"worker.threads", "1"},
-      {"server.heartbeat_ms", std::to_string(kHeartbeatMs)}};
+      {"server.heartbeat_ms", std::to_string(kHeartbeatMs)},
+      // A request arriving while a rank is lost waits this long for the group, then gets 503.
+      {"server.worker_restart_wait_s", "1"}};
   sets.insert(sets.end(), extra.begin(), extra.end());
   for (const auto& [k, v] : sets) EXPECT_TRUE(apply_override(c.value(), k, v).is_ok()) << k;
   EXPECT_TRUE(validate_config(c.value()).is_ok()) << validate_config(c.value()).to_string();
@@ -358,7 +360,8 @@ TEST(MultiHost, FixtureTokensAcrossHostsAndALinkCutAndRestored) {
   ASSERT_TRUE(cl.set_link("w1", false));
   inflight.join();
   const double failed_after = std::chrono::duration<double>(Clock::now() - cut).count();
-  EXPECT_EQ(inflight_code, 500) << inflight_body;
+  // A lost rank is the workers' failure, not the request's: 503 (Retry-After), never 500.
+  EXPECT_EQ(inflight_code, 503) << inflight_body;
   EXPECT_NE(inflight_body.find("rank 1"), std::string::npos) << inflight_body;
   std::cout << "[ REPORT   ] in-flight request failed " << failed_after << " s after the cut: " << inflight_body
             << std::endl;

@@ -171,6 +171,31 @@ TEST(ServeDrain, SigtermDuringTwentyStreamsEndsEveryOneProperlyTwentyRunsInARow)
             << " cut by the deadline with an error event" << std::endl;
 }
 
+// A second signal ends a long drain at once: what still runs is cut (error event, [DONE]).
+TEST(ServeDrain, ASecondSignalEndsTheDrainAtOnce) {
+  TESSERA_REQUIRE_FIXTURES();
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "server.drain_timeout_s=600",
+                            "--set", "worker.threads=1", "--set", "cache.num_blocks=512"}))
+      << server.log();
+  std::atomic<bool> started{false};
+  testing::RawSseStream stream;
+  std::thread client([&] {
+    stream = testing::read_raw_sse(server.port(), "/v1/completions", completion(0, 1900, true).dump(), &started);
+  });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  server.signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server.signal(SIGTERM);
+  client.join();
+  bool cut = false;
+  EXPECT_EQ(check_stream_end(stream, &cut), "");
+  EXPECT_TRUE(cut) << "the stream was not cut by the second signal";
+  const int status = server.wait_exit(std::chrono::seconds(30));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
+  EXPECT_NE(server.log().find("again: ending the drain now"), std::string::npos) << server.log();
+}
+
 // The processes whose parent is `pid` (the workers it started), from /proc/*/stat.
 std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;

@@ -56,8 +56,8 @@ json tokens_of(const std::string& response) {
   return j["choices"][0]["logprobs"]["tokens"];
 }
 
-// The one worker of `server` (its only child process).
-pid_t worker_of(const testing::ServeProcess& server) {
+// The running worker process of `server` for `rank` (its child started with --rank R).
+pid_t worker_of(const testing::ServeProcess& server, int rank) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
@@ -68,7 +68,11 @@ pid_t worker_of(const testing::ServeProcess& server) {
     std::istringstream rest(stat.substr(paren + 1));
     std::string state;
     pid_t ppid = 0;
-    if (rest >> state >> ppid && ppid == server.pid() && state != "Z") return static_cast<pid_t>(std::stol(name));
+    if (!(rest >> state >> ppid) || ppid != server.pid() || state == "Z") continue;
+    // argv, NUL-separated: "... --rank R ...".
+    const std::string cmdline = testing::read_file(entry.path().string() + "/cmdline") + std::string(1, '\0');
+    const std::string want = std::string("--rank") + '\0' + std::to_string(rank) + '\0';
+    if (cmdline.find(want) != std::string::npos) return static_cast<pid_t>(std::stol(name));
   }
   return -1;
 }
@@ -77,8 +81,11 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
   TESSERA_REQUIRE_FIXTURES();
   constexpr int kHeartbeatMs = 200;
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "worker.threads=1", "--set",
-                            "cache.num_blocks=256", "--set", "server.heartbeat_ms=" + std::to_string(kHeartbeatMs),
+  // Two ranks: losing one makes the other leave too (the collective group forms anew), as in
+  // production.
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--tensor-parallel", "2", "--set",
+                            "worker.threads=1", "--set", "cache.num_blocks=256", "--set",
+                            "server.heartbeat_ms=" + std::to_string(kHeartbeatMs),
                             "--set", "server.worker_restart_wait_s=60"}))
       << server.log();
   const int max_tokens = 48;
@@ -119,31 +126,38 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
   }
   while (ok.load() < 2 * kClients) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 
-  const pid_t worker = worker_of(server);
-  ASSERT_GT(worker, 0) << server.log();
-  ASSERT_NE(status_of(testing::http(server.port(), "GET", "/ready")), 503);
-  const Clock::time_point killed = Clock::now();
-  kill(worker, SIGKILL);
-  double not_ready_ms = -1;
-  while (ms_since(killed) < 5000) {
-    if (status_of(testing::http(server.port(), "GET", "/ready")) == 503) {
-      not_ready_ms = ms_since(killed);
-      break;
+  // Rank 0 (which samples), then rank 1: each loss brings the whole group down and back.
+  std::string report;
+  for (int rank : {0, 1}) {
+    const pid_t worker = worker_of(server, rank);
+    ASSERT_GT(worker, 0) << "rank " << rank << "\n" << server.log();
+    ASSERT_EQ(status_of(testing::http(server.port(), "GET", "/ready")), 200);
+    group_back.store(false);
+    const Clock::time_point killed = Clock::now();
+    kill(worker, SIGKILL);
+    double not_ready_ms = -1;
+    while (ms_since(killed) < 5000) {
+      if (status_of(testing::http(server.port(), "GET", "/ready")) == 503) {
+        not_ready_ms = ms_since(killed);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // Within one heartbeat (the next one finds the connection gone), plus polling slack.
+    EXPECT_GE(not_ready_ms, 0) << "/ready never said 503\n" << server.log();
+    EXPECT_LE(not_ready_ms, kHeartbeatMs + 150) << server.log();
+    // The supervisor restarts the ranks; /ready turns 200 again.
+    while (ms_since(killed) < 60000 && status_of(testing::http(server.port(), "GET", "/ready")) != 200)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_EQ(status_of(testing::http(server.port(), "GET", "/ready")), 200) << server.log();
+    const double back_ms = ms_since(killed);
+    group_back.store(true);
+    const int ok_at_return = ok.load();
+    while (ok.load() < ok_at_return + 2 * kClients && ms_since(killed) < 90000)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    report += "rank " + std::to_string(rank) + " killed: /ready 503 after " + std::to_string(not_ready_ms) +
+              " ms, group back after " + std::to_string(back_ms) + " ms; ";
   }
-  // Within one heartbeat (the next one finds the connection gone), plus polling slack.
-  EXPECT_GE(not_ready_ms, 0) << "/ready never said 503\n" << server.log();
-  EXPECT_LE(not_ready_ms, kHeartbeatMs + 150) << server.log();
-  // The supervisor restarts the worker; /ready turns 200 again.
-  while (ms_since(killed) < 60000 && status_of(testing::http(server.port(), "GET", "/ready")) != 200)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(status_of(testing::http(server.port(), "GET", "/ready")), 200) << server.log();
-  const double back_ms = ms_since(killed);
-  group_back.store(true);
-  const int ok_at_return = ok.load();
-  while (ok.load() < ok_at_return + 2 * kClients && ms_since(killed) < 90000)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   stop.store(true);
   for (auto& t : clients) t.join();
 
@@ -152,9 +166,8 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
                                 << server.log();
   EXPECT_GT(ok_after_return.load(), 0) << "nothing completed after the group returned";
   EXPECT_NE(server.log().find("declared dead"), std::string::npos) << server.log();
-  std::cout << "[ REPORT   ] worker killed: /ready 503 after " << not_ready_ms << " ms, group back after " << back_ms
-            << " ms; " << ok.load() << " requests completed, " << retryable.load() << " got 503 + Retry-After, "
-            << failures.size() << " anything else" << std::endl;
+  std::cout << "[ REPORT   ] " << report << ok.load() << " requests completed, " << retryable.load()
+            << " got 503 + Retry-After, " << failures.size() << " anything else" << std::endl;
 }
 
 TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNothing) {
@@ -178,7 +191,7 @@ TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNo
   testing::RawSseStream during;
   std::thread streamer([&] { during = testing::read_raw_sse(server.port(), "/v1/completions", stream.dump(), &started); });
   while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const pid_t worker = worker_of(server);
+  const pid_t worker = worker_of(server, 0);
   ASSERT_GT(worker, 0);
   kill(worker, SIGSTOP);
   // A request arriving during the stall waits for it.
