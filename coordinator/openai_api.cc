@@ -427,7 +427,6 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     return false;
   }
   const bool chat = endpoint == ApiEndpoint::kChatCompletions;
-  if (!check_request_fields(endpoint, j, error)) return false;
   FieldReader f(j, error);
 
   std::string model;
@@ -441,6 +440,14 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     error->message = "The model '" + model + "' does not exist (this server serves '" + ctx.model_name + "')";
     return false;
   }
+
+  // The endpoint's required field before the others: a chat body sent to /v1/completions lacks 'prompt'.
+  const char* required = chat ? "messages" : "prompt";
+  if (auto it = j.find(required); it == j.end() || it->is_null()) {
+    *error = bad_request(required, std::string("'") + required + "' is required");
+    return false;
+  }
+  if (!check_request_fields(endpoint, j, error)) return false;
 
   SamplingParams sp;
   f.number("temperature", &sp.temperature, 0.0, 2.0);

@@ -311,6 +311,23 @@ TEST_F(ZmqClientServerTest, TwoChoicesEchoAndChat) {
   EXPECT_EQ(e.error_param, "prompt");
 }
 
+// Deltas stream each choice as it comes: best_of > n (ranked at the end) and echo + logprobs
+// (prompt logprobs) are 400s naming the field here, not silently dropped.
+TEST_F(ZmqClientServerTest, BestOfAndPromptLogprobsAreRefusedByName) {
+  start();
+  auto c = client();
+  ASSERT_TRUE(c);
+  ZmqClientEvent e = expect_error(*c, ZmqRequestKind::kCompletion, R"({"prompt": "In", "n": 1, "best_of": 2})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.error_param, "best_of");
+  e = expect_error(*c, ZmqRequestKind::kCompletion, R"({"prompt": "In", "echo": true, "logprobs": 1})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.error_param, "echo");
+  e = expect_error(*c, ZmqRequestKind::kCompletion, R"({"prompt": "In", "response_format": {"type": "bogus"}})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.error_param, "response_format");
+}
+
 TEST_F(ZmqClientServerTest, ErrorsMatchRest) {
   ZmqClientServerOptions o;
   o.max_body_bytes = 4096;
