@@ -210,6 +210,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     const int first_key = first_needed_key(cached);
     if (blocks_.admission_cost(hit, cached, reserve_end, first_key) > blocks_.num_free_blocks()) break;
     blocks_.admit(id, hit, cached);
+    prefix_query_tokens_ += static_cast<uint64_t>(len);  // what was looked up; `cached` of it hit
     // A long cached prefix may lie partly before the window: those hits go straight back
     // (to the prefix cache's recent end), before anything new is allocated.
     blocks_.release_blocks_before(id, first_key);
@@ -399,6 +400,7 @@ SchedulerStats Scheduler::stats() const {
   s.num_steps = next_step_id_;
   s.num_preemptions = num_preemptions_;
   s.prefix_hit_tokens = b.prefix_hit_tokens;
+  s.prefix_query_tokens = prefix_query_tokens_;
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.cow_copies = b.cow_copies;
   s.window_releases = b.window_releases;
