@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/prometheus_text.h"
@@ -38,6 +40,21 @@ PromPage scrape(HttpClient& client) {
   auto page = testing::parse_prometheus_text(r->body);
   EXPECT_TRUE(page.is_ok()) << page.status().to_string() << "\n" << r->body;
   return page.is_ok() ? std::move(page).value() : PromPage{};
+}
+
+// A scrape once the gauges show nothing running, waiting or holding KV blocks. Counters are
+// final when a response is sent; the gauges follow at the engine loop's next publish, which
+// a quick scrape on a loaded machine can overtake.
+PromPage scrape_idle(HttpClient& client) {
+  PromPage page;
+  for (int i = 0; i < 200; ++i) {
+    page = scrape(client);
+    if (page.value("vllm:num_requests_running", kModel) == 0 && page.value("vllm:num_requests_waiting", kModel) == 0 &&
+        page.value("vllm:kv_cache_usage_perc", kModel) == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return page;
 }
 
 // Token ids 3.. (tiny-llama has 512 ids and no tokenizer), starting at `first`.
@@ -144,7 +161,7 @@ TEST(ServeMetrics, VllmSeriesCountPerRequestThroughAScriptedMix) {
            {{"prompt", ids(100, 10)}, {"max_tokens", 8}, {"temperature", 1.0}, {"seed", 5}, {"n", 4},
             {"ignore_eos", true}, {"logprobs", 0}},
            e);
-  const PromPage p1 = scrape(client);
+  const PromPage p1 = scrape_idle(client);
   EXPECT_EQ(delta(p1, before, "vllm:prompt_tokens_total"), 20 + 20 + 10);
   EXPECT_EQ(delta(p1, before, "vllm:prompt_tokens_total"), e.prompt);
   EXPECT_EQ(delta(p1, before, "vllm:generation_tokens_total"), 8 + 8 + 4 * 8);
@@ -178,10 +195,19 @@ TEST(ServeMetrics, VllmSeriesCountPerRequestThroughAScriptedMix) {
   {
     auto sc = HttpClient::create(server.url());
     ASSERT_TRUE(sc.is_ok());
+    // logprobs: a model without a tokenizer streams a chunk per token only with them.
     const json body = {{"prompt", ids(200, 12)}, {"max_tokens", 140}, {"temperature", 0}, {"ignore_eos", true},
-                       {"stream", true}};
+                       {"stream", true},         {"logprobs", 0}};
     auto r = sc.value()->post_stream("/v1/completions", body.dump(), [&](std::string_view) {
-      if (++streamed == 1) during = scrape(client);
+      if (++streamed == 1) {
+        // The engine loop publishes its gauges right after the step that sent this token; on
+        // a loaded machine the scrape can still overtake it, so look again for a moment.
+        for (int i = 0; i < 50; ++i) {
+          during = scrape(client);
+          if (during.value("vllm:num_requests_running", kModel) == 1) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }
       return streamed < 2;
     });
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -192,7 +218,7 @@ TEST(ServeMetrics, VllmSeriesCountPerRequestThroughAScriptedMix) {
   EXPECT_GT(during.value("vllm:kv_cache_usage_perc", kModel), 0);
   PromPage p2;
   for (int i = 0; i < 200; ++i) {  // the abort lands on the engine loop shortly after the hang-up
-    p2 = scrape(client);
+    p2 = scrape_idle(client);
     if (delta(p2, p1, "vllm:request_success_total", {{"finished_reason", "abort"}}) > 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -213,7 +239,7 @@ TEST(ServeMetrics, VllmSeriesCountPerRequestThroughAScriptedMix) {
            {{"prompt", ids(300, 8)}, {"max_tokens", 80}, {"temperature", 1.0}, {"seed", 9}, {"n", 2},
             {"ignore_eos", true}, {"logprobs", 0}},
            e3);
-  const PromPage p3 = scrape(client);
+  const PromPage p3 = scrape_idle(client);
   EXPECT_EQ(delta(p3, p2, "vllm:num_preemptions_total"), 1);
   EXPECT_EQ(delta(p3, p2, "tessera:num_preemptions_total"), 1);
   EXPECT_EQ(delta(p3, p2, "vllm:prompt_tokens_total"), 8) << "a recomputed prompt is not counted again";
