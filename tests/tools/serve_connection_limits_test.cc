@@ -75,10 +75,21 @@ int idle_connection_budget() {
   return std::min(room, kWantedConnections);
 }
 
-// A non-blocking connect (it may still be in the server's backlog, or waiting for it).
-int open_idle(int port) {
+// A non-blocking connect (it may still be in the server's backlog, or waiting for it),
+// from 127.0.0.(2 + n / 1000): the kernel's search for a free ephemeral port to one
+// destination slows down with every port taken, so the flood spreads over source addresses.
+int open_idle(int port, int n) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + static_cast<uint32_t>(n / 1000));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+    close(fd);
+    return -1;
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -114,13 +125,14 @@ void flood_and_check(testing::ServeProcess& server) {
   ASSERT_GE(probe, 0);
   ASSERT_GE(probe_health(probe), 0) << server.log();
   const int count = idle_connection_budget();
+  const Clock::time_point flood_start = Clock::now();
   std::vector<int> idle;
   idle.reserve(static_cast<size_t>(count));
   double worst = 0;
   int failed_probes = 0;
   while (static_cast<int>(idle.size()) < count) {
     for (int i = 0; i < 1000 && static_cast<int>(idle.size()) < count; ++i) {
-      const int fd = open_idle(server.port());
+      const int fd = open_idle(server.port(), static_cast<int>(idle.size()));
       ASSERT_GE(fd, 0) << "connection " << idle.size() << ": " << std::strerror(errno);
       idle.push_back(fd);
     }
@@ -129,6 +141,9 @@ void flood_and_check(testing::ServeProcess& server) {
     worst = std::max(worst, took);
   }
   std::cout << "[ REPORT   ] " << idle.size() << " idle connections; slowest /health " << worst * 1000 << " ms"
+            << std::endl;
+  const Clock::time_point flood_end = Clock::now();
+  std::cout << "[ TIMING   ] flood " << std::chrono::duration<double>(Clock::now() - flood_start).count() << " s"
             << std::endl;
   EXPECT_EQ(failed_probes, 0) << server.log();
   EXPECT_LT(worst, 0.1);
@@ -148,8 +163,12 @@ void flood_and_check(testing::ServeProcess& server) {
   std::cout << "[ REPORT   ] server CPU while idle: " << share * 100 << "% of a core" << std::endl;
   EXPECT_LT(share, 0.10);
 
+  const Clock::time_point close_start = Clock::now();
   for (int fd : idle) close(fd);
   close(probe);
+  std::cout << "[ TIMING   ] closing " << std::chrono::duration<double>(Clock::now() - close_start).count()
+            << " s" << std::endl;
+  const Clock::time_point request_start = Clock::now();
   // A normal request succeeds once they are gone (the listener may be pausing for up to 1 s).
   std::string answer;
   for (int attempt = 0; attempt < 50; ++attempt) {
@@ -159,6 +178,8 @@ void flood_and_check(testing::ServeProcess& server) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  std::cout << "[ TIMING   ] request after " << std::chrono::duration<double>(Clock::now() - request_start).count()
+            << " s; idle phase " << std::chrono::duration<double>(close_start - flood_end).count() << " s" << std::endl;
 }
 
 TEST(ServeConnectionLimits, CapFromTheFdLimitKeepsHealthAnsweringAndTheServerIdle) {
