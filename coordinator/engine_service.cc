@@ -1,5 +1,6 @@
 #include "coordinator/engine_service.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -298,19 +299,9 @@ void EngineService::Impl::handle(const SequenceEvent& e) {
 
 void EngineService::Impl::publish_stats() {
   const SchedulerStats s = engine.scheduler().stats();
-  // A request runs while one of its unfinished choices is in the batch; it waits otherwise
-  // (queued, or every unfinished choice preempted).
-  int requests_running = 0;
-  for (const auto& [id, r] : live) {
-    for (size_t c = 0; c < r.choices.size(); ++c) {
-      if (r.choices[c].done) continue;
-      const Sequence* seq = engine.scheduler().find(choice_seq_id(id, static_cast<int>(c)));
-      if (seq != nullptr && seq->is_running()) {
-        ++requests_running;
-        break;
-      }
-    }
-  }
+  // A request runs while one of its choices is in the batch; it waits otherwise (queued, or
+  // every unfinished choice preempted).
+  const int requests_running = s.num_running_requests;
   const int requests_live = static_cast<int>(live.size());
   int queued = 0;
   {
@@ -323,8 +314,8 @@ void EngineService::Impl::publish_stats() {
   stats.num_waiting = s.num_waiting + queued;
   scheduler_waiting = s.num_waiting;
   stats.num_requests_running = requests_running;
-  stats.num_requests_waiting = requests_live - requests_running;
-  engine_requests_waiting = requests_live - requests_running;
+  stats.num_requests_waiting = std::max(0, requests_live - requests_running);
+  engine_requests_waiting = std::max(0, requests_live - requests_running);
   stats.kv_blocks_total = s.num_blocks;
   stats.kv_blocks_free = s.num_free_blocks;
   stats.prefix_cache_hit_tokens = s.prefix_hit_tokens;

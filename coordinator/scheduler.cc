@@ -394,6 +394,12 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.num_running = static_cast<int>(running_.size());
   s.num_waiting = static_cast<int>(waiting_.size());
+  // Requests, not choices, as vLLM's num_requests_running counts them.
+  std::vector<RequestId> requests;
+  requests.reserve(running_.size());
+  for (const Entry* e : running_) requests.push_back(request_of(e->seq.id()));
+  std::sort(requests.begin(), requests.end());
+  s.num_running_requests = static_cast<int>(std::unique(requests.begin(), requests.end()) - requests.begin());
   s.num_free_blocks = b.num_free;
   s.num_cached_blocks = b.num_cached;
   s.num_blocks = b.num_blocks;

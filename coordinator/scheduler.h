@@ -66,6 +66,7 @@ struct SequenceEvent {
 struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;
+  int num_running_requests = 0;  // requests with at least one running sequence
   int num_free_blocks = 0;   // free + cached-evictable
   int num_cached_blocks = 0;
   int num_blocks = 0;
