@@ -230,6 +230,19 @@ using Emitter = std::function<void(const TesseraConfig&, YAML::Emitter&)>;
 // Adds one entry to a map-valued key (--set parallel.auto_tp.keep_linear.gate=mixtral).
 using EntrySetter = std::function<Status(TesseraConfig&, const std::string&, const YAML::Node&, const Where&)>;
 
+// A CORS origin as browsers send it in "Origin": "*" or scheme://host[:port], nothing after.
+Status check_cors_origin(const std::string& origin) {
+  if (origin == "*") return Status::ok();
+  const size_t scheme_end = origin.find("://");
+  const std::string scheme = scheme_end == std::string::npos ? "" : origin.substr(0, scheme_end);
+  if (scheme != "http" && scheme != "https")
+    return invalid_argument("'" + origin + "' is not an origin: expected \"*\" or http(s)://HOST[:PORT]");
+  const std::string rest = origin.substr(scheme_end + 3);
+  if (rest.empty() || rest.find_first_of("/?#") != std::string::npos)
+    return invalid_argument("'" + origin + "' is not an origin: expected http(s)://HOST[:PORT] with no path");
+  return Status::ok();
+}
+
 struct KeyDef {
   std::string path;
   bool raw_string = false;  // a --set value is taken verbatim, not parsed as YAML
@@ -442,6 +455,27 @@ const std::vector<KeyDef>& schema() {
                return read_int(n, w, 1024, int64_t{1} << 34, &c.server.http.max_body_bytes);
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << c.server.http.max_body_bytes; }, nullptr},
+      // Connection limits and CORS (the HTTP front end's edges).
+      TESSERA_INT_KEY("server.http.max_connections", server.http.max_connections, 0, 1000000),
+      TESSERA_INT_KEY("server.http.idle_timeout_s", server.http.idle_timeout_s, 1, 86400),
+      TESSERA_INT_KEY("server.http.header_timeout_s", server.http.header_timeout_s, 1, 3600),
+      KeyDef{"server.http.cors_origins", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (n.IsNull()) {
+                 c.server.http.cors_origins.clear();
+                 return Status::ok();
+               }
+               std::vector<std::string> origins;
+               TESSERA_RETURN_IF_ERROR(read_string_list(n, w, false, &origins));
+               for (size_t i = 0; i < origins.size(); ++i) {
+                 if (Status st = check_cors_origin(origins[i]); !st.is_ok())
+                   return w.child("[" + std::to_string(i) + "]", n[i]).error(st.message());
+               }
+               c.server.http.cors_origins = std::move(origins);
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { emit_string_list(out, c.server.http.cors_origins); },
+             nullptr},
       TESSERA_STRING_KEY("server.zmq_client", server.zmq_client, read_optional_endpoint),
       TESSERA_STRING_KEY("server.control", server.control, read_endpoint),
       TESSERA_INT_KEY("server.heartbeat_ms", server.heartbeat_ms, 10, 3600000),

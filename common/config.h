@@ -82,6 +82,11 @@ struct HttpSection {
   int port = 8000;
   std::vector<std::string> api_keys;   // empty = no authentication
   int64_t max_body_bytes = 1 << 20;     // largest accepted request body
+  // Connection limits and CORS (docs/configuration.md, server.http.*).
+  int max_connections = 0;              // open client connections (0 = what the fd limit allows); more get 503 at once
+  int idle_timeout_s = 120;             // a kept-alive connection waiting for its next request
+  int header_timeout_s = 10;            // from a request's first byte (a new connection: from accept) to its last header
+  std::vector<std::string> cors_origins;  // browser origins allowed ("*" = any); empty = no CORS headers
 };
 
 // CURVE encryption and authentication of the ZeroMQ links (docs/configuration.md). Keys are

@@ -1,5 +1,6 @@
 #include "coordinator/engine_service.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -19,6 +20,19 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// A request with several choices is counted once, under the most telling way one of them
+// ended: an error outranks an abort, which outranks a length cut, which outranks a stop.
+int outcome_rank(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return 0;
+    case FinishReason::kStop: return 1;
+    case FinishReason::kLength: return 2;
+    case FinishReason::kAborted: return 3;
+    case FinishReason::kError: return 4;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -53,6 +67,12 @@ struct EngineService::Impl {
     std::vector<PromptLogprob> prompt_logprobs;
     int prompt_logprobs_received = 0;  // slots filled
     Clock::time_point submitted;
+    // For the per-request latency histograms.
+    bool scheduled = false;           // some step has run (part of) its prompt
+    Clock::time_point first_scheduled;
+    bool has_first_token = false;     // of any choice
+    Clock::time_point first_token;
+    FinishReason outcome = FinishReason::kNone;  // of the choices finished so far (outcome_rank)
   };
 
   Impl(EngineServiceOptions o, StepExecutor& executor, const Tokenizer* tok)
@@ -80,6 +100,10 @@ struct EngineService::Impl {
   void publish_stats();
   void fail_pending_unstarted();
   void count_finish(FinishReason reason);
+  // Marks the requests whose first sequence the step that began at `step_start` scheduled.
+  void mark_scheduled(Clock::time_point step_start);
+  // The request's last choice ended: its counter and latency histograms.
+  void count_request(const Live& r, Clock::time_point now);
   // A request that never reached the engine: one final event per choice.
   void end_unstarted(const Pending& p, FinishReason reason, const std::string& error);
 
@@ -109,10 +133,12 @@ struct EngineService::Impl {
   // Loop thread only (or any thread once the loop has been joined / never started).
   Engine engine;
   std::unordered_map<RequestId, Live> live;
+  std::vector<RequestId> unscheduled;  // live requests no step has scheduled yet
 
   mutable std::mutex stats_mu;  // guards the two below
   EngineServiceStats stats;
   int scheduler_waiting = 0;
+  int engine_requests_waiting = 0;  // live requests not running, at the last loop iteration
 };
 
 void EngineService::Impl::deliver(const GenerateCallback& cb, const GenerateEvent& ev, RequestId id) {
@@ -138,7 +164,32 @@ void EngineService::Impl::count_finish(FinishReason reason) {
   }
 }
 
+void EngineService::Impl::count_request(const Live& r, Clock::time_point now) {
+  count_finish(r.outcome);
+  // Only completed generations say something about latency.
+  if (r.outcome != FinishReason::kStop && r.outcome != FinishReason::kLength) return;
+  std::lock_guard<std::mutex> lk(stats_mu);
+  stats.e2e.observe(seconds_between(r.submitted, now));
+  if (r.scheduled) stats.queue.observe(seconds_between(r.submitted, r.first_scheduled));
+  if (r.scheduled && r.has_first_token) stats.prefill.observe(seconds_between(r.first_scheduled, r.first_token));
+  if (r.has_first_token) stats.decode.observe(seconds_between(r.first_token, now));
+}
+
+void EngineService::Impl::mark_scheduled(Clock::time_point step_start) {
+  std::erase_if(unscheduled, [&](RequestId id) {
+    auto it = live.find(id);
+    if (it == live.end()) return true;  // ended before any step ran it
+    // Choice 0 exists from the start (the others fork from it); a finished one is no longer found.
+    const Sequence* seq = engine.scheduler().find(choice_seq_id(id, 0));
+    if (seq != nullptr && seq->state() == SequenceState::kWaiting) return false;
+    it->second.scheduled = true;
+    it->second.first_scheduled = step_start;
+    return true;
+  });
+}
+
 void EngineService::Impl::end_unstarted(const Pending& p, FinishReason reason, const std::string& error) {
+  count_finish(reason);  // once: it is one request whatever its n
   for (int c = 0; c < p.request->n; ++c) {
     GenerateEvent ev;
     ev.choice = c;
@@ -146,7 +197,6 @@ void EngineService::Impl::end_unstarted(const Pending& p, FinishReason reason, c
     ev.finish_reason = reason;
     ev.error = error;
     ev.prompt_tokens = static_cast<int>(p.request->prompt.size());
-    count_finish(reason);
     deliver(p.callback, ev, p.id);
   }
 }
@@ -176,6 +226,7 @@ void EngineService::Impl::admit(Pending p) {
   r.wants_prompt_logprobs = req.sampling.prompt_logprobs >= 0;
   if (r.wants_prompt_logprobs) r.prompt_logprobs.resize(static_cast<size_t>(prompt_tokens));
   r.submitted = p.submitted;
+  unscheduled.push_back(r.id);
   live.emplace(r.id, std::move(r));
 }
 
@@ -188,14 +239,10 @@ void EngineService::Impl::finish(Live& r, int choice, GenerateEvent ev, FinishRe
   ev.prompt_tokens = r.prompt_tokens;
   ev.completion_tokens = r.choices[static_cast<size_t>(choice)].completion_tokens;
   r.choices[static_cast<size_t>(choice)].done = true;
-  count_finish(reason);
-  // Only completed generations say something about latency.
-  if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
-    std::lock_guard<std::mutex> lk(stats_mu);
-    stats.e2e.observe(seconds_between(r.submitted, Clock::now()));
-  }
+  if (outcome_rank(reason) > outcome_rank(r.outcome)) r.outcome = reason;
   const RequestId id = r.id;
   if (--r.remaining > 0) return deliver(r.callback, ev, id);
+  count_request(r, Clock::now());
   GenerateCallback cb = std::move(r.callback);
   live.erase(id);  // `r` dangles from here
   deliver(cb, ev, id);
@@ -244,12 +291,15 @@ void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
     {
       std::lock_guard<std::mutex> lk(stats_mu);
       stats.generation_tokens_total += e.new_tokens.size();
-      if (!ch.has_token) {
+      if (!r.has_first_token) {  // the request's prompt is in: counted once, whatever its n
         stats.ttft.observe(seconds_between(r.submitted, now));
         stats.prompt_tokens_total += static_cast<uint64_t>(r.prompt_tokens);
-      } else {
-        stats.itl.observe(seconds_between(ch.last_token, now));
       }
+      if (ch.has_token) stats.itl.observe(seconds_between(ch.last_token, now));
+    }
+    if (!r.has_first_token) {
+      r.has_first_token = true;
+      r.first_token = now;
     }
     ch.has_token = true;
     ch.last_token = now;
@@ -280,6 +330,10 @@ void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
 
 void EngineService::Impl::publish_stats() {
   const SchedulerStats s = engine.scheduler().stats();
+  // A request runs while one of its choices is in the batch; it waits otherwise (queued, or
+  // every unfinished choice preempted).
+  const int requests_running = s.num_running_requests;
+  const int requests_live = static_cast<int>(live.size());
   int queued = 0;
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -290,9 +344,13 @@ void EngineService::Impl::publish_stats() {
   stats.num_running = s.num_running;
   stats.num_waiting = s.num_waiting + queued;
   scheduler_waiting = s.num_waiting;
+  stats.num_requests_running = requests_running;
+  stats.num_requests_waiting = std::max(0, requests_live - requests_running);
+  engine_requests_waiting = std::max(0, requests_live - requests_running);
   stats.kv_blocks_total = s.num_blocks;
   stats.kv_blocks_free = s.num_free_blocks;
   stats.prefix_cache_hit_tokens = s.prefix_hit_tokens;
+  stats.prefix_cache_query_tokens = s.prefix_query_tokens;
   stats.preemptions = s.num_preemptions;
   stats.kv_window_released_blocks = s.window_releases;
 }
@@ -374,8 +432,10 @@ void EngineService::Impl::run() {
         outage_since.reset();
       }
       const uint64_t before = engine.steps();
+      const Clock::time_point step_start = Clock::now();
       std::vector<SequenceEvent> events = engine.step();
       stepped = engine.steps() != before;
+      mark_scheduled(step_start);
       // A step refused or cut because a rank is gone (not a fault of the requests in it).
       const bool unavailable =
           engine.last_step_unavailable() && options.executor_ready && !options.executor_ready();
@@ -486,6 +546,7 @@ EngineServiceStats EngineService::stats() const {
   EngineServiceStats s = impl_->stats;
   // Submits not yet taken by the loop wait too (the loop may not be running).
   s.num_waiting = impl_->scheduler_waiting + queued;
+  s.num_requests_waiting = impl_->engine_requests_waiting + queued;
   return s;
 }
 

@@ -59,17 +59,34 @@ struct EngineServiceOptions {
   std::chrono::milliseconds executor_wait{30000};
 };
 
-// Counters and gauges for /metrics (vLLM-style names are chosen by the HTTP layer).
+// Counters and gauges for /metrics (coordinator/metrics.cc names them, docs/api.md lists
+// them). Request counts are per request whatever its n, as vLLM counts them: a request is
+// counted once, when its last choice ends, under the first of error, abort, length, stop
+// that any of its choices ended with. Token counts are per token: prompt tokens once per
+// request (when its first token is sampled, i.e. its prompt has been prefilled), generated
+// tokens of every choice.
 struct EngineServiceStats {
   uint64_t requests_finished_stop = 0, requests_finished_length = 0, requests_aborted = 0, requests_failed = 0;
   uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  // Sequences (a request has n) in the scheduler's running batch and waiting queue
+  // (submitted but not yet taken by the engine loop included).
   int num_running = 0, num_waiting = 0;
+  // Requests with at least one choice in the running batch, and the other unfinished ones.
+  int num_requests_running = 0, num_requests_waiting = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0;
   uint64_t prefix_cache_hit_tokens = 0, preemptions = 0;
+  uint64_t prefix_cache_query_tokens = 0;  // prompt (+ output, when resumed) tokens looked up
   uint64_t kv_window_released_blocks = 0;  // given back because a sliding window moved past them
-  // Latency histograms (seconds) since start: time to first token, inter-token latency,
-  // end-to-end (finished by stop or length).
+  // Latency histograms (seconds) since start, per request except itl:
+  //   ttft    submit -> first token (every request that got one, aborted ones too);
+  //   itl     between consecutive tokens of one choice;
+  //   e2e     submit -> last choice finished;
+  //   queue   submit -> first scheduled in a step;
+  //   prefill first scheduled -> first token;
+  //   decode  first token -> last choice finished.
+  // e2e, queue, prefill and decode count requests finished by stop or length only.
   LatencyHistogram ttft{ttft_buckets()}, itl{tpot_buckets()}, e2e{e2e_buckets()};
+  LatencyHistogram queue{request_phase_buckets()}, prefill{request_phase_buckets()}, decode{request_phase_buckets()};
   bool draining = false;
 };
 

@@ -4,8 +4,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -15,7 +19,9 @@
 
 #include "common/logging.h"
 #include "coordinator/api_submission.h"
+#include "coordinator/http_edges.h"
 #include "coordinator/metrics.h"
+#include "coordinator/tokenize_api.h"
 
 namespace tessera {
 
@@ -23,6 +29,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -35,6 +42,31 @@ constexpr const char* kRetryAfterSeconds = "1";
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// Methods each route answers (the Allow header of a 405 and of OPTIONS); "" = no such route.
+const char* route_methods(const std::string& path) {
+  if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") return "GET, HEAD";
+  if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "GET, HEAD";
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize")
+    return "POST";
+  return "";
+}
+
+// How many file descriptors the process may still open for connections: its soft
+// RLIMIT_NOFILE less those open now and a reserve for what it opens later (ZeroMQ sockets,
+// log files, an overflowing accept). -1 when the limit is unknown or unlimited.
+int connection_room_under_fd_limit() {
+  constexpr int kReserve = 64;
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1;
+  std::error_code ec;
+  int open_now = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++open_now;
+  const int64_t room = static_cast<int64_t>(rl.rlim_cur) - open_now - kReserve;
+  return static_cast<int>(std::clamp<int64_t>(room, 1, 1 << 30));
 }
 
 // Engine callbacks check this under its mutex before posting to a connection: once the
@@ -53,6 +85,11 @@ struct HttpServer::Impl {
       : options(std::move(o)), service(s), tokenizer(t), owner(owner) {}
 
   void accept();
+  // accept() failed for want of file descriptors: try again after a pause that doubles up
+  // to 1 s (the listening socket stays readable, so retrying at once would spin).
+  void back_off_accepting();
+  // Past max_connections: a short 503 written without waiting, then close.
+  void refuse_connection(tcp::socket socket);
   void add_session(const std::shared_ptr<HttpSession>& s);
   void remove_session(HttpSession* s);
   void close_acceptor();  // posted to the io_context
@@ -67,8 +104,12 @@ struct HttpServer::Impl {
   const Tokenizer* tokenizer;
   HttpServer* owner;
   ApiContext api;
+  CorsPolicy cors;
   asio::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::steady_timer> accept_timer;  // the accept back-off
+  std::chrono::milliseconds accept_backoff{0};     // the last pause; 0 after a good accept
+  Clock::time_point last_fd_warning{};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::vector<std::thread> threads;
   std::atomic<bool> draining{false};
@@ -135,14 +176,61 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     parser_.emplace();
     parser_->body_limit(server_.limits.max_body_bytes);
     parser_->header_limit(server_.limits.max_header_bytes);
+    extra_headers_.clear();
+    head_ = false;
+    if (buffer_.size() > 0 || first_request_) return read_header();
+    // Kept alive and nothing pipelined: up to idle_timeout for the next request to begin.
     stream_.expires_after(server_.limits.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->on_read_error(ec);
+      self->buffer_.commit(n);
+      self->read_header();
+    });
+  }
+
+  // A new connection (from its accept) or a begun request has header_timeout to finish its
+  // headers, so trickling headers cannot hold a connection for the idle timeout.
+  void read_header() {
+    first_request_ = false;
+    stream_.expires_after(server_.limits.header_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // Several fields of one name read as one comma-separated list (RFC 9110 5.3).
+  static std::optional<std::string> joined_field(const http::request_parser<http::string_body>::value_type& req,
+                                                 http::field name) {
+    std::optional<std::string> out;
+    for (auto [it, end] = req.equal_range(name); it != end; ++it) {
+      if (out) *out += ", ";
+      out = out.value_or("") + std::string(it->value());
+    }
+    return out;
   }
 
   void on_header(beast::error_code ec) {
     if (ec) return on_read_error(ec);
     auto& req = parser_->get();
+    // CORS headers go on every answer to an allowed origin, errors included.
+    if (auto origin = req.find(http::field::origin); origin != req.end()) {
+      origin_ = std::string(origin->value());
+      for (auto& h : server_.cors.response_headers(origin_)) extra_headers_.push_back(std::move(h));
+    } else {
+      origin_.clear();
+    }
+    RequestFraming framing;
+    framing.version = req.version();
+    framing.transfer_encoding = joined_field(req, http::field::transfer_encoding);
+    framing.content_encoding = joined_field(req, http::field::content_encoding);
+    framing.host_fields = static_cast<int>(req.count(http::field::host));
+    std::vector<std::pair<std::string, std::string>> extra;
+    if (std::optional<ApiError> refused = check_request_framing(framing, &extra)) {
+      // The body is never read (it may not even be framed): answer and close.
+      version_ = req.version() == 10 ? 10 : 11;
+      keep_alive_ = false;
+      for (auto& [name, value] : extra) extra_headers_.emplace_back(std::move(name), std::move(value));
+      return send_error(*refused);
+    }
     auto expect = req.find(http::field::expect);
     if (expect != req.end() && beast::iequals(expect->value(), "100-continue")) {
       // Still under the request's idle deadline: the client waits for this before the body.
@@ -157,6 +245,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   void read_body() {
+    stream_.expires_after(server_.limits.idle_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
@@ -193,39 +282,50 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::string path(req.target());
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
     const http::verb method = req.method();
+    const char* allowed = route_methods(path);
+    if (method == http::verb::options) return answer_options(req, path, allowed);
+    // HEAD is GET without the body (RFC 9110 9.3.2): same status and headers.
+    head_ = method == http::verb::head;
     auto route = [&](http::verb want, const char* allow) -> bool {
-      if (method == want) return true;
+      if (method == want || (want == http::verb::get && head_)) return true;
       send_error(api_error(405, "invalid_request_error", "method_not_allowed",
                            "method " + std::string(req.method_string()) + " is not allowed on " + path),
                  {{"Allow", allow}});
       return false;
     };
     if (path == "/health") {
-      if (!route(http::verb::get, "GET")) return;
+      if (!route(http::verb::get, allowed)) return;
       return send(200, "application/json",
                   server_.draining ? R"({"status":"draining"})" : R"({"status":"ok"})");
     }
     if (path == "/ready") {
-      if (!route(http::verb::get, "GET")) return;
+      if (!route(http::verb::get, allowed)) return;
       const bool ready =
           !server_.draining && (!server_.owner->ready_check || server_.owner->ready_check());
       return send(ready ? 200 : 503, "application/json",
                   ready ? R"({"status":"ready"})" : R"({"status":"not ready"})");
     }
     if (path == "/metrics") {
-      if (!route(http::verb::get, "GET")) return;
+      if (!route(http::verb::get, allowed)) return;
       return send(200, "text/plain; version=0.0.4; charset=utf-8",
                   render_metrics(server_.service.stats(), server_.options.model_name, server_.responses.snapshot(),
                                  server_.options.zmq_replies ? server_.options.zmq_replies->snapshot()
                                                              : std::map<int, uint64_t>{}));
     }
-    const bool is_models = path == "/v1/models";
-    const bool is_completions = path == "/v1/completions";
-    const bool is_chat = path == "/v1/chat/completions";
-    if (!is_models && !is_completions && !is_chat) {
+    if (*allowed == '\0') {
       return send_error(api_error(404, "invalid_request_error", "not_found", "no route for " + path));
     }
-    if (!route(is_models ? http::verb::get : http::verb::post, is_models ? "GET" : "POST")) return;
+    const bool is_get = std::string_view(allowed) != "POST";
+    if (!route(is_get ? http::verb::get : http::verb::post, allowed)) return;
+    if (path == "/tokenize" || path == "/detokenize") {  // outside /v1, unguarded, as vLLM has them
+      std::string out;
+      ApiError error;
+      const bool ok = path == "/tokenize" ? tokenize_body(server_.api, req.body(), &out, &error)
+                                          : detokenize_body(server_.api, req.body(), &out, &error);
+      return ok ? send(200, "application/json", std::move(out)) : send_error(error);
+    }
+    const bool is_models = path == "/v1/models";
+    const bool is_chat = path == "/v1/chat/completions";
     if (!authorized(req)) {
       return send_error(api_error(401, "invalid_request_error", "invalid_api_key",
                                   "missing or invalid API key (send 'Authorization: Bearer <key>')"),
@@ -235,11 +335,39 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return send(200, "application/json",
                   models_body(server_.options.model_name, server_.api.max_model_len, unix_now()));
     }
+    if (is_get) {  // /v1/models/{id}
+      std::string out;
+      ApiError error;
+      if (!model_card_body(server_.api, path.substr(std::string_view("/v1/models/").size()), unix_now(), &out, &error))
+        return send_error(error);
+      return send(200, "application/json", std::move(out));
+    }
     if (server_.draining) {
       return send_error(api_error(503, "service_unavailable", "draining", "the server is draining"),
                         {{"Retry-After", kRetryAfterSeconds}});
     }
     start_generation(is_chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions, req.body());
+  }
+
+  // OPTIONS (RFC 9110 9.3.7): what the route allows; a CORS preflight from an allowed origin
+  // also gets the Access-Control-* grant, one from any other origin a 403.
+  void answer_options(const http::request<http::string_body>& req, const std::string& path, const char* allowed) {
+    if (*allowed == '\0' && path != "*") {
+      return send_error(api_error(404, "invalid_request_error", "not_found", "no route for " + path));
+    }
+    const std::string methods = *allowed == '\0' ? "GET, HEAD, POST, OPTIONS" : std::string(allowed) + ", OPTIONS";
+    const bool preflight = !origin_.empty() && req.find(http::field::access_control_request_method) != req.end();
+    if (preflight) {
+      if (!server_.cors.allows(origin_)) {
+        return send_error(api_error(403, "invalid_request_error", "origin_not_allowed",
+                                    "origin '" + origin_ + "' is not in server.http.cors_origins"));
+      }
+      std::string asked;
+      if (auto h = req.find(http::field::access_control_request_headers); h != req.end()) asked = std::string(h->value());
+      extra_headers_.clear();  // the preflight grant replaces the plain CORS headers
+      for (auto& h : server_.cors.preflight_headers(origin_, methods, asked)) extra_headers_.push_back(std::move(h));
+    }
+    send(204, "", "", {{"Allow", methods}});
   }
 
   // The key is "Authorization: Bearer <key>"; whether it is accepted is api_key_accepted's call.
@@ -451,7 +579,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     res.version(version_);
     res.result(static_cast<unsigned>(status));
     res.set(http::field::server, "tessera");
-    res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+    if (!content_type.empty())
+      res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
+    for (const auto& [name, value] : extra_headers_) res.set(name, value);
     for (const auto& [name, value] : extra) res.set(name, beast::string_view(value));
     res.keep_alive(keep_alive);
     return res;
@@ -463,6 +593,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     out->response = make_response(status, content_type, keep_alive_, extra);
     out->response.body() = std::move(body);
     out->response.prepare_payload();  // Content-Length
+    if (status == 204) {
+      out->response.erase(http::field::content_length);  // RFC 9110 8.6: never on a 204
+    } else if (head_) {  // the GET answer's headers, Content-Length included, without its body
+      const size_t length = out->response.body().size();
+      out->response.body().clear();
+      out->response.content_length(length);
+    }
     server_.responses.add(status);
     enqueue(std::move(out));
     after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
@@ -558,6 +695,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<http::request_parser<http::string_body>> parser_;
   unsigned version_ = 11;
   bool keep_alive_ = true;
+  bool first_request_ = true;  // nothing read yet: header_timeout runs from the accept
+  bool head_ = false;          // the current request is a HEAD
+  std::string origin_;         // its Origin header ("" = none)
+  // Headers every answer to the current request carries (CORS, Accept-Encoding of a 415).
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
   std::unique_ptr<Generation> gen_;
   uint64_t serial_ = 0;
   std::shared_ptr<HttpSession> keep_;
@@ -584,13 +726,60 @@ void HttpServer::Impl::remove_session(HttpSession*) {
 void HttpServer::Impl::accept() {
   acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+    if (ec == asio::error::no_descriptors || ec.value() == ENFILE || ec == asio::error::no_buffer_space ||
+        ec == asio::error::no_memory) {
+      return back_off_accepting();
+    }
     if (!ec) {
-      auto session = std::make_shared<HttpSession>(*this, std::move(socket));
-      add_session(session);
-      asio::dispatch(session->shutdown_executor(), [session]() { session->start(); });
+      accept_backoff = std::chrono::milliseconds(0);
+      bool full = false;
+      {
+        std::lock_guard<std::mutex> lock(sessions_mu);
+        full = live_sessions >= limits.max_connections;
+      }
+      if (full) {
+        refuse_connection(std::move(socket));
+      } else {
+        auto session = std::make_shared<HttpSession>(*this, std::move(socket));
+        add_session(session);
+        asio::dispatch(session->shutdown_executor(), [session]() { session->start(); });
+      }
     }
     accept();
   });
+}
+
+void HttpServer::Impl::back_off_accepting() {
+  accept_backoff = std::clamp(accept_backoff * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  const Clock::time_point now = Clock::now();
+  if (now - last_fd_warning > std::chrono::seconds(10)) {  // one line per 10 s, not one per retry
+    last_fd_warning = now;
+    TESSERA_LOG_WARN("[coord] http: out of file descriptors accepting a connection; pausing accepts up to {} ms "
+                     "(raise the fd limit or lower server.http.max_connections)",
+                     accept_backoff.count());
+  }
+  accept_timer->expires_after(accept_backoff);
+  accept_timer->async_wait([this](beast::error_code ec) {
+    if (ec || !acceptor->is_open()) return;
+    accept();
+  });
+}
+
+void HttpServer::Impl::refuse_connection(tcp::socket socket) {
+  static const std::string kBusy = [] {
+    const std::string body =
+        R"json({"error":{"message":"too many connections (server.http.max_connections)",)json"
+        R"json("type":"service_unavailable","param":null,"code":null}})json";
+    return "HTTP/1.1 503 Service Unavailable\r\nServer: tessera\r\nContent-Type: application/json\r\n"
+           "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  }();
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(asio::buffer(kBusy.data(), kBusy.size()), 0, ec);  // fits any socket buffer; never waits
+  responses.add(503);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
 }
 
 StatusOr<HttpLimits> http_limits(const HttpServerOptions& options) {
@@ -600,9 +789,27 @@ StatusOr<HttpLimits> http_limits(const HttpServerOptions& options) {
   if (options.idle_timeout_s < 1)
     return invalid_argument("HttpServerOptions::idle_timeout_s is " + std::to_string(options.idle_timeout_s) +
                             ": must be >= 1");
+  if (options.header_timeout_s < 1)
+    return invalid_argument("HttpServerOptions::header_timeout_s is " + std::to_string(options.header_timeout_s) +
+                            ": must be >= 1");
+  if (options.max_connections < 0)
+    return invalid_argument("HttpServerOptions::max_connections is " + std::to_string(options.max_connections) +
+                            ": must be >= 0");
   HttpLimits limits;
   limits.max_body_bytes = static_cast<uint64_t>(options.max_body_bytes);
   limits.idle_timeout = std::chrono::seconds(options.idle_timeout_s);
+  limits.header_timeout = std::chrono::seconds(options.header_timeout_s);
+  const int room = connection_room_under_fd_limit();
+  if (options.max_connections == 0) {
+    limits.max_connections = room > 0 ? room : 10000;
+  } else {
+    limits.max_connections = options.max_connections;
+    if (room > 0 && options.max_connections > room) {
+      TESSERA_LOG_WARN("[coord] http: server.http.max_connections {} exceeds what the file-descriptor limit leaves "
+                       "room for ({}); accepts will pause when descriptors run out",
+                       options.max_connections, room);
+    }
+  }
   return limits;
 }
 
@@ -616,6 +823,7 @@ Status HttpServer::start() {
   if (s.started) return Status(StatusCode::kInternal, "HttpServer::start called twice");
   TESSERA_ASSIGN_OR_RETURN(s.limits, http_limits(s.options));
   s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
+  s.cors = CorsPolicy(s.options.cors_origins);
   beast::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
   if (ec) return invalid_argument("server.http.host: '" + s.options.host + "' is not an IP address");
@@ -632,6 +840,8 @@ Status HttpServer::start() {
                                                 std::to_string(s.options.port) + ": " + ec.message());
   }
   s.port = s.acceptor->local_endpoint().port();
+  s.accept_timer.emplace(s.ioc);
+  TESSERA_LOG_INFO("[coord] http: at most {} connections", s.limits.max_connections);
   s.work.emplace(asio::make_work_guard(s.ioc));
   s.accept();
   const int threads = std::max(1, s.options.threads);
@@ -649,6 +859,7 @@ void HttpServer::Impl::close_acceptor() {
   asio::post(ioc, [this]() {
     beast::error_code ec;
     acceptor->close(ec);
+    if (accept_timer) accept_timer->cancel();  // a pending accept back-off must not reopen it
   });
 }
 

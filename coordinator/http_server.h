@@ -7,8 +7,14 @@
 // callbacks are posted to the connection's strand (the engine thread never blocks here).
 // A client that disconnects has its requests aborted at once, so their KV blocks are freed.
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
-// GET /ready, GET /metrics (Prometheus text). API keys (when set) guard /v1/* only.
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id},
+// POST /tokenize, POST /detokenize, GET /health, GET /ready, GET /metrics (Prometheus text);
+// HEAD on every GET route, OPTIONS on every route (CORS preflight, coordinator/http_edges.h).
+// API keys (when set) guard /v1/* only. Requests whose body cannot be framed or decoded
+// (Transfer-Encoding other than chunked, Content-Encoding other than identity) and HTTP/1.1
+// requests without Host are refused before their body is read, and the connection closed.
+// Connections beyond max_connections are answered 503 and closed at once; when accept()
+// runs out of file descriptors the listener pauses (backing off up to 1 s) instead of spinning.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -26,14 +32,20 @@
 namespace tessera {
 
 // Every limit and timeout of the HTTP front end, in one place. HttpServer::start() maps its
-// HttpServerOptions to these once (http_limits()); only max_body_bytes is configurable from
-// YAML (server.http.max_body_bytes, docs/configuration.md), the rest are fixed here.
+// HttpServerOptions to these once (http_limits()); max_body_bytes, max_connections,
+// idle_timeout and header_timeout are configurable from YAML (server.http.*,
+// docs/configuration.md), the rest are fixed here.
 struct HttpLimits {
   uint64_t max_body_bytes = 1 << 20;      // a larger request body gets 413 and the connection closes
   uint32_t max_header_bytes = 64 * 1024;  // request line + headers; more is a 400
-  // Waiting for the next request on a kept-alive connection, or for the rest of one (its
-  // body too, after a 100 Continue): the connection is closed when it passes.
+  // Open client connections; a connection accepted beyond it is answered 503 and closed.
+  int max_connections = 10000;
+  // Waiting for the first byte of the next request on a kept-alive connection, or for a
+  // request's body (after a 100 Continue too): the connection is closed when it passes.
   std::chrono::seconds idle_timeout{120};
+  // From a new connection's accept, or a next request's first byte, to the end of its
+  // headers (a client that trickles its headers holds a connection no longer than this).
+  std::chrono::seconds header_timeout{10};
   // One write (a whole response, or one event of a stream) the client does not take: the
   // connection is closed and its request aborted.
   std::chrono::seconds write_timeout{30};
@@ -55,6 +67,12 @@ struct HttpServerOptions {
   int threads = 2;                    // io_context threads
   ChatRenderer chat_renderer;         // chat messages -> prompt text; empty = join contents
   int idle_timeout_s = 120;           // HttpLimits::idle_timeout, >= 1
+  int header_timeout_s = 10;          // HttpLimits::header_timeout, >= 1
+  // HttpLimits::max_connections; 0 = as many as the file-descriptor limit (RLIMIT_NOFILE)
+  // leaves room for, keeping a reserve for the rest of the process. A larger explicit value
+  // is kept (with a warning): accept() then meets EMFILE, and the listener backs off.
+  int max_connections = 0;
+  std::vector<std::string> cors_origins;  // allowed browser origins ("*" = any); empty = no CORS
   // /metrics also shows these (the ZeroMQ client API's replies, when it runs); may be null.
   std::shared_ptr<const ReplyCounter> zmq_replies;
 };

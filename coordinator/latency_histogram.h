@@ -36,9 +36,11 @@ class LatencyHistogram {
   uint64_t count_ = 0;
 };
 
-// Bucket upper bounds (seconds) of the three latency histograms (vLLM's choices).
+// Bucket upper bounds (seconds) of the latency histograms (vLLM's choices): time to first
+// token, inter-token latency, end-to-end latency, and the request's queue/prefill/decode phases.
 const std::vector<double>& ttft_buckets();
 const std::vector<double>& tpot_buckets();
 const std::vector<double>& e2e_buckets();
+const std::vector<double>& request_phase_buckets();
 
 }  // namespace tessera

@@ -1,16 +1,28 @@
 #include "coordinator/metrics.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
+#include <cmath>
 
 namespace tessera {
 
 namespace {
 
+// The shortest decimal that reads back as `v` ("0.005", not 5.0000000000000001e-03).
 std::string num(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, res.ptr);
+}
+
+// A bucket bound as Prometheus' own clients print it: the shortest decimal, with ".0" on
+// whole numbers (le="1.0", le="0.005"), so series join with those of vLLM's exporters.
+std::string bound_label(double v) {
+  std::string s = num(v);
+  if (s.find_first_of(".eEIN") == std::string::npos) s += ".0";
+  return s;
 }
 
 std::string escape_label(const std::string& s) {
@@ -36,6 +48,50 @@ void sample(std::string& out, const std::string& name, const std::string& labels
 
 }  // namespace
 
+std::string render_vllm_series(const EngineServiceStats& s, const std::string& labels) {
+  std::string out;
+  auto one = [&](const std::string& name, const char* type, const std::string& help, double v) {
+    header(out, name, type, help);
+    sample(out, name, labels, v);
+  };
+  auto u = [](uint64_t v) { return static_cast<double>(v); };
+  one("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", s.num_requests_running);
+  one("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", s.num_requests_waiting);
+  const double usage =
+      s.kv_blocks_total > 0 ? 1.0 - static_cast<double>(s.kv_blocks_free) / s.kv_blocks_total : 0.0;
+  one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage);
+  one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", u(s.prompt_tokens_total));
+  one("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+      u(s.generation_tokens_total));
+  header(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  const std::string sep = labels.empty() ? "" : ",";
+  const std::pair<const char*, uint64_t> reasons[] = {{"stop", s.requests_finished_stop},
+                                                      {"length", s.requests_finished_length},
+                                                      {"abort", s.requests_aborted},
+                                                      {"error", s.requests_failed}};
+  for (const auto& [reason, count] : reasons)
+    sample(out, "vllm:request_success_total", labels + sep + "finished_reason=\"" + reason + "\"", u(count));
+  one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
+      u(s.preemptions));
+  one("vllm:prefix_cache_queries_total", "counter",
+      "Prefix cache queries, in terms of number of queried tokens.", u(s.prefix_cache_query_tokens));
+  one("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+      u(s.prefix_cache_hit_tokens));
+  out += render_histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                          labels, s.ttft);
+  out += render_histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                          labels, s.itl);
+  out += render_histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                          labels, s.e2e);
+  out += render_histogram("vllm:request_queue_time_seconds",
+                          "Histogram of time spent in WAITING phase for request.", labels, s.queue);
+  out += render_histogram("vllm:request_prefill_time_seconds",
+                          "Histogram of time spent in PREFILL phase for request.", labels, s.prefill);
+  out += render_histogram("vllm:request_decode_time_seconds",
+                          "Histogram of time spent in DECODE phase for request.", labels, s.decode);
+  return out;
+}
+
 const std::vector<double>& ttft_buckets() {
   static const std::vector<double> b = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
                                         0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0};
@@ -44,6 +100,11 @@ const std::vector<double>& ttft_buckets() {
 const std::vector<double>& tpot_buckets() {
   static const std::vector<double> b = {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                                         0.4,   0.5,   0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0};
+  return b;
+}
+const std::vector<double>& request_phase_buckets() {
+  static const std::vector<double> b = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,    10.0,   15.0, 20.0,
+                                        30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
   return b;
 }
 const std::vector<double>& e2e_buckets() {
@@ -58,7 +119,7 @@ std::string render_histogram(const std::string& name, const std::string& help, c
   header(out, name, "histogram", help);
   const std::string sep = labels.empty() ? "" : ",";
   for (size_t i = 0; i < h.bounds().size(); ++i) {
-    sample(out, name + "_bucket", labels + sep + "le=\"" + num(h.bounds()[i]) + "\"",
+    sample(out, name + "_bucket", labels + sep + "le=\"" + bound_label(h.bounds()[i]) + "\"",
            static_cast<double>(h.cumulative(i)));
   }
   sample(out, name + "_bucket", labels + sep + "le=\"+Inf\"", static_cast<double>(h.count()));
@@ -80,9 +141,9 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
     header(out, name, "counter", help);
     sample(out, name, m, v);
   };
-  gauge("tessera:num_requests_running", "Number of requests in the running batch (prefill or decode).",
+  gauge("tessera:num_requests_running", "Number of sequences (choices) in the running batch (prefill or decode).",
         s.num_running);
-  gauge("tessera:num_requests_waiting", "Number of requests waiting to be scheduled.", s.num_waiting);
+  gauge("tessera:num_requests_waiting", "Number of sequences (choices) waiting to be scheduled.", s.num_waiting);
   const double usage =
       s.kv_blocks_total > 0 ? 1.0 - static_cast<double>(s.kv_blocks_free) / s.kv_blocks_total : 0.0;
   gauge("tessera:kv_cache_usage_perc", "KV-cache usage: fraction of blocks in use (1 = full).", usage);
@@ -116,6 +177,8 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
                           "Time per output token (inter-token latency) in seconds.", m, s.itl);
   out += render_histogram("tessera:e2e_request_latency_seconds", "End-to-end request latency in seconds.", m,
                           s.e2e);
+
+  out += render_vllm_series(s, m);
 
   if (!http_responses.empty()) {
     header(out, "tessera:http_responses_total", "counter", "HTTP responses sent, by status code.");

@@ -1,7 +1,9 @@
 #pragma once
 // Prometheus text exposition (format 0.0.4) of the engine's counters, gauges and latency
-// histograms, with vLLM's metric names under a "tessera:" prefix so vLLM dashboards work
-// after a prefix rename. Every series carries model_name="...".
+// histograms: the series vLLM exports, under their own "vllm:" names and counted as vLLM
+// counts them (per request, whatever its n), so dashboards and autoscalers written for vLLM
+// work unchanged; and Tessera's own "tessera:" series (some per sequence, see docs/api.md).
+// Every series carries model_name="...".
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -15,6 +17,9 @@ namespace tessera {
 // One histogram's series ("<name>_bucket{le=...}", "_sum", "_count").
 std::string render_histogram(const std::string& name, const std::string& help, const std::string& labels,
                              const LatencyHistogram& histogram);
+
+// The "vllm:" series; `labels` is the label list every sample carries (model_name="...").
+std::string render_vllm_series(const EngineServiceStats& stats, const std::string& labels);
 
 // Replies sent by a front end, by status code (HTTP's, or the status a ZeroMQ Error carries;
 // a ZeroMQ Final counts as 200). Thread-safe; shared between the front end that counts and

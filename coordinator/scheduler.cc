@@ -214,6 +214,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     const int first_key = first_needed_key(cached);
     if (blocks_.admission_cost(hit, cached, reserve_end, first_key) > blocks_.num_free_blocks()) break;
     blocks_.admit(id, hit, cached);
+    prefix_query_tokens_ += static_cast<uint64_t>(len);  // what was looked up; `cached` of it hit
     // A long cached prefix may lie partly before the window: those hits go straight back
     // (to the prefix cache's recent end), before anything new is allocated.
     blocks_.release_blocks_before(id, first_key);
@@ -405,12 +406,19 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.num_running = static_cast<int>(running_.size());
   s.num_waiting = static_cast<int>(waiting_.size());
+  // Requests, not choices, as vLLM's num_requests_running counts them.
+  std::vector<RequestId> requests;
+  requests.reserve(running_.size());
+  for (const Entry* e : running_) requests.push_back(request_of(e->seq.id()));
+  std::sort(requests.begin(), requests.end());
+  s.num_running_requests = static_cast<int>(std::unique(requests.begin(), requests.end()) - requests.begin());
   s.num_free_blocks = b.num_free;
   s.num_cached_blocks = b.num_cached;
   s.num_blocks = b.num_blocks;
   s.num_steps = next_step_id_;
   s.num_preemptions = num_preemptions_;
   s.prefix_hit_tokens = b.prefix_hit_tokens;
+  s.prefix_query_tokens = prefix_query_tokens_;
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.cow_copies = b.cow_copies;
   s.window_releases = b.window_releases;

@@ -70,12 +70,14 @@ struct SequenceEvent {
 struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;
+  int num_running_requests = 0;  // requests with at least one running sequence
   int num_free_blocks = 0;   // free + cached-evictable
   int num_cached_blocks = 0;
   int num_blocks = 0;
   uint64_t num_steps = 0;
   uint64_t num_preemptions = 0;
   uint64_t prefix_hit_tokens = 0;  // prompt tokens not recomputed thanks to the prefix cache
+  uint64_t prefix_query_tokens = 0;  // tokens of admitted sequences looked up in the prefix cache
   uint64_t prefix_hit_blocks = 0;
   uint64_t cow_copies = 0;
   uint64_t window_releases = 0;  // blocks freed because the sliding window moved past them
@@ -179,6 +181,7 @@ class Scheduler {
   uint64_t next_arrival_ = 0;
   uint64_t next_step_id_ = 0;
   uint64_t num_preemptions_ = 0;
+  uint64_t prefix_query_tokens_ = 0;
   int static_members_left_ = 0;
   std::vector<SeqId> dropped_;  // for the next plan's `dropped`
 };

@@ -581,7 +581,8 @@ TEST_F(ZmqClientServerTest, AbortEndsWithFinalAbortAndFreesBlocks) {
   EXPECT_EQ(o.last.prompt_tokens, 101);
   EngineServiceStats s = wait_until_idle(1s);
   EXPECT_EQ(s.kv_blocks_free, s.kv_blocks_total);
-  EXPECT_EQ(s.requests_aborted, 2u);
+  EXPECT_EQ(s.requests_aborted, 1u) << "one request, whatever its n, as vLLM counts it";
+  EXPECT_EQ(s.requests_failed + s.requests_finished_stop + s.requests_finished_length, 0u);
   EXPECT_EQ(server_->live_requests(), 0u);
 }
 

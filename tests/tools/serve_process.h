@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,9 +77,14 @@ class ServeProcess {
     argv.push_back(nullptr);
     const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) return false;
+    const rlim_t fd_limit = fd_limit_;
     pid_ = fork();
     if (pid_ == 0) {
       alarm(280);  // a stuck server must not outlive the test (ctest's limit is 300 s)
+      if (fd_limit > 0) {
+        const rlimit rl{fd_limit, fd_limit};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+      }
       dup2(log_fd, STDERR_FILENO);
       const int null_fd = ::open("/dev/null", O_WRONLY);
       if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);
@@ -141,6 +147,8 @@ class ServeProcess {
     pid_ = -1;
     return status;
   }
+  // RLIMIT_NOFILE (soft and hard) of the server child started next; 0 = inherited.
+  void set_fd_limit(rlim_t limit) { fd_limit_ = limit; }
 
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
@@ -152,6 +160,7 @@ class ServeProcess {
  private:
   pid_t pid_ = -1;
   int port_ = 0;
+  rlim_t fd_limit_ = 0;
   std::string dir_, zmq_endpoint_, log_path_;
 };
 

@@ -216,6 +216,10 @@ Status serve(ServeOptions o) {
   ho.port = c.server.http.port;
   ho.api_keys = c.server.http.api_keys;
   ho.max_body_bytes = c.server.http.max_body_bytes;
+  ho.max_connections = c.server.http.max_connections;
+  ho.idle_timeout_s = c.server.http.idle_timeout_s;
+  ho.header_timeout_s = c.server.http.header_timeout_s;
+  ho.cors_origins = c.server.http.cors_origins;
   ho.model_name = std::filesystem::path(c.model.path).filename().string();
   auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
   ho.zmq_replies = zmq_replies;
