@@ -346,12 +346,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
-  app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0 = all)");
-  app.add_option("--top-p", o.top_p, "nucleus sampling mass");
-  auto* seed_opt = app.add_option("--seed", o.seed, "random seed for sampling (prompt i uses seed + i)");
+  app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0 = all)")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "nucleus sampling mass")->capture_default_str();
+  auto* seed_opt = app.add_option("--seed", o.seed,
+                                  "random seed for sampling (prompt i uses seed + i) (default: none, each sequence "
+                                  "seeded from its id)");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
+  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");
   app.add_option("--dump-logits", o.dump_logits,
                  "write float32 LE logits: one vocab row per generated token (row 0 = last prompt position)");

@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads per worker, 0 = all cores (worker.threads) (default: 0)")
       ->check(CLI::Range(0, 4096));
   app.add_option("--set", overrides, "override any config key: --set scheduler.max_num_seqs=64 (repeatable)");
+  app.footer("A flag's default is the configuration's (--config, else the defaults above); flags and --set win over "
+             "the file.");
   CLI11_PARSE(app, argc, argv);
   tessera::init_logging("coord");
 
