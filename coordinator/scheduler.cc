@@ -393,6 +393,7 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s;
   s.num_running = static_cast<int>(running_.size());
   s.num_waiting = static_cast<int>(waiting_.size());
+  for (const Entry* e : waiting_) s.num_waiting_requests += choice_of(e->seq.id()) == 0 ? 1 : 0;
   s.num_free_blocks = b.num_free;
   s.num_cached_blocks = b.num_cached;
   s.num_blocks = b.num_blocks;

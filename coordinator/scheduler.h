@@ -65,7 +65,10 @@ struct SequenceEvent {
 
 struct SchedulerStats {
   int num_running = 0;
-  int num_waiting = 0;
+  int num_waiting = 0;            // sequences (choices) waiting
+  // Requests waiting: those whose first choice waits (not yet started, or preempted); the
+  // forked choices of a request that runs do not count (server.max_queued_requests).
+  int num_waiting_requests = 0;
   int num_free_blocks = 0;   // free + cached-evictable
   int num_cached_blocks = 0;
   int num_blocks = 0;
