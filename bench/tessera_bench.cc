@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences run together")->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
+  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");
   app.add_flag("--json", o.json, "print one JSON object");

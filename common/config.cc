@@ -450,6 +450,7 @@ const std::vector<KeyDef>& schema() {
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { emit_string_list(out, c.server.http.api_keys); },
              nullptr},
+      TESSERA_STRING_KEY("server.http.api_keys_file", server.http.api_keys_file, read_string),
       KeyDef{"server.http.max_body_bytes", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                return read_int(n, w, 1024, int64_t{1} << 34, &c.server.http.max_body_bytes);
@@ -573,6 +574,7 @@ Status walk(TesseraConfig& config, const YAML::Node& node, const std::string& se
     if (const KeyDef* def = find_key(path)) {
       kw.mark = kv.second.Mark().is_null() ? kv.first.Mark() : kv.second.Mark();
       TESSERA_RETURN_IF_ERROR(def->set(config, kv.second, kw));
+      config.keys_given.insert(path);
     } else if (is_section(path)) {
       TESSERA_RETURN_IF_ERROR(walk(config, kv.second, path, kw));
     } else {
@@ -634,7 +636,9 @@ Status apply_override(TesseraConfig& config, const std::string& dotted_key, cons
   if (const KeyDef* def = find_key(dotted_key)) {
     YAML::Node node;
     TESSERA_RETURN_IF_ERROR(parse_value(def->raw_string, &node));
-    return def->set(config, node, w);
+    TESSERA_RETURN_IF_ERROR(def->set(config, node, w));
+    config.keys_given.insert(dotted_key);
+    return Status::ok();
   }
   for (const KeyDef& def : schema()) {
     if (def.set_entry && dotted_key.rfind(def.path + ".", 0) == 0) {
@@ -642,7 +646,9 @@ Status apply_override(TesseraConfig& config, const std::string& dotted_key, cons
       if (entry.empty()) break;
       YAML::Node node;
       TESSERA_RETURN_IF_ERROR(parse_value(false, &node));
-      return def.set_entry(config, entry, node, w);
+      TESSERA_RETURN_IF_ERROR(def.set_entry(config, entry, node, w));
+      config.keys_given.insert(def.path);
+      return Status::ok();
     }
   }
   if (is_section(dotted_key)) {
@@ -705,7 +711,9 @@ Status validate_config(const TesseraConfig& c) {
                             ") is below scheduler.max_model_len (" + std::to_string(*s.max_model_len) +
                             ") with chunked_prefill off: a full-length prompt could never be scheduled");
   }
-  if (c.server.zmq_client == c.server.control) {
+  // Two wildcard ports (tcp://host:*) are two different free ports.
+  const bool wildcard = c.server.control.size() > 2 && c.server.control.compare(c.server.control.size() - 2, 2, ":*") == 0;
+  if (c.server.zmq_client == c.server.control && !wildcard) {
     return invalid_argument(src + ": server.zmq_client and server.control must differ (both are " +
                             c.server.zmq_client + ")");
   }

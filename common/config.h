@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,9 @@ struct HttpSection {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::vector<std::string> api_keys;   // empty = no authentication
+  // A file of more keys, one per line (common/secret_file.h: its mode is checked), added to
+  // api_keys when the server starts; "" = none.
+  std::string api_keys_file;
   int64_t max_body_bytes = 1 << 20;     // largest accepted request body
   // Connection limits and CORS (docs/configuration.md, server.http.*).
   int max_connections = 0;              // open client connections (0 = what the fd limit allows); more get 503 at once
@@ -139,6 +143,11 @@ struct TesseraConfig {
   WorkerSection worker;
   // Where the values came from, for messages: the file name, or "<defaults>".
   std::string source = "<defaults>";
+  // The key paths the file or a --set gave a value (map-valued keys by their own path), so a
+  // program can tell a default from the same value given on purpose: tessera-serve binds
+  // free ports for server.control and server.zmq_client unless they were given.
+  std::set<std::string> keys_given;
+  bool gave(const std::string& key) const { return keys_given.count(key) != 0; }
 };
 
 // Reads and parses a YAML file; messages start with `path`.

@@ -1,5 +1,8 @@
 #include "common/tensor.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -60,12 +63,28 @@ std::string TensorView::shape_string() const {
   return os.str();
 }
 
+namespace {
+// From this size on zeros() maps fresh pages rather than allocating and clearing them.
+constexpr size_t kLazyZeroBytes = size_t{4} << 20;
+}  // namespace
+
 Tensor Tensor::zeros(const std::vector<int64_t>& dims, DType dtype) {
   Tensor t;
   t.view_ = TensorView(nullptr, dtype, dims);
   size_t bytes = t.view_.nbytes();
   size_t padded = (bytes + 63) / 64 * 64;
   if (padded == 0) padded = 64;
+  if (padded >= kLazyZeroBytes) {
+    // Large buffers (a KV pool, weights) come straight from the kernel: its anonymous pages
+    // read as zero until first written, so a pool of 65,536 blocks costs no set-up time and
+    // resident memory grows with the blocks actually used, instead of a memset touching
+    // every page up front.
+    void* m = mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    TESSERA_CHECK(m != MAP_FAILED) << "out of memory allocating " << padded << " bytes: " << std::strerror(errno);
+    t.view_.data = m;
+    t.owner_ = std::shared_ptr<const void>(m, [padded](const void* q) { munmap(const_cast<void*>(q), padded); });
+    return t;
+  }
   void* p = std::aligned_alloc(64, padded);
   TESSERA_CHECK(p != nullptr) << "out of memory allocating " << padded << " bytes";
   std::memset(p, 0, padded);

@@ -1,5 +1,7 @@
 #include "coordinator/api_submission.h"
 
+#include <algorithm>
+#include <string>
 #include <utility>
 
 namespace tessera {
@@ -33,6 +35,15 @@ bool api_key_accepted(const std::vector<std::string>& keys, std::string_view pre
 
 StatusOr<std::vector<RequestId>> submit_api_request(EngineService& service, const ApiRequest& request,
                                                     ChoiceCallback callback) {
+  // Each prompt is one queued request: more than the queue can ever hold would get 429
+  // "retry" forever, so it is refused as the client's error, naming the limit.
+  const size_t bound = static_cast<size_t>(std::max(service.max_queued_requests(), 0));
+  if (request.requests.size() > bound) {
+    return invalid_argument("the request has " + std::to_string(request.requests.size()) +
+                            " prompts but at most " + std::to_string(bound) +
+                            " requests can wait at once (server.max_queued_requests; each prompt is one request): "
+                            "send at most " + std::to_string(bound) + " prompts per request");
+  }
   std::vector<RequestId> ids;
   ids.reserve(request.requests.size());
   const size_t n = static_cast<size_t>(request.best_of);  // choices generated per prompt

@@ -10,6 +10,7 @@ namespace tessera {
 std::string worker_config_yaml(const TesseraConfig& config) {
   TesseraConfig c = config;
   c.server.http.api_keys.clear();
+  c.server.http.api_keys_file.clear();  // a path, not a key, but the workers have no use for it
   return dump_config_yaml(c);
 }
 

@@ -35,7 +35,8 @@ struct Cluster {
 StatusOr<Cluster> start_cluster(const ClusterOptions& options);
 
 // What the workers receive as Assignment.worker_config_yaml: `config` with its secrets
-// (server.http.api_keys) removed; a worker never needs them.
+// (server.http.api_keys, and the path of server.http.api_keys_file) removed; a worker never
+// needs them.
 std::string worker_config_yaml(const TesseraConfig& config);
 
 }  // namespace tessera

@@ -337,7 +337,7 @@ void EngineService::Impl::publish_stats() {
   int queued = 0;
   {
     std::lock_guard<std::mutex> lk(mu);
-    engine_waiting = s.num_waiting;
+    engine_waiting = s.num_waiting_requests;  // the queue bound counts requests, not choices
     queued = static_cast<int>(submits.size());
   }
   std::lock_guard<std::mutex> lk(stats_mu);
@@ -551,5 +551,13 @@ EngineServiceStats EngineService::stats() const {
 }
 
 int EngineService::max_model_len() const { return impl_->max_model_len; }
+
+int EngineService::max_queued_requests() const { return impl_->options.max_queued_requests; }
+
+std::string EngineService::max_model_len_limit() const {
+  const RequestLimits& l = impl_->limits;
+  if (l.max_model_len > 0 && l.max_sequence_len >= l.max_model_len) return "";
+  return sequence_limit_name(l);
+}
 
 }  // namespace tessera

@@ -119,6 +119,12 @@ class EngineService {
   EngineServiceStats stats() const;
   // Longest prompt + output the scheduler accepts.
   int max_model_len() const;
+  // The queue bound (EngineServiceOptions::max_queued_requests): requests submitted and not
+  // yet started; a request's choices count once.
+  int max_queued_requests() const;
+  // Which limit max_model_len() is when it is not scheduler.max_model_len ("the N tokens the
+  // whole KV pool holds (...)"); "" when it is.
+  std::string max_model_len_limit() const;
 
  private:
   struct Impl;

@@ -824,6 +824,7 @@ Status HttpServer::start() {
   TESSERA_ASSIGN_OR_RETURN(s.limits, http_limits(s.options));
   s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
   s.cors = CorsPolicy(s.options.cors_origins);
+  s.api.max_model_len_limit = s.service.max_model_len_limit();
   beast::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
   if (ec) return invalid_argument("server.http.host: '" + s.options.host + "' is not an IP address");

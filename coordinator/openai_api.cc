@@ -574,7 +574,8 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
                                std::to_string(static_cast<int64_t>(prompt_len) + mt) + " tokens (" +
                                std::to_string(prompt_len) + " in the " + where + ", " + std::to_string(mt) +
                                " in the completion). Please reduce the length of the " + where +
-                               " or completion.");
+                               " or completion." +
+                               (ctx.max_model_len_limit.empty() ? "" : " (The limit is " + ctx.max_model_len_limit + ".)"));
       error->code = "context_length_exceeded";
       return false;
     }

@@ -42,6 +42,9 @@ struct ApiContext {
   const Tokenizer* tokenizer = nullptr;  // null: only token-id prompts are accepted
   std::string model_name;
   int max_model_len = 4096;
+  // What max_model_len is when it is not the model's context (the whole KV pool, the token
+  // budget): added to the context-length message so the client knows which limit it hit.
+  std::string max_model_len_limit;
   ChatRenderer chat_renderer;  // empty: the fallback join (see render_chat_fallback)
 };
 

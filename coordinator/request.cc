@@ -58,6 +58,22 @@ Status validate_sampling(const SamplingParams& s) {
   return Status::ok();
 }
 
+// Which limit max_sequence_len is, for messages: the context length, the KV pool (a
+// sequence can never hold more blocks than the pool has) or the token budget.
+std::string sequence_limit_name(const RequestLimits& l) {
+  const std::string n = std::to_string(l.max_sequence_len);
+  if (l.max_model_len > 0 && l.max_sequence_len >= l.max_model_len) return "max_model_len " + n;
+  const int64_t pool_tokens = int64_t{l.block_size} * l.num_blocks;
+  if (pool_tokens > 0 && l.max_sequence_len == pool_tokens) {
+    return "the " + n + " tokens the whole KV pool holds (" + std::to_string(l.num_blocks) + " blocks of " +
+           std::to_string(l.block_size) + " tokens: cache.num_blocks, cache.cpu_kv_bytes, cache.memory_fraction)";
+  }
+  if (!l.chunked_prefill && l.max_sequence_len == l.max_num_batched_tokens) {
+    return "scheduler.max_num_batched_tokens " + n + " (scheduler.chunked_prefill is off)";
+  }
+  return "the longest sequence the engine runs (" + n + " tokens)";
+}
+
 Status validate_request(const Request& r, const RequestLimits& l) {
   if (r.prompt.empty()) return invalid_argument("empty prompt");
   if (r.max_tokens < 1) return invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
@@ -67,8 +83,8 @@ Status validate_request(const Request& r, const RequestLimits& l) {
   const std::string len = std::to_string(prompt_len);
   if (l.max_tokens_must_fit && l.max_sequence_len > 0 && prompt_len + r.max_tokens > l.max_sequence_len) {
     return invalid_argument("prompt (" + len + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
-                            ") = " + std::to_string(prompt_len + r.max_tokens) + " exceeds max_model_len " +
-                            std::to_string(l.max_sequence_len));
+                            ") = " + std::to_string(prompt_len + r.max_tokens) + " exceeds " +
+                            sequence_limit_name(l));
   }
   const int64_t need = prompt_len + 1;  // the prompt plus one generated token
   if (l.max_model_len > 0 && need > l.max_model_len)

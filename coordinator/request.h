@@ -82,8 +82,11 @@ struct RequestLimits {
   int max_num_batched_tokens = 0;
 };
 
+// The limit max_sequence_len stands for, in words ("max_model_len 2048", "the 1024 tokens the
+// whole KV pool holds (...)"), for messages.
+std::string sequence_limit_name(const RequestLimits& limits);
 // InvalidArgument naming the field (prompt, prompt[i], max_tokens, n, min_tokens, logit_bias,
-// sampling fields).
+// sampling fields) and the limit it breaks.
 Status validate_request(const Request& request, const RequestLimits& limits);
 Status validate_sampling(const SamplingParams& sampling);
 

@@ -412,6 +412,7 @@ SchedulerStats Scheduler::stats() const {
   for (const Entry* e : running_) requests.push_back(request_of(e->seq.id()));
   std::sort(requests.begin(), requests.end());
   s.num_running_requests = static_cast<int>(std::unique(requests.begin(), requests.end()) - requests.begin());
+  for (const Entry* e : waiting_) s.num_waiting_requests += choice_of(e->seq.id()) == 0 ? 1 : 0;
   s.num_free_blocks = b.num_free;
   s.num_cached_blocks = b.num_cached;
   s.num_blocks = b.num_blocks;

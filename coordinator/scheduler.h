@@ -69,8 +69,11 @@ struct SequenceEvent {
 
 struct SchedulerStats {
   int num_running = 0;
-  int num_waiting = 0;
-  int num_running_requests = 0;  // requests with at least one running sequence
+  int num_waiting = 0;            // sequences (choices) waiting
+  int num_running_requests = 0;   // requests with at least one running sequence
+  // Requests waiting: those whose first choice waits (not yet started, or preempted); the
+  // forked choices of a request that runs do not count (server.max_queued_requests).
+  int num_waiting_requests = 0;
   int num_free_blocks = 0;   // free + cached-evictable
   int num_cached_blocks = 0;
   int num_blocks = 0;

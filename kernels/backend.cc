@@ -3,6 +3,9 @@
 // validate user input long before an op sees it).
 #include "kernels/backend.h"
 
+#include <filesystem>
+#include <string>
+
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
 #ifdef TESSERA_WITH_CUDA
@@ -227,6 +230,21 @@ void Backend::scatter_add_scaled(const TensorView& x, const std::vector<int32_t>
   scatter_add_scaled_impl(x, rows, scale, out);
 }
 
+namespace {
+
+// Whether the NVIDIA driver exposes any device to this process (/dev/nvidiactl or
+// /dev/nvidia0..): a container or host without them has no GPU to use.
+[[maybe_unused]] bool nvidia_device_nodes_present() {
+  std::error_code ec;
+  if (std::filesystem::exists("/dev/nvidiactl", ec)) return true;
+  for (int i = 0; i < 16; ++i) {
+    if (std::filesystem::exists("/dev/nvidia" + std::to_string(i), ec)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, int num_threads, int device) {
   if (kind == BackendKind::kCpu) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
   const bool automatic = !kind.has_value();
@@ -240,7 +258,13 @@ StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind,
     if (!automatic) {
       return Status(StatusCode::kUnavailable, "backend 'cuda': no usable CUDA device (" + why + "); use --backend cpu");
     }
-    TESSERA_LOG_INFO("backend auto: no usable CUDA device ({}); using the CPU backend", why);
+    // Without an NVIDIA device node the CUDA runtime's reason ("CUDA driver version is
+    // insufficient" when no driver is installed at all) only misleads: the host has no GPU.
+    if (!nvidia_device_nodes_present()) {
+      TESSERA_LOG_INFO("backend auto: no GPU, using the CPU backend");
+    } else {
+      TESSERA_LOG_WARN("backend auto: a GPU is present but CUDA cannot use it ({}); using the CPU backend", why);
+    }
     return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
   }
   const int index = std::max(0, device) % cuda::device_count();
@@ -255,7 +279,10 @@ StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind,
 #else
   (void)device;
   (void)name;
-  if (automatic) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  if (automatic) {
+    TESSERA_LOG_INFO("backend auto: this build has no CUDA support, using the CPU backend");
+    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  }
   return unimplemented("backend 'cuda': this build has no CUDA support (configure with nvcc present "
                        "or -DTESSERA_CUDA=ON); use --backend cpu");
 #endif

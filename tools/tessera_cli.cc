@@ -242,11 +242,11 @@ Status run_get(const Options& o) {
 void add_generation_options(CLI::App* sub, Options& o) {
   sub->add_option("--model", o.model, "model name (default: the served model)");
   sub->add_option("--max-tokens", o.max_tokens, "most tokens to generate (default: the server's)");
-  sub->add_option("--temperature", o.temperature, "sampling temperature, 0 = greedy");
-  sub->add_option("--top-p", o.top_p, "nucleus sampling mass");
-  sub->add_option("--top-k", o.top_k, "sample from the k most likely tokens");
-  sub->add_option("--seed", o.seed, "random seed for sampling");
-  sub->add_option("--stop", o.stop, "text that ends the output, not printed (repeatable)");
+  sub->add_option("--temperature", o.temperature, "sampling temperature, 0 = greedy (default: the server's)");
+  sub->add_option("--top-p", o.top_p, "nucleus sampling mass (default: the server's)");
+  sub->add_option("--top-k", o.top_k, "sample from the k most likely tokens (default: the server's)");
+  sub->add_option("--seed", o.seed, "random seed for sampling (default: none)");
+  sub->add_option("--stop", o.stop, "text that ends the output, not printed (repeatable) (default: none)");
   sub->add_flag("--no-stream", o.no_stream, "wait for the whole answer instead of streaming it");
 }
 
@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
   complete->add_option("PROMPT", o.input, "the prompt text")->required();
   auto* chat = app.add_subcommand("chat", "one chat turn (POST /v1/chat/completions)");
   chat->add_option("MESSAGE", o.input, "the user's message")->required();
-  chat->add_option("--system", o.system, "a system message before it");
+  chat->add_option("--system", o.system, "a system message before it (default: none)");
   for (CLI::App* sub : {complete, chat}) {
     sub->fallthrough();
     tessera::add_generation_options(sub, o);

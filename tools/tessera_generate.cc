@@ -18,6 +18,7 @@
 
 #include "worker/model_checkpoint.h"
 #include "common/logging.h"
+#include "common/private_temp_dir.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/config.h"
 #include "coordinator/cluster.h"
@@ -136,18 +137,16 @@ StatusOr<std::vector<std::vector<int32_t>>> read_prompt_file(const std::string& 
 // --tensor-parallel N: N tessera-worker processes on this host, driven through the
 // coordinator's WorkerGroup exactly as a deployment is.
 struct TpRuntime {
-  std::string dir;  // temp folder with the workers' config
+  PrivateTempDir dir;  // the workers' config and control socket
   std::unique_ptr<WorkerGroup> group;
   LocalWorkers workers;
 
   static StatusOr<std::unique_ptr<TpRuntime>> start(const Options& o, DType dtype, const SchedulerConfig& sc) {
     auto rt = std::make_unique<TpRuntime>();
-    // A fresh private folder (mode 0700) for the workers' configuration and control socket.
-    std::string pattern = (std::filesystem::temp_directory_path() / "tessera-gen-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) {
-      return internal_error("cannot create a temporary folder (" + pattern + "): " + std::strerror(errno));
-    }
-    rt->dir = pattern;
+    // A fresh private folder (mode 0700) for the workers' configuration and control socket;
+    // one a kill -9 left behind is removed by the next run (common/private_temp_dir.h).
+    remove_stale_private_temp_dirs("tessera-gen");
+    TESSERA_ASSIGN_OR_RETURN(rt->dir, PrivateTempDir::create("tessera-gen"));
     TesseraConfig c;
     c.source = "tessera-generate";
     c.model.path = std::filesystem::absolute(o.model).string();
@@ -156,15 +155,14 @@ struct TpRuntime {
     c.parallel.tensor_parallel = o.tensor_parallel;
     c.cache.block_size = sc.block_size;
     c.cache.num_blocks = sc.num_blocks;
-    c.server.control = "ipc://" + rt->dir + "/control.ipc";
+    c.server.control = "ipc://" + rt->dir.path() + "/control.ipc";
     c.worker.backend = o.backend == "cuda" ? BackendKind::kCuda : BackendKind::kCpu;
     c.worker.threads = o.threads;
     TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
     TESSERA_RETURN_IF_ERROR(validate_config(c));
     // Checked here, once, rather than have every worker fail with the same message.
     TESSERA_RETURN_IF_ERROR(check_deployment(c).status());
-    const std::string config_path = rt->dir + "/config.yaml";
-    std::ofstream(config_path) << worker_config_yaml(c);
+    TESSERA_ASSIGN_OR_RETURN(const std::string config_path, rt->dir.write_file("config.yaml", worker_config_yaml(c)));
     ClusterOptions co;
     co.config = c;
     co.kv_dtype = dtype;
@@ -181,8 +179,7 @@ struct TpRuntime {
   ~TpRuntime() {
     if (group) group->shutdown("generation finished");
     workers.stop();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
+    dir.remove();
   }
 };
 
@@ -349,12 +346,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
-  app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0 = all)");
-  app.add_option("--top-p", o.top_p, "nucleus sampling mass");
-  auto* seed_opt = app.add_option("--seed", o.seed, "random seed for sampling (prompt i uses seed + i)");
+  app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0 = all)")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "nucleus sampling mass")->capture_default_str();
+  auto* seed_opt = app.add_option("--seed", o.seed,
+                                  "random seed for sampling (prompt i uses seed + i) (default: none, each sequence "
+                                  "seeded from its id)");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
+  app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");
   app.add_option("--dump-logits", o.dump_logits,
                  "write float32 LE logits: one vocab row per generated token (row 0 = last prompt position)");

@@ -279,26 +279,38 @@ int main(int argc, char** argv) {
   for (const ArchSpec& spec : arch_specs()) names.push_back(spec.name);
   app.add_option("--arch", m.arch, "architecture (a row of the table)")->required()->check(CLI::IsMember(names));
   app.add_option("--out", opt.out, "output folder (created if missing)")->required();
-  app.add_option("--preset", preset, "tiny (hidden 64, 2 layers) or 100m (hidden 768, 12 layers, 12 heads)")
+  app.add_option("--preset", preset,
+                 "tiny (hidden 64, 2 layers, 4 heads, 2 KV heads, ffn 128, vocab 512, 2048 positions, 4 experts, "
+                 "top-k 2) or 100m (hidden 768, 12 layers, 12 heads, 4 KV heads, ffn 2048, vocab 32000, 4096 "
+                 "positions, 8 experts, top-k 2); the shape flags below override it")
+      ->capture_default_str()
       ->check(CLI::IsMember({"tiny", "100m"}));
-  auto* hidden = app.add_option("--hidden", m.hidden);
-  auto* layers = app.add_option("--layers", m.layers);
-  auto* heads = app.add_option("--heads", m.heads);
-  auto* kv_heads = app.add_option("--kv-heads", m.kv_heads);
-  auto* ffn = app.add_option("--ffn", m.ffn, "MLP width, also of each expert (bloom: must be 4 * hidden)");
-  auto* vocab = app.add_option("--vocab", m.vocab);
-  auto* experts = app.add_option("--experts", m.experts, "MoE architectures only");
-  auto* top_k = app.add_option("--top-k", m.top_k, "MoE architectures only");
-  auto* max_pos = app.add_option("--max-positions", m.max_positions, "not for ALiBi (bloom)");
-  auto* theta = app.add_option("--rope-theta", m.rope_theta, "rotary architectures only");
+  auto* hidden = app.add_option("--hidden", m.hidden, "hidden size (default: the preset's)");
+  auto* layers = app.add_option("--layers", m.layers, "decoder layers (default: the preset's)");
+  auto* heads = app.add_option("--heads", m.heads, "attention heads (default: the preset's)");
+  auto* kv_heads = app.add_option("--kv-heads", m.kv_heads,
+                                  "KV heads (default: the preset's; = --heads for architectures without GQA)");
+  auto* ffn = app.add_option("--ffn", m.ffn,
+                             "MLP width, also of each expert (bloom: must be 4 * hidden) (default: the preset's, or the "
+                             "architecture's multiple of --hidden)");
+  auto* vocab = app.add_option("--vocab", m.vocab, "vocabulary size (default: the preset's)");
+  auto* experts = app.add_option("--experts", m.experts, "MoE architectures only (default: the preset's)");
+  auto* top_k = app.add_option("--top-k", m.top_k, "experts per token, MoE architectures only (default: the preset's)");
+  auto* max_pos = app.add_option("--max-positions", m.max_positions,
+                                 "max_position_embeddings, not for ALiBi (bloom) (default: the preset's)");
+  auto* theta = app.add_option("--rope-theta", m.rope_theta,
+                               "rotary architectures only (default: the architecture's usual base)");
   app.add_flag("--tie-embeddings", m.tie, "no LM head tensor (always so for bloom)");
   app.add_option("--dtype", dtype, "float32 | float16 | bfloat16")
+      ->capture_default_str()
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
-  app.add_option("--seed", opt.seed);
-  app.add_option("--shard-mb", opt.shard_mb, "split into shards of at most this many MB (10^6 bytes) + index");
+  app.add_option("--seed", opt.seed, "seed of the random weights")->capture_default_str();
+  app.add_option("--shard-mb", opt.shard_mb,
+                 "split into shards of at most this many MB (10^6 bytes) + index; 0 = one model.safetensors")
+      ->capture_default_str();
   app.add_option("--config-set", opt.config_sets,
                  "KEY=VALUE written into config.json (VALUE as JSON); the tensors follow the edited config, e.g. "
-                 "--config-set new_decoder_architecture=false (repeatable)");
+                 "--config-set new_decoder_architecture=false (repeatable) (default: none)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

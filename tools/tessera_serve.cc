@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "coordinator/local_workers.h"
+#include "tools/lib/local_endpoints.h"
 #include "tools/lib/serve_runtime.h"
 
 namespace {
@@ -26,17 +27,30 @@ std::string default_model() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path, model, host, backend;
-  int port = -1, tensor_parallel = 0;
+  std::string config_path, model, host, backend, dtype;
+  int port = -1, tensor_parallel = 0, threads = -1;
   std::vector<std::string> overrides;
   CLI::App app{"tessera-serve: OpenAI-compatible server with its local tensor-parallel workers"};
-  app.add_option("--config", config_path, "YAML configuration (docs/configuration.md)");
-  app.add_option("--model", model, "model folder or DeepSpeed checkpoint JSON (default: models/kjv-llama)");
-  app.add_option("--host", host, "HTTP host (server.http.host)");
-  app.add_option("--port", port, "HTTP port (server.http.port)");
-  app.add_option("--tensor-parallel", tensor_parallel, "worker processes (parallel.tensor_parallel)");
-  app.add_option("--backend", backend, "cpu or cuda (worker.backend)");
+  // Defaults are the configuration's (docs/configuration.md); without --config the bundled
+  // demo: models/kjv-llama in float32.
+  app.add_option("--config", config_path, "YAML configuration (docs/configuration.md) (default: none, the bundled demo)");
+  app.add_option("--model", model,
+                 "model folder or DeepSpeed checkpoint JSON (model.path) (default: models/kjv-llama without --config)");
+  app.add_option("--dtype", dtype,
+                 "weight type: float32, float16 or bfloat16 (model.dtype) (default: float16; float32 without --config)")
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  app.add_option("--host", host, "HTTP host (server.http.host) (default: 127.0.0.1)");
+  app.add_option("--port", port, "HTTP port, 0 = any free port (server.http.port) (default: 8000)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--tensor-parallel", tensor_parallel, "worker processes (parallel.tensor_parallel) (default: 1)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--backend", backend, "auto, cpu or cuda (worker.backend) (default: auto: CUDA when there is a GPU)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--threads", threads, "CPU threads per worker, 0 = all cores (worker.threads) (default: 0)")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--set", overrides, "override any config key: --set scheduler.max_num_seqs=64 (repeatable)");
+  app.footer("A flag's default is the configuration's (--config, else the defaults above); flags and --set win over "
+             "the file.");
   CLI11_PARSE(app, argc, argv);
   tessera::init_logging("coord");
 
@@ -56,6 +70,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> flags = overrides;
   if (!model.empty()) flags.push_back("model.path=" + model);
+  if (!dtype.empty()) flags.push_back("model.dtype=" + dtype);
+  if (threads >= 0) flags.push_back("worker.threads=" + std::to_string(threads));
   if (!host.empty()) flags.push_back("server.http.host=" + host);
   if (port >= 0) flags.push_back("server.http.port=" + std::to_string(port));
   if (tensor_parallel > 0) flags.push_back("parallel.tensor_parallel=" + std::to_string(tensor_parallel));
@@ -63,6 +79,9 @@ int main(int argc, char** argv) {
   for (const std::string& f : flags) {
     if (tessera::Status st = tessera::apply_override_arg(config, f); !st.is_ok()) return fail(st);
   }
+  // Its own workers on this host: the internal endpoints not given take free ports, so
+  // several servers share a host (tools/lib/serve_runtime.h logs which were chosen).
+  tessera::choose_free_local_endpoints(config);
   tessera::ServeOptions options;
   options.config = config;
   options.spawn_workers = true;

@@ -580,11 +580,20 @@ TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
 
 TEST_F(HttpServerTest, FullQueueIs429WithRetryAfter) {
   start({}, /*max_queued_requests=*/2, /*run_engine=*/false);  // the queue only fills
-  // Three prompts are three requests: the third finds the queue of two full.
-  Response r = http(port(), "POST", "/v1/completions", R"({"prompt": [[1, 2], [3, 4], [5, 6]], "max_tokens": 2})");
+  // Two prompts are two requests and fill the queue of two (their answer never comes: the
+  // engine does not run); a third request then finds it full. (Three prompts in one call
+  // could never be queued: that is a 400, ServeAdmission tests it.)
+  const int filler = connect_to(port());
+  ASSERT_GE(filler, 0);
+  const std::string body = R"({"prompt": [[1, 2], [3, 4]], "max_tokens": 2})";
+  send_all(filler, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body);
+  while (service_->stats().num_waiting < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Response r = http(port(), "POST", "/v1/completions", R"({"prompt": [5, 6], "max_tokens": 2})");
   EXPECT_EQ(r.status, 429) << r.body;
   EXPECT_NE(r.headers.find("retry-after: 1"), std::string::npos) << r.headers;
   EXPECT_EQ(json::parse(r.body)["error"]["code"], "queue_full");
+  ::close(filler);
 }
 
 TEST(HttpLimitsTest, OptionsMapToLimitsOnceAndOutOfRangeOnesAreNamed) {

@@ -24,8 +24,10 @@
 
 namespace tessera::testing {
 
-// One HTTP/1.1 request with Connection: close; returns the raw response.
-inline std::string http(int port, const std::string& method, const std::string& path, const std::string& body = "") {
+// One HTTP/1.1 request with Connection: close (and `headers`, "Name: value\r\n" lines);
+// returns the raw response.
+inline std::string http(int port, const std::string& method, const std::string& path, const std::string& body = "",
+                        const std::string& headers = "") {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -36,6 +38,7 @@ inline std::string http(int port, const std::string& method, const std::string& 
     return "";
   }
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  req += headers;
   if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n" + body;
   (void)!write(fd, req.data(), req.size());
@@ -64,17 +67,22 @@ class ServeProcess {
     zmq_endpoint_ = "ipc://" + dir_ + "/client.ipc";
     log_path_ = dir_ + "/serve.log";
     // Everything the child needs is built before fork: the test process may have threads.
-    std::vector<std::string> args = {bin_dir() + "/tessera-serve",
-                                     "--port",
-                                     "0",
-                                     "--set",
-                                     "server.control=ipc://" + dir_ + "/control.ipc",
-                                     "--set",
-                                     "server.zmq_client=" + zmq_endpoint_};
+    std::vector<std::string> args = {bin_dir() + "/tessera-serve", "--port", "0"};
+    if (own_endpoints_) {
+      args.insert(args.end(), {"--set", "server.control=ipc://" + dir_ + "/control.ipc", "--set",
+                               "server.zmq_client=" + zmq_endpoint_});
+    } else {
+      zmq_endpoint_.clear();  // tessera-serve chooses (its log says which)
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::vector<std::string> env_strings = env_;  // first: getenv() takes the first match
+    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
     const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) return false;
     const rlim_t fd_limit = fd_limit_;
@@ -88,7 +96,7 @@ class ServeProcess {
       dup2(log_fd, STDERR_FILENO);
       const int null_fd = ::open("/dev/null", O_WRONLY);
       if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     ::close(log_fd);
@@ -149,6 +157,11 @@ class ServeProcess {
   }
   // RLIMIT_NOFILE (soft and hard) of the server child started next; 0 = inherited.
   void set_fd_limit(rlim_t limit) { fd_limit_ = limit; }
+  // Before start(): leave server.control and server.zmq_client to tessera-serve's defaults
+  // (free ports) instead of this fixture's private ipc:// endpoints.
+  void use_default_endpoints() { own_endpoints_ = false; }
+  // Before start(): NAME=VALUE in the child's environment, over the test's own.
+  void set_env(const std::string& name, const std::string& value) { env_.push_back(name + "=" + value); }
 
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
@@ -162,6 +175,8 @@ class ServeProcess {
   int port_ = 0;
   rlim_t fd_limit_ = 0;
   std::string dir_, zmq_endpoint_, log_path_;
+  bool own_endpoints_ = true;
+  std::vector<std::string> env_;
 };
 
 // 'text' quoted for /bin/sh.

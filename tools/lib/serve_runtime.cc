@@ -17,6 +17,8 @@
 #include "common/checkpoint.h"
 #include "common/curve_keys.h"
 #include "common/logging.h"
+#include "common/private_temp_dir.h"
+#include "common/secret_file.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/chat_template.h"
 #include "coordinator/cluster.h"
@@ -67,33 +69,27 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
 
 namespace {
 
-// A fresh private folder (mkdtemp: mode 0700, a name nobody could have prepared) holding the
-// local workers' configuration, written 0600 and without secrets: the workers read their
-// pre-registration settings (control address, CURVE key files, heartbeat, backend) from it;
-// everything else comes in their Assignment.
-StatusOr<std::string> write_local_worker_config(const TesseraConfig& config) {
-  std::string pattern = (std::filesystem::temp_directory_path() / "tessera-serve-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    return internal_error("cannot create a temporary folder for the workers' configuration (" + pattern +
-                          "): " + std::strerror(errno));
+// The local workers read their pre-registration settings (control address, CURVE key files,
+// heartbeat, backend) from a file; everything else comes in their Assignment. The file holds
+// no secrets (worker_config_yaml) and lies, 0600, in a fresh private folder (mkdtemp, 0700)
+// removed on exit, or by the next start after a kill -9 (common/private_temp_dir.h).
+StatusOr<PrivateTempDir> write_local_worker_config(const TesseraConfig& config) {
+  if (int n = remove_stale_private_temp_dirs("tessera-serve"); n > 0) {
+    TESSERA_LOG_INFO("removed {} temporary folder(s) of tessera-serve processes that no longer run", n);
   }
-  const std::string path = pattern + "/config.yaml";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return internal_error("cannot create " + path + ": " + std::strerror(errno));
-  const std::string yaml = worker_config_yaml(config);
-  size_t done = 0;
-  while (done < yaml.size()) {
-    const ssize_t n = ::write(fd, yaml.data() + done, yaml.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      return internal_error("cannot write " + path + ": " + why);
-    }
-    done += static_cast<size_t>(n);
+  TESSERA_ASSIGN_OR_RETURN(PrivateTempDir dir, PrivateTempDir::create("tessera-serve"));
+  TESSERA_RETURN_IF_ERROR(dir.write_file("config.yaml", worker_config_yaml(config)).status());
+  return dir;
+}
+
+// server.http.api_keys and the keys of server.http.api_keys_file (its mode checked).
+StatusOr<std::vector<std::string>> configured_api_keys(const HttpSection& http) {
+  std::vector<std::string> keys = http.api_keys;
+  if (!http.api_keys_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> from_file, read_api_keys_file(http.api_keys_file));
+    keys.insert(keys.end(), from_file.begin(), from_file.end());
   }
-  if (::close(fd) != 0) return internal_error("cannot write " + path + ": " + std::strerror(errno));
-  return pattern;
+  return keys;
 }
 
 // Ends set-up early: the signal's log line and the (clean) outcome.
@@ -116,6 +112,7 @@ Status serve(ServeOptions o) {
   TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
   c.model.path = std::filesystem::absolute(c.model.path).lexically_normal().string();
   TESSERA_RETURN_IF_ERROR(validate_config(c));
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> api_keys, configured_api_keys(c.server.http));
 
   // The model's shape, the plan and the tokenizer, checked here before any worker starts.
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, check_deployment(c));
@@ -170,14 +167,14 @@ Status serve(ServeOptions o) {
     ~HandlerReset() { s.set_handler(nullptr); }
   } handler_reset{signals};
   LocalWorkers workers;
-  std::string tmp;
+  PrivateTempDir tmp;
   if (o.spawn_workers) {
     // Local ranks connect where the group bound (a shared config's worker.control_address
     // names the coordinator for workers on other hosts).
     TesseraConfig local = c;
     local.worker.control_address = group->endpoint();
     TESSERA_ASSIGN_OR_RETURN(tmp, write_local_worker_config(local));
-    TESSERA_RETURN_IF_ERROR(workers.start(executable_dir() + "/tessera-worker", tmp + "/config.yaml",
+    TESSERA_RETURN_IF_ERROR(workers.start(executable_dir() + "/tessera-worker", tmp.path() + "/config.yaml",
                                           c.parallel.tensor_parallel));
   }
   TESSERA_LOG_INFO("waiting for {} worker(s) at {} (KV pool: {})", c.parallel.tensor_parallel, group->endpoint(),
@@ -191,7 +188,7 @@ Status serve(ServeOptions o) {
   if (!ready.is_ok() || signals.requested()) {
     group->shutdown("set-up ended");
     workers.stop();
-    if (!tmp.empty()) std::filesystem::remove_all(tmp);
+    tmp.remove();
     return ready;
   }
   const std::optional<KvPoolSize> pool = cluster.kv_pool->get();
@@ -214,7 +211,7 @@ Status serve(ServeOptions o) {
   HttpServerOptions ho;
   ho.host = c.server.http.host;
   ho.port = c.server.http.port;
-  ho.api_keys = c.server.http.api_keys;
+  ho.api_keys = api_keys;
   ho.max_body_bytes = c.server.http.max_body_bytes;
   ho.max_connections = c.server.http.max_connections;
   ho.idle_timeout_s = c.server.http.idle_timeout_s;
@@ -281,7 +278,7 @@ Status serve(ServeOptions o) {
   if (supervisor.joinable()) supervisor.join();
   group->shutdown("server shutting down");
   workers.stop();
-  if (!tmp.empty()) std::filesystem::remove_all(tmp);
+  tmp.remove();
   signals.set_handler(nullptr);  // it uses `service`, which goes before handler_reset does
   TESSERA_LOG_INFO("stopped");
   return Status::ok();
