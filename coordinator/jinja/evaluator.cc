@@ -255,6 +255,14 @@ void Evaluator::emit(std::string& out, const std::string& text) {
 }
 
 std::string Evaluator::render(const Body& body, ScopePtr globals) {
+  struct BreakCycles {
+    Evaluator* ev;
+    ~BreakCycles() {
+      for (auto& l : ev->mutated_lists_) l->clear();
+      for (auto& d : ev->mutated_dicts_) d->entries.clear();
+      for (auto& s : ev->macro_scopes_) s->vars.clear();
+    }
+  } cleanup{this};
   std::string out;
   exec(body, out, globals);
   return out;
@@ -295,7 +303,10 @@ Evaluator::Flow Evaluator::exec_one(const Stmt& s, std::string& out, const Scope
         scope->vars[s.targets[0]] = std::move(v);
         return Flow::kNormal;
       }
-      case StmtKind::kMacro: scope->vars[s.text] = make_macro(s, scope, s.text); return Flow::kNormal;
+      case StmtKind::kMacro:
+        scope->vars[s.text] = make_macro(s, scope, s.text);
+        if (tracked_.insert(scope.get()).second) macro_scopes_.push_back(scope);
+        return Flow::kNormal;
       case StmtKind::kCallBlock: {
         const Expr& call_expr = *s.expr;
         Value callee = eval(*call_expr.children[0], scope);
@@ -403,6 +414,7 @@ void Evaluator::exec_set(const Stmt& s, const ScopePtr& scope) {
     const Value* ns = scope->find(s.targets[0]);
     if (ns == nullptr || ns->kind() != Kind::kNamespace)
       fail("cannot assign attribute '" + s.text + "' on '" + s.targets[0] + "': it is not a namespace() object");
+    track_mutated(ns->shared_entries());
     ns->entries().set(s.text, std::move(v));
     return;
   }

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "coordinator/jinja/ast.h"
 #include "coordinator/jinja/value.h"
@@ -41,6 +43,15 @@ class Evaluator {
   // output limit.
   void charge(size_t bytes);
   const RenderLimits& limits() const { return limits_; }
+  // Containers a template mutated (a list appended to, a namespace assigned, a scope holding
+  // a macro that refers back to it) can form reference cycles; render() empties them when it
+  // ends so nothing outlives the render.
+  void track_mutated(const std::shared_ptr<List>& list) {
+    if (tracked_.insert(list.get()).second) mutated_lists_.push_back(list);
+  }
+  void track_mutated(const std::shared_ptr<Dict>& dict) {
+    if (tracked_.insert(dict.get()).second) mutated_dicts_.push_back(dict);
+  }
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -58,6 +69,10 @@ class Evaluator {
   void step();
 
   RenderLimits limits_;
+  std::vector<std::shared_ptr<List>> mutated_lists_;
+  std::vector<std::shared_ptr<Dict>> mutated_dicts_;
+  std::vector<ScopePtr> macro_scopes_;
+  std::unordered_set<const void*> tracked_;
   size_t produced_ = 0;
   size_t built_ = 0;
   int64_t steps_ = 0;

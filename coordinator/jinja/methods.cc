@@ -315,7 +315,8 @@ Value method_of(const Value& obj, const std::string& name) {
     // append is refused by transformers' immutable sandbox but allowed here: some templates
     // written for other engines use it to build lists.
     if (name == "append" && !obj.is_tuple()) {
-      return Value::callable("list.append", [obj](Evaluator&, const Args& a) {
+      return Value::callable("list.append", [obj](Evaluator& ev, const Args& a) {
+        ev.track_mutated(obj.shared_items());
         if (a.positional.size() != 1 || !a.named.empty()) fail("append() takes exactly one argument");
         if (obj.items().size() >= 10'000'000) fail("list too long");
         obj.items().push_back(a.positional[0]);

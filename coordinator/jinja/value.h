@@ -89,6 +89,8 @@ class Value {
   const std::string& undefined_hint() const { return str_; }
   List& items() const { return *list_; }
   Dict& entries() const { return *dict_; }
+  const std::shared_ptr<List>& shared_items() const { return list_; }
+  const std::shared_ptr<Dict>& shared_entries() const { return dict_; }
   const Callable& function() const { return *fn_; }
 
  private:
