@@ -1,21 +1,19 @@
 #pragma once
-// Chat templates: turns a list of chat messages into the prompt text a model was trained on,
-// with the model's own Jinja template (tokenizer_config.json "chat_template") or a built-in
-// fallback ("llama2", "chatml") when it has none. Only the Jinja subset real templates use
-// is interpreted — text, {{ expr }}, {% if/elif/else/endif %}, {% for/else/endfor %},
-// {% set %}, comments, whitespace control (-), and the trim_blocks + lstrip_blocks settings
-// transformers renders with. Expressions: literals, variables, . and [] access, slices,
-// loop.first/last/index/index0/length/revindex, + - * / % ~, comparisons, in, is [not]
-// tests, and/or/not, a if c else b, filters (trim, upper, lower, length, first, last,
-// string, default, join, replace, capitalize, title), string methods (strip, upper, lower,
-// startswith, endswith, split) and raise_exception(). Anything else is an error naming it.
+// Chat templates: turns a conversation into the prompt text a model was trained on, with the
+// model's own Jinja template (tokenizer_config.json "chat_template") rendered as transformers'
+// apply_chat_template renders it (coordinator/jinja/: a Jinja2 engine with Python Jinja2
+// semantics), or a built-in template ("llama2", "chatml") when the model has none.
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/jinja/template.h"
 
 namespace tessera {
 
@@ -24,36 +22,43 @@ struct ChatMessage {
   std::string content;
 };
 
-namespace chat {
-struct Node;
-}
-
 class ChatTemplate {
  public:
-  // Parses a Jinja template. Unimplemented (naming the construct and its line) for syntax
-  // outside the subset; InvalidArgument for malformed templates.
+  // Parses a Jinja template: InvalidArgument (malformed) or Unimplemented (include, extends,
+  // import) naming the construct and its line.
   static StatusOr<ChatTemplate> parse(std::string_view source);
   // A built-in template: "llama2" ([INST] ... [/INST]) or "chatml" (<|im_start|>role ...).
   static StatusOr<ChatTemplate> builtin(std::string_view name);
   // The tokenizer's chat template, or the built-in `fallback` when it has none; bos_token
-  // and eos_token are the tokenizer's.
+  // and eos_token are the tokenizer's (undefined in the template when it has none).
   static StatusOr<ChatTemplate> for_tokenizer(const Tokenizer& tokenizer, std::string_view fallback = "llama2");
 
-  // Renders `messages`. raise_exception() in the template, or a type error, is
+  // Renders role + content messages. raise_exception() in the template, or a type error, is
   // InvalidArgument with the message (the request's messages were not acceptable).
   StatusOr<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // Renders with the whole context as transformers passes it: `messages` (any fields:
+  // content as a string or a list of parts, tool_calls, tool_call_id, name, ...), and
+  // optionally `tools`, `documents` (null when absent), `add_generation_prompt` (false when
+  // absent), `bos_token` / `eos_token` (this template's when absent) and any extra variables.
+  // Objects keep their key order (tojson prints tool schemas in the client's order), so
+  // parse request bodies as ordered_json; a plain json context renders its keys sorted.
+  StatusOr<std::string> render(const nlohmann::ordered_json& context) const;
+  StatusOr<std::string> render(const nlohmann::json& context) const;
 
-  void set_special_tokens(std::string bos_token, std::string eos_token) {
+  void set_special_tokens(std::optional<std::string> bos_token, std::optional<std::string> eos_token) {
     bos_token_ = std::move(bos_token);
     eos_token_ = std::move(eos_token);
   }
+  // Output, depth and step limits, and strftime_now's time (tests pin it).
+  void set_limits(jinja::RenderLimits limits) { limits_ = std::move(limits); }
   const std::string& source() const { return source_; }
 
  private:
   std::string source_;
-  std::shared_ptr<const std::vector<chat::Node>> body_;
-  std::string bos_token_ = "<s>";
-  std::string eos_token_ = "</s>";
+  std::shared_ptr<const jinja::Template> template_;
+  std::optional<std::string> bos_token_ = "<s>";
+  std::optional<std::string> eos_token_ = "</s>";
+  jinja::RenderLimits limits_;
 };
 
 }  // namespace tessera

@@ -124,6 +124,16 @@ Status serve(ServeOptions o) {
     TESSERA_LOG_WARN("no usable tokenizer ({}); only token-id prompts will be accepted", tok.status().to_string());
   }
   ckpt.reset();
+  // The chat template is checked before any worker starts: one that does not parse stops
+  // start-up with its error (construct and line), never a silent fallback; a model without
+  // one gets the documented built-in (ChatTemplate::for_tokenizer).
+  ChatRenderer chat_renderer;
+  if (tokenizer) {
+    StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*tokenizer);
+    if (!tmpl.is_ok()) return tmpl.status().with_context(c.model.path);
+    auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+    chat_renderer = [shared](const std::vector<ChatMessage>& m) { return shared->render(m, true); };
+  }
   if (signals.requested()) return interrupted_setup(signals, "reading the model");
 
   const int64_t max_model_len =
@@ -220,6 +230,7 @@ Status serve(ServeOptions o) {
   ho.model_name = std::filesystem::path(c.model.path).filename().string();
   auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
   ho.zmq_replies = zmq_replies;
+  ho.chat_renderer = chat_renderer;
   HttpServer http(ho, service, tokenizer.get());
   http.ready_check = [g] { return g->is_complete(); };
 
@@ -233,6 +244,7 @@ Status serve(ServeOptions o) {
     zo.max_body_bytes = ho.max_body_bytes;
     zo.model_name = ho.model_name;
     zo.replies = zmq_replies;
+    zo.chat_renderer = chat_renderer;
     if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
       TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
       zo.curve_server_secret_key = keys.server.secret_key;

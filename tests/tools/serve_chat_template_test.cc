@@ -1,0 +1,57 @@
+// No silent fallback: tessera-serve on a model whose tokenizer_config.json has a chat template
+// that does not parse exits non-zero before any worker starts, with one line naming the
+// construct and its line (it used to log a warning and join message contents).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "tests/test_support.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// kjv-llama (which has a tokenizer) with tokenizer_config.json's chat_template replaced.
+std::string model_with_template(const std::string& dir, const std::string& chat_template) {
+  const std::string src = testing::fixtures_dir() + "/kjv-llama";
+  const std::string model = dir + "/kjv-llama";
+  fs::create_directories(model);
+  for (const auto& entry : fs::directory_iterator(src)) {
+    if (entry.path().filename() == "tokenizer_config.json") continue;
+    fs::create_symlink(entry.path(), model + "/" + entry.path().filename().string());
+  }
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(testing::read_file(src + "/tokenizer_config.json"));
+  config["chat_template"] = chat_template;
+  testing::write_file(model + "/tokenizer_config.json", config.dump(2));
+  return model;
+}
+
+struct BadTemplate {
+  std::string name, source, needle;
+};
+
+TEST(ServeChatTemplate, TemplateThatDoesNotParseStopsStartUpWithOneLine) {
+  TESSERA_REQUIRE_FIXTURES();
+  for (const BadTemplate& b : std::vector<BadTemplate>{
+           {"unclosed_if", "{{ bos_token }}\n{% for m in messages %}\n{% if m.role == 'user' %}{{ m.content }}\n{% endfor %}",
+            "line 4: unexpected {% endfor %}"},
+           {"unknown_filter", "{% for m in messages %}\n\n{{ m.content | shout }}{% endfor %}", "line 3: no filter named 'shout'"},
+           {"include", "{% include 'other.jinja' %}", "line 1: {% include %} is not supported"}}) {
+    const std::string dir = testing::make_temp_dir("tessera-bad-template");
+    const std::string model = model_with_template(dir, b.source);
+    const auto r = testing::run_command(testing::bin_dir() + "/tessera-serve --model '" + model +
+                                        "' --port 0 --set worker.backend=cpu");
+    fs::remove_all(dir);
+    EXPECT_NE(r.exit_code, 0) << b.name << ": " << r.err;
+    EXPECT_LT(r.exit_code, 128) << b.name << " killed by a signal: " << r.err;
+    EXPECT_NE(r.err.find(b.needle), std::string::npos) << b.name << " stderr: " << r.err;
+    EXPECT_NE(r.err.find("chat template"), std::string::npos) << b.name << " stderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << b.name << " stderr: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
