@@ -196,23 +196,6 @@ TEST(ServeDrain, ASecondSignalEndsTheDrainAtOnce) {
   EXPECT_NE(server.log().find("again: ending the drain now"), std::string::npos) << server.log();
 }
 
-// The processes whose parent is `pid` (the workers it started), from /proc/*/stat.
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = testing::read_file(entry.path().string() + "/stat");
-    const size_t paren = stat.rfind(')');  // "pid (comm) state ppid ..."
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(stat.substr(paren + 1));
-    std::string state;
-    pid_t ppid = 0;
-    if (rest >> state >> ppid && ppid == pid) out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
 
 // With this process a subreaper, a worker tessera-serve left behind (running, or exited but
 // never waited for) becomes our child: reaped by tessera-serve means not ours to wait for.
@@ -262,7 +245,7 @@ TEST(ServeDrain, SigtermDuringSetUpStopsAtOnceAndReapsTheWorkers) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_NE(server.log().find("waiting for 2 worker(s)"), std::string::npos) << server.log();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the workers are trying to register
-    const std::vector<pid_t> workers = children_of(server.pid());
+    const std::vector<pid_t> workers = testing::children_of(server.pid());
     ASSERT_EQ(workers.size(), 2u) << server.log();
 
     const Clock::time_point signalled = Clock::now();

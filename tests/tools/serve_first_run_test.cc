@@ -34,16 +34,6 @@ int64_t resident_bytes(pid_t pid) {
   return -1;
 }
 
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::ifstream in(entry.path() / "stat");
-    std::string self, comm, state;
-    pid_t ppid = 0;
-    if (in >> self >> comm >> state >> ppid && ppid == pid) out.push_back(std::stoi(self));
-  }
-  return out;
-}
 
 TEST(ServeFirstRun, DtypeAndThreadsFlagsReachTheWorkers) {
   TESSERA_REQUIRE_FIXTURES();
@@ -92,7 +82,7 @@ TEST(ServeFirstRun, ALargeCpuKvPoolTakesNoMemoryUntilUsed) {
   ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--dtype", "float32", "--backend",
                             "cpu", "--threads", "1", "--set", "cache.num_blocks=65536"}))
       << server.log();
-  const std::vector<pid_t> workers = children_of(server.pid());
+  const std::vector<pid_t> workers = testing::children_of(server.pid());
   ASSERT_EQ(workers.size(), 1u);
   const int64_t rss = resident_bytes(workers[0]);
   ASSERT_GT(rss, 0);

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,6 +191,24 @@ inline std::string shell_quote(const std::string& text) {
     }
   }
   return out + "'";
+}
+
+// The processes whose parent is `pid` (the workers a tessera-serve started), from /proc/*/stat.
+inline std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_file(entry.path().string() + "/stat");
+    const size_t paren = stat.rfind(')');  // "pid (comm) state ppid ..."
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(paren + 1));
+    std::string state;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == pid) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
 }
 
 }  // namespace tessera::testing

@@ -36,18 +36,6 @@ void write_text(const std::string& path, const std::string& text, mode_t mode) {
   ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
 }
 
-// The pids of `pid`'s children (its worker processes).
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::ifstream in(entry.path() / "stat");
-    std::string self, comm, state;
-    pid_t ppid = 0;
-    if (in >> self >> comm >> state >> ppid && ppid == pid) out.push_back(std::stoi(self));
-  }
-  return out;
-}
-
 // Every regular file `pid` has open (its /proc/<pid>/fd targets).
 std::vector<std::string> open_files(pid_t pid) {
   std::vector<std::string> out;
@@ -110,7 +98,7 @@ TEST(ServeSecrets, NoFileUnderTheTempFolderOrOpenByTheServerOrItsWorkersHoldsAnA
   }
   EXPECT_GE(files, 1) << "the workers' configuration should be under TMPDIR " << tmp;
   // Everything the server and its workers hold open.
-  std::vector<pid_t> pids = children_of(server.pid());
+  std::vector<pid_t> pids = testing::children_of(server.pid());
   ASSERT_FALSE(pids.empty()) << "no worker process";
   pids.push_back(server.pid());
   for (pid_t pid : pids) {
