@@ -46,7 +46,7 @@ tessera::StatusOr<std::vector<int32_t>> parse_ids(const std::string& list) {
 int main(int argc, char** argv) {
   CLI::App app{"Encode text to token ids or decode ids to text (Hugging Face tokenizer.json)"};
   std::string dir, text, text_file, decode_list;
-  bool json = false, add_special = false, skip_special = false;
+  bool json = false, add_special = false, skip_special = false, no_cleanup = false;
   app.add_option("--tokenizer", dir, "folder with tokenizer.json [and tokenizer_config.json]")->required();
   auto* text_opt = app.add_option("--text", text, "text to encode");
   auto* file_opt = app.add_option("--text-file", text_file, "file whose exact bytes are encoded");
@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON (the only output format; accepted for scripts)");
   app.add_flag("--add-special-tokens", add_special, "apply the post-processor (e.g. BOS) when encoding");
   app.add_flag("--skip-special-tokens", skip_special, "leave special tokens out when decoding");
+  app.add_flag("--no-cleanup", no_cleanup,
+               "decode as the tokenizers library does: without transformers' clean-up of spaces before "
+               "punctuation, which tokenizer_config.json's clean_up_tokenization_spaces otherwise turns on");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -81,7 +84,8 @@ int main(int argc, char** argv) {
                     std::to_string(vocab) + ")");
       }
     }
-    out["text"] = tok.value()->decode(ids.value(), skip_special);
+    out["text"] = no_cleanup ? tok.value()->decode_without_cleanup(ids.value(), skip_special)
+                             : tok.value()->decode(ids.value(), skip_special);
   } else {
     if (file_opt->count() > 0) {
       std::ifstream in(text_file, std::ios::binary);

@@ -5,6 +5,7 @@ namespace tessera {
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens,
                                                std::vector<int32_t> prompt_ids)
     : tok_(tok), skip_special_(skip_special_tokens), ids_(std::move(prompt_ids)) {
+  if (tok_.cleans_up_tokenization_spaces()) cleanup_.emplace();
   if (ids_.empty()) return;
   // Start the window at the last prompt position where the text so far is final; the
   // prompt text inside the window is remembered so it is not emitted again.
@@ -31,6 +32,10 @@ std::string IncrementalDetokenizer::take_delta(const std::string& text) {
   return text.substr(common);
 }
 
+std::string IncrementalDetokenizer::clean(std::string delta) {
+  return cleanup_ ? cleanup_->push(delta) : delta;
+}
+
 std::string IncrementalDetokenizer::push(int32_t id) {
   ids_.push_back(id);
   bool unstable = false;
@@ -45,10 +50,16 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   } else {
     delivered_ = text;
   }
-  return delta;
+  return clean(std::move(delta));
 }
 
 std::string IncrementalDetokenizer::finish() {
+  std::string delta = finish_window();
+  if (!cleanup_) return delta;
+  return cleanup_->push(delta) + cleanup_->finish();
+}
+
+std::string IncrementalDetokenizer::finish_window() {
   if (window_begin_ >= ids_.size()) return "";
   const std::string text =
       tok_.decode_window(ids_, window_begin_, ids_.size(), skip_special_, continuation_, true, nullptr);

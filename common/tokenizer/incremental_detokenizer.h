@@ -7,11 +7,15 @@
 // It decodes a window of recent ids. The window restarts after each emitted delta once
 // start-of-text effects (Metaspace's first token, Strip of the leading space) are
 // settled; text is held back while it could still change: an incomplete UTF-8
-// sequence, a byte-fallback run a later byte could invalidate, a strippable tail.
+// sequence, a byte-fallback run a later byte could invalidate, a strippable tail. When the
+// tokenizer cleans up tokenization spaces, the deltas then pass through a CleanupStream,
+// which holds back a tail such as " n" that could become " n't".
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/tokenizer/tokenization_cleanup.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace tessera {
@@ -27,6 +31,8 @@ class IncrementalDetokenizer {
 
  private:
   std::string take_delta(const std::string& text);
+  std::string clean(std::string delta);
+  std::string finish_window();  // finish() before the clean-up  // through cleanup_ when the tokenizer cleans up
 
   const Tokenizer& tok_;
   bool skip_special_;
@@ -34,6 +40,7 @@ class IncrementalDetokenizer {
   size_t window_begin_ = 0;    // first id of the window being decoded
   bool continuation_ = false;  // text before the window is non-empty and final
   std::string delivered_;      // window text already delivered (prompt text), not to repeat
+  std::optional<tok::CleanupStream> cleanup_;
 };
 
 }  // namespace tessera

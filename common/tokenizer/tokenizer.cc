@@ -8,6 +8,7 @@
 #include "common/tokenizer/added_vocabulary.h"
 #include "common/tokenizer/bpe_model.h"
 #include "common/tokenizer/decoder.h"
+#include "common/tokenizer/tokenization_cleanup.h"
 #include "common/tokenizer/json_fields.h"
 #include "common/tokenizer/normalizer.h"
 #include "common/tokenizer/post_processor.h"
@@ -199,6 +200,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_json(const std::string& tok
     };
     TESSERA_RETURN_IF_ERROR(resolve("bos_token", &t->bos_id_));
     TESSERA_RETURN_IF_ERROR(resolve("eos_token", &t->eos_id_));
+    if (auto it = c.find("clean_up_tokenization_spaces"); it != c.end() && !it->is_null()) {
+      if (!it->is_boolean()) {
+        return invalid_argument(config_source + ": clean_up_tokenization_spaces: expected true or false, got " +
+                                it->dump());
+      }
+      t->clean_up_tokenization_spaces_ = it->get<bool>();
+    }
     if (auto it = c.find("chat_template"); it != c.end() && !it->is_null()) {
       if (it->is_string()) {
         t->chat_template_ = it->get<std::string>();
@@ -340,6 +348,11 @@ std::string Tokenizer::decode_window(const std::vector<int32_t>& ids, size_t beg
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::string text = decode_without_cleanup(ids, skip_special_tokens);
+  return clean_up_tokenization_spaces_ ? tok::clean_up_tokenization(text) : text;
+}
+
+std::string Tokenizer::decode_without_cleanup(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   return decode_window(ids, 0, ids.size(), skip_special_tokens, false, true, nullptr);
 }
 

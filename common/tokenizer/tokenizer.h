@@ -40,8 +40,15 @@ class Tokenizer {
 
   // Invalid UTF-8 in `text` is first replaced by U+FFFD (as Python's errors="replace").
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
-  // Unknown ids are skipped, as tokenizers does.
+  // What transformers' `tokenizer.decode` returns: the decoder chain, then, when
+  // tokenizer_config.json sets `clean_up_tokenization_spaces`, transformers' clean-up
+  // (common/tokenizer/tokenization_cleanup.h). Unknown ids are skipped, as tokenizers does.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
+  // The `tokenizers` library's decode: the decoder chain only, never the clean-up.
+  std::string decode_without_cleanup(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
+  // tokenizer_config.json's `clean_up_tokenization_spaces` (false when absent, as in
+  // transformers since 4.45).
+  bool cleans_up_tokenization_spaces() const { return clean_up_tokenization_spaces_; }
 
   int32_t bos_id() const { return bos_id_; }  // -1 when none
   int32_t eos_id() const { return eos_id_; }  // -1 when none
@@ -53,7 +60,8 @@ class Tokenizer {
   // The token string of `id` ("" when none).
   std::string id_to_token(int32_t id) const;
 
-  // Streaming support for IncrementalDetokenizer: decodes ids[begin, end).
+  // Streaming support for IncrementalDetokenizer: decodes ids[begin, end), without the
+  // clean-up (the detokenizer applies it to the stream).
   // `continuation`: earlier tokens were already decoded (no start-of-text effects);
   // `at_end`: no tokens follow. `*unstable` is set when the text could still change
   // once more tokens follow (incomplete UTF-8, a pending byte-fallback run, ...).
@@ -81,6 +89,7 @@ class Tokenizer {
   int32_t eos_id_ = -1;
   int64_t vocab_size_ = 0;
   std::string chat_template_;
+  bool clean_up_tokenization_spaces_ = false;
 };
 
 }  // namespace tessera

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/tokenizer/incremental_detokenizer.h"
+#include "common/tokenizer/tokenization_cleanup.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/unicode_utils.h"
 #include "tests/test_support.h"
@@ -55,7 +56,10 @@ TEST(TokenizerProperty, ByteLevelRoundTripRandomUnicode) {
   std::mt19937 rng(1234);
   for (int i = 0; i < 300; ++i) {
     const std::string s = random_text(rng, 1 + i % 40);
-    ASSERT_EQ(tok->decode(tok->encode(s, false), false), s) << "case " << i;
+    // The tokenizers library's round trip: GPT-2's config turns transformers' clean-up
+    // on, which by design does not round-trip " ," (tested below).
+    ASSERT_EQ(tok->decode_without_cleanup(tok->encode(s, false), false), s) << "case " << i;
+    ASSERT_EQ(tok->decode(tok->encode(s, false), false), tok::clean_up_tokenization(s)) << "case " << i;
   }
 }
 

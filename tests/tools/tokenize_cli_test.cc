@@ -70,5 +70,24 @@ TEST_F(TokenizeCliTest, BadInputsGiveOneLineAndNonZeroExit) {
   EXPECT_LT(bad_id.exit_code, 128);
 }
 
+// GPT-2's tokenizer_config.json sets clean_up_tokenization_spaces: --decode gives what
+// transformers' decode gives, --no-cleanup what the tokenizers library gives.
+TEST_F(TokenizeCliTest, DecodeCleansUpSpacesAsTheConfigSaysUnlessNoCleanup) {
+  const std::string gpt2 = quote(testing::fixtures_dir() + "/tokenizers/gpt2");
+  auto enc = testing::run_command(tokenize_bin() + " --tokenizer " + gpt2 + " --text \"Hello , world ! I 'm\"");
+  ASSERT_EQ(enc.exit_code, 0) << enc.err;
+  std::string list;
+  const nlohmann::json ids = nlohmann::json::parse(enc.out)["ids"];
+  for (const auto& id : ids) {
+    list += (list.empty() ? "" : ",") + std::to_string(id.get<int>());
+  }
+  auto cleaned = testing::run_command(tokenize_bin() + " --tokenizer " + gpt2 + " --decode " + list);
+  auto raw = testing::run_command(tokenize_bin() + " --tokenizer " + gpt2 + " --decode " + list + " --no-cleanup");
+  ASSERT_EQ(cleaned.exit_code, 0) << cleaned.err;
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_EQ(nlohmann::json::parse(cleaned.out)["text"], "Hello, world! I'm");
+  EXPECT_EQ(nlohmann::json::parse(raw.out)["text"], "Hello , world ! I 'm");
+}
+
 }  // namespace
 }  // namespace tessera
