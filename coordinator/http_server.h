@@ -109,7 +109,7 @@ class HttpServer {
   std::function<bool()> ready_check;
 
  private:
-  friend class HttpSession;  // one connection (http_server.cc)
+  friend class HttpSession;  // one connection (coordinator/http_session.h)
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
