@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "coordinator/api_submission.h"
 #include "coordinator/http_server_impl.h"
 #include "coordinator/http_session.h"
 
@@ -50,16 +51,22 @@ int connection_room_under_fd_limit() {
 
 }  // namespace
 
-void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& s) {
+ApiError too_many_connections_error() {
+  return api_error(503, "service_unavailable", "", "too many connections (server.http.max_connections)");
+}
+
+void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& s, bool probe_only) {
   std::lock_guard<std::mutex> lock(sessions_mu);
   ++live_sessions;
+  if (probe_only) ++probe_sessions;
   std::erase_if(sessions, [](const std::weak_ptr<HttpSession>& w) { return w.expired(); });
   sessions.push_back(s);
 }
 
-void HttpServer::Impl::remove_session(HttpSession*) {
+void HttpServer::Impl::remove_session(bool probe_only) {
   std::lock_guard<std::mutex> lock(sessions_mu);
   --live_sessions;
+  if (probe_only) --probe_sessions;
   sessions_cv.notify_all();
 }
 
@@ -72,16 +79,20 @@ void HttpServer::Impl::accept() {
     }
     if (!ec) {
       accept_backoff = std::chrono::milliseconds(0);
-      bool full = false;
+      bool full = false, probe_only = false;
       {
         std::lock_guard<std::mutex> lock(sessions_mu);
-        full = live_sessions >= limits.max_connections;
+        // Only this accept handler opens sessions, so the counts cannot grow before add_session.
+        if (live_sessions - probe_sessions >= limits.max_connections) {
+          probe_only = probe_sessions < limits.probe_reserve;
+          full = !probe_only;
+        }
       }
       if (full) {
         refuse_connection(std::move(socket));
       } else {
-        auto session = std::make_shared<HttpSession>(*this, std::move(socket));
-        add_session(session);
+        auto session = std::make_shared<HttpSession>(*this, std::move(socket), probe_only);
+        add_session(session, probe_only);
         asio::dispatch(session->shutdown_executor(), [session]() { session->start(); });
       }
     }
@@ -107,9 +118,7 @@ void HttpServer::Impl::back_off_accepting() {
 
 void HttpServer::Impl::refuse_connection(tcp::socket socket) {
   static const std::string kBusy = [] {
-    const std::string body =
-        R"json({"error":{"message":"too many connections (server.http.max_connections)",)json"
-        R"json("type":"service_unavailable","param":null,"code":null}})json";
+    const std::string body = error_body(too_many_connections_error());
     return "HTTP/1.1 503 Service Unavailable\r\nServer: tessera\r\nContent-Type: application/json\r\n"
            "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body;

@@ -44,8 +44,8 @@ struct HttpServer::Impl {
   void back_off_accepting();
   // Past max_connections: a short 503 written without waiting, then close.
   void refuse_connection(boost::asio::ip::tcp::socket socket);
-  void add_session(const std::shared_ptr<HttpSession>& s);
-  void remove_session(HttpSession* s);
+  void add_session(const std::shared_ptr<HttpSession>& s, bool probe_only);
+  void remove_session(bool probe_only);
   void close_acceptor();  // posted to the io_context
   // Posts `what` to every live connection's strand.
   void post_to_sessions(void (HttpSession::*what)());
@@ -76,8 +76,12 @@ struct HttpServer::Impl {
   std::mutex sessions_mu;
   std::condition_variable sessions_cv;
   std::vector<std::weak_ptr<HttpSession>> sessions;
-  int live_sessions = 0;
+  int live_sessions = 0;   // every open connection, probe connections included
+  int probe_sessions = 0;  // those past max_connections, for a probe only (HttpLimits::probe_reserve)
 };
+
+// The 503 of a server at its connection cap (server.http.max_connections).
+ApiError too_many_connections_error();
 
 // Seconds since the Unix epoch: the "created" of responses and model cards.
 int64_t unix_now();

@@ -25,12 +25,31 @@ std::optional<std::string> joined_field(const http::request_parser<http::string_
   return out;
 }
 
+// A probe connection's request, by its head: GET or HEAD of /health, /ready or /metrics.
+bool is_probe_request(const http::request_parser<http::string_body>::value_type& req) {
+  if (req.method() != http::verb::get && req.method() != http::verb::head) return false;
+  std::string_view path(req.target().data(), req.target().size());
+  path = path.substr(0, path.find('?'));
+  return path == "/health" || path == "/ready" || path == "/metrics";
+}
+
 }  // namespace
 
 void HttpSession::start() {
   beast::error_code ec;
   stream_.socket().non_blocking(true, ec);  // for the MSG_PEEK disconnect probe
   stream_.socket().set_option(tcp::no_delay(true), ec);
+  if (probe_only_) {
+    // The stream's own deadline closes the socket when it passes, so the wait for a probe's
+    // head is a timer that cancels the read instead: the 503 can still be written.
+    probe_timer_.emplace(stream_.get_executor());
+    probe_timer_->expires_after(server_.limits.probe_head_wait);
+    probe_timer_->async_wait([self = shared_from_this()](beast::error_code timer_ec) {
+      if (timer_ec || self->probe_head_in_ || self->closed_) return;
+      self->probe_wait_over_ = true;
+      self->stream_.cancel();  // the pending read ends with operation_aborted
+    });
+  }
   do_read();
 }
 
@@ -75,6 +94,12 @@ void HttpSession::read_header() {
 void HttpSession::on_header(beast::error_code ec) {
   if (ec) return on_read_error(ec);
   auto& req = parser_->get();
+  if (probe_only_) {
+    probe_head_in_ = true;
+    if (probe_timer_) probe_timer_->cancel();
+    version_ = req.version() == 10 ? 10 : 11;
+    if (!is_probe_request(req)) return refuse_as_full();  // its body is never read
+  }
   // CORS headers go on every answer to an allowed origin, errors included.
   if (auto origin = req.find(http::field::origin); origin != req.end()) {
     origin_ = std::string(origin->value());
@@ -109,12 +134,14 @@ void HttpSession::on_header(beast::error_code ec) {
 }
 
 void HttpSession::read_body() {
-  stream_.expires_after(server_.limits.idle_timeout);
+  // A probe connection is one of a few: it may not hold its slot for the idle timeout.
+  stream_.expires_after(probe_only_ ? server_.limits.header_timeout : server_.limits.idle_timeout);
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
 }
 
 void HttpSession::on_read_error(beast::error_code ec) {
+  if (probe_wait_over_ && ec == asio::error::operation_aborted) return refuse_as_full();
   if (ec == http::error::body_limit) {
     version_ = 11;
     keep_alive_ = false;
@@ -137,8 +164,13 @@ void HttpSession::on_read(beast::error_code ec) {
   stream_.expires_never();
   http::request<http::string_body> req = parser_->release();
   version_ = req.version();
-  keep_alive_ = req.keep_alive();
+  keep_alive_ = req.keep_alive() && !probe_only_;  // a probe connection serves one request
   handle(req);
+}
+
+void HttpSession::refuse_as_full() {
+  keep_alive_ = false;
+  send_error(too_many_connections_error(), {{"Retry-After", kRetryAfterSeconds}});
 }
 
 // ---- writing ---------------------------------------------------------------------------
@@ -253,6 +285,7 @@ void HttpSession::linger() {
 
 void HttpSession::disconnect() {
   abort_generation();
+  if (probe_timer_) probe_timer_->cancel();  // its handler holds this session
   if (closed_) return;
   closed_ = true;
   if (!writing_) queue_.clear();  // an in-flight write still reads queue_.front()

@@ -33,9 +33,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // Extra response headers: (name, value), set through Beast's fields.
   using Headers = std::vector<std::pair<boost::beast::string_view, std::string>>;
 
-  HttpSession(HttpServer::Impl& server, boost::asio::ip::tcp::socket socket)
-      : server_(server), stream_(std::move(socket)) {}
-  ~HttpSession() { server_.remove_session(this); }
+  // `probe_only`: a connection past max_connections, served one probe request at most
+  // (HttpLimits::probe_reserve).
+  HttpSession(HttpServer::Impl& server, boost::asio::ip::tcp::socket socket, bool probe_only)
+      : server_(server), stream_(std::move(socket)), probe_only_(probe_only) {}
+  ~HttpSession() { server_.remove_session(probe_only_); }
 
   void start();
   // From HttpServer::stop (posted to the strand): abort everything and close.
@@ -88,6 +90,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void read_body();
   void on_read_error(boost::beast::error_code ec);
   void on_read(boost::beast::error_code ec);
+  // A probe connection whose request is not a probe (or did not come in time): the 503 of a
+  // full server, then close.
+  void refuse_as_full();
 
   // ---- routing (http_session_routes.cc) ----------------------------------------------------
   void handle(const Request& req);
@@ -120,6 +125,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   HttpServer::Impl& server_;
   boost::beast::tcp_stream stream_;
+  const bool probe_only_;
+  // A probe connection: its wait for a request head (HttpLimits::probe_head_wait).
+  std::optional<boost::asio::steady_timer> probe_timer_;
+  bool probe_head_in_ = false;    // the head came in time
+  bool probe_wait_over_ = false;  // it did not: the read was cancelled
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   unsigned version_ = 11;
