@@ -8,7 +8,6 @@ namespace tessera {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 void HttpSession::start_generation(ApiEndpoint endpoint, const std::string& body) {
