@@ -13,8 +13,10 @@
 // API keys (when set) guard /v1/* only. Requests whose body cannot be framed or decoded
 // (Transfer-Encoding other than chunked, Content-Encoding other than identity) and HTTP/1.1
 // requests without Host are refused before their body is read, and the connection closed.
-// Connections beyond max_connections are answered 503 and closed at once; when accept()
-// runs out of file descriptors the listener pauses (backing off up to 1 s) instead of spinning.
+// Connections beyond max_connections may still ask for /health, /ready or /metrics (a small
+// reserve of probe connections, HttpLimits::probe_reserve); anything else gets 503 and the
+// connection closes. When accept() runs out of file descriptors the listener pauses (backing
+// off up to 1 s) instead of spinning.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -38,8 +40,16 @@ namespace tessera {
 struct HttpLimits {
   uint64_t max_body_bytes = 1 << 20;      // a larger request body gets 413 and the connection closes
   uint32_t max_header_bytes = 64 * 1024;  // request line + headers; more is a 400
-  // Open client connections; a connection accepted beyond it is answered 503 and closed.
+  // Open client connections; a connection accepted beyond it is a probe connection (below)
+  // while there is room for one, else answered 503 at once and closed.
   int max_connections = 10000;
+  // Past max_connections, so /health, /ready and /metrics still answer (a load balancer or
+  // Kubernetes probe must not read a full server as a dead one): up to this many more
+  // connections, each with probe_head_wait for its request head. A GET/HEAD of a probe path is
+  // answered; anything else, or nothing in time, gets the 503 of a full server; then each
+  // closes. These few fit in the descriptors the fd-derived cap keeps in reserve.
+  int probe_reserve = 16;
+  std::chrono::milliseconds probe_head_wait{500};
   // Waiting for the first byte of the next request on a kept-alive connection, or for a
   // request's body (after a 100 Continue too): the connection is closed when it passes.
   std::chrono::seconds idle_timeout{120};
@@ -109,7 +119,7 @@ class HttpServer {
   std::function<bool()> ready_check;
 
  private:
-  friend class HttpSession;  // one connection (http_server.cc)
+  friend class HttpSession;  // one connection (coordinator/http_session.h)
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

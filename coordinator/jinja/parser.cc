@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <set>
+#include <vector>
 
 #include "coordinator/jinja/builtins.h"
 
@@ -334,23 +335,49 @@ class Parser {
     return e;
   }
 
-  ExprPtr parse_or() {
-    ExprPtr e = parse_and();
-    while (is_name("or")) {
+  // The left-associative binary operators, one level per precedence, loosest first, as
+  // Jinja2's parser has them. Between `and` and `+ -` sit `not` and the comparisons
+  // (parse_not, parse_compare); `**`'s operands are unary expressions with their filters.
+  enum BinaryLevel { kOr, kAnd, kAddSub, kConcat, kMulDiv, kPow };
+  struct BinaryOps {
+    bool keyword;                   // `or`/`and` are names, the rest operator tokens
+    std::vector<const char*> ops;
+  };
+  static const BinaryOps& binary_ops(int level) {
+    static const BinaryOps kLevels[] = {
+        {true, {"or"}},                   // kOr
+        {true, {"and"}},                  // kAnd
+        {false, {"+", "-"}},              // kAddSub
+        {false, {"~"}},                   // kConcat
+        {false, {"*", "/", "//", "%"}},  // kMulDiv
+        {false, {"**"}},                  // kPow
+    };
+    return kLevels[level];
+  }
+
+  // The operator of `level` the next token is, or null.
+  const char* binary_op_at(int level) const {
+    const BinaryOps& level_ops = binary_ops(level);
+    for (const char* op : level_ops.ops)
+      if (level_ops.keyword ? is_name(op) : is_op(op)) return op;
+    return nullptr;
+  }
+
+  ExprPtr parse_binary(int level) {
+    auto operand = [&]() -> ExprPtr {
+      if (level == kAnd) return parse_not();
+      if (level == kPow) return parse_unary(true);
+      return parse_binary(level + 1);
+    };
+    ExprPtr e = operand();
+    while (const char* op = binary_op_at(level)) {
       const int line = next().line;
-      e = binary("or", std::move(e), parse_and(), line);
+      e = binary(op, std::move(e), operand(), line);
     }
     return e;
   }
 
-  ExprPtr parse_and() {
-    ExprPtr e = parse_not();
-    while (is_name("and")) {
-      const int line = next().line;
-      e = binary("and", std::move(e), parse_not(), line);
-    }
-    return e;
-  }
+  ExprPtr parse_or() { return parse_binary(kOr); }
 
   ExprPtr parse_not() {
     if (is_name("not")) {
@@ -365,7 +392,7 @@ class Parser {
 
   ExprPtr parse_compare() {
     const int line = peek().line;
-    ExprPtr first = parse_math1();
+    ExprPtr first = parse_binary(kAddSub);
     ExprPtr cmp;
     while (true) {
       std::string op;
@@ -388,47 +415,9 @@ class Parser {
         cmp->children.push_back(std::move(first));
       }
       cmp->ops.push_back(op);
-      cmp->children.push_back(parse_math1());
+      cmp->children.push_back(parse_binary(kAddSub));
     }
     return cmp ? std::move(cmp) : std::move(first);
-  }
-
-  ExprPtr parse_math1() {
-    ExprPtr e = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const Token& op = next();
-      e = binary(op.text == "+" ? "+" : "-", std::move(e), parse_concat(), op.line);
-    }
-    return e;
-  }
-
-  ExprPtr parse_concat() {
-    ExprPtr e = parse_math2();
-    while (is_op("~")) {
-      const int line = next().line;
-      e = binary("~", std::move(e), parse_math2(), line);
-    }
-    return e;
-  }
-
-  ExprPtr parse_math2() {
-    ExprPtr e = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token& op = next();
-      const std::string name = op.text;
-      ExprPtr rhs = parse_pow();
-      e = binary(name == "*" ? "*" : name == "/" ? "/" : name == "//" ? "//" : "%", std::move(e), std::move(rhs), op.line);
-    }
-    return e;
-  }
-
-  ExprPtr parse_pow() {
-    ExprPtr e = parse_unary(true);
-    while (is_op("**")) {
-      const int line = next().line;
-      e = binary("**", std::move(e), parse_unary(true), line);
-    }
-    return e;
   }
 
   ExprPtr parse_unary(bool with_filter) {

@@ -76,25 +76,10 @@ const char* const kPrompt = "And the LORD said unto Moses,";
 const char* const kMessage = "Blessed are the";
 constexpr int kMaxTokens = 24;
 
-class Cli : public ::testing::Test {
+class Cli : public testing::KjvServeSuite {
  protected:
-  static void SetUpTestSuite() {
-    if (testing::fixtures_dir().empty()) return;
-    server_ = std::make_unique<testing::ServeProcess>();
-    if (!server_->start({"--model", kjv()})) {
-      ADD_FAILURE() << "tessera-serve did not start:\n" << server_->log();
-      server_.reset();
-    }
-  }
-  static void TearDownTestSuite() { server_.reset(); }
-  void SetUp() override {
-    TESSERA_REQUIRE_FIXTURES();
-    ASSERT_TRUE(server_ != nullptr);
-  }
-
   static std::string url() { return " --url " + server_->url(); }
   static std::string zmq() { return " --zmq " + shell_quote(server_->zmq_endpoint()); }
-  static inline std::unique_ptr<testing::ServeProcess> server_;
 };
 
 TEST_F(Cli, CompleteOverHttpStreamedAndNotEqualsGenerate) {

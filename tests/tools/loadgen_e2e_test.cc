@@ -64,26 +64,16 @@ Totals totals_of(const json& result) {
   return t;
 }
 
-class Loadgen : public ::testing::Test {
+class Loadgen : public testing::KjvServeSuite {
  protected:
-  static void SetUpTestSuite() {
-    if (testing::fixtures_dir().empty()) return;
-    server_ = std::make_unique<testing::ServeProcess>();
-    if (!server_->start({"--model", kjv()})) {
-      ADD_FAILURE() << "tessera-serve did not start:\n" << server_->log();
-      server_.reset();
-    }
-  }
-  static void TearDownTestSuite() { server_.reset(); }
   void SetUp() override {
-    TESSERA_REQUIRE_FIXTURES();
-    ASSERT_TRUE(server_ != nullptr);
+    KjvServeSuite::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     dir_ = testing::make_temp_dir("loadgen-e2e");
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
-  static inline std::unique_ptr<testing::ServeProcess> server_;
   std::string dir_;
 };
 

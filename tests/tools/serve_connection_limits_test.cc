@@ -3,9 +3,11 @@
 // open that many) neither stop /health from answering on a connection the prober already
 // holds, nor make the idle server spin, whether the cap comes from the fd limit
 // (server.http.max_connections: 0) or an explicit cap above it makes accept() run out of
-// descriptors (the listener then backs off); a normal request succeeds once they close.
-// Also: past an explicit small cap a connection gets 503 at once, and header_timeout_s
-// closes a connection that never finishes its headers.
+// descriptors (the listener then backs off); a normal request succeeds once they close. Under
+// the fd-derived cap a new connection also gets /health answered with the flood still open.
+// Also: past an explicit small cap a new connection still gets /health, /ready and /metrics
+// answered (the probe reserve) and a 503 for anything else, or when it sends nothing; and
+// header_timeout_s closes a connection that never finishes its headers.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -120,7 +122,9 @@ double probe_health(int fd) {
 
 // Floods the server with idle connections while probing /health on `probe` between
 // batches; then checks the idle server's CPU, closes the flood and runs one completion.
-void flood_and_check(testing::ServeProcess& server) {
+// `fresh_probe_at_cap`: also, with the flood still open, /health on a new connection (the
+// probe reserve past the cap) answers.
+void flood_and_check(testing::ServeProcess& server, bool fresh_probe_at_cap) {
   const int probe = connect_loopback(server.port());
   ASSERT_GE(probe, 0);
   ASSERT_GE(probe_health(probe), 0) << server.log();
@@ -163,6 +167,22 @@ void flood_and_check(testing::ServeProcess& server) {
   std::cout << "[ REPORT   ] server CPU while idle: " << share * 100 << "% of a core" << std::endl;
   EXPECT_LT(share, 0.10);
 
+  if (fresh_probe_at_cap) {
+    // The flood's own connections past the cap held the reserve for a while (0.5 s for a
+    // request head, then up to 2 s draining the closed connection); then it is free again.
+    std::string answer;
+    bool closed = false;
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      answer = testing::raw_exchange(server.port(), "GET /health HTTP/1.1\r\nHost: t\r\n\r\n", &closed,
+                                     std::chrono::milliseconds(3000));
+      if (answer.rfind("HTTP/1.1 200", 0) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << "/health on a new connection at the cap:\n" << answer;
+    EXPECT_NE(answer.find(R"({"status":"ok"})"), std::string::npos) << answer;
+    EXPECT_TRUE(closed) << "a probe connection serves one request";
+  }
+
   const Clock::time_point close_start = Clock::now();
   for (int fd : idle) close(fd);
   close(probe);
@@ -193,7 +213,7 @@ TEST(ServeConnectionLimits, CapFromTheFdLimitKeepsHealthAnsweringAndTheServerIdl
   const int cap = std::stoi(m[1]);
   EXPECT_GT(cap, 100);
   EXPECT_LT(cap, static_cast<int>(kServerFdLimit)) << "the cap must leave descriptors for the rest";
-  flood_and_check(server);
+  flood_and_check(server, /*fresh_probe_at_cap=*/true);
   EXPECT_EQ(server.log().find("out of file descriptors"), std::string::npos)
       << "the cap should have kept accept() within the fd limit";
 }
@@ -205,11 +225,12 @@ TEST(ServeConnectionLimits, ExplicitCapAboveTheFdLimitBacksOffInsteadOfSpinning)
   ASSERT_TRUE(server.start(tiny_llama({"--set", "server.http.max_connections=100000", "--set",
                                        "server.http.header_timeout_s=120"})))
       << server.log();
-  flood_and_check(server);
+  // Here accept() itself runs out of descriptors: a new connection waits in the backlog.
+  flood_and_check(server, /*fresh_probe_at_cap=*/false);
   EXPECT_NE(server.log().find("out of file descriptors"), std::string::npos) << server.log();
 }
 
-TEST(ServeConnectionLimits, PastMaxConnectionsA503AtOnceAndHeaderTimeoutCloses) {
+TEST(ServeConnectionLimits, PastMaxConnectionsProbesAnswerOthersGet503AndHeaderTimeoutCloses) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
   ASSERT_TRUE(server.start(tiny_llama({"--set", "server.http.max_connections=3", "--set",
@@ -221,7 +242,7 @@ TEST(ServeConnectionLimits, PastMaxConnectionsA503AtOnceAndHeaderTimeoutCloses) 
     ASSERT_GE(held.back(), 0);
   }
   ASSERT_GE(probe_health(held[0]), 0);  // held[0] is a served connection
-  // The fourth is answered 503 and closed without waiting for its request.
+  // The fourth, sending nothing, is answered 503 and closed within the probe wait (0.5 s).
   const int extra = connect_loopback(server.port());
   ASSERT_GE(extra, 0);
   bool closed = false;
@@ -230,6 +251,35 @@ TEST(ServeConnectionLimits, PastMaxConnectionsA503AtOnceAndHeaderTimeoutCloses) 
   EXPECT_EQ(refused.rfind("HTTP/1.1 503", 0), 0u) << refused;
   EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos);
   EXPECT_TRUE(closed);
+  // At the cap the server still answers probes on new connections (the probe reserve), one
+  // request each, then closes them; anything else there gets the 503 of a full server.
+  for (const std::string path : {"/health", "/ready", "/metrics", "/health?verbose=1"}) {
+    closed = false;
+    const std::string answer = testing::raw_exchange(server.port(), "GET " + path + " HTTP/1.1\r\nHost: t\r\n\r\n",
+                                                     &closed, std::chrono::milliseconds(5000));
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << path << " at the cap:\n" << answer;
+    EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+    EXPECT_TRUE(closed) << path;
+    if (path == "/health") EXPECT_NE(answer.find(R"({"status":"ok"})"), std::string::npos) << answer;
+    if (path == "/metrics") EXPECT_NE(answer.find("vllm:num_requests_running"), std::string::npos) << answer;
+  }
+  closed = false;
+  const std::string head = testing::raw_exchange(server.port(), "HEAD /health HTTP/1.1\r\nHost: t\r\n\r\n", &closed);
+  EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+  for (const std::string request :
+       {std::string("POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 40\r\n\r\n{\"prompt\":[5,6,7],\"max_tokens\":2,\"x\":0}"),
+        std::string("GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n"),
+        std::string("POST /health HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")}) {
+    closed = false;
+    const std::string answer = testing::raw_exchange(server.port(), request, &closed);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 503", 0), 0u) << request << "\n" << answer;
+    EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer;
+    EXPECT_NE(answer.find("too many connections"), std::string::npos) << answer;
+    EXPECT_TRUE(closed);
+  }
+  // The connections it has are served throughout.
+  EXPECT_GE(probe_health(held[0]), 0);
   // held[1] sends half a request head: header_timeout_s (2 s), not idle_timeout_s (300 s),
   // closes it.
   ASSERT_TRUE(send_all(held[1], "GET /health HTTP/1.1\r\nHo"));

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -210,5 +211,29 @@ inline std::vector<pid_t> children_of(pid_t pid) {
   }
   return out;
 }
+
+// A test suite that shares one tessera-serve child on the kjv-llama fixture (default
+// settings, CPU workers), started once for the whole suite and stopped after it. Each test
+// skips visibly without the fixtures; a server that does not start fails the suite with its
+// log. Suites run one after another, so the one static server serves each suite in turn.
+class KjvServeSuite : public ::testing::Test {
+ protected:
+  static std::string kjv_model() { return fixtures_dir() + "/kjv-llama"; }
+  static void SetUpTestSuite() {
+    if (fixtures_dir().empty()) return;
+    server_ = std::make_unique<ServeProcess>();
+    if (!server_->start({"--model", kjv_model()})) {
+      ADD_FAILURE() << "tessera-serve did not start:\n" << server_->log();
+      server_.reset();
+    }
+  }
+  static void TearDownTestSuite() { server_.reset(); }
+  void SetUp() override {
+    TESSERA_REQUIRE_FIXTURES();
+    ASSERT_TRUE(server_ != nullptr);
+  }
+
+  static inline std::unique_ptr<ServeProcess> server_;
+};
 
 }  // namespace tessera::testing

@@ -20,8 +20,6 @@ using testing::http;
 
 const char* const kPrompt = "And the LORD said unto Moses,";
 
-std::string kjv() { return testing::fixtures_dir() + "/kjv-llama"; }
-
 int status_of(const std::string& response) {
   return response.size() > 12 ? std::atoi(response.c_str() + 9) : 0;
 }
@@ -42,22 +40,8 @@ std::vector<json> events_of(const std::string& response) {
   return out;
 }
 
-class ServeFields : public ::testing::Test {
+class ServeFields : public testing::KjvServeSuite {
  protected:
-  static void SetUpTestSuite() {
-    if (testing::fixtures_dir().empty()) return;
-    server_ = std::make_unique<testing::ServeProcess>();
-    if (!server_->start({"--model", kjv()})) {
-      ADD_FAILURE() << "tessera-serve did not start:\n" << server_->log();
-      server_.reset();
-    }
-  }
-  static void TearDownTestSuite() { server_.reset(); }
-  void SetUp() override {
-    TESSERA_REQUIRE_FIXTURES();
-    ASSERT_TRUE(server_ != nullptr);
-  }
-
   static std::string post(const json& body, const char* path = "/v1/completions") {
     return http(server_->port(), "POST", path, body.dump());
   }
@@ -73,13 +57,11 @@ class ServeFields : public ::testing::Test {
 
   // tessera-generate on the same model: the prompt's ids and the greedy continuation's.
   static json generate(const std::string& args) {
-    auto r = testing::run_command(testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(kjv()) +
-                                  " --json " + args);
+    auto r = testing::run_command(testing::bin_dir() + "/tessera-generate --model " +
+                                  testing::shell_quote(kjv_model()) + " --json " + args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return json::parse(r.out, nullptr, false);
   }
-
-  static inline std::unique_ptr<testing::ServeProcess> server_;
 };
 
 TEST_F(ServeFields, LogitBiasMinus100RemovesTheGreedyTokenAndPlus100ForcesOne) {

@@ -2,7 +2,8 @@
 // real program, its real (supervised) worker processes, clients over loopback.
 // - A worker killed (kill -9) mid-traffic: /ready is 503 within one heartbeat; no request
 //   gets a 500: each completes (the queued ones once the group is back) or gets 503 with
-//   Retry-After, which a load balancer retries.
+//   Retry-After, which a load balancer retries. A request and a stream sent while the group
+//   is down both complete, with the tokens of a fault-free run, once it is back.
 // - A worker stalled (SIGSTOP) for 5 s under server.heartbeat_misses 10 and 1 s heartbeats
 //   is not declared dead: the requests in flight complete with the same tokens as before.
 #include <gtest/gtest.h>
@@ -146,11 +147,45 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
     // Within one heartbeat (the next one finds the connection gone), plus polling slack.
     EXPECT_GE(not_ready_ms, 0) << "/ready never said 503\n" << server.log();
     EXPECT_LE(not_ready_ms, kHeartbeatMs + 150) << server.log();
+    // Sent while the group is down (/ready just said 503): queued, they wait for it
+    // (server.worker_restart_wait_s) and then run, with the tokens of a fault-free run.
+    std::string queued_plain;
+    testing::RawSseStream queued_stream;
+    double queued_plain_ms = -1, queued_stream_ms = -1;
+    json stream_request = completion(1, max_tokens);
+    stream_request["stream"] = true;
+    std::thread queued_plain_client([&] {
+      queued_plain = testing::http(server.port(), "POST", "/v1/completions", completion(0, max_tokens).dump());
+      queued_plain_ms = ms_since(killed);
+    });
+    std::thread queued_stream_client([&] {
+      queued_stream = testing::read_raw_sse(server.port(), "/v1/completions", stream_request.dump());
+      queued_stream_ms = ms_since(killed);
+    });
     // The supervisor restarts the ranks; /ready turns 200 again.
     while (ms_since(killed) < 60000 && status_of(testing::http(server.port(), "GET", "/ready")) != 200)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_EQ(status_of(testing::http(server.port(), "GET", "/ready")), 200) << server.log();
     const double back_ms = ms_since(killed);
+    queued_plain_client.join();
+    queued_stream_client.join();
+    EXPECT_EQ(status_of(queued_plain), 200) << "rank " << rank << ": a request queued during the outage\n"
+                                            << queued_plain << "\n" << server.log();
+    EXPECT_EQ(tokens_of(queued_plain), expected[0]) << queued_plain;
+    EXPECT_EQ(queued_stream.status, 200) << queued_stream.head;
+    EXPECT_TRUE(queued_stream.terminated) << queued_stream.transport_error << queued_stream.framing_error;
+    json streamed = json::array();
+    for (const std::string& e : queued_stream.events) {
+      const json j = json::parse(e, nullptr, false);
+      EXPECT_FALSE(!j.is_discarded() && j.contains("error")) << "rank " << rank << ": " << e;
+      if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+      for (const json& t : j["choices"][0]["logprobs"]["tokens"]) streamed.push_back(t);
+    }
+    ASSERT_FALSE(queued_stream.events.empty());
+    EXPECT_EQ(queued_stream.events.back(), "[DONE]");
+    EXPECT_EQ(streamed, expected[1]) << "rank " << rank << ": the stream queued during the outage";
+    report += "queued requests done after " + std::to_string(queued_plain_ms) + " / " +
+              std::to_string(queued_stream_ms) + " ms; ";
     group_back.store(true);
     const int ok_at_return = ok.load();
     while (ok.load() < ok_at_return + 2 * kClients && ms_since(killed) < 90000)
