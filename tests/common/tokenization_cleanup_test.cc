@@ -37,7 +37,7 @@ TEST(TokenizationCleanup, ReplacementsRunInTransformersOrder) {
   EXPECT_EQ(clean_up_tokenization("a  ,"), "a ,");
 }
 
-std::string random_text(std::mt19937& rng, size_t n) {
+std::string random_cleanup_text(std::mt19937& rng, size_t n) {
   static const std::string alphabet = " 'ntvesmr.x,?!";
   std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1);
   std::string s;
@@ -48,7 +48,7 @@ std::string random_text(std::mt19937& rng, size_t n) {
 TEST(TokenizationCleanup, StreamedPiecesConcatenateToTheWholeCleanUp) {
   std::mt19937 rng(7);
   for (int i = 0; i < 20000; ++i) {
-    const std::string text = random_text(rng, 1 + i % 24);
+    const std::string text = random_cleanup_text(rng, 1 + i % 24);
     CleanupStream stream;
     std::string out;
     size_t at = 0;

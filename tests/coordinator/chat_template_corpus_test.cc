@@ -14,14 +14,14 @@
 namespace tessera {
 namespace {
 
-using json = nlohmann::ordered_json;
+using nlohmann::ordered_json;
 
 // The parts' texts joined with no separator (the corpus's "joined-text" variant).
-json join_parts(json messages) {
-  for (json& m : messages) {
+ordered_json join_parts(ordered_json messages) {
+  for (ordered_json& m : messages) {
     if (!m["content"].is_array()) continue;
     std::string text;
-    for (const json& p : m["content"])
+    for (const ordered_json& p : m["content"])
       if (p.value("type", "") == "text") text += p.value("text", "");
     m["content"] = text;
   }
@@ -32,8 +32,8 @@ TEST(ChatTemplateCorpusTest, EveryReferenceCase) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string dir = testing::fixtures_dir() + "/chat_templates";
   if (!std::filesystem::exists(dir + "/expected/index.json")) GTEST_SKIP() << "SKIPPED: " << dir << " not found";
-  const json conversations = json::parse(testing::read_file(dir + "/conversations.json"));
-  const json index = json::parse(testing::read_file(dir + "/expected/index.json"));
+  const ordered_json conversations = ordered_json::parse(testing::read_file(dir + "/conversations.json"));
+  const ordered_json index = ordered_json::parse(testing::read_file(dir + "/expected/index.json"));
   std::tm pinned{};  // strftime_now is pinned to Friday 26 July 2024 in the reference
   pinned.tm_year = 2024 - 1900;
   pinned.tm_mon = 6;
@@ -41,12 +41,12 @@ TEST(ChatTemplateCorpusTest, EveryReferenceCase) {
   pinned.tm_wday = 5;
   pinned.tm_yday = 207;
   int ok_total = 0, ok_exact = 0, error_total = 0, error_refused = 0;
-  for (const json& c : index) {
+  for (const ordered_json& c : index) {
     const std::string status = c["status"];
     if (status != "ok" && status != "error") continue;
-    const json t = json::parse(testing::read_file(dir + "/templates/" + c["template"].get<std::string>() + ".json"));
-    json conv;
-    for (const json& cv : conversations)
+    const ordered_json t = ordered_json::parse(testing::read_file(dir + "/templates/" + c["template"].get<std::string>() + ".json"));
+    ordered_json conv;
+    for (const ordered_json& cv : conversations)
       if (cv["id"] == c["conversation"]) conv = cv;
     ASSERT_FALSE(conv.is_null()) << c["case"];
     auto tmpl = ChatTemplate::parse(t["template"].get<std::string>());
@@ -56,8 +56,8 @@ TEST(ChatTemplateCorpusTest, EveryReferenceCase) {
     limits.fixed_now = pinned;
     tmpl->set_limits(limits);
     const bool joined = c["variant"].get<std::string>().rfind("joined-text", 0) == 0;
-    json ctx = {{"messages", joined ? join_parts(conv["messages"]) : conv["messages"]},
-                {"tools", conv.contains("tools") ? conv["tools"] : json(nullptr)},
+    ordered_json ctx = {{"messages", joined ? join_parts(conv["messages"]) : conv["messages"]},
+                {"tools", conv.contains("tools") ? conv["tools"] : ordered_json(nullptr)},
                 {"documents", nullptr},
                 {"add_generation_prompt", true}};
     if (!t["bos_token"].is_null()) ctx["bos_token"] = t["bos_token"];

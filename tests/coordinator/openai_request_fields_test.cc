@@ -19,7 +19,7 @@ ApiContext context() {
   return c;
 }
 
-ApiError expect_error(const std::string& body, ApiEndpoint ep = ApiEndpoint::kCompletions) {
+ApiError refused_with_400(const std::string& body, ApiEndpoint ep = ApiEndpoint::kCompletions) {
   ApiRequest req;
   ApiError err;
   EXPECT_FALSE(parse_api_request(ep, body, context(), &req, &err)) << body;
@@ -27,7 +27,7 @@ ApiError expect_error(const std::string& body, ApiEndpoint ep = ApiEndpoint::kCo
   return err;
 }
 
-ApiRequest expect_ok(const std::string& body, ApiEndpoint ep = ApiEndpoint::kCompletions) {
+ApiRequest accepted(const std::string& body, ApiEndpoint ep = ApiEndpoint::kCompletions) {
   ApiRequest req;
   ApiError err;
   EXPECT_TRUE(parse_api_request(ep, body, context(), &req, &err)) << body << " -> " << err.message;
@@ -35,17 +35,17 @@ ApiRequest expect_ok(const std::string& body, ApiEndpoint ep = ApiEndpoint::kCom
 }
 
 TEST(RequestFields, LogitBiasIsSortedAndChecked) {
-  ApiRequest r = expect_ok(R"({"prompt": [1], "logit_bias": {"9": -100, "3": 2.5}})");
+  ApiRequest r = accepted(R"({"prompt": [1], "logit_bias": {"9": -100, "3": 2.5}})");
   const auto& bias = r.requests[0]->sampling.logit_bias;
   ASSERT_EQ(bias.size(), 2u);
   EXPECT_EQ(bias[0], (std::pair<int32_t, float>{3, 2.5f}));
   EXPECT_EQ(bias[1], (std::pair<int32_t, float>{9, -100.0f}));
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "logit_bias": {"9": -101}})").param, "logit_bias.9");
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "logit_bias": {"9": "x"}})").param, "logit_bias.9");
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "logit_bias": {"a": 1}})").param, "logit_bias");
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "logit_bias": {"07": 1}})").param, "logit_bias");
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "logit_bias": {"-1": 1}})").param, "logit_bias");
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "logit_bias": [1]})").param, "logit_bias");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "logit_bias": {"9": -101}})").param, "logit_bias.9");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "logit_bias": {"9": "x"}})").param, "logit_bias.9");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "logit_bias": {"a": 1}})").param, "logit_bias");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "logit_bias": {"07": 1}})").param, "logit_bias");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "logit_bias": {"-1": 1}})").param, "logit_bias");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "logit_bias": [1]})").param, "logit_bias");
   // Against the vocabulary when one is known.
   std::vector<std::pair<int32_t, float>> out;
   ApiError e;
@@ -56,7 +56,7 @@ TEST(RequestFields, LogitBiasIsSortedAndChecked) {
 }
 
 TEST(RequestFields, MinTokensAndStopStringOptions) {
-  ApiRequest r = expect_ok(R"({"prompt": [1], "max_tokens": 8, "min_tokens": 5, "stop_token_ids": [4],
+  ApiRequest r = accepted(R"({"prompt": [1], "max_tokens": 8, "min_tokens": 5, "stop_token_ids": [4],
       "include_stop_str_in_output": true, "stop": "x", "priority": -2})");
   const Request& q = *r.requests[0];
   EXPECT_EQ(q.sampling.min_tokens, 5);
@@ -64,22 +64,22 @@ TEST(RequestFields, MinTokensAndStopStringOptions) {
   EXPECT_EQ(q.priority, -2);
   // The sampler masks the stop token ids until min_tokens (no eos here: no tokenizer).
   EXPECT_EQ(q.choice_sampling(0).min_tokens_stop_ids, (std::vector<int32_t>{4}));
-  const ApiError e = expect_error(R"({"prompt": [1], "max_tokens": 4, "min_tokens": 5})");
+  const ApiError e = refused_with_400(R"({"prompt": [1], "max_tokens": 4, "min_tokens": 5})");
   EXPECT_EQ(e.param, "min_tokens");
   EXPECT_NE(e.message.find("'max_tokens' (4)"), std::string::npos) << e.message;
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "min_tokens": -1})").param, "min_tokens");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "min_tokens": -1})").param, "min_tokens");
 }
 
 TEST(RequestFields, BestOfGeneratesMoreThanItReturns) {
-  ApiRequest r = expect_ok(R"({"prompt": [1, 2], "n": 2, "best_of": 3})");
+  ApiRequest r = accepted(R"({"prompt": [1, 2], "n": 2, "best_of": 3})");
   EXPECT_EQ(r.n, 2);
   EXPECT_EQ(r.best_of, 3);
   EXPECT_EQ(r.requests[0]->n, 3);  // the engine generates best_of choices
   EXPECT_EQ(r.num_choices(), 3u);
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "n": 3, "best_of": 2})").param, "best_of");
-  EXPECT_EQ(expect_error(R"({"prompt": [1], "best_of": 2, "stream": true})").param, "best_of");
-  expect_ok(R"({"prompt": [1], "best_of": 1, "stream": true})");
-  EXPECT_EQ(expect_error(R"({"messages": [{"role": "user", "content": "x"}], "best_of": 2})",
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "n": 3, "best_of": 2})").param, "best_of");
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "best_of": 2, "stream": true})").param, "best_of");
+  accepted(R"({"prompt": [1], "best_of": 1, "stream": true})");
+  EXPECT_EQ(refused_with_400(R"({"messages": [{"role": "user", "content": "x"}], "best_of": 2})",
                          ApiEndpoint::kChatCompletions)
                 .param,
             "best_of");
@@ -106,11 +106,11 @@ TEST(RequestFields, BestOfGeneratesMoreThanItReturns) {
 }
 
 TEST(RequestFields, SuffixNeedsAFillInTheMiddleTemplate) {
-  const ApiError e = expect_error(R"({"prompt": [1], "suffix": "tail"})");
+  const ApiError e = refused_with_400(R"({"prompt": [1], "suffix": "tail"})");
   EXPECT_EQ(e.param, "suffix");
   EXPECT_NE(e.message.find("fill-in-the-middle"), std::string::npos) << e.message;
-  expect_ok(R"({"prompt": [1], "suffix": ""})");
-  expect_ok(R"({"prompt": [1], "suffix": null})");
+  accepted(R"({"prompt": [1], "suffix": ""})");
+  accepted(R"({"prompt": [1], "suffix": null})");
 }
 
 TEST(RequestFields, UnimplementedFieldsAreRefusedByName) {
@@ -148,7 +148,7 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByName) {
     const std::string body = std::string("{") + (c.chat ? kChat : R"("prompt": [1])") + ", \"" + c.field +
                              "\": " + c.value + "}";
     const ApiError e =
-        expect_error(body, c.chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions);
+        refused_with_400(body, c.chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions);
     EXPECT_EQ(e.param, c.field) << body;
     EXPECT_NE(e.message.find(c.field), std::string::npos) << e.message;
   }
@@ -159,13 +159,13 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByName) {
       "tools": [], "tool_choice": "none", "parallel_tool_calls": false, "response_format": {"type": "text"},
       "guided_json": null, "store": false})"), &e))
       << e.message;
-  expect_ok(R"({"prompt": [1], "response_format": {"type": "text"}, "use_beam_search": false})");
+  accepted(R"({"prompt": [1], "response_format": {"type": "text"}, "use_beam_search": false})");
 }
 
 TEST(RequestFields, EchoWithLogprobsAsksPromptLogprobsAndReturnsThem) {
-  ApiRequest plain = expect_ok(R"({"prompt": [4, 5, 6], "logprobs": 1})");
+  ApiRequest plain = accepted(R"({"prompt": [4, 5, 6], "logprobs": 1})");
   EXPECT_EQ(plain.requests[0]->sampling.prompt_logprobs, -1);  // normal prefill, no prompt rows
-  ApiRequest r = expect_ok(R"({"prompt": [4, 5, 6], "echo": true, "logprobs": 1})");
+  ApiRequest r = accepted(R"({"prompt": [4, 5, 6], "echo": true, "logprobs": 1})");
   EXPECT_EQ(r.requests[0]->sampling.prompt_logprobs, 1);
   EXPECT_EQ(r.requests[0]->choice_sampling(1).prompt_logprobs, -1);  // choice 0 asks for all choices
 

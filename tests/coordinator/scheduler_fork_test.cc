@@ -28,7 +28,7 @@ SchedulerConfig fork_config() {
   return c;
 }
 
-std::vector<int32_t> prompt_of(int len, int32_t base = 100) {
+std::vector<int32_t> fork_prompt(int len, int32_t base = 100) {
   std::vector<int32_t> p(static_cast<size_t>(len));
   for (int i = 0; i < len; ++i) p[static_cast<size_t>(i)] = base + i;
   return p;
@@ -91,7 +91,7 @@ struct ForkHarness {
 
 TEST(SchedulerForkTest, PromptIsPrefilledOnceAndEveryChoiceDrawsWithItsOwnSeed) {
   ForkHarness h(fork_config());
-  h.add(1, request_with_n(prompt_of(16), 3, 5, /*seed=*/100));
+  h.add(1, request_with_n(fork_prompt(16), 3, 5, /*seed=*/100));
   h.step();
   // One step computes the whole prompt (choice 0) and starts the two other choices, which
   // feed nothing and sample from choice 0's logits row.
@@ -130,7 +130,7 @@ TEST(SchedulerForkTest, APromptEndingInsideABlockIsCopiedOnceForEachChoiceButThe
   SchedulerConfig c = fork_config();
   c.max_num_batched_tokens = 4;  // chunked: the fork comes with the last chunk
   ForkHarness h(c);
-  h.add(1, request_with_n(prompt_of(10), 3, 4));
+  h.add(1, request_with_n(fork_prompt(10), 3, 4));
   h.run();
   const BlockManagerStats b = h.sched.block_manager().stats();
   // Block 2 holds positions 8..11: the prompt's last two and each choice's first output.
@@ -150,7 +150,7 @@ TEST(SchedulerForkTest, APromptEndingInsideABlockIsCopiedOnceForEachChoiceButThe
 TEST(SchedulerForkTest, UnseededChoicesGetDistinctSeedsFromTheirSequenceIds) {
   ForkHarness h(fork_config());
   auto r = std::make_shared<Request>();
-  r->prompt = prompt_of(9);
+  r->prompt = fork_prompt(9);
   r->n = 2;
   r->max_tokens = 2;
   r->sampling.temperature = 0.7f;
@@ -163,12 +163,12 @@ TEST(SchedulerForkTest, UnseededChoicesGetDistinctSeedsFromTheirSequenceIds) {
 
 TEST(SchedulerForkTest, ForkOnTheLastPromptTokenWhenThePrefixCacheHoldsTheRest) {
   ForkHarness h(fork_config());
-  h.add(1, request_with_n(prompt_of(16), 1, 2));
+  h.add(1, request_with_n(fork_prompt(16), 1, 2));
   h.run();
   const uint64_t before = h.sched.block_manager().stats().blocks_allocated;
   // The same prompt again, n = 2: its 15 tokens before the last are all cached, so choice 0
   // computes only position 15 and choice 1 samples from that.
-  h.add(2, request_with_n(prompt_of(16), 2, 3));
+  h.add(2, request_with_n(fork_prompt(16), 2, 3));
   h.run();
   for (int c = 0; c < 2; ++c) {
     const SeqId seq = choice_seq_id(2, c);
@@ -185,7 +185,7 @@ TEST(SchedulerForkTest, PreemptedForkedChoicesAreRecomputedAsPromptPlusOutput) {
   SchedulerConfig c = fork_config();
   c.num_blocks = 14;  // 56 tokens: three choices of 10 + 30 cannot all hold their blocks
   ForkHarness h(c);
-  h.add(1, request_with_n(prompt_of(10), 3, 30));
+  h.add(1, request_with_n(fork_prompt(10), 3, 30));
   h.run();
   EXPECT_GT(h.sched.stats().num_preemptions, 0u);
   for (int k = 0; k < 3; ++k) {
@@ -199,7 +199,7 @@ TEST(SchedulerForkTest, ChoicesBeyondMaxNumSeqsQueueAndStillMatch) {
   SchedulerConfig c = fork_config();
   c.max_num_seqs = 2;
   ForkHarness h(c);
-  h.add(1, request_with_n(prompt_of(1), 4, 3));  // choice 1 samples beside choice 0; 2 and 3 queue
+  h.add(1, request_with_n(fork_prompt(1), 4, 3));  // choice 1 samples beside choice 0; 2 and 3 queue
   h.run();
   for (int k = 0; k < 4; ++k) {
     const SeqId seq = choice_seq_id(1, k);
@@ -212,8 +212,8 @@ TEST(SchedulerForkTest, StaticBatchKeepsEveryChoiceInTheBatch) {
   c.mode = BatchingMode::kStatic;
   c.max_num_seqs = 2;  // the batch's fork overflows: the queued choice is still a member
   ForkHarness h(c);
-  h.add(1, request_with_n(prompt_of(6), 3, 4));
-  h.add(2, request_with_n(prompt_of(5, 300), 1, 2));
+  h.add(1, request_with_n(fork_prompt(6), 3, 4));
+  h.add(2, request_with_n(fork_prompt(5, 300), 1, 2));
   h.run();
   for (int k = 0; k < 3; ++k)
     EXPECT_EQ(h.outputs[choice_seq_id(1, k)], h.expected(choice_seq_id(1, k), 4)) << "choice " << k;
@@ -222,7 +222,7 @@ TEST(SchedulerForkTest, StaticBatchKeepsEveryChoiceInTheBatch) {
 
 TEST(SchedulerForkTest, AbortingOneChoiceLeavesTheOthersRunning) {
   ForkHarness h(fork_config());
-  h.add(1, request_with_n(prompt_of(8), 3, 6));
+  h.add(1, request_with_n(fork_prompt(8), 3, 6));
   for (int i = 0; i < 3; ++i) h.step();  // prefill and fork, then two tokens each
   ASSERT_NE(h.sched.find(choice_seq_id(1, 1)), nullptr);
   EXPECT_TRUE(h.sched.abort_choice(1, 1));
@@ -240,7 +240,7 @@ TEST(SchedulerForkTest, AbortBeforeTheForkEndsTheRequest) {
   SchedulerConfig c = fork_config();
   c.max_num_batched_tokens = 8;
   ForkHarness h(c);
-  h.add(1, request_with_n(prompt_of(30), 4, 6));
+  h.add(1, request_with_n(fork_prompt(30), 4, 6));
   h.step();  // the first prefill chunk
   ASSERT_TRUE(h.sched.find(1)->fork_pending());
   EXPECT_TRUE(h.sched.abort(1));
@@ -255,7 +255,7 @@ TEST(SchedulerForkTest, AFailedStepEndsEveryChoiceForkedOrNot) {
     SchedulerConfig c = fork_config();
     c.max_num_batched_tokens = budget;
     ForkHarness h(c);
-    h.add(7, request_with_n(prompt_of(10), 3, 4));
+    h.add(7, request_with_n(fork_prompt(10), 3, 4));
     const StepPlan plan = h.sched.schedule();
     EXPECT_EQ(plan.seqs.size(), budget == 64 ? 3u : 1u);
     StepResult failed;
@@ -279,13 +279,13 @@ TEST(SchedulerForkTest, AFailedStepEndsEveryChoiceForkedOrNot) {
 TEST(SchedulerForkTest, RequestsAreCheckedOnce) {
   Scheduler s(fork_config());
   auto bad_n = std::make_shared<Request>();
-  bad_n->prompt = prompt_of(3);
+  bad_n->prompt = fork_prompt(3);
   bad_n->n = kMaxChoices + 1;
   const Status st = s.add_request(3, bad_n);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("request 3: n must be in [1, 128]"), std::string::npos) << st.message();
-  EXPECT_EQ(s.add_request(0, request_with_n(prompt_of(3), 1, 2)).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.add_request(kMaxRequestId + 1, request_with_n(prompt_of(3), 1, 2)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.add_request(0, request_with_n(fork_prompt(3), 1, 2)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.add_request(kMaxRequestId + 1, request_with_n(fork_prompt(3), 1, 2)).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tests/test_support.h"
+#include "tests/tools/serve_process.h"
 
 namespace tessera {
 namespace {
@@ -20,7 +21,6 @@ using testing::run_command;
 
 std::string generate_bin() { return testing::bin_dir() + "/tessera-generate"; }
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 // Rewrites a safetensors file's JSON header with `edit` applied, keeping the data bytes.
 template <typename Edit>
@@ -43,7 +43,7 @@ class GenerateCliTest : public ::testing::Test {
     dir_ = testing::make_temp_dir("tessera-gen-cli");
     model_ = dir_ + "/model";
     auto r = run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch llama --preset tiny --out " +
-                         quote(model_) + " --seed 7");
+                         testing::shell_quote(model_) + " --seed 7");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -56,7 +56,7 @@ class GenerateCliTest : public ::testing::Test {
   }
 
   testing::CommandResult generate(const std::string& model, const std::string& extra) {
-    return run_command(generate_bin() + " --model " + quote(model) + " " + extra);
+    return run_command(generate_bin() + " --model " + testing::shell_quote(model) + " " + extra);
   }
 
   // The contract for bad input: non-zero exit, nothing on stdout, one line on stderr that
@@ -99,7 +99,7 @@ TEST_F(GenerateCliTest, FusedAndPlainPathsGiveTheSameTokens) {
 
 TEST_F(GenerateCliTest, DumpLogitsWritesOneVocabRowPerGeneratedToken) {
   const std::string path = dir_ + "/logits.f32";
-  auto r = generate(model_, "--prompt-ids 2,3 --max-new-tokens 5 --json --dump-logits " + quote(path));
+  auto r = generate(model_, "--prompt-ids 2,3 --max-new-tokens 5 --json --dump-logits " + testing::shell_quote(path));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const int64_t vocab = read_config(model_)["vocab_size"];
   std::vector<float> logits = testing::read_f32_file(path);
@@ -215,8 +215,8 @@ TEST(GenerateCliFixtures, GreedyIdsAndDumpedLogitsMatchTheReference) {
   for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
   const std::string dir = testing::make_temp_dir("tessera-dump");
   const std::string dump = dir + "/l.f32";
-  auto r = run_command(generate_bin() + " --model " + quote(model) + " --prompt-ids " + ids +
-                       " --max-new-tokens 24 --json --dump-logits " + quote(dump));
+  auto r = run_command(generate_bin() + " --model " + testing::shell_quote(model) + " --prompt-ids " + ids +
+                       " --max-new-tokens 24 --json --dump-logits " + testing::shell_quote(dump));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], c["greedy_ids"]);
   auto got = testing::read_f32_file(dump);
@@ -237,8 +237,8 @@ TEST(GenerateCliFixtures, KjvLlamaTextPromptReproducesTheGoldenContinuation) {
   for (const auto& c : index["cases"]) {
     if (c["prompt_text"].get<std::string>().empty()) continue;  // the bare-<s> case
     const int n = static_cast<int>(c["greedy_ids"].size());
-    auto r = run_command(generate_bin() + " --model " + quote(model) + " --prompt " +
-                         quote(c["prompt_text"].get<std::string>()) + " --max-new-tokens " + std::to_string(n) +
+    auto r = run_command(generate_bin() + " --model " + testing::shell_quote(model) + " --prompt " +
+                         testing::shell_quote(c["prompt_text"].get<std::string>()) + " --max-new-tokens " + std::to_string(n) +
                          " --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
@@ -271,8 +271,8 @@ TEST(GenerateCliFixtures, PromptIdsFileRunsAllPromptsTogetherInInputOrder) {
   }
   testing::write_file(dir + "/prompts.txt", lines);
   for (const std::string extra : {"", " --block-size 4 --kv-blocks 30 --max-num-batched-tokens 8 --max-num-seqs 3"}) {
-    auto r = run_command(generate_bin() + " --model " + quote(model) + " --prompt-ids-file " +
-                         quote(dir + "/prompts.txt") + " --max-new-tokens 24 --json" + extra);
+    auto r = run_command(generate_bin() + " --model " + testing::shell_quote(model) + " --prompt-ids-file " +
+                         testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens 24 --json" + extra);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::stringstream out(r.out);
     std::string line;
@@ -322,8 +322,8 @@ TEST_P(GenerateTensorParallelTest, PrintsExactlyWhatOneRankPrints) {
     lines += ids + "\n";
   }
   testing::write_file(dir + "/prompts.txt", lines);
-  const std::string base = generate_bin() + " --model " + quote(model) + " --prompt-ids-file " +
-                           quote(dir + "/prompts.txt") + " --max-new-tokens 24 --json " + p.extra;
+  const std::string base = generate_bin() + " --model " + testing::shell_quote(model) + " --prompt-ids-file " +
+                           testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens 24 --json " + p.extra;
   auto one = run_command(base);
   auto many = run_command(base + " --tensor-parallel " + std::to_string(p.world));
   fs::remove_all(dir);
@@ -357,11 +357,11 @@ TEST(GenerateTensorParallel, DeepSpeedEnvVariableKeepsW2WholeAndStillMatches) {
   const auto& c = index["cases"][3];
   std::string ids;
   for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
-  auto r = run_command("DS_KEEP_LINEAR_ITEMS=\"{'w2':'mixtral'}\" " + generate_bin() + " --model " + quote(model) +
+  auto r = run_command("DS_KEEP_LINEAR_ITEMS=\"{'w2':'mixtral'}\" " + generate_bin() + " --model " + testing::shell_quote(model) +
                        " --prompt-ids " + ids + " --max-new-tokens 24 --json --tensor-parallel 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], c["greedy_ids"]);
-  auto bad = run_command("DS_KEEP_LINEAR_ITEMS=\"{'w2'\" " + generate_bin() + " --model " + quote(model) +
+  auto bad = run_command("DS_KEEP_LINEAR_ITEMS=\"{'w2'\" " + generate_bin() + " --model " + testing::shell_quote(model) +
                          " --prompt-ids 1,2 --tensor-parallel 2");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("DS_KEEP_LINEAR_ITEMS"), std::string::npos) << bad.err;

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tests/test_support.h"
+#include "tests/tools/serve_process.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
 
@@ -23,7 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 struct FixtureRun {
   std::string model;
@@ -96,9 +96,9 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
     lines += ids + "\n";
   }
   testing::write_file(dir + "/prompts.txt", lines);
-  std::string cmd = testing::bin_dir() + "/tessera-generate --model " + quote(model) + " --prompt-ids-file " +
-                    quote(dir + "/prompts.txt") + " --max-new-tokens " + std::to_string(n_new) +
-                    " --json --dump-logits " + quote(dir + "/logits.f32");
+  std::string cmd = testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(model) + " --prompt-ids-file " +
+                    testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens " + std::to_string(n_new) +
+                    " --json --dump-logits " + testing::shell_quote(dir + "/logits.f32");
   if (!p.inject) cmd += " --no-kernel-inject";
   if (p.one_at_a_time) cmd += " --max-num-seqs 1";
   if (p.world > 1) cmd += " --tensor-parallel " + std::to_string(p.world);
@@ -139,7 +139,7 @@ TEST(GenerateFixturesOverrides, DeepSpeedKeepListOnFalconStillMatches) {
   std::string ids;
   for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
   const auto r = testing::run_command("DS_KEEP_LINEAR_ITEMS=\"{'dense_4h_to_h':'falcon'}\" " + testing::bin_dir() +
-                                      "/tessera-generate --model " + quote(model) + " --prompt-ids " + ids +
+                                      "/tessera-generate --model " + testing::shell_quote(model) + " --prompt-ids " + ids +
                                       " --max-new-tokens 24 --json --tensor-parallel 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], c["greedy_ids"]);

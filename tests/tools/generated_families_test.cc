@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tests/test_support.h"
+#include "tests/tools/serve_process.h"
 #include "worker/arch_spec.h"
 
 namespace tessera {
@@ -22,7 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 struct Output {
   std::vector<std::vector<int32_t>> ids;  // per prompt
@@ -36,9 +36,9 @@ class GeneratedFamilyTest : public ::testing::TestWithParam<std::string> {
 
   Output generate(const std::string& model, const std::string& extra) {
     const std::string dump = dir_ + "/logits.f32";
-    const auto r = testing::run_command(testing::bin_dir() + "/tessera-generate --model " + quote(model) +
-                                        " --prompt-ids-file " + quote(dir_ + "/prompts.txt") +
-                                        " --max-new-tokens 12 --json --dump-logits " + quote(dump) + " " + extra);
+    const auto r = testing::run_command(testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(model) +
+                                        " --prompt-ids-file " + testing::shell_quote(dir_ + "/prompts.txt") +
+                                        " --max-new-tokens 12 --json --dump-logits " + testing::shell_quote(dump) + " " + extra);
     EXPECT_EQ(r.exit_code, 0) << extra << "\n" << r.err;
     Output out;
     if (r.exit_code != 0) return out;
@@ -67,7 +67,7 @@ TEST_P(GeneratedFamilyTest, TwoAndThreeRanksGiveWhatOneRankGives) {
   if (arch->moe) shape += " --experts 3 --top-k 2";
   const std::string model = dir_ + "/" + arch->name;
   const auto made = testing::run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch " + arch->name +
-                                         " --out " + quote(model) + " " + shape);
+                                         " --out " + testing::shell_quote(model) + " " + shape);
   ASSERT_EQ(made.exit_code, 0) << made.err;
   testing::write_file(dir_ + "/prompts.txt", "1,17,5,200,33,9,41,7\n1,250\n3\n");
 

@@ -21,13 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<std::string> tiny_llama_cpu(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--model", testing::fixtures_dir() + "/tiny-llama", "--dtype", "float32",
-                                   "--backend", "cpu", "--threads", "1"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
 struct Reply {
   int status = 0;
   json body;
@@ -50,7 +43,7 @@ std::string error_message(const Reply& r) {
 TEST(ServeAdmission, MorePromptsThanTheQueueHoldsIsA400NamingTheLimit) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "server.max_queued_requests=4"}))) << server.log();
+  ASSERT_TRUE(server.start(testing::tiny_llama_cpu_args({"--set", "server.max_queued_requests=4"}))) << server.log();
   json prompts = json::array();
   for (int i = 0; i < 5; ++i) prompts.push_back(json::array({1, 2, 3 + i}));
   const Reply too_many = post(server.port(), {{"prompt", prompts}, {"max_tokens", 2}});
@@ -70,7 +63,7 @@ TEST(ServeAdmission, PromptPlusMaxTokensBeyondTheWholeKvPoolIsA400NamingThePool)
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
   // 4 blocks of 16 tokens: no sequence can ever grow past 64 tokens.
-  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "cache.num_blocks=4"}))) << server.log();
+  ASSERT_TRUE(server.start(testing::tiny_llama_cpu_args({"--set", "cache.num_blocks=4"}))) << server.log();
   const Reply r = post(server.port(), {{"prompt", json::array({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})}, {"max_tokens", 60}});
   EXPECT_EQ(r.status, 400) << r.body.dump();
   EXPECT_EQ(r.body["error"].value("code", ""), "context_length_exceeded") << r.body.dump();
@@ -90,7 +83,7 @@ TEST(ServeAdmission, PromptPlusMaxTokensBeyondTheWholeKvPoolIsA400NamingThePool)
 TEST(ServeAdmission, NBeyondMaxNumSeqsRunsInTurnsAndCountsOnceInTheQueue) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "server.max_queued_requests=2", "--set",
+  ASSERT_TRUE(server.start(testing::tiny_llama_cpu_args({"--set", "server.max_queued_requests=2", "--set",
                                            "scheduler.max_num_seqs=1", "--set", "cache.num_blocks=64"})))
       << server.log();
   // n = 128 (the most choices) against a queue of 2 and one running sequence: served.

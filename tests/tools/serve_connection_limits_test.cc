@@ -260,13 +260,17 @@ TEST(ServeConnectionLimits, PastMaxConnectionsProbesAnswerOthersGet503AndHeaderT
     EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << path << " at the cap:\n" << answer;
     EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
     EXPECT_TRUE(closed) << path;
-    if (path == "/health") EXPECT_NE(answer.find(R"({"status":"ok"})"), std::string::npos) << answer;
-    if (path == "/metrics") EXPECT_NE(answer.find("vllm:num_requests_running"), std::string::npos) << answer;
+    if (path == "/health") {
+      EXPECT_NE(answer.find(R"({"status":"ok"})"), std::string::npos) << answer;
+    }
+    if (path == "/metrics") {
+      EXPECT_NE(answer.find("vllm:num_requests_running"), std::string::npos) << answer;
+    }
   }
   closed = false;
   const std::string head = testing::raw_exchange(server.port(), "HEAD /health HTTP/1.1\r\nHost: t\r\n\r\n", &closed);
   EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
-  for (const std::string request :
+  for (const std::string& request :
        {std::string("POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                     "Content-Length: 40\r\n\r\n{\"prompt\":[5,6,7],\"max_tokens\":2,\"x\":0}"),
         std::string("GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n"),

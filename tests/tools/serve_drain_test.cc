@@ -37,14 +37,14 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 // tiny-llama has 512 token ids and no tokenizer: token-id prompts, distinct per client.
-json prompt_ids(int i) {
+json drain_prompt_ids(int i) {
   json ids = json::array();
   for (int k = 0; k < 3 + i % 7; ++k) ids.push_back(5 + (i * 13 + k * 29) % 500);
   return ids;
 }
 
 json completion(int i, int max_tokens, bool stream) {
-  json body = {{"prompt", prompt_ids(i)}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+  json body = {{"prompt", drain_prompt_ids(i)}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
   // Without a tokenizer the text is empty: logprobs make every token an event of its own.
   if (stream) body.update({{"stream", true}, {"logprobs", 0}});
   return body;
@@ -144,7 +144,9 @@ TEST(ServeDrain, SigtermDuringTwentyStreamsEndsEveryOneProperlyTwentyRunsInARow)
       EXPECT_EQ(wrong, "") << "stream " << i << "\n" << server.log();
       if (!wrong.empty()) continue;
       ++(was_cut ? cut : finished);
-      if (i == kStreams) EXPECT_TRUE(was_cut) << "the long stream outlived a 1 s deadline";
+      if (i == kStreams) {
+        EXPECT_TRUE(was_cut) << "the long stream outlived a 1 s deadline";
+      }
     }
     // Every ZeroMQ request has its answer before the socket closed.
     while (answers.size() < 3) {

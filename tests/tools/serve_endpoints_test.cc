@@ -17,13 +17,6 @@
 namespace tessera {
 namespace {
 
-std::vector<std::string> tiny_llama_cpu(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--model", testing::fixtures_dir() + "/tiny-llama", "--dtype", "float32",
-                                   "--backend", "cpu", "--threads", "1", "--set", "cache.num_blocks=64"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
 bool completion_succeeds(int port) {
   const std::string r = testing::http(port, "POST", "/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 3})");
   return r.find("200 OK") != std::string::npos && r.find("\"text_completion\"") != std::string::npos;
@@ -50,8 +43,8 @@ TEST(ServeEndpoints, TwoServersDifferingOnlyInPortBothServe) {
   testing::ServeProcess first, second;
   first.use_default_endpoints();
   second.use_default_endpoints();
-  ASSERT_TRUE(first.start(tiny_llama_cpu({}))) << first.log();
-  ASSERT_TRUE(second.start(tiny_llama_cpu({}))) << second.log();
+  ASSERT_TRUE(first.start(testing::tiny_llama_cpu_args({"--set", "cache.num_blocks=64"}))) << first.log();
+  ASSERT_TRUE(second.start(testing::tiny_llama_cpu_args({"--set", "cache.num_blocks=64"}))) << second.log();
   EXPECT_NE(first.port(), second.port());
   EXPECT_TRUE(completion_succeeds(first.port())) << first.log();
   EXPECT_TRUE(completion_succeeds(second.port())) << second.log();
@@ -82,7 +75,7 @@ TEST(ServeEndpoints, AGivenEndpointIsBoundExactly) {
   const std::string control = "tcp://127.0.0.1:" + std::to_string(control_port);
   testing::ServeProcess server;
   server.use_default_endpoints();
-  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "server.control=" + control}))) << server.log();
+  ASSERT_TRUE(server.start(testing::tiny_llama_cpu_args({"--set", "cache.num_blocks=64", "--set", "server.control=" + control}))) << server.log();
   const std::string log = server.log();
   EXPECT_NE(log.find("worker group: listening on " + control + " "), std::string::npos) << log;
   // Only the endpoint not given was chosen.

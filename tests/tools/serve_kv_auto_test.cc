@@ -24,7 +24,7 @@ namespace {
 std::string get(int port, const std::string& path) { return testing::http(port, "GET", path); }
 
 // tessera-serve on tiny-llama in f32 on one CPU thread per rank, plus `extra` arguments.
-std::vector<std::string> tiny_llama_cpu(std::vector<std::string> extra) {
+std::vector<std::string> tiny_llama_cpu_by_set_keys(std::vector<std::string> extra) {
   std::vector<std::string> args = {"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "model.dtype=float32",
                                    "--set",   "worker.backend=cpu",                     "--set", "worker.threads=1"};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -47,7 +47,7 @@ TEST(ServeKvAuto, PoolIsCpuKvBytesOverEachRanksBlockBytesAndTheLogSaysSo) {
   const int64_t budget = 24576100;  // 1000 single-rank blocks and a remainder
   for (int tp : {1, 2}) {
     testing::ServeProcess server;
-    ASSERT_TRUE(server.start(tiny_llama_cpu({"--tensor-parallel", std::to_string(tp), "--set", "cache.num_blocks=auto",
+    ASSERT_TRUE(server.start(tiny_llama_cpu_by_set_keys({"--tensor-parallel", std::to_string(tp), "--set", "cache.num_blocks=auto",
                                              "--set", "cache.cpu_kv_bytes=" + std::to_string(budget)})))
         << server.log();
     const int64_t expected = budget / tiny_llama_block_bytes(tp);  // TP 2: each rank caches one KV head
@@ -71,7 +71,7 @@ TEST(ServeKvAuto, PoolFollowsTheMemoryTheWorkerReports) {
   const std::string model = testing::fixtures_dir() + "/tiny-llama";
   const int64_t file = static_cast<int64_t>(std::filesystem::file_size(model + "/model.safetensors"));
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "cache.cpu_kv_bytes=1099511627776", "--set",
+  ASSERT_TRUE(server.start(tiny_llama_cpu_by_set_keys({"--set", "cache.cpu_kv_bytes=1099511627776", "--set",
                                            "worker.memory_limit_bytes=" + std::to_string(limit)})))
       << server.log();
   const int64_t block = tiny_llama_block_bytes(1);
@@ -93,7 +93,7 @@ TEST(ServeKvAuto, TooSmallAReportedMemoryFailsNamingIt) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
   // 3 MiB offered: the weights leave too little for one 2048-token sequence (128 blocks).
-  EXPECT_FALSE(server.start(tiny_llama_cpu({"--set", "worker.memory_limit_bytes=3145728"})));
+  EXPECT_FALSE(server.start(tiny_llama_cpu_by_set_keys({"--set", "worker.memory_limit_bytes=3145728"})));
   const std::string log = server.log();
   EXPECT_NE(log.find("cache.num_blocks auto: cache.cpu_kv_bytes auto"), std::string::npos) << log;
   EXPECT_NE(log.find("fewer than the 128 one 2048-token sequence needs"), std::string::npos) << log;
@@ -102,7 +102,7 @@ TEST(ServeKvAuto, TooSmallAReportedMemoryFailsNamingIt) {
 TEST(ServeKvAuto, LocalWorkersConfigurationIsPrivateAndHoldsNoApiKeys) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "cache.num_blocks=256", "--set",
+  ASSERT_TRUE(server.start(tiny_llama_cpu_by_set_keys({"--set", "cache.num_blocks=256", "--set",
                                            "server.http.api_keys=[sekrit-key-4711]"})))
       << server.log();
   // The worker's command line names its configuration file.

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
 #include <memory>
@@ -180,6 +181,25 @@ class ServeProcess {
   bool own_endpoints_ = true;
   std::vector<std::string> env_;
 };
+
+// The status code of a raw HTTP response (0 when it is not one).
+inline int http_status(const std::string& response) {
+  return response.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(response.c_str() + 9) : 0;
+}
+
+// The body of a raw HTTP response ("" when there is none).
+inline std::string http_body(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
+}
+
+// The arguments that serve tiny-llama in float32 on the CPU backend with one thread, then `extra`.
+inline std::vector<std::string> tiny_llama_cpu_args(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--model", fixtures_dir() + "/tiny-llama", "--dtype", "float32",
+                                   "--backend", "cpu", "--threads", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
 
 // 'text' quoted for /bin/sh.
 inline std::string shell_quote(const std::string& text) {

@@ -20,10 +20,6 @@ using testing::http;
 
 const char* const kPrompt = "And the LORD said unto Moses,";
 
-int status_of(const std::string& response) {
-  return response.size() > 12 ? std::atoi(response.c_str() + 9) : 0;
-}
-
 json body_json(const std::string& response) {
   const size_t at = response.find("\r\n\r\n");
   return json::parse(at == std::string::npos ? "" : response.substr(at + 4), nullptr, false);
@@ -48,7 +44,7 @@ class ServeFields : public testing::KjvServeSuite {
   // A 200's body; fails the test otherwise.
   static json complete(const json& body) {
     const std::string r = post(body);
-    EXPECT_EQ(status_of(r), 200) << body.dump() << "\n" << r;
+    EXPECT_EQ(testing::http_status(r), 200) << body.dump() << "\n" << r;
     return body_json(r);
   }
   static json greedy(int max_tokens) {
@@ -89,7 +85,7 @@ TEST_F(ServeFields, LogitBiasMinus100RemovesTheGreedyTokenAndPlus100ForcesOne) {
   // Out of the vocabulary, or out of range: 400 naming the field.
   req["logit_bias"] = {{"1024", 1}};
   const std::string r = post(req);
-  EXPECT_EQ(status_of(r), 400) << r;
+  EXPECT_EQ(testing::http_status(r), 400) << r;
   EXPECT_EQ(body_json(r)["error"]["param"], "logit_bias") << r;
   req["logit_bias"] = {{"5", -100.5}};
   EXPECT_EQ(body_json(post(req))["error"]["param"], "logit_bias.5");
@@ -277,7 +273,7 @@ TEST_F(ServeFields, UnimplementedFieldsAre400NamingThem) {
     json req = chat_base;
     req[field] = value;
     const std::string r = post(req, "/v1/chat/completions");
-    EXPECT_EQ(status_of(r), 400) << field << ": " << r;
+    EXPECT_EQ(testing::http_status(r), 400) << field << ": " << r;
     EXPECT_EQ(body_json(r)["error"]["param"], field) << r;
   }
   const std::vector<std::pair<std::string, json>> completion_cases = {
@@ -288,7 +284,7 @@ TEST_F(ServeFields, UnimplementedFieldsAre400NamingThem) {
     json req = greedy(4);
     req[field] = value;
     const std::string r = post(req);
-    EXPECT_EQ(status_of(r), 400) << field << ": " << r;
+    EXPECT_EQ(testing::http_status(r), 400) << field << ": " << r;
     EXPECT_EQ(body_json(r)["error"]["param"], field) << r;
   }
   // The no-op values are served.
@@ -296,7 +292,7 @@ TEST_F(ServeFields, UnimplementedFieldsAre400NamingThem) {
   ok["tools"] = json::array();
   ok["tool_choice"] = "none";
   ok["response_format"] = {{"type", "text"}};
-  EXPECT_EQ(status_of(post(ok, "/v1/chat/completions")), 200);
+  EXPECT_EQ(testing::http_status(post(ok, "/v1/chat/completions")), 200);
 }
 
 }  // namespace

@@ -21,16 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> tiny_llama_cpu(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--model",          testing::fixtures_dir() + "/tiny-llama",
-                                   "--dtype",          "float32",
-                                   "--backend",        "cpu",
-                                   "--threads",        "1",
-                                   "--set",            "cache.num_blocks=64"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
 void write_text(const std::string& path, const std::string& text, mode_t mode) {
   std::ofstream(path, std::ios::binary) << text;
   ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
@@ -77,7 +67,7 @@ TEST(ServeSecrets, NoFileUnderTheTempFolderOrOpenByTheServerOrItsWorkersHoldsAnA
   write_text(keys_file, "# the deployment's keys\n\n  " + file_key + "  \n", 0600);
   testing::ServeProcess server;
   server.set_env("TMPDIR", tmp);
-  ASSERT_TRUE(server.start(tiny_llama_cpu({"--set", "server.http.api_keys=[" + inline_key + "]", "--set",
+  ASSERT_TRUE(server.start(testing::tiny_llama_cpu_args({"--set", "cache.num_blocks=64", "--set", "server.http.api_keys=[" + inline_key + "]", "--set",
                                            "server.http.api_keys_file=" + keys_file})))
       << server.log();
   // Both keys are accepted, nothing else is.
@@ -127,7 +117,7 @@ TEST(ServeSecrets, AKeyFileOthersCanReadIsRefusedNamingItsMode) {
   fs::create_symlink(keys_file, link);
   for (const std::string& path : {keys_file, link}) {
     testing::ServeProcess server;
-    EXPECT_FALSE(server.start(tiny_llama_cpu({"--set", "server.http.api_keys_file=" + path})));
+    EXPECT_FALSE(server.start(testing::tiny_llama_cpu_args({"--set", "cache.num_blocks=64", "--set", "server.http.api_keys_file=" + path})));
     const std::string log = server.log();
     EXPECT_NE(log.find("server.http.api_keys_file " + path + ": readable or writable by others (mode 0644"),
               std::string::npos)
@@ -158,7 +148,7 @@ TEST(ServeSecrets, FoldersOfDeadServersAreRemovedWithoutFollowingSymlinks) {
 
   testing::ServeProcess server;
   server.set_env("TMPDIR", tmp);
-  ASSERT_TRUE(server.start(tiny_llama_cpu({}))) << server.log();
+  ASSERT_TRUE(server.start(testing::tiny_llama_cpu_args({"--set", "cache.num_blocks=64"}))) << server.log();
   EXPECT_FALSE(fs::exists(fs::symlink_status(stale))) << stale;
   EXPECT_TRUE(fs::is_symlink(planted)) << planted;
   EXPECT_TRUE(fs::is_directory(alive)) << alive;

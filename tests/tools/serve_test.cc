@@ -25,11 +25,6 @@ namespace {
 
 using testing::http;
 
-std::string body_of(const std::string& response) {
-  size_t at = response.find("\r\n\r\n");
-  return at == std::string::npos ? "" : response.substr(at + 4);
-}
-
 // A model whose every layer has a sliding window (Mistral's, 16 tokens here) gives back a
 // sequence's KV blocks once the window has moved past them, and /metrics counts them (that
 // the tokens stay the goldens' is tested through the engine, engine_batching_test.cc).
@@ -42,11 +37,11 @@ TEST(Serve, SlidingWindowModelReleasesBlocksAndCountsThem) {
   ASSERT_TRUE(server.start({"--model", model, "--set", "cache.block_size=4"})) << server.log();
   nlohmann::json req = {{"model", "tiny-mistral-swa"}, {"prompt", c["prompt_ids"]}, {"max_tokens", 24},
                         {"temperature", 0}};
-  const std::string r = body_of(http(server.port(), "POST", "/v1/completions", req.dump()));
+  const std::string r = testing::http_body(http(server.port(), "POST", "/v1/completions", req.dump()));
   const auto body = nlohmann::json::parse(r, nullptr, false);
   ASSERT_FALSE(body.is_discarded()) << r;
   EXPECT_EQ(body["usage"]["completion_tokens"], 24) << r;
-  const std::string metrics = body_of(http(server.port(), "GET", "/metrics"));
+  const std::string metrics = testing::http_body(http(server.port(), "GET", "/metrics"));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(metrics, m, std::regex(R"(tessera:kv_window_released_blocks_total\{[^}]*\} (\d+))")))
       << metrics;
@@ -88,7 +83,7 @@ TEST(Serve, DefaultModelAnswersOpenAIRequestsAndDrainsOnSigterm) {
                         {"max_tokens", golden["greedy_ids"].size()}, {"temperature", 0}};
   const std::string resp = http(port, "POST", "/v1/completions", req.dump());
   ASSERT_NE(resp.find("200 OK"), std::string::npos) << resp;
-  auto j = nlohmann::json::parse(body_of(resp));
+  auto j = nlohmann::json::parse(testing::http_body(resp));
   std::string text = j["choices"][0]["text"];
   // The continuation carries its leading space; the golden decode of the output alone does not.
   if (!text.empty() && text[0] == ' ') text.erase(0, 1);
@@ -116,7 +111,7 @@ TEST(Serve, DefaultModelAnswersOpenAIRequestsAndDrainsOnSigterm) {
 
   EXPECT_NE(http(port, "GET", "/health").find("200"), std::string::npos);
   EXPECT_NE(http(port, "GET", "/ready").find("200"), std::string::npos);
-  const std::string metrics = body_of(http(port, "GET", "/metrics"));
+  const std::string metrics = testing::http_body(http(port, "GET", "/metrics"));
   EXPECT_NE(metrics.find("tessera:generation_tokens_total"), std::string::npos) << metrics;
   // The ZeroMQ request above is counted beside the HTTP ones.
   EXPECT_NE(metrics.find("tessera:zmq_replies_total{model_name=\"kjv-llama\",code=\"200\"} 1"), std::string::npos)

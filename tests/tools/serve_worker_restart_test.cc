@@ -30,29 +30,20 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-json prompt_ids(int i) {
+json restart_prompt_ids(int i) {
   json ids = json::array();
   for (int k = 0; k < 4 + i % 5; ++k) ids.push_back(7 + (i * 17 + k * 23) % 500);
   return ids;
 }
 
 json completion(int i, int max_tokens) {
-  return {{"prompt", prompt_ids(i)}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
+  return {{"prompt", restart_prompt_ids(i)}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
           {"logprobs", 0}};
-}
-
-int status_of(const std::string& response) {
-  return response.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(response.c_str() + 9) : 0;
-}
-
-std::string body_of(const std::string& response) {
-  const size_t at = response.find("\r\n\r\n");
-  return at == std::string::npos ? "" : response.substr(at + 4);
 }
 
 // The generated tokens of a non-streaming completion (logprobs.tokens: "token_id:N" here).
 json tokens_of(const std::string& response) {
-  const json j = json::parse(body_of(response), nullptr, false);
+  const json j = json::parse(testing::http_body(response), nullptr, false);
   if (j.is_discarded() || !j.contains("choices")) return json();
   return j["choices"][0]["logprobs"]["tokens"];
 }
@@ -95,7 +86,7 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
   std::vector<json> expected(kClients);
   for (int c = 0; c < kClients; ++c) {
     const std::string r = testing::http(server.port(), "POST", "/v1/completions", completion(c, max_tokens).dump());
-    ASSERT_EQ(status_of(r), 200) << r;
+    ASSERT_EQ(testing::http_status(r), 200) << r;
     expected[c] = tokens_of(r);
     ASSERT_EQ(expected[c].size(), static_cast<size_t>(max_tokens)) << r;
   }
@@ -112,7 +103,7 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
       while (!stop.load()) {
         const bool after = group_back.load();
         const std::string r = testing::http(server.port(), "POST", "/v1/completions", completion(c, max_tokens).dump());
-        const int status = status_of(r);
+        const int status = testing::http_status(r);
         if (status == 200 && tokens_of(r) == expected[c]) {
           ++ok;
           if (after) ++ok_after_return;
@@ -132,13 +123,13 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
   for (int rank : {0, 1}) {
     const pid_t worker = worker_of(server, rank);
     ASSERT_GT(worker, 0) << "rank " << rank << "\n" << server.log();
-    ASSERT_EQ(status_of(testing::http(server.port(), "GET", "/ready")), 200);
+    ASSERT_EQ(testing::http_status(testing::http(server.port(), "GET", "/ready")), 200);
     group_back.store(false);
     const Clock::time_point killed = Clock::now();
     kill(worker, SIGKILL);
     double not_ready_ms = -1;
     while (ms_since(killed) < 5000) {
-      if (status_of(testing::http(server.port(), "GET", "/ready")) == 503) {
+      if (testing::http_status(testing::http(server.port(), "GET", "/ready")) == 503) {
         not_ready_ms = ms_since(killed);
         break;
       }
@@ -163,13 +154,13 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
       queued_stream_ms = ms_since(killed);
     });
     // The supervisor restarts the ranks; /ready turns 200 again.
-    while (ms_since(killed) < 60000 && status_of(testing::http(server.port(), "GET", "/ready")) != 200)
+    while (ms_since(killed) < 60000 && testing::http_status(testing::http(server.port(), "GET", "/ready")) != 200)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_EQ(status_of(testing::http(server.port(), "GET", "/ready")), 200) << server.log();
+    ASSERT_EQ(testing::http_status(testing::http(server.port(), "GET", "/ready")), 200) << server.log();
     const double back_ms = ms_since(killed);
     queued_plain_client.join();
     queued_stream_client.join();
-    EXPECT_EQ(status_of(queued_plain), 200) << "rank " << rank << ": a request queued during the outage\n"
+    EXPECT_EQ(testing::http_status(queued_plain), 200) << "rank " << rank << ": a request queued during the outage\n"
                                             << queued_plain << "\n" << server.log();
     EXPECT_EQ(tokens_of(queued_plain), expected[0]) << queued_plain;
     EXPECT_EQ(queued_stream.status, 200) << queued_stream.head;
@@ -220,7 +211,7 @@ TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNo
   const testing::RawSseStream reference = testing::read_raw_sse(server.port(), "/v1/completions", stream.dump());
   ASSERT_EQ(reference.status, 200);
   const std::string queued_reference = testing::http(server.port(), "POST", "/v1/completions", queued.dump());
-  ASSERT_EQ(status_of(queued_reference), 200) << queued_reference;
+  ASSERT_EQ(testing::http_status(queued_reference), 200) << queued_reference;
 
   std::atomic<bool> started{false};
   testing::RawSseStream during;
@@ -233,7 +224,7 @@ TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNo
   std::string queued_during;
   std::thread requester([&] { queued_during = testing::http(server.port(), "POST", "/v1/completions", queued.dump()); });
   std::this_thread::sleep_for(std::chrono::seconds(5));
-  const int ready_during = status_of(testing::http(server.port(), "GET", "/ready"));
+  const int ready_during = testing::http_status(testing::http(server.port(), "GET", "/ready"));
   kill(worker, SIGCONT);
   streamer.join();
   requester.join();
@@ -256,7 +247,7 @@ TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNo
   };
   EXPECT_EQ(tokens(during).size(), static_cast<size_t>(max_tokens));
   EXPECT_EQ(tokens(during), tokens(reference));
-  EXPECT_EQ(status_of(queued_during), 200) << queued_during;
+  EXPECT_EQ(testing::http_status(queued_during), 200) << queued_during;
   EXPECT_EQ(tokens_of(queued_during), tokens_of(queued_reference));
 }
 

@@ -7,12 +7,12 @@
 #include <fstream>
 
 #include "tests/test_support.h"
+#include "tests/tools/serve_process.h"
 
 namespace tessera {
 namespace {
 
 std::string tokenize_bin() { return testing::bin_dir() + "/tessera-tokenize"; }
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 class TokenizeCliTest : public ::testing::Test {
  protected:
@@ -37,15 +37,15 @@ TEST_F(TokenizeCliTest, TextFileBytesEncodeExactlyLikeHuggingFace) {
     const auto& v = vectors_[i * vectors_.size() / 20];
     const std::string path = tmp_ + "/text";
     testing::write_file(path, v["text"].get<std::string>());
-    auto r = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --text-file " + quote(path) + " --json");
+    auto r = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " --text-file " + testing::shell_quote(path) + " --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], v["ids"]) << v["text"];
   }
 }
 
 TEST_F(TokenizeCliTest, SpecialTokensOnlyWhenAskedAndDecodeRoundTrips) {
-  auto plain = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --text 'In the beginning' --json");
-  auto with_bos = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) +
+  auto plain = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " --text 'In the beginning' --json");
+  auto with_bos = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) +
                                        " --text 'In the beginning' --json --add-special-tokens");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(with_bos.exit_code, 0) << with_bos.err;
@@ -55,16 +55,16 @@ TEST_F(TokenizeCliTest, SpecialTokensOnlyWhenAskedAndDecodeRoundTrips) {
   EXPECT_EQ(bos_ids[0], 1);  // <s>
   std::string list;
   for (const auto& id : ids) list += (list.empty() ? "" : ",") + std::to_string(id.get<int>());
-  auto dec = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --decode " + list);
+  auto dec = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " --decode " + list);
   ASSERT_EQ(dec.exit_code, 0) << dec.err;
   EXPECT_EQ(nlohmann::json::parse(dec.out)["text"], "In the beginning");
 }
 
 TEST_F(TokenizeCliTest, BadInputsGiveOneLineAndNonZeroExit) {
-  auto missing = testing::run_command(tokenize_bin() + " --tokenizer " + quote(tmp_ + "/nowhere") + " --text hi");
+  auto missing = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(tmp_ + "/nowhere") + " --text hi");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
-  auto bad_id = testing::run_command(tokenize_bin() + " --tokenizer " + quote(dir_) + " --decode 1,99999");
+  auto bad_id = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " --decode 1,99999");
   EXPECT_NE(bad_id.exit_code, 0);
   EXPECT_NE(bad_id.err.find("99999"), std::string::npos) << bad_id.err;
   EXPECT_LT(bad_id.exit_code, 128);
@@ -73,7 +73,7 @@ TEST_F(TokenizeCliTest, BadInputsGiveOneLineAndNonZeroExit) {
 // GPT-2's tokenizer_config.json sets clean_up_tokenization_spaces: --decode gives what
 // transformers' decode gives, --no-cleanup what the tokenizers library gives.
 TEST_F(TokenizeCliTest, DecodeCleansUpSpacesAsTheConfigSaysUnlessNoCleanup) {
-  const std::string gpt2 = quote(testing::fixtures_dir() + "/tokenizers/gpt2");
+  const std::string gpt2 = testing::shell_quote(testing::fixtures_dir() + "/tokenizers/gpt2");
   auto enc = testing::run_command(tokenize_bin() + " --tokenizer " + gpt2 + " --text \"Hello , world ! I 'm\"");
   ASSERT_EQ(enc.exit_code, 0) << enc.err;
   std::string list;

@@ -21,7 +21,7 @@
 namespace tessera {
 namespace {
 
-struct Param {
+struct TpRun {
   std::string model;
   int world;
   bool inject;
@@ -30,7 +30,7 @@ struct Param {
 
 // Runs in a forked rank: loads, generates every golden case, and (rank 0) writes the
 // worst logit error and whether all tokens matched. Returns the process exit code.
-int run_rank(const Param& p, int rank, const std::string& group, const std::string& result_path,
+int run_rank(const TpRun& p, int rank, const std::string& group, const std::string& result_path,
              const TpPlan* plan) {
   auto comm = make_shm_communicator(group, rank, p.world, size_t{1} << 20, 20000);
   if (!comm.is_ok()) {
@@ -79,11 +79,11 @@ int run_rank(const Param& p, int rank, const std::string& group, const std::stri
   return 0;
 }
 
-class TensorParallelTest : public ::testing::TestWithParam<Param> {};
+class TensorParallelTest : public ::testing::TestWithParam<TpRun> {};
 
 TEST_P(TensorParallelTest, RanksInSeparateProcessesReproduceTheReference) {
   TESSERA_REQUIRE_FIXTURES();
-  const Param p = GetParam();
+  const TpRun p = GetParam();
   const std::string tmp = testing::make_temp_dir("tessera-tp");
   const std::string result = tmp + "/rank0.json";
   const std::string group = "tp-test-" + std::to_string(getpid()) + "-" + std::to_string(p.world);
@@ -127,8 +127,8 @@ TEST_P(TensorParallelTest, RanksInSeparateProcessesReproduceTheReference) {
   std::filesystem::remove_all(tmp);
 }
 
-std::vector<Param> params() {
-  std::vector<Param> out;
+std::vector<TpRun> params() {
+  std::vector<TpRun> out;
   for (bool inject : {true, false}) {
     out.push_back({"tiny-bloom", 2, inject});
     out.push_back({"tiny-bloom", 3, inject});  // 6 heads; vocab 1024 split unevenly (342, 342, 340)
@@ -141,14 +141,14 @@ std::vector<Param> params() {
   return out;
 }
 
-std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+std::string tp_run_name(const ::testing::TestParamInfo<TpRun>& info) {
   std::string m = info.param.model;
   for (char& c : m) if (c == '-') c = '_';
   return m + "_tp" + std::to_string(info.param.world) + (info.param.inject ? "_fused" : "_plain") +
          (info.param.keep_w2 ? "_keep_w2" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest, ::testing::ValuesIn(params()), param_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest, ::testing::ValuesIn(params()), tp_run_name);
 
 TEST(ShardSpec, UnevenSplitsAreRejectedNamingTheSizes) {
   TESSERA_REQUIRE_FIXTURES();
