@@ -74,11 +74,18 @@ Status Checkpoint::load_config(const std::string& dir) {
   return Status::ok();
 }
 
-Status Checkpoint::add_file(const std::string& file_path) {
+Status Checkpoint::add_file(const std::string& file_path, bool presharded_tp) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<WeightFile> file, open_weight_file(file_path));
   std::shared_ptr<const void> owner = file;
   for (const TensorInfo& info : file->tensors()) {
     auto [it, inserted] = tensors_.emplace(info.name, Entry{&info, file.get(), owner});
+    if (!inserted && presharded_tp) {
+      return unimplemented(path_ + ": pre-sharded DeepSpeed checkpoints (\"checkpoints\": {\"non_tp\", \"tp\"} whose tp "
+                           "files each hold a rank's cut, here of '" + info.name + "' in " + it->second.file->path() +
+                           " and " + file_path + ") are not supported. Point the model at the original checkpoint (a "
+                           "Hugging Face folder, or a checkpoint JSON listing its files) and set the tensor-parallel "
+                           "size: Tessera slices whole tensors per rank itself");
+    }
     if (!inserted) {
       return data_loss("tensor '" + info.name + "' appears in two checkpoint files: " + it->second.file->path() +
                        " and " + file_path);
@@ -127,6 +134,7 @@ Status Checkpoint::open_deepspeed_json(const std::string& path) {
   // table's call (open_model_checkpoint in worker/model_checkpoint.h).
   ds_type_ = ds.type;
   for (const auto& f : ds.files) TESSERA_RETURN_IF_ERROR(add_file(f));
+  for (const auto& f : ds.tp_files) TESSERA_RETURN_IF_ERROR(add_file(f, true));
   const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   const fs::path base(ds.base_dir);
   const fs::path config_dir = fs::exists(base / "config.json") ? base : parent;

@@ -65,7 +65,9 @@ class Checkpoint {
     std::shared_ptr<const void> owner;  // keeps the file mapped for borrowed tensors
   };
   Checkpoint() = default;
-  Status add_file(const std::string& file_path);
+  // `presharded_tp`: the file is one of a DeepSpeed JSON's "tp" files, where a tensor name
+  // met twice means DeepSpeed's per-rank cut, refused with what to use instead.
+  Status add_file(const std::string& file_path, bool presharded_tp = false);
   Status load_config(const std::string& dir);
   Status add_indexed_files(const std::string& dir, const std::string& index_name);
   Status open_deepspeed_json(const std::string& path);

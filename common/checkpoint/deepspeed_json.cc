@@ -76,7 +76,7 @@ StatusOr<DeepSpeedCheckpoint> read_deepspeed_json(const std::string& path) {
   }
 
   const json& ckpts = ds["checkpoints"];
-  std::vector<std::string> names;
+  std::vector<std::string> names, tp_names;
   if (ckpts.is_object()) {
     for (const auto& [key, value] : ckpts.items()) {
       if (key != "non_tp" && key != "tp")
@@ -93,18 +93,15 @@ StatusOr<DeepSpeedCheckpoint> read_deepspeed_json(const std::string& path) {
                                 " files, which is not a multiple of tp_size " + std::to_string(ranks) +
                                 " (DeepSpeed writes one file per rank per partition)");
       }
-      return unimplemented(path + ": pre-sharded DeepSpeed checkpoints (\"checkpoints\": {\"non_tp\", \"tp\"}) are not "
-                           "supported: their tp files hold DeepSpeed's cut of its injected modules. Point the model at "
-                           "the original checkpoint (a Hugging Face folder, or a checkpoint JSON listing its files) and "
-                           "set the tensor-parallel size; Tessera slices it per rank itself");
     }
     names = std::move(non_tp);
+    tp_names = std::move(tp);
   } else {
     TESSERA_RETURN_IF_ERROR(file_list(ckpts, path, "checkpoints", &names));
   }
   if (parallelization == "tp" && !ckpts.is_object())
     return invalid_argument(path + ": \"parallelization\": \"tp\" needs \"checkpoints\": {\"non_tp\": [...], \"tp\": [...]}");
-  if (names.empty()) return invalid_argument(path + ": \"checkpoints\" lists no files");
+  if (names.empty() && tp_names.empty()) return invalid_argument(path + ": \"checkpoints\" lists no files");
 
   const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   fs::path base = parent;
@@ -115,11 +112,13 @@ StatusOr<DeepSpeedCheckpoint> read_deepspeed_json(const std::string& path) {
   }
   out.base_dir = base.string();
   std::set<std::string> seen;
-  for (const auto& name : names) {
-    const fs::path f = base / name;
-    if (!seen.insert(f.lexically_normal().string()).second) continue;
-    if (!fs::exists(f)) return not_found(path + ": checkpoint file " + f.string() + " does not exist");
-    out.files.push_back(f.string());
+  for (auto [list, resolved] : {std::pair{&names, &out.files}, std::pair{&tp_names, &out.tp_files}}) {
+    for (const auto& name : *list) {
+      const fs::path f = base / name;
+      if (!seen.insert(f.lexically_normal().string()).second) continue;
+      if (!fs::exists(f)) return not_found(path + ": checkpoint file " + f.string() + " does not exist");
+      resolved->push_back(f.string());
+    }
   }
   return out;
 }

@@ -6,8 +6,9 @@
 // absolute), "parallelization" ("pp", the default: every file holds whole tensors),
 // "tp_size"/"mp_size" and "dtype". The pre-sharded form DeepSpeed writes with
 // save_mp_checkpoint_path ({"non_tp": [...], "tp": [...]}, "parallelization": "tp") is
-// checked for consistency and then refused: its tp files hold DeepSpeed's own cut of the
-// injected modules, not Hugging Face tensors.
+// checked for consistency (the tp list holds tp_size files per partition); its files are
+// read like the others, and the Checkpoint refuses them when two tp files hold the same
+// tensor name: then they are DeepSpeed's per-rank cut, not whole Hugging Face tensors.
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace tessera {
 struct DeepSpeedCheckpoint {
   std::string type;                // "BLOOM-176B" as written
   std::vector<std::string> files;  // resolved paths, in the JSON's order, without repeats
+  std::vector<std::string> tp_files;  // "checkpoints"."tp", resolved likewise
   std::string base_dir;            // where the files are (config.json is looked for here first)
 };
 
