@@ -205,14 +205,17 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
   return ckpt;
 }
 
-bool Checkpoint::add_missing_prefix(const std::string& prefix) {
+bool Checkpoint::add_missing_prefix(const std::string& prefix, const std::vector<std::string>& outside) {
   if (prefix.empty() || tensors_.empty()) return false;
   for (const auto& [name, e] : tensors_) {
     if (name.rfind(prefix, 0) == 0) return false;
   }
   // The TensorInfo keeps the name as stored (errors about the file quote it as the file has it).
   std::unordered_map<std::string, Entry> renamed;
-  for (auto& [name, e] : tensors_) renamed.emplace(prefix + name, std::move(e));
+  for (auto& [name, e] : tensors_) {
+    const bool keep = std::find(outside.begin(), outside.end(), name) != outside.end();
+    renamed.emplace(keep ? name : prefix + name, std::move(e));
+  }
   tensors_ = std::move(renamed);
   return true;
 }

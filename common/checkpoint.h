@@ -49,14 +49,17 @@ class Checkpoint {
   // Drops the mapped pages of `name` from this process once a converted copy exists, so
   // that peak RSS stays near the model size. Borrowed tensors stay valid (pages re-read).
   void release(const std::string& name) const;
-  int64_t total_bytes() const { return total_bytes_; }  // sum of tensor bytes on disk
+  // Sum of tensor bytes on disk (a PyTorch storage shared by several tensors counts once
+  // per tensor).
+  int64_t total_bytes() const { return total_bytes_; }
 
   // Checkpoints saved from a base model (BloomModel rather than BloomForCausalLM, as the
   // original bigscience/bloom shards are) name tensors without the base model's prefix
   // ("h.0.mlp..." for "transformer.h.0.mlp..."). When no tensor name starts with `prefix`,
-  // this prepends it to every name, so that the architecture's names find them; otherwise
-  // it changes nothing. Returns whether it renamed.
-  bool add_missing_prefix(const std::string& prefix);
+  // this prepends it to every name except those in `outside` (the LM head, which lives
+  // outside the base model), so that the architecture's names find them; otherwise it
+  // changes nothing. Returns whether it renamed.
+  bool add_missing_prefix(const std::string& prefix, const std::vector<std::string>& outside = {});
 
  private:
   struct Entry {

@@ -1,5 +1,7 @@
 #include "worker/model_checkpoint.h"
 
+#include <vector>
+
 #include "worker/arch_spec.h"
 
 namespace tessera {
@@ -29,7 +31,10 @@ StatusOr<std::unique_ptr<Checkpoint>> open_model_checkpoint(const std::string& p
   if (auto mt = config.find("model_type"); mt != config.end() && mt->is_string()) {
     if (const ArchSpec* arch = find_arch_spec(mt->get<std::string>())) {
       const std::string prefix = base_model_prefix(*arch);
-      if (!prefix.empty() && ckpt->find(arch->name_of(TensorRole::kEmbed)) == nullptr) ckpt->add_missing_prefix(prefix);
+      const std::string& head = arch->name_of(TensorRole::kLmHead);
+      std::vector<std::string> outside;
+      if (head.rfind(prefix, 0) != 0) outside.push_back(head);  // "lm_head.weight" is not in the base model
+      if (!prefix.empty() && ckpt->find(arch->name_of(TensorRole::kEmbed)) == nullptr) ckpt->add_missing_prefix(prefix, outside);
     }
   }
   return ckpt;

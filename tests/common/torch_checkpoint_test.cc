@@ -319,6 +319,18 @@ TEST_F(TorchCheckpointTest, BaseModelKeysGetTheFamilyPrefix) {
   EXPECT_FALSE(c.value()->add_missing_prefix("transformer."));
 }
 
+// A causal-LM checkpoint whose base-model keys lack "model." keeps its lm_head.weight: the
+// head is not part of the base model.
+TEST_F(TorchCheckpointTest, BaseModelPrefixLeavesTheLmHeadAlone) {
+  const std::string d = folder("llama_base", R"({"model_type": "llama"})");
+  FakeTensor embed{"embed_tokens.weight", "0", "FloatStorage", 24, 0, {4, 6}, {6, 1}};
+  FakeTensor head{"lm_head.weight", "0", "FloatStorage", 24, 0, {4, 6}, {6, 1}};
+  write("llama_base/pytorch_model.bin", testing::torch_zip(testing::state_dict_pickle({embed, head}), {{"0", bytes_of(s0_)}}));
+  auto c = open_model_checkpoint(d);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c.value()->tensor_names(), (std::vector<std::string>{"lm_head.weight", "model.embed_tokens.weight"}));
+}
+
 TEST_F(TorchCheckpointTest, DeepSpeedJsonListsBinAndPtFilesUnderBaseDir) {
   const std::string d = folder("ds");
   write("ds/shards/one.bin", testing::torch_zip(testing::state_dict_pickle({tensors()[0]}), {{"0", bytes_of(s0_)}}));
