@@ -7,19 +7,22 @@
 #include <set>
 #include <sstream>
 
+#include "common/checkpoint/deepspeed_json.h"
+#include "common/checkpoint/torch_checkpoint.h"
 #include "common/string_util.h"
 
 namespace tessera {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kSafetensorsIndex = "model.safetensors.index.json";
+constexpr const char* kTorchIndex = "pytorch_model.bin.index.json";
+constexpr const char* kTorchSingle = "pytorch_model.bin";
 
 bool is_safetensors_name(const fs::path& p) { return ascii_lower(p.extension().string()) == ".safetensors"; }
-
-Status only_safetensors(const std::string& file) {
-  return unimplemented(file + ": only safetensors checkpoints are supported (convert PyTorch .bin/.pt files "
-                              "with the `safetensors` library first)");
+bool is_torch_name(const fs::path& p) {
+  const std::string ext = ascii_lower(p.extension().string());
+  return ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt";
 }
 
 StatusOr<nlohmann::json> read_json(const fs::path& path, const char* what) {
@@ -34,29 +37,30 @@ StatusOr<nlohmann::json> read_json(const fs::path& path, const char* what) {
   }
 }
 
-// "checkpoints": ["a.safetensors", ...] or, as DeepSpeed writes for pre-sharded models,
-// {"non_tp": [...], "tp": [...]}; all files together hold the whole model.
-Status collect_ds_files(const nlohmann::json& node, const std::string& where, std::vector<std::string>* out) {
-  if (node.is_string()) {
-    out->push_back(node.get<std::string>());
-    return Status::ok();
+// The format is told by the file's first bytes, not its name: DeepSpeed JSONs and users
+// name PyTorch files .bin, .pt, .pth or anything else.
+StatusOr<std::shared_ptr<WeightFile>> open_weight_file(const std::string& path) {
+  if (is_safetensors_name(path)) {
+    TESSERA_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(path));
+    return std::shared_ptr<WeightFile>(std::move(f));
   }
-  if (node.is_array()) {
-    for (const auto& item : node) {
-      if (!item.is_string()) return invalid_argument(where + ": \"checkpoints\" entries must be file names, got " + item.dump());
-      out->push_back(item.get<std::string>());
+  char head[16] = {};
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return not_found(path + ": cannot read the checkpoint file");
+    in.read(head, sizeof(head));
+    const size_t got = static_cast<size_t>(in.gcount());
+    if (looks_like_torch_checkpoint(head, got)) {
+      TESSERA_ASSIGN_OR_RETURN(auto f, TorchCheckpointFile::open(path));
+      return std::shared_ptr<WeightFile>(std::move(f));
     }
-    return Status::ok();
-  }
-  if (node.is_object()) {
-    for (const auto& [key, value] : node.items()) {
-      if (!value.is_array() && !value.is_string())
-        return invalid_argument(where + ": \"checkpoints\"." + key + " must be a list of file names");
-      TESSERA_RETURN_IF_ERROR(collect_ds_files(value, where, out));
+    // A safetensors file starts with an 8-byte header length and then '{'.
+    if (got >= 9 && head[8] == '{') {
+      TESSERA_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(path));
+      return std::shared_ptr<WeightFile>(std::move(f));
     }
-    return Status::ok();
   }
-  return invalid_argument(where + ": \"checkpoints\" must be a list of file names or a {\"tp\": [...]} object");
+  return invalid_argument(path + ": neither a safetensors file nor a PyTorch checkpoint (torch.save zip or legacy format)");
 }
 
 }  // namespace
@@ -70,11 +74,18 @@ Status Checkpoint::load_config(const std::string& dir) {
   return Status::ok();
 }
 
-Status Checkpoint::add_file(const std::string& file_path) {
-  TESSERA_ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(file_path));
+Status Checkpoint::add_file(const std::string& file_path, bool presharded_tp) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<WeightFile> file, open_weight_file(file_path));
   std::shared_ptr<const void> owner = file;
   for (const TensorInfo& info : file->tensors()) {
     auto [it, inserted] = tensors_.emplace(info.name, Entry{&info, file.get(), owner});
+    if (!inserted && presharded_tp) {
+      return unimplemented(path_ + ": pre-sharded DeepSpeed checkpoints (\"checkpoints\": {\"non_tp\", \"tp\"} whose tp "
+                           "files each hold a rank's cut, here of '" + info.name + "' in " + it->second.file->path() +
+                           " and " + file_path + ") are not supported. Point the model at the original checkpoint (a "
+                           "Hugging Face folder, or a checkpoint JSON listing its files) and set the tensor-parallel "
+                           "size: Tessera slices whole tensors per rank itself");
+    }
     if (!inserted) {
       return data_loss("tensor '" + info.name + "' appears in two checkpoint files: " + it->second.file->path() +
                        " and " + file_path);
@@ -85,6 +96,55 @@ Status Checkpoint::add_file(const std::string& file_path) {
   return Status::ok();
 }
 
+// Shards named by an index's "weight_map" (model.safetensors.index.json, or
+// pytorch_model.bin.index.json as transformers writes for .bin shards).
+Status Checkpoint::add_indexed_files(const std::string& dir, const std::string& index_name) {
+  const fs::path index = fs::path(dir) / index_name;
+  TESSERA_ASSIGN_OR_RETURN(nlohmann::json idx, read_json(index, "checkpoint index"));
+  if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+    return invalid_argument(index.string() + ": missing \"weight_map\" object");
+  std::set<std::string> shard_names;
+  for (const auto& [tensor, file] : idx["weight_map"].items()) {
+    if (!file.is_string()) return invalid_argument(index.string() + ": weight_map." + tensor + " is not a file name");
+    std::string shard = file.get<std::string>();
+    if (shard_names.insert(shard).second) {
+      fs::path shard_path = fs::path(dir) / shard;
+      if (!fs::exists(shard_path)) {
+        return not_found(index.string() + " names " + shard + " (for tensor '" + tensor + "'), but " +
+                         shard_path.string() + " does not exist");
+      }
+    }
+  }
+  for (const auto& shard : shard_names) TESSERA_RETURN_IF_ERROR(add_file((fs::path(dir) / shard).string()));
+  // The index is a promise about where each tensor lives; a mismatch means a stale or
+  // mixed-up folder, which would otherwise surface later as a confusing missing weight.
+  for (const auto& [tensor, file] : idx["weight_map"].items()) {
+    const TensorInfo* info = find(tensor);
+    if (info == nullptr || fs::path(info->file).filename() != fs::path(file.get<std::string>()).filename()) {
+      return data_loss(index.string() + ": tensor '" + tensor + "' is listed in " + file.get<std::string>() +
+                       " but that file does not contain it");
+    }
+  }
+  return Status::ok();
+}
+
+Status Checkpoint::open_deepspeed_json(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(DeepSpeedCheckpoint ds, read_deepspeed_json(path));
+  // The type names a model family; whether it is one Tessera serves is the architecture
+  // table's call (open_model_checkpoint in worker/model_checkpoint.h).
+  ds_type_ = ds.type;
+  for (const auto& f : ds.files) TESSERA_RETURN_IF_ERROR(add_file(f));
+  for (const auto& f : ds.tp_files) TESSERA_RETURN_IF_ERROR(add_file(f, true));
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  const fs::path base(ds.base_dir);
+  const fs::path config_dir = fs::exists(base / "config.json") ? base : parent;
+  if (!fs::exists(config_dir / "config.json")) {
+    return not_found(path + ": no config.json in " + base.string() +
+                     (base == parent ? "" : " or " + parent.string()) + " (the architecture is read from it)");
+  }
+  return load_config(config_dir.string());
+}
+
 StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->path_ = path;
@@ -93,100 +153,71 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
   if (ec || !fs::exists(st)) return not_found(path + ": no such file or directory");
 
   if (fs::is_directory(st)) {
-    // Hugging Face folder.
+    // Hugging Face folder: safetensors first (the same weights, and no pickle to read) when
+    // a folder has both, as transformers prefers them.
     TESSERA_RETURN_IF_ERROR(ckpt->load_config(path));
-    fs::path index = fs::path(path) / kIndexName;
-    if (fs::exists(index)) {
-      TESSERA_ASSIGN_OR_RETURN(nlohmann::json idx, read_json(index, "safetensors index"));
-      if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
-        return invalid_argument(index.string() + ": missing \"weight_map\" object");
-      std::set<std::string> shard_names;
-      for (const auto& [tensor, file] : idx["weight_map"].items()) {
-        if (!file.is_string()) return invalid_argument(index.string() + ": weight_map." + tensor + " is not a file name");
-        std::string shard = file.get<std::string>();
-        if (shard_names.insert(shard).second) {
-          fs::path shard_path = fs::path(path) / shard;
-          if (!is_safetensors_name(shard_path)) return only_safetensors(shard_path.string());
-          if (!fs::exists(shard_path)) {
-            return not_found(index.string() + " names " + shard + " (for tensor '" + tensor +
-                             "'), but " + shard_path.string() + " does not exist");
-          }
-        }
-      }
-      for (const auto& shard : shard_names) TESSERA_RETURN_IF_ERROR(ckpt->add_file((fs::path(path) / shard).string()));
-      // The index is a promise about where each tensor lives; a mismatch means a stale or
-      // mixed-up folder, which would otherwise surface later as a confusing missing weight.
-      for (const auto& [tensor, file] : idx["weight_map"].items()) {
-        const TensorInfo* info = ckpt->find(tensor);
-        if (info == nullptr || fs::path(info->file).filename() != fs::path(file.get<std::string>()).filename()) {
-          return data_loss(index.string() + ": tensor '" + tensor + "' is listed in " + file.get<std::string>() +
-                           " but that file does not contain it");
-        }
-      }
-    } else if (fs::exists(fs::path(path) / "model.safetensors")) {
-      TESSERA_RETURN_IF_ERROR(ckpt->add_file((fs::path(path) / "model.safetensors").string()));
-    } else {
-      std::vector<std::string> found, other;
-      for (const auto& e : fs::directory_iterator(path, ec)) {
-        std::string ext = ascii_lower(e.path().extension().string());
-        if (ext == ".safetensors") found.push_back(e.path().string());
-        if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt") other.push_back(e.path().string());
-      }
-      std::sort(found.begin(), found.end());
-      if (found.empty() && !other.empty()) return only_safetensors(other.front());
-      if (found.empty()) return not_found(path + ": no *.safetensors files in the model folder");
-      for (const auto& f : found) TESSERA_RETURN_IF_ERROR(ckpt->add_file(f));
+    const fs::path dir(path);
+    if (fs::exists(dir / kSafetensorsIndex)) {
+      TESSERA_RETURN_IF_ERROR(ckpt->add_indexed_files(path, kSafetensorsIndex));
+      return ckpt;
     }
-    return ckpt;
+    if (fs::exists(dir / "model.safetensors")) {
+      TESSERA_RETURN_IF_ERROR(ckpt->add_file((dir / "model.safetensors").string()));
+      return ckpt;
+    }
+    std::vector<std::string> found, other;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      if (is_safetensors_name(e.path())) found.push_back(e.path().string());
+      if (is_torch_name(e.path())) other.push_back(e.path().filename().string());
+    }
+    std::sort(found.begin(), found.end());
+    std::sort(other.begin(), other.end());
+    if (!found.empty()) {
+      for (const auto& f : found) TESSERA_RETURN_IF_ERROR(ckpt->add_file(f));
+      return ckpt;
+    }
+    if (fs::exists(dir / kTorchIndex)) {
+      TESSERA_RETURN_IF_ERROR(ckpt->add_indexed_files(path, kTorchIndex));
+      return ckpt;
+    }
+    if (fs::exists(dir / kTorchSingle)) {
+      TESSERA_RETURN_IF_ERROR(ckpt->add_file((dir / kTorchSingle).string()));
+      return ckpt;
+    }
+    // Other .bin files (training_args.bin, optimizer states) are not weights: not guessed at.
+    std::string listed;
+    for (size_t i = 0; i < other.size() && i < 4; ++i) listed += (i ? ", " : "") + other[i];
+    return not_found(path + ": no model weights in the folder (looked for model.safetensors[.index.json], *.safetensors, " +
+                     kTorchSingle + " and " + kTorchIndex + ")" +
+                     (other.empty() ? "" : "; to load " + listed + ", list it in a DeepSpeed checkpoint JSON"));
   }
 
   fs::path file(path);
   std::string ext = ascii_lower(file.extension().string());
   fs::path parent = file.parent_path().empty() ? fs::path(".") : file.parent_path();
-  if (ext == ".safetensors") {  // a single file, config.json beside it
-    TESSERA_RETURN_IF_ERROR(ckpt->load_config(parent.string()));
-    TESSERA_RETURN_IF_ERROR(ckpt->add_file(path));
+  if (ext == ".json") {
+    TESSERA_RETURN_IF_ERROR(ckpt->open_deepspeed_json(path));
     return ckpt;
   }
-  if (ext != ".json") return only_safetensors(path);
-
-  // DeepSpeed checkpoint JSON.
-  TESSERA_ASSIGN_OR_RETURN(nlohmann::json ds, read_json(file, "DeepSpeed checkpoint JSON"));
-  if (!ds.is_object()) return invalid_argument(path + ": DeepSpeed checkpoint JSON is not an object");
-  if (!ds.contains("checkpoints")) return invalid_argument(path + ": DeepSpeed checkpoint JSON lacks \"checkpoints\"");
-  if (!ds.contains("type") || !ds["type"].is_string())
-    return invalid_argument(path + ": DeepSpeed checkpoint JSON lacks a string \"type\"");
-  // The type names a model family; whether it is one Tessera serves is the architecture
-  // table's call (open_model_checkpoint in worker/model_checkpoint.h).
-  ckpt->ds_type_ = ds["type"].get<std::string>();
-  fs::path base = parent;
-  if (ds.contains("base_dir")) {
-    if (!ds["base_dir"].is_string()) return invalid_argument(path + ": \"base_dir\" must be a string");
-    base = parent / ds["base_dir"].get<std::string>();  // an absolute base_dir replaces parent
-    if (!fs::is_directory(base)) return not_found(path + ": base_dir " + base.string() + " is not a directory");
-  }
-  std::vector<std::string> names;
-  TESSERA_RETURN_IF_ERROR(collect_ds_files(ds["checkpoints"], path, &names));
-  if (names.empty()) return invalid_argument(path + ": \"checkpoints\" lists no files");
-  std::set<std::string> seen;
-  for (const auto& name : names) {
-    fs::path f = base / name;
-    if (!seen.insert(f.lexically_normal().string()).second) continue;
-    if (!is_safetensors_name(f)) return only_safetensors(f.string());
-    if (!fs::exists(f)) return not_found(path + ": checkpoint file " + f.string() + " does not exist");
-  }
-  seen.clear();
-  for (const auto& name : names) {
-    fs::path f = base / name;
-    if (seen.insert(f.lexically_normal().string()).second) TESSERA_RETURN_IF_ERROR(ckpt->add_file(f.string()));
-  }
-  fs::path config_dir = fs::exists(base / "config.json") ? base : parent;
-  if (!fs::exists(config_dir / "config.json")) {
-    return not_found(path + ": no config.json in " + base.string() +
-                     (base == parent ? "" : " or " + parent.string()) + " (the architecture is read from it)");
-  }
-  TESSERA_RETURN_IF_ERROR(ckpt->load_config(config_dir.string()));
+  // A single weights file (safetensors or PyTorch), config.json beside it.
+  TESSERA_RETURN_IF_ERROR(ckpt->load_config(parent.string()));
+  TESSERA_RETURN_IF_ERROR(ckpt->add_file(path));
   return ckpt;
+}
+
+bool Checkpoint::add_missing_prefix(const std::string& prefix, const std::vector<std::string>& outside) {
+  if (prefix.empty() || tensors_.empty()) return false;
+  for (const auto& [name, e] : tensors_) {
+    if (name.rfind(prefix, 0) == 0) return false;
+  }
+  // The TensorInfo keeps the name as stored (errors about the file quote it as the file has it).
+  std::unordered_map<std::string, Entry> renamed;
+  for (auto& [name, e] : tensors_) {
+    const bool keep = std::find(outside.begin(), outside.end(), name) != outside.end();
+    renamed.emplace(keep ? name : prefix + name, std::move(e));
+  }
+  tensors_ = std::move(renamed);
+  return true;
 }
 
 std::vector<std::string> Checkpoint::tensor_names() const {
@@ -250,10 +281,49 @@ Tensor gather(const TensorInfo& info, const std::shared_ptr<const void>& owner, 
   return out;
 }
 
+// A non-contiguous (strided) PyTorch tensor: elements [begin, begin + count) along `axis`
+// copied into a contiguous tensor, a row of the last dimension at a time where that
+// dimension is dense (stride 1), else element by element. Only the slice's elements are read.
+Tensor gather_strided(const TensorInfo& info, DType dtype, int axis, int64_t begin, int64_t count) {
+  std::vector<int64_t> out_dims = info.shape;
+  if (axis >= 0) out_dims[axis] = count;
+  Tensor out = Tensor::zeros(out_dims, dtype);
+  int64_t total = 1;
+  for (int64_t d : out_dims) total *= d;
+  if (total == 0) return out;
+  const size_t src_size = dtype_size(info.dtype), dst_size = dtype_size(dtype);
+  const char* src = static_cast<const char*>(info.data);
+  if (axis >= 0) src += begin * info.strides[axis] * static_cast<int64_t>(src_size);
+  char* dst = out.data<char>();
+  const size_t nd = out_dims.size();
+  const int64_t row = nd == 0 ? 1 : out_dims[nd - 1];
+  const bool dense_rows = nd == 0 || info.strides[nd - 1] == 1;
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t done = 0; done < total; done += row) {
+    int64_t at = 0;  // element offset of this row's first element
+    for (size_t i = 0; i + 1 < nd; ++i) at += idx[i] * info.strides[i];
+    if (dense_rows) {
+      convert_elements(src + at * static_cast<int64_t>(src_size), info.dtype, dst, dtype, static_cast<size_t>(row));
+    } else {
+      for (int64_t j = 0; j < row; ++j) {
+        convert_elements(src + (at + j * info.strides[nd - 1]) * static_cast<int64_t>(src_size), info.dtype,
+                         dst + j * static_cast<int64_t>(dst_size), dtype, 1);
+      }
+    }
+    dst += row * static_cast<int64_t>(dst_size);
+    for (size_t i = nd == 0 ? 0 : nd - 1; i-- > 0;) {  // odometer over all but the last dimension
+      if (++idx[i] < out_dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<Tensor> Checkpoint::load(const std::string& name, DType dtype) const {
   TESSERA_ASSIGN_OR_RETURN(const Entry* e, entry(name, dtype));
+  if (!e->info->contiguous()) return gather_strided(*e->info, dtype, -1, 0, 0);
   int64_t n = e->info->numel();
   return gather(*e->info, e->owner, dtype, e->info->shape, 1, n, n, 0);
 }
@@ -271,6 +341,7 @@ StatusOr<Tensor> Checkpoint::load_slice(const std::string& name, DType dtype, in
     return invalid_argument(where + ": slice [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                             ") along axis " + std::to_string(axis) + " is out of range");
   }
+  if (!e->info->contiguous()) return gather_strided(*e->info, dtype, axis, begin, count);
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < axis; ++i) outer *= shape[i];
   for (size_t i = axis + 1; i < shape.size(); ++i) inner *= shape[i];

@@ -41,12 +41,6 @@ std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
-int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "F32";
@@ -202,17 +196,6 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
-void SafetensorsFile::release(const void* data, size_t nbytes) const {
-  if (data == nullptr || nbytes == 0) return;
-  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  // Only pages wholly inside the range: neighbouring tensors may share the edge pages.
-  uintptr_t begin = reinterpret_cast<uintptr_t>(data);
-  uintptr_t end = begin + nbytes;
-  uintptr_t first = (begin + page - 1) / page * page;
-  uintptr_t last = end / page * page;
-  if (last <= first) return;
-  // Advisory: a failure only means the pages stay resident.
-  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-}
+void SafetensorsFile::release(const void* data, size_t nbytes) const { release_mapped_pages(data, nbytes); }
 
 }  // namespace tessera

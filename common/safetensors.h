@@ -14,44 +14,29 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "common/weight_file.h"
 
 namespace tessera {
 
-struct TensorInfo {
-  std::string name;
-  DType dtype = DType::kF32;  // meaningful only when dtype_supported
-  std::vector<int64_t> shape;
-  const void* data = nullptr;  // inside the read-only mmap of `file`
-  size_t nbytes = 0;
-  std::string file;
-  // The dtype string as stored ("F32", "F64", "BOOL", ...). Files may hold tensors whose type
-  // Tessera has no DType for; they are listed (so sizes are still validated) but
-  // Checkpoint::load refuses them with Unimplemented naming the tensor and this string.
-  std::string stored_dtype;
-  bool dtype_supported = true;
-
-  int64_t numel() const;
-};
-
-class SafetensorsFile {
+class SafetensorsFile : public WeightFile {
  public:
   // Maps `path` and validates the header: every tensor's dtype is known, its shape is
   // non-negative, its data_offsets lie inside the file and span exactly numel * dtype size,
   // and no two tensors overlap. Errors name the file and the tensor.
   static StatusOr<std::shared_ptr<SafetensorsFile>> open(const std::string& path);
-  ~SafetensorsFile();
+  ~SafetensorsFile() override;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::string& path() const { return path_; }
-  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::string& path() const override { return path_; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   const TensorInfo* find(const std::string& name) const;
   const nlohmann::json& metadata() const { return metadata_; }  // "__metadata__" or {}
   size_t file_size() const { return size_; }
 
   // Drops the resident pages that lie wholly inside [data, data + nbytes) from this process
   // (madvise MADV_DONTNEED). The mapping stays valid: touching them again re-reads the file.
-  void release(const void* data, size_t nbytes) const;
+  void release(const void* data, size_t nbytes) const override;
 
  private:
   SafetensorsFile() = default;

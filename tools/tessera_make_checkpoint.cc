@@ -1,6 +1,7 @@
 // tessera-make-checkpoint: writes a random-weight model in Hugging Face layout (config.json as
 // transformers' save_pretrained writes it, model.safetensors or shards +
-// model.safetensors.index.json) for any architecture of the table (worker/arch_spec.cc):
+// model.safetensors.index.json; with --format bin, pytorch_model.bin or shards +
+// pytorch_model.bin.index.json in torch.save's zip format) for any architecture of the table (worker/arch_spec.cc):
 // config keys from the row, tensors from the loader's own list (worker/arch_tensors.h), so
 // that benchmarks and tests can use models of any size and family without downloading one. Weights are deterministic in --seed and the tensor name (sharding does not
 // change them) and are written chunk by chunk, so memory stays small whatever the model size.
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -18,6 +20,7 @@
 
 #include "common/dtype.h"
 #include "common/logging.h"
+#include "common/checkpoint/torch_writer.h"
 #include "common/safetensors_writer.h"
 #include "common/status.h"
 #include "worker/arch_spec.h"
@@ -148,7 +151,9 @@ int64_t numel(const ExpectedTensor& t) {
   return n;
 }
 
-Status write_tensor(SafetensorsWriter& writer, const ExpectedTensor& spec, DType dtype, uint64_t seed) {
+// `append` is the writer's (safetensors or PyTorch zip: the bytes are the same).
+Status write_tensor(const std::function<Status(const void*, size_t)>& append, const ExpectedTensor& spec, DType dtype,
+                    uint64_t seed) {
   constexpr size_t kChunk = 1 << 20;  // elements per chunk: 4 MB of f32
   Rng rng{seed ^ fnv1a(spec.name)};
   rng.next();
@@ -159,10 +164,10 @@ Status write_tensor(SafetensorsWriter& writer, const ExpectedTensor& spec, DType
     size_t n = std::min(kChunk, total - done);
     fill_normal(rng, f32.data(), n, mean, 0.02f);
     if (dtype == DType::kF32) {
-      TESSERA_RETURN_IF_ERROR(writer.append(f32.data(), n * 4));
+      TESSERA_RETURN_IF_ERROR(append(f32.data(), n * 4));
     } else {
       convert_elements(f32.data(), DType::kF32, half.data(), dtype, n);
-      TESSERA_RETURN_IF_ERROR(writer.append(half.data(), n * 2));
+      TESSERA_RETURN_IF_ERROR(append(half.data(), n * 2));
     }
     done += n;
   }
@@ -175,6 +180,7 @@ struct Options {
   DType dtype = DType::kF32;
   uint64_t seed = 0;
   double shard_mb = 0;  // 0: one model.safetensors
+  bool torch_bin = false;  // --format bin: pytorch_model*.bin (torch.save's zip format)
   std::vector<std::string> config_sets;  // "key=value" pairs applied to config.json last
 };
 
@@ -222,7 +228,9 @@ Status run(const Options& opt) {
   fs::create_directories(opt.out, ec);
   if (!fs::is_directory(opt.out)) return invalid_argument("--out " + opt.out + ": cannot create directory");
   // Files of an earlier run would be read as part of this model: remove this tool's own names.
-  static const std::regex kOwnFile(R"(model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json)");
+  static const std::regex kOwnFile(
+      R"(model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json|)"
+      R"(pytorch_model(-\d{5}-of-\d{5})?\.bin|pytorch_model\.bin\.index\.json)");
   for (const auto& e : fs::directory_iterator(opt.out, ec))
     if (std::regex_match(e.path().filename().string(), kOwnFile)) fs::remove(e.path(), ec);
 
@@ -235,29 +243,42 @@ Status run(const Options& opt) {
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t file_bytes = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
-    std::string name = "model.safetensors";
+    // transformers' names: model-00001-of-00002.safetensors, pytorch_model-00001-of-00002.bin.
+    std::string name = opt.torch_bin ? "pytorch_model.bin" : "model.safetensors";
     if (shards.size() > 1) {
       char buf[64];
-      std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      std::snprintf(buf, sizeof(buf), opt.torch_bin ? "pytorch_model-%05zu-of-%05zu.bin" : "model-%05zu-of-%05zu.safetensors",
+                    i + 1, shards.size());
       name = buf;
     }
-    std::vector<SafetensorsWriter::Entry> entries;
-    for (const ExpectedTensor* s : shards[i]) {
-      entries.push_back({s->name, opt.dtype, s->shape});
-      weight_map[s->name] = name;
+    for (const ExpectedTensor* s : shards[i]) weight_map[s->name] = name;
+    const std::string path = (fs::path(opt.out) / name).string();
+    if (opt.torch_bin) {
+      std::vector<TorchZipWriter::Entry> entries;
+      for (const ExpectedTensor* s : shards[i]) entries.push_back({s->name, opt.dtype, s->shape});
+      TESSERA_ASSIGN_OR_RETURN(auto writer, TorchZipWriter::create(path, entries));
+      auto append = [&](const void* d, size_t n) { return writer->append(d, n); };
+      for (const ExpectedTensor* s : shards[i]) TESSERA_RETURN_IF_ERROR(write_tensor(append, *s, opt.dtype, opt.seed));
+      TESSERA_RETURN_IF_ERROR(writer->finish());
+      file_bytes += writer->file_bytes();
+    } else {
+      std::vector<SafetensorsWriter::Entry> entries;
+      for (const ExpectedTensor* s : shards[i]) entries.push_back({s->name, opt.dtype, s->shape});
+      TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::create(path, entries));
+      auto append = [&](const void* d, size_t n) { return writer->append(d, n); };
+      for (const ExpectedTensor* s : shards[i]) TESSERA_RETURN_IF_ERROR(write_tensor(append, *s, opt.dtype, opt.seed));
+      TESSERA_RETURN_IF_ERROR(writer->finish());
+      file_bytes += writer->file_bytes();
     }
-    TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::create((fs::path(opt.out) / name).string(), entries));
-    for (const ExpectedTensor* s : shards[i]) TESSERA_RETURN_IF_ERROR(write_tensor(*writer, *s, opt.dtype, opt.seed));
-    TESSERA_RETURN_IF_ERROR(writer->finish());
-    file_bytes += writer->file_bytes();
   }
   if (shards.size() > 1) {
     nlohmann::json index;
     index["metadata"]["total_size"] = params * static_cast<int64_t>(esize);
     index["weight_map"] = weight_map;
-    std::ofstream out(fs::path(opt.out) / "model.safetensors.index.json");
+    const std::string index_name = opt.torch_bin ? "pytorch_model.bin.index.json" : "model.safetensors.index.json";
+    std::ofstream out(fs::path(opt.out) / index_name);
     out << index.dump(2) << "\n";
-    if (!out) return invalid_argument(opt.out + "/model.safetensors.index.json: write failed");
+    if (!out) return invalid_argument(opt.out + "/" + index_name + ": write failed");
   }
   TESSERA_LOG_INFO("{}: {} parameters, {} bytes ({}, {} file{}) -> {}", m.arch, params, file_bytes,
                    dtype_name(opt.dtype), shards.size(), shards.size() > 1 ? "s" : "", opt.out);
@@ -306,8 +327,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   app.add_option("--seed", opt.seed, "seed of the random weights")->capture_default_str();
   app.add_option("--shard-mb", opt.shard_mb,
-                 "split into shards of at most this many MB (10^6 bytes) + index; 0 = one model.safetensors")
+                 "split into shards of at most this many MB (10^6 bytes) + index; 0 = one file")
       ->capture_default_str();
+  std::string format = "safetensors";
+  app.add_option("--format", format,
+                 "safetensors (model*.safetensors) | bin (pytorch_model*.bin, torch.save's zip format)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"safetensors", "bin"}));
   app.add_option("--config-set", opt.config_sets,
                  "KEY=VALUE written into config.json (VALUE as JSON); the tensors follow the edited config, e.g. "
                  "--config-set new_decoder_architecture=false (repeatable) (default: none)");
@@ -354,6 +380,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.dtype = *parse_dtype(dtype);
+  opt.torch_bin = format == "bin";
   Status st = run(opt);
   if (!st.is_ok()) {
     TESSERA_LOG_ERROR("{}", st.to_string());

@@ -88,8 +88,11 @@ class WeightReader {
                                         : ckpt_.load_slice(name, dtype, slice.axis, slice.begin, slice.count);
     if (!t.is_ok()) return t.status();
     // A converted or sliced copy no longer needs the mapped pages: drop them to keep peak
-    // RSS near this rank's share.
-    if (info->dtype != dtype || slice.axis == 1) ckpt_.release(name);
+    // RSS near this rank's share. Copies are also made of strided PyTorch tensors and of
+    // storages the legacy format left unaligned, so the test is where the data lives.
+    const char* mapped = static_cast<const char*>(info->data);
+    const char* got = t->data<const char>();
+    if (info->dtype != dtype || slice.axis == 1 || got < mapped || got >= mapped + info->nbytes) ckpt_.release(name);
     total_bytes_ += static_cast<int64_t>(t->nbytes());
     return t;
   }

@@ -260,11 +260,12 @@ TEST_F(CheckpointTest, FolderWithoutSafetensorsIsNotFound) {
   auto c = Checkpoint::open(d);
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(contains(c.status().message(), "safetensors")) << c.status().message();
-  // With only PyTorch files it says that only safetensors is supported.
+  // A pytorch_model.bin is read as PyTorch's format, and one that is not says so, naming it.
   write_file(d + "/pytorch_model.bin", "not really");
   auto pt = Checkpoint::open(d);
-  EXPECT_EQ(pt.status().code(), StatusCode::kUnimplemented);
-  EXPECT_TRUE(contains(pt.status().message(), "only safetensors")) << pt.status().message();
+  EXPECT_EQ(pt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(pt.status().message(), "pytorch_model.bin: neither a safetensors file nor a PyTorch checkpoint"))
+      << pt.status().message();
 }
 
 TEST_F(CheckpointTest, TruncatedShardIsDataLossNamingFile) {
@@ -384,16 +385,20 @@ TEST_F(CheckpointTest, MalformedDeepSpeedJsonIsInvalidArgument) {
   EXPECT_EQ(Checkpoint::open(d + "/ds.json").status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(CheckpointTest, NonSafetensorsCheckpointIsUnimplemented) {
+// PyTorch files are read (tests/common/torch_checkpoint_test.cc); a file of neither kind,
+// listed in a DeepSpeed JSON or given directly, is refused naming it.
+TEST_F(CheckpointTest, CheckpointFileOfUnknownKindIsRefusedNamingIt) {
   std::string d = sub("pt");
   write_config(d);
   write_file(d + "/model.pt", "pickle");
   write_file(d + "/ds.json", R"({"type": "bloom", "checkpoints": ["model.pt"]})");
   auto c = Checkpoint::open(d + "/ds.json");
-  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
-  EXPECT_TRUE(contains(c.status().message(), "only safetensors")) << c.status().message();
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(c.status().message(), "model.pt: neither a safetensors file nor a PyTorch checkpoint"))
+      << c.status().message();
   auto direct = Checkpoint::open(d + "/model.pt");
-  EXPECT_EQ(direct.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(direct.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(direct.status().message(), "model.pt: neither")) << direct.status().message();
 }
 
 TEST_F(CheckpointTest, OpensReferenceFixtures) {

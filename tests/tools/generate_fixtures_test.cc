@@ -3,7 +3,9 @@
 // --dump-logits, compared with the goldens (tokens exact, logits within the fixtures
 // README's f32 tolerance of 1e-3). Fused and plain paths, all prompts batched and one at a
 // time (--max-num-seqs 1), and through worker processes at every tensor-parallel size the
-// model's shapes allow among 2 and 3 (--tensor-parallel N).
+// model's shapes allow among 2 and 3 (--tensor-parallel N). The PyTorch checkpoints of
+// torch-checkpoints/ (fixtures README section 6: .bin shards, the legacy format, a DeepSpeed
+// checkpoint JSON) go the same way, folder or JSON, at TP 1 and 2, fused and plain.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -34,16 +36,49 @@ struct FixtureRun {
 
 std::string run_name(const ::testing::TestParamInfo<FixtureRun>& info) {
   std::string m = info.param.model;
-  for (char& ch : m) if (ch == '-') ch = '_';
+  for (char& ch : m) if (ch == '-' || ch == '/' || ch == '.') ch = '_';
   return m + "_tp" + std::to_string(info.param.world) + (info.param.inject ? "_fused" : "_plain") +
          (info.param.one_at_a_time ? "_single" : "_batched");
+}
+
+// The folder holding a model's config.json and goldens/: the model itself, or the folder of
+// a DeepSpeed checkpoint JSON.
+std::string model_folder(const std::string& model) {
+  return model.size() > 5 && model.compare(model.size() - 5, 5, ".json") == 0 ? fs::path(model).parent_path().string()
+                                                                                : model;
+}
+
+// torch-checkpoints/<case> for every case folder with goldens, and each DeepSpeed
+// checkpoint JSON in it; the cases known when this was written are listed even without
+// the fixtures, so that their tests skip visibly.
+std::vector<std::string> torch_checkpoint_models() {
+  const std::string root = testing::fixtures_dir() + "/torch-checkpoints";
+  if (testing::fixtures_dir().empty() || !fs::is_directory(root)) {
+    return {"torch-checkpoints/bloom-bin-sharded", "torch-checkpoints/bloom-bin-sharded/ds_inference.json",
+            "torch-checkpoints/llama-bin-legacy"};
+  }
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!fs::exists(e.path() / "goldens" / "index.json")) continue;
+    const std::string name = "torch-checkpoints/" + e.path().filename().string();
+    out.push_back(name);
+    for (const auto& f : fs::directory_iterator(e.path())) {
+      const std::string file = f.path().filename().string();
+      if (f.path().extension() != ".json" || file == "config.json" || file.find(".index.json") != std::string::npos) continue;
+      std::ifstream in(f.path());
+      const auto j = nlohmann::json::parse(in, nullptr, false);
+      if (j.is_object() && j.contains("checkpoints")) out.push_back(name + "/" + file);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 // Whether the model's shapes allow `world` ranks (heads and MLP widths divide).
 bool tp_allowed(const std::string& model, int world) {
   const std::string dir = testing::fixtures_dir();
   if (dir.empty()) return world == 2;  // listed, so that the test skips visibly
-  std::ifstream in(dir + "/" + model + "/config.json");
+  std::ifstream in(dir + "/" + model_folder(model) + "/config.json");
   if (!in) return false;
   auto config = parse_model_config(nlohmann::json::parse(in), model);
   return config.is_ok() && ShardSpec::make(config.value(), 0, world).is_ok();
@@ -58,6 +93,12 @@ std::vector<FixtureRun> runs() {
     }
     for (int world : {2, 3}) {
       if (tp_allowed(m, world)) out.push_back({m, world, true, false});
+    }
+  }
+  for (const std::string& m : torch_checkpoint_models()) {
+    for (bool inject : {true, false}) {
+      out.push_back({m, 1, inject, false});
+      if (tp_allowed(m, 2)) out.push_back({m, 2, inject, false});
     }
   }
   return out;
@@ -84,7 +125,9 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
                  << " covers (the release build runs it)";
   }
   const std::string model = testing::fixtures_dir() + "/" + p.model;
-  std::ifstream in(model + "/goldens/index.json");
+  const std::string goldens = testing::fixtures_dir() + "/" + model_folder(p.model) + "/goldens";
+  if (!fs::exists(goldens + "/index.json")) GTEST_SKIP() << "SKIPPED: " << goldens << " not found";
+  std::ifstream in(goldens + "/index.json");
   const auto index = nlohmann::json::parse(in);
   const auto& cases = index["cases"];
   const int n_new = static_cast<int>(cases[0]["greedy_ids"].size());
@@ -114,7 +157,7 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   for (const auto& c : cases) {
     ASSERT_TRUE(std::getline(out, line)) << r.out;
     EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]) << c["name"];
-    const std::vector<float> want = testing::read_f32_file(model + "/goldens/" + c["logits_file"].get<std::string>());
+    const std::vector<float> want = testing::read_f32_file(goldens + "/" + c["logits_file"].get<std::string>());
     ASSERT_LE(offset + want.size(), got.size()) << "dumped logits end early";
     for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[offset + i] - want[i]));
     offset += want.size();
