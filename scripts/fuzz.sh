@@ -39,17 +39,35 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detec
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TESSERA_LOG_LEVEL=${TESSERA_LOG_LEVEL:-error}
 
-failed=()
-for f in "${fuzzers[@]}"; do
-  corpus="$work/$f"
+# One fuzzer: its exit code in $work/<fuzzer>.rc, its log in $work/<fuzzer>.log.
+run_fuzzer() {
+  local f=$1 corpus="$work/$1" rc=0
   mkdir -p "$corpus"
   cp -r "tests/fuzz/corpus/$f/." "$corpus/"
-  log="$work/$f.log"
   echo "fuzz: $f for ${seconds} s ($(ls "$corpus" | wc -l) seed inputs)"
-  rc=0
   "$build/bin/$f" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
-    -artifact_prefix="$artifacts/$f-" "$corpus" >"$log" 2>&1 || rc=$?
-  if ((rc != 0)) || grep -qE "ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer)|runtime error:|invariant failed" "$log"; then
+    -artifact_prefix="$artifacts/$f-" "$corpus" >"$work/$f.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/$f.rc"
+}
+
+# As many fuzzers at once as there are cores (each is one process on one core), so the
+# wall time is SECONDS per round of nproc fuzzers, not per fuzzer.
+running=0
+for f in "${fuzzers[@]}"; do
+  if ((running >= $(nproc))); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_fuzzer "$f" &
+  running=$((running + 1))
+done
+wait
+
+failed=()
+for f in "${fuzzers[@]}"; do
+  log="$work/$f.log"
+  rc=$(cat "$work/$f.rc" 2>/dev/null || echo "missing")
+  if [[ "$rc" != 0 ]] || grep -qE "ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer)|runtime error:|invariant failed" "$log"; then
     echo "fuzz: $f FAILED (exit $rc); the end of its log:"
     tail -n 60 "$log"
     ls -1 "$artifacts" | sed "s|^|fuzz: reproducer $artifacts/|" | grep -F "$f-" || true
