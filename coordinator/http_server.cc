@@ -454,10 +454,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
           queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(index),
                                                  ev.prompt_logprobs, server_.tokenizer, &out.stream_text_offset)));
         }
-        if (!ev.text.empty() || ev.finished || (g.request.logprobs >= 0 && !ev.tokens.empty()))
-          queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(index), ev.text,
-                                                  ev.tokens, ev.finished ? ev.finish_reason : FinishReason::kNone,
-                                                  false, server_.tokenizer, &out.stream_text_offset)));
+        for (const std::string& chunk :
+             stream_event_chunks(g.request, g.id, g.created, static_cast<int>(index), ev, server_.tokenizer, &out))
+          queue_chunk(sse_event(chunk));
       }
     }
     if (!ev.finished) return;
@@ -822,7 +821,8 @@ Status HttpServer::start() {
   Impl& s = *impl_;
   if (s.started) return Status(StatusCode::kInternal, "HttpServer::start called twice");
   TESSERA_ASSIGN_OR_RETURN(s.limits, http_limits(s.options));
-  s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
+  s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer,
+                           s.options.tool_call_format);
   s.cors = CorsPolicy(s.options.cors_origins);
   s.api.max_model_len_limit = s.service.max_model_len_limit();
   beast::error_code ec;
