@@ -132,7 +132,8 @@ Status serve(ServeOptions o) {
   TESSERA_ASSIGN_OR_RETURN(tool_calls, tool_call_format_from_name(c.server.tool_call_parser));
   if (tokenizer) {
     StatusOr<ChatTemplate> tmpl = ChatTemplate::from_setting(*tokenizer, c.server.chat_template);
-    if (!tmpl.is_ok()) return tmpl.status().with_context(c.server.chat_template.empty() ? c.model.path : c.source);
+    // The model's template is named by the model's folder; server.chat_template's errors name the key.
+    if (!tmpl.is_ok()) return c.server.chat_template.empty() ? tmpl.status().with_context(c.model.path) : tmpl.status();
     auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
     if (!tool_calls) tool_calls = tool_call_format_for_template(shared->source());
     TESSERA_LOG_INFO("chat template: {}; tool calls read as {}",
