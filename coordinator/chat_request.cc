@@ -15,10 +15,13 @@ bool fail(ApiError* error, const std::string& param, const std::string& what) {
   return false;
 }
 
-// Refuses any key of `object` outside `known`, naming it.
+// Refuses any key of `object` outside `known` whose value is not null, naming it (null
+// means absent, as for the body's fields: clients echo an answer's message back with
+// "refusal": null and the like).
 bool only_keys(const ojson& object, const std::string& at, std::initializer_list<std::string_view> known,
                ApiError* error) {
   for (auto it = object.begin(); it != object.end(); ++it) {
+    if (it->is_null()) continue;
     bool ok = false;
     for (std::string_view k : known) ok = ok || it.key() == k;
     if (!ok) {

@@ -393,6 +393,12 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   *out = ApiRequest();
   out->endpoint = endpoint;
   out->model = ctx.model_name;
+  // Values are copied and converted recursively below: a body nested deeper than any real
+  // request is refused before it is parsed.
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return false;
+  }
   // Chat bodies keep their key order: the template prints tool schemas and arguments with
   // tojson, in the client's order (Python dict order), so they are read as ordered_json.
   const nlohmann::ordered_json ordered =

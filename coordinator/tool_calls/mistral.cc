@@ -43,6 +43,7 @@ class MistralParser : public ToolCallParser {
       return seg;
     }
     seg.length = *end;
+    if (json_nesting_depth(rest.substr(j, *end - j)) > kMaxJsonDepth) return seg;
     const auto value = nlohmann::ordered_json::parse(rest.begin() + j, rest.begin() + *end, nullptr, false);
     std::vector<ParsedToolCall> calls;
     if (value.is_object()) {

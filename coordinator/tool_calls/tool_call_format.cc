@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace tessera {
 
 StatusOr<std::optional<ToolCallFormat>> tool_call_format_from_name(std::string_view name) {
@@ -70,8 +72,31 @@ std::optional<size_t> json_value_end(std::string_view text, size_t pos) {
   return std::nullopt;
 }
 
+size_t json_nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 std::optional<ParsedToolCall> call_from_json_text(std::string_view text, const char* alt_arguments) {
   using ojson = nlohmann::ordered_json;
+  if (json_nesting_depth(text) > kMaxJsonDepth) return std::nullopt;
   const ojson j = ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   return call_from_json(j, alt_arguments);
 }
@@ -93,6 +118,7 @@ std::optional<ParsedToolCall> call_from_json(const nlohmann::ordered_json& j, co
     call.arguments = args->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   } else if (args->is_string()) {
     // Some models write the arguments as JSON text; it must encode an object.
+    if (json_nesting_depth(args->get_ref<const std::string&>()) > kMaxJsonDepth) return std::nullopt;
     const auto inner = nlohmann::ordered_json::parse(args->get<std::string>(), nullptr, false);
     if (inner.is_discarded() || !inner.is_object()) return std::nullopt;
     call.arguments = inner.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

@@ -75,6 +75,11 @@ std::unique_ptr<const ToolCallParser> make_mistral_parser();
 // The end (one past) of the JSON value that starts at text[pos] ('{' or '['), found by
 // matching brackets outside strings; nullopt when the text ends first.
 std::optional<size_t> json_value_end(std::string_view text, size_t pos);
+// The deepest nesting of [ and { in JSON text (outside strings). nlohmann::json copies,
+// converts and dumps values recursively, so text nested deeper than kMaxJsonDepth is refused
+// before it is parsed (request bodies, model output read for calls).
+size_t json_nesting_depth(std::string_view text);
+inline constexpr size_t kMaxJsonDepth = 128;
 // {"name": string, "arguments" (or `alt_arguments`, e.g. "parameters"): object} -> the call;
 // nullopt for anything else. Absent arguments are {}.
 std::optional<ParsedToolCall> call_from_json_text(std::string_view text, const char* alt_arguments = nullptr);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "coordinator/tool_calls/tool_call_stream.h"
+
 namespace tessera {
 namespace {
 
@@ -53,6 +55,9 @@ TEST(ChatRequest, MessagesCarryEveryFieldTemplatesUse) {
   EXPECT_TRUE(none.context["tools"].is_null());
   EXPECT_FALSE(none.has_tools);
   EXPECT_EQ(none.tool_choice, ToolChoice::kNone);
+  // A null field is absent (clients echo an answer's message back with "refusal": null).
+  EXPECT_EQ(read_ok(R"({"messages": [{"role": "assistant", "content": "a", "refusal": null}]})").context["messages"][0].dump(),
+            R"({"role":"assistant","content":"a"})");
   // An assistant message without content keeps it absent (undefined in the template).
   EXPECT_FALSE(read_ok(R"({"messages": [{"role": "assistant"}]})").context["messages"][0].contains("content"));
 }
@@ -112,6 +117,22 @@ TEST(ChatRequest, EveryWrongFieldIsA400NamingIt) {
             std::string::npos);
   EXPECT_NE(read_error("{\"messages\": [" + user + "], \"tool_choice\": \"required\"}").message.find("constrained decoding"),
             std::string::npos);
+}
+
+TEST(ChatRequest, DeeplyNestedBodiesAreRefusedBeforeTheyAreCopied) {
+  ApiContext ctx;
+  ctx.model_name = "m";
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  ApiRequest req;
+  ApiError error;
+  const std::string body = R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + deep + "}";
+  EXPECT_FALSE(parse_api_request(ApiEndpoint::kChatCompletions, body, ctx, &req, &error));
+  EXPECT_EQ(error.http_status, 400);
+  EXPECT_NE(error.message.find("deeper than"), std::string::npos) << error.message;
+  // Model output nested that deep is content, not a call.
+  auto parser = make_tool_call_parser(ToolCallFormat::kHermes);
+  const std::string text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + deep + "}}</tool_call>";
+  EXPECT_TRUE(parse_tool_calls(*parser, text, true).calls.empty());
 }
 
 }  // namespace
