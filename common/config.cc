@@ -273,6 +273,8 @@ const std::vector<std::pair<const char*, DType>> kDtypes = {
     {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16}};
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
+const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {
+    {"auto", "auto"}, {"hermes", "hermes"}, {"llama3_json", "llama3_json"}, {"mistral", "mistral"}, {"none", "none"}};
 const std::vector<std::pair<const char*, std::optional<BackendKind>>> kBackends = {
     {"auto", std::nullopt}, {"cpu", BackendKind::kCpu}, {"cuda", BackendKind::kCuda}};
 
@@ -484,6 +486,8 @@ const std::vector<KeyDef>& schema() {
       TESSERA_INT_KEY("server.max_queued_requests", server.max_queued_requests, 1, 1 << 24),
       TESSERA_INT_KEY("server.drain_timeout_s", server.drain_timeout_s, 0, 86400),
       TESSERA_INT_KEY("server.worker_restart_wait_s", server.worker_restart_wait_s, 0, 86400),
+      TESSERA_STRING_KEY("server.chat_template", server.chat_template, read_string),
+      TESSERA_ENUM_KEY("server.tool_call_parser", server.tool_call_parser, kToolCallParsers),
       TESSERA_BOOL_KEY("server.curve.enabled", server.curve.enabled),
       TESSERA_STRING_KEY("server.curve.server_public_key_file", server.curve.server_public_key_file, read_string),
       TESSERA_STRING_KEY("server.curve.server_secret_key_file", server.curve.server_secret_key_file, read_string),

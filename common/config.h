@@ -119,6 +119,13 @@ struct ServerSection {
   // A rank lost (worker restarting): how long requests wait for the group to be whole again
   // before they get 503; 0 = at once.
   int worker_restart_wait_s = 30;
+  // The chat template: "" = the model's own (tokenizer_config.json), or the built-in llama2
+  // when it has none; a built-in name ("llama2", "chatml") or a template file's path
+  // (relative to the working directory, as model.path) replaces it.
+  std::string chat_template;
+  // How tool calls are read out of generated text: auto (decided from the chat template) |
+  // hermes | llama3_json | mistral | none.
+  std::string tool_call_parser = "auto";
   CurveSection curve;
 };
 

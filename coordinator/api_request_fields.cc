@@ -52,10 +52,16 @@ constexpr Field kImplemented[] = {
     {"messages", kChat},
     {"max_completion_tokens", kChat},
     {"top_logprobs", kChat},
+    // Tools (coordinator/chat_request.h): rendered by the chat template, calls read back out
+    // of the text (coordinator/tool_calls/); tool_choice "required" / a named function are
+    // refused there.
+    {"tools", kChat},
+    {"tool_choice", kChat},
+    {"parallel_tool_calls", kChat},
 };
 
 // Fields clients send at a value that asks for nothing Tessera lacks: accepted at that value
-// only, refused (naming the field) at any other.
+// only, refused (naming the field) at any other (tools on /v1/completions included).
 bool is_noop_value(std::string_view name, const json& v) {
   if (name == "tools" || name == "functions") return v.is_array() && v.empty();
   if (name == "tool_choice") return v.is_string() && v.get<std::string>() == "none";
@@ -73,9 +79,8 @@ bool is_noop_value(std::string_view name, const json& v) {
 const char* refusal_reason(std::string_view name) {
   if (name == "response_format" || name.starts_with("guided_") || name == "structured_outputs")
     return "structured output is not implemented by this server";
-  if (name == "tools" || name == "tool_choice" || name == "parallel_tool_calls" || name == "functions" ||
-      name == "function_call")
-    return "tool calling is not implemented by this server";
+  if (name == "functions" || name == "function_call")
+    return "is refused: the deprecated function-calling fields are not implemented; send 'tools' (and 'tool_choice')";
   if (name == "prompt_logprobs") return "is not supported: ask for prompt logprobs with 'echo': true and 'logprobs'";
   if (name == "use_beam_search" || name == "length_penalty") return "beam search is not implemented by this server";
   if (name == "allowed_token_ids" || name == "bad_words" || name == "logits_processors")
@@ -102,6 +107,7 @@ bool check_request_fields(ApiEndpoint endpoint, const json& body, ApiError* erro
                               [&](const Field& f) { return f.name == name; });
     if (known != std::end(kImplemented)) {
       if (known->endpoints & here) continue;
+      if (is_noop_value(name, *it)) continue;
       *error = bad_request(name, "'" + name + "' is not supported on " + where);
       return false;
     }

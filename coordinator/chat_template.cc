@@ -1,5 +1,9 @@
 #include "coordinator/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 namespace tessera {
 namespace {
 
@@ -44,6 +48,31 @@ StatusOr<ChatTemplate> ChatTemplate::builtin(std::string_view name) {
 StatusOr<ChatTemplate> ChatTemplate::for_tokenizer(const Tokenizer& tokenizer, std::string_view fallback) {
   StatusOr<ChatTemplate> t = tokenizer.chat_template().empty() ? builtin(fallback) : parse(tokenizer.chat_template());
   if (!t.is_ok()) return t.status().with_context("the model's chat template");
+  std::optional<std::string> bos, eos;
+  if (tokenizer.bos_id() >= 0) bos = tokenizer.id_to_token(tokenizer.bos_id());
+  if (tokenizer.eos_id() >= 0) eos = tokenizer.id_to_token(tokenizer.eos_id());
+  t->set_special_tokens(std::move(bos), std::move(eos));
+  return t;
+}
+
+StatusOr<ChatTemplate> ChatTemplate::from_setting(const Tokenizer& tokenizer, const std::string& setting) {
+  if (setting.empty()) return for_tokenizer(tokenizer);
+  StatusOr<ChatTemplate> t = invalid_argument("");
+  if (setting == "llama2" || setting == "chatml") {
+    t = builtin(setting);
+  } else {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(setting, ec))
+      return not_found("server.chat_template: '" + setting +
+                       "' is neither a built-in template (llama2, chatml) nor a readable file");
+    std::ifstream in(setting, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in.good() && !in.eof()) return not_found("server.chat_template: " + setting + ": cannot read the file");
+    if (text.str().empty()) return invalid_argument("server.chat_template: " + setting + ": the file is empty");
+    t = parse(text.str());
+  }
+  if (!t.is_ok()) return t.status().with_context("server.chat_template " + setting);
   std::optional<std::string> bos, eos;
   if (tokenizer.bos_id() >= 0) bos = tokenizer.id_to_token(tokenizer.bos_id());
   if (tokenizer.eos_id() >= 0) eos = tokenizer.id_to_token(tokenizer.eos_id());

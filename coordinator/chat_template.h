@@ -32,6 +32,11 @@ class ChatTemplate {
   // The tokenizer's chat template, or the built-in `fallback` when it has none; bos_token
   // and eos_token are the tokenizer's (undefined in the template when it has none).
   static StatusOr<ChatTemplate> for_tokenizer(const Tokenizer& tokenizer, std::string_view fallback = "llama2");
+  // server.chat_template: "" = for_tokenizer(tokenizer); "llama2" / "chatml" = that
+  // built-in; else the path of a file whose text is the template. A missing or unreadable
+  // file, or one that does not parse (construct and line), is an error naming the setting.
+  // bos_token / eos_token are the tokenizer's.
+  static StatusOr<ChatTemplate> from_setting(const Tokenizer& tokenizer, const std::string& setting);
 
   // Renders role + content messages. raise_exception() in the template, or a type error, is
   // InvalidArgument with the message (the request's messages were not acceptable).

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,7 +76,8 @@ struct HttpServerOptions {
   int64_t max_body_bytes = 1 << 20;   // HttpLimits::max_body_bytes, >= 0
   std::string model_name;             // what /v1/models lists and "model" must equal
   int threads = 2;                    // io_context threads
-  ChatRenderer chat_renderer;         // chat messages -> prompt text; empty = join contents
+  ChatRenderer chat_renderer;         // chat template context -> prompt text; empty = the tokenizer's template
+  std::optional<ToolCallFormat> tool_call_format;  // how tool calls are read; nullopt = auto (openai_api.h)
   int idle_timeout_s = 120;           // HttpLimits::idle_timeout, >= 1
   int header_timeout_s = 10;          // HttpLimits::header_timeout, >= 1
   // HttpLimits::max_connections; 0 = as many as the file-descriptor limit (RLIMIT_NOFILE)

@@ -80,10 +80,9 @@ void HttpSession::on_event(uint64_t serial, size_t index, const GenerateEvent& e
         queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(index),
                                                ev.prompt_logprobs, server_.tokenizer, &out.stream_text_offset)));
       }
-      if (!ev.text.empty() || ev.finished || (g.request.logprobs >= 0 && !ev.tokens.empty()))
-        queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(index), ev.text,
-                                                ev.tokens, ev.finished ? ev.finish_reason : FinishReason::kNone,
-                                                false, server_.tokenizer, &out.stream_text_offset)));
+      for (const std::string& chunk :
+           stream_event_chunks(g.request, g.id, g.created, static_cast<int>(index), ev, server_.tokenizer, &out))
+        queue_chunk(sse_event(chunk));
     }
   }
   if (!ev.finished) return;

@@ -10,6 +10,8 @@
 
 #include "common/logging.h"
 #include "coordinator/api_request_fields.h"
+#include "coordinator/chat_request.h"
+#include "coordinator/tool_calls/tool_call_stream.h"
 
 namespace tessera {
 
@@ -189,87 +191,41 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, std:
   return true;
 }
 
-bool parse_messages(const json& body, const ApiContext& ctx, ApiRequest* out,
+// The chat template's context from "messages" / "tools" (coordinator/chat_request.h), then
+// the prompt it renders. A render error the template raised (raise_exception, a type error
+// on the request's values) is the client's 400; any other is the server's 500.
+bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, ApiRequest* out,
                     std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
-  auto it = body.find("messages");
-  if (it == body.end() || it->is_null()) {
-    *error = bad_request("messages", "'messages' is required");
-    return false;
-  }
-  if (!it->is_array() || it->empty()) {
-    *error = bad_request("messages", "'messages' must be a non-empty array of messages");
-    return false;
-  }
-  std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) {
-      *error = bad_request(at, "'" + at + "' must be an object");
-      return false;
-    }
-    ChatMessage msg;
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) {
-      *error = bad_request(at + ".role", "'" + at + ".role' must be a string");
-      return false;
-    }
-    msg.role = role->get<std::string>();
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "developer" &&
-        msg.role != "tool") {
-      *error = bad_request(at + ".role", "'" + at + ".role' must be one of system, developer, user, assistant, tool");
-      return false;
-    }
-    auto content = m.find("content");
-    if (content == m.end() || content->is_null()) {
-      if (msg.role != "assistant") {
-        *error = bad_request(at + ".content", "'" + at + ".content' is required");
-        return false;
-      }
-    } else if (content->is_string()) {
-      msg.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      // Content parts: only {"type": "text", "text": "..."} is supported.
-      for (size_t k = 0; k < content->size(); ++k) {
-        const json& part = (*content)[k];
-        const std::string pat = at + ".content[" + std::to_string(k) + "]";
-        auto type = part.is_object() ? part.find("type") : part.end();
-        if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text") {
-          *error = bad_request(pat, "'" + pat + "' must be a {\"type\": \"text\", \"text\": ...} part");
-          return false;
-        }
-        auto text = part.find("text");
-        if (text == part.end() || !text->is_string()) {
-          *error = bad_request(pat + ".text", "'" + pat + ".text' must be a string");
-          return false;
-        }
-        msg.content += text->get<std::string>();
-      }
-    } else {
-      *error = bad_request(at + ".content", "'" + at + ".content' must be a string or an array of text parts");
-      return false;
-    }
-    messages.push_back(std::move(msg));
-  }
+  ChatRequestParts parts;
+  if (!read_chat_request(body, &parts, error)) return false;
   if (ctx.tokenizer == nullptr) {
     *error = bad_request("messages", "this server has no tokenizer: chat completions are unavailable");
     return false;
   }
-  std::string text;
-  bool special = true;
-  if (ctx.chat_renderer) {
-    StatusOr<std::string> rendered = ctx.chat_renderer(messages);
-    if (!rendered.is_ok()) {
-      *error = bad_request("messages", "chat template: " + rendered.status().message());
-      return false;
-    }
-    text = std::move(rendered).value();
-    special = false;
-  } else {
-    text = render_chat_fallback(messages);
+  if (!ctx.chat_renderer) {
+    *error = api_server_error("this server has no chat template: chat completions are unavailable");
+    return false;
   }
-  out->prompt_texts.push_back(text);
-  prompts->push_back(ctx.tokenizer->encode(text, special));
+  const bool read_calls = parts.has_tools && parts.tool_choice != ToolChoice::kNone && ctx.tool_call_parser;
+  if (parts.has_tools && parts.tool_choice != ToolChoice::kNone && !ctx.tool_calls_out) {
+    *error = bad_request("tools", "this API does not return tool calls (use the HTTP API, or 'tool_choice': \"none\")");
+    return false;
+  }
+  if (read_calls) {
+    out->tool_call_parser = ctx.tool_call_parser;
+    out->parallel_tool_calls = parts.parallel_tool_calls;
+  }
+  StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
+  if (!rendered.is_ok()) {
+    if (rendered.status().code() == StatusCode::kInvalidArgument) {
+      *error = bad_request("messages", "chat template: " + rendered.status().message());
+    } else {
+      *error = api_server_error("chat template: " + rendered.status().message());
+    }
+    return false;
+  }
+  out->prompt_texts.push_back(std::move(rendered).value());
+  prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), false));
   if (prompts->back().empty()) {
     *error = bad_request("messages", "'messages' render to an empty prompt");
     return false;
@@ -385,7 +341,36 @@ bool is_chat(const ApiRequest& r) { return r.endpoint == ApiEndpoint::kChatCompl
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// One entry of "tool_calls": {id, type, function: {name, arguments}}; in a stream's first
+// delta of a call also its index, with arguments "" (the next delta brings them).
+json tool_call_json(const ToolCallDelta& d, bool with_arguments) {
+  return {{"id", d.id},
+          {"type", "function"},
+          {"function", {{"name", d.call.name}, {"arguments", with_arguments ? d.call.arguments : std::string()}}}};
+}
+
+// A chat stream chunk of choice `index` with this delta.
+std::string chat_chunk(const ApiRequest& request, const std::string& id, int64_t created, int index, json delta,
+                       const std::vector<SampledToken>& tokens, json finish, const Tokenizer* tokenizer) {
+  json choice = {{"index", index}, {"delta", std::move(delta)}};
+  choice["logprobs"] = request.logprobs >= 0 && !tokens.empty() ? chat_logprobs(tokens, tokenizer) : json(nullptr);
+  choice["finish_reason"] = std::move(finish);
+  json out = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", request.model}};
+  out["choices"] = json::array({std::move(choice)});
+  if (request.include_usage) out["usage"] = nullptr;
+  return dump(out);
+}
+
 }  // namespace
+
+ApiError api_server_error(std::string message) {
+  ApiError e;
+  e.http_status = 500;
+  e.type = "server_error";
+  e.code = "internal_error";
+  e.message = std::move(message);
+  return e;
+}
 
 ApiError bad_request(std::string param, std::string message) {
   ApiError e;
@@ -403,25 +388,26 @@ std::string error_body(const ApiError& error) {
   return dump(json{{"error", e}});
 }
 
-std::string render_chat_fallback(const std::vector<ChatMessage>& messages) {
-  std::string text;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    text += messages[i].content;
-    if (i + 1 < messages.size()) text += "\n";
-  }
-  return text;
-}
-
 bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& ctx, ApiRequest* out,
                        ApiError* error) {
   *out = ApiRequest();
   out->endpoint = endpoint;
   out->model = ctx.model_name;
-  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
+  // Values are copied and converted recursively below: a body nested deeper than any real
+  // request is refused before it is parsed.
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return false;
+  }
+  // Chat bodies keep their key order: the template prints tool schemas and arguments with
+  // tojson, in the client's order (Python dict order), so they are read as ordered_json.
+  const nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (ordered.is_discarded()) {
     *error = bad_request("", "the request body is not valid JSON");
     return false;
   }
+  json j = ordered;
   if (!j.is_object()) {
     *error = bad_request("", "the request body must be a JSON object");
     return false;
@@ -555,7 +541,8 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   if (f.failed()) return false;
 
   std::vector<std::vector<int32_t>> prompts;
-  if (chat ? !parse_messages(j, ctx, out, &prompts, error) : !parse_prompt(j, ctx, out, &prompts, error)) return false;
+  if (chat ? !parse_messages(ordered, ctx, out, &prompts, error) : !parse_prompt(j, ctx, out, &prompts, error))
+    return false;
 
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     const int prompt_len = static_cast<int>(prompts[pi].size());
@@ -638,8 +625,19 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
     const ChoiceOutput& c = *returned[i];
     const size_t prompt_index = i / static_cast<size_t>(request.n);
     json choice = {{"index", i}};
+    json finish = finish_json(c.finish_reason);
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (request.tool_call_parser) {
+        ParsedToolCalls parsed = parse_tool_calls(*request.tool_call_parser, c.text, request.parallel_tool_calls);
+        if (!parsed.calls.empty()) {
+          choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+          json calls = json::array();
+          for (const ToolCallDelta& d : parsed.calls) calls.push_back(tool_call_json(d, /*with_arguments=*/true));
+          choice["message"]["tool_calls"] = std::move(calls);
+          if (c.finish_reason == FinishReason::kStop) finish = "tool_calls";
+        }
+      }
       choice["logprobs"] = request.logprobs >= 0 ? chat_logprobs(c.tokens, tokenizer) : json(nullptr);
     } else {
       const std::string& prefix = request.echo ? request.prompt_texts[prompt_index] : std::string();
@@ -652,7 +650,7 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
                                                      &c.prompt_logprobs)
                                : json(nullptr);
     }
-    choice["finish_reason"] = finish_json(c.finish_reason);
+    choice["finish_reason"] = std::move(finish);
     list.push_back(std::move(choice));
     counted.push_back(c);
   }
@@ -691,6 +689,47 @@ std::string stream_chunk_body(const ApiRequest& request, const std::string& id, 
   out["choices"] = json::array({std::move(choice)});
   if (request.include_usage) out["usage"] = nullptr;
   return dump(out);
+}
+
+std::vector<std::string> stream_event_chunks(const ApiRequest& request, const std::string& id, int64_t created,
+                                             int index, const GenerateEvent& ev, const Tokenizer* tokenizer,
+                                             ChoiceOutput* out) {
+  const FinishReason finish = ev.finished ? ev.finish_reason : FinishReason::kNone;
+  if (!request.tool_call_parser) {
+    if (ev.text.empty() && !ev.finished && (request.logprobs < 0 || ev.tokens.empty())) return {};
+    return {stream_chunk_body(request, id, created, index, ev.text, ev.tokens, finish, false, tokenizer,
+                              &out->stream_text_offset)};
+  }
+  if (!out->tool_stream)
+    out->tool_stream = std::make_shared<ToolCallStream>(request.tool_call_parser.get(), request.parallel_tool_calls);
+  ToolCallStream& stream = *out->tool_stream;
+  std::vector<ToolCallDelta> deltas = stream.feed(ev.text);
+  if (ev.finished)
+    for (ToolCallDelta& d : stream.finish()) deltas.push_back(std::move(d));
+  // Tokens whose text is held back wait for the next chunk, so every token's logprobs are sent once.
+  out->stream_held_tokens.insert(out->stream_held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  std::vector<std::string> chunks;
+  auto take_tokens = [&]() { return std::exchange(out->stream_held_tokens, {}); };
+  for (const ToolCallDelta& d : deltas) {
+    if (!d.is_call) {
+      chunks.push_back(chat_chunk(request, id, created, index, {{"content", d.content}}, take_tokens(), nullptr,
+                                  tokenizer));
+      continue;
+    }
+    json first = tool_call_json(d, /*with_arguments=*/false);
+    first["index"] = d.index;
+    chunks.push_back(chat_chunk(request, id, created, index, {{"tool_calls", json::array({first})}}, take_tokens(),
+                                nullptr, tokenizer));
+    json args = {{"index", d.index}, {"function", {{"arguments", d.call.arguments}}}};
+    chunks.push_back(
+        chat_chunk(request, id, created, index, {{"tool_calls", json::array({args})}}, {}, nullptr, tokenizer));
+  }
+  if (ev.finished) {
+    json reason = stream.num_calls() > 0 && finish == FinishReason::kStop ? json("tool_calls") : finish_json(finish);
+    chunks.push_back(chat_chunk(request, id, created, index, json::object(), take_tokens(), std::move(reason),
+                                tokenizer));
+  }
+  return chunks;
 }
 
 std::string stream_echo_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
@@ -736,23 +775,30 @@ std::string models_body(const std::string& model_name, int max_model_len, int64_
 std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
 
 ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, int max_model_len,
-                            ChatRenderer renderer) {
+                            ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls) {
   ApiContext api;
   api.tokenizer = tokenizer;
   api.model_name = std::move(model_name);
   api.max_model_len = max_model_len;
   api.chat_renderer = std::move(renderer);
+  std::string template_source;
   if (!api.chat_renderer && tokenizer != nullptr) {
-    // The tokenizer's own chat template (or the built-in fallback ChatTemplate picks).
+    // The tokenizer's own chat template (or the documented built-in when it has none).
     StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*tokenizer);
     if (tmpl.is_ok()) {
       auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
-      api.chat_renderer = [shared](const std::vector<ChatMessage>& m) { return shared->render(m, true); };
+      template_source = shared->source();
+      api.chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
     } else {
-      TESSERA_LOG_WARN("[coord] no usable chat template ({}); chat prompts join message contents",
-                       tmpl.status().to_string());
+      // Never a made-up prompt: every chat request is refused with the template's error.
+      TESSERA_LOG_ERROR("[coord] the model's chat template is unusable ({}); chat requests get 500",
+                        tmpl.status().to_string());
+      const Status st = internal_error(tmpl.status().message());
+      api.chat_renderer = [st](const nlohmann::ordered_json&) -> StatusOr<std::string> { return st; };
     }
   }
+  const ToolCallFormat format = tool_calls ? *tool_calls : tool_call_format_for_template(template_source);
+  api.tool_call_parser = make_tool_call_parser(format);
   return api;
 }
 

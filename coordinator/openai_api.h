@@ -11,10 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/chat_template.h"  // ChatMessage
+#include "coordinator/chat_template.h"
 #include "coordinator/engine_service.h"
+#include "coordinator/tool_calls/tool_call_format.h"
 
 namespace tessera {
 
@@ -30,12 +33,19 @@ struct ApiError {
 
 std::string error_body(const ApiError& error);
 ApiError bad_request(std::string param, std::string message);
+// A 500 server_error / internal_error: the server cannot serve the request (no usable chat template).
+ApiError api_server_error(std::string message);
 
 enum class ApiEndpoint { kCompletions, kChatCompletions };
 
-// Renders chat messages into the prompt text (e.g. the tokenizer's chat template). The
-// rendered text is tokenized without adding special tokens (the template brings its own).
-using ChatRenderer = std::function<StatusOr<std::string>(const std::vector<ChatMessage>&)>;
+// Renders a chat template's context — "messages", "tools", "documents",
+// "add_generation_prompt" (coordinator/chat_request.h builds it) — into the prompt text,
+// e.g. with ChatTemplate::render. The rendered text is tokenized without adding special
+// tokens (the template brings its own). InvalidArgument (raise_exception in the template)
+// is the client's 400; any other error is the server's 500.
+using ChatRenderer = std::function<StatusOr<std::string>(const nlohmann::ordered_json& context)>;
+
+class ToolCallStream;
 
 // What the API layer needs to know about the served model.
 struct ApiContext {
@@ -45,18 +55,23 @@ struct ApiContext {
   // What max_model_len is when it is not the model's context (the whole KV pool, the token
   // budget): added to the context-length message so the client knows which limit it hit.
   std::string max_model_len_limit;
-  ChatRenderer chat_renderer;  // empty: the fallback join (see render_chat_fallback)
+  ChatRenderer chat_renderer;  // empty: chat completions are refused (500: no chat template)
+  // How tool calls are read out of generated text (requests with tools); null = not read:
+  // the text stays the content.
+  std::shared_ptr<const ToolCallParser> tool_call_parser;
+  // Whether this front end returns tool_calls (the ZeroMQ API does not: it refuses requests
+  // whose tool calls would be read).
+  bool tool_calls_out = true;
 };
 
 // The context a front end (HTTP, ZeroMQ) serves with: `renderer` when given, else the
-// tokenizer's chat template (or, when it has no usable one, the fallback join, with a
-// warning in the log).
+// tokenizer's chat template (ChatTemplate::for_tokenizer: its own, or the built-in llama2
+// when it has none; one that does not parse answers chat requests with a 500 naming the
+// error — tessera-serve refuses it at start-up). `tool_calls`: the tool-call format;
+// nullopt = auto, decided from the template's text when make_api_context loads it, none
+// with a given `renderer`.
 ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, int max_model_len,
-                            ChatRenderer renderer);
-
-// The fallback when no chat template renderer is given: the messages' contents joined by
-// "\n" (roles dropped); tokenized with special tokens (BOS) added.
-std::string render_chat_fallback(const std::vector<ChatMessage>& messages);
+                            ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls = std::nullopt);
 
 // A decoded request: one engine Request per prompt, each with best_of (= n unless asked)
 // choices; a response's choice index is prompt_index × n + choice.
@@ -73,6 +88,10 @@ struct ApiRequest {
   // Completions: "logprobs": k (-1 = none). Chat: "logprobs": true -> 0 + top_logprobs.
   int logprobs = -1;
   std::string user;
+  // Chat with tools (and tool_choice not "none"): how tool calls are read out of the text;
+  // null = the text is the content.
+  std::shared_ptr<const ToolCallParser> tool_call_parser;
+  bool parallel_tool_calls = true;  // false: at most one call is read
 
   // Choices generated (requests × best_of): what the transports gather, by generated index
   // prompt_index × best_of + choice. Without best_of > n these are the response's indexes.
@@ -98,6 +117,10 @@ struct ChoiceOutput {
   bool stream_echoed = false;                  // streaming echo + logprobs: the prompt's chunk went out
   FinishReason finish_reason = FinishReason::kNone;
   int completion_tokens = 0;
+  // Streaming with tool calls read: the choice's parser state, and the tokens whose text is
+  // held back (their logprobs go with the next chunk that is sent).
+  std::shared_ptr<ToolCallStream> tool_stream;
+  std::vector<SampledToken> stream_held_tokens;
 };
 
 struct Usage {
@@ -124,6 +147,16 @@ std::string stream_chunk_body(const ApiRequest& request, const std::string& id, 
                               const std::string& text, const std::vector<SampledToken>& tokens,
                               FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer,
                               size_t* text_offset = nullptr);
+// The stream events (JSON, without "data: ") for one engine event of choice `index`, whose
+// state is *out: none when the event brings nothing to send; else stream_chunk_body's chunk
+// — or, when the request's tool calls are read (ApiRequest::tool_call_parser), the content
+// and tool-call deltas decided so far (text that may start a call waits until it is
+// decided; a call's first delta carries index, id, type and name with arguments "", the
+// next its arguments), and with the last event the final chunk, finish_reason
+// "tool_calls" when calls were made.
+std::vector<std::string> stream_event_chunks(const ApiRequest& request, const std::string& id, int64_t created,
+                                             int index, const GenerateEvent& event, const Tokenizer* tokenizer,
+                                             ChoiceOutput* out);
 // Completions with echo: the chunk that repeats choice `index`'s prompt, with (logprobs >= 0)
 // the prompt tokens' logprobs; sets *text_offset to where the generated tokens' offsets start.
 std::string stream_echo_body(const ApiRequest& request, const std::string& id, int64_t created, int index,

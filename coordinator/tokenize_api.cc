@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "coordinator/chat_request.h"
+
 namespace tessera {
 namespace {
 
@@ -22,6 +24,11 @@ ApiError not_found_model(const ApiContext& ctx, const std::string& model, const 
 // given) is the served one.
 bool read_object(const ApiContext& ctx, const std::string& body, const std::set<std::string>& known, json* out,
                  ApiError* error) {
+  // Messages are copied into the template's context recursively: refuse absurd nesting first.
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return false;
+  }
   *out = json::parse(body, nullptr, false);
   if (out->is_discarded() || !out->is_object()) {
     *error = bad_request("", "the request body must be a JSON object");
@@ -58,39 +65,11 @@ bool read_bool(const json& j, const char* name, bool* out, ApiError* error) {
   return true;
 }
 
-bool read_messages(const json& j, std::vector<ChatMessage>* messages, ApiError* error) {
-  const json& m = j.at("messages");
-  if (!m.is_array() || m.empty()) {
-    *error = bad_request("messages", "'messages' must be a non-empty array");
-    return false;
-  }
-  for (size_t i = 0; i < m.size(); ++i) {
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    const json& msg = m[i];
-    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
-      *error = bad_request(at + ".role", "'" + at + ".role' must be a string");
-      return false;
-    }
-    for (const auto& [key, value] : msg.items()) {
-      if (key != "role" && key != "content") {
-        *error = bad_request(at + "." + key, "unknown field '" + at + "." + key + "'");
-        return false;
-      }
-    }
-    if (!msg.contains("content") || !msg["content"].is_string()) {
-      *error = bad_request(at + ".content", "'" + at + ".content' must be a string");
-      return false;
-    }
-    messages->push_back(ChatMessage{msg["role"].get<std::string>(), msg["content"].get<std::string>()});
-  }
-  return true;
-}
-
 }  // namespace
 
 bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error) {
   json j;
-  if (!read_object(ctx, body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
+  if (!read_object(ctx, body, {"model", "prompt", "messages", "tools", "add_special_tokens", "add_generation_prompt",
                                "return_token_strs"},
                    &j, error))
     return false;
@@ -120,30 +99,32 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
     if (!read_bool(j, "add_special_tokens", &special, error)) return false;
     ids = ctx.tokenizer->encode(j["prompt"].get<std::string>(), special);
   } else {
-    std::vector<ChatMessage> messages;
-    if (!read_messages(j, &messages, error)) return false;
-    bool generation_prompt = true;
-    if (!read_bool(j, "add_generation_prompt", &generation_prompt, error)) return false;
-    if (!generation_prompt) {
-      // The chat renderer always ends with the assistant's turn opened, as chat completions need.
-      *error = bad_request("add_generation_prompt", "'add_generation_prompt': false is not supported");
+    if (j.contains("tools") && !j["tools"].is_null() && has_prompt) {
+      *error = bad_request("tools", "'tools' applies to 'messages' only");
       return false;
     }
-    // The template carries BOS itself, so vLLM's default adds no special tokens; the fallback
-    // join (no template) is tokenized with them, as chat completions do.
-    bool special = !ctx.chat_renderer;
+    // As chat completions read them (coordinator/chat_request.h), key order kept.
+    ChatRequestParts parts;
+    if (!read_chat_messages_and_tools(nlohmann::ordered_json::parse(body, nullptr, false), &parts, error))
+      return false;
+    bool generation_prompt = true;
+    if (!read_bool(j, "add_generation_prompt", &generation_prompt, error)) return false;
+    parts.context["add_generation_prompt"] = generation_prompt;
+    // The template carries BOS itself, so vLLM's default adds no special tokens.
+    bool special = false;
     if (!read_bool(j, "add_special_tokens", &special, error)) return false;
-    std::string text;
-    if (ctx.chat_renderer) {
-      StatusOr<std::string> rendered = ctx.chat_renderer(messages);
-      if (!rendered.is_ok()) {
-        *error = bad_request("messages", "chat template: " + rendered.status().message());
-        return false;
-      }
-      text = std::move(rendered).value();
-    } else {
-      text = render_chat_fallback(messages);
+    if (!ctx.chat_renderer) {
+      *error = api_server_error("this server has no chat template: /tokenize cannot render 'messages'");
+      return false;
     }
+    StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
+    if (!rendered.is_ok()) {
+      *error = rendered.status().code() == StatusCode::kInvalidArgument
+                   ? bad_request("messages", "chat template: " + rendered.status().message())
+                   : api_server_error("chat template: " + rendered.status().message());
+      return false;
+    }
+    const std::string text = std::move(rendered).value();
     ids = ctx.tokenizer->encode(text, special);
   }
   json r = {{"count", ids.size()}, {"max_model_len", ctx.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};

@@ -10,8 +10,9 @@
 namespace tessera {
 
 // POST /tokenize: {"prompt": "text", "add_special_tokens": true} or {"messages": [...],
-// "add_generation_prompt": true, "add_special_tokens": false}, each with optional "model"
-// and "return_token_strs" -> {"count", "max_model_len", "tokens", "token_strs"}.
+// "tools"?: [...], "add_generation_prompt": true, "add_special_tokens": false} (messages and
+// tools read and rendered as chat completions do them), each with optional "model" and
+// "return_token_strs" -> {"count", "max_model_len", "tokens", "token_strs"}.
 bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error);
 // POST /detokenize: {"tokens": [ids], "model"?} -> {"prompt": "text"}.
 bool detokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error);

@@ -431,6 +431,7 @@ Status ZmqClientServer::start() {
     return invalid_argument("server.zmq_client: expected tcp://HOST:PORT or ipc://PATH, got '" + ep + "'");
   if (s.options.heartbeat_interval.count() < 1) return invalid_argument("heartbeat_interval must be >= 1 ms");
   s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
+  s.api.tool_calls_out = false;  // replies carry text only: requests whose tool calls would be read are refused
   s.api.max_model_len_limit = s.service.max_model_len_limit();
   const bool curve = !s.options.curve_server_secret_key.empty();
   if (curve && !zmq_has("curve")) return unimplemented("a CURVE key was given but libzmq was built without CURVE");

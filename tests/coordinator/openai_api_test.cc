@@ -273,6 +273,7 @@ class OpenAiApiTokenizer : public ::testing::Test {
     ctx_.tokenizer = tokenizer_.get();
     ctx_.model_name = "kjv";
     ctx_.max_model_len = 512;
+    ctx_.chat_renderer = make_api_context(tokenizer_.get(), "kjv", 512, nullptr).chat_renderer;
   }
   std::unique_ptr<Tokenizer> tokenizer_;
   ApiContext ctx_;
@@ -296,7 +297,9 @@ TEST_F(OpenAiApiTokenizer, ChatMessages) {
                        {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
           "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 2})",
       ApiEndpoint::kChatCompletions, ctx_);
-  EXPECT_EQ(r.requests[0]->prompt, tokenizer_->encode("Be brief.\nHi", true));
+  // The model's own chat template (kjv-llama: BOS, then the system text + " ", then the rest),
+  // never a join of the contents; the rendered text is tokenized with no special tokens added.
+  EXPECT_EQ(r.requests[0]->prompt, tokenizer_->encode("<s>Be brief. Hi", false));
   EXPECT_EQ(r.requests[0]->max_tokens, 5);
   EXPECT_EQ(r.logprobs, 2);
   EXPECT_EQ(r.requests[0]->sampling.logprobs, 2);
@@ -305,8 +308,9 @@ TEST_F(OpenAiApiTokenizer, ChatMessages) {
   EXPECT_EQ(d.requests[0]->max_tokens, 512 - static_cast<int>(d.requests[0]->prompt.size()));
 
   ApiContext with_template = ctx_;
-  with_template.chat_renderer = [](const std::vector<ChatMessage>& m) -> StatusOr<std::string> {
-    return "<s>" + m.back().role + ":" + m.back().content;
+  with_template.chat_renderer = [](const nlohmann::ordered_json& c) -> StatusOr<std::string> {
+    const auto& m = c["messages"].back();
+    return "<s>" + m["role"].get<std::string>() + ":" + m["content"].get<std::string>();
   };
   ApiRequest t = expect_ok(R"({"messages": [{"role": "user", "content": "Hi"}]})", ApiEndpoint::kChatCompletions,
                            with_template);

@@ -124,9 +124,10 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByName) {
       {"response_format", R"({"type": "bogus"})", false},
       {"response_format", R"({"type": "json_object"})", true},
       {"response_format", R"({"type": "json_schema", "json_schema": {}})", true},
-      {"tools", R"([{"type": "function", "function": {"name": "f"}}])", true},
-      {"tool_choice", R"("auto")", true},
+      // tools and tool_choice "auto" are served (chat_request_test.cc); forcing a call is not.
+      {"tool_choice", R"("required")", true},
       {"tool_choice", R"({"type": "function", "function": {"name": "f"}})", true},
+      {"tools", R"([{"type": "function", "function": {"name": "f"}}])", false},  // a chat field
       {"functions", R"([{"name": "f"}])", true},
       {"function_call", R"("auto")", true},
       {"guided_json", R"({"type": "object"})", false},

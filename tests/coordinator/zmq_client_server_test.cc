@@ -374,6 +374,23 @@ TEST_F(ZmqClientServerTest, ErrorsMatchRest) {
   EXPECT_NE(page.find("tessera:zmq_replies_total{model_name=\"kjv\",code=\"400\"} 4"), std::string::npos) << page;
 }
 
+// This API returns text only: a request whose tool calls would be read is refused by name;
+// with tool_choice "none" the tools are only rendered, and it is served.
+TEST_F(ZmqClientServerTest, ToolCallsAreRefusedUnlessToolChoiceIsNone) {
+  start();
+  auto c = client();
+  ASSERT_TRUE(c);
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  ZmqClientEvent e = expect_error(*c, ZmqRequestKind::kChat,
+                                  R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, )" + tools + "}");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.error_param, "tools");
+  auto id = c->submit(ZmqRequestKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, )" +
+                                                 tools + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(id.is_ok());
+  EXPECT_TRUE(collect(*c, id.value()).final_seen);
+}
+
 TEST_F(ZmqClientServerTest, ApiKeys) {
   ZmqClientServerOptions o;
   o.api_keys = {"secret", "other"};

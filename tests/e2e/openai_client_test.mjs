@@ -1,9 +1,15 @@
 // The official OpenAI Node.js client against a real tessera-serve serving the bundled
 // kjv-llama: completions and chat completions, streaming and not, must produce exactly the
-// greedy output tessera-generate produces for the same prompt tokens.
+// greedy output tessera-generate produces for the same prompt tokens. Then a second server
+// whose chat template is a tool-use template (server.chat_template = the fixtures'
+// Mistral-Nemo template, whose bos/eos tokens are kjv-llama's and whose tools prompt fits the
+// model's 512 positions): a chat request with `tools`, an assistant tool call and a tool result must get
+// exactly the prompt that template renders (the fixture's reference rendering, tokenized by
+// tessera-tokenize), streaming and not. (Tool calls read out of scripted model output are
+// tests/coordinator/tool_calls_http_test.cc: this model writes scripture, not calls.)
 // Exit 0 = all passed, 1 = a failure, 77 = skipped (no openai package installed).
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 
@@ -39,19 +45,30 @@ function tokenize(text, special) {
 // the API returns the continuation of the prompt, which keeps it.
 const same = (api, ref) => api.replace(/^ /, "") === ref;
 
-const server = spawn(path.join(bin, "tessera-serve"),
-  ["--port", "0", "--set", `server.control=ipc://${dir}/control.ipc`,
-   "--set", `server.zmq_client=ipc://${dir}/client.ipc`], { stdio: ["ignore", "ignore", "pipe"] });
-let log = "";
-const port = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("no 'listening on' line in 60 s:\n" + log)), 60000);
-  server.stderr.on("data", (d) => {
-    log += d.toString();
-    const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+function startServer(name, extra = []) {
+  const server = spawn(path.join(bin, "tessera-serve"),
+    ["--port", "0", "--set", `server.control=ipc://${dir}/${name}-control.ipc`,
+     "--set", `server.zmq_client=ipc://${dir}/${name}-client.ipc`, ...extra], { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  const port = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("no 'listening on' line in 60 s:\n" + log)), 60000);
+    server.stderr.on("data", (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+    });
+    server.on("exit", (code) => reject(new Error(`tessera-serve exited with ${code}:\n${log}`)));
   });
-  server.on("exit", (code) => reject(new Error(`tessera-serve exited with ${code}:\n${log}`)));
-});
+  return { server, port, log: () => log };
+}
+async function stopServer(s) {
+  if (s.server.exitCode !== null) return;
+  s.server.kill("SIGTERM");
+  await new Promise((r) => s.server.on("exit", r));
+}
+
+const first = startServer("plain");
+const port = await first.port;
 
 try {
   const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused" });
@@ -93,9 +110,65 @@ try {
 } catch (e) {
   check("client run", false, e.stack);
 } finally {
-  server.kill("SIGTERM");
-  await new Promise((r) => server.on("exit", r));
-  rmSync(dir, { recursive: true, force: true });
+  await stopServer(first);
 }
+
+// ---- a tool-use chat template --------------------------------------------------------------
+const fixtures = process.env.TESSERA_FIXTURES || path.join(process.env.TESSERA_SOURCE_DIR, "..", "shared", "fixtures");
+const templates = path.join(fixtures, "chat_templates");
+if (!existsSync(path.join(templates, "templates", "mistral-nemo-instruct-2407.json"))) {
+  console.log(`SKIPPED tool-use template checks: no chat template fixtures at ${templates}`);
+} else {
+  const spec = JSON.parse(readFileSync(path.join(templates, "templates", "mistral-nemo-instruct-2407.json"), "utf8"));
+  const templateFile = path.join(dir, "mistral-nemo.jinja");
+  writeFileSync(templateFile, spec.template);
+  const second = startServer("tools", ["--set", `server.chat_template=${templateFile}`]);
+  try {
+    const toolPort = await second.port;
+    check("tool-use template: start-up log names the parser",
+          /tool calls read as mistral/.test(second.log()), second.log());
+    const client = new OpenAI({ baseURL: `http://127.0.0.1:${toolPort}/v1`, apiKey: "unused" });
+    // The fixtures' tools conversation as an OpenAI client sends it: arguments as JSON text.
+    const conv = JSON.parse(readFileSync(path.join(templates, "conversations.json"), "utf8")).find((c) => c.id === "f_tools");
+    const messages = conv.messages.map((m) => m.tool_calls
+      ? { ...m, tool_calls: m.tool_calls.map((tc) => ({ ...tc, function: { ...tc.function, arguments: JSON.stringify(tc.function.arguments) } })) }
+      : m);
+    const expected = readFileSync(path.join(templates, "expected", "mistral-nemo-instruct-2407__f_tools.txt"), "utf8");
+    const expectedIds = tokenize(expected, false);
+    const request = { model: "kjv-llama", messages, tools: conv.tools, max_tokens: 8, temperature: 0 };  // 504 prompt tokens + 8 = the 512 positions
+    const chat = await client.chat.completions.create(request);
+    check("tools: prompt_tokens = the template's rendering", chat.usage.prompt_tokens === expectedIds.length,
+          JSON.stringify([chat.usage, expectedIds.length]));
+    // The prompt's very tokens: /tokenize renders the same request as chat completions do.
+    const tok = await (await fetch(`http://127.0.0.1:${toolPort}/tokenize`, {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ messages, tools: conv.tools }) })).json();
+    check("tools: prompt tokens = tessera-tokenize of the rendering",
+          JSON.stringify(tok.tokens) === JSON.stringify(expectedIds), JSON.stringify([tok.tokens?.length, expectedIds.length]));
+    // This model writes scripture, not calls: the answer is content, generated from that prompt.
+    const ref = generate(expectedIds, 8);
+    check("tools: greedy continuation of the rendered prompt",
+          chat.choices[0].message.content === ref.text || same(chat.choices[0].message.content, ref.text),
+          JSON.stringify([chat.choices[0].message.content, ref.text]));
+    check("tools: no tool_calls in a plain answer", !chat.choices[0].message.tool_calls?.length,
+          JSON.stringify(chat.choices[0].message));
+    let streamed = "";
+    for await (const chunk of await client.chat.completions.create({ ...request, stream: true }))
+      streamed += chunk.choices[0]?.delta?.content ?? "";
+    check("tools: stream = non-stream", streamed === chat.choices[0].message.content,
+          JSON.stringify([streamed, chat.choices[0].message.content]));
+    try {
+      await client.chat.completions.create({ ...request, tool_choice: "required" });
+      check("tool_choice required is 400", false, "no error");
+    } catch (e) {
+      check("tool_choice required is 400", e.status === 400 && /tool_choice/.test(e.message), `${e.status} ${e.message}`);
+    }
+  } catch (e) {
+    check("tool-use template run", false, e.stack);
+  } finally {
+    await stopServer(second);
+  }
+}
+rmSync(dir, { recursive: true, force: true });
 console.log(`openai-node: ${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

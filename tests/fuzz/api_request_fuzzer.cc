@@ -40,7 +40,7 @@ struct Fixture {
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<const ChatTemplate> chat_template;
   ApiContext with_tokenizer;   // tokenizer + the model's chat template (null tokenizer if absent)
-  ApiContext fallback_chat;    // tokenizer, no renderer: the joined-contents fallback
+  ApiContext no_template;      // tokenizer, no chat renderer: chat requests are a 500, never a made-up prompt
   ApiContext token_ids_only;   // no tokenizer at all
 };
 
@@ -63,15 +63,17 @@ Fixture* make_fixture() {
                  "(set TESSERA_FIXTURES to the fixtures folder)\n",
                  dir.c_str(), t.status().to_string().c_str());
   }
-  for (ApiContext* c : {&f->with_tokenizer, &f->fallback_chat, &f->token_ids_only}) {
+  for (ApiContext* c : {&f->with_tokenizer, &f->no_template, &f->token_ids_only}) {
     c->model_name = "kjv-llama";
     c->max_model_len = kMaxModelLen;
   }
   f->with_tokenizer.tokenizer = f->tokenizer.get();
-  f->fallback_chat.tokenizer = f->tokenizer.get();
+  f->no_template.tokenizer = f->tokenizer.get();
   if (f->chat_template) {
     auto tmpl = f->chat_template;
-    f->with_tokenizer.chat_renderer = [tmpl](const std::vector<ChatMessage>& m) { return tmpl->render(m, true); };
+    f->with_tokenizer.chat_renderer = [tmpl](const nlohmann::ordered_json& c) { return tmpl->render(c); };
+    // Requests with tools have their outputs read for Hermes calls (stream and whole).
+    f->with_tokenizer.tool_call_parser = make_tool_call_parser(ToolCallFormat::kHermes);
   }
   return f;
 }
@@ -111,6 +113,21 @@ void exercise_writers(const ApiRequest& r, const ApiContext& ctx, std::string_vi
     check_json(stream_chunk_body(r, id, 1700000000, index, "", {}, FinishReason::kNone, /*role_only=*/true, ctx.tokenizer));
     check_json(stream_chunk_body(r, id, 1700000000, index, c.text, c.tokens, FinishReason::kNone, false, ctx.tokenizer));
     check_json(stream_chunk_body(r, id, 1700000000, index, "", {}, c.finish_reason, false, ctx.tokenizer));
+    if (r.endpoint == ApiEndpoint::kChatCompletions) {
+      // The text in two pieces, split where the input says, through the stream's chunking.
+      ChoiceOutput state;
+      const size_t cut = data.empty() ? 0 : static_cast<unsigned char>(data[0]) % (c.text.size() + 1);
+      GenerateEvent first, last;
+      first.text = c.text.substr(0, cut);
+      first.tokens = c.tokens;
+      last.text = c.text.substr(cut);
+      last.finished = true;
+      last.finish_reason = c.finish_reason;
+      for (const std::string& chunk : stream_event_chunks(r, id, 1700000000, index, first, ctx.tokenizer, &state))
+        check_json(chunk);
+      for (const std::string& chunk : stream_event_chunks(r, id, 1700000000, index, last, ctx.tokenizer, &state))
+        check_json(chunk);
+    }
     if (r.echo) check_json(stream_chunk_body(r, id, 1700000000, index, r.prompt_texts[i / r.n], {}, FinishReason::kNone, false,
                                              ctx.tokenizer));
   }
@@ -121,7 +138,8 @@ void run_one(ApiEndpoint endpoint, const ApiContext& ctx, std::string_view body)
   ApiRequest r;
   ApiError e;
   if (!parse_api_request(endpoint, body, ctx, &r, &e)) {
-    FUZZ_CHECK(e.http_status >= 400 && e.http_status <= 499);
+    // A 500 only where the server has no chat template to render with.
+    FUZZ_CHECK((e.http_status >= 400 && e.http_status <= 499) || (e.http_status == 500 && !ctx.chat_renderer));
     FUZZ_CHECK(!e.message.empty());
     check_json(error_body(e));
     return;
@@ -162,7 +180,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   run_one(ApiEndpoint::kCompletions, f.with_tokenizer, body);
   run_one(ApiEndpoint::kChatCompletions, f.with_tokenizer, body);
   if (f.tokenizer) {
-    run_one(ApiEndpoint::kChatCompletions, f.fallback_chat, body);
+    run_one(ApiEndpoint::kChatCompletions, f.no_template, body);
     run_one(ApiEndpoint::kCompletions, f.token_ids_only, body);
   }
   return 0;

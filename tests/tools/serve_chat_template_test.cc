@@ -65,5 +65,48 @@ TEST(ServeChatTemplate, TemplateThatDoesNotParseStopsStartUpWithOneLine) {
   }
 }
 
+// The error lines of a run's stderr (the set-up's info lines aside).
+std::vector<std::string> error_lines(const std::string& err) {
+  std::vector<std::string> errors;
+  for (size_t at = 0; at < err.size();) {
+    const size_t end = std::min(err.find('\n', at), err.size());
+    const std::string line = err.substr(at, end - at);
+    if (!line.empty() && line.find(" info ") == std::string::npos) errors.push_back(line);
+    at = end + 1;
+  }
+  return errors;
+}
+
+// server.chat_template: a missing file, a name that is no built-in, an empty file and a file
+// that does not parse each stop start-up with one line naming the key (no fallback);
+// server.tool_call_parser refuses an unknown parser by name.
+TEST(ServeChatTemplate, ConfiguredTemplateThatCannotBeUsedStopsStartUp) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = testing::make_temp_dir("tessera-template-setting");
+  testing::write_file(dir + "/bad.jinja", "{% for m in messages %}\n{{ m.content }\n{% endfor %}");
+  testing::write_file(dir + "/empty.jinja", "");
+  const std::string model = testing::fixtures_dir() + "/kjv-llama";
+  struct Case {
+    std::string set, needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"server.chat_template=" + dir + "/missing.jinja", "is neither a built-in template (llama2, chatml) nor a readable file"},
+           {"server.chat_template=vicuna", "'vicuna' is neither a built-in template"},
+           {"server.chat_template=" + dir + "/empty.jinja", "the file is empty"},
+           {"server.chat_template=" + dir + "/bad.jinja", "line 2"},
+           {"server.tool_call_parser=hermes2", "server.tool_call_parser"}}) {
+    const auto r = testing::run_command(testing::bin_dir() + "/tessera-serve --model '" + model +
+                                        "' --port 0 --set worker.backend=cpu --set '" + c.set + "'");
+    EXPECT_NE(r.exit_code, 0) << c.set << ": " << r.err;
+    EXPECT_LT(r.exit_code, 128) << c.set << " killed by a signal: " << r.err;
+    const std::vector<std::string> errors = error_lines(r.err);
+    ASSERT_EQ(errors.size(), 1u) << c.set << " stderr: " << r.err;
+    EXPECT_NE(errors[0].find(c.needle), std::string::npos) << c.set << ": " << errors[0];
+    if (c.set.starts_with("server.chat_template"))
+      EXPECT_NE(errors[0].find("server.chat_template"), std::string::npos) << errors[0];
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -124,15 +124,24 @@ Status serve(ServeOptions o) {
     TESSERA_LOG_WARN("no usable tokenizer ({}); only token-id prompts will be accepted", tok.status().to_string());
   }
   ckpt.reset();
-  // The chat template is checked before any worker starts: one that does not parse stops
-  // start-up with its error (construct and line), never a silent fallback; a model without
-  // one gets the documented built-in (ChatTemplate::for_tokenizer).
+  // The chat template is checked before any worker starts: one that does not parse (the
+  // model's, or server.chat_template's) stops start-up with its error (construct and line),
+  // never a silent fallback; a model without one gets the documented built-in.
   ChatRenderer chat_renderer;
+  std::optional<ToolCallFormat> tool_calls;
+  TESSERA_ASSIGN_OR_RETURN(tool_calls, tool_call_format_from_name(c.server.tool_call_parser));
   if (tokenizer) {
-    StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*tokenizer);
-    if (!tmpl.is_ok()) return tmpl.status().with_context(c.model.path);
+    StatusOr<ChatTemplate> tmpl = ChatTemplate::from_setting(*tokenizer, c.server.chat_template);
+    // The model's template is named by the model's folder; server.chat_template's errors name the key.
+    if (!tmpl.is_ok()) return c.server.chat_template.empty() ? tmpl.status().with_context(c.model.path) : tmpl.status();
     auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
-    chat_renderer = [shared](const std::vector<ChatMessage>& m) { return shared->render(m, true); };
+    if (!tool_calls) tool_calls = tool_call_format_for_template(shared->source());
+    TESSERA_LOG_INFO("chat template: {}; tool calls read as {}",
+                     !c.server.chat_template.empty() ? c.server.chat_template
+                     : tokenizer->chat_template().empty() ? std::string("the built-in llama2 (the model has none)")
+                                                          : std::string("the model's"),
+                     tool_call_format_name(*tool_calls));
+    chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
   }
   if (signals.requested()) return interrupted_setup(signals, "reading the model");
 
@@ -231,6 +240,7 @@ Status serve(ServeOptions o) {
   auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
   ho.zmq_replies = zmq_replies;
   ho.chat_renderer = chat_renderer;
+  ho.tool_call_format = tool_calls;
   HttpServer http(ho, service, tokenizer.get());
   http.ready_check = [g] { return g->is_complete(); };
 

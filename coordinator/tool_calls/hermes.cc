@@ -1,0 +1,64 @@
+// Hermes / Qwen 2.5 tool calls: each call is a block
+//   <tool_call>
+//   {"name": "get_weather", "arguments": {"city": "Paris"}}
+//   </tool_call>
+// anywhere in the output; the text around the blocks is the content. A block whose JSON is
+// not a call stays content. An unclosed block at the very end (the model stopped right after
+// its JSON) is read as a call when its JSON is one.
+#include "coordinator/tool_calls/tool_call_format.h"
+
+namespace tessera {
+namespace {
+
+constexpr std::string_view kOpen = "<tool_call>";
+constexpr std::string_view kClose = "</tool_call>";
+
+std::string_view trim(std::string_view s) {
+  const auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  while (!s.empty() && ws(s.front())) s.remove_prefix(1);
+  while (!s.empty() && ws(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+class HermesParser : public ToolCallParser {
+ public:
+  ToolCallSegment next(std::string_view rest, bool /*at_start*/, bool final) const override {
+    ToolCallSegment seg;
+    const size_t open = rest.find(kOpen);
+    if (open != 0) {
+      // Text up to the next block, or (no block yet) all but what may start one.
+      size_t n = open;
+      if (open == std::string_view::npos) n = rest.size() - (final ? 0 : partial_marker_suffix(rest, kOpen));
+      if (n == 0) return seg;  // undecided: all of it may be the start of a block
+      seg.kind = ToolCallSegment::Kind::kText;
+      seg.length = n;
+      return seg;
+    }
+    const size_t close = rest.find(kClose, kOpen.size());
+    if (close == std::string_view::npos) {
+      if (!final) return seg;
+      seg.length = rest.size();
+      if (auto call = call_from_json_text(trim(rest.substr(kOpen.size())))) {
+        seg.kind = ToolCallSegment::Kind::kCalls;
+        seg.calls.push_back(std::move(*call));
+      } else {
+        seg.kind = ToolCallSegment::Kind::kText;
+      }
+      return seg;
+    }
+    seg.length = close + kClose.size();
+    if (auto call = call_from_json_text(trim(rest.substr(kOpen.size(), close - kOpen.size())))) {
+      seg.kind = ToolCallSegment::Kind::kCalls;
+      seg.calls.push_back(std::move(*call));
+    } else {
+      seg.kind = ToolCallSegment::Kind::kText;  // malformed: stays content
+    }
+    return seg;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<const ToolCallParser> make_hermes_parser() { return std::make_unique<HermesParser>(); }
+
+}  // namespace tessera

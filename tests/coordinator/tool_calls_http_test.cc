@@ -1,0 +1,300 @@
+// Tool calls end to end through the real HTTP front end: a real HttpServer and EngineService
+// with the kjv-llama tokenizer and real chat templates of tool-use models (the fixtures'
+// Qwen 2.5, Llama 3.1 and Mistral-Nemo), and a scripted model — the executor "generates" the
+// tokens of a scripted text, then EOS — so the Hermes, Llama 3.1 JSON and Mistral call texts
+// come back as OpenAI tool_calls, streaming and not. Also: tool_choice "none", malformed call
+// text, a template's raise_exception as a 400, and the prompt the template renders.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <mutex>
+
+#include "common/sequence_states.h"
+#include "coordinator/http_server.h"
+#include "tests/test_support.h"
+#include "tools/client/http_client.h"
+
+namespace tessera {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// Every sequence generates script_[0..], then EOS (id 2): what a model would write.
+class ScriptedModel : public StepExecutor {
+ public:
+  void set_script(std::vector<int32_t> tokens) {
+    std::lock_guard<std::mutex> lk(mu_);
+    script_ = std::move(tokens);
+  }
+  StatusOr<StepResult> execute(const StepPlan& plan) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
+    if (!views.is_ok()) return views.status();
+    StepResult r;
+    r.step_id = plan.step_id;
+    for (const SeqView& v : views.value()) {
+      if (!v.step->sample) continue;
+      SampledToken t;
+      t.seq_id = v.step->seq_id;
+      const size_t i = static_cast<size_t>(v.num_generated());
+      t.token = i < script_.size() ? script_[i] : 2;
+      t.logprob = -0.5f;
+      r.tokens.push_back(t);
+    }
+    return r;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<int32_t> script_;
+  SequenceStates states_{0, 0};
+};
+
+const char* const kWeatherTools = R"([{"type": "function", "function": {"name": "get_weather",
+    "description": "Get the weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+
+class ToolCallsHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TESSERA_REQUIRE_FIXTURES();
+    auto t = Tokenizer::load(testing::fixtures_dir() + "/kjv-llama");
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    tokenizer_ = std::move(t).value();
+  }
+  void TearDown() override {
+    if (server_) server_->stop();
+    if (service_) service_->stop();
+  }
+
+  // Serves with the fixture template `id`; the tool-call format is what `auto` decides from it.
+  void start(const std::string& id) {
+    const std::string path = testing::fixtures_dir() + "/chat_templates/templates/" + id + ".json";
+    const json spec = json::parse(testing::read_file(path));
+    auto tmpl = ChatTemplate::parse(spec["template"].get<std::string>());
+    ASSERT_TRUE(tmpl.is_ok()) << tmpl.status().to_string();
+    tmpl->set_special_tokens(spec["bos_token"].is_string() ? std::optional<std::string>(spec["bos_token"]) : std::nullopt,
+                             spec["eos_token"].is_string() ? std::optional<std::string>(spec["eos_token"]) : std::nullopt);
+    template_ = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+    EngineServiceOptions eo;
+    eo.scheduler.block_size = 16;
+    eo.scheduler.num_blocks = 1024;
+    eo.scheduler.max_model_len = 8192;
+    eo.scheduler.max_num_batched_tokens = 8192;
+    service_ = std::make_unique<EngineService>(eo, model_, tokenizer_.get());
+    service_->start();
+    HttpServerOptions o;
+    o.port = 0;
+    o.model_name = "kjv";
+    auto shared = template_;
+    o.chat_renderer = [shared](const ojson& c) { return shared->render(c); };
+    o.tool_call_format = tool_call_format_for_template(template_->source());
+    server_ = std::make_unique<HttpServer>(o, *service_, tokenizer_.get());
+    ASSERT_TRUE(server_->start().is_ok());
+    auto client = HttpClient::create("http://127.0.0.1:" + std::to_string(server_->port()));
+    ASSERT_TRUE(client.is_ok());
+    client_ = std::move(client).value();
+  }
+
+  // The model will write `text`. Its tokens come from the kjv tokenizer, whose encoding
+  // starts with a word-start piece: after the prompt the model's text reads " " + text.
+  // written_ is what it wrote, as a request without tools returns it.
+  void script(const std::string& text) {
+    const std::vector<int32_t> ids = tokenizer_->encode(text, false);
+    ASSERT_EQ(tokenizer_->decode(ids, true), text) << "the kjv tokenizer does not round-trip: " << text;
+    model_.set_script(ids);
+    written_ = post(body())["choices"][0]["message"]["content"].get<std::string>();
+    ASSERT_TRUE(written_ == text || written_ == " " + text) << written_;
+  }
+
+  json body(const std::string& extra = "") const {
+    json b = json::parse(std::string(R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 300)") +
+                         (extra.empty() ? "" : ", " + extra) + "}");
+    return b;
+  }
+
+  json post(const json& b, int expect_status = 200) {
+    auto r = client_->post_json("/v1/chat/completions", b.dump());
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    if (!r.is_ok()) return json();
+    EXPECT_EQ(r->status, expect_status) << r->body;
+    return json::parse(r->body, nullptr, false);
+  }
+
+  // A stream folded as a client folds it: content joined, tool calls assembled by index.
+  struct Folded {
+    json content = nullptr;
+    json tool_calls = json::array();
+    std::string finish_reason;
+  };
+  Folded stream(json b) {
+    b["stream"] = true;
+    Folded f;
+    std::string content;
+    bool any_content = false;
+    auto r = client_->post_stream("/v1/chat/completions", b.dump(), [&](std::string_view payload) {
+      const json ev = json::parse(payload);
+      const json& choice = ev["choices"][0];
+      const json& delta = choice["delta"];
+      if (delta.contains("content") && !delta["content"].get<std::string>().empty()) {
+        content += delta["content"].get<std::string>();
+        any_content = true;
+      }
+      if (delta.contains("tool_calls")) {
+        for (const json& tc : delta["tool_calls"]) {
+          const size_t i = tc["index"].get<size_t>();
+          if (i == f.tool_calls.size()) {
+            // A call's first delta carries everything but the arguments.
+            EXPECT_TRUE(tc.contains("id") && tc["type"] == "function" && tc["function"].contains("name")) << tc;
+            f.tool_calls.push_back({{"id", tc["id"]}, {"type", "function"},
+                                    {"function", {{"name", tc["function"]["name"]}, {"arguments", ""}}}});
+          }
+          EXPECT_LT(i, f.tool_calls.size()) << tc;
+          if (i < f.tool_calls.size() && tc["function"].contains("arguments"))
+            f.tool_calls[i]["function"]["arguments"] =
+                f.tool_calls[i]["function"]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+        }
+      }
+      if (!choice["finish_reason"].is_null()) f.finish_reason = choice["finish_reason"];
+      return true;
+    });
+    EXPECT_TRUE(r.is_ok() && r->done) << (r.is_ok() ? r->response.body : r.status().to_string());
+    if (any_content) f.content = content;
+    return f;
+  }
+
+  // The non-streaming and streaming answers both hold `calls` (name, arguments) and `content`.
+  void expect_calls(const json& calls, const json& content) {
+    const json b = body(std::string("\"tools\": ") + kWeatherTools);
+    const json r = post(b);
+    const json& choice = r["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << r;
+    EXPECT_EQ(choice["message"]["content"], content) << r;
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), calls.size()) << r;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const json& tc = choice["message"]["tool_calls"][i];
+      EXPECT_EQ(tc["type"], "function");
+      EXPECT_TRUE(tc["id"].is_string() && !tc["id"].get<std::string>().empty());
+      EXPECT_EQ(tc["function"]["name"], calls[i][0]) << tc;
+      EXPECT_EQ(json::parse(tc["function"]["arguments"].get<std::string>()), calls[i][1]) << tc;
+    }
+    const Folded s = stream(b);
+    EXPECT_EQ(s.finish_reason, "tool_calls");
+    EXPECT_EQ(s.content, content);
+    ASSERT_EQ(s.tool_calls.size(), calls.size()) << s.tool_calls;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(s.tool_calls[i]["function"]["name"], calls[i][0]);
+      EXPECT_EQ(s.tool_calls[i]["function"]["arguments"], choice["message"]["tool_calls"][i]["function"]["arguments"]);
+    }
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ScriptedModel model_;
+  std::shared_ptr<const ChatTemplate> template_;
+  std::string written_;
+  std::unique_ptr<EngineService> service_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+TEST_F(ToolCallsHttpTest, HermesCallsFromQwenStyleOutput) {
+  start("qwen2.5-7b-instruct");
+  script("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\"}}\n</tool_call>");
+  expect_calls(json::array({json::array({"get_weather", {{"city", "Paris"}}}),
+                            json::array({"get_weather", {{"city", "Lyon"}}})}),
+               nullptr);
+  // Text before a call is the content.
+  script("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>");
+  expect_calls(json::array({json::array({"get_weather", {{"city", "Rome"}}})}),
+               written_.substr(0, written_.find("<tool_call>")));
+  EXPECT_NE(written_.substr(0, written_.find("<tool_call>")).find("Let me check.\n"), std::string::npos) << written_;
+}
+
+TEST_F(ToolCallsHttpTest, Llama31JsonCalls) {
+  start("llama3.1-8b-instruct");
+  script("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
+  expect_calls(json::array({json::array({"get_weather", {{"city", "Paris"}}})}), nullptr);
+}
+
+TEST_F(ToolCallsHttpTest, MistralCalls) {
+  start("mistral-nemo-instruct-2407");
+  script("[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Nice\"}}]");
+  expect_calls(json::array({json::array({"get_weather", {{"city", "Paris"}}}),
+                            json::array({"get_weather", {{"city", "Nice"}}})}),
+               nullptr);
+  // Mistral's templates need 9-alphanumeric call ids when the calls are sent back.
+  const json r = post(body(std::string("\"tools\": ") + kWeatherTools));
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["id"].get<std::string>().size(), 9u) << r;
+}
+
+TEST_F(ToolCallsHttpTest, NoneMalformedAndNoToolsLeaveTheTextAsContent) {
+  start("qwen2.5-7b-instruct");
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  script(call);
+  for (const std::string extra : {std::string("\"tools\": ") + kWeatherTools + ", \"tool_choice\": \"none\"", std::string()}) {
+    const json r = post(body(extra));
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r;
+    EXPECT_EQ(r["choices"][0]["message"]["content"], written_) << r;
+    EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls")) << r;
+    const Folded s = stream(body(extra));
+    EXPECT_EQ(s.content, written_);
+    EXPECT_EQ(s.finish_reason, "stop");
+    EXPECT_TRUE(s.tool_calls.empty());
+  }
+  const std::string broken = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \n</tool_call>";
+  script(broken);
+  const json b = body(std::string("\"tools\": ") + kWeatherTools);
+  const json r = post(b);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r;
+  EXPECT_EQ(r["choices"][0]["message"]["content"], written_) << r;
+  const Folded s = stream(b);
+  EXPECT_EQ(s.content, written_);
+  EXPECT_TRUE(s.tool_calls.empty());
+}
+
+TEST_F(ToolCallsHttpTest, PromptIsTheTemplatesRenderingWithToolsAndToolMessages) {
+  start("qwen2.5-7b-instruct");
+  script("ok");
+  // The fixture's tools conversation as an OpenAI client sends it (arguments as JSON text),
+  // read in the file's key order (the template prints the tool schema with tojson).
+  const ojson conv = ojson::parse(testing::read_file(testing::fixtures_dir() + "/chat_templates/conversations.json"));
+  ojson f;
+  for (const ojson& c : conv)
+    if (c["id"] == "f_tools") f = c;
+  ASSERT_FALSE(f.is_null());
+  ojson messages = f["messages"];
+  for (ojson& m : messages)
+    if (m.contains("tool_calls"))
+      for (ojson& tc : m["tool_calls"]) tc["function"]["arguments"] = tc["function"]["arguments"].dump();
+  ojson req = ojson::object();
+  req["messages"] = messages;
+  req["tools"] = f["tools"];
+  req["max_tokens"] = 5;
+  auto r = client_->post_json("/v1/chat/completions", req.dump());
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string expected =
+      testing::read_file(testing::fixtures_dir() + "/chat_templates/expected/qwen2.5-7b-instruct__f_tools.txt");
+  EXPECT_EQ(json::parse(r->body)["usage"]["prompt_tokens"], tokenizer_->encode(expected, false).size());
+  // /tokenize renders the same request to exactly those tokens.
+  ojson tok = req;
+  tok.erase("max_tokens");
+  auto t = client_->post_json("/tokenize", tok.dump());
+  ASSERT_TRUE(t.is_ok());
+  ASSERT_EQ(t->status, 200) << t->body;
+  EXPECT_EQ(json::parse(t->body)["tokens"].get<std::vector<int32_t>>(), tokenizer_->encode(expected, false));
+}
+
+TEST_F(ToolCallsHttpTest, TemplateRaiseIsA400WithItsMessage) {
+  start("gemma-7b-it");
+  const json r = post(json::parse(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]})"),
+                      400);
+  EXPECT_EQ(r["error"]["type"], "invalid_request_error") << r;
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("System role not supported"), std::string::npos) << r;
+}
+
+}  // namespace
+}  // namespace tessera
