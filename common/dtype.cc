@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 #include "common/check.h"
 
@@ -50,11 +51,20 @@ std::optional<DType> parse_float_dtype(std::string_view name) {
 }
 
 namespace {
+// Element i of `src` by memcpy: the source may be unaligned (a legacy PyTorch checkpoint
+// packs its storages with no padding), and the compiler turns the copy into one load.
+template <typename T>
+inline T load_element(const void* src, size_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const unsigned char*>(src) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
 inline float load_as_f32(const void* src, DType t, size_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(src)[i];
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+    case DType::kF32: return load_element<float>(src, i);
+    case DType::kF16: return f16_to_f32(load_element<uint16_t>(src, i));
+    case DType::kBF16: return bf16_to_f32(load_element<uint16_t>(src, i));
     default: TESSERA_CHECK(false) << "not a float type: " << dtype_name(t);
   }
   return 0.f;
