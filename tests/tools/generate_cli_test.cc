@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tests/test_support.h"
+#include "tests/tools/golden_prompts.h"
 #include "tests/tools/serve_process.h"
 
 namespace tessera {
@@ -315,13 +316,7 @@ TEST_P(GenerateTensorParallelTest, PrintsExactlyWhatOneRankPrints) {
   std::ifstream in(model + "/goldens/index.json");
   auto index = nlohmann::json::parse(in);
   const std::string dir = testing::make_temp_dir("tessera-tp-cli");
-  std::string lines;
-  for (const auto& c : index["cases"]) {
-    std::string ids;
-    for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
-    lines += ids + "\n";
-  }
-  testing::write_file(dir + "/prompts.txt", lines);
+  testing::write_golden_prompts(index["cases"], dir + "/prompts.txt");
   const std::string base = generate_bin() + " --model " + testing::shell_quote(model) + " --prompt-ids-file " +
                            testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens 24 --json " + p.extra;
   auto one = run_command(base);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "tests/test_support.h"
+#include "tests/tools/golden_prompts.h"
 #include "tests/tools/serve_process.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
@@ -132,13 +133,7 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   const auto& cases = index["cases"];
   const int n_new = static_cast<int>(cases[0]["greedy_ids"].size());
   const std::string dir = testing::make_temp_dir("tessera-gen-fixtures");
-  std::string lines;
-  for (const auto& c : cases) {
-    std::string ids;
-    for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
-    lines += ids + "\n";
-  }
-  testing::write_file(dir + "/prompts.txt", lines);
+  testing::write_golden_prompts(cases, dir + "/prompts.txt");
   std::string cmd = testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(model) + " --prompt-ids-file " +
                     testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens " + std::to_string(n_new) +
                     " --json --dump-logits " + testing::shell_quote(dir + "/logits.f32");

@@ -16,6 +16,7 @@
 #include "common/checkpoint.h"
 #include "tests/common/torch_file_builder.h"
 #include "tests/test_support.h"
+#include "tests/tools/golden_prompts.h"
 
 namespace tessera {
 namespace {
@@ -81,13 +82,7 @@ TEST_P(GenerateTorchLayoutsTest, StridedSharedStorageGivesTheGoldens) {
   if (HasFatalFailure()) return;
   std::ifstream in(source + "/goldens/index.json");
   const auto index = nlohmann::json::parse(in);
-  std::string lines;
-  for (const auto& c : index["cases"]) {
-    std::string ids;
-    for (const auto& id : c["prompt_ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
-    lines += ids + "\n";
-  }
-  testing::write_file(dir + "/prompts.txt", lines);
+  testing::write_golden_prompts(index["cases"], dir + "/prompts.txt");
   std::string cmd = testing::bin_dir() + "/tessera-generate --model '" + model + "' --prompt-ids-file '" + dir +
                     "/prompts.txt' --max-new-tokens 24 --json --dump-logits '" + dir + "/logits.f32'";
   if (!p.inject) cmd += " --no-kernel-inject";
