@@ -543,6 +543,10 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   std::vector<std::vector<int32_t>> prompts;
   if (chat ? !parse_messages(ordered, ctx, out, &prompts, error) : !parse_prompt(j, ctx, out, &prompts, error))
     return false;
+  // A call marker that is a special token must reach the tool-call parser (vLLM does the same).
+  if (out->tool_call_parser && out->tool_call_parser->marker_is_special_token() &&
+      j.value("skip_special_tokens", json()).is_null())
+    skip_special = false;
 
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     const int prompt_len = static_cast<int>(prompts[pi].size());

@@ -1,8 +1,9 @@
 // Mistral tool calls (v0.3, Nemo): a marker, then a JSON array of calls,
 //   [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]
 // (a single object is read too). Text before and after is content; a marker not followed by
-// a call array stays content. [TOOL_CALLS] is a special token, so a request with tools
-// keeps special tokens in the text unless the client asks otherwise (openai_api.cc).
+// a call array stays content. [TOOL_CALLS] is a special token, so a request that reads calls
+// keeps special tokens in the text unless it sets skip_special_tokens (openai_api.cc); the
+// EOS that ends the output is not text either way (engine_service.cc).
 #include "coordinator/tool_calls/tool_call_format.h"
 
 namespace tessera {
@@ -64,6 +65,7 @@ class MistralParser : public ToolCallParser {
     return seg;
   }
   bool short_call_ids() const override { return true; }
+  bool marker_is_special_token() const override { return true; }
 };
 
 }  // namespace

@@ -63,6 +63,9 @@ class ToolCallParser {
   virtual ToolCallSegment next(std::string_view rest, bool at_start, bool final) const = 0;
   // Whether call ids must be 9 alphanumerics (Mistral's templates refuse others).
   virtual bool short_call_ids() const { return false; }
+  // Whether the call marker is a special token (Mistral's [TOOL_CALLS]): a request that reads
+  // calls then keeps special tokens in its text unless it sets skip_special_tokens (vLLM).
+  virtual bool marker_is_special_token() const { return false; }
 };
 
 // The parser of a format; null for kNone.

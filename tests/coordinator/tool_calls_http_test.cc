@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <mutex>
 
 #include "common/sequence_states.h"
@@ -63,9 +64,27 @@ class ToolCallsHttpTest : public ::testing::Test {
     ASSERT_TRUE(t.is_ok()) << t.status().to_string();
     tokenizer_ = std::move(t).value();
   }
+  // The kjv tokenizer with `content` added as special token id 1024 (real Mistral tokenizers
+  // hold [TOOL_CALLS] so), written to a temporary model folder; start() serves with it.
+  int32_t use_tokenizer_with_special_token(const std::string& content) {
+    const std::string src = testing::fixtures_dir() + "/kjv-llama";
+    ojson tj = ojson::parse(testing::read_file(src + "/tokenizer.json"));
+    const int32_t id = static_cast<int32_t>(tj["model"]["vocab"].size());
+    tj["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                                  {"rstrip", false}, {"normalized", false}, {"special", true}});
+    const std::string dir = temp_dir_ = testing::make_temp_dir("tool-tokenizer");
+    testing::write_file(dir + "/tokenizer.json", tj.dump());
+    testing::write_file(dir + "/tokenizer_config.json", testing::read_file(src + "/tokenizer_config.json"));
+    auto t = Tokenizer::load(dir);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    if (t.is_ok()) tokenizer_ = std::move(t).value();
+    return id;
+  }
+
   void TearDown() override {
     if (server_) server_->stop();
     if (service_) service_->stop();
+    if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_);
   }
 
   // Serves with the fixture template `id`; the tool-call format is what `auto` decides from it.
@@ -193,6 +212,7 @@ class ToolCallsHttpTest : public ::testing::Test {
   ScriptedModel model_;
   std::shared_ptr<const ChatTemplate> template_;
   std::string written_;
+  std::string temp_dir_;
   std::unique_ptr<EngineService> service_;
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<HttpClient> client_;
@@ -228,6 +248,41 @@ TEST_F(ToolCallsHttpTest, MistralCalls) {
   // Mistral's templates need 9-alphanumeric call ids when the calls are sent back.
   const json r = post(body(std::string("\"tools\": ") + kWeatherTools));
   EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["id"].get<std::string>().size(), 9u) << r;
+}
+
+// With a real Mistral tokenizer [TOOL_CALLS] is a special token. A request that reads calls
+// keeps special tokens in the text by default, so the parser sees the marker; the EOS that
+// ends the output is not text (vLLM), unless include_stop_str_in_output asks for it.
+TEST_F(ToolCallsHttpTest, MistralMarkerThatIsASpecialToken) {
+  const int32_t marker = use_tokenizer_with_special_token("[TOOL_CALLS]");
+  start("mistral-nemo-instruct-2407");
+  const std::string calls = " [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]";
+  std::vector<int32_t> ids = {marker};
+  for (int32_t t : tokenizer_->encode(calls, false)) ids.push_back(t);
+  model_.set_script(ids);
+  expect_calls(json::array({json::array({"get_weather", {{"city", "Paris"}}})}), nullptr);
+
+  const std::string tools = std::string("\"tools\": ") + kWeatherTools;
+  // Without tools the default skips special tokens: the text is the array alone.
+  const std::string plain = post(body())["choices"][0]["message"]["content"].get<std::string>();
+  EXPECT_EQ(plain.find("[TOOL_CALLS]"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("get_weather"), std::string::npos) << plain;
+  // The client's own skip_special_tokens: true hides the marker, so there are no calls.
+  json r = post(body(tools + ", \"skip_special_tokens\": true"));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r;
+  EXPECT_EQ(r["choices"][0]["message"]["content"], plain) << r;
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls")) << r;
+  // Special tokens kept without tools: the marker is text, the EOS is not...
+  r = post(body("\"skip_special_tokens\": false"));
+  const std::string kept = r["choices"][0]["message"]["content"].get<std::string>();
+  EXPECT_NE(kept.find("[TOOL_CALLS]"), std::string::npos) << r;
+  EXPECT_EQ(kept.find("</s>"), std::string::npos) << r;
+  // ... unless include_stop_str_in_output keeps the stop token too, streaming and not.
+  const json with_eos = body("\"skip_special_tokens\": false, \"include_stop_str_in_output\": true");
+  r = post(with_eos);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], kept + "</s>") << r;
+  EXPECT_EQ(stream(with_eos).content, kept + "</s>");
+  EXPECT_EQ(stream(body("\"skip_special_tokens\": false")).content, kept);
 }
 
 TEST_F(ToolCallsHttpTest, NoneMalformedAndNoToolsLeaveTheTextAsContent) {
