@@ -204,7 +204,7 @@ TEST(ClientMessagesTest, EveryTruncationIsRejected) {
         StatusOr<Message> m2 = decode_message(cut);
         if (len < frame.size()) {
           EXPECT_FALSE(m2.is_ok()) << "truncated body of " << body << " bytes decoded";
-          if (!m2.is_ok()) EXPECT_EQ(m2.status().code(), StatusCode::kDataLoss) << m2.status().message();
+          if (!m2.is_ok()) { EXPECT_EQ(m2.status().code(), StatusCode::kDataLoss) << m2.status().message(); }
         }
       }
     }

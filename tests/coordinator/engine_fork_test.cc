@@ -99,7 +99,7 @@ class EngineForkTest : public ::testing::Test {
     for (int steps = 0; engine.has_work() && steps < 10000; ++steps) {
       for (const SequenceEvent& ev : engine.step()) {
         EXPECT_NE(ev.reason, FinishReason::kError) << ev.error;
-        if (ev.finished) EXPECT_EQ(ev.reason, FinishReason::kLength);
+        if (ev.finished) { EXPECT_EQ(ev.reason, FinishReason::kLength); }
         const int choice = choice_by_request ? static_cast<int>(request_of(ev.seq_id)) - 1 : choice_of(ev.seq_id);
         for (const SampledToken& t : ev.new_tokens) out.outputs[choice].push_back(t.token);
       }

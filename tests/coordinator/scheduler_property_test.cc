@@ -87,7 +87,7 @@ void check_plan(const ResolvedPlan& plan, const Scheduler& sched, Totals& totals
               s.num_computed + static_cast<int>(s.tokens.size()));
     // The index of the token a step samples (steps that sample nothing carry none: step
     // deltas send no per-step token index, the executor counts tokens fed).
-    if (s.sample) ASSERT_EQ(s.num_generated, seq->num_output());
+    if (s.sample) { ASSERT_EQ(s.num_generated, seq->num_output()); }
     if (!c.chunked_prefill && s.num_computed == 0) {
       ASSERT_TRUE(s.sample) << "a prompt was split";
     }
@@ -97,8 +97,9 @@ void check_plan(const ResolvedPlan& plan, const Scheduler& sched, Totals& totals
       const int n = static_cast<int>(s.tokens.size());
       // Static members reserve their whole prompt up front, so only their steps that reach
       // the end of it (and decodes) are bounded by the window.
-      if (c.mode == BatchingMode::kContinuous || s.sample)
+      if (c.mode == BatchingMode::kContinuous || s.sample) {
         ASSERT_LE(held, window_block_bound(c.sliding_window, n, c.block_size)) << "seq " << s.seq_id;
+      }
       if (n == 1 && s.sample) totals.max_decode_blocks = std::max(totals.max_decode_blocks, held);
     }
   }

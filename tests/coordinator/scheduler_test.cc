@@ -364,7 +364,7 @@ TEST(SchedulerTest, WithoutChunkedPrefillAPromptRunsWhole) {
   }
   h.run(1000, [](const ResolvedPlan& plan) {
     for (const ResolvedStep& s : plan.seqs)
-      if (s.num_computed == 0) EXPECT_EQ(s.tokens.size(), s.seq_id == 2 ? 15u : 5u);
+      if (s.num_computed == 0) { EXPECT_EQ(s.tokens.size(), s.seq_id == 2 ? 15u : 5u); }
   });
   EXPECT_EQ(h.finished[2].reason, FinishReason::kLength);
 }
@@ -380,7 +380,7 @@ TEST(SchedulerTest, StaticBatchingNeverAdmitsWhileABatchRuns) {
   bool batch_done = false;
   h.run(1000, [&](const ResolvedPlan& plan) {
     for (const ResolvedStep& s : plan.seqs) {
-      if (s.seq_id == 3) EXPECT_TRUE(batch_done) << "request 3 joined a running batch";
+      if (s.seq_id == 3) { EXPECT_TRUE(batch_done) << "request 3 joined a running batch"; }
       if (s.seq_id == 2 && s.num_generated == 7) batch_done = true;
     }
   });

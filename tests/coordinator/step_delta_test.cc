@@ -115,7 +115,7 @@ TEST(StepDeltas, StateTravelsOnceAndFinishedOrPreemptedSequencesAreDropped) {
     for (const SeqStep& s : plan.seqs) {
       ASSERT_EQ(s.start.has_value(), s.version == 1) << "sequence " << s.seq_id;
       if (s.start) ++starts[s.seq_id];
-      if (!s.start) EXPECT_GE(s.table_from, s.num_computed / c.block_size) << "unchanged entries resent";
+      if (!s.start) { EXPECT_GE(s.table_from, s.num_computed / c.block_size) << "unchanged entries resent"; }
     }
     ASSERT_LT(run.sched.stats().num_steps, 500u);
     preemptions = run.sched.stats().num_preemptions;

@@ -102,8 +102,9 @@ TEST(ServeChatTemplate, ConfiguredTemplateThatCannotBeUsedStopsStartUp) {
     const std::vector<std::string> errors = error_lines(r.err);
     ASSERT_EQ(errors.size(), 1u) << c.set << " stderr: " << r.err;
     EXPECT_NE(errors[0].find(c.needle), std::string::npos) << c.set << ": " << errors[0];
-    if (c.set.starts_with("server.chat_template"))
+    if (c.set.starts_with("server.chat_template")) {
       EXPECT_NE(errors[0].find("server.chat_template"), std::string::npos) << errors[0];
+    }
   }
   fs::remove_all(dir);
 }

@@ -134,7 +134,7 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
           row_err = std::max(row_err, std::fabs(r.logits[s * vocab + v] - c.logits[s * vocab + v]));
         }
         worst = std::max(worst, row_err);
-        if (bound_logits) EXPECT_LE(row_err, logit_bound) << c.name << " row " << s;
+        if (bound_logits) { EXPECT_LE(row_err, logit_bound) << c.name << " row " << s; }
         if (r.output[s] != c.greedy[s]) break;
         ++matched;
       }
