@@ -67,6 +67,20 @@ Status read_int32(const YAML::Node& n, const Where& w, int64_t lo, int64_t hi, i
   return Status::ok();
 }
 
+// scheduler.max_decode_slowdown: 0 (off) or a number in (1, 1000].
+Status read_slowdown(const YAML::Node& n, const Where& w, double* out) {
+  const std::string expected = "0 (no cap) or a number in (1, 1000]";
+  TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, expected));
+  const std::string& s = n.Scalar();
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !(v == 0.0 || (v > 1.0 && v <= 1000.0))) {
+    return w.error("expected " + expected + ", got " + describe(n));
+  }
+  *out = v;
+  return Status::ok();
+}
+
 // A number in (lo, hi] (lo exclusive).
 Status read_fraction(const YAML::Node& n, const Where& w, double* out) {
   const std::string expected = "a number in (0, 1]";
@@ -420,6 +434,12 @@ const std::vector<KeyDef>& schema() {
       TESSERA_INT_KEY("scheduler.max_num_batched_tokens", scheduler.max_num_batched_tokens, 1, 1 << 24),
       TESSERA_BOOL_KEY("scheduler.chunked_prefill", scheduler.chunked_prefill),
       TESSERA_BOOL_KEY("scheduler.prefix_caching", scheduler.prefix_caching),
+      KeyDef{"scheduler.max_decode_slowdown", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_slowdown(n, w, &c.scheduler.max_decode_slowdown);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.scheduler.max_decode_slowdown); },
+             nullptr},
       KeyDef{"scheduler.max_model_len", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                if (n.IsNull()) {

@@ -76,6 +76,9 @@ struct SchedulerSection {
   bool prefix_caching = true;
   std::optional<int64_t> max_model_len;  // nullopt = the model's max_position_embeddings
   BatchingMode mode = BatchingMode::kContinuous;
+  // While sequences decode, a step's prompt tokens are capped so it takes at most this many
+  // times the decodes alone (coordinator/step_cost_model.h); 0 = no cap.
+  double max_decode_slowdown = 2.0;
 };
 
 struct HttpSection {

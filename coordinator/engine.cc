@@ -1,5 +1,7 @@
 #include "coordinator/engine.h"
 
+#include <chrono>
+
 namespace tessera {
 
 Engine::Engine(SchedulerConfig config, StepExecutor& executor)
@@ -18,7 +20,12 @@ std::vector<SequenceEvent> Engine::step() {
   StepPlan plan = scheduler_.schedule();
   if (plan.seqs.empty() && plan.block_copies.empty()) return {};
   ++steps_;
+  const auto started = std::chrono::steady_clock::now();
   StatusOr<StepResult> result = executor_.execute(plan);
+  if (result.is_ok()) {
+    scheduler_.on_step_time(plan.step_id,
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
   last_step_unavailable_ = !result.is_ok() && result.status().code() == StatusCode::kUnavailable;
   if (!result.is_ok()) {
     StepResult failed;

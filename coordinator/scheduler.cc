@@ -29,6 +29,9 @@ Status validate_scheduler_config(const SchedulerConfig& c) {
     return invalid_argument("scheduler: max_model_len must be >= 2, got " + std::to_string(c.max_model_len));
   if (c.sliding_window < 0)
     return invalid_argument("scheduler: sliding_window must be >= 0, got " + std::to_string(c.sliding_window));
+  if (!(c.max_decode_slowdown == 0 || (c.max_decode_slowdown > 1 && c.max_decode_slowdown <= 1000)))
+    return invalid_argument("scheduler: max_decode_slowdown must be 0 or in (1, 1000], got " +
+                            std::to_string(c.max_decode_slowdown));
   return Status::ok();
 }
 
@@ -109,8 +112,24 @@ StepPlan Scheduler::schedule() {
   if (has_work()) {
     plan.seqs.reserve(std::min<size_t>(running_.size() + waiting_.size(), static_cast<size_t>(config_.max_num_seqs)));
     int budget = config_.max_num_batched_tokens;
-    schedule_running(plan, budget);
-    admit_waiting(plan, budget);
+    const int decodes = schedule_decodes(plan, budget);
+    // Prompt tokens beside running decodes slow every one of those streams: capped so the
+    // step stays within max_decode_slowdown × the decodes alone. Without chunked prefill a
+    // prompt must go whole, and static batches admit no one mid-batch, so no cap there.
+    int prefill_budget = budget;
+    prefill_token_cap_ = 0;
+    if (decodes > 0 && config_.max_decode_slowdown > 1 && config_.chunked_prefill &&
+        config_.mode == BatchingMode::kContinuous) {
+      if (const std::optional<int> cap = cost_model_.prefill_cap(decodes, config_.max_decode_slowdown);
+          cap && *cap < prefill_budget) {
+        prefill_budget = *cap;
+        prefill_token_cap_ = *cap;
+      }
+    }
+    const int prefill_offered = prefill_budget;
+    schedule_prefills(plan, prefill_budget);
+    admit_waiting(plan, prefill_budget);
+    last_plan_ = PlanLoad{plan.step_id, decodes, prefill_offered - prefill_budget, false};
   }
   // Drops ride on the next plan that runs (an empty plan is not sent).
   if (!plan.seqs.empty() || !plan.block_copies.empty()) {
@@ -121,8 +140,15 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
-void Scheduler::schedule_running(StepPlan& plan, int& budget) {
+void Scheduler::on_step_time(uint64_t step_id, double seconds) {
+  if (last_plan_.timed || last_plan_.step_id != step_id) return;
+  last_plan_.timed = true;
+  cost_model_.observe(last_plan_.decodes, last_plan_.prefill_tokens, seconds);
+}
+
+int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
   // Decodes first: one token each, the cheapest way to keep every stream moving.
+  int decodes = 0;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Entry& e = *running_[i];
     if (e.seq.state() != SequenceState::kDecode) {
@@ -139,9 +165,14 @@ void Scheduler::schedule_running(StepPlan& plan, int& budget) {
     }
     add_step(e, 1, plan);
     budget -= 1;
+    ++decodes;
     ++i;
   }
-  // Then the next chunk of every prefill in progress.
+  return decodes;
+}
+
+void Scheduler::schedule_prefills(StepPlan& plan, int& budget) {
+  // The next chunk of every prefill in progress.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Entry& e = *running_[i];
     // (A choice forked in this plan is already in it: it samples from its parent's step.)
@@ -422,6 +453,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefix_query_tokens = prefix_query_tokens_;
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.cow_copies = b.cow_copies;
+  s.prefill_token_cap = prefill_token_cap_;
   s.window_releases = b.window_releases;
   return s;
 }

@@ -33,6 +33,7 @@
 #include "coordinator/block_manager.h"
 #include "coordinator/request.h"
 #include "coordinator/sequence.h"
+#include "coordinator/step_cost_model.h"
 
 namespace tessera {
 
@@ -48,6 +49,12 @@ struct SchedulerConfig {
   // > 0: the model's every layer attends to at most this many latest keys
   // (ModelConfig::kv_window()), so blocks that fall wholly out of it are freed. 0: never.
   int sliding_window = 0;
+  // > 1: while sequences decode, the prompt tokens a step adds beside them (running prefills'
+  // chunks and admissions) are capped so the step is predicted to take at most this many
+  // times those decodes alone (StepCostModel, fitted from the step times the engine reports
+  // through on_step_time); chunked prefill and continuous mode only. 0: no cap, prompts take
+  // whatever budget the decodes leave. The YAML default is 2 (docs/scheduler.md).
+  double max_decode_slowdown = 0;
 };
 
 // A user-reachable config is checked here (each bad field named) before it reaches the
@@ -84,6 +91,8 @@ struct SchedulerStats {
   uint64_t prefix_hit_blocks = 0;
   uint64_t cow_copies = 0;
   uint64_t window_releases = 0;  // blocks freed because the sliding window moved past them
+  // The cap max_decode_slowdown put on the last step's prompt tokens (0: none applied).
+  int prefill_token_cap = 0;
 };
 
 class Scheduler {
@@ -109,6 +118,10 @@ class Scheduler {
   // Applies the step's sampled tokens. A result with an error, or that does not match the
   // plan, finishes every sequence of the plan with kError.
   std::vector<SequenceEvent> on_step_result(const StepPlan& plan, const StepResult& result);
+  // How long the executor took for the plan `step_id` (the last one schedule() returned;
+  // others are ignored): the data of the step cost model behind max_decode_slowdown.
+  void on_step_time(uint64_t step_id, double seconds);
+  const StepCostModel& step_cost_model() const { return cost_model_; }
 
   // Removes every waiting or running choice of a request and frees their blocks (a choice
   // not forked yet just never starts). False when none is live (e.g. all finished). Safe
@@ -159,7 +172,9 @@ class Scheduler {
   // sequences. False when only `e` itself is left to preempt.
   bool make_room(Entry& e, int write_from, int end);
   void preempt(Entry& e);
-  void schedule_running(StepPlan& plan, int& budget);
+  // The running decodes, one token each; returns how many were scheduled.
+  int schedule_decodes(StepPlan& plan, int& budget);
+  void schedule_prefills(StepPlan& plan, int& budget);
   void admit_waiting(StepPlan& plan, int& budget);
   // Appends e's next step (`num_tokens` from its num_computed on) to the plan; a forked
   // choice's first step feeds none and samples from its parent's (`sample_from`).
@@ -187,6 +202,16 @@ class Scheduler {
   uint64_t prefix_query_tokens_ = 0;
   int static_members_left_ = 0;
   std::vector<SeqId> dropped_;  // for the next plan's `dropped`
+  StepCostModel cost_model_;
+  // What the last plan carried, for on_step_time.
+  struct PlanLoad {
+    uint64_t step_id = 0;
+    int decodes = 0;
+    int prefill_tokens = 0;
+    bool timed = true;  // no plan yet, or its time was taken
+  };
+  PlanLoad last_plan_;
+  int prefill_token_cap_ = 0;
 };
 
 }  // namespace tessera

@@ -289,7 +289,7 @@ TEST_F(ToolCallsHttpTest, NoneMalformedAndNoToolsLeaveTheTextAsContent) {
   start("qwen2.5-7b-instruct");
   const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
   script(call);
-  for (const std::string extra : {std::string("\"tools\": ") + kWeatherTools + ", \"tool_choice\": \"none\"", std::string()}) {
+  for (const std::string& extra : {std::string("\"tools\": ") + kWeatherTools + ", \"tool_choice\": \"none\"", std::string()}) {
     const json r = post(body(extra));
     EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r;
     EXPECT_EQ(r["choices"][0]["message"]["content"], written_) << r;

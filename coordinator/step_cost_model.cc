@@ -1,0 +1,85 @@
+#include "coordinator/step_cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera {
+namespace {
+
+// Solves the 3×3 system A·x = b by Gaussian elimination with partial pivoting; false when A
+// is singular (to rounding).
+bool solve3(std::array<std::array<double, 3>, 3> a, std::array<double, 3> b, std::array<double, 3>* x) {
+  for (int col = 0; col < 3; ++col) {
+    int pivot = col;
+    for (int r = col + 1; r < 3; ++r)
+      if (std::abs(a[r][col]) > std::abs(a[pivot][col])) pivot = r;
+    if (!(std::abs(a[pivot][col]) > 1e-300)) return false;
+    std::swap(a[col], a[pivot]);
+    std::swap(b[col], b[pivot]);
+    for (int r = col + 1; r < 3; ++r) {
+      const double f = a[r][col] / a[col][col];
+      for (int c = col; c < 3; ++c) a[r][c] -= f * a[col][c];
+      b[r] -= f * b[col];
+    }
+  }
+  for (int r = 2; r >= 0; --r) {
+    double v = b[r];
+    for (int c = r + 1; c < 3; ++c) v -= a[r][c] * (*x)[c];
+    (*x)[r] = v / a[r][r];
+  }
+  return std::isfinite((*x)[0]) && std::isfinite((*x)[1]) && std::isfinite((*x)[2]);
+}
+
+}  // namespace
+
+void StepCostModel::observe(int decodes, int prefill_tokens, double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds) || decodes < 0 || prefill_tokens < 0) return;
+  if (decodes == 0 && prefill_tokens == 0) return;  // nothing a cap could be learned from
+  Sample& slot = window_[static_cast<size_t>(next_)];
+  slot = Sample{static_cast<double>(decodes), static_cast<double>(prefill_tokens), seconds};
+  uint64_t& seen = prefill_tokens > 0 ? with_prefill_ : without_prefill_;
+  seen += 1;
+  next_ = (next_ + 1) % kWindow;
+  size_ = std::min(size_ + 1, kWindow);
+  refit();
+}
+
+void StepCostModel::refit() {
+  // Least squares over the window, with a ridge term pulling each coefficient towards the
+  // previous fit: weight 1e-3 of the feature's mean square, enough to pin down a direction
+  // the window does not vary in (its coefficient then stays the last one seen) without
+  // biasing one it does.
+  std::array<std::array<double, 3>, 3> a{};
+  std::array<double, 3> b{};
+  for (int i = 0; i < size_; ++i) {
+    const Sample& s = window_[static_cast<size_t>(i)];
+    const std::array<double, 3> x = {1.0, s.decodes, s.prefill};
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) a[r][c] += x[r] * x[c];
+      b[r] += x[r] * s.seconds;
+    }
+  }
+  const std::array<double, 3> prior = {fit_.base, fit_.per_decode, fit_.per_prefill_token};
+  for (int r = 0; r < 3; ++r) {
+    const double ridge = 1e-3 * a[r][r] / std::max(size_, 1) + 1e-12;
+    a[r][r] += ridge;
+    b[r] += ridge * prior[r];
+  }
+  std::array<double, 3> x{};
+  if (!solve3(a, b, &x)) return;
+  fit_.base = x[0];
+  fit_.per_decode = x[1];
+  fit_.per_prefill_token = x[2];
+  fit_.valid = with_prefill_ >= kMinSteps && without_prefill_ >= kMinSteps;
+}
+
+std::optional<int> StepCostModel::prefill_cap(int decodes, double slowdown) const {
+  if (!fit_.valid || !(slowdown > 1.0) || decodes <= 0) return std::nullopt;
+  const double alone = fit_.base + fit_.per_decode * decodes;
+  if (!(fit_.per_prefill_token > 0) || !(alone > 0)) return std::nullopt;
+  const double tokens = (slowdown - 1.0) * alone / fit_.per_prefill_token;
+  if (tokens >= 1e9) return std::nullopt;
+  return std::max(1, static_cast<int>(tokens));
+}
+
+}  // namespace tessera

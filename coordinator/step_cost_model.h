@@ -1,0 +1,54 @@
+#pragma once
+// How long a step takes, predicted from what it carries: t ≈ a + b·decodes + c·prefill_tokens,
+// a least-squares fit over the last kWindow steps the engine timed. The scheduler asks it how
+// many prompt tokens a step may carry beside running decodes so that those decodes are slowed
+// by at most a given factor (SchedulerConfig::max_decode_slowdown): a 128-token prompt that
+// takes 370 ms on a CPU must not ride whole in a step of decodes that alone take 25 ms, or
+// every running stream stalls for it (issue 17's TPOT of 250 ms at 2 requests/s).
+//
+// A fit, not a constant: the costs differ by device, model and load, and drift with context
+// length. The window forgets old steps; a small pull towards the last good fit keeps the
+// solution defined when the window lacks variety (e.g. every step carried the same chunk).
+#include <array>
+#include <cstdint>
+#include <optional>
+
+namespace tessera {
+
+class StepCostModel {
+ public:
+  static constexpr int kWindow = 64;
+  // Steps needed, with and without prompt tokens, before prefill_cap answers (counted since
+  // the start, not in the window: under load every step may carry prompt tokens, and the
+  // cap must not lapse then).
+  static constexpr int kMinSteps = 4;
+
+  void observe(int decodes, int prefill_tokens, double seconds);
+
+  // The most prompt tokens a step with `decodes` decodes may add so that it is predicted to
+  // take at most `slowdown` (> 1) times the decodes alone; at least 1, so prompts always
+  // progress. nullopt until enough steps of either kind were seen, or when the fit says
+  // prompt tokens cost nothing (then no cap is needed).
+  std::optional<int> prefill_cap(int decodes, double slowdown) const;
+
+  // The current fit (seconds, seconds per decode, seconds per prompt token); for tests and logs.
+  struct Fit {
+    double base = 0, per_decode = 0, per_prefill_token = 0;
+    bool valid = false;
+  };
+  const Fit& fit() const { return fit_; }
+
+ private:
+  struct Sample {
+    double decodes = 0, prefill = 0, seconds = 0;
+  };
+  void refit();
+
+  std::array<Sample, kWindow> window_{};
+  int size_ = 0;  // filled entries
+  int next_ = 0;  // ring position
+  uint64_t with_prefill_ = 0, without_prefill_ = 0;  // steps seen of either kind
+  Fit fit_;  // refitted after every step; also the prior of the next fit
+};
+
+}  // namespace tessera

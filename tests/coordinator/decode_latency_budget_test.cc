@@ -1,0 +1,234 @@
+// The decode latency budget (SchedulerConfig::max_decode_slowdown): StepCostModel's fit of
+// step times, and the scheduler capping the prompt tokens that ride beside running decodes.
+// Step times are synthetic (a known cost formula evaluated on each plan), so every figure is
+// exact and nothing depends on this machine's speed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "coordinator/scheduler.h"
+#include "coordinator/step_cost_model.h"
+#include "tests/coordinator/fake_executor.h"
+
+namespace tessera {
+namespace {
+
+// A device where a step costs 10 ms, plus 1 ms per decode and 1.73 ms per prompt token (not
+// a round figure, so no cap below lands on an integer and rounding cannot flip it).
+constexpr double kBase = 0.010, kPerDecode = 0.001, kPerPromptToken = 0.00173;
+double synthetic_step_seconds(int decodes, int prompt_tokens) {
+  return kBase + kPerDecode * decodes + kPerPromptToken * prompt_tokens;
+}
+
+TEST(StepCostModel, FitsTheCostsOfVariedSteps) {
+  StepCostModel m;
+  for (int i = 0; i < 40; ++i) {
+    const int d = 1 + i % 7, p = (i % 3 == 0) ? 0 : 5 + 11 * (i % 5);
+    m.observe(d, p, synthetic_step_seconds(d, p));
+  }
+  const StepCostModel::Fit& f = m.fit();
+  ASSERT_TRUE(f.valid);
+  EXPECT_NEAR(f.base, kBase, 1e-6);
+  EXPECT_NEAR(f.per_decode, kPerDecode, 1e-6);
+  EXPECT_NEAR(f.per_prefill_token, kPerPromptToken, 1e-7);
+  // Slowdown 2 with 4 decodes: (2 - 1) × 14 ms of decodes ÷ 1.73 ms per token = 8.09 tokens.
+  EXPECT_EQ(m.prefill_cap(4, 2.0), 8);
+  // Slowdown 3 with 1 decode: 2 × 11 ms ÷ 1.73 ms = 12.7 tokens.
+  EXPECT_EQ(m.prefill_cap(1, 3.0), 12);
+  // A slowdown too small for one token still lets one through, so prompts progress.
+  EXPECT_EQ(m.prefill_cap(1, 1.01), 1);
+  // No decodes, or no cap asked: nothing to protect.
+  EXPECT_EQ(m.prefill_cap(0, 2.0), std::nullopt);
+  EXPECT_EQ(m.prefill_cap(4, 0.0), std::nullopt);
+}
+
+TEST(StepCostModel, AnswersOnlyAfterStepsOfBothKinds) {
+  StepCostModel m;
+  for (int i = 0; i < 20; ++i) m.observe(1 + i % 3, 0, synthetic_step_seconds(1 + i % 3, 0));
+  EXPECT_EQ(m.prefill_cap(2, 2.0), std::nullopt) << "no step with prompt tokens was seen";
+  for (int i = 0; i < StepCostModel::kMinSteps - 1; ++i) m.observe(1, 8 + i, synthetic_step_seconds(1, 8 + i));
+  EXPECT_EQ(m.prefill_cap(2, 2.0), std::nullopt) << "too few steps with prompt tokens";
+  m.observe(1, 30, synthetic_step_seconds(1, 30));
+  EXPECT_EQ(m.prefill_cap(2, 2.0), 6);  // 12 ms ÷ 1.73 ms = 6.9
+}
+
+TEST(StepCostModel, FreePromptTokensNeedNoCap) {
+  StepCostModel m;
+  for (int i = 0; i < 30; ++i) m.observe(1 + i % 4, i % 2 ? 0 : 3 * i, 0.010 + 0.001 * (1 + i % 4));
+  EXPECT_EQ(m.prefill_cap(2, 2.0), std::nullopt);
+}
+
+// Under load every step may carry prompt tokens, all the same amount: the window then cannot
+// tell base from per-token cost, and the fit must keep the last good answer (the ridge's
+// pull), not lapse or drift into nonsense.
+TEST(StepCostModel, KeepsItsAnswerWhenTheWindowLacksVariety) {
+  StepCostModel m;
+  for (int i = 0; i < 40; ++i) {
+    const int d = 1 + i % 5, p = i % 2 ? 0 : 4 + 3 * (i % 7);
+    m.observe(d, p, synthetic_step_seconds(d, p));
+  }
+  ASSERT_EQ(m.prefill_cap(3, 2.0), 7);  // 13 ms ÷ 1.73 ms = 7.5
+  for (int i = 0; i < 3 * StepCostModel::kWindow; ++i) m.observe(3, 7, synthetic_step_seconds(3, 7));
+  EXPECT_EQ(m.prefill_cap(3, 2.0), 7);
+  EXPECT_NEAR(m.fit().per_prefill_token, kPerPromptToken, 1e-5);
+}
+
+TEST(StepCostModel, IgnoresStepsThatCarryNothingOrHaveNoTime) {
+  StepCostModel m;
+  m.observe(0, 0, 5.0);
+  m.observe(1, 0, -1.0);
+  m.observe(1, 0, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_FALSE(m.fit().valid);
+  EXPECT_EQ(m.fit().base, 0.0);
+}
+
+std::vector<int32_t> counting_prompt(int n, int32_t start) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+// Runs a scheduler against the fake executor, reporting each step's synthetic time.
+struct BudgetRun {
+  std::vector<int> step_decodes, step_prompt_tokens, caps;
+  std::map<SeqId, std::vector<int32_t>> outputs;
+};
+
+// One long-running request decodes; a few short prompts arrive early (the steps that teach
+// the cost model what prompt tokens cost), then `late` requests with long prompts, one
+// every 40 steps. Every step is timed by the synthetic formula.
+BudgetRun run_with_late_prompts(double max_decode_slowdown, int late, int prompt_len) {
+  SchedulerConfig c;
+  c.block_size = 8;
+  c.num_blocks = 512;
+  c.max_num_batched_tokens = 512;
+  c.max_model_len = 1024;
+  c.max_decode_slowdown = max_decode_slowdown;
+  Scheduler sched(c);
+  testing::FakeExecutor exec(c.block_size, c.num_blocks);
+  SeqId next_id = 1;
+  auto add = [&](int len, int max_new) {
+    const SeqId id = next_id++;
+    std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
+    exec.add(id, p);
+    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
+  };
+  add(4, 400);
+  BudgetRun out;
+  int added = 0;
+  for (int step = 0; step < 5000 && sched.has_work(); ++step) {
+    if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);  // 2, 3, 5, 6, 8 tokens
+    if (added < late && step >= 40 && step % 40 == 0) {
+      add(prompt_len, 8);
+      ++added;
+    }
+    StepPlan plan = sched.schedule();
+    int decodes = 0, prompt_tokens = 0;
+    for (const SeqStep& s : plan.seqs) {
+      const Sequence* seq = sched.find(s.seq_id);
+      if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
+        ++decodes;
+      } else {
+        prompt_tokens += static_cast<int>(s.tokens.size());
+      }
+    }
+    out.step_decodes.push_back(decodes);
+    out.step_prompt_tokens.push_back(prompt_tokens);
+    out.caps.push_back(sched.stats().prefill_token_cap);
+    const StepResult result = exec.execute(plan);
+    sched.on_step_time(plan.step_id, synthetic_step_seconds(decodes, prompt_tokens));
+    const std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
+    exec.apply(events);
+    for (const SequenceEvent& e : events)
+      if (e.finished) out.outputs[e.seq_id] = exec.tokens(e.seq_id);
+    sched.check_invariants();
+  }
+  EXPECT_FALSE(sched.has_work());
+  return out;
+}
+
+TEST(DecodeLatencyBudget, PromptsBesideDecodesAreCappedOnceTheCostsAreKnown) {
+  constexpr int kLate = 6, kPromptLen = 100;
+  const BudgetRun capped = run_with_late_prompts(2.0, kLate, kPromptLen);
+  const BudgetRun free = run_with_late_prompts(0.0, kLate, kPromptLen);
+  // From the first long prompt on (step 40), every step with decodes has its prompt tokens
+  // capped at what slowdown 2 allows, exactly (the synthetic costs are linear, so the fit is).
+  int capped_steps = 0;
+  double worst_slowdown = 0;
+  for (size_t i = 40; i < capped.step_decodes.size(); ++i) {
+    const int d = capped.step_decodes[i], p = capped.step_prompt_tokens[i];
+    if (d == 0 || p == 0) continue;
+    ++capped_steps;
+    const int exact = static_cast<int>((kBase + kPerDecode * d) / kPerPromptToken);
+    EXPECT_EQ(capped.caps[i], std::max(1, exact)) << "step " << i << ", " << d << " decodes";
+    EXPECT_LE(p, capped.caps[i]) << "step " << i;
+    worst_slowdown = std::max(worst_slowdown, synthetic_step_seconds(d, p) / synthetic_step_seconds(d, 0));
+  }
+  // 100 tokens at about 6 to 7 a step.
+  EXPECT_GE(capped_steps, kLate * (kPromptLen / 7)) << "the long prompts went in capped chunks";
+  EXPECT_LE(worst_slowdown, 2.0);
+  EXPECT_GT(worst_slowdown, 1.8) << "the cap used the budget it has";
+  // Without a cap each long prompt rides whole beside the decodes: a step 16.7× as slow as
+  // the decodes alone ((10 + 1 + 173) ms ÷ 11 ms).
+  int whole = 0;
+  for (size_t i = 0; i < free.step_decodes.size(); ++i) {
+    EXPECT_EQ(free.caps[i], 0);
+    if (free.step_decodes[i] > 0 && free.step_prompt_tokens[i] == kPromptLen) ++whole;
+  }
+  EXPECT_EQ(whole, kLate);
+  // The cap changes when tokens are computed, never which: the fake executor's tokens are a
+  // function of each sequence's own history.
+  EXPECT_EQ(capped.outputs, free.outputs);
+  EXPECT_EQ(capped.outputs.size(), static_cast<size_t>(1 + 5 + kLate));
+}
+
+TEST(DecodeLatencyBudget, NoCapWithoutChunkedPrefillOrInStaticMode) {
+  for (const bool chunked : {false, true}) {
+    SchedulerConfig c;
+    c.block_size = 8;
+    c.num_blocks = 256;
+    c.max_num_batched_tokens = 256;
+    c.max_model_len = 256;
+    c.chunked_prefill = chunked;
+    c.mode = chunked ? BatchingMode::kStatic : BatchingMode::kContinuous;
+    c.max_decode_slowdown = 2.0;
+    Scheduler sched(c);
+    testing::FakeExecutor exec(c.block_size, c.num_blocks);
+    for (SeqId id = 1; id <= 12; ++id) {
+      std::vector<int32_t> p = counting_prompt(id % 2 ? 4 : 60, static_cast<int32_t>(id * 1000));
+      exec.add(id, p);
+      ASSERT_TRUE(sched.add_request(id, make_request(p, 30)).is_ok());
+    }
+    for (int step = 0; step < 2000 && sched.has_work(); ++step) {
+      StepPlan plan = sched.schedule();
+      int tokens = 0;
+      for (const SeqStep& s : plan.seqs) tokens += static_cast<int>(s.tokens.size());
+      EXPECT_EQ(sched.stats().prefill_token_cap, 0);
+      const StepResult result = exec.execute(plan);
+      sched.on_step_time(plan.step_id, synthetic_step_seconds(static_cast<int>(plan.seqs.size()), tokens));
+      exec.apply(sched.on_step_result(plan, result));
+    }
+    EXPECT_FALSE(sched.has_work());
+  }
+}
+
+TEST(DecodeLatencyBudget, ConfigRefusesSlowdownsThatMeanNothing) {
+  SchedulerConfig c;
+  for (const double bad : {-1.0, 0.5, 1.0, 1001.0}) {
+    c.max_decode_slowdown = bad;
+    const Status st = validate_scheduler_config(c);
+    EXPECT_FALSE(st.is_ok()) << bad;
+    EXPECT_NE(st.message().find("max_decode_slowdown"), std::string::npos) << st.message();
+  }
+  for (const double good : {0.0, 1.5, 2.0, 1000.0}) {
+    c.max_decode_slowdown = good;
+    EXPECT_TRUE(validate_scheduler_config(c).is_ok()) << good;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
