@@ -67,32 +67,29 @@ Status read_int32(const YAML::Node& n, const Where& w, int64_t lo, int64_t hi, i
   return Status::ok();
 }
 
-// scheduler.max_decode_slowdown: 0 (off) or a number in (1, 1000].
-Status read_slowdown(const YAML::Node& n, const Where& w, double* out) {
-  const std::string expected = "0 (no cap) or a number in (1, 1000]";
+// A plain number that `accepts`, else an error saying what was `expected`.
+Status read_number(const YAML::Node& n, const Where& w, const std::string& expected, bool (*accepts)(double),
+                   double* out) {
   TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, expected));
   const std::string& s = n.Scalar();
   double v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !(v == 0.0 || (v > 1.0 && v <= 1000.0))) {
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !accepts(v)) {
     return w.error("expected " + expected + ", got " + describe(n));
   }
   *out = v;
   return Status::ok();
 }
 
-// A number in (lo, hi] (lo exclusive).
+// A number in (0, 1].
 Status read_fraction(const YAML::Node& n, const Where& w, double* out) {
-  const std::string expected = "a number in (0, 1]";
-  TESSERA_RETURN_IF_ERROR(expect_scalar(n, w, expected));
-  const std::string& s = n.Scalar();
-  double v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !(v > 0.0 && v <= 1.0)) {
-    return w.error("expected " + expected + ", got " + describe(n));
-  }
-  *out = v;
-  return Status::ok();
+  return read_number(n, w, "a number in (0, 1]", [](double v) { return v > 0.0 && v <= 1.0; }, out);
+}
+
+// scheduler.max_decode_slowdown: 0 (off) or a number in (1, 1000].
+Status read_slowdown(const YAML::Node& n, const Where& w, double* out) {
+  return read_number(n, w, "0 (no cap) or a number in (1, 1000]",
+                     [](double v) { return v == 0.0 || (v > 1.0 && v <= 1000.0); }, out);
 }
 
 Status read_bool(const YAML::Node& n, const Where& w, bool* out) {
