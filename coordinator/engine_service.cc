@@ -361,6 +361,8 @@ void EngineService::Impl::publish_stats() {
   stats.prefix_cache_query_tokens = s.prefix_query_tokens;
   stats.preemptions = s.num_preemptions;
   stats.kv_window_released_blocks = s.window_releases;
+  stats.prefill_capped_steps = s.prefill_capped_steps;
+  stats.prefill_token_cap = s.prefill_token_cap;
 }
 
 void EngineService::Impl::expire_waiting_for_executor(Clock::time_point now) {

@@ -77,6 +77,8 @@ struct EngineServiceStats {
   uint64_t prefix_cache_hit_tokens = 0, preemptions = 0;
   uint64_t prefix_cache_query_tokens = 0;  // prompt (+ output, when resumed) tokens looked up
   uint64_t kv_window_released_blocks = 0;  // given back because a sliding window moved past them
+  uint64_t prefill_capped_steps = 0;  // steps whose prompt tokens max_decode_slowdown capped
+  int prefill_token_cap = 0;          // that cap in the last step (0: none)
   // Latency histograms (seconds) since start, per request except itl:
   //   ttft    submit -> first token (every request that got one, aborted ones too);
   //   itl     between consecutive tokens of one choice;

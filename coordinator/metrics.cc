@@ -170,6 +170,11 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
   counter("tessera:kv_window_released_blocks_total",
           "KV blocks given back early because every layer's sliding window had moved past them.",
           static_cast<double>(s.kv_window_released_blocks));
+  counter("tessera:prefill_capped_steps_total",
+          "Steps whose prompt tokens were capped to bound running decodes' latency (scheduler.max_decode_slowdown).",
+          static_cast<double>(s.prefill_capped_steps));
+  gauge("tessera:prefill_token_cap", "The last step's cap on prompt tokens beside decodes (0: none).",
+        s.prefill_token_cap);
 
   out += render_histogram("tessera:time_to_first_token_seconds", "Time to first token in seconds.", m,
                           s.ttft);

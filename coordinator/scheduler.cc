@@ -124,6 +124,7 @@ StepPlan Scheduler::schedule() {
           cap && *cap < prefill_budget) {
         prefill_budget = *cap;
         prefill_token_cap_ = *cap;
+        ++prefill_capped_steps_;
       }
     }
     const int prefill_offered = prefill_budget;
@@ -454,6 +455,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.cow_copies = b.cow_copies;
   s.prefill_token_cap = prefill_token_cap_;
+  s.prefill_capped_steps = prefill_capped_steps_;
   s.window_releases = b.window_releases;
   return s;
 }

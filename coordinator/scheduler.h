@@ -91,8 +91,10 @@ struct SchedulerStats {
   uint64_t prefix_hit_blocks = 0;
   uint64_t cow_copies = 0;
   uint64_t window_releases = 0;  // blocks freed because the sliding window moved past them
-  // The cap max_decode_slowdown put on the last step's prompt tokens (0: none applied).
+  // The cap max_decode_slowdown put on the last step's prompt tokens (0: none applied), and
+  // how many steps had one.
   int prefill_token_cap = 0;
+  uint64_t prefill_capped_steps = 0;
 };
 
 class Scheduler {
@@ -212,6 +214,7 @@ class Scheduler {
   };
   PlanLoad last_plan_;
   int prefill_token_cap_ = 0;
+  uint64_t prefill_capped_steps_ = 0;
 };
 
 }  // namespace tessera

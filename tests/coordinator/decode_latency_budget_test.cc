@@ -96,6 +96,7 @@ std::vector<int32_t> counting_prompt(int n, int32_t start) {
 struct BudgetRun {
   std::vector<int> step_decodes, step_prompt_tokens, caps;
   std::map<SeqId, std::vector<int32_t>> outputs;
+  uint64_t reported_capped_steps = 0;  // SchedulerStats::prefill_capped_steps at the end
 };
 
 // One long-running request decodes; a few short prompts arrive early (the steps that teach
@@ -148,6 +149,7 @@ BudgetRun run_with_late_prompts(double max_decode_slowdown, int late, int prompt
     sched.check_invariants();
   }
   EXPECT_FALSE(sched.has_work());
+  out.reported_capped_steps = sched.stats().prefill_capped_steps;
   return out;
 }
 
@@ -171,6 +173,9 @@ TEST(DecodeLatencyBudget, PromptsBesideDecodesAreCappedOnceTheCostsAreKnown) {
   // 100 tokens at about 6 to 7 a step.
   EXPECT_GE(capped_steps, kLate * (kPromptLen / 7)) << "the long prompts went in capped chunks";
   EXPECT_LE(worst_slowdown, 2.0);
+  EXPECT_EQ(capped.reported_capped_steps,
+            static_cast<uint64_t>(std::count_if(capped.caps.begin(), capped.caps.end(), [](int c) { return c > 0; })));
+  EXPECT_EQ(free.reported_capped_steps, 0u);
   EXPECT_GT(worst_slowdown, 1.8) << "the cap used the budget it has";
   // Without a cap each long prompt rides whole beside the decodes: a step 16.7× as slow as
   // the decodes alone ((10 + 1 + 173) ms ÷ 11 ms).
