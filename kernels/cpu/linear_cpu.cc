@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_kernels.h"
 
 namespace tessera::cpu {
@@ -110,11 +111,22 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
                     (options.path == LinearPath::kAuto && M <= linear_gemv_max_rows(w_dtype)) || K == 0;
   if (gemv) {
     gemv_linear(isa, args);
+  } else if (options.gemm == GemmKernel::kPacked ||
+             (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa))) {
+    TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
+    gemm_packed(isa, args);
   } else {
     LinearOptions clamped = options;
     clamped.isa = isa;
     gemm_linear(clamped, args);
   }
+}
+
+bool packed_gemm_preferred(CpuIsa isa) {
+  // AVX2 CPUs: the packed GEMM (figures in docs/benchmarks.md, "Packed GEMM"). AVX-512
+  // CPUs keep OpenBLAS, whose 16-lane kernels beat the 8-lane micro-kernel there; the
+  // scalar flavour has no packed kernel.
+  return isa == CpuIsa::kAvx2;
 }
 
 }  // namespace detail

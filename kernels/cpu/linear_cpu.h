@@ -5,8 +5,9 @@
 //  - M <= linear_gemv_max_rows() (decode): memory-bandwidth bound. A GEMV-style kernel streams
 //    every weight row once per tile of up to 8 rows of x, widening f16/bf16 to f32 in
 //    registers.
-//  - larger M (prefill): compute bound. OpenBLAS sgemm; f16/bf16 weights are widened to f32
-//    panel by panel first.
+//  - larger M (prefill, batched decode): compute bound. A packed, cache-blocked GEMM that
+//    reads f32/f16/bf16 weights in their own dtype (gemm_packed.h) where it measures faster
+//    than OpenBLAS, else OpenBLAS sgemm with f16/bf16 weights widened panel by panel.
 // The SIMD flavour (AVX-512 / AVX2+FMA+F16C / portable scalar) is picked at run time from
 // what the CPU supports; TESSERA_CPU_ISA=scalar|avx2|avx512 lowers it (for tests and A/B runs).
 #include <cstdint>
@@ -48,11 +49,18 @@ enum class GemmThreading : uint8_t {
   kBlasThreads,  // OpenMP widens a panel, then one sgemm threaded by OpenBLAS
   kOmpPanels,    // OpenBLAS single-threaded; each OpenMP thread widens and sgemms its own panels
 };
+// Which GEMM runs the M > gemv rows regime: the packed GEMM (gemm_packed.h; weights read in
+// their own dtype) or OpenBLAS sgemm (linear_gemm.cc). kAuto: packed_gemm_preferred().
+enum class GemmKernel : uint8_t { kAuto, kPacked, kOpenBlas };
 struct LinearOptions {
   CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
   LinearPath path = LinearPath::kAuto;
-  GemmThreading threading = GemmThreading::kOmpPanels;
+  GemmThreading threading = GemmThreading::kOmpPanels;  // OpenBLAS only
+  GemmKernel gemm = GemmKernel::kAuto;
 };
+// Whether kAuto picks the packed GEMM for this instruction set (by measurement; see
+// linear_cpu.cc).
+bool packed_gemm_preferred(CpuIsa isa);
 void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                  const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
                  Activation act);
