@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
+#include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/linear_cpu.h"
 
@@ -281,6 +284,18 @@ void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_
                                 const TensorView& v_cache, const AttentionParams& params,
                                 const TensorView& out, const GqaLayout& gqa) {
   static const cpu::detail::AttentionTileOps ops = cpu::detail::attention_tile_ops_active();
+  // TESSERA_CPU_ATTENTION=reference runs the plain kernel instead (A/B runs); read once.
+  static const bool reference = [] {
+    const char* env = std::getenv("TESSERA_CPU_ATTENTION");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "tiled") == 0) return false;
+    if (std::strcmp(env, "reference") == 0) return true;
+    TESSERA_LOG_WARN("TESSERA_CPU_ATTENTION={} is not one of tiled, reference; using tiled", env);
+    return false;
+  }();
+  if (reference) {
+    cpu::detail::attention_reference(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, gqa);
+    return;
+  }
   cpu::detail::attention_tiled(ops, q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, gqa);
 }
 

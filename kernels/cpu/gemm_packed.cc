@@ -79,6 +79,34 @@ void finish_tile(const LinearArgs& a, int64_t m0, int64_t rows, int64_t n0, int6
   }
 }
 
+// Software prefetch of the W rows the next (chunk, K block) will pack, spread over the
+// micro-kernel calls of the current one: packing then reads L2 instead of waiting on DRAM
+// with nothing to overlap (measured: packing per call cost 15-25% at M = 32-64 without it).
+class NextBlockPrefetcher {
+ public:
+  // Rows [n0, n1) of W, k in [k0, k0 + kc), to be fetched over `calls` steps.
+  void start(const WeightSource& src, int64_t elem, int64_t n0, int64_t n1, int64_t k0, int64_t kc, int64_t calls) {
+    base_ = static_cast<const char*>(src.w);
+    row_bytes_ = src.K * elem;
+    first_ = n0 * row_bytes_ + k0 * elem;
+    lines_per_row_ = (kc * elem + 63) / 64;
+    total_ = std::max<int64_t>(0, n1 - n0) * lines_per_row_;
+    per_call_ = calls > 0 ? (total_ + calls - 1) / calls : total_;
+    next_ = 0;
+  }
+  void step() {
+    const int64_t end = std::min(total_, next_ + per_call_);
+    for (; next_ < end; ++next_) {
+      const int64_t row = next_ / lines_per_row_, line = next_ % lines_per_row_;
+      __builtin_prefetch(base_ + first_ + row * row_bytes_ + line * 64, 0, 2);
+    }
+  }
+
+ private:
+  const char* base_ = nullptr;
+  int64_t row_bytes_ = 0, first_ = 0, lines_per_row_ = 1, total_ = 0, per_call_ = 0, next_ = 0;
+};
+
 // Panels [p0, p1) on the calling thread.
 void gemm_panels(const LinearArgs& a, const float* xp, int64_t tiles, int64_t p0, int64_t p1, PanelFormat format,
                  const PackedWeights* prepacked) {
@@ -86,11 +114,19 @@ void gemm_panels(const LinearArgs& a, const float* xp, int64_t tiles, int64_t p0
   const int64_t elem = panel_element_bytes(format);
   thread_local std::vector<char> chunk_buffer;
   char* chunk = prepacked ? nullptr : scratch(chunk_buffer, kChunkPanels * kKc * kNr * elem);
+  NextBlockPrefetcher prefetch;
   for (int64_t c0 = p0; c0 < p1; c0 += kChunkPanels) {
     const int64_t c1 = std::min(p1, c0 + kChunkPanels);
     for (int64_t k0 = 0; k0 < a.K; k0 += kKc) {
       const int64_t kc = std::min(kKc, a.K - k0);
       const bool last_k = k0 + kc == a.K;
+      if (!prepacked) {
+        // The block after this one: the next K block of this chunk, or the next chunk's first.
+        const int64_t nc0 = last_k ? c1 : c0, nc1 = last_k ? std::min(p1, c1 + kChunkPanels) : c1;
+        const int64_t nk0 = last_k ? 0 : k0 + kc;
+        prefetch.start(source, elem, nc0 * kNr, std::min(a.N, nc1 * kNr), nk0, std::min(kKc, a.K - nk0),
+                       tiles * (c1 - c0));
+      }
       auto panel_at = [&](int64_t p) -> const void* {
         if (prepacked) return static_cast<const char*>(prepacked->panel(p)) + k0 * kNr * elem;
         return chunk + (p - c0) * kc * kNr * elem;
@@ -103,6 +139,7 @@ void gemm_panels(const LinearArgs& a, const float* xp, int64_t tiles, int64_t p0
         const float* xt = xp + t * a.K * kMr + k0 * kMr;
         for (int64_t p = c0; p < c1; ++p) {
           const int64_t n0 = p * kNr, cols = std::min<int64_t>(kNr, a.N - n0);
+          if (!prepacked) prefetch.step();
           run_tile(xt, panel_at(p), kc, a, m0, rows, n0, cols, k0 > 0, format);
           if (last_k) finish_tile(a, m0, rows, n0, cols);
         }

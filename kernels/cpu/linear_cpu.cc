@@ -123,6 +123,17 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
 }
 
 bool packed_gemm_preferred(CpuIsa isa) {
+  // TESSERA_CPU_GEMM=openblas|packed overrides the measured choice (for A/B runs of whole
+  // models in one binary); read once.
+  static const int forced = [] {
+    const char* env = std::getenv("TESSERA_CPU_GEMM");
+    if (env == nullptr || *env == '\0') return -1;
+    if (std::strcmp(env, "openblas") == 0) return 0;
+    if (std::strcmp(env, "packed") == 0) return 1;
+    TESSERA_LOG_WARN("TESSERA_CPU_GEMM={} is not one of openblas, packed; using the default", env);
+    return -1;
+  }();
+  if (forced >= 0) return forced == 1 && gemm_packed_supported(isa);
   // AVX2 CPUs: the packed GEMM (figures in docs/benchmarks.md, "Packed GEMM"). AVX-512
   // CPUs keep OpenBLAS, whose 16-lane kernels beat the 8-lane micro-kernel there; the
   // scalar flavour has no packed kernel.
