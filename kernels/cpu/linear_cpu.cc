@@ -112,7 +112,7 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   if (gemv) {
     gemv_linear(isa, args);
   } else if (options.gemm == GemmKernel::kPacked ||
-             (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa))) {
+             (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa, w_dtype, M))) {
     TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
     gemm_packed(isa, args);
   } else {
@@ -122,7 +122,7 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   }
 }
 
-bool packed_gemm_preferred(CpuIsa isa) {
+bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M) {
   // TESSERA_CPU_GEMM=openblas|packed overrides the measured choice (for A/B runs of whole
   // models in one binary); read once.
   static const int forced = [] {
@@ -134,10 +134,14 @@ bool packed_gemm_preferred(CpuIsa isa) {
     return -1;
   }();
   if (forced >= 0) return forced == 1 && gemm_packed_supported(isa);
-  // AVX2 CPUs: the packed GEMM (figures in docs/benchmarks.md, "Packed GEMM"). AVX-512
-  // CPUs keep OpenBLAS, whose 16-lane kernels beat the 8-lane micro-kernel there; the
-  // scalar flavour has no packed kernel.
-  return isa == CpuIsa::kAvx2;
+  // AVX2 CPUs: the packed GEMM (figures in docs/benchmarks.md, "Packed GEMM vs OpenBLAS"):
+  // 1.0-1.6x OpenBLAS at 8-64 rows for f32 and bf16, equal or better at 512 rows for 16-bit
+  // weights (OpenBLAS must widen them first), but 3-12% behind OpenBLAS at 512 rows of f32
+  // weights, so f32 from 256 rows (between the measured 64 and 512) stays on OpenBLAS.
+  // AVX-512 CPUs keep OpenBLAS, whose 16-lane kernels beat the 8-lane micro-kernel there;
+  // the scalar flavour has no packed kernel.
+  if (isa != CpuIsa::kAvx2) return false;
+  return !(w_dtype == DType::kF32 && M >= 256);
 }
 
 }  // namespace detail

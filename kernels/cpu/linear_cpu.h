@@ -58,9 +58,9 @@ struct LinearOptions {
   GemmThreading threading = GemmThreading::kOmpPanels;  // OpenBLAS only
   GemmKernel gemm = GemmKernel::kAuto;
 };
-// Whether kAuto picks the packed GEMM for this instruction set (by measurement; see
-// linear_cpu.cc).
-bool packed_gemm_preferred(CpuIsa isa);
+// Whether kAuto picks the packed GEMM for this instruction set, weight dtype and row count
+// (by measurement; see linear_cpu.cc).
+bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M);
 void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                  const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
                  Activation act);
