@@ -107,12 +107,14 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   if (M == 0 || N == 0) return;
   const LinearArgs args{x, M, K, ldx, w, w_dtype, N, bias, y, ldy, act};
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
-  const bool gemv = options.path == LinearPath::kGemv ||
-                    (options.path == LinearPath::kAuto && M <= linear_gemv_max_rows(w_dtype)) || K == 0;
+  // The GEMV/GEMM crossover depends on which GEMM would take the call.
+  const bool packed =
+      options.gemm == GemmKernel::kPacked || (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa, w_dtype, M));
+  const int64_t gemv_rows = packed ? kGemvRowsBeforePackedGemm : linear_gemv_max_rows(w_dtype);
+  const bool gemv = options.path == LinearPath::kGemv || (options.path == LinearPath::kAuto && M <= gemv_rows) || K == 0;
   if (gemv) {
     gemv_linear(isa, args);
-  } else if (options.gemm == GemmKernel::kPacked ||
-             (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa, w_dtype, M))) {
+  } else if (packed) {
     TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
     gemm_packed(isa, args);
   } else {
