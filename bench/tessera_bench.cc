@@ -147,7 +147,7 @@ Status run(const Options& o) {
 
 int main(int argc, char** argv) {
   tessera::Options o;
-  CLI::App app{"tessera-bench: prefill/decode throughput and memory-bandwidth roofline"};
+  CLI::App app{"tessera-bench: prefill/decode throughput, memory-bandwidth roofline (read bandwidth) and compute roofline (measured peak FMA rate)"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
