@@ -20,6 +20,7 @@
 
 #include "bench/memory_bandwidth.h"
 #include "common/dtype.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_cpu.h"
 
 namespace tessera {
@@ -65,6 +66,7 @@ class WeightSet {
     return p;
   }
   size_t bytes() const { return bytes_; }
+  size_t count() const { return count_; }
 
  private:
   DType dtype_;
@@ -173,6 +175,61 @@ BENCHMARK(BM_GemmThreading)
     ->ArgNames({"dtype", "threading", "M", "N", "K"})
     ->ArgsProduct({{0, 2}, {0, 1}, {64, 512}, {4096}, {4096}})
     ->ArgsProduct({{0, 2}, {0, 1}, {64}, {768}, {768}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The two GEMMs of the M > gemv-rows regime (issue 17), weights cold as in a decode or
+// prefill step. Args: dtype, kernel (0 OpenBLAS sgemm with widening, 1 packed GEMM packing
+// per call, 2 packed GEMM on weights packed once beforehand, 3 the GEMV kernel, for the
+// crossover), M, N, K. Compare within one
+// run with --benchmark_repetitions=N --benchmark_enable_random_interleaving=true.
+void BM_GemmKernel(benchmark::State& state) {
+  const DType dtype = kDtypes[state.range(0)];
+  const int kernel = static_cast<int>(state.range(1));
+  const int64_t M = state.range(2), N = state.range(3), K = state.range(4);
+  const CpuIsa isa = cpu::active_cpu_isa();
+  if ((kernel == 1 || kernel == 2) && !detail::gemm_packed_supported(isa)) {
+    state.SkipWithError("no packed GEMM kernel for this CPU");
+    return;
+  }
+  WeightSet weights(dtype, N, K, /*cold=*/true);
+  std::vector<detail::PackedWeights> packed;
+  if (kernel == 2) {
+    for (size_t i = 0; i < weights.count(); ++i) {
+      packed.push_back(detail::PackedWeights::pack(isa, {weights.next(), dtype, N, K}));
+    }
+  }
+  detail::LinearOptions options;
+  options.path = kernel == 3 ? detail::LinearPath::kGemv : detail::LinearPath::kGemm;
+  options.gemm = kernel == 0 ? detail::GemmKernel::kOpenBlas : detail::GemmKernel::kPacked;
+  std::vector<float> x(M * K, 0.01f), y(M * N);
+  size_t next = 0;
+  for (auto _ : state) {
+    if (kernel == 2) {
+      const detail::LinearArgs args{x.data(), M, K, K, nullptr, dtype, N, nullptr, y.data(), N, Activation::kNone};
+      detail::gemm_packed(isa, args, &packed[next]);
+      next = (next + 1) % packed.size();
+    } else {
+      detail::linear_with(options, x.data(), M, K, K, weights.next(), dtype, N, nullptr, y.data(), N,
+                          Activation::kNone);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, M, N, K, weights.bytes());
+  static const char* const kNames[] = {" openblas", " packed", " prepacked", " gemv"};
+  state.SetLabel(std::string(dtype_name(dtype)) + kNames[kernel]);
+}
+// The ~100M Llama's gate|up (4096 x 768) and down (768 x 2048) projections and the ~1.1B
+// Llama's (11264 x 2048, 2048 x 5632).
+BENCHMARK(BM_GemmKernel)
+    ->ArgNames({"dtype", "kernel", "M", "N", "K"})
+    ->ArgsProduct({{0, 2}, {0, 1, 2}, {8, 32, 64, 512}, {4096}, {768}})
+    ->ArgsProduct({{0, 2}, {0, 1, 2}, {8, 32, 64, 512}, {768}, {2048}})
+    ->ArgsProduct({{0, 2}, {0, 1, 2}, {8, 32, 64, 512}, {11264}, {2048}})
+    ->ArgsProduct({{0, 2}, {0, 1, 2}, {8, 32, 64, 512}, {2048}, {5632}})
+    // GEMV vs packed GEMM around linear_gemv_max_rows().
+    ->ArgsProduct({{0, 2}, {1, 3}, {8, 12, 16, 24}, {4096}, {768}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -11,8 +11,10 @@ namespace tessera {
 // cache (the default is 256 MiB each).
 double measure_copy_bandwidth_gb_s(size_t bytes = size_t{256} << 20, int repeats = 5);
 
-// Read-only companion: sums `bytes` of floats, best of `repeats`, all threads; GB/s of bytes
-// read. A decode step only reads weights, so this is the tighter ceiling; reported alongside.
+// Read-only companion (STREAM-style reduce): sums `bytes` of floats, all threads, each
+// summing its own slice as one sequential stream and as eight side by side; the best pass
+// of `repeats` per variant. GB/s of bytes read. A decode step only reads weights, so this
+// is the ceiling tessera-bench divides decode's weight traffic by.
 double measure_read_bandwidth_gb_s(size_t bytes = size_t{256} << 20, int repeats = 5);
 
 }  // namespace tessera

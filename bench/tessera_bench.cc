@@ -1,7 +1,10 @@
 // tessera-bench: the engine benchmark. Generates random prompt ids (any checkpoint works),
-// times prefill and decode, and relates the decode rate to this machine's memory bandwidth:
-// roofline_fraction = decode steps/s × weight bytes per step ÷ bandwidth (CPU: measured copy
-// bandwidth; CUDA: the device's peak).
+// times prefill and decode, and relates them to this machine's two rooflines:
+//  - memory: roofline_fraction = decode steps/s × weight bytes per step ÷ bandwidth (CPU: the
+//    measured read bandwidth, since a decode step reads its weights and writes almost
+//    nothing, so the fraction cannot exceed 1 by more than noise; CUDA: the device's peak);
+//  - compute: achieved GFLOP/s of prefill and of decode (bench/model_flops.h) ÷ the measured
+//    peak f32 FMA rate (bench/peak_flops.h; CPU only).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +14,8 @@
 #include <random>
 
 #include "bench/memory_bandwidth.h"
+#include "bench/model_flops.h"
+#include "bench/peak_flops.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
 #ifdef TESSERA_WITH_CUDA
@@ -74,14 +79,23 @@ Status run(const Options& o) {
   TESSERA_RETURN_IF_ERROR(gen.generate(reqs, false, &t).status());
   // Peak RSS of loading + generating, taken before the bandwidth probe allocates its arrays.
   const int64_t peak_rss = peak_rss_bytes();
-  // The roofline's bandwidth: on the CPU, what a large copy achieves here (the attainable
-  // host bandwidth); on a GPU, the device's theoretical peak, as the issue's target
+  // The roofline's bandwidth: on the CPU, what a large read-and-sum achieves here (decode
+  // reads weights; the copy figure, read + write, is reported beside it for comparison
+  // with older runs); on a GPU, the device's theoretical peak, as the issue's target
   // ("fraction of the device's peak memory bandwidth") is stated.
+  const bool cpu = backend->kind() == BackendKind::kCpu;
   double bandwidth = 0.0;
 #ifdef TESSERA_WITH_CUDA
   if (backend->kind() == BackendKind::kCuda) bandwidth = cuda::peak_memory_bandwidth_gb_s(0);
 #endif
-  if (bandwidth <= 0.0) bandwidth = measure_copy_bandwidth_gb_s();
+  const double copy_bandwidth = cpu ? measure_copy_bandwidth_gb_s() : 0.0;
+  const double read_bandwidth = cpu ? measure_read_bandwidth_gb_s() : 0.0;
+  if (bandwidth <= 0.0) bandwidth = read_bandwidth;
+  const double peak_gflop_s = cpu ? measure_peak_fma_gflop_s() : 0.0;
+  const ModelFlops flops = model_flops(model->weights(), c, model->shard().q_heads);
+  const double prefill_gflop_s = prefill_flops(flops, o.batch, o.prompt_len) / t.prefill_seconds / 1e9;
+  const double decode_gflop_s = decode_flops(flops, o.batch, o.prompt_len, t.decode_steps) / t.decode_seconds / 1e9;
+  auto of_peak = [&](double gflop_s) { return peak_gflop_s > 0 ? gflop_s / peak_gflop_s : 0.0; };
 
   const double prefill_tok_s = t.prefill_tokens / t.prefill_seconds;
   const double decode_tok_s = t.decode_tokens / t.decode_seconds;
@@ -95,6 +109,16 @@ Status run(const Options& o) {
   j["bandwidth_gb_s"] = bandwidth;
   j["roofline_fraction"] = roofline;
   j["peak_rss_bytes"] = peak_rss;
+  // Added by issue 17 (the fields above keep their names and meaning; bandwidth_gb_s is now
+  // the read bandwidth on the CPU). 0 where not measured (copy/read/peak on a GPU).
+  j["read_bandwidth_gb_s"] = read_bandwidth;
+  j["copy_bandwidth_gb_s"] = copy_bandwidth;
+  j["peak_gflop_s"] = peak_gflop_s;
+  j["prefill_gflop_s"] = prefill_gflop_s;
+  j["prefill_compute_fraction"] = of_peak(prefill_gflop_s);
+  j["decode_gflop_s"] = decode_gflop_s;
+  j["decode_compute_fraction"] = of_peak(decode_gflop_s);
+  j["batch"] = o.batch;
   if (o.json) {
     std::cout << j.dump() << std::endl;
   } else {
@@ -103,8 +127,16 @@ Status run(const Options& o) {
               << "prefill: " << prefill_tok_s << " tok/s (" << t.prefill_tokens << " tokens)\n"
               << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps)\n"
               << "weights read per step: " << weight_bytes / 1e6 << " MB; bandwidth " << bandwidth
-              << (backend->kind() == BackendKind::kCuda ? " GB/s (device peak)" : " GB/s (host copy)")
-              << "; roofline fraction " << roofline << "\n"
+              << (backend->kind() == BackendKind::kCuda ? " GB/s (device peak)" : " GB/s (host read)")
+              << "; roofline fraction " << roofline << "\n";
+    if (cpu) {
+      std::cout << "host copy bandwidth " << copy_bandwidth << " GB/s (read + write); peak FMA " << peak_gflop_s
+                << " GFLOP/s (" << peak_fma_isa() << ")\n"
+                << "prefill compute: " << prefill_gflop_s << " GFLOP/s = " << of_peak(prefill_gflop_s)
+                << " of peak; decode compute: " << decode_gflop_s << " GFLOP/s = " << of_peak(decode_gflop_s)
+                << " of peak\n";
+    }
+    std::cout
               << "peak RSS: " << peak_rss / 1e6 << " MB" << std::endl;
   }
   return Status::ok();
@@ -115,7 +147,7 @@ Status run(const Options& o) {
 
 int main(int argc, char** argv) {
   tessera::Options o;
-  CLI::App app{"tessera-bench: prefill/decode throughput and memory-bandwidth roofline"};
+  CLI::App app{"tessera-bench: prefill/decode throughput, memory-bandwidth roofline (read bandwidth) and compute roofline (measured peak FMA rate)"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();

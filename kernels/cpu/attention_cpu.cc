@@ -2,16 +2,24 @@
 // at positions 0..its own position (the last `window` of them with a sliding window), read
 // through the sequence's block table; with ALiBi the score of key j gets slope_h * j added
 // (BLOOM's bias; softmax is shift-invariant, so this equals the slope * (j - i) form).
+// Two kernels (attention_cpu.h): the tiled online-softmax one the backend runs, and the
+// plain reference it is tested against.
+#include "kernels/cpu/attention_cpu.h"
+
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
+#include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/linear_cpu.h"
 
 namespace tessera {
-
+namespace cpu::detail {
 namespace {
 
 // Cache element readers: f32 as is; f16 and bf16 widened in registers.
@@ -103,19 +111,192 @@ void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const Attenti
   }
 }
 
+// Rows of one cached K or V block for keys [j0, j0 + n) of KV head g, widened to f32:
+// K transposed ([head_dim][kKeyBlock], columns past n zero), V as [n][head_dim].
+template <typename E>
+void gather_keys(const typename E::T* kc, const typename E::T* vc, const int32_t* table, int64_t block_size,
+                 int64_t kv_row, int64_t g, int64_t head_dim, int32_t j0, int32_t n, float* kt, float* vb) {
+  using T = typename E::T;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t j = j0 + i;
+    const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+    const T* kr = kc + slot * kv_row + g * head_dim;
+    const T* vr = vc + slot * kv_row + g * head_dim;
+    for (int64_t d = 0; d < head_dim; ++d) kt[d * kKeyBlock + i] = E::get(kr, d);
+    for (int64_t d = 0; d < head_dim; ++d) vb[i * head_dim + d] = E::get(vr, d);
+  }
+  for (int64_t d = 0; d < head_dim; ++d) {
+    for (int32_t i = n; i < kKeyBlock; ++i) kt[d * kKeyBlock + i] = 0.0f;
+  }
+}
+
+template <typename E>
+void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_stride, int64_t q_heads,
+                  const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache,
+                  const AttentionParams& params, const float* slopes, const TensorView& out, const GqaLayout& gqa) {
+  using T = typename E::T;
+  const int64_t block_size = k_cache.dim(1), kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
+  const int64_t kv_row = kv_heads * head_dim;
+  const T* kc = k_cache.as<T>();
+  const T* vc = v_cache.as<T>();
+  // The local query heads that read each local KV head.
+  std::vector<std::vector<int32_t>> heads_of(kv_heads);
+  for (int64_t h = 0; h < q_heads; ++h) {
+    heads_of[(gqa.q_head_offset + h) / gqa.group - gqa.kv_head_offset].push_back(static_cast<int32_t>(h));
+  }
+  struct Item {
+    int32_t seq, t0, nq, g;
+  };
+  std::vector<Item> items;
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    // Later tiles attend to more keys: queue them first so the dynamic schedule ends even.
+    const int32_t begin = batch.query_start[s], end = batch.query_start[s + 1];
+    for (int32_t t1 = end; t1 > begin; t1 -= kQueryTile) {
+      const int32_t t0 = std::max(begin, t1 - kQueryTile);
+      for (int32_t g = 0; g < kv_heads; ++g) {
+        if (!heads_of[g].empty()) items.push_back({s, t0, t1 - t0, g});
+      }
+    }
+  }
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  float* out_base = out.as<float>();
+  const int64_t out_stride = out.dim(1);
+
+#pragma omp parallel if (n_items > 1)
+  {
+    std::vector<float> kt(head_dim * kKeyBlock), vb(kKeyBlock * head_dim), s(kKeyBlock);
+    std::vector<float> row_max, row_sum, acc;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < n_items; ++w) {
+      const Item it = items[w];
+      const std::vector<int32_t>& heads = heads_of[it.g];
+      const int64_t nh = static_cast<int64_t>(heads.size()), rows = it.nq * nh;
+      row_max.assign(rows, -INFINITY);
+      row_sum.assign(rows, 0.0f);
+      acc.assign(rows * head_dim, 0.0f);
+      const int32_t n_new = batch.query_start[it.seq + 1] - batch.query_start[it.seq];
+      const int32_t pos0 = batch.context_lens[it.seq] - n_new + (it.t0 - batch.query_start[it.seq]);
+      auto first_key = [&](int32_t pos) { return params.window > 0 ? std::max(0, pos - params.window + 1) : 0; };
+      const int32_t lo = first_key(pos0), hi = pos0 + it.nq - 1;  // keys any row of the tile sees
+      const int32_t* table = batch.block_tables.data() + static_cast<int64_t>(it.seq) * batch.max_blocks_per_seq;
+      for (int32_t j0 = lo; j0 <= hi; j0 += static_cast<int32_t>(kKeyBlock)) {
+        const int32_t n = std::min<int32_t>(static_cast<int32_t>(kKeyBlock), hi + 1 - j0);
+        gather_keys<E>(kc, vc, table, block_size, kv_row, it.g, head_dim, j0, n, kt.data(), vb.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          const int32_t i = static_cast<int32_t>(r / nh);
+          const int32_t h = heads[r % nh];
+          const int32_t pos = pos0 + i;
+          // This row's keys within the block: [a, b).
+          const int32_t a = std::max(first_key(pos), j0) - j0, b = std::min(pos, j0 + n - 1) - j0 + 1;
+          if (b <= a) continue;
+          ops.scores(q + static_cast<int64_t>(it.t0 + i) * q_row_stride + h * head_dim, kt.data(), head_dim, n,
+                     s.data());
+          float mx = -INFINITY;
+          for (int32_t jj = 0; jj < n; ++jj) {
+            if (jj < a || jj >= b) {
+              s[jj] = -INFINITY;
+              continue;
+            }
+            float sc = s[jj] * params.scale;
+            if (params.softcap > 0) sc = params.softcap * std::tanh(sc / params.softcap);
+            if (slopes) sc += slopes[h] * static_cast<float>(j0 + jj);
+            s[jj] = sc;
+            mx = std::max(mx, sc);
+          }
+          const float new_max = std::max(row_max[r], mx);
+          const float rescale = std::exp(row_max[r] - new_max);  // 0 on the first block
+          const float sum = ops.exp_shifted(s.data(), n, new_max);
+          row_sum[r] = row_sum[r] * rescale + sum;
+          ops.accumulate(s.data(), vb.data(), n, head_dim, rescale, acc.data() + r * head_dim);
+          row_max[r] = new_max;
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int32_t i = static_cast<int32_t>(r / nh);
+        const int32_t h = heads[r % nh];
+        const float inv = 1.0f / row_sum[r];
+        float* o = out_base + static_cast<int64_t>(it.t0 + i) * out_stride + h * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] = acc[r * head_dim + d] * inv;
+      }
+    }
+  }
+}
+
+void scores_scalar(const float* q, const float* kt, int64_t head_dim, int64_t n, float* s) {
+  for (int64_t j = 0; j < n; ++j) s[j] = 0.0f;
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const float qd = q[d];
+    const float* row = kt + d * kKeyBlock;
+    for (int64_t j = 0; j < n; ++j) s[j] += qd * row[j];
+  }
+}
+
+float exp_shifted_scalar(float* s, int64_t n, float max) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += s[j] = std::exp(s[j] - max);
+  return sum;
+}
+
+void accumulate_scalar(const float* p, const float* v, int64_t n, int64_t head_dim, float rescale, float* acc) {
+  for (int64_t d = 0; d < head_dim; ++d) acc[d] *= rescale;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t d = 0; d < head_dim; ++d) acc[d] += p[j] * v[j * head_dim + d];
+  }
+}
+
 }  // namespace
+
+AttentionTileOps attention_tile_ops_scalar() { return {scores_scalar, exp_shifted_scalar, accumulate_scalar}; }
+
+AttentionTileOps attention_tile_ops_active() {
+  return active_cpu_isa() >= CpuIsa::kAvx2 ? attention_tile_ops_avx2() : attention_tile_ops_scalar();
+}
+
+#define TESSERA_ATTENTION_DTYPES(KERNEL, ...)                                                  \
+  switch (k_cache.dtype) {                                                                      \
+    case DType::kF32: return KERNEL<F32Elems>(__VA_ARGS__);                                     \
+    case DType::kF16: return KERNEL<F16Elems>(__VA_ARGS__);                                     \
+    case DType::kBF16: return KERNEL<BF16Elems>(__VA_ARGS__);                                   \
+    default: TESSERA_CHECK(false) << "KV cache dtype " << dtype_name(k_cache.dtype);            \
+  }
+
+void attention_reference(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
+                         const TensorView& k_cache, const TensorView& v_cache, const AttentionParams& params,
+                         const TensorView& out, const GqaLayout& gqa) {
+  const float* slopes = params.alibi_slopes.empty() ? nullptr : params.alibi_slopes.as<float>();
+  TESSERA_ATTENTION_DTYPES(attend, q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out, gqa)
+}
+
+void attention_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_stride, int64_t q_heads,
+                     const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache,
+                     const AttentionParams& params, const TensorView& out, const GqaLayout& gqa) {
+  const float* slopes = params.alibi_slopes.empty() ? nullptr : params.alibi_slopes.as<float>();
+  TESSERA_ATTENTION_DTYPES(attend_tiled, ops, q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out,
+                           gqa)
+}
+
+#undef TESSERA_ATTENTION_DTYPES
+
+}  // namespace cpu::detail
 
 void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
                                 const AttentionBatch& batch, const TensorView& k_cache,
                                 const TensorView& v_cache, const AttentionParams& params,
                                 const TensorView& out, const GqaLayout& gqa) {
-  const float* slopes = params.alibi_slopes.empty() ? nullptr : params.alibi_slopes.as<float>();
-  switch (k_cache.dtype) {
-    case DType::kF32: return attend<F32Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out, gqa);
-    case DType::kF16: return attend<F16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out, gqa);
-    case DType::kBF16: return attend<BF16Elems>(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, slopes, out, gqa);
-    default: TESSERA_CHECK(false) << "KV cache dtype " << dtype_name(k_cache.dtype);
+  static const cpu::detail::AttentionTileOps ops = cpu::detail::attention_tile_ops_active();
+  // TESSERA_CPU_ATTENTION=reference runs the plain kernel instead (A/B runs); read once.
+  static const bool reference = [] {
+    const char* env = std::getenv("TESSERA_CPU_ATTENTION");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "tiled") == 0) return false;
+    if (std::strcmp(env, "reference") == 0) return true;
+    TESSERA_LOG_WARN("TESSERA_CPU_ATTENTION={} is not one of tiled, reference; using tiled", env);
+    return false;
+  }();
+  if (reference) {
+    cpu::detail::attention_reference(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, gqa);
+    return;
   }
+  cpu::detail::attention_tiled(ops, q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, gqa);
 }
 
 }  // namespace tessera

@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_kernels.h"
 
 namespace tessera::cpu {
@@ -106,15 +107,43 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   if (M == 0 || N == 0) return;
   const LinearArgs args{x, M, K, ldx, w, w_dtype, N, bias, y, ldy, act};
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
-  const bool gemv = options.path == LinearPath::kGemv ||
-                    (options.path == LinearPath::kAuto && M <= linear_gemv_max_rows(w_dtype)) || K == 0;
+  // The GEMV/GEMM crossover depends on which GEMM would take the call.
+  const bool packed =
+      options.gemm == GemmKernel::kPacked || (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa, w_dtype, M));
+  const int64_t gemv_rows = packed ? kGemvRowsBeforePackedGemm : linear_gemv_max_rows(w_dtype);
+  const bool gemv = options.path == LinearPath::kGemv || (options.path == LinearPath::kAuto && M <= gemv_rows) || K == 0;
   if (gemv) {
     gemv_linear(isa, args);
+  } else if (packed) {
+    TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
+    gemm_packed(isa, args);
   } else {
     LinearOptions clamped = options;
     clamped.isa = isa;
     gemm_linear(clamped, args);
   }
+}
+
+bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M) {
+  // TESSERA_CPU_GEMM=openblas|packed overrides the measured choice (for A/B runs of whole
+  // models in one binary); read once.
+  static const int forced = [] {
+    const char* env = std::getenv("TESSERA_CPU_GEMM");
+    if (env == nullptr || *env == '\0') return -1;
+    if (std::strcmp(env, "openblas") == 0) return 0;
+    if (std::strcmp(env, "packed") == 0) return 1;
+    TESSERA_LOG_WARN("TESSERA_CPU_GEMM={} is not one of openblas, packed; using the default", env);
+    return -1;
+  }();
+  if (forced >= 0) return forced == 1 && gemm_packed_supported(isa);
+  // AVX2 CPUs: the packed GEMM (figures in docs/benchmarks.md, "Packed GEMM vs OpenBLAS"):
+  // 1.0-1.6x OpenBLAS at 8-64 rows for f32 and bf16, equal or better at 512 rows for 16-bit
+  // weights (OpenBLAS must widen them first), but 3-12% behind OpenBLAS at 512 rows of f32
+  // weights, so f32 from 256 rows (between the measured 64 and 512) stays on OpenBLAS.
+  // AVX-512 CPUs keep OpenBLAS, whose 16-lane kernels beat the 8-lane micro-kernel there;
+  // the scalar flavour has no packed kernel.
+  if (isa != CpuIsa::kAvx2) return false;
+  return !(w_dtype == DType::kF32 && M >= 256);
 }
 
 }  // namespace detail

@@ -2,11 +2,13 @@
 // The CPU linear layer: y = x · W^T (+ bias) (then an activation). The engine's hot spot.
 //
 // Two regimes, chosen by M (rows of x):
-//  - M <= linear_gemv_max_rows() (decode): memory-bandwidth bound. A GEMV-style kernel streams
-//    every weight row once per tile of up to 8 rows of x, widening f16/bf16 to f32 in
-//    registers.
-//  - larger M (prefill): compute bound. OpenBLAS sgemm; f16/bf16 weights are widened to f32
-//    panel by panel first.
+//  - small M (decode; up to 8 rows where the packed GEMM takes the rest, up to
+//    linear_gemv_max_rows() where OpenBLAS does): memory-bandwidth bound. A GEMV-style
+//    kernel streams every weight row once per tile of up to 8 rows of x, widening f16/bf16
+//    to f32 in registers.
+//  - larger M (prefill, batched decode): compute bound. A packed, cache-blocked GEMM that
+//    reads f32/f16/bf16 weights in their own dtype (gemm_packed.h) where it measures faster
+//    than OpenBLAS, else OpenBLAS sgemm with f16/bf16 weights widened panel by panel.
 // The SIMD flavour (AVX-512 / AVX2+FMA+F16C / portable scalar) is picked at run time from
 // what the CPU supports; TESSERA_CPU_ISA=scalar|avx2|avx512 lowers it (for tests and A/B runs).
 #include <cstdint>
@@ -25,10 +27,15 @@ namespace tessera::cpu {
 void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
             int64_t N, const float* bias, float* y, int64_t ldy, Activation act);
 
-// Up to this many rows of x the GEMV kernel is used; above it, sgemm. Measured crossover
+// Up to this many rows of x the GEMV kernel is used when OpenBLAS sgemm would take the
+// larger calls. Measured crossover
 // (bench/linear_bench.cc BM_GemvGemmCrossover, 4096x4096, 2 threads): f32 weights 12 rows,
 // f16/bf16 16 rows (sgemm on 16-bit weights pays for widening them first).
 inline int64_t linear_gemv_max_rows(DType w_dtype) { return w_dtype == DType::kF32 ? 12 : 16; }
+// When the packed GEMM would take the call instead, the crossover is 8 rows for every
+// dtype (bench/linear_bench.cc BM_GemmKernel kernels 1 vs 3, 4096 x 768, one thread: at 8
+// rows the GEMV is ~1.4x faster, at 12 rows the packed GEMM 1.1x (bf16) to 1.4x (f32)).
+inline constexpr int64_t kGemvRowsBeforePackedGemm = 8;
 
 // Instruction-set flavours of the kernels, lowest first.
 enum class CpuIsa : uint8_t { kScalar, kAvx2, kAvx512 };
@@ -48,11 +55,18 @@ enum class GemmThreading : uint8_t {
   kBlasThreads,  // OpenMP widens a panel, then one sgemm threaded by OpenBLAS
   kOmpPanels,    // OpenBLAS single-threaded; each OpenMP thread widens and sgemms its own panels
 };
+// Which GEMM runs the M > gemv rows regime: the packed GEMM (gemm_packed.h; weights read in
+// their own dtype) or OpenBLAS sgemm (linear_gemm.cc). kAuto: packed_gemm_preferred().
+enum class GemmKernel : uint8_t { kAuto, kPacked, kOpenBlas };
 struct LinearOptions {
   CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
   LinearPath path = LinearPath::kAuto;
-  GemmThreading threading = GemmThreading::kOmpPanels;
+  GemmThreading threading = GemmThreading::kOmpPanels;  // OpenBLAS only
+  GemmKernel gemm = GemmKernel::kAuto;
 };
+// Whether kAuto picks the packed GEMM for this instruction set, weight dtype and row count
+// (by measurement; see linear_cpu.cc).
+bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M);
 void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                  const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
                  Activation act);

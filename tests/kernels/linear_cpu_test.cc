@@ -1,6 +1,7 @@
 // Parity of the CPU linear layer with a plain double-precision reference, over awkward
 // shapes, every weight dtype, every instruction-set flavour this CPU has and both regimes
-// (GEMV and sgemm), with and without bias and gelu, with padded x and y rows.
+// (GEMV, OpenBLAS sgemm and the packed GEMM), with and without bias and gelu, with padded x
+// and y rows.
 //
 // Tolerance, per element: |y - ref| <= 1e-5 * sqrt(K) * max|x| * max|w| + 1e-6 * |ref|.
 // The first term covers f32 accumulation in any order (rounding errors of K partial sums
@@ -117,13 +118,24 @@ void check_shape(DType dtype, const Shape& s, bool padded, std::mt19937& rng, in
   const float kSentinel = -12345.5f;
   int variant = variant_seed;
   for (CpuIsa isa : available_isas()) {
-    for (LinearPath path : {LinearPath::kGemv, LinearPath::kGemm, LinearPath::kAuto}) {
+    // The GEMM regime once per GEMM kernel this flavour has (OpenBLAS; the packed GEMM).
+    struct Route {
+      LinearPath path;
+      detail::GemmKernel gemm;
+    };
+    std::vector<Route> routes = {{LinearPath::kGemv, detail::GemmKernel::kAuto},
+                                 {LinearPath::kGemm, detail::GemmKernel::kOpenBlas},
+                                 {LinearPath::kAuto, detail::GemmKernel::kAuto}};
+    if (isa >= CpuIsa::kAvx2) routes.push_back({LinearPath::kGemm, detail::GemmKernel::kPacked});
+    for (const Route& route : routes) {
+      const LinearPath path = route.path;
       const bool with_bias = (variant & 1) != 0;
       const bool gelu = (variant & 2) != 0;
       ++variant;
       LinearOptions options;
       options.isa = isa;
       options.path = path;
+      options.gemm = route.gemm;
       std::vector<float> y(s.M * ldy, kSentinel);
       detail::linear_with(options, x.data(), s.M, s.K, ldx, w.data(), dtype, s.N,
                           with_bias ? bias.data() : nullptr, y.data(), ldy, gelu ? Activation::kGeluTanh : Activation::kNone);
@@ -131,6 +143,7 @@ void check_shape(DType dtype, const Shape& s, bool padded, std::mt19937& rng, in
                                " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N) +
                                " isa=" + cpu_isa_name(isa) + " path=" +
                                std::to_string(static_cast<int>(path)) +
+                               " gemm=" + std::to_string(static_cast<int>(route.gemm)) +
                                " bias=" + std::to_string(with_bias) + " gelu=" +
                                std::to_string(gelu) + " padded=" + std::to_string(padded);
       int failures = 0;
@@ -196,6 +209,7 @@ TEST_P(LinearCpuTest, BothGemmThreadingPolicies) {
   std::vector<float> y_blas(M * N), y_omp(M * N);
   LinearOptions options;
   options.path = LinearPath::kGemm;
+  options.gemm = detail::GemmKernel::kOpenBlas;  // the policies are OpenBLAS's
   options.threading = detail::GemmThreading::kBlasThreads;
   detail::linear_with(options, x.data(), M, K, K, w.data(), dtype, N, bias.data(), y_blas.data(),
                       N, Activation::kGeluTanh);

@@ -1,0 +1,94 @@
+#pragma once
+// Internal to the CPU linear layer: the packed, cache-blocked GEMM for M > 1 rows of x
+// (prefill and batched decode), y[M, N] = x[M, K] · W[N, K]^T, reading the weights in their
+// own dtype.
+//
+// Scheme (GotoBLAS/BLIS style, specialised for x · W^T with few rows):
+//  - W is read as column panels of `nr` output columns: panel p holds, for each k, the
+//    nr weights W[p*nr + j][k] side by side (widened to f32 in registers by the
+//    micro-kernel; bf16 in an even/odd order that needs one shift and one AND per nr
+//    values). Panels are packed per call, one L2-sized chunk of panels × one K block at a
+//    time, by the thread that uses them (or taken from a PackedWeights made once).
+//  - x is packed once per call into tiles of `mr` rows, k-major ([K][mr] per tile), so a
+//    micro-kernel step broadcasts mr consecutive floats.
+//  - The micro-kernel keeps an mr × nr tile of y in registers over a K block; K blocks
+//    accumulate in y. Every output is one ascending-k chain of fused multiply-adds, so the
+//    result does not depend on blocking, threading or the tile an output falls in (tests
+//    compare it bit for bit with a plain fmaf loop).
+//  - Threads split the column panels (OpenMP), each working through its own panels: no
+//    shared writes, both cores busy from the first to the last panel.
+//
+// Weight formats. The packer is the only code that reads W's source layout and the
+// micro-kernel's load step the only code that reads a packed panel, both chosen by
+// PanelFormat. Another format (e.g. int8 with per-group scales) is a new PanelFormat: its
+// packer writes the int8 panel plus one row of nr scales per group of k, and its load step
+// widens nr int8 values and multiplies them by the group's scales.
+#include <cstdint>
+#include <memory>
+
+#include "common/dtype.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/linear_kernels.h"
+
+namespace tessera::cpu::detail {
+
+// How a panel stores its weights: today the weight's own dtype.
+enum class PanelFormat : uint8_t { kF32, kF16, kBF16 };
+// The panel format for a linear weight dtype (f32, f16, bf16).
+PanelFormat panel_format_for(DType w_dtype);
+int64_t panel_element_bytes(PanelFormat format);
+
+// The source a panel is packed from: row-major W[N, K] of `dtype`, rows exactly K apart.
+struct WeightSource {
+  const void* w;
+  DType dtype;
+  int64_t N, K;
+};
+
+// Whether the packed GEMM has a micro-kernel for this instruction set (AVX2; on AVX-512
+// CPUs the AVX2 kernel runs, see gemm_packed.cc).
+bool gemm_packed_supported(CpuIsa isa);
+
+// W packed whole, once, for repeated calls (weights packed at load time): panel p's K
+// steps at data + p * K * nr elements.
+class PackedWeights {
+ public:
+  static PackedWeights pack(CpuIsa isa, const WeightSource& source);
+  PanelFormat format() const { return format_; }
+  int64_t N() const { return N_; }
+  int64_t K() const { return K_; }
+  int nr() const { return nr_; }
+  CpuIsa isa() const { return isa_; }
+  const void* panel(int64_t p) const;
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
+  PanelFormat format_ = PanelFormat::kF32;
+  int64_t N_ = 0, K_ = 0, bytes_ = 0;
+  int nr_ = 0;
+  CpuIsa isa_ = CpuIsa::kScalar;
+  std::unique_ptr<void, FreeDeleter> data_;
+};
+
+// The whole linear call (bias and activation included) on the packed GEMM. `prepacked`
+// (optional) must have been packed from a.w for this isa.
+void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked = nullptr);
+
+// --- the per-ISA pieces (gemm_microkernel_<isa>.cc) ---
+
+// Tile shape of the AVX2 micro-kernel: 6 rows x 16 columns = 12 ymm accumulators.
+inline constexpr int kAvx2Mr = 6;
+inline constexpr int kAvx2Nr = 16;
+// Packs rows [n0, n0 + 16) of W (rows >= N as zeros), k in [k0, k0 + kc), into dst: kc
+// steps of 16 values in the AVX2 panel order of `format`.
+void pack_panel_avx2(const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0, int64_t kc,
+                     void* dst);
+// c[6][16] (rows ldc apart) = (accumulate ? c : 0) + xp · panel over kc steps; xp is
+// [kc][6] floats, panel [kc][16] values of `format`.
+void microkernel_avx2(PanelFormat format, const float* xp, const void* panel, int64_t kc, float* c,
+                      int64_t ldc, bool accumulate);
+
+}  // namespace tessera::cpu::detail
