@@ -25,6 +25,8 @@ namespace {
 struct Options {
   std::string model;
   std::string dtype = "float32";
+  std::string quantize = "none";            // --quantize none|int8 (docs/quantization.md)
+  int quantize_group = kDefaultQuantGroup;  // --quantize-group
   int prompt_len = 64;
   int gen_len = 32;
   int batch = 1;
@@ -48,8 +50,16 @@ Status run(const Options& o) {
   if (o.prompt_len < 1 || o.gen_len < 2 || o.batch < 1) {
     return invalid_argument("--prompt-len and --batch must be >= 1, --gen-len >= 2");
   }
+  const auto quantization = parse_weight_quantization(o.quantize);
+  if (!quantization) return invalid_argument("--quantize: unsupported \"" + o.quantize + "\" (expected none or int8)");
+  if (!valid_quant_group(o.quantize_group)) {
+    return invalid_argument("--quantize-group: expected a multiple of 32 in [32, 256], got " +
+                            std::to_string(o.quantize_group));
+  }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, o.threads));
   ModelLoadOptions lo;
+  lo.quant.kind = *quantization;
+  lo.quant.group = o.quantize_group;
   lo.dtype = *dtype;
   lo.kernel_inject = !o.no_kernel_inject;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
@@ -99,7 +109,7 @@ Status run(const Options& o) {
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << "model " << o.model << " (" << c.model_type << ", " << dtype_name(*dtype)
-              << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
+              << (lo.quant.enabled() ? ", int8 weights" : "") << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
               << "prefill: " << prefill_tok_s << " tok/s (" << t.prefill_tokens << " tokens)\n"
               << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps)\n"
               << "weights read per step: " << weight_bytes / 1e6 << " MB; bandwidth " << bandwidth
@@ -118,6 +128,9 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera-bench: prefill/decode throughput and memory-bandwidth roofline"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
+  app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
+  app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale (32..256, a multiple of 32)")
+      ->capture_default_str();
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences run together")->capture_default_str();
