@@ -12,6 +12,7 @@
 
 #include "bench/memory_bandwidth.h"
 #include "common/logging.h"
+#include "common/quantization_flags.h"
 #include "kernels/backend.h"
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/cuda/cuda_probe.h"
@@ -27,6 +28,7 @@ struct Options {
   std::string dtype = "float32";
   std::string quantize = "none";            // --quantize none|int8 (docs/quantization.md)
   int quantize_group = kDefaultQuantGroup;  // --quantize-group
+  std::vector<std::string> quantize_rules;  // --quantize-rule REGEX=int8|none
   int prompt_len = 64;
   int gen_len = 32;
   int batch = 1;
@@ -50,16 +52,11 @@ Status run(const Options& o) {
   if (o.prompt_len < 1 || o.gen_len < 2 || o.batch < 1) {
     return invalid_argument("--prompt-len and --batch must be >= 1, --gen-len >= 2");
   }
-  const auto quantization = parse_weight_quantization(o.quantize);
-  if (!quantization) return invalid_argument("--quantize: unsupported \"" + o.quantize + "\" (expected none or int8)");
-  if (!valid_quant_group(o.quantize_group)) {
-    return invalid_argument("--quantize-group: expected a multiple of 32 in [32, 256], got " +
-                            std::to_string(o.quantize_group));
-  }
+  TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant,
+                           quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, o.threads));
   ModelLoadOptions lo;
-  lo.quant.kind = *quantization;
-  lo.quant.group = o.quantize_group;
+  lo.quant = quant;
   lo.dtype = *dtype;
   lo.kernel_inject = !o.no_kernel_inject;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
@@ -131,6 +128,7 @@ int main(int argc, char** argv) {
   app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale (32..256, a multiple of 32)")
       ->capture_default_str();
+  app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|none, repeatable (e.g. lm_head=int8)");
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences run together")->capture_default_str();

@@ -23,7 +23,7 @@
 #include "common/config.h"
 #include "coordinator/engine.h"
 #include "tools/lib/local_executor.h"
-#include "tools/lib/quantize_flags.h"
+#include "common/quantization_flags.h"
 
 namespace tessera {
 namespace {
@@ -47,6 +47,7 @@ struct Options {
   std::string dtype = "float32";
   std::string quantize = "none";
   int quantize_group = kDefaultQuantGroup;
+  std::vector<std::string> quantize_rules;
   std::string backend = "cpu";
   bool no_kernel_inject = false;
   std::string dump_logits;
@@ -206,7 +207,7 @@ Status run(const Options& o) {
   lo.backend = o.backend;
   lo.threads = o.threads;
   lo.program = "tessera-gen";
-  TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group));
+  TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> local, LocalExecutor::start(lo, sc));
   std::unique_ptr<LogitRecorder> recorder;
   StepExecutor* runner = &local->executor();
@@ -299,6 +300,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale, a multiple of 32 in [32, 256]")
       ->capture_default_str();
+  app.add_option("--quantize-rule", o.quantize_rules,
+                 "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides");
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");

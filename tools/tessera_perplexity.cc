@@ -21,7 +21,7 @@
 #include "coordinator/engine.h"
 #include "tools/lib/local_executor.h"
 #include "tools/lib/perplexity_chunks.h"
-#include "tools/lib/quantize_flags.h"
+#include "common/quantization_flags.h"
 #include "worker/model_checkpoint.h"
 #include "worker/model_config.h"
 
@@ -36,6 +36,7 @@ struct Options {
   std::string dtype = "float32";
   std::string quantize = "none";
   int quantize_group = kDefaultQuantGroup;
+  std::vector<std::string> quantize_rules;
   int tensor_parallel = 1;
   std::string backend = "cpu";
   int threads = 0;
@@ -87,7 +88,7 @@ class Progress {
 Status run(const Options& o) {
   const auto dtype = parse_float_dtype(o.dtype);
   if (!dtype) return invalid_argument("--dtype: unsupported \"" + o.dtype + "\" (expected float32, float16 or bfloat16)");
-  TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant, quantization_from_flags(o.quantize, o.quantize_group));
+  TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
   if (o.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
   if (o.max_num_batched_tokens < o.max_num_seqs)
     return invalid_argument("--max-num-batched-tokens must be at least --max-num-seqs");
@@ -221,6 +222,8 @@ int main(int argc, char** argv) {
   app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale, a multiple of 32 in [32, 256]")
       ->capture_default_str();
+  app.add_option("--quantize-rule", o.quantize_rules,
+                 "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides");
   app.add_option("--tensor-parallel", o.tensor_parallel, "run through N tessera-worker processes")->capture_default_str();
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
