@@ -1,4 +1,4 @@
-#include "tools/lib/perplexity_chunks.h"
+#include "coordinator/perplexity_chunks.h"
 
 #include <algorithm>
 
