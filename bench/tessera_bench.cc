@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale (32..256, a multiple of 32)")
       ->capture_default_str();
-  app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|none, repeatable (e.g. lm_head=int8)");
+  app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|none, repeatable, e.g. lm_head=int8 (default: none)");
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences run together")->capture_default_str();

@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
   app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale, a multiple of 32 in [32, 256]")
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,
-                 "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides");
+                 "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");

@@ -49,6 +49,39 @@ void gemv(CpuIsa isa, const Int8LinearArgs& a) {
   for (int64_t c = 0; c < chunks; ++c) gemv_range(isa, a, c * chunk, std::min(a.N, (c + 1) * chunk));
 }
 
+void dot_range(CpuIsa isa, const detail::Int8DotArgs& d, int64_t n0, int64_t n1) {
+  // AVX2's integer instructions serve AVX-512 CPUs too (an AVX-512 VNNI form is future work).
+  if (isa == CpuIsa::kScalar) {
+    detail::gemv_int8_dot_scalar(d, n0, n1);
+  } else {
+    detail::gemv_int8_dot_avx2(d, n0, n1);
+  }
+}
+
+// Decode with int8 activations: x quantized once per call (thread-local buffers, reused),
+// then the weight rows in chunks as gemv() does.
+void gemv_int8_activations(CpuIsa isa, const Int8LinearArgs& a) {
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  const int64_t groups = a.K / a.group;
+  xq.resize(static_cast<size_t>(a.M * a.K));
+  xs.resize(static_cast<size_t>(a.M * groups));
+  for (int64_t m = 0; m < a.M; ++m) {
+    quantize_int8(a.x + m * a.ldx, DType::kF32, 1, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+  }
+  const detail::Int8DotArgs d{&a, xq.data(), xs.data()};
+  const int threads = omp_get_max_threads();
+  if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
+    dot_range(isa, d, 0, a.N);
+    return;
+  }
+  const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * groups);
+  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
+  const int64_t chunks = (a.N + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t c = 0; c < chunks; ++c) dot_range(isa, d, c * chunk, std::min(a.N, (c + 1) * chunk));
+}
+
 // Rows per dequantized panel: ~1 MiB of f32 (it stays in L2 between dequantizing and the
 // sgemm that reads it), at least 32 rows, a multiple of 16.
 int64_t panel_rows(int64_t K) {
@@ -106,7 +139,9 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
   const bool use_gemv = options.path == LinearPath::kGemv ||
                         (options.path == LinearPath::kAuto && M <= linear_int8_gemv_max_rows()) || K == 0;
-  if (use_gemv) {
+  if (use_gemv && options.int8_activations && K > 0) {
+    gemv_int8_activations(isa, args);
+  } else if (use_gemv) {
     gemv(isa, args);
   } else {
     gemm(isa, args);

@@ -33,3 +33,27 @@ void dequantize_int8_scalar(const Int8LinearArgs& a, int64_t n0, int64_t n1, flo
 }
 
 }  // namespace tessera::cpu::detail
+
+namespace tessera::cpu::detail {
+
+void gemv_int8_dot_scalar(const Int8DotArgs& d, int64_t n0, int64_t n1) {
+  const Int8LinearArgs& a = *d.a;
+  const int64_t groups = a.K / a.group;
+  for (int64_t m = 0; m < a.M; ++m) {
+    const int8_t* x = d.xq + m * a.K;
+    const float* xs = d.xs + m * groups;
+    for (int64_t n = n0; n < n1; ++n) {
+      const int8_t* w = a.w + n * a.K;
+      const float* ws = a.scales + n * groups;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t dot = 0;
+        for (int64_t k = g * a.group; k < (g + 1) * a.group; ++k) dot += int32_t{w[k]} * int32_t{x[k]};
+        acc += static_cast<float>(dot) * (ws[g] * xs[g]);
+      }
+      a.y[m * a.ldy + n] = finish_output(acc, a.bias, n, a.act);
+    }
+  }
+}
+
+}  // namespace tessera::cpu::detail

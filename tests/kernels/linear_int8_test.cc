@@ -38,7 +38,7 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
                    << cpu_isa_name(detected_cpu_isa()) << ")";
   }
 
-  void check(const Int8Case& c, LinearPath path, bool bias, Activation act) {
+  void check(const Int8Case& c, LinearPath path, bool bias, Activation act, bool int8_activations = false) {
     std::mt19937 rng(static_cast<uint32_t>(c.M * 7919 + c.N * 31 + c.K + c.group));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> w(c.N * c.K), x(c.M * c.K), b(c.N);
@@ -56,8 +56,17 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
     Int8LinearOptions opt;
     opt.isa = GetParam();
     opt.path = path;
+    opt.int8_activations = int8_activations;
     detail::linear_int8_with(opt, x.data(), c.M, c.K, c.K, q.data(), scales.data(), c.group, c.N,
                              bias ? b.data() : nullptr, y.data(), c.N, act);
+    // With int8 activations the kernel computes with x quantized by the same rule as w.
+    std::vector<float> xr = x;
+    if (int8_activations && path != LinearPath::kGemm) {
+      std::vector<int8_t> xq(c.M * c.K);
+      std::vector<float> xs(c.M * (c.K / c.group));
+      quantize_int8(x.data(), DType::kF32, c.M, c.K, c.group, xq.data(), xs.data());
+      for (int64_t i = 0; i < c.M * c.K; ++i) xr[i] = float(xq[i]) * xs[i / c.group];
+    }
     double max_w = 0, max_x = 0;
     for (int64_t i = 0; i < c.N * c.K; ++i)
       max_w = std::max(max_w, std::fabs(double(q[i]) * scales[i / c.group]));
@@ -67,7 +76,7 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
       for (int64_t n = 0; n < c.N; ++n) {
         double ref = 0;
         for (int64_t k = 0; k < c.K; ++k)
-          ref += double(q[n * c.K + k]) * double(scales[n * (c.K / c.group) + k / c.group]) * x[m * c.K + k];
+          ref += double(q[n * c.K + k]) * double(scales[n * (c.K / c.group) + k / c.group]) * xr[m * c.K + k];
         if (bias) ref += b[n];
         if (act == Activation::kSilu) ref = silu_reference(ref);
         ASSERT_NEAR(y[m * c.N + n], ref, abs_tol + 1e-6 * std::fabs(ref))
@@ -83,6 +92,15 @@ TEST_P(LinearInt8Test, GemvMatchesDequantizedReference) {
                             Int8Case{8, 70, 128, 64}, Int8Case{9, 5, 64, 32}, Int8Case{16, 17, 256, 64}}) {
     check(c, LinearPath::kGemv, false, Activation::kNone);
     check(c, LinearPath::kGemv, true, Activation::kSilu);
+  }
+}
+
+TEST_P(LinearInt8Test, Int8ActivationDotProductsMatchTheReferenceOfQuantizedX) {
+  for (const Int8Case& c : {Int8Case{1, 1, 32, 32}, Int8Case{1, 37, 192, 64}, Int8Case{2, 19, 256, 128},
+                            Int8Case{3, 45, 512, 256}, Int8Case{4, 9, 96, 32}, Int8Case{5, 33, 192, 96},
+                            Int8Case{7, 70, 128, 64}, Int8Case{16, 17, 256, 64}}) {
+    check(c, LinearPath::kGemv, false, Activation::kNone, /*int8_activations=*/true);
+    check(c, LinearPath::kGemv, true, Activation::kSilu, /*int8_activations=*/true);
   }
 }
 
