@@ -224,6 +224,9 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
     delta += bytes(w8) + bytes(scales) - bytes(l.w);
     l.w = std::move(w8);
     l.scales = std::move(scales);
+    // A weight used in place from the mapped checkpoint has no reader left: drop its pages so
+    // the rank's memory is its int8 share (a page read again would come back from the file).
+    for (const std::string& name : cand.sources) checkpoint.release(name);
   }
   TESSERA_RETURN_IF_ERROR(s.check_rules(embed, tied));
   return delta;
