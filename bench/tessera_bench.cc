@@ -17,6 +17,7 @@
 #include "bench/model_flops.h"
 #include "bench/peak_flops.h"
 #include "common/logging.h"
+#include "common/quantization_flags.h"
 #include "kernels/backend.h"
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/cuda/cuda_probe.h"
@@ -30,6 +31,9 @@ namespace {
 struct Options {
   std::string model;
   std::string dtype = "float32";
+  std::string quantize = "none";            // --quantize none|int8 (docs/quantization.md)
+  int quantize_group = kDefaultQuantGroup;  // --quantize-group
+  std::vector<std::string> quantize_rules;  // --quantize-rule REGEX=int8|none
   int prompt_len = 64;
   int gen_len = 32;
   int batch = 1;
@@ -53,8 +57,11 @@ Status run(const Options& o) {
   if (o.prompt_len < 1 || o.gen_len < 2 || o.batch < 1) {
     return invalid_argument("--prompt-len and --batch must be >= 1, --gen-len >= 2");
   }
+  TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant,
+                           quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, o.threads));
   ModelLoadOptions lo;
+  lo.quant = quant;
   lo.dtype = *dtype;
   lo.kernel_inject = !o.no_kernel_inject;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
@@ -123,7 +130,7 @@ Status run(const Options& o) {
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << "model " << o.model << " (" << c.model_type << ", " << dtype_name(*dtype)
-              << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
+              << (lo.quant.enabled() ? ", int8 weights" : "") << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
               << "prefill: " << prefill_tok_s << " tok/s (" << t.prefill_tokens << " tokens)\n"
               << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps)\n"
               << "weights read per step: " << weight_bytes / 1e6 << " MB; bandwidth " << bandwidth
@@ -150,6 +157,10 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera-bench: prefill/decode throughput, memory-bandwidth roofline (read bandwidth) and compute roofline (measured peak FMA rate)"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
+  app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
+  app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale (32..256, a multiple of 32)")
+      ->capture_default_str();
+  app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|none, repeatable, e.g. lm_head=int8 (default: none)");
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences run together")->capture_default_str();

@@ -234,6 +234,43 @@ Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>
   return Status::ok();
 }
 
+Status read_quant_rules(const YAML::Node& n, const Where& w, std::vector<QuantRuleConfig>* out) {
+  const std::string shape = "{match: REGEX, quantize: int8|none}";
+  if (n.IsNull()) {
+    out->clear();
+    return Status::ok();
+  }
+  if (!n.IsSequence()) return w.error("expected a list of " + shape + ", got " + describe(n));
+  std::vector<QuantRuleConfig> rules;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const YAML::Node& r = n[i];
+    const Where rw = w.child("[" + std::to_string(i) + "]", r);
+    if (!r.IsMap()) return rw.error("expected " + shape + ", got " + describe(r));
+    QuantRuleConfig rule;
+    bool has_match = false, has_quantize = false;
+    for (const auto& kv : r) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      const Where kw = rw.child("." + key, kv.second);
+      if (key == "match") {
+        TESSERA_RETURN_IF_ERROR(read_string(kv.second, kw, &rule.match));
+        if (Status st = compile_quant_rule_regex(&rule); !st.is_ok()) return kw.error(st.message());
+        has_match = true;
+      } else if (key == "quantize") {
+        TESSERA_RETURN_IF_ERROR(read_enum<WeightQuantization>(
+            kv.second, kw, {{"int8", WeightQuantization::kInt8}, {"none", WeightQuantization::kNone}}, &rule.quantize));
+        has_quantize = true;
+      } else {
+        return kw.error("unknown key" + suggestion(key, {"match", "quantize"}));
+      }
+    }
+    if (!has_match || !has_quantize)
+      return rw.error(std::string("missing key '") + (has_match ? "quantize" : "match") + "'");
+    rules.push_back(std::move(rule));
+  }
+  *out = std::move(rules);
+  return Status::ok();
+}
+
 // ---- the schema ---------------------------------------------------------------------------
 
 using Setter = std::function<Status(TesseraConfig&, const YAML::Node&, const Where&)>;
@@ -282,6 +319,8 @@ void emit_string_map(YAML::Emitter& out, const std::map<std::string, std::string
 
 const std::vector<std::pair<const char*, DType>> kDtypes = {
     {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16}};
+const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
+    {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8}};
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {
@@ -348,6 +387,30 @@ const std::vector<KeyDef>& schema() {
       TESSERA_STRING_KEY("model.path", model.path, read_string),
       TESSERA_ENUM_KEY("model.dtype", model.dtype, kDtypes),
       TESSERA_BOOL_KEY("model.kernel_inject", model.kernel_inject),
+      TESSERA_ENUM_KEY("model.quantization", model.quantization, kQuantizations),
+      KeyDef{"model.quantization_group", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               int v = 0;
+               TESSERA_RETURN_IF_ERROR(read_int32(n, w, kMinQuantGroup, kMaxQuantGroup, &v));
+               if (!valid_quant_group(v)) return w.error("expected a multiple of 32 in [32, 256], got " + describe(n));
+               c.model.quantization_group = v;
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << c.model.quantization_group; }, nullptr},
+      KeyDef{"model.quantization_rules", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_quant_rules(n, w, &c.model.quantization_rules);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) {
+               out << YAML::BeginSeq;
+               for (const auto& r : c.model.quantization_rules) {
+                 out << YAML::Flow << YAML::BeginMap << YAML::Key << "match" << YAML::Value << YAML::DoubleQuoted
+                     << r.match << YAML::Key << "quantize" << YAML::Value << weight_quantization_name(r.quantize)
+                     << YAML::EndMap;
+               }
+               out << YAML::EndSeq;
+             },
+             nullptr},
       TESSERA_INT_KEY("parallel.tensor_parallel", parallel.tensor_parallel, 1, 1024),
       string_map_key("parallel.auto_tp.all_reduce_linear", &AutoTpSection::all_reduce_linear),
       string_map_key("parallel.auto_tp.keep_linear", &AutoTpSection::keep_linear),
@@ -701,6 +764,24 @@ Status compile_tp_rule_regex(TpRuleConfig* rule) {
   return Status::ok();
 }
 
+Status compile_quant_rule_regex(QuantRuleConfig* rule) {
+  StatusOr<std::shared_ptr<const tok::Regex>> re = tok::Regex::compile_pcre2(rule->match);
+  if (!re.is_ok()) return invalid_argument("invalid regular expression (PCRE2 syntax): " + re.status().message());
+  rule->regex = std::move(re).value();
+  return Status::ok();
+}
+
+QuantizationOptions quantization_options(const ModelSection& model) {
+  QuantizationOptions q;
+  q.kind = model.quantization;
+  q.group = model.quantization_group;
+  q.rules = model.quantization_rules;
+  for (QuantRuleConfig& r : q.rules) {
+    if (!r.regex) (void)compile_quant_rule_regex(&r);  // validate_config reported a bad one
+  }
+  return q;
+}
+
 Status apply_override_arg(TesseraConfig& config, const std::string& key_equals_value) {
   size_t eq = key_equals_value.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -720,6 +801,16 @@ Status validate_config(const TesseraConfig& c) {
     if (rule.regex) continue;  // compiled when read
     if (Status st = compile_tp_rule_regex(&rule); !st.is_ok())
       return invalid_argument(src + ": parallel.auto_tp.rules[" + std::to_string(i) + "].match: " + st.message());
+  }
+  for (size_t i = 0; i < c.model.quantization_rules.size(); ++i) {
+    QuantRuleConfig rule = c.model.quantization_rules[i];
+    if (rule.regex) continue;  // compiled when read
+    if (Status st = compile_quant_rule_regex(&rule); !st.is_ok())
+      return invalid_argument(src + ": model.quantization_rules[" + std::to_string(i) + "].match: " + st.message());
+  }
+  if (!c.model.quantization_rules.empty() && c.model.quantization == WeightQuantization::kNone) {
+    return invalid_argument(src + ": model.quantization_rules: given while model.quantization is none (set "
+                                  "model.quantization: int8, or drop the rules)");
   }
   const auto& s = c.scheduler;
   if (s.max_num_batched_tokens < s.max_num_seqs) {

@@ -13,6 +13,7 @@
 
 #include "common/dtype.h"
 #include "common/parallel_roles.h"
+#include "common/quantization.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -24,7 +25,13 @@ struct ModelSection {
   std::string path;                 // HF folder or DeepSpeed checkpoint JSON; required
   DType dtype = DType::kF16;        // float32 | float16 | bfloat16
   bool kernel_inject = true;        // fused kernels; false = plain ops, same TP plan
+  // Weight-only quantization of the linear layers at load time (docs/quantization.md).
+  WeightQuantization quantization = WeightQuantization::kNone;
+  int quantization_group = kDefaultQuantGroup;   // input elements per scale
+  std::vector<QuantRuleConfig> quantization_rules;  // first match wins, over the default choice
 };
+// The loader's view of the model section's quantization keys.
+QuantizationOptions quantization_options(const ModelSection& model);
 
 // One ordered auto-TP rule: the first rule whose regex matches a tensor name decides its role
 // (column, row or keep; column on an embedding means its vocabulary rows).
@@ -40,6 +47,8 @@ struct TpRuleConfig {
 // Compiles rule->match into rule->regex; InvalidArgument "invalid regular expression ..."
 // with PCRE2's message and offset. Callers add where the rule is.
 Status compile_tp_rule_regex(TpRuleConfig* rule);
+// The same for a model.quantization_rules entry.
+Status compile_quant_rule_regex(QuantRuleConfig* rule);
 
 struct AutoTpSection {
   // DeepSpeed's DS_ALL_REDUCE_LINEAR_ITEMS / DS_KEEP_LINEAR_ITEMS as YAML:

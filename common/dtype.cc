@@ -16,6 +16,7 @@ size_t dtype_size(DType dtype) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    case DType::kI8: return 1;
   }
   return 0;
 }
@@ -28,6 +29,7 @@ const char* dtype_name(DType dtype) {
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
     case DType::kU8: return "uint8";
+    case DType::kI8: return "int8";
   }
   return "unknown";
 }
@@ -41,6 +43,7 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (s == "int32" || s == "i32") return DType::kI32;
   if (s == "int64" || s == "i64") return DType::kI64;
   if (s == "uint8" || s == "u8") return DType::kU8;
+  if (s == "int8" || s == "i8") return DType::kI8;
   return std::nullopt;
 }
 

@@ -10,7 +10,9 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+// kI8 holds int8 weight-only quantized linear weights (docs/quantization.md); no checkpoint
+// is read as int8: the loader makes them from f32/f16/bf16.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8 };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);  // "float32", "float16", ...

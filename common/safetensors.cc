@@ -49,6 +49,7 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
+    case DType::kI8: return "I8";
   }
   return "?";
 }

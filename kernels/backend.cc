@@ -96,6 +96,22 @@ void Backend::linear_act(const TensorView& x, const TensorView& w, const TensorV
   linear_impl(x, w, bias, out, act);
 }
 
+void Backend::linear_int8(const TensorView& x, const TensorView& w, const TensorView& scales,
+                          const TensorView& bias, const TensorView& out, Activation act) {
+  check_f32_2d(x, "linear_int8 x");
+  check_f32_2d(out, "linear_int8 out");
+  TESSERA_CHECK(w.ndim == 2 && w.dtype == DType::kI8) << "int8 weight " << w.shape_string() << " " << dtype_name(w.dtype);
+  TESSERA_CHECK(scales.ndim == 2 && scales.dtype == DType::kF32) << "scales " << scales.shape_string();
+  TESSERA_CHECK_EQ(scales.dim(0), w.dim(0));
+  TESSERA_CHECK(scales.dim(1) > 0 && w.dim(1) % scales.dim(1) == 0 && (w.dim(1) / scales.dim(1)) % 32 == 0)
+      << "w " << w.shape_string() << " scales " << scales.shape_string();
+  TESSERA_CHECK_EQ(x.dim(1), w.dim(1)) << "x " << x.shape_string() << " w " << w.shape_string();
+  TESSERA_CHECK_EQ(out.dim(0), x.dim(0));
+  TESSERA_CHECK_EQ(out.dim(1), w.dim(0));
+  if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), w.dim(0));
+  linear_int8_impl(x, w, scales, bias, out, act);
+}
+
 void Backend::activate(const TensorView& x, Activation act) {
   TESSERA_CHECK(x.dtype == DType::kF32);
   if (act != Activation::kNone) activate_impl(x, act);

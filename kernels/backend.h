@@ -102,6 +102,11 @@ class Backend {
   // Fused: out = act(x · w^T + bias).
   void linear_act(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out,
                   Activation act);
+  // Int8 weight-only: out = act(x · dequant(w)^T + bias), w int8 [N, K] with one f32 scale
+  // per group of K / scales.dim(1) consecutive inputs of each row (scales f32 [N, groups];
+  // docs/quantization.md). The group is a multiple of 32.
+  void linear_int8(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
+                   const TensorView& out, Activation act = Activation::kNone);
   // In place: x = act(x).
   void activate(const TensorView& x, Activation act);
   // out[T, F] = act(gate[T, F]) * up[T, F] (SwiGLU with silu, GeGLU with a gelu).
@@ -163,6 +168,8 @@ class Backend {
                                       bool rms, const TensorView& out) = 0;
   virtual void linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
                            const TensorView& out, Activation act) = 0;
+  virtual void linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
+                                const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void activate_impl(const TensorView& x, Activation act) = 0;
   virtual void gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
                               int64_t in_stride, float* out, Activation act) = 0;

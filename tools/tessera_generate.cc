@@ -17,17 +17,13 @@
 #include <map>
 
 #include "worker/model_checkpoint.h"
+#include "worker/model_config.h"
 #include "common/logging.h"
-#include "common/private_temp_dir.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/config.h"
-#include "coordinator/cluster.h"
 #include "coordinator/engine.h"
-#include "coordinator/local_workers.h"
-#include "kernels/backend.h"
-#include "worker/executor.h"
-#include "worker/transformer.h"
-#include "worker/worker_runtime.h"
+#include "tools/lib/local_executor.h"
+#include "common/quantization_flags.h"
 
 namespace tessera {
 namespace {
@@ -49,6 +45,9 @@ struct Options {
   float top_p = 1.0f;
   uint64_t seed = 0;
   std::string dtype = "float32";
+  std::string quantize = "none";
+  int quantize_group = kDefaultQuantGroup;
+  std::vector<std::string> quantize_rules;
   std::string backend = "cpu";
   bool no_kernel_inject = false;
   std::string dump_logits;
@@ -134,55 +133,6 @@ StatusOr<std::vector<std::vector<int32_t>>> read_prompt_file(const std::string& 
   return prompts;
 }
 
-// --tensor-parallel N: N tessera-worker processes on this host, driven through the
-// coordinator's WorkerGroup exactly as a deployment is.
-struct TpRuntime {
-  PrivateTempDir dir;  // the workers' config and control socket
-  std::unique_ptr<WorkerGroup> group;
-  LocalWorkers workers;
-
-  static StatusOr<std::unique_ptr<TpRuntime>> start(const Options& o, DType dtype, const SchedulerConfig& sc) {
-    auto rt = std::make_unique<TpRuntime>();
-    // A fresh private folder (mode 0700) for the workers' configuration and control socket;
-    // one a kill -9 left behind is removed by the next run (common/private_temp_dir.h).
-    remove_stale_private_temp_dirs("tessera-gen");
-    TESSERA_ASSIGN_OR_RETURN(rt->dir, PrivateTempDir::create("tessera-gen"));
-    TesseraConfig c;
-    c.source = "tessera-generate";
-    c.model.path = std::filesystem::absolute(o.model).string();
-    c.model.dtype = dtype;
-    c.model.kernel_inject = !o.no_kernel_inject;
-    c.parallel.tensor_parallel = o.tensor_parallel;
-    c.cache.block_size = sc.block_size;
-    c.cache.num_blocks = sc.num_blocks;
-    c.server.control = "ipc://" + rt->dir.path() + "/control.ipc";
-    c.worker.backend = o.backend == "cuda" ? BackendKind::kCuda : BackendKind::kCpu;
-    c.worker.threads = o.threads;
-    TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
-    TESSERA_RETURN_IF_ERROR(validate_config(c));
-    // Checked here, once, rather than have every worker fail with the same message.
-    TESSERA_RETURN_IF_ERROR(check_deployment(c).status());
-    TESSERA_ASSIGN_OR_RETURN(const std::string config_path, rt->dir.write_file("config.yaml", worker_config_yaml(c)));
-    ClusterOptions co;
-    co.config = c;
-    co.kv_dtype = dtype;
-    co.group_name = "gen-" + std::to_string(getpid());
-    TESSERA_ASSIGN_OR_RETURN(Cluster cluster, start_cluster(co));
-    rt->group = std::move(cluster.group);
-    // Workers log warnings only, unless the user asked for more.
-    setenv("TESSERA_LOG_LEVEL", "warn", /*overwrite=*/0);
-    TESSERA_RETURN_IF_ERROR(rt->workers.start(executable_dir() + "/tessera-worker", config_path, o.tensor_parallel));
-    TESSERA_RETURN_IF_ERROR(rt->group->wait_until_ready(std::chrono::minutes(10)));
-    return rt;
-  }
-
-  ~TpRuntime() {
-    if (group) group->shutdown("generation finished");
-    workers.stop();
-    dir.remove();
-  }
-};
-
 Status run(const Options& o) {
   auto dtype = parse_float_dtype(o.dtype);
   if (!dtype) {
@@ -249,24 +199,18 @@ Status run(const Options& o) {
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
   // In this process (TP 1), or through the coordinator/worker runtime (TP > 1).
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Transformer> model;
-  std::unique_ptr<Executor> executor;
+  LocalExecutorOptions lo;
+  lo.model = o.model;
+  lo.dtype = *dtype;
+  lo.kernel_inject = !o.no_kernel_inject;
+  lo.tensor_parallel = o.tensor_parallel;
+  lo.backend = o.backend;
+  lo.threads = o.threads;
+  lo.program = "tessera-gen";
+  TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> local, LocalExecutor::start(lo, sc));
   std::unique_ptr<LogitRecorder> recorder;
-  std::unique_ptr<TpRuntime> cluster;
-  StepExecutor* runner = nullptr;
-  if (o.tensor_parallel == 1) {
-    TESSERA_ASSIGN_OR_RETURN(backend, make_backend(o.backend, o.threads));
-    ModelLoadOptions lo;
-    lo.dtype = *dtype;
-    lo.kernel_inject = !o.no_kernel_inject;
-    TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(o.model, lo, *backend));
-    executor = std::make_unique<Executor>(*model, *backend, sc.block_size, sc.num_blocks, model->dtype());
-    runner = executor.get();
-  } else {
-    TESSERA_ASSIGN_OR_RETURN(cluster, TpRuntime::start(o, *dtype, sc));
-    runner = cluster->group.get();
-  }
+  StepExecutor* runner = &local->executor();
   if (!o.dump_logits.empty()) {
     recorder = std::make_unique<LogitRecorder>(*runner);
     runner = recorder.get();
@@ -352,6 +296,12 @@ int main(int argc, char** argv) {
                                   "random seed for sampling (prompt i uses seed + i) (default: none, each sequence "
                                   "seeded from its id)");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
+  app.add_option("--quantize", o.quantize, "weight quantization: none or int8 (model.quantization)")
+      ->capture_default_str();
+  app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale, a multiple of 32 in [32, 256]")
+      ->capture_default_str();
+  app.add_option("--quantize-rule", o.quantize_rules,
+                 "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");

@@ -27,7 +27,7 @@ std::string default_model() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path, model, host, backend, dtype;
+  std::string config_path, model, host, backend, dtype, quantize;
   int port = -1, tensor_parallel = 0, threads = -1;
   std::vector<std::string> overrides;
   CLI::App app{"tessera-serve: OpenAI-compatible server with its local tensor-parallel workers"};
@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype,
                  "weight type: float32, float16 or bfloat16 (model.dtype) (default: float16; float32 without --config)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  app.add_option("--quantize", quantize,
+                 "weight quantization: none or int8 (model.quantization; docs/quantization.md) (default: none)")
+      ->check(CLI::IsMember({"none", "int8"}));
   app.add_option("--host", host, "HTTP host (server.http.host) (default: 127.0.0.1)");
   app.add_option("--port", port, "HTTP port, 0 = any free port (server.http.port) (default: 8000)")
       ->check(CLI::Range(0, 65535));
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> flags = overrides;
   if (!model.empty()) flags.push_back("model.path=" + model);
   if (!dtype.empty()) flags.push_back("model.dtype=" + dtype);
+  if (!quantize.empty()) flags.push_back("model.quantization=" + quantize);
   if (threads >= 0) flags.push_back("worker.threads=" + std::to_string(threads));
   if (!host.empty()) flags.push_back("server.http.host=" + host);
   if (port >= 0) flags.push_back("server.http.port=" + std::to_string(port));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "worker/weight_quantization.h"
+
 namespace tessera {
 namespace {
 
@@ -419,7 +421,8 @@ Status load_mlp(WeightReader& r, const ModelConfig& c, int layer, const WeightLo
 }
 
 int64_t bytes_of(const LinearWeights& l) {
-  return static_cast<int64_t>((l.w.empty() ? 0 : l.w.nbytes()) + (l.b.empty() ? 0 : l.b.nbytes()));
+  return static_cast<int64_t>((l.w.empty() ? 0 : l.w.nbytes()) + (l.b.empty() ? 0 : l.b.nbytes()) +
+                              (l.scales.empty() ? 0 : l.scales.nbytes()));
 }
 
 int64_t bytes_of(const MlpWeights& e) {
@@ -477,6 +480,8 @@ StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& c,
                                           const WeightLoadOptions& options) {
   const ArchSpec& a = *c.arch;
+  // GPTQ/AWQ tensors would otherwise surface as a missing ".weight" tensor.
+  TESSERA_RETURN_IF_ERROR(check_not_prequantized(checkpoint));
   WeightReader r(checkpoint, options.dtype, a.conv1d_weights);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
@@ -522,7 +527,9 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
     TESSERA_ASSIGN_OR_RETURN(mw.lm_head.w, r.load(head_name, {c.vocab, c.hidden}, vocab_rows));
     TESSERA_ASSIGN_OR_RETURN(mw.lm_head.b, r.load_optional(bias_name(head_name), {c.vocab}, vocab_rows));
   }
-  mw.total_bytes = r.total_bytes();
+  TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta,
+                           quantize_model_weights(mw, c, checkpoint, options.quant, options.plan));
+  mw.total_bytes = r.total_bytes() + quantized_delta;
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());
   for (const LayerWeights& lw : mw.layers) decode += layer_decode_bytes(lw, c);
   mw.decode_bytes_per_token = decode;
@@ -538,6 +545,7 @@ void place(Tensor& t, Backend& backend) {
 void place(LinearWeights& l, Backend& backend) {
   place(l.w, backend);
   place(l.b, backend);
+  place(l.scales, backend);
 }
 
 void place(MlpWeights& m, Backend& backend) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/quantization.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/backend.h"
@@ -16,8 +17,9 @@
 namespace tessera {
 
 struct LinearWeights {
-  Tensor w;  // [out, in]
+  Tensor w;  // [out, in]: the compute dtype, or int8 (docs/quantization.md)
   Tensor b;  // [out] or empty
+  Tensor scales;  // int8 w only: f32 [out, in / group]
 };
 
 // One MLP: a dense layer's, one expert's, or a shared expert's. gate and gate_up only when
@@ -93,6 +95,9 @@ struct WeightLoadOptions {
   // A group (attention; a dense MLP; one expert) is split when its output projection is
   // row-parallel, and then its input projections must be column-parallel.
   const TpPlan* plan = nullptr;
+  // Int8 weight-only quantization of the selected linears, slice by slice, after loading
+  // (worker/weight_quantization.h).
+  QuantizationOptions quant;
 };
 
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config,

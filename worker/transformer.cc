@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.kernel_inject = options.kernel_inject;
   wo.shard = shard.value();
   wo.plan = options.plan;
+  wo.quant = options.quant;
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   // From here on the weights live where the backend keeps them (CUDA: device memory).
@@ -222,16 +223,26 @@ void Transformer::layer_forward(int l, const TensorView& x, const TensorView* pe
   if (!lw.post_mlp_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_mlp_norm_w, lw.post_mlp_norm_b, delta);
 }
 
+void Transformer::project(const LinearWeights& w, const TensorView& x, const TensorView& out, Activation act) {
+  if (w.w.dtype() == DType::kI8) {
+    backend_.linear_int8(x, w.w, w.scales, w.b, out, act);
+  } else if (act == Activation::kNone) {
+    backend_.linear(x, w.w, w.b, out);
+  } else {
+    backend_.linear_act(x, w.w, w.b, out, act);
+  }
+}
+
 void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
   if (!weights_.vocab_split) {
-    backend_.linear(normed, weights_.lm_head.w, weights_.lm_head.b, logits);
+    project(weights_.lm_head, normed, logits);
     return;
   }
   // Each rank computes its vocabulary columns, padded to the common chunk width so the
   // all-gather moves equal parts; the pieces are assembled into [rows, vocab].
   const int64_t R = normed.dim(0), chunk = shard_.vocab, world = comm_->world_size(), V = config_.vocab;
   Tensor part = backend_.alloc({R, shard_.vocab_rows}, DType::kF32);
-  backend_.linear(normed, weights_.lm_head.w, weights_.lm_head.b, part.view());
+  project(weights_.lm_head, normed, part.view());
   std::vector<float> mine(R * chunk, 0.0f);
   for (int64_t r = 0; r < R; ++r) {
     backend_.copy_to_host(part.view().rows(r, 1), mine.data() + r * chunk);
@@ -276,7 +287,7 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   if (kernel_inject_) {
     const int64_t width = q_width + 2 * kv_width;
     qkv_buf = backend_.alloc({T, width}, DType::kF32);
-    backend_.linear(h, lw.qkv.w, lw.qkv.b, qkv_buf.view());
+    project(lw.qkv, h, qkv_buf.view());
     float* base = qkv_buf.data<float>();
     q = base;
     k = base + q_width;
@@ -286,9 +297,9 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
     q_buf = backend_.alloc({T, q_width}, DType::kF32);
     k_buf = backend_.alloc({T, kv_width}, DType::kF32);
     v_buf = backend_.alloc({T, kv_width}, DType::kF32);
-    backend_.linear(h, lw.q.w, lw.q.b, q_buf.view());
-    backend_.linear(h, lw.k.w, lw.k.b, k_buf.view());
-    backend_.linear(h, lw.v.w, lw.v.b, v_buf.view());
+    project(lw.q, h, q_buf.view());
+    project(lw.k, h, k_buf.view());
+    project(lw.v, h, v_buf.view());
     q = q_buf.data<float>();
     k = k_buf.data<float>();
     v = v_buf.data<float>();
@@ -312,7 +323,7 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   params.window = spec.window;
   params.alibi_slopes = alibi_slopes_.view();
   backend_.attention(q, q_stride, q_heads_, batch, cache.k(layer), cache.v(layer), params, attn.view(), gqa_);
-  backend_.linear(attn.view(), lw.o.w, lw.o.b, delta);
+  project(lw.o, attn.view(), delta);
   if (!lw.attn_split) return false;
   if (defer_reduce) return true;
   all_reduce(delta);
@@ -327,23 +338,23 @@ void Transformer::mlp(const MlpWeights& w, const TensorView& h, const TensorView
   const bool gated = !w.gate_up.w.empty() || !w.gate.w.empty();
   if (!gated) {
     if (kernel_inject_) {
-      backend_.linear_act(h, w.up.w, w.up.b, hidden.view(), act);
+      project(w.up, h, hidden.view(), act);
     } else {
-      backend_.linear(h, w.up.w, w.up.b, hidden.view());
+      project(w.up, h, hidden.view());
       backend_.activate(hidden.view(), act);
     }
   } else if (kernel_inject_) {
     Tensor gu = backend_.alloc({T, 2 * F}, DType::kF32);
-    backend_.linear(h, w.gate_up.w, w.gate_up.b, gu.view());
+    project(w.gate_up, h, gu.view());
     backend_.gated_act_packed(gu.view(), hidden.view(), act);
   } else {
     Tensor g = backend_.alloc({T, F}, DType::kF32);
     Tensor u = backend_.alloc({T, F}, DType::kF32);
-    backend_.linear(h, w.gate.w, w.gate.b, g.view());
-    backend_.linear(h, w.up.w, w.up.b, u.view());
+    project(w.gate, h, g.view());
+    project(w.up, h, u.view());
     backend_.gated_act(g.view(), u.view(), hidden.view(), act);
   }
-  backend_.linear(hidden.view(), w.down.w, w.down.b, out);
+  project(w.down, hidden.view(), out);
 }
 
 bool Transformer::mlp_block(int layer, const TensorView& h, const TensorView& delta, bool defer_reduce) {
@@ -363,7 +374,7 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
   const int64_t T = h.dim(0), E = config_.num_experts;
   const int top_k = static_cast<int>(config_.top_k);
   Tensor router_logits = backend_.alloc({T, E}, DType::kF32);
-  backend_.linear(h, lw.router.w, lw.router.b, router_logits.view());
+  project(lw.router, h, router_logits.view());
   Tensor weights = backend_.alloc({T, top_k}, DType::kF32);
   Tensor ids = backend_.alloc({T, top_k}, DType::kI32);
   backend_.moe_topk(router_logits.view(), top_k, config_.moe_normalize, weights.view(), ids.view());
@@ -411,7 +422,7 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
     Tensor out = backend_.alloc({T, config_.hidden}, DType::kF32);
     mlp(lw.shared, h, out.view());
     Tensor gate = backend_.alloc({T, 1}, DType::kF32);
-    backend_.linear(h, lw.shared_gate.w, lw.shared_gate.b, gate.view());
+    project(lw.shared_gate, h, gate.view());
     std::vector<float> g(T);
     backend_.copy_to_host(gate.view(), g.data());
     std::vector<int32_t> all(T);

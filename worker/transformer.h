@@ -26,6 +26,7 @@ struct ModelLoadOptions {
   // (nullptr = split everything that can be split).
   Communicator* comm = nullptr;
   const TpPlan* plan = nullptr;
+  QuantizationOptions quant;  // int8 weight-only (docs/quantization.md); none by default
 };
 
 class Transformer {
@@ -61,6 +62,9 @@ class Transformer {
   // Sums a row-parallel group's partial output over the ranks (a no-op for one rank).
   void all_reduce(const TensorView& partial);
   void lm_head(const TensorView& normed, const TensorView& logits);
+  // out = act(x · w^T + b) for any storage of w: f32/f16/bf16, or int8 with its scales.
+  void project(const LinearWeights& w, const TensorView& x, const TensorView& out,
+               Activation act = Activation::kNone);
   // The sub-blocks write their output to `delta`. With `defer_reduce` a split group's
   // output is left as this rank's partial sum (the caller reduces it together with the
   // other branch of a parallel block); the return value says whether it was.

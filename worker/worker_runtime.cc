@@ -207,6 +207,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.kernel_inject = a.kernel_inject;
     mo.comm = comm.get();
     mo.plan = &plan;
+    mo.quant = quantization_options(config.model);
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
     executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype);
     TESSERA_LOG_INFO("rank {}/{} loaded {} ({} MB of weights, {} KV blocks)", a.rank, a.world_size, a.model_path,

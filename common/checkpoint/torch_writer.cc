@@ -37,6 +37,7 @@ const char* storage_class(DType dtype) {
     case DType::kI32: return "IntStorage";
     case DType::kI64: return "LongStorage";
     case DType::kU8: return "ByteStorage";
+    case DType::kI8: return "CharStorage";
   }
   return "FloatStorage";
 }

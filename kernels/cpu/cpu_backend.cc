@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/linear_int8.h"
 
 namespace tessera {
 namespace {
@@ -186,19 +187,29 @@ void CpuBackend::residual_add_norm_impl(const TensorView& residual, const Tensor
   }
 }
 
+namespace {
+// A linear's bias as f32: itself, or widened into *storage (biases are tiny: once per call).
+const float* f32_bias(const TensorView& bias, Tensor* storage) {
+  if (bias.empty()) return nullptr;
+  if (bias.dtype == DType::kF32) return bias.as<float>();
+  *storage = Tensor::zeros({bias.numel()}, DType::kF32);
+  convert_elements(bias.data, bias.dtype, storage->data<float>(), DType::kF32, bias.numel());
+  return storage->data<float>();
+}
+}  // namespace
+
+void CpuBackend::linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
+                                  const TensorView& bias, const TensorView& out, Activation act) {
+  Tensor bias_f32;
+  const float* b = f32_bias(bias, &bias_f32);
+  cpu::linear_int8(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.as<int8_t>(), scales.as<float>(),
+                   w.dim(1) / scales.dim(1), w.dim(0), b, out.as<float>(), out.dim(1), act);
+}
+
 void CpuBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
                              const TensorView& out, Activation act) {
-  const float* b = nullptr;
   Tensor bias_f32;
-  if (!bias.empty()) {
-    if (bias.dtype == DType::kF32) {
-      b = bias.as<float>();
-    } else {  // biases are tiny: widen once per call
-      bias_f32 = Tensor::zeros({bias.numel()}, DType::kF32);
-      convert_elements(bias.data, bias.dtype, bias_f32.data<float>(), DType::kF32, bias.numel());
-      b = bias_f32.data<float>();
-    }
-  }
+  const float* b = f32_bias(bias, &bias_f32);
   cpu::linear(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.data, w.dtype, w.dim(0), b,
               out.as<float>(), out.dim(1), act);
 }

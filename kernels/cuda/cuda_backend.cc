@@ -257,6 +257,36 @@ void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const Te
   after_launch("linear (bias/activation epilogue)");
 }
 
+// Int8 weights (kernels/cuda/linear_int8.cu): the GEMV kernel for decode-sized M, else the
+// weights dequantized to f32 in the workspace and cuBLAS's f32 GEMM (as linear_impl's f32 case).
+void CudaBackend::linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
+                                   const TensorView& bias, const TensorView& out, Activation act) {
+  require_device({{&x, "x"}, {&out, "out"}}, "linear_int8");
+  require_placed({{&w, "w"}, {&scales, "scales"}, {&bias, "bias"}}, "linear_int8");
+  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0), group = K / scales.dim(1);
+  if (M == 0 || N == 0) return;
+  float* y = out.as<float>();
+  if (M <= cuda::launch::kInt8GemvMaxRows) {
+    // The epilogue below handles every bias dtype; without a bias the kernel applies `act`.
+    cuda::launch::linear_int8_gemv(x.as<float>(), M, K, w.as<int8_t>(), scales.as<float>(), group, N, nullptr, y,
+                                   bias.empty() ? act : Activation::kNone, stream_);
+    after_launch("linear_int8 (gemv)");
+    if (bias.empty()) return;
+  } else {
+    float* wf = static_cast<float*>(workspace_->get(static_cast<size_t>(N * K) * sizeof(float), stream_));
+    cuda::launch::dequantize_int8(w.as<int8_t>(), scales.as<float>(), group, N, K, wf, stream_);
+    after_launch("linear_int8 (dequantize)");
+    const float alpha = 1.0f, beta = 0.0f;
+    TESSERA_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+                                      checked_int(K, "K"), &alpha, wf, CUDA_R_32F, static_cast<int>(K), x.data,
+                                      CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (sync_every_launch_) after_launch("linear_int8 (cuBLAS)");
+  }
+  cuda::launch::bias_act(y, M, N, bias.empty() ? nullptr : bias.data, bias.dtype, act, stream_);
+  after_launch("linear_int8 (bias/activation epilogue)");
+}
+
 void CudaBackend::activate_impl(const TensorView& x, Activation act) {
   require_device({{&x, "x"}}, "activate");
   cuda::launch::activate(x.as<float>(), x.numel(), act, stream_);

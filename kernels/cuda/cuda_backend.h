@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
                               const TensorView& beta, float eps, bool rms, const TensorView& out) override;
   void linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out,
                    Activation act) override;
+  void linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
+                        const TensorView& out, Activation act) override;
   void activate_impl(const TensorView& x, Activation act) override;
   void gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width, int64_t in_stride,
                       float* out, Activation act) override;

@@ -34,6 +34,16 @@ void norm(float* x, const float* delta, const void* gamma, DType gamma_dtype, co
 void head_rms_norm(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
                    const void* gamma, DType gamma_dtype, float eps, Stream stream);
 
+// ---- linear_int8.cu --------------------------------------------------------------------------
+// Int8 weight-only linear (Backend::linear_int8): w int8 [N, K], scales f32 [N, K / group],
+// group a multiple of 32. gemv: y[M, N] = act(x[M, K] · dequant(w)^T + bias) for
+// M <= kInt8GemvMaxRows, x rows K apart (bias f32 or nullptr). dequantize: out[N, K] f32.
+inline constexpr int kInt8GemvMaxRows = 8;
+void linear_int8_gemv(const float* x, int64_t M, int64_t K, const int8_t* w, const float* scales, int64_t group,
+                      int64_t N, const float* bias, float* y, Activation act, Stream stream);
+void dequantize_int8(const int8_t* w, const float* scales, int64_t group, int64_t N, int64_t K, float* out,
+                     Stream stream);
+
 // ---- elementwise.cu -------------------------------------------------------------------------
 // Activations are kernels/cpu/activations.h's formulas, in f32; kNone is the identity.
 // out[i] = (dtype) in[i], round to nearest even (the f16/bf16 copy of a GEMM input).

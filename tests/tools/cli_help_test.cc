@@ -70,6 +70,7 @@ TEST(CliHelp, EveryOptionShowsItsDefault) {
       {"tessera-tokenize", ""},       {"tessera-worker", ""},          {"tessera-coordinator", ""},
       {"tessera-curve-keygen", ""},   {"tessera-loadgen", ""},         {"tessera-bench", ""},
       {"tessera-cli", ""},            {"tessera-cli", "complete"},     {"tessera-cli", "chat"},
+      {"tessera-perplexity", ""},
   };
   for (const auto& [program, sub] : programs) {
     if (program == "tessera-bench" && !TESSERA_HAS_BENCH) {

@@ -1,0 +1,93 @@
+// Int8 weight-only linear layer against bf16 weights, the two interleaved round by round in
+// one process (the machine is shared: a load change hits both alike), on a 4096 x 4096 layer
+// whose weights rotate through ~6x the L3 so they come from DRAM as in a decode step.
+// Prints, per M, the median time per call of each, the weight bytes each streams (int8: the
+// bytes plus one f32 scale per group) and the int8 / bf16 speed ratios: the weight-only
+// kernels (x exact, the default) and the int8-activation dot-product kernels
+// (cpu::detail::Int8LinearOptions::int8_activations).
+//
+//   build/bin/linear_int8_bench [ROUNDS] [GROUP]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/quantization.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/linear_int8.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kN = 4096, kK = 4096;
+constexpr size_t kColdBytes = size_t{192} << 20;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
+  const int64_t group = argc > 2 ? std::atoi(argv[2]) : kDefaultQuantGroup;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+  std::vector<float> w(kN * kK);
+  for (float& v : w) v = u(rng);
+  // Copies of the same matrix so every call reads its weights from DRAM.
+  const int64_t bf16_copies = std::max<int64_t>(1, static_cast<int64_t>(kColdBytes / (kN * kK * 2)));
+  const int64_t int8_copies = std::max<int64_t>(1, static_cast<int64_t>(kColdBytes / (kN * kK)));
+  std::vector<uint16_t> wb(static_cast<size_t>(bf16_copies * kN * kK));
+  for (int64_t c = 0; c < bf16_copies; ++c)
+    for (int64_t i = 0; i < kN * kK; ++i) wb[static_cast<size_t>(c * kN * kK + i)] = f32_to_bf16(w[i]);
+  std::vector<int8_t> wq(static_cast<size_t>(int8_copies * kN * kK));
+  std::vector<float> sq(static_cast<size_t>(int8_copies * kN * (kK / group)));
+  for (int64_t c = 0; c < int8_copies; ++c)
+    cpu::quantize_int8(w.data(), DType::kF32, kN, kK, group, wq.data() + c * kN * kK, sq.data() + c * kN * (kK / group));
+  const double bf16_bytes = 2.0 * kN * kK, int8_bytes = 1.0 * kN * kK + 4.0 * kN * (kK / group);
+  std::printf("linear %lld x %lld, group %lld, isa %s, %d rounds (medians)\n", static_cast<long long>(kN),
+              static_cast<long long>(kK), static_cast<long long>(group), cpu::cpu_isa_name(cpu::active_cpu_isa()), rounds);
+  std::printf("| M | bf16 ms | int8 ms | int8 dot ms | bf16 weight GB/s | int8 weight GB/s | int8 / bf16 | int8 dot / bf16 |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int64_t M : {1, 8, 32, 128}) {
+    std::vector<float> x(M * kK), y(M * kN);
+    for (float& v : x) v = u(rng);
+    // Enough calls per round that one round reads every copy at least once.
+    const int calls = static_cast<int>(std::max(bf16_copies, int8_copies));
+    std::vector<double> tb, tq, td;
+    int64_t nb = 0, nq = 0, nd = 0;
+    cpu::detail::Int8LinearOptions dot;
+    dot.int8_activations = true;
+    for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
+      auto t0 = Clock::now();
+      for (int c = 0; c < calls; ++c, ++nb)
+        cpu::linear(x.data(), M, kK, kK, wb.data() + (nb % bf16_copies) * kN * kK, DType::kBF16, kN, nullptr, y.data(),
+                    kN, Activation::kNone);
+      auto t1 = Clock::now();
+      for (int c = 0; c < calls; ++c, ++nq)
+        cpu::linear_int8(x.data(), M, kK, kK, wq.data() + (nq % int8_copies) * kN * kK,
+                         sq.data() + (nq % int8_copies) * kN * (kK / group), group, kN, nullptr, y.data(), kN,
+                         Activation::kNone);
+      auto t2 = Clock::now();
+      for (int c = 0; c < calls; ++c, ++nd)
+        cpu::detail::linear_int8_with(dot, x.data(), M, kK, kK, wq.data() + (nd % int8_copies) * kN * kK,
+                                      sq.data() + (nd % int8_copies) * kN * (kK / group), group, kN, nullptr, y.data(),
+                                      kN, Activation::kNone);
+      auto t3 = Clock::now();
+      if (r == 0) continue;
+      tb.push_back(std::chrono::duration<double>(t1 - t0).count() / calls);
+      tq.push_back(std::chrono::duration<double>(t2 - t1).count() / calls);
+      td.push_back(std::chrono::duration<double>(t3 - t2).count() / calls);
+    }
+    const double b = median(tb), q = median(tq), dd = median(td);
+    std::printf("| %lld | %.3f | %.3f | %.3f | %.1f | %.1f | %.2fx | %.2fx |\n", static_cast<long long>(M), b * 1e3,
+                q * 1e3, dd * 1e3, bf16_bytes / b / 1e9, int8_bytes / q / 1e9, b / q, b / dd);
+  }
+  return 0;
+}

@@ -1,0 +1,52 @@
+#pragma once
+// Weight quantization as the configuration names it (`model.quantization`,
+// `model.quantization_group`, `model.quantization_rules`; docs/quantization.md). The loader
+// (worker/weight_quantization.h) applies it; the kernels (kernels/cpu/linear_int8.h and the
+// CUDA one) compute with it.
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+namespace tok {
+class Regex;
+}
+
+enum class WeightQuantization : uint8_t {
+  kNone,  // weights in the compute dtype (model.dtype)
+  kInt8,  // symmetric int8, one f32 scale per group of consecutive input elements of each output row
+};
+const char* weight_quantization_name(WeightQuantization q);  // "none", "int8"
+// "none" / "int8"; nullopt for anything else.
+std::optional<WeightQuantization> parse_weight_quantization(std::string_view name);
+
+// Group sizes a user may choose: a multiple of 32 in [32, 256] (the SIMD kernels read a group
+// as whole 16- and 32-lane vectors).
+inline constexpr int kMinQuantGroup = 32;
+inline constexpr int kMaxQuantGroup = 256;
+// 64 divides every input dimension of the bundled and fixture models (kjv-llama's hidden size
+// is 192) and costs 1/16 byte of scale per weight; docs/quantization.md has the measurements.
+inline constexpr int kDefaultQuantGroup = 64;
+bool valid_quant_group(int group);
+
+// One ordered override of which linear weights are quantized: the first rule whose regex is
+// found in a linear weight's checkpoint name decides (int8 or kept in the compute dtype).
+struct QuantRuleConfig {
+  std::string match;  // PCRE2 regex, searched (unanchored) in the tensor name
+  WeightQuantization quantize = WeightQuantization::kInt8;
+  std::shared_ptr<const tok::Regex> regex;  // compiled when the config is read
+  bool operator==(const QuantRuleConfig& o) const { return match == o.match && quantize == o.quantize; }
+};
+
+// What the weight loader needs; made from the configuration's model section or from a
+// command line's --quantize.
+struct QuantizationOptions {
+  WeightQuantization kind = WeightQuantization::kNone;
+  int group = kDefaultQuantGroup;
+  std::vector<QuantRuleConfig> rules;
+  bool enabled() const { return kind != WeightQuantization::kNone; }
+};
+
+}  // namespace tessera

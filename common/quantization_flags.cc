@@ -1,0 +1,35 @@
+#include "common/quantization_flags.h"
+
+#include "common/config.h"
+
+namespace tessera {
+
+StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, int group,
+                                                      const std::vector<std::string>& rules) {
+  const std::optional<WeightQuantization> kind = parse_weight_quantization(quantize);
+  if (!kind) return invalid_argument("--quantize: unsupported \"" + quantize + "\" (expected none or int8)");
+  if (!valid_quant_group(group)) {
+    return invalid_argument("--quantize-group: expected a multiple of 32 in [32, 256], got " + std::to_string(group));
+  }
+  QuantizationOptions q;
+  q.kind = *kind;
+  q.group = group;
+  for (const std::string& text : rules) {
+    const size_t eq = text.rfind('=');
+    const std::optional<WeightQuantization> to =
+        eq == std::string::npos ? std::nullopt : parse_weight_quantization(text.substr(eq + 1));
+    if (eq == std::string::npos || eq == 0 || !to) {
+      return invalid_argument("--quantize-rule \"" + text + "\": expected REGEX=int8 or REGEX=none");
+    }
+    QuantRuleConfig rule;
+    rule.match = text.substr(0, eq);
+    rule.quantize = *to;
+    if (Status st = compile_quant_rule_regex(&rule); !st.is_ok())
+      return invalid_argument("--quantize-rule \"" + text + "\": " + st.message());
+    q.rules.push_back(std::move(rule));
+  }
+  if (!q.rules.empty() && !q.enabled()) return invalid_argument("--quantize-rule needs --quantize int8");
+  return q;
+}
+
+}  // namespace tessera

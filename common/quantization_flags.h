@@ -1,0 +1,16 @@
+#pragma once
+// The --quantize / --quantize-group / --quantize-rule flags of the one-process programs
+// (tessera-generate, tessera-perplexity, tessera-bench), checked with errors that name the flag. A rule is
+// REGEX=int8 or REGEX=none (model.quantization_rules; split at the last '=').
+#include <string>
+#include <vector>
+
+#include "common/quantization.h"
+#include "common/status.h"
+
+namespace tessera {
+
+StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, int group,
+                                                      const std::vector<std::string>& rules = {});
+
+}  // namespace tessera

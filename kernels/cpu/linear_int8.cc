@@ -1,0 +1,158 @@
+// The CPU int8 linear layer's front (linear_int8.h): checks, regime by M, the ISA flavour,
+// and the threading of both regimes.
+#include "kernels/cpu/linear_int8.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/cpu/linear_int8_kernels.h"
+
+namespace tessera::cpu {
+namespace {
+
+using detail::Int8LinearArgs;
+
+void gemv_range(CpuIsa isa, const Int8LinearArgs& a, int64_t n0, int64_t n1) {
+  switch (isa) {
+    case CpuIsa::kAvx512: detail::gemv_int8_avx512(a, 0, a.M, n0, n1); break;
+    case CpuIsa::kAvx2: detail::gemv_int8_avx2(a, 0, a.M, n0, n1); break;
+    case CpuIsa::kScalar: detail::gemv_int8_scalar(a, 0, a.M, n0, n1); break;
+  }
+}
+
+void dequantize(CpuIsa isa, const Int8LinearArgs& a, int64_t n0, int64_t n1, float* out) {
+  switch (isa) {
+    case CpuIsa::kAvx512: detail::dequantize_int8_avx512(a, n0, n1, out); break;
+    case CpuIsa::kAvx2: detail::dequantize_int8_avx2(a, n0, n1, out); break;
+    case CpuIsa::kScalar: detail::dequantize_int8_scalar(a, n0, n1, out); break;
+  }
+}
+
+constexpr int64_t kMinParallelMacs = 32 * 1024;
+
+// Decode: as the float GEMV (linear_cpu.cc), rows in ~256 KiB chunks taken dynamically by
+// the threads; an int8 row is K bytes plus K / group scales.
+void gemv(CpuIsa isa, const Int8LinearArgs& a) {
+  const int threads = omp_get_max_threads();
+  if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
+    gemv_range(isa, a, 0, a.N);
+    return;
+  }
+  const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * (a.K / a.group));
+  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
+  const int64_t chunks = (a.N + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t c = 0; c < chunks; ++c) gemv_range(isa, a, c * chunk, std::min(a.N, (c + 1) * chunk));
+}
+
+void dot_range(CpuIsa isa, const detail::Int8DotArgs& d, int64_t n0, int64_t n1) {
+  // AVX2's integer instructions serve AVX-512 CPUs too (an AVX-512 VNNI form is future work).
+  if (isa == CpuIsa::kScalar) {
+    detail::gemv_int8_dot_scalar(d, n0, n1);
+  } else {
+    detail::gemv_int8_dot_avx2(d, n0, n1);
+  }
+}
+
+// Decode with int8 activations: x quantized once per call (thread-local buffers, reused),
+// then the weight rows in chunks as gemv() does.
+void gemv_int8_activations(CpuIsa isa, const Int8LinearArgs& a) {
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  const int64_t groups = a.K / a.group;
+  xq.resize(static_cast<size_t>(a.M * a.K));
+  xs.resize(static_cast<size_t>(a.M * groups));
+  for (int64_t m = 0; m < a.M; ++m) {
+    quantize_int8(a.x + m * a.ldx, DType::kF32, 1, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+  }
+  const detail::Int8DotArgs d{&a, xq.data(), xs.data()};
+  const int threads = omp_get_max_threads();
+  if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
+    dot_range(isa, d, 0, a.N);
+    return;
+  }
+  const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * groups);
+  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
+  const int64_t chunks = (a.N + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t c = 0; c < chunks; ++c) dot_range(isa, d, c * chunk, std::min(a.N, (c + 1) * chunk));
+}
+
+// Rows per dequantized panel: ~1 MiB of f32 (it stays in L2 between dequantizing and the
+// sgemm that reads it), at least 32 rows, a multiple of 16.
+int64_t panel_rows(int64_t K) {
+  const int64_t rows = (int64_t{1} << 20) / (4 * std::max<int64_t>(K, 1));
+  return std::clamp<int64_t>(rows / 16 * 16, 32, 1024);
+}
+
+float* panel_buffer(int64_t floats) {
+  thread_local std::vector<float> buffer;  // reused: a fresh one would page-fault every call
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
+// Prefill: each OpenMP thread dequantizes and multiplies its own output columns with a
+// single-threaded OpenBLAS (one thread pool only; linear_gemm.cc explains why).
+void gemm(CpuIsa isa, const Int8LinearArgs& a) {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+  const int threads = omp_get_max_threads();
+  const int64_t panel = panel_rows(a.K);
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t per_thread = ((a.N + nt - 1) / nt + 15) / 16 * 16;
+    const int64_t n0 = std::min(a.N, tid * per_thread), n1 = std::min(a.N, n0 + per_thread);
+    float* buffer = n0 < n1 ? panel_buffer(std::min(panel, n1 - n0) * a.K) : nullptr;
+    for (int64_t p = n0; p < n1; p += panel) {
+      const int64_t rows = std::min(panel, n1 - p);
+      dequantize(isa, a, p, p + rows, buffer);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.M), static_cast<int>(rows),
+                  static_cast<int>(a.K), 1.0f, a.x, static_cast<int>(a.ldx), buffer, static_cast<int>(a.K), 0.0f,
+                  a.y + p, static_cast<int>(a.ldy));
+      if (a.bias != nullptr || a.act != Activation::kNone) {
+        for (int64_t m = 0; m < a.M; ++m) {
+          float* row = a.y + m * a.ldy;
+          for (int64_t n = p; n < p + rows; ++n) row[n] = detail::finish_output(row[n], a.bias, n, a.act);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
+                      const int8_t* w, const float* scales, int64_t group, int64_t N, const float* bias, float* y,
+                      int64_t ldy, Activation act) {
+  TESSERA_CHECK(M >= 0 && K >= 0 && N >= 0) << "M=" << M << " K=" << K << " N=" << N;
+  TESSERA_CHECK(group > 0 && group % 32 == 0 && K % group == 0) << "K=" << K << " group=" << group;
+  TESSERA_CHECK_GE(ldx, K);
+  TESSERA_CHECK_GE(ldy, N);
+  if (M == 0 || N == 0) return;
+  const Int8LinearArgs args{x, M, K, ldx, w, scales, group, N, bias, y, ldy, act};
+  const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
+  const bool use_gemv = options.path == LinearPath::kGemv ||
+                        (options.path == LinearPath::kAuto && M <= linear_int8_gemv_max_rows()) || K == 0;
+  if (use_gemv && options.int8_activations && K > 0) {
+    gemv_int8_activations(isa, args);
+  } else if (use_gemv) {
+    gemv(isa, args);
+  } else {
+    gemm(isa, args);
+  }
+}
+
+}  // namespace detail
+
+void linear_int8(const float* x, int64_t M, int64_t K, int64_t ldx, const int8_t* w, const float* scales,
+                 int64_t group, int64_t N, const float* bias, float* y, int64_t ldy, Activation act) {
+  detail::linear_int8_with(detail::Int8LinearOptions{}, x, M, K, ldx, w, scales, group, N, bias, y, ldy, act);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,55 @@
+#pragma once
+// The CPU int8 weight-only linear layer: y = x · dequant(W)^T (+ bias) (then an activation),
+// where W is int8 [N, K] with one float32 scale per group of `group` consecutive input
+// elements of each output row (dequant(W)[n, k] = W[n, k] * scales[n, k / group]).
+// Activations stay float32 (weight-only: x is never quantized).
+//
+// Two regimes, chosen by M (rows of x), like linear_cpu.h:
+//  - M <= linear_int8_gemv_max_rows() (decode): memory-bandwidth bound, one byte per weight.
+//    Each weight row is streamed once per tile of rows of x, widened int8 -> f32 in
+//    registers (AVX-512 / AVX2 / scalar); a group's products are summed apart and scaled
+//    once per group. x stays exact (weight-only).
+//    An alternative, measured in bench/linear_int8_bench.cc and tested but not the default:
+//    detail::Int8LinearOptions::int8_activations quantizes x too, per group like the weights,
+//    and a group becomes an exact integer dot product (AVX2 vpmaddubsw/vpmaddwd: 5
+//    instructions per 32 weights instead of 12; llama.cpp's q8_0 x q8_0), for CPUs where
+//    decode is compute-bound (docs/quantization.md).
+//  - larger M (prefill): compute bound. Panels of weight rows are dequantized to f32 and
+//    multiplied by OpenBLAS sgemm (a panel costs ~2 ops per weight against 2*M flops).
+// The SIMD flavour is the one linear() uses (active_cpu_isa(); TESSERA_CPU_ISA lowers it).
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/activation.h"
+#include "kernels/cpu/linear_cpu.h"
+
+namespace tessera::cpu {
+
+// Symmetric per-group quantization of W [N, K] (f32, f16 or bf16, rows K apart): for each
+// group, scale = max|w| / 127 and q = round-to-nearest-even(w / scale) in [-127, 127]; an
+// all-zero group has scale 0. q: [N, K]; scales: [N, K / group]. K % group must be 0.
+void quantize_int8(const void* w, DType w_dtype, int64_t N, int64_t K, int64_t group, int8_t* q, float* scales);
+
+// y[M, N] = x[M, K] · dequant(W)^T (+ bias[N]) (then `act`). Strides and aliasing rules as
+// linear() in linear_cpu.h; K % group == 0 and group % 32 == 0.
+void linear_int8(const float* x, int64_t M, int64_t K, int64_t ldx, const int8_t* w, const float* scales,
+                 int64_t group, int64_t N, const float* bias, float* y, int64_t ldy, Activation act);
+
+// Up to this many rows of x the GEMV kernel is used; above it, dequantize + sgemm
+// (bench/linear_bench.cc BM_Int8GemvGemmCrossover; docs/quantization.md).
+inline int64_t linear_int8_gemv_max_rows() { return 16; }
+
+namespace detail {
+struct Int8LinearOptions {
+  CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
+  LinearPath path = LinearPath::kAuto;
+  // The GEMV regime: false = the weight-only kernels that widen int8 to f32 (x exact, the
+  // default); true = x quantized per group too and integer dot products (see above).
+  bool int8_activations = false;
+};
+void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
+                      const int8_t* w, const float* scales, int64_t group, int64_t N, const float* bias, float* y,
+                      int64_t ldy, Activation act);
+}  // namespace detail
+
+}  // namespace tessera::cpu

@@ -1,0 +1,167 @@
+// The CPU int8 weight-only linear layer against a plain double-precision product with the
+// dequantized weights (q * scale, computed here independently of the kernels), over awkward
+// shapes (N not a multiple of any tile, M across the tile sizes and both regimes), every
+// group size, every instruction-set flavour this CPU has, with and without bias and an
+// activation; and the quantizer's own guarantees.
+//
+// Tolerance, per element: |y - ref| <= 1e-5 * sqrt(K) * max|x| * max|dequant(w)| + 1e-6 * |ref|
+// (f32 accumulation in any order, and the f32 activation), as tests/kernels/linear_cpu_test.cc.
+#include "kernels/cpu/linear_int8.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace tessera::cpu {
+namespace {
+
+using detail::Int8LinearOptions;
+using detail::LinearPath;
+
+struct Int8Case {
+  int64_t M, N, K, group;
+};
+
+double silu_reference(double v) { return v / (1.0 + std::exp(-v)); }
+
+class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (GetParam() > detected_cpu_isa())
+      GTEST_SKIP() << "SKIPPED: this CPU lacks " << cpu_isa_name(GetParam()) << " (has "
+                   << cpu_isa_name(detected_cpu_isa()) << ")";
+  }
+
+  void check(const Int8Case& c, LinearPath path, bool bias, Activation act, bool int8_activations = false) {
+    std::mt19937 rng(static_cast<uint32_t>(c.M * 7919 + c.N * 31 + c.K + c.group));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> w(c.N * c.K), x(c.M * c.K), b(c.N);
+    for (float& v : w) v = u(rng);
+    // Rows of very different magnitudes, and one all-zero group: scales must follow each group.
+    for (int64_t k = 0; k < c.K; ++k) w[k] *= 1e-3f;
+    for (int64_t k = 0; k < c.group && c.N > 1; ++k) w[c.K + k] = 0.0f;
+    for (float& v : x) v = u(rng);
+    for (float& v : b) v = u(rng);
+    std::vector<int8_t> q(c.N * c.K);
+    std::vector<float> scales(c.N * (c.K / c.group));
+    quantize_int8(w.data(), DType::kF32, c.N, c.K, c.group, q.data(), scales.data());
+
+    std::vector<float> y(c.M * c.N, std::nanf(""));
+    Int8LinearOptions opt;
+    opt.isa = GetParam();
+    opt.path = path;
+    opt.int8_activations = int8_activations;
+    detail::linear_int8_with(opt, x.data(), c.M, c.K, c.K, q.data(), scales.data(), c.group, c.N,
+                             bias ? b.data() : nullptr, y.data(), c.N, act);
+    // With int8 activations the kernel computes with x quantized by the same rule as w.
+    std::vector<float> xr = x;
+    if (int8_activations && path != LinearPath::kGemm) {
+      std::vector<int8_t> xq(c.M * c.K);
+      std::vector<float> xs(c.M * (c.K / c.group));
+      quantize_int8(x.data(), DType::kF32, c.M, c.K, c.group, xq.data(), xs.data());
+      for (int64_t i = 0; i < c.M * c.K; ++i) xr[i] = float(xq[i]) * xs[i / c.group];
+    }
+    double max_w = 0, max_x = 0;
+    for (int64_t i = 0; i < c.N * c.K; ++i)
+      max_w = std::max(max_w, std::fabs(double(q[i]) * scales[i / c.group]));
+    for (float v : x) max_x = std::max(max_x, double(std::fabs(v)));
+    const double abs_tol = 1e-5 * std::sqrt(double(c.K)) * max_x * max_w;
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        double ref = 0;
+        for (int64_t k = 0; k < c.K; ++k)
+          ref += double(q[n * c.K + k]) * double(scales[n * (c.K / c.group) + k / c.group]) * xr[m * c.K + k];
+        if (bias) ref += b[n];
+        if (act == Activation::kSilu) ref = silu_reference(ref);
+        ASSERT_NEAR(y[m * c.N + n], ref, abs_tol + 1e-6 * std::fabs(ref))
+            << "M=" << c.M << " N=" << c.N << " K=" << c.K << " group=" << c.group << " at (" << m << ", " << n << ")";
+      }
+    }
+  }
+};
+
+TEST_P(LinearInt8Test, GemvMatchesDequantizedReference) {
+  for (const Int8Case& c : {Int8Case{1, 1, 32, 32}, Int8Case{1, 37, 192, 64}, Int8Case{2, 19, 256, 128},
+                            Int8Case{3, 45, 512, 256}, Int8Case{4, 9, 96, 32}, Int8Case{5, 33, 192, 96},
+                            Int8Case{8, 70, 128, 64}, Int8Case{9, 5, 64, 32}, Int8Case{16, 17, 256, 64}}) {
+    check(c, LinearPath::kGemv, false, Activation::kNone);
+    check(c, LinearPath::kGemv, true, Activation::kSilu);
+  }
+}
+
+TEST_P(LinearInt8Test, Int8ActivationDotProductsMatchTheReferenceOfQuantizedX) {
+  for (const Int8Case& c : {Int8Case{1, 1, 32, 32}, Int8Case{1, 37, 192, 64}, Int8Case{2, 19, 256, 128},
+                            Int8Case{3, 45, 512, 256}, Int8Case{4, 9, 96, 32}, Int8Case{5, 33, 192, 96},
+                            Int8Case{7, 70, 128, 64}, Int8Case{16, 17, 256, 64}}) {
+    check(c, LinearPath::kGemv, false, Activation::kNone, /*int8_activations=*/true);
+    check(c, LinearPath::kGemv, true, Activation::kSilu, /*int8_activations=*/true);
+  }
+}
+
+TEST_P(LinearInt8Test, DequantizedGemmMatchesReference) {
+  for (const Int8Case& c : {Int8Case{1, 3, 64, 32}, Int8Case{17, 41, 192, 64}, Int8Case{40, 300, 256, 128},
+                            Int8Case{64, 1100, 96, 32}}) {
+    check(c, LinearPath::kGemm, false, Activation::kNone);
+    check(c, LinearPath::kGemm, true, Activation::kSilu);
+  }
+}
+
+TEST_P(LinearInt8Test, AutoRegimeOnBothSidesOfTheCrossover) {
+  const int64_t rows = linear_int8_gemv_max_rows();
+  check({rows, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone);
+  check({rows + 1, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, LinearInt8Test, ::testing::Values(CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<CpuIsa>& info) { return std::string(cpu_isa_name(info.param)); });
+
+// The quantizer: the largest |w| of a group maps to +-127, every weight is within half a
+// step of its value, a zero group has scale 0, and f16/bf16 sources quantize their own values.
+TEST(QuantizeInt8Test, PerGroupSymmetricRoundToNearest) {
+  const int64_t N = 3, K = 128, G = 32;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  std::vector<float> w(N * K);
+  for (float& v : w) v = d(rng);
+  for (int64_t k = 0; k < G; ++k) w[K + k] = 0.0f;  // row 1, group 0: all zero
+  w[2 * K + 40] = 3.0f;                             // an outlier only affects its own group
+  std::vector<int8_t> q(N * K);
+  std::vector<float> s(N * K / G);
+  quantize_int8(w.data(), DType::kF32, N, K, G, q.data(), s.data());
+  EXPECT_EQ(s[1 * (K / G) + 0], 0.0f);
+  EXPECT_FLOAT_EQ(s[2 * (K / G) + 1], 3.0f / 127.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < K / G; ++g) {
+      const float scale = s[n * (K / G) + g];
+      int max_q = 0;
+      for (int64_t k = g * G; k < (g + 1) * G; ++k) {
+        const int64_t i = n * K + k;
+        max_q = std::max(max_q, std::abs(int(q[i])));
+        EXPECT_LE(std::fabs(q[i] * scale - w[i]), 0.5f * scale * (1 + 1e-6f) + 1e-12f) << "n=" << n << " k=" << k;
+      }
+      if (scale > 0) EXPECT_EQ(max_q, 127) << "n=" << n << " group " << g;
+    }
+  }
+  // The same values stored as bf16 quantize to the same result as their f32 widening.
+  std::vector<uint16_t> h(N * K);
+  std::vector<float> widened(N * K);
+  for (int64_t i = 0; i < N * K; ++i) {
+    h[i] = f32_to_bf16(w[i]);
+    widened[i] = bf16_to_f32(h[i]);
+  }
+  std::vector<int8_t> qa(N * K), qb(N * K);
+  std::vector<float> sa(N * K / G), sb(N * K / G);
+  quantize_int8(h.data(), DType::kBF16, N, K, G, qa.data(), sa.data());
+  quantize_int8(widened.data(), DType::kF32, N, K, G, qb.data(), sb.data());
+  EXPECT_EQ(qa, qb);
+  EXPECT_EQ(sa, sb);
+}
+
+}  // namespace
+}  // namespace tessera::cpu

@@ -1,0 +1,147 @@
+// Int8 weight-only quantization as users reach it: tessera-generate --quantize int8 on
+// checkpoints made by tessera-make-checkpoint (no fixtures needed): it runs at tensor-parallel
+// 1 and 2 with the same tokens, and every bad input is one line on stderr naming what is
+// wrong — a group that does not divide an input dimension (also per tensor-parallel slice),
+// int8 asked for a tensor the plan keeps whole, a rule matching nothing, and checkpoints
+// already quantized in a format Tessera does not compute (GPTQ/AWQ tensors, config.json
+// quantization_config).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_support.h"
+#include "tests/tools/serve_process.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_command;
+
+class QuantizeCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::make_temp_dir("tessera-quant-cli");
+    llama_ = make("llama");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A tiny random-weight checkpoint (hidden 64, 4 heads of 16, ffn 128).
+  std::string make(const std::string& arch) {
+    const std::string out = dir_ + "/" + arch;
+    auto r = run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch " + arch + " --preset tiny --out " +
+                         testing::shell_quote(out) + " --seed 11");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return out;
+  }
+
+  testing::CommandResult generate(const std::string& model, const std::string& extra) {
+    return run_command(testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(model) +
+                       " --prompt-ids 1,5,9,13 --max-new-tokens 8 --json " + extra);
+  }
+
+  void expect_one_line_error(const testing::CommandResult& r, const std::string& needle) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
+  }
+
+  std::string copy(const std::string& model, const std::string& name) {
+    const std::string dst = dir_ + "/" + name;
+    fs::copy(model, dst, fs::copy_options::recursive);
+    return dst;
+  }
+
+  std::string dir_, llama_;
+};
+
+TEST_F(QuantizeCliTest, Int8RunsAndTensorParallelTwoPrintsWhatOneRankPrints) {
+  // Group 32 divides every input of every rank's slice (o_proj and down_proj inputs are 32
+  // and 64 wide on 2 ranks).
+  auto one = generate(llama_, "--quantize int8 --quantize-group 32");
+  auto two = generate(llama_, "--quantize int8 --quantize-group 32 --tensor-parallel 2");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["output_ids"], nlohmann::json::parse(two.out)["output_ids"]);
+  // The plain op path computes the same int8 products.
+  auto plain = generate(llama_, "--quantize int8 --quantize-group 32 --no-kernel-inject");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["output_ids"], nlohmann::json::parse(plain.out)["output_ids"]);
+}
+
+TEST_F(QuantizeCliTest, GroupNotDividingTheInputDimension) {
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 96"),
+                        "model.quantization_group 96 does not divide the input dimension 64");
+}
+
+TEST_F(QuantizeCliTest, GroupNotDividingOneRanksSlice) {
+  // Whole, o_proj's input is 64 wide; each of 2 ranks holds 32 of its columns.
+  // Each rank quantizes its own slice, so the refusal comes from the workers (whose logs go
+  // to stderr too); the program's own last line names the tensor and the slice.
+  ASSERT_EQ(generate(llama_, "--quantize int8 --quantize-group 64").exit_code, 0);
+  auto r = generate(llama_, "--quantize int8 --quantize-group 64 --tensor-parallel 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  std::string last = r.err.substr(0, r.err.size() - 1);
+  last = last.substr(last.rfind('\n') + 1);
+  EXPECT_EQ(last.rfind("tessera-generate: ", 0), 0u) << r.err;
+  EXPECT_NE(last.find("does not divide the input dimension 32 of \"model.layers.0.self_attn.o_proj.weight\" "
+                      "(this rank's matrix is [64, 32])"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(QuantizeCliTest, Int8ForATensorThePlanKeepsWhole) {
+  const std::string mixtral = make("mixtral");
+  expect_one_line_error(generate(mixtral, "--quantize int8 --quantize-group 32 --quantize-rule 'block_sparse_moe\\.gate\\.=int8'"),
+                        "is kept whole by the TP plan (role keep)");
+}
+
+TEST_F(QuantizeCliTest, RuleErrors) {
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'no_such_module=none'"),
+                        "matches no linear weight of this model");
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'embed_tokens=int8'"),
+                        "is the embedding, a lookup table");
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-rule 'lm_head'"), "expected REGEX=int8 or REGEX=none");
+  expect_one_line_error(generate(llama_, "--quantize-rule 'lm_head=int8'"), "--quantize-rule needs --quantize int8");
+  expect_one_line_error(generate(llama_, "--quantize int4"), "--quantize: unsupported \"int4\"");
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 48"), "--quantize-group: expected a multiple of 32");
+  // The LM head may be made int8 on purpose.
+  EXPECT_EQ(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'lm_head=int8'").exit_code, 0);
+}
+
+TEST_F(QuantizeCliTest, CheckpointWithQuantizationConfigIsRefused) {
+  const std::string m = copy(llama_, "gptq-config");
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(m + "/config.json"));
+  cfg["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
+  std::ofstream(m + "/config.json") << cfg.dump(2);
+  expect_one_line_error(generate(m, ""), "already quantized (quantization_config, quant_method gptq)");
+  expect_one_line_error(generate(m, "--quantize int8"), "already quantized");
+}
+
+TEST_F(QuantizeCliTest, CheckpointWithGptqTensorsIsRefused) {
+  // Renames q_proj's weight to GPTQ's packed name in the safetensors header (same bytes).
+  const std::string m = copy(llama_, "gptq-tensors");
+  const std::string path = m + "/model.safetensors";
+  std::string bytes = testing::read_file(path);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  header["model.layers.0.self_attn.q_proj.qweight"] = header["model.layers.0.self_attn.q_proj.weight"];
+  header.erase("model.layers.0.self_attn.q_proj.weight");
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  const uint64_t hn = h.size();
+  testing::write_file(path, std::string(reinterpret_cast<const char*>(&hn), 8) + h + bytes.substr(8 + n));
+  expect_one_line_error(generate(m, "--quantize int8"),
+                        "tensor \"model.layers.0.self_attn.q_proj.qweight\" belongs to a quantized checkpoint format");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,235 @@
+#include "worker/weight_quantization.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/tokenizer/regex.h"
+#include "kernels/cpu/linear_int8.h"
+#include "worker/arch_spec.h"
+
+namespace tessera {
+namespace {
+
+// Tensor-name endings of quantized checkpoint formats: GPTQ / AWQ (qweight, qzeros, scales,
+// g_idx), bitsandbytes (SCB, weight_format, quant_state), compressed-tensors
+// (weight_packed, weight_scale, weight_zero_point).
+constexpr const char* kQuantizedSuffixes[] = {".qweight", ".qzeros", ".scales", ".g_idx", ".SCB", ".weight_format",
+                                              ".weight_packed", ".weight_scale", ".weight_zero_point", ".absmax",
+                                              ".quant_map", ".quant_state"};
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// One linear weight of the loaded shard and the checkpoint tensors its rows came from.
+struct Candidate {
+  LinearWeights* weights;
+  std::vector<std::string> sources;
+  TpRole structural_role;  // what the built-in policy gives it (used when there is no plan)
+};
+
+class Selector {
+ public:
+  Selector(const ModelConfig& c, const Checkpoint& ckpt, const QuantizationOptions& q, const TpPlan* plan)
+      : c_(c), ckpt_(ckpt), q_(q), plan_(plan), rule_used_(q.rules.size(), false) {}
+
+  // The first alternative of an "a|b" pattern the checkpoint has.
+  std::string resolve(TensorRole role, int layer, int expert = -1) const {
+    const std::string& pattern = c_.arch->name_of(role);
+    if (pattern.empty()) return {};
+    const std::vector<std::string> alts = name_alternatives(tensor_name(pattern, layer, expert));
+    for (const std::string& n : alts) {
+      if (ckpt_.find(n) != nullptr) return n;
+    }
+    return alts[0];
+  }
+
+  TpRole role(const std::string& name, TpRole structural) const {
+    return plan_ != nullptr ? plan_->role_of(name) : structural;
+  }
+
+  // The first rule whose regex is found in `name`; -1 when none.
+  int rule_for(const std::string& name) {
+    for (size_t i = 0; i < q_.rules.size(); ++i) {
+      const auto& re = q_.rules[i].regex;
+      if (re != nullptr && re->search(name)) {
+        rule_used_[i] = true;
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
+  std::string rule_text(int i) const {
+    return "model.quantization_rules[" + std::to_string(i) + "] (match '" + q_.rules[static_cast<size_t>(i)].match +
+           "')";
+  }
+
+  // Whether `cand` becomes int8; an error when a rule asks int8 where it cannot be.
+  StatusOr<bool> wants_int8(const Candidate& cand) {
+    std::optional<bool> decided;
+    std::string first;
+    for (const std::string& name : cand.sources) {
+      const TpRole r = role(name, cand.structural_role);
+      const int rule = rule_for(name);
+      bool int8 = r == TpRole::kColumn || r == TpRole::kRow;  // the default: split linears
+      if (rule >= 0) int8 = q_.rules[static_cast<size_t>(rule)].quantize == WeightQuantization::kInt8;
+      if (int8 && r == TpRole::kKeep) {
+        return invalid_argument(rule_text(rule) + ": \"" + name +
+                                "\" is kept whole by the TP plan (role keep); int8 applies only to column- and "
+                                "row-parallel linears and the LM head");
+      }
+      if (decided && *decided != int8) {
+        return invalid_argument("model.quantization_rules: \"" + first + "\" and \"" + name +
+                                "\" are packed into one matrix (kernel_inject) and must be quantized alike");
+      }
+      decided = int8;
+      if (first.empty()) first = name;
+    }
+    return decided.value_or(false);
+  }
+
+  // Rules asking int8 for the embedding (a lookup table), and rules that matched nothing.
+  Status check_rules(const std::string& embed_name, bool tied) {
+    const int rule = rule_for(embed_name);
+    if (rule >= 0 && q_.rules[static_cast<size_t>(rule)].quantize == WeightQuantization::kInt8) {
+      return invalid_argument(rule_text(rule) + ": \"" + embed_name + "\" is the embedding, a lookup table" +
+                              (tied ? " that the LM head shares (tie_word_embeddings)" : "") +
+                              "; it stays in the compute dtype");
+    }
+    for (size_t i = 0; i < rule_used_.size(); ++i) {
+      if (!rule_used_[i]) return invalid_argument(rule_text(static_cast<int>(i)) + " matches no linear weight of this model");
+    }
+    return Status::ok();
+  }
+
+ private:
+  const ModelConfig& c_;
+  const Checkpoint& ckpt_;
+  const QuantizationOptions& q_;
+  const TpPlan* plan_;
+  std::vector<bool> rule_used_;
+};
+
+std::vector<Candidate> candidates(ModelWeights& mw, const ModelConfig& c, Selector& s) {
+  std::vector<Candidate> out;
+  auto add = [&](LinearWeights& l, std::vector<std::string> sources, TpRole structural) {
+    if (!l.w.empty()) out.push_back({&l, std::move(sources), structural});
+  };
+  const bool fused_qkv = !c.arch->name_of(TensorRole::kQkv).empty() && c.qkv != QkvLayout::kSeparate;
+  for (int layer = 0; layer < static_cast<int>(mw.layers.size()); ++layer) {
+    LayerWeights& lw = mw.layers[static_cast<size_t>(layer)];
+    const std::string qkv = fused_qkv ? s.resolve(TensorRole::kQkv, layer) : std::string();
+    auto attn_name = [&](TensorRole r) { return fused_qkv ? qkv : s.resolve(r, layer); };
+    std::vector<std::string> all_qkv = fused_qkv ? std::vector<std::string>{qkv}
+                                                 : std::vector<std::string>{attn_name(TensorRole::kQ),
+                                                                            attn_name(TensorRole::kK),
+                                                                            attn_name(TensorRole::kV)};
+    add(lw.qkv, all_qkv, TpRole::kColumn);
+    add(lw.q, {attn_name(TensorRole::kQ)}, TpRole::kColumn);
+    add(lw.k, {attn_name(TensorRole::kK)}, TpRole::kColumn);
+    add(lw.v, {attn_name(TensorRole::kV)}, TpRole::kColumn);
+    add(lw.o, {s.resolve(TensorRole::kO, layer)}, TpRole::kRow);
+    auto add_mlp = [&](MlpWeights& m, TensorRole gate, TensorRole up, TensorRole gate_up, TensorRole down, int e) {
+      const std::string g = s.resolve(gate, layer, e), u = s.resolve(up, layer, e);
+      const std::string gu = gate_up == TensorRole::kCount ? std::string() : s.resolve(gate_up, layer, e);
+      // Phi-3 stores gate|up as one tensor (the row has a gate_up name); the others two.
+      const bool has_gate_up = !gu.empty();
+      add(m.gate_up, has_gate_up ? std::vector<std::string>{gu} : std::vector<std::string>{g, u}, TpRole::kColumn);
+      add(m.gate, {has_gate_up ? gu : g}, TpRole::kColumn);
+      add(m.up, {has_gate_up ? gu : u}, TpRole::kColumn);
+      add(m.down, {s.resolve(down, layer, e)}, TpRole::kRow);
+    };
+    add_mlp(lw.mlp, TensorRole::kGate, TensorRole::kUp, TensorRole::kGateUp, TensorRole::kDown, -1);
+    for (size_t e = 0; e < lw.experts.size(); ++e) {
+      add_mlp(lw.experts[e], TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kCount, TensorRole::kExpertDown,
+              static_cast<int>(e));
+    }
+    add_mlp(lw.shared, TensorRole::kSharedGate, TensorRole::kSharedUp, TensorRole::kCount, TensorRole::kSharedDown, -1);
+    add(lw.router, {s.resolve(TensorRole::kRouter, layer)}, TpRole::kKeep);
+    add(lw.shared_gate, {s.resolve(TensorRole::kSharedExpertGate, layer)}, TpRole::kKeep);
+  }
+  return out;
+}
+
+std::string divisors_hint(int64_t k) {
+  std::string hint;
+  for (int g = kMinQuantGroup; g <= kMaxQuantGroup; g += 32) {
+    if (k % g == 0) hint += (hint.empty() ? "" : ", ") + std::to_string(g);
+  }
+  return hint.empty() ? "no group size in 32..256 divides it; leave this tensor in the compute dtype with a "
+                        "model.quantization_rules entry"
+                      : "groups that divide it: " + hint;
+}
+
+int64_t bytes(const Tensor& t) { return t.empty() ? 0 : static_cast<int64_t>(t.nbytes()); }
+
+}  // namespace
+
+Status check_not_prequantized(const Checkpoint& checkpoint) {
+  const nlohmann::json& cfg = checkpoint.config();
+  if (cfg.is_object() && cfg.contains("quantization_config")) {
+    const nlohmann::json& qc = cfg["quantization_config"];
+    std::string method = "unnamed";
+    if (qc.is_object() && qc.contains("quant_method") && qc["quant_method"].is_string())
+      method = qc["quant_method"].get<std::string>();
+    return unimplemented(checkpoint.config_dir() + "/config.json: the checkpoint is already quantized "
+                         "(quantization_config, quant_method " + method + "); Tessera reads f32/f16/bf16 checkpoints "
+                         "and quantizes them itself (model.quantization: int8)");
+  }
+  for (const std::string& name : checkpoint.tensor_names()) {
+    for (const char* suffix : kQuantizedSuffixes) {
+      if (ends_with(name, suffix)) {
+        return unimplemented(checkpoint.path() + ": tensor \"" + name + "\" belongs to a quantized checkpoint format "
+                             "(GPTQ/AWQ/bitsandbytes), which Tessera does not compute; give it the f32/f16/bf16 "
+                             "checkpoint and set model.quantization: int8");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c, const Checkpoint& checkpoint,
+                                         const QuantizationOptions& q, const TpPlan* plan) {
+  if (!q.enabled()) return int64_t{0};
+  if (!valid_quant_group(q.group)) {
+    return invalid_argument("model.quantization_group: expected a multiple of 32 in [32, 256], got " +
+                            std::to_string(q.group));
+  }
+  Selector s(c, checkpoint, q, plan);
+  std::vector<Candidate> list = candidates(mw, c, s);
+  // The LM head: int8 only when a rule asks; never when it is the embedding itself.
+  const std::string embed = s.resolve(TensorRole::kEmbed, -1);
+  const bool tied = mw.lm_head.w.view().data == mw.embed.view().data;
+  if (!tied) list.push_back({&mw.lm_head, {s.resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
+
+  int64_t delta = 0;
+  for (const Candidate& cand : list) {
+    // The LM head (role vocab) is int8 only when a rule asks.
+    TESSERA_ASSIGN_OR_RETURN(const bool int8, s.wants_int8(cand));
+    if (!int8) continue;
+    LinearWeights& l = *cand.weights;
+    const int64_t N = l.w.dim(0), K = l.w.dim(1);
+    if (K % q.group != 0) {
+      std::string names;
+      for (const std::string& n : cand.sources) names += (names.empty() ? "\"" : " + \"") + n + "\"";
+      return invalid_argument("model.quantization_group " + std::to_string(q.group) +
+                              " does not divide the input dimension " + std::to_string(K) + " of " + names +
+                              " (this rank's matrix is [" + std::to_string(N) + ", " +
+                              std::to_string(K) + "]); " + divisors_hint(K));
+    }
+    Tensor w8 = Tensor::zeros({N, K}, DType::kI8);
+    Tensor scales = Tensor::zeros({N, K / q.group}, DType::kF32);
+    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, q.group, w8.data<int8_t>(), scales.data<float>());
+    delta += bytes(w8) + bytes(scales) - bytes(l.w);
+    l.w = std::move(w8);
+    l.scales = std::move(scales);
+    // A weight used in place from the mapped checkpoint has no reader left: drop its pages so
+    // the rank's memory is its int8 share (a page read again would come back from the file).
+    for (const std::string& name : cand.sources) checkpoint.release(name);
+  }
+  TESSERA_RETURN_IF_ERROR(s.check_rules(embed, tied));
+  return delta;
+}
+
+}  // namespace tessera

@@ -1,0 +1,36 @@
+#pragma once
+// Int8 weight-only quantization at load time (docs/quantization.md): which linear weights of
+// one rank's loaded shard become int8, and the conversion, slice by slice, so a rank never
+// holds more than its own share. Also the refusal of checkpoints that are already quantized
+// in a format Tessera does not compute (GPTQ, AWQ, bitsandbytes ...).
+#include <cstdint>
+
+#include "common/checkpoint.h"
+#include "common/quantization.h"
+#include "common/status.h"
+#include "worker/model_config.h"
+#include "worker/model_weights.h"
+#include "worker/tp_plan.h"
+
+namespace tessera {
+
+// A checkpoint whose config.json carries `quantization_config`, or whose tensors are a
+// quantized format's (`*.qweight`, `*.qzeros`, `*.scales`, `*.g_idx`, `*.SCB`, ...), is
+// refused with one line naming what was found.
+Status check_not_prequantized(const Checkpoint& checkpoint);
+
+// Quantizes, in place, every linear weight of `weights` that `options` selects:
+//  - by default the column- and row-parallel linears of the TP plan (attention, MLPs, every
+//    expert and the shared expert); embeddings, norms, routers, gates kept whole and the LM
+//    head stay in the compute dtype (plan == nullptr: the built-in policy, the same split);
+//  - options.rules (the first regex found in a weight's checkpoint name decides) override
+//    that, except that a tensor the plan keeps whole, the embedding and a tied LM head can
+//    never be int8, and a rule that matches no linear weight is an error.
+// A packed matrix (fused QKV, gate|up) is quantized only if all its sources are. Errors
+// name the tensor: a group that does not divide this rank's input dimension among them.
+// Returns the change in weight bytes (negative).
+StatusOr<int64_t> quantize_model_weights(ModelWeights& weights, const ModelConfig& config,
+                                         const Checkpoint& checkpoint, const QuantizationOptions& options,
+                                         const TpPlan* plan);
+
+}  // namespace tessera
