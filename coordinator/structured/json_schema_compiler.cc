@@ -165,6 +165,21 @@ class SchemaCompiler {
       fail(path, "'allOf' nests too deeply");
       return json::object();
     }
+    // additionalProperties only sees the properties of its own schema object: a closed side
+    // cannot take the other side's properties by merging (JSON Schema would refuse them).
+    for (const auto& [closed, other] : {std::pair<const json*, const json*>{&a, &b}, {&b, &a}}) {
+      auto ap = closed->find("additionalProperties");
+      auto props = other->find("properties");
+      if (ap == closed->end() || (ap->is_boolean() && ap->get<bool>()) || props == other->end() || !props->is_object()) continue;
+      for (auto p = props->begin(); p != props->end(); ++p) {
+        auto own = closed->find("properties");
+        if (own == closed->end() || !own->is_object() || !own->contains(p.key())) {
+          fail(path, "'allOf' where 'additionalProperties' of one schema would have to judge property '" + p.key() +
+                         "' of another is not supported");
+          return json::object();
+        }
+      }
+    }
     json out = a;
     for (auto it = b.begin(); it != b.end(); ++it) {
       const std::string& k = it.key();

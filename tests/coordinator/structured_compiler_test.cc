@@ -186,10 +186,10 @@ TEST(StructuredSchema, ObjectsArraysStringsAndRefs) {
   const TokenConstraint all_of = compiled(
       ConstraintKind::kJsonSchema,
       json::parse(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-                              {"properties": {"b": {"type": "boolean"}}, "required": ["b"]}],
-                     "additionalProperties": false})"));
+                              {"properties": {"b": {"type": "boolean"}}, "required": ["b"]}]})"));
   EXPECT_TRUE(all_of.matches(R"({"a":1,"b":true})"));
   EXPECT_FALSE(all_of.matches(R"({"a":1})"));
+  EXPECT_FALSE(all_of.matches(R"({"a":1,"b":2})"));
 }
 
 TEST(StructuredSchema, BadSchemasAreRefusedNamingTheProblem) {
@@ -212,6 +212,9 @@ TEST(StructuredSchema, BadSchemasAreRefusedNamingTheProblem) {
   EXPECT_NE(msg(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})").find("accepts no string"),
             std::string::npos);
   EXPECT_NE(msg(R"({"type": "string", "maxLength": 5, "minLength": 6})").find("below 'minLength'"), std::string::npos);
+  // additionalProperties judges only its own schema's properties: merging would change what it means.
+  EXPECT_NE(msg(R"({"allOf": [{"properties": {"a": {}}}], "additionalProperties": false})").find("'allOf' where 'additionalProperties'"),
+            std::string::npos);
 }
 
 TEST(StructuredGbnf, ParsesAndMatches) {
