@@ -1,5 +1,5 @@
 // Constrained vs unconstrained decode throughput on a real tessera-serve (docs/structured-output.md,
-// "Cost"): one request of n = 16 seeded choices at temperature 1, max_tokens tokens each,
+// "Cost"): one request of n = 16 seeded choices (temperature $TEMPERATURE, default 1), max_tokens tokens each,
 // unconstrained (ignore_eos) and constrained by a JSON schema that cannot complete within
 // max_tokens (an array of at least 200 objects), so both run every choice to the length
 // limit and differ only by the masks. Rounds alternate; medians of completion tok/s are printed
@@ -20,6 +20,10 @@ if (!bin || !model) {
   process.exit(2);
 }
 const rounds = Number(roundsArg || 3), maxTokens = Number(maxArg || 64);
+// TEMPERATURE=0: greedy, where the sampler's own cost is an argmax either way, so the
+// difference is the masks alone (at temperature 1 the unconstrained sampler sorts the whole
+// vocabulary, the constrained one only the allowed ids).
+const temperature = Number(process.env.TEMPERATURE ?? 1);
 const dir = mkdtempSync(path.join(tmpdir(), "tessera-structured-bench-"));
 const server = spawn(path.join(bin, "tessera-serve"),
   ["--model", model, "--port", "0", "--set", `server.control=ipc://${dir}/control.ipc`,
@@ -38,7 +42,7 @@ const schema = { type: "array", minItems: 200, items: { type: "object",
   properties: { name: { type: "string", maxLength: 12 }, n: { type: "integer" }, ok: { type: "boolean" } },
   required: ["name", "n", "ok"], additionalProperties: false } };
 async function round(constrained, seed) {
-  const body = { prompt: "The list of records:", max_tokens: maxTokens, temperature: 1, seed, n: 16, ignore_eos: true };
+  const body = { prompt: "The list of records:", max_tokens: maxTokens, temperature, seed, n: 16, ignore_eos: true };
   if (constrained) body.guided_json = schema;
   const t0 = performance.now();
   const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
@@ -60,7 +64,7 @@ try {
     u.push(a.tok_s); c.push(b.tok_s);
     allLength = allLength && a.all_length && b.all_length;
   }
-  console.log(JSON.stringify({ model, batch: 16, max_tokens: maxTokens, rounds,
+  console.log(JSON.stringify({ model, batch: 16, max_tokens: maxTokens, rounds, temperature,
     unconstrained_tok_s: median(u), constrained_tok_s: median(c), ratio: median(c) / median(u),
     every_choice_ran_to_length: allLength, unconstrained_all: u, constrained_all: c }));
 } finally {
