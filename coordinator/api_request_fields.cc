@@ -58,6 +58,12 @@ constexpr Field kImplemented[] = {
     {"tools", kChat},
     {"tool_choice", kChat},
     {"parallel_tool_calls", kChat},
+    // Structured output (coordinator/structured/request_constraint.h): at most one of them.
+    {"response_format", kBoth},
+    {"guided_json", kBoth},
+    {"guided_regex", kBoth},
+    {"guided_choice", kBoth},
+    {"guided_grammar", kBoth},
 };
 
 // Fields clients send at a value that asks for nothing Tessera lacks: accepted at that value
@@ -77,8 +83,9 @@ bool is_noop_value(std::string_view name, const json& v) {
 
 // Why a known OpenAI/vLLM field is refused (its no-op value aside).
 const char* refusal_reason(std::string_view name) {
-  if (name == "response_format" || name.starts_with("guided_") || name == "structured_outputs")
-    return "structured output is not implemented by this server";
+  if (name.starts_with("guided_") || name == "structured_outputs")
+    return "is not implemented by this server (structured output takes 'response_format', 'guided_json', "
+           "'guided_regex', 'guided_choice' or 'guided_grammar')";
   if (name == "functions" || name == "function_call")
     return "is refused: the deprecated function-calling fields are not implemented; send 'tools' (and 'tool_choice')";
   if (name == "prompt_logprobs") return "is not supported: ask for prompt logprobs with 'echo': true and 'logprobs'";

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "coordinator/api_request_fields.h"
 #include "coordinator/chat_request.h"
+#include "coordinator/structured/request_constraint.h"
 #include "coordinator/tool_calls/tool_call_stream.h"
 
 namespace tessera {
@@ -539,6 +540,13 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   bool skip_special = true;
   f.boolean("skip_special_tokens", &skip_special);
   if (f.failed()) return false;
+  // Structured output: the grammar every choice follows (compiled here, or found in the cache).
+  std::shared_ptr<const structured::TokenConstraint> constraint;
+  if (std::string param, message;
+      !structured::parse_request_constraint(ordered, ctx.token_vocabulary, &constraint, &param, &message)) {
+    *error = bad_request(param, message);
+    return false;
+  }
 
   std::vector<std::vector<int32_t>> prompts;
   if (chat ? !parse_messages(ordered, ctx, out, &prompts, error) : !parse_prompt(j, ctx, out, &prompts, error))
@@ -582,6 +590,7 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     r->include_stop_str_in_output = include_stop;
     r->priority = priority;
     r->skip_special_tokens = skip_special;
+    r->constraint = constraint;
     out->requests.push_back(std::move(r));
   }
   return true;
@@ -782,6 +791,7 @@ ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, 
                             ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls) {
   ApiContext api;
   api.tokenizer = tokenizer;
+  if (tokenizer != nullptr) api.token_vocabulary = structured::TokenVocabulary::from_tokenizer(*tokenizer);
   api.model_name = std::move(model_name);
   api.max_model_len = max_model_len;
   api.chat_renderer = std::move(renderer);

@@ -17,6 +17,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/chat_template.h"
 #include "coordinator/engine_service.h"
+#include "coordinator/structured/token_vocabulary.h"
 #include "coordinator/tool_calls/tool_call_format.h"
 
 namespace tessera {
@@ -59,6 +60,9 @@ struct ApiContext {
   // How tool calls are read out of generated text (requests with tools); null = not read:
   // the text stays the content.
   std::shared_ptr<const ToolCallParser> tool_call_parser;
+  // The tokenizer's tokens as byte strings, for structured output (response_format, guided_*);
+  // make_api_context builds it when there is a tokenizer. Null: such requests are refused.
+  std::shared_ptr<const structured::TokenVocabulary> token_vocabulary;
   // Whether this front end returns tool_calls (the ZeroMQ API does not: it refuses requests
   // whose tool calls would be read).
   bool tool_calls_out = true;

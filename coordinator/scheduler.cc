@@ -275,6 +275,9 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
   s.tokens.assign(tokens.begin() + from, tokens.begin() + from + num_tokens);
   s.num_computed = from;
   s.sample = from + num_tokens == seq.num_tokens();
+  if (s.sample) {
+    if (const std::vector<uint32_t>* mask = e.seq.next_token_mask()) s.allowed_tokens = *mask;
+  }
   // Only the block-table entries the executors do not hold yet travel: a step writes from
   // `from` on, so entries before from / block_size never change again (a sliding window
   // only turns leading ones into -1, which num_released says; sent_table need not follow,
@@ -402,7 +405,10 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     }
     e.seq.append_token(token->token);
     SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
-    const FinishReason reason = e.seq.stop_reason(max_len_);
+    // Structured output first: a completed grammar ends the choice ("stop") whatever the
+    // length; a broken one ends it with the error.
+    FinishReason reason = e.seq.apply_constraint(&event.error);
+    if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
     if (reason != FinishReason::kNone) {
       finish(e, reason);
       event.finished = true;

@@ -35,7 +35,27 @@ Sequence::Sequence(SeqId id, std::shared_ptr<const Request> request, SamplingPar
       prompt_len_(static_cast<int>(token_ids_.size())),
       sampling_(std::move(sampling)),
       arrival_(arrival),
-      fork_pending_(request_->n > 1 && choice_of(id) == 0) {}
+      fork_pending_(request_->n > 1 && choice_of(id) == 0) {
+  if (request_->constraint != nullptr) {
+    std::vector<int32_t> end_tokens = request_->stop.stop_token_ids;
+    if (!request_->stop.ignore_eos && request_->stop.eos_token_id) end_tokens.push_back(*request_->stop.eos_token_id);
+    constraint_.emplace(request_->constraint, std::move(end_tokens));
+  }
+}
+
+const std::vector<uint32_t>* Sequence::next_token_mask() {
+  return constraint_ ? &constraint_->next_mask() : nullptr;
+}
+
+FinishReason Sequence::apply_constraint(std::string* error) {
+  if (!constraint_ || num_output() == 0) return FinishReason::kNone;
+  switch (constraint_->on_token(token_ids_.back(), error)) {
+    case structured::ConstraintVerdict::kContinue: return FinishReason::kNone;
+    case structured::ConstraintVerdict::kComplete: return FinishReason::kStop;
+    case structured::ConstraintVerdict::kViolated: return FinishReason::kError;
+  }
+  return FinishReason::kNone;
+}
 
 Sequence Sequence::fork(SeqId child_id, SamplingParams sampling) const {
   TESSERA_CHECK(fork_pending_ && is_running() && num_output() == 0)

@@ -17,6 +17,7 @@
 #include "common/sampling_params.h"
 #include "common/step_plan.h"
 #include "coordinator/request.h"
+#include "coordinator/structured/sequence_constraint.h"
 
 namespace tessera {
 
@@ -94,6 +95,13 @@ class Sequence {
   Sequence fork(SeqId child_id, SamplingParams sampling) const;
   void forked();
 
+  // --- structured output (Request::constraint) ---
+  // The mask the next sampled token must fall in; null when the request is unconstrained.
+  const std::vector<uint32_t>* next_token_mask();
+  // Moves the grammar on by the last appended token: kNone (go on), kStop (the grammar is
+  // complete, or an end token came where it may end) or kError (*error says why).
+  FinishReason apply_constraint(std::string* error);
+
  private:
   SeqId id_;
   std::shared_ptr<const Request> request_;
@@ -106,6 +114,8 @@ class Sequence {
   int num_preemptions_ = 0;
   SequenceState state_ = SequenceState::kWaiting;
   FinishReason finish_reason_ = FinishReason::kNone;
+  // Copied with the sequence when it forks: every choice starts from the grammar's start.
+  std::optional<structured::SequenceConstraint> constraint_;
 };
 
 }  // namespace tessera

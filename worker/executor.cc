@@ -158,6 +158,7 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     req.token_index = v.num_generated();
     req.penalty_tokens = &v.penalty_tokens();
     req.penalty_prompt_len = v.state->prompt_len;
+    req.allowed_tokens = &s.allowed_tokens;
     SampledToken tok = sample_token(req);
     tok.seq_id = s.seq_id;
     result.tokens.push_back(std::move(tok));

@@ -84,9 +84,32 @@ double counter_uniform(uint64_t seed, uint64_t counter) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
+namespace {
+
+// The ids the mask allows within the vocabulary; empty when there is no mask or it allows none.
+std::vector<int32_t> allowed_ids(const SampleRequest& r) {
+  std::vector<int32_t> ids;
+  if (r.allowed_tokens == nullptr || r.allowed_tokens->empty()) return ids;
+  const std::vector<uint32_t>& mask = *r.allowed_tokens;
+  for (size_t w = 0; w < mask.size() && static_cast<int64_t>(w) * 32 < r.vocab; ++w) {
+    for (uint32_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const int64_t id = static_cast<int64_t>(w) * 32 + __builtin_ctz(bits);
+      if (id < r.vocab) ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
 SampledToken sample_token(const SampleRequest& r) {
   const SamplingParams& p = *r.params;
   SampledToken out;
+  // Structured output: the candidates are the allowed ids only (in id order, as the full
+  // vocabulary would be), so greedy and seeded draws behave as on an unmasked row whose other
+  // logits are -inf.
+  const std::vector<int32_t> candidates = allowed_ids(r);
+  const bool constrained = !candidates.empty();
   const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const bool masked = r.token_index < p.min_tokens && !p.min_tokens_stop_ids.empty();
   std::vector<float> adjusted;
@@ -98,15 +121,27 @@ SampledToken sample_token(const SampleRequest& r) {
     logits = adjusted.data();
   }
   if (p.temperature <= 0.0f) {
-    out.token = argmax(logits, r.vocab);
+    if (constrained) {
+      out.token = candidates[0];
+      for (int32_t id : candidates)
+        if (logits[id] > logits[out.token]) out.token = id;
+    } else {
+      out.token = argmax(logits, r.vocab);
+    }
   } else {
-    std::vector<int32_t> order(r.vocab);
-    std::iota(order.begin(), order.end(), 0);
-    int64_t keep = r.vocab;
-    if (p.top_k > 0 && p.top_k < r.vocab) keep = p.top_k;
+    std::vector<int32_t> order;
+    if (constrained) {
+      order = candidates;
+    } else {
+      order.resize(static_cast<size_t>(r.vocab));
+      std::iota(order.begin(), order.end(), 0);
+    }
+    const auto num_candidates = static_cast<int64_t>(order.size());
+    int64_t keep = num_candidates;
+    if (p.top_k > 0 && p.top_k < num_candidates) keep = p.top_k;
     // Highest first; equal logits in id order, so a seed fully determines the draw.
     auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-    if (keep < r.vocab) {
+    if (keep < num_candidates) {
       std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
       order.resize(keep);
     } else {

@@ -1,5 +1,6 @@
 #pragma once
-// Turns one row of logits into a token: logit_bias and the min_tokens mask, penalties
+// Turns one row of logits into a token: the structured-output mask (only allowed ids
+// compete), logit_bias and the min_tokens mask, penalties
 // (repetition, presence, frequency), then
 // greedy (temperature 0; ties to the lowest id, as torch.argmax) or sampling with
 // temperature, top-k, top-p and min-p. The random draw is counter-based: a pure function of
@@ -21,6 +22,10 @@ struct SampleRequest {
   int32_t token_index = 0;   // counter of the generator: how many tokens were generated before
   const std::vector<int32_t>* penalty_tokens = nullptr;  // prompt + output, when a penalty is set
   int32_t penalty_prompt_len = 0;
+  // Structured output: when set and not empty, only these ids may be chosen (a bitset, bit
+  // t % 32 of word t / 32, common/step_plan.h SeqStep::allowed_tokens). A mask that allows no
+  // id of the vocabulary is not applied (the coordinator then refuses the token it gets).
+  const std::vector<uint32_t>* allowed_tokens = nullptr;
 };
 
 int32_t argmax(const float* logits, int64_t vocab);

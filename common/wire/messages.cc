@@ -9,9 +9,9 @@ namespace tessera::wire {
 namespace {
 
 // Smallest encodings, used to bound element counts before allocating.
-// A SeqStep: seq_id, version, num_computed, sample, table_from, num_released, two array
+// A SeqStep: seq_id, version, num_computed, sample, table_from, num_released, three array
 // lengths, has_start.
-constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 2 * 4 + 1;
+constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 3 * 4 + 1;
 constexpr size_t kMinSampledTokenBytes = 8 + 4 + 4 + 4;
 
 // What the shared codec (common/wire/frame_codec.h) needs to know about this protocol.
@@ -256,7 +256,7 @@ Status decode(std::string_view frame, CollectiveId* m) {
 void encode(const StepPlan& m, std::string* out) {
   size_t estimate = kHeaderBytes + 21 + 8 * m.dropped.size() + m.block_copies.size() * 8;
   for (const SeqStep& s : m.seqs) {
-    estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.new_blocks.size());
+    estimate += kMinSeqStepBytes + 4 * (s.tokens.size() + s.new_blocks.size() + s.allowed_tokens.size());
     if (s.start) {
       estimate += 77 + 4 * (s.start->history.size() + s.start->prompt.size()) +
                   8 * s.start->sampling.logit_bias.size() + 4 * s.start->sampling.min_tokens_stop_ids.size();
@@ -277,6 +277,7 @@ void encode(const StepPlan& m, std::string* out) {
       w.i32(s.num_released);
       w.i32_array(s.tokens);
       w.i32_array(s.new_blocks);
+      w.u32_array(s.allowed_tokens);
       w.u8(s.start ? 1 : 0);
       if (s.start) {
         write_sampling(w, s.start->sampling);
@@ -312,6 +313,7 @@ Status decode(std::string_view frame, StepPlan* m) {
       s.num_released = r.i32("seq.num_released");
       r.i32_array(&s.tokens, "seq.tokens");
       r.i32_array(&s.new_blocks, "seq.new_blocks");
+      r.u32_array(&s.allowed_tokens, "seq.allowed_tokens");
       if (r.boolean("seq.has_start")) {
         SeqStart& start = s.start ? *s.start : s.start.emplace();
         read_sampling(r, &start.sampling);

