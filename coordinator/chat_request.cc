@@ -197,8 +197,9 @@ bool read_tools(const ojson& body, ojson* out, ApiError* error) {
       if (!s->is_boolean()) return fail(error, fat + ".strict", "must be a boolean");
       if (s->get<bool>())
         return fail(error, fat + ".strict",
-                    "true needs constrained decoding (arguments that always match the schema), which this server "
-                    "does not implement");
+                    "true is refused: arguments that always match the schema need tool calls decoded under a "
+                    "grammar, which this server does not do yet (structured output covers response_format and "
+                    "guided_*, not tool calls)");
     }
   }
   *out = *tools;
@@ -217,8 +218,8 @@ bool read_tool_choice(const ojson& body, bool has_tools, ChatRequestParts* out, 
     if (s == "auto") return true;
     if (s == "required")
       return fail(error, "tool_choice",
-                  "\"required\" is refused: forcing a tool call needs constrained decoding, which this server does "
-                  "not implement (use \"auto\")");
+                  "\"required\" is refused: forcing a tool call needs the call decoded under a grammar, which "
+                  "this server does not do yet for tool calls (use \"auto\")");
     return fail(error, "tool_choice", "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
   }
   if (tc->is_object()) {
@@ -230,7 +231,8 @@ bool read_tool_choice(const ojson& body, bool has_tools, ChatRequestParts* out, 
     if (!has_tools) return fail(error, "tool_choice", "names a function, but the request has no 'tools'");
     return fail(error, "tool_choice",
                 "naming a function is refused: forcing a call to '" + name->get<std::string>() +
-                    "' needs constrained decoding, which this server does not implement (use \"auto\")");
+                    "' needs the call decoded under a grammar, which this server does not do yet for tool calls "
+                    "(use \"auto\")");
   }
   return fail(error, "tool_choice", "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
 }

@@ -61,9 +61,10 @@ struct EngineService::Impl {
     int remaining = 0;  // choices not finished
     int prompt_tokens = 0;
     int min_tokens = 0;  // stop strings end a choice only from this many tokens on
-    // include_stop_str_in_output: the EOS or stop token id that ended a choice is in its text
-    // (vLLM: it is not, by default, so skip_special_tokens=false does not end texts in "</s>").
+    // The EOS or stop token id that ends a choice is not in its text unless
+    // include_stop_str_in_output (vLLM), so skip_special_tokens=false does not end texts in "</s>".
     bool stop_token_in_text = false;
+    StopConditions stop;  // the request's: which tokens those are
     // Prompt logprobs by position (0 stays empty), gathered from the prefill's steps; handed
     // to each choice with its first event.
     bool wants_prompt_logprobs = false;
@@ -227,6 +228,7 @@ void EngineService::Impl::admit(Pending p) {
   r.prompt_tokens = prompt_tokens;
   r.min_tokens = req.sampling.min_tokens;
   r.stop_token_in_text = req.include_stop_str_in_output;
+  r.stop = req.stop;
   r.wants_prompt_logprobs = req.sampling.prompt_logprobs >= 0;
   if (r.wants_prompt_logprobs) r.prompt_logprobs.resize(static_cast<size_t>(prompt_tokens));
   r.submitted = p.submitted;
@@ -309,10 +311,12 @@ void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
     ch.last_token = now;
     ch.completion_tokens += static_cast<int>(e.new_tokens.size());
     if (ch.detok) {
-      // The engine ends a choice with kStop only on its EOS or a stop token id (stop strings
-      // are matched here): that token is the last one and, by default, not text.
+      // A choice the engine stopped on its EOS or a stop token id: that last token is not
+      // text (a completed grammar also ends with kStop, on a token that may be text).
       size_t n = e.new_tokens.size();
-      if (e.finished && e.reason == FinishReason::kStop && !r.stop_token_in_text) --n;
+      if (e.finished && e.reason == FinishReason::kStop && !r.stop_token_in_text &&
+          is_stop_token(r.stop, e.new_tokens.back().token))
+        --n;
       for (size_t i = 0; i < n; ++i) piece += ch.detok->push(e.new_tokens[i].token);
     }
   }

@@ -47,6 +47,14 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;
 };
 
+// Whether `token` ends a choice by these conditions: the EOS (unless ignore_eos) or a stop id.
+inline bool is_stop_token(const StopConditions& stop, int32_t token) {
+  if (!stop.ignore_eos && stop.eos_token_id && token == *stop.eos_token_id) return true;
+  for (int32_t t : stop.stop_token_ids)
+    if (t == token) return true;
+  return false;
+}
+
 struct Request {
   std::vector<int32_t> prompt;        // already tokenized (special tokens included as wanted)
   SamplingParams sampling;            // choice c draws with choice_sampling(c)

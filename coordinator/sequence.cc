@@ -106,9 +106,7 @@ FinishReason Sequence::stop_reason(int max_len) const {
     if (num_output() >= max_new_tokens() || num_tokens() >= max_len) return FinishReason::kLength;
     return FinishReason::kNone;
   }
-  if (!stop.ignore_eos && stop.eos_token_id && last == *stop.eos_token_id) return FinishReason::kStop;
-  if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), last) != stop.stop_token_ids.end())
-    return FinishReason::kStop;
+  if (is_stop_token(stop, last)) return FinishReason::kStop;
   if (num_output() >= max_new_tokens() || num_tokens() >= max_len) return FinishReason::kLength;
   return FinishReason::kNone;
 }

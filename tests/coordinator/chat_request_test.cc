@@ -112,10 +112,10 @@ TEST(ChatRequest, EveryWrongFieldIsA400NamingIt) {
     EXPECT_EQ(e.param, param) << body << " -> " << e.message;
     EXPECT_NE(e.message.find(param), std::string::npos) << e.message;
   }
-  // The refusals say why: an image part names its type; forcing a call needs constrained decoding.
+  // The refusals say why: an image part names its type; forcing a call needs it decoded under a grammar.
   EXPECT_NE(read_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").message.find("image_url"),
             std::string::npos);
-  EXPECT_NE(read_error("{\"messages\": [" + user + "], \"tool_choice\": \"required\"}").message.find("constrained decoding"),
+  EXPECT_NE(read_error("{\"messages\": [" + user + "], \"tool_choice\": \"required\"}").message.find("decoded under a grammar"),
             std::string::npos);
 }
 
