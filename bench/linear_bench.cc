@@ -229,7 +229,7 @@ BENCHMARK(BM_GemmKernel)
     ->ArgsProduct({{0, 2}, {0, 1, 2}, {8, 32, 64, 512}, {11264}, {2048}})
     ->ArgsProduct({{0, 2}, {0, 1, 2}, {8, 32, 64, 512}, {2048}, {5632}})
     // GEMV vs packed GEMM around linear_gemv_max_rows().
-    ->ArgsProduct({{0, 2}, {1, 3}, {8, 12, 16, 24}, {4096}, {768}})
+    ->ArgsProduct({{0, 2}, {1, 3}, {2, 4, 8, 12, 16, 24}, {4096}, {768}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

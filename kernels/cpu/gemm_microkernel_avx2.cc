@@ -100,19 +100,19 @@ TESSERA_TARGET_AVX2 inline void transpose8x8(const __m256 r[8], __m256 out[8]) {
   out[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-// f32 panel: dst[k * 16 + j] = row_j[k].
-TESSERA_TARGET_AVX2 void pack_f32(const float* const rows[kNr], int64_t kc, float* dst) {
+// f32 panel: dst[k * stride + j] = row_j[k].
+TESSERA_TARGET_AVX2 void pack_f32(const float* const rows[kNr], int64_t kc, float* dst, int64_t stride) {
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8) {
     for (int half = 0; half < 2; ++half) {
       __m256 r[8], out[8];
       for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(rows[half * 8 + j] + k);
       transpose8x8(r, out);
-      for (int s = 0; s < 8; ++s) _mm256_storeu_ps(dst + (k + s) * kNr + half * 8, out[s]);
+      for (int s = 0; s < 8; ++s) _mm256_storeu_ps(dst + (k + s) * stride + half * 8, out[s]);
     }
   }
   for (; k < kc; ++k) {
-    for (int j = 0; j < kNr; ++j) dst[k * kNr + j] = rows[j][k];
+    for (int j = 0; j < kNr; ++j) dst[k * stride + j] = rows[j][k];
   }
 }
 
@@ -121,7 +121,7 @@ TESSERA_TARGET_AVX2 void pack_f32(const float* const rows[kNr], int64_t kc, floa
 // order). Per 8 k steps: interleave each pair's 8 values into words for k 0..3 and 4..7,
 // then transpose 4 x 4 blocks of words into per-k vectors.
 TESSERA_TARGET_AVX2 void pack_16bit_pairs(const uint16_t* const lo[8], const uint16_t* const hi[8], int64_t kc,
-                                          uint16_t* dst) {
+                                          uint16_t* dst, int64_t stride) {
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8) {
     __m128i first[8], second[8];  // words of pair i for k..k+3 and k+4..k+7
@@ -144,14 +144,14 @@ TESSERA_TARGET_AVX2 void pack_16bit_pairs(const uint16_t* const lo[8], const uin
       }
       for (int s = 0; s < 4; ++s) {
         const __m256i v = _mm256_set_m128i(t[1][s], t[0][s]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (k + 4 * part + s) * kNr), v);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (k + 4 * part + s) * stride), v);
       }
     }
   }
   for (; k < kc; ++k) {
     for (int i = 0; i < 8; ++i) {
-      dst[k * kNr + 2 * i] = lo[i][k];
-      dst[k * kNr + 2 * i + 1] = hi[i][k];
+      dst[k * stride + 2 * i] = lo[i][k];
+      dst[k * stride + 2 * i + 1] = hi[i][k];
     }
   }
 }
@@ -168,7 +168,7 @@ TESSERA_TARGET_AVX2 void microkernel_avx2(PanelFormat format, const float* xp, c
 }
 
 TESSERA_TARGET_AVX2 void pack_panel_avx2(const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0,
-                                         int64_t kc, void* dst) {
+                                         int64_t kc, void* dst, int64_t dst_stride) {
   // Rows past N read a zero row, so the padded columns of the last panel compute zeros.
   thread_local std::vector<uint32_t> zeros;
   if (static_cast<int64_t>(zeros.size()) < kc) zeros.assign(static_cast<size_t>(kc), 0u);
@@ -181,7 +181,7 @@ TESSERA_TARGET_AVX2 void pack_panel_avx2(const WeightSource& source, PanelFormat
   if (format == PanelFormat::kF32) {
     const float* r[kNr];
     for (int j = 0; j < kNr; ++j) r[j] = static_cast<const float*>(rows[j]);
-    pack_f32(r, kc, static_cast<float*>(dst));
+    pack_f32(r, kc, static_cast<float*>(dst), dst_stride);
     return;
   }
   const uint16_t* lo[8];
@@ -191,7 +191,7 @@ TESSERA_TARGET_AVX2 void pack_panel_avx2(const WeightSource& source, PanelFormat
     lo[i] = static_cast<const uint16_t*>(rows[bf16 ? i : 2 * i]);
     hi[i] = static_cast<const uint16_t*>(rows[bf16 ? i + 8 : 2 * i + 1]);
   }
-  pack_16bit_pairs(lo, hi, kc, static_cast<uint16_t*>(dst));
+  pack_16bit_pairs(lo, hi, kc, static_cast<uint16_t*>(dst), dst_stride);
 }
 
 }  // namespace tessera::cpu::detail

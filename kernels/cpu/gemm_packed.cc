@@ -2,14 +2,13 @@
 // across OpenMP threads, walks L2-sized chunks of panels × K blocks, and runs the
 // micro-kernel over every (row tile, panel) pair of a chunk.
 //
-// Blocking, for the AVX2 kernel (6 x 16 tiles) on cores with 32 KiB L1d and >= 512 KiB L2:
-//  - K blocks of kKc = 256 steps: one x tile (6 x 256 f32 = 6 KiB) and one panel slice
-//    (256 x 16 values: 16 KiB f32, 8 KiB f16/bf16) fit in L1 together;
-//  - a chunk is kChunkPanels = 16 panels of one K block (256 columns: 256 KiB f32,
-//    128 KiB f16/bf16) and stays in L2 while every row tile passes over it, so each weight
-//    comes from DRAM once per call and from L2 once per row tile.
-// On AVX-512 CPUs the AVX2 kernel runs too (it is correct there; a 16-lane kernel is not
-// written yet), and linear_cpu.cc keeps OpenBLAS where that measures faster.
+// Blocking, on cores with >= 32 KiB L1d and >= 512 KiB L2 (both kernels):
+//  - K blocks of kKc = 256 steps: one x tile (AVX2 6 x 256 f32 = 6 KiB, AVX-512 8 KiB)
+//    and one panel slice (AVX2 256 x 16 values: 16 KiB f32, 8 KiB f16/bf16; AVX-512 twice
+//    that) fit in L1 together;
+//  - a chunk is kChunkColumns = 256 output columns (16 AVX2 or 8 AVX-512 panels) of one K
+//    block (256 KiB f32, 128 KiB f16/bf16) and stays in L2 while every row tile passes over
+//    it, so each weight comes from DRAM once per call and from L2 once per row tile.
 #include "kernels/cpu/gemm_packed.h"
 
 #include <omp.h>
@@ -25,9 +24,27 @@ namespace tessera::cpu::detail {
 namespace {
 
 constexpr int64_t kKc = 256;
-constexpr int64_t kChunkPanels = 16;
-constexpr int kMr = kAvx2Mr;
-constexpr int kNr = kAvx2Nr;
+constexpr int64_t kChunkColumns = 256;
+
+// One instruction set's micro-kernel and the panel packer whose layout it reads.
+struct Kernel {
+  int mr, nr;
+  void (*pack)(const WeightSource&, PanelFormat, int64_t n0, int64_t k0, int64_t kc, void* dst);
+  void (*run)(PanelFormat, const float* xp, const void* panel, int64_t kc, float* c, int64_t ldc, bool accumulate);
+  int64_t chunk_panels() const { return kChunkColumns / nr; }
+};
+constexpr int kMaxMr = 8, kMaxNr = 32;
+
+void pack_avx2_panel(const WeightSource& s, PanelFormat f, int64_t n0, int64_t k0, int64_t kc, void* dst) {
+  pack_panel_avx2(s, f, n0, k0, kc, dst);
+}
+
+Kernel kernel_for(CpuIsa isa) {
+  TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
+  if (isa == CpuIsa::kAvx512) return {kAvx512Mr, kAvx512Nr, pack_panel_avx512, microkernel_avx512};
+  return {kAvx2Mr, kAvx2Nr, pack_avx2_panel, microkernel_avx2};
+}
+static_assert(kAvx2Mr <= kMaxMr && kAvx512Mr <= kMaxMr && kAvx2Nr <= kMaxNr && kAvx512Nr <= kMaxNr);
 
 // Per-thread scratch that keeps its capacity between calls (fresh large allocations would
 // page-fault on every call).
@@ -37,38 +54,67 @@ T* scratch(std::vector<T>& buffer, int64_t n) {
   return buffer.data();
 }
 
-// x rows [t * 6, t * 6 + 6) as [K][6] (rows past M as zeros), for every row tile t.
-void pack_x(const LinearArgs& a, int64_t tiles, float* xp) {
+// x rows [t * mr, t * mr + mr) as [K][mr] (rows past M as zeros), for every row tile t.
+void pack_x(const LinearArgs& a, int mr, int64_t tiles, float* xp) {
 #pragma omp parallel for schedule(static) if (a.M * a.K >= 64 * 1024)
   for (int64_t t = 0; t < tiles; ++t) {
-    float* dst = xp + t * a.K * kMr;
-    for (int i = 0; i < kMr; ++i) {
-      const int64_t m = t * kMr + i;
+    float* dst = xp + t * a.K * mr;
+    for (int i = 0; i < mr; ++i) {
+      const int64_t m = t * mr + i;
       if (m < a.M) {
         const float* src = a.x + m * a.ldx;
-        for (int64_t k = 0; k < a.K; ++k) dst[k * kMr + i] = src[k];
+        for (int64_t k = 0; k < a.K; ++k) dst[k * mr + i] = src[k];
       } else {
-        for (int64_t k = 0; k < a.K; ++k) dst[k * kMr + i] = 0.0f;
+        for (int64_t k = 0; k < a.K; ++k) dst[k * mr + i] = 0.0f;
       }
     }
   }
 }
 
-// One tile of y: rows [m0, m0 + rows), columns [n0, n0 + cols) (rows <= 6, cols <= 16).
-// Partial tiles go through a 6 x 16 buffer so the kernel always writes a full tile.
-void run_tile(const float* xp, const void* panel, int64_t kc, const LinearArgs& a, int64_t m0, int64_t rows,
-              int64_t n0, int64_t cols, bool accumulate, PanelFormat format) {
-  float* c = a.y + m0 * a.ldy + n0;
-  if (rows == kMr && cols == kNr) {
-    microkernel_avx2(format, xp, panel, kc, c, a.ldy, accumulate);
+// Packs a panel of `source` for `kernel`. int8 rows are first dequantized, K block by K
+// block, into a small row-major f32 block (thread-local, L1/L2 sized) that the kernel's f32
+// packer then transposes: one code path for every format's panel layout.
+void pack_panel(const Kernel& kernel, const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0,
+                int64_t kc, void* dst) {
+  if (source.dtype != DType::kI8) {
+    kernel.pack(source, format, n0, k0, kc, dst);
     return;
   }
-  alignas(32) float tile[kMr * kNr] = {};
-  if (accumulate) {
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(tile + i * kNr, c + i * a.ldy, cols * sizeof(float));
+  thread_local std::vector<float> block_buffer;
+  const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(kernel.nr, source.N - n0));
+  float* block = scratch(block_buffer, std::max<int64_t>(1, rows * kc));
+  const int8_t* w = static_cast<const int8_t*>(source.w);
+  const int64_t groups = source.K / source.group;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t* q = w + (n0 + r) * source.K;
+    const float* s = source.scales + (n0 + r) * groups;
+    float* out = block + r * kc;
+    for (int64_t k = k0; k < k0 + kc;) {
+      const int64_t end = std::min(k0 + kc, (k / source.group + 1) * source.group);
+      const float scale = s[k / source.group];
+      for (int64_t i = k; i < end; ++i) out[i - k0] = static_cast<float>(q[i]) * scale;
+      k = end;
+    }
   }
-  microkernel_avx2(format, xp, panel, kc, tile, kNr, accumulate);
-  for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * a.ldy, tile + i * kNr, cols * sizeof(float));
+  kernel.pack(WeightSource{block, DType::kF32, rows, kc}, PanelFormat::kF32, 0, 0, kc, dst);
+}
+
+// One tile of y: rows [m0, m0 + rows), columns [n0, n0 + cols) (rows <= mr, cols <= nr).
+// Partial tiles go through an mr x nr buffer so the kernel always writes a full tile.
+void run_tile(const Kernel& kernel, const float* xp, const void* panel, int64_t kc, const LinearArgs& a, int64_t m0,
+              int64_t rows, int64_t n0, int64_t cols, bool accumulate, PanelFormat format) {
+  float* c = a.y + m0 * a.ldy + n0;
+  if (rows == kernel.mr && cols == kernel.nr) {
+    kernel.run(format, xp, panel, kc, c, a.ldy, accumulate);
+    return;
+  }
+  const int nr = kernel.nr;
+  alignas(64) float tile[kMaxMr * kMaxNr] = {};
+  if (accumulate) {
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(tile + i * nr, c + i * a.ldy, cols * sizeof(float));
+  }
+  kernel.run(format, xp, panel, kc, tile, nr, accumulate);
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(c + i * a.ldy, tile + i * nr, cols * sizeof(float));
 }
 
 void finish_tile(const LinearArgs& a, int64_t m0, int64_t rows, int64_t n0, int64_t cols) {
@@ -108,39 +154,41 @@ class NextBlockPrefetcher {
 };
 
 // Panels [p0, p1) on the calling thread.
-void gemm_panels(const LinearArgs& a, const float* xp, int64_t tiles, int64_t p0, int64_t p1, PanelFormat format,
-                 const PackedWeights* prepacked) {
-  const WeightSource source{a.w, a.w_dtype, a.N, a.K};
+void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& source, const float* xp, int64_t tiles,
+                 int64_t p0, int64_t p1, PanelFormat format, const PackedWeights* prepacked) {
+  const int mr = kernel.mr, nr = kernel.nr;
+  const int64_t chunk_panels = kernel.chunk_panels();
   const int64_t elem = panel_element_bytes(format);
+  const int64_t source_elem = static_cast<int64_t>(dtype_size(source.dtype));
   thread_local std::vector<char> chunk_buffer;
-  char* chunk = prepacked ? nullptr : scratch(chunk_buffer, kChunkPanels * kKc * kNr * elem);
+  char* chunk = prepacked ? nullptr : scratch(chunk_buffer, chunk_panels * kKc * nr * elem);
   NextBlockPrefetcher prefetch;
-  for (int64_t c0 = p0; c0 < p1; c0 += kChunkPanels) {
-    const int64_t c1 = std::min(p1, c0 + kChunkPanels);
+  for (int64_t c0 = p0; c0 < p1; c0 += chunk_panels) {
+    const int64_t c1 = std::min(p1, c0 + chunk_panels);
     for (int64_t k0 = 0; k0 < a.K; k0 += kKc) {
       const int64_t kc = std::min(kKc, a.K - k0);
       const bool last_k = k0 + kc == a.K;
       if (!prepacked) {
         // The block after this one: the next K block of this chunk, or the next chunk's first.
-        const int64_t nc0 = last_k ? c1 : c0, nc1 = last_k ? std::min(p1, c1 + kChunkPanels) : c1;
+        const int64_t nc0 = last_k ? c1 : c0, nc1 = last_k ? std::min(p1, c1 + chunk_panels) : c1;
         const int64_t nk0 = last_k ? 0 : k0 + kc;
-        prefetch.start(source, elem, nc0 * kNr, std::min(a.N, nc1 * kNr), nk0, std::min(kKc, a.K - nk0),
+        prefetch.start(source, source_elem, nc0 * nr, std::min(a.N, nc1 * nr), nk0, std::min(kKc, a.K - nk0),
                        tiles * (c1 - c0));
       }
       auto panel_at = [&](int64_t p) -> const void* {
-        if (prepacked) return static_cast<const char*>(prepacked->panel(p)) + k0 * kNr * elem;
-        return chunk + (p - c0) * kc * kNr * elem;
+        if (prepacked) return static_cast<const char*>(prepacked->panel(p)) + k0 * nr * elem;
+        return chunk + (p - c0) * kc * nr * elem;
       };
       if (!prepacked) {
-        for (int64_t p = c0; p < c1; ++p) pack_panel_avx2(source, format, p * kNr, k0, kc, chunk + (p - c0) * kc * kNr * elem);
+        for (int64_t p = c0; p < c1; ++p) pack_panel(kernel, source, format, p * nr, k0, kc, chunk + (p - c0) * kc * nr * elem);
       }
       for (int64_t t = 0; t < tiles; ++t) {
-        const int64_t m0 = t * kMr, rows = std::min<int64_t>(kMr, a.M - m0);
-        const float* xt = xp + t * a.K * kMr + k0 * kMr;
+        const int64_t m0 = t * mr, rows = std::min<int64_t>(mr, a.M - m0);
+        const float* xt = xp + t * a.K * mr + k0 * mr;
         for (int64_t p = c0; p < c1; ++p) {
-          const int64_t n0 = p * kNr, cols = std::min<int64_t>(kNr, a.N - n0);
+          const int64_t n0 = p * nr, cols = std::min<int64_t>(nr, a.N - n0);
           if (!prepacked) prefetch.step();
-          run_tile(xt, panel_at(p), kc, a, m0, rows, n0, cols, k0 > 0, format);
+          run_tile(kernel, xt, panel_at(p), kc, a, m0, rows, n0, cols, k0 > 0, format);
           if (last_k) finish_tile(a, m0, rows, n0, cols);
         }
       }
@@ -155,6 +203,7 @@ PanelFormat panel_format_for(DType w_dtype) {
     case DType::kF32: return PanelFormat::kF32;
     case DType::kF16: return PanelFormat::kF16;
     case DType::kBF16: return PanelFormat::kBF16;
+    case DType::kI8: return PanelFormat::kF32;
     default: TESSERA_CHECK(false) << "no panel format for " << dtype_name(w_dtype);
   }
   return PanelFormat::kF32;
@@ -162,28 +211,29 @@ PanelFormat panel_format_for(DType w_dtype) {
 
 int64_t panel_element_bytes(PanelFormat format) { return format == PanelFormat::kF32 ? 4 : 2; }
 
-bool gemm_packed_supported(CpuIsa isa) { return isa >= CpuIsa::kAvx2; }
+bool gemm_packed_supported(CpuIsa isa) { return isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512; }
 
 void PackedWeights::FreeDeleter::operator()(void* p) const { std::free(p); }
 
 PackedWeights PackedWeights::pack(CpuIsa isa, const WeightSource& source) {
-  TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
+  const Kernel kernel = kernel_for(isa);
+  const int64_t nr = kernel.nr;
   PackedWeights packed;
   packed.format_ = panel_format_for(source.dtype);
   packed.N_ = source.N;
   packed.K_ = source.K;
-  packed.nr_ = kNr;
+  packed.nr_ = nr;
   packed.isa_ = isa;
-  const int64_t panels = (source.N + kNr - 1) / kNr;
+  const int64_t panels = (source.N + nr - 1) / nr;
   const int64_t elem = panel_element_bytes(packed.format_);
-  packed.bytes_ = panels * source.K * kNr * elem;
+  packed.bytes_ = panels * source.K * nr * elem;
   const size_t alloc = static_cast<size_t>((packed.bytes_ + 63) / 64 * 64);
   packed.data_.reset(std::aligned_alloc(64, std::max<size_t>(alloc, 64)));
   TESSERA_CHECK(packed.data_ != nullptr) << "out of memory packing " << packed.bytes_ << " bytes of weights";
   char* base = static_cast<char*>(packed.data_.get());
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < panels; ++p) {
-    pack_panel_avx2(source, packed.format_, p * kNr, 0, source.K, base + p * source.K * kNr * elem);
+    pack_panel(kernel, source, packed.format_, p * nr, 0, source.K, base + p * source.K * nr * elem);
   }
   return packed;
 }
@@ -192,22 +242,26 @@ const void* PackedWeights::panel(int64_t p) const {
   return static_cast<const char*>(data_.get()) + p * K_ * nr_ * panel_element_bytes(format_);
 }
 
-void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked) {
-  TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
+namespace {
+
+void run_gemm_packed(CpuIsa isa, const LinearArgs& a, const WeightSource& source, const PackedWeights* prepacked) {
+  const Kernel kernel = kernel_for(isa);
+  const int mr = kernel.mr, nr = kernel.nr;
   const PanelFormat format = panel_format_for(a.w_dtype);
   if (prepacked != nullptr) {
-    TESSERA_CHECK(prepacked->N() == a.N && prepacked->K() == a.K && prepacked->format() == format)
-        << "prepacked weights [" << prepacked->N() << ", " << prepacked->K() << "] do not match the call [" << a.N
-        << ", " << a.K << "]";
+    TESSERA_CHECK(prepacked->N() == a.N && prepacked->K() == a.K && prepacked->format() == format &&
+                  prepacked->isa() == isa)
+        << "prepacked weights [" << prepacked->N() << ", " << prepacked->K() << "] for " << cpu_isa_name(prepacked->isa())
+        << " do not match the call [" << a.N << ", " << a.K << "] for " << cpu_isa_name(isa);
   }
-  const int64_t tiles = (a.M + kMr - 1) / kMr;
+  const int64_t tiles = (a.M + mr - 1) / mr;
   thread_local std::vector<float> x_buffer;
-  float* xp = scratch(x_buffer, tiles * a.K * kMr);
-  pack_x(a, tiles, xp);
-  const int64_t panels = (a.N + kNr - 1) / kNr;
+  float* xp = scratch(x_buffer, tiles * a.K * mr);
+  pack_x(a, mr, tiles, xp);
+  const int64_t panels = (a.N + nr - 1) / nr;
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), panels));
   if (threads <= 1 || a.M * a.N * a.K < 256 * 1024) {
-    gemm_panels(a, xp, tiles, 0, panels, format, prepacked);
+    gemm_panels(kernel, a, source, xp, tiles, 0, panels, format, prepacked);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -217,8 +271,19 @@ void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked
     const int64_t base = panels / nt, extra = panels % nt;
     const int64_t p0 = tid * base + std::min(tid, extra);
     const int64_t p1 = p0 + base + (tid < extra ? 1 : 0);
-    gemm_panels(a, xp, tiles, p0, p1, format, prepacked);
+    gemm_panels(kernel, a, source, xp, tiles, p0, p1, format, prepacked);
   }
+}
+
+}  // namespace
+
+void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked) {
+  run_gemm_packed(isa, a, WeightSource{a.w, a.w_dtype, a.N, a.K}, prepacked);
+}
+
+void gemm_packed_int8(CpuIsa isa, const LinearArgs& a, const float* scales, int64_t group) {
+  TESSERA_CHECK(a.w_dtype == DType::kI8 && group > 0 && a.K % group == 0) << "int8 GEMM: K=" << a.K << " group=" << group;
+  run_gemm_packed(isa, a, WeightSource{a.w, DType::kI8, a.N, a.K, scales, group}, nullptr);
 }
 
 }  // namespace tessera::cpu::detail

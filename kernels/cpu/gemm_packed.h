@@ -34,19 +34,22 @@ namespace tessera::cpu::detail {
 
 // How a panel stores its weights: today the weight's own dtype.
 enum class PanelFormat : uint8_t { kF32, kF16, kBF16 };
-// The panel format for a linear weight dtype (f32, f16, bf16).
+// The panel format for a linear weight dtype (f32, f16, bf16; int8 is widened to f32).
 PanelFormat panel_format_for(DType w_dtype);
 int64_t panel_element_bytes(PanelFormat format);
 
 // The source a panel is packed from: row-major W[N, K] of `dtype`, rows exactly K apart.
+// dtype kI8: int8 weights with one f32 scale per `group` inputs of a row (scales[N, K /
+// group], linear_int8.h), packed as f32 panels of q * scale.
 struct WeightSource {
   const void* w;
   DType dtype;
   int64_t N, K;
+  const float* scales = nullptr;
+  int64_t group = 0;
 };
 
-// Whether the packed GEMM has a micro-kernel for this instruction set (AVX2; on AVX-512
-// CPUs the AVX2 kernel runs, see gemm_packed.cc).
+// Whether the packed GEMM has a micro-kernel for this instruction set (AVX2 and AVX-512).
 bool gemm_packed_supported(CpuIsa isa);
 
 // W packed whole, once, for repeated calls (weights packed at load time): panel p's K
@@ -76,6 +79,11 @@ class PackedWeights {
 // The whole linear call (bias and activation included) on the packed GEMM. `prepacked`
 // (optional) must have been packed from a.w for this isa.
 void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked = nullptr);
+// The same for int8 weights (a.w_dtype kI8, a.w the int8 rows, `scales` and `group` as in
+// linear_int8.h): each panel's K block is dequantized (q * scale, rounded to f32 once) into
+// an f32 panel as it is packed, then runs the f32 micro-kernel, so every output is one
+// ascending-k FMA chain over the dequantized weights.
+void gemm_packed_int8(CpuIsa isa, const LinearArgs& a, const float* scales, int64_t group);
 
 // --- the per-ISA pieces (gemm_microkernel_<isa>.cc) ---
 
@@ -83,12 +91,24 @@ void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked
 inline constexpr int kAvx2Mr = 6;
 inline constexpr int kAvx2Nr = 16;
 // Packs rows [n0, n0 + 16) of W (rows >= N as zeros), k in [k0, k0 + kc), into dst: kc
-// steps of 16 values in the AVX2 panel order of `format`.
+// steps of 16 values in the AVX2 panel order of `format`, dst_stride values apart.
 void pack_panel_avx2(const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0, int64_t kc,
-                     void* dst);
+                     void* dst, int64_t dst_stride = kAvx2Nr);
 // c[6][16] (rows ldc apart) = (accumulate ? c : 0) + xp · panel over kc steps; xp is
 // [kc][6] floats, panel [kc][16] values of `format`.
 void microkernel_avx2(PanelFormat format, const float* xp, const void* panel, int64_t kc, float* c,
                       int64_t ldc, bool accumulate);
+
+// Tile shape of the AVX-512 micro-kernel: 8 rows x 32 columns = 16 zmm accumulators (a
+// multiple of 8 rows, so the usual batch sizes and prompt chunks leave no idle rows).
+inline constexpr int kAvx512Mr = 8;
+inline constexpr int kAvx512Nr = 32;
+// An AVX-512 panel step is two AVX2 panel steps side by side: columns 0..15 then 16..31,
+// each in the AVX2 order of `format` (gemm_microkernel_avx512.cc says why that suits it).
+void pack_panel_avx512(const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0, int64_t kc,
+                       void* dst);
+// c[8][32] = (accumulate ? c : 0) + xp · panel; xp is [kc][8] floats, panel [kc][32].
+void microkernel_avx512(PanelFormat format, const float* xp, const void* panel, int64_t kc, float* c,
+                        int64_t ldc, bool accumulate);
 
 }  // namespace tessera::cpu::detail

@@ -136,12 +136,13 @@ bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M) {
     return -1;
   }();
   if (forced >= 0) return forced == 1 && gemm_packed_supported(isa);
-  // AVX2 CPUs: the packed GEMM (figures in docs/benchmarks.md, "Packed GEMM vs OpenBLAS"):
-  // 1.0-1.6x OpenBLAS at 8-64 rows for f32 and bf16, equal or better at 512 rows for 16-bit
-  // weights (OpenBLAS must widen them first), but 3-12% behind OpenBLAS at 512 rows of f32
-  // weights, so f32 from 256 rows (between the measured 64 and 512) stays on OpenBLAS.
-  // AVX-512 CPUs keep OpenBLAS, whose 16-lane kernels beat the 8-lane micro-kernel there;
-  // the scalar flavour has no packed kernel.
+  // Figures in docs/benchmarks.md ("Packed GEMM vs OpenBLAS"). AVX-512 CPUs: the 8 x 32
+  // micro-kernel beat OpenBLAS at every measured shape and dtype (8-512 rows), so it takes
+  // every call. AVX2 CPUs: the 6 x 16 kernel was 1.0-1.6x OpenBLAS at 8-64 rows for f32 and
+  // bf16 and equal or better at 512 rows for 16-bit weights (OpenBLAS must widen them
+  // first), but 3-12% behind at 512 rows of f32 weights, so f32 from 256 rows (between the
+  // measured 64 and 512) stays on OpenBLAS. The scalar flavour has no packed kernel.
+  if (isa == CpuIsa::kAvx512) return true;
   if (isa != CpuIsa::kAvx2) return false;
   return !(w_dtype == DType::kF32 && M >= 256);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_int8_kernels.h"
 
 namespace tessera::cpu {
@@ -95,7 +96,8 @@ float* panel_buffer(int64_t floats) {
   return buffer.data();
 }
 
-// Prefill: each OpenMP thread dequantizes and multiplies its own output columns with a
+// Prefill where the packed GEMM does not run (the scalar build, TESSERA_CPU_GEMM=openblas):
+// each OpenMP thread dequantizes and multiplies its own output columns with a
 // single-threaded OpenBLAS (one thread pool only; linear_gemm.cc explains why).
 void gemm(CpuIsa isa, const Int8LinearArgs& a) {
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
@@ -143,6 +145,11 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
     gemv_int8_activations(isa, args);
   } else if (use_gemv) {
     gemv(isa, args);
+  } else if (packed_gemm_preferred(isa, DType::kI8, M)) {
+    // The packed GEMM widens each K block of int8 panels to f32 as it packs them
+    // (gemm_packed.h); measured against dequantize + OpenBLAS in docs/benchmarks.md.
+    const LinearArgs wide{x, M, K, ldx, w, DType::kI8, N, bias, y, ldy, act};
+    gemm_packed_int8(isa, wide, scales, group);
   } else {
     gemm(isa, args);
   }

@@ -14,8 +14,10 @@
 //    and a group becomes an exact integer dot product (AVX2 vpmaddubsw/vpmaddwd: 5
 //    instructions per 32 weights instead of 12; llama.cpp's q8_0 x q8_0), for CPUs where
 //    decode is compute-bound (docs/quantization.md).
-//  - larger M (prefill): compute bound. Panels of weight rows are dequantized to f32 and
-//    multiplied by OpenBLAS sgemm (a panel costs ~2 ops per weight against 2*M flops).
+//  - larger M (prefill, batched decode): compute bound. The packed GEMM (gemm_packed.h)
+//    dequantizes each panel's K block to f32 as it packs it and runs its f32 micro-kernel
+//    (~2 ops per weight against 2*M flops); where it has no kernel (scalar build) or
+//    TESSERA_CPU_GEMM=openblas, panels of rows are dequantized and go to OpenBLAS sgemm.
 // The SIMD flavour is the one linear() uses (active_cpu_isa(); TESSERA_CPU_ISA lowers it).
 #include <cstdint>
 
@@ -35,8 +37,9 @@ void quantize_int8(const void* w, DType w_dtype, int64_t N, int64_t K, int64_t g
 void linear_int8(const float* x, int64_t M, int64_t K, int64_t ldx, const int8_t* w, const float* scales,
                  int64_t group, int64_t N, const float* bias, float* y, int64_t ldy, Activation act);
 
-// Up to this many rows of x the GEMV kernel is used; above it, dequantize + sgemm
-// (bench/linear_bench.cc BM_Int8GemvGemmCrossover; docs/quantization.md).
+// Up to this many rows of x the GEMV kernel is used; above it, the packed GEMM with int8
+// panels widened as they are packed (gemm_packed.h; dequantize + sgemm where it does not
+// run) (bench/linear_bench.cc BM_Int8GemvGemmCrossover; docs/quantization.md).
 inline int64_t linear_int8_gemv_max_rows() { return 16; }
 
 namespace detail {

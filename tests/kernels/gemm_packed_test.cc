@@ -11,12 +11,19 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/dtype.h"
 #include "kernels/cpu/linear_cpu.h"
+
+namespace tessera::cpu {
+// Test names and failure messages print the instruction set by name.
+inline void PrintTo(CpuIsa isa, std::ostream* os) { *os << cpu_isa_name(isa); }
+}  // namespace tessera::cpu
 
 namespace tessera::cpu::detail {
 namespace {
@@ -91,19 +98,19 @@ constexpr float kUntouched = -98765.25f;
 
 // Runs the packed GEMM (per-call packing, or `prepacked`) and compares with the reference
 // bit for bit; y's padding columns must stay untouched.
-void expect_bit_exact(const GemmCase& c, DType dtype, const GemmData& d, const std::vector<float>& ref,
-                  const PackedWeights* prepacked, const std::string& how) {
+void expect_bit_exact(CpuIsa isa, const GemmCase& c, DType dtype, const GemmData& d, const std::vector<float>& ref,
+                      const PackedWeights* prepacked, const std::string& how) {
   std::vector<float> y(static_cast<size_t>(c.M * d.ldy), kUntouched);
   const LinearArgs args{d.x.data(), c.M, c.K, d.ldx, d.w(dtype), dtype, c.N, c.bias ? d.bias.data() : nullptr,
                         y.data(), d.ldy, c.act};
-  gemm_packed(detected_cpu_isa(), args, prepacked);
+  gemm_packed(isa, args, prepacked);
   int failures = 0;
   for (int64_t m = 0; m < c.M && failures < 5; ++m) {
     for (int64_t n = 0; n < d.ldy && failures < 5; ++n) {
       const float got = y[m * d.ldy + n];
       const float want = n < c.N ? ref[m * c.N + n] : kUntouched;
       if (std::memcmp(&got, &want, sizeof(float)) != 0) {
-        ADD_FAILURE() << describe_gemm_case(c, dtype) << " " << how << ": y[" << m << "][" << n << "] = " << got << ", want "
+        ADD_FAILURE() << cpu_isa_name(isa) << " " << describe_gemm_case(c, dtype) << " " << how << ": y[" << m << "][" << n << "] = " << got << ", want "
                       << want;
         ++failures;
       }
@@ -111,71 +118,77 @@ void expect_bit_exact(const GemmCase& c, DType dtype, const GemmData& d, const s
   }
 }
 
-class GemmPackedTest : public ::testing::TestWithParam<DType> {
+// Each micro-kernel (AVX2, AVX-512) that this CPU can run, for each weight dtype.
+class GemmPackedTest : public ::testing::TestWithParam<std::tuple<CpuIsa, DType>> {
  protected:
   void SetUp() override {
-    if (!gemm_packed_supported(detected_cpu_isa())) {
-      GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C, which the packed GEMM's kernels need";
+    if (isa() > detected_cpu_isa()) {
+      GTEST_SKIP() << "this CPU cannot run the " << cpu_isa_name(isa()) << " micro-kernel (it has "
+                   << cpu_isa_name(detected_cpu_isa()) << ")";
     }
   }
+  CpuIsa isa() const { return std::get<0>(GetParam()); }
+  DType dtype() const { return std::get<1>(GetParam()); }
 };
 
 TEST_P(GemmPackedTest, BitExactOnAwkwardShapes) {
-  const DType dtype = GetParam();
+  const DType dtype = this->dtype();
   std::mt19937 rng(17 + static_cast<int>(dtype));
   const Activation acts[] = {Activation::kNone, Activation::kGeluTanh, Activation::kSilu};
   int index = 0;
-  // M: below, at and past the 6-row tile; K: below, at and past the 256-step K block and
-  // the 8-step packing groups; N: below, at and past the 16-column panel and 256-column chunk.
-  for (int64_t M : {2, 6, 7, 13, 40}) {
+  // M: below, at and past the 6- and 8-row tiles; K: below, at and past the 256-step K block
+  // and the 8-step packing groups; N: below, at and past the 16- and 32-column panels and the
+  // 256-column chunk.
+  for (int64_t M : {2, 6, 7, 8, 13, 40}) {
     for (int64_t K : {1, 7, 8, 9, 255, 256, 257, 600}) {
-      for (int64_t N : {1, 15, 16, 17, 257, 530}) {
+      for (int64_t N : {1, 15, 16, 17, 31, 33, 257, 530}) {
         const GemmCase c{M, K, N, index % 2 == 0, acts[index % 3], index % 4 == 1};
         ++index;
         const GemmData d = make_gemm_data(c, dtype, rng);
-        expect_bit_exact(c, dtype, d, fma_chain_reference(c, d), nullptr, "packed per call");
+        expect_bit_exact(isa(), c, dtype, d, fma_chain_reference(c, d), nullptr, "packed per call");
       }
     }
   }
 }
 
 TEST_P(GemmPackedTest, PrepackedWeightsGiveTheSameBits) {
-  const DType dtype = GetParam();
+  const DType dtype = this->dtype();
   std::mt19937 rng(5);
   for (const GemmCase& c : {GemmCase{9, 700, 300, true, Activation::kGeluTanh, true}, GemmCase{64, 1000, 1100, false, Activation::kNone, false}}) {
     const GemmData d = make_gemm_data(c, dtype, rng);
-    const PackedWeights packed = PackedWeights::pack(detected_cpu_isa(), WeightSource{d.w(dtype), dtype, c.N, c.K});
+    const PackedWeights packed = PackedWeights::pack(isa(), WeightSource{d.w(dtype), dtype, c.N, c.K});
     EXPECT_EQ(packed.N(), c.N);
     EXPECT_EQ(packed.K(), c.K);
     const std::vector<float> ref = fma_chain_reference(c, d);
-    expect_bit_exact(c, dtype, d, ref, &packed, "prepacked");
-    expect_bit_exact(c, dtype, d, ref, nullptr, "packed per call");
+    expect_bit_exact(isa(), c, dtype, d, ref, &packed, "prepacked");
+    expect_bit_exact(isa(), c, dtype, d, ref, nullptr, "packed per call");
   }
 }
 
 // Threads split the panels; the result must not depend on how many there are.
 TEST_P(GemmPackedTest, SameBitsOnOneThreadAndAll) {
-  const DType dtype = GetParam();
+  const DType dtype = this->dtype();
   std::mt19937 rng(11);
   const GemmCase c{50, 513, 1000, true, Activation::kSilu, false};
   const GemmData d = make_gemm_data(c, dtype, rng);
   const std::vector<float> ref = fma_chain_reference(c, d);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  expect_bit_exact(c, dtype, d, ref, nullptr, "1 thread");
+  expect_bit_exact(isa(), c, dtype, d, ref, nullptr, "1 thread");
   omp_set_num_threads(std::max(saved, 2));
-  expect_bit_exact(c, dtype, d, ref, nullptr, "2+ threads");
+  expect_bit_exact(isa(), c, dtype, d, ref, nullptr, "2+ threads");
   omp_set_num_threads(saved);
 }
 
 // The linear front routes M above the GEMV rows to the packed GEMM when asked, and the
 // result is the same bits as calling it directly.
 TEST_P(GemmPackedTest, LinearFrontUsesIt) {
-  const DType dtype = GetParam();
+  const DType dtype = this->dtype();
   std::mt19937 rng(3);
   const GemmCase c{33, 300, 200, true, Activation::kNone, false};
   const GemmData d = make_gemm_data(c, dtype, rng);
   LinearOptions options;
+  options.isa = isa();
   options.path = LinearPath::kGemm;
   options.gemm = GemmKernel::kPacked;
   std::vector<float> y(static_cast<size_t>(c.M * c.N));
@@ -184,8 +197,69 @@ TEST_P(GemmPackedTest, LinearFrontUsesIt) {
   EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllWeightDtypes, GemmPackedTest, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(AllKernelsAndWeightDtypes, GemmPackedTest,
+                         ::testing::Combine(::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
+                                            ::testing::Values(DType::kF32, DType::kF16, DType::kBF16)),
+                         [](const auto& info) {
+                           return std::string(cpu_isa_name(std::get<0>(info.param))) + "_" +
+                                  dtype_name(std::get<1>(info.param));
+                         });
+
+// int8 weights: each K block is dequantized (q * scale in f32) as it is packed, so the
+// result is the FMA chain over the dequantized weights, bit for bit, across group and K
+// block boundaries and both tile shapes.
+class GemmPackedInt8Test : public ::testing::TestWithParam<CpuIsa> {};
+
+TEST_P(GemmPackedInt8Test, BitExactOverDequantizedWeights) {
+  const CpuIsa isa = GetParam();
+  if (isa > detected_cpu_isa()) GTEST_SKIP() << "this CPU cannot run the " << cpu_isa_name(isa) << " micro-kernel";
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> qdist(-127, 127);
+  for (const GemmCase& c : {GemmCase{17, 64, 33, true, Activation::kSilu, false}, GemmCase{40, 608, 530, false, Activation::kNone, true},
+                            GemmCase{9, 256, 16, true, Activation::kGeluTanh, true}}) {
+    for (int64_t group : {32, 64}) {
+      if (c.K % group != 0) continue;
+      const int64_t ldx = c.padded ? c.K + 3 : c.K, ldy = c.padded ? c.N + 5 : c.N, groups = c.K / group;
+      std::vector<float> x(static_cast<size_t>(c.M * ldx)), bias(static_cast<size_t>(c.N));
+      for (float& v : x) v = dist(rng);
+      for (float& v : bias) v = dist(rng);
+      std::vector<int8_t> q(static_cast<size_t>(c.N * c.K));
+      std::vector<float> scales(static_cast<size_t>(c.N * groups));
+      for (int8_t& v : q) v = static_cast<int8_t>(qdist(rng));
+      for (float& v : scales) v = dist(rng) * 0.01f;
+      std::vector<float> ref(static_cast<size_t>(c.M * c.N));
+      for (int64_t m = 0; m < c.M; ++m) {
+        for (int64_t n = 0; n < c.N; ++n) {
+          float acc = 0.0f;
+          for (int64_t k = 0; k < c.K; ++k) {
+            const float w = static_cast<float>(q[n * c.K + k]) * scales[n * groups + k / group];
+            acc = std::fmaf(x[m * ldx + k], w, acc);
+          }
+          ref[m * c.N + n] = finish_output(acc, c.bias ? bias.data() : nullptr, n, c.act);
+        }
+      }
+      std::vector<float> y(static_cast<size_t>(c.M * ldy), kUntouched);
+      const LinearArgs args{x.data(), c.M, c.K, ldx, q.data(), DType::kI8, c.N, c.bias ? bias.data() : nullptr,
+                            y.data(), ldy, c.act};
+      gemm_packed_int8(isa, args, scales.data(), group);
+      int failures = 0;
+      for (int64_t m = 0; m < c.M && failures < 5; ++m) {
+        for (int64_t n = 0; n < ldy && failures < 5; ++n) {
+          const float got = y[m * ldy + n], want = n < c.N ? ref[m * c.N + n] : kUntouched;
+          if (std::memcmp(&got, &want, sizeof(float)) != 0) {
+            ADD_FAILURE() << cpu_isa_name(isa) << " int8 group " << group << " M=" << c.M << " K=" << c.K << " N=" << c.N
+                          << ": y[" << m << "][" << n << "] = " << got << ", want " << want;
+            ++failures;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothKernels, GemmPackedInt8Test, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
 
 TEST(GemmPacked, NoKernelForScalarFlavour) { EXPECT_FALSE(gemm_packed_supported(CpuIsa::kScalar)); }
 
