@@ -4,7 +4,9 @@
 //   </tool_call>
 // anywhere in the output; the text around the blocks is the content. A block whose JSON is
 // not a call stays content. An unclosed block at the very end (the model stopped right after
-// its JSON) is read as a call when its JSON is one.
+// its JSON) is read as a call when its JSON is one. A block whose JSON value is a call ends
+// at the close tag after that value, so an argument string holding "</tool_call>" (which a
+// forced call's grammar allows) stays in the call.
 #include "coordinator/tool_calls/tool_call_format.h"
 
 namespace tessera {
