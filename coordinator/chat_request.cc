@@ -1,5 +1,6 @@
 #include "coordinator/chat_request.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <set>
 #include <string_view>
@@ -166,8 +167,9 @@ bool read_messages(const ojson& body, ojson* out, ApiError* error) {
 
 // "tools": [{"type": "function", "function": {name, description?, parameters?, strict?}}],
 // passed to the template as sent. Names must be unique (a call names its function).
-bool read_tools(const ojson& body, ojson* out, ApiError* error) {
+bool read_tools(const ojson& body, ojson* out, int* strict_tool, ApiError* error) {
   *out = nullptr;
+  *strict_tool = -1;
   const ojson* tools = find_present(body, "tools");
   if (tools == nullptr) return true;
   if (!tools->is_array()) return fail(error, "tools", "must be an array of {\"type\": \"function\", \"function\": ...}");
@@ -195,11 +197,9 @@ bool read_tools(const ojson& body, ojson* out, ApiError* error) {
       return fail(error, fat + ".parameters", "must be a JSON Schema object");
     if (const ojson* s = find_present(*fn, "strict"); s != nullptr) {
       if (!s->is_boolean()) return fail(error, fat + ".strict", "must be a boolean");
-      if (s->get<bool>())
-        return fail(error, fat + ".strict",
-                    "true is refused: arguments that always match the schema need tool calls decoded under a "
-                    "grammar, which this server does not do yet (structured output covers response_format and "
-                    "guided_*, not tool calls)");
+      // Kept by the caller: strict arguments need the call decoded under its schema, which only
+      // a forced tool_choice does (read_chat_request).
+      if (s->get<bool>() && *strict_tool < 0) *strict_tool = static_cast<int>(i);
     }
   }
   *out = *tools;
@@ -216,10 +216,11 @@ bool read_tool_choice(const ojson& body, bool has_tools, ChatRequestParts* out, 
       return true;
     }
     if (s == "auto") return true;
-    if (s == "required")
-      return fail(error, "tool_choice",
-                  "\"required\" is refused: forcing a tool call needs the call decoded under a grammar, which "
-                  "this server does not do yet for tool calls (use \"auto\")");
+    if (s == "required") {
+      if (!has_tools) return fail(error, "tool_choice", "\"required\" needs at least one function in 'tools'");
+      out->tool_choice = ToolChoice::kRequired;
+      return true;
+    }
     return fail(error, "tool_choice", "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
   }
   if (tc->is_object()) {
@@ -228,11 +229,16 @@ bool read_tool_choice(const ojson& body, bool has_tools, ChatRequestParts* out, 
     if (find_present(*tc, "type") == nullptr || *find_present(*tc, "type") != "function" || name == nullptr ||
         !name->is_string())
       return fail(error, "tool_choice", "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    if (!only_keys(*tc, "tool_choice", {"type", "function"}, error)) return false;
+    if (!only_keys(*fn, "tool_choice.function", {"name"}, error)) return false;
     if (!has_tools) return fail(error, "tool_choice", "names a function, but the request has no 'tools'");
-    return fail(error, "tool_choice",
-                "naming a function is refused: forcing a call to '" + name->get<std::string>() +
-                    "' needs the call decoded under a grammar, which this server does not do yet for tool calls "
-                    "(use \"auto\")");
+    const std::string wanted = name->get<std::string>();
+    const ojson& tools = out->context["tools"];
+    const bool known = std::any_of(tools.begin(), tools.end(), [&](const ojson& t) { return t["function"]["name"] == wanted; });
+    if (!known) return fail(error, "tool_choice", "names the function '" + wanted + "', which is not one of 'tools'");
+    out->tool_choice = ToolChoice::kNamed;
+    out->tool_name = wanted;
+    return true;
   }
   return fail(error, "tool_choice", "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
 }
@@ -242,7 +248,7 @@ bool read_tool_choice(const ojson& body, bool has_tools, ChatRequestParts* out, 
 bool read_chat_messages_and_tools(const ojson& body, ChatRequestParts* out, ApiError* error) {
   ojson messages, tools;
   if (!read_messages(body, &messages, error)) return false;
-  if (!read_tools(body, &tools, error)) return false;
+  if (!read_tools(body, &tools, &out->strict_tool, error)) return false;
   out->has_tools = !tools.is_null();
   out->context = ojson::object();
   out->context["messages"] = std::move(messages);
@@ -256,6 +262,11 @@ bool read_chat_request(const ojson& body, ChatRequestParts* out, ApiError* error
   *out = ChatRequestParts();
   if (!read_chat_messages_and_tools(body, out, error)) return false;
   if (!read_tool_choice(body, out->has_tools, out, error)) return false;
+  const bool forced = out->tool_choice == ToolChoice::kRequired || out->tool_choice == ToolChoice::kNamed;
+  if (out->strict_tool >= 0 && !forced)
+    return fail(error, "tools[" + std::to_string(out->strict_tool) + "].function.strict",
+                "true needs tool_choice \"required\" or a named function: only a forced call is decoded under "
+                "its schema (with \"auto\" the model writes its calls freely)");
   if (const ojson* p = find_present(body, "parallel_tool_calls"); p != nullptr) {
     if (!p->is_boolean()) return fail(error, "parallel_tool_calls", "must be a boolean");
     out->parallel_tool_calls = p->get<bool>();

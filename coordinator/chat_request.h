@@ -12,7 +12,9 @@
 
 namespace tessera {
 
-enum class ToolChoice { kNone, kAuto };
+// kRequired / kNamed: the reply is decoded under a grammar of the format's call text
+// (coordinator/tool_calls/tool_call_grammar.h): one call or more, or exactly the named one.
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct ChatRequestParts {
   // The chat template's context: "messages", "tools" (null when none), "documents" (null),
@@ -20,7 +22,9 @@ struct ChatRequestParts {
   nlohmann::ordered_json context;
   bool has_tools = false;               // a non-empty "tools"
   ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_name;                // kNamed: the function (one of the tools)
   bool parallel_tool_calls = true;      // false: at most one call is read from the output
+  int strict_tool = -1;                 // the first tool with "strict": true (-1: none)
 };
 
 // Reads "messages", "tools", "tool_choice" and "parallel_tool_calls" of a chat body (the
@@ -35,7 +39,8 @@ struct ChatRequestParts {
 //  - tool_call_id (tool messages, required there); name (any message);
 //  - the "developer" role is given to the template as "system" (OpenAI's newer name for it;
 //    chat templates know only "system").
-//  - tool_choice "required" or a named function would need constrained decoding: refused.
+//  - tool_choice "required" needs tools; a named function must be one of them (400 naming
+//    tool_choice otherwise). The grammar that forces the call is the caller's (openai_api.cc).
 bool read_chat_request(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
 
 // The same for /tokenize, whose body has only "messages" and (optionally) "tools".

@@ -12,6 +12,7 @@
 #include "coordinator/api_request_fields.h"
 #include "coordinator/chat_request.h"
 #include "coordinator/structured/request_constraint.h"
+#include "coordinator/tool_calls/tool_call_grammar.h"
 #include "coordinator/tool_calls/tool_call_stream.h"
 
 namespace tessera {
@@ -192,11 +193,48 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, std:
   return true;
 }
 
+// tool_choice "required" or a named function: the reply is decoded under the grammar of the
+// calls (coordinator/tool_calls/tool_call_grammar.h), compiled once per tools/format/choice.
+struct ForcedCall {
+  const char* choice = nullptr;  // how tool_choice forced it, for messages; null: not forced
+  std::shared_ptr<const structured::TokenConstraint> constraint;
+};
+
+bool forced_call_constraint(const ChatRequestParts& parts, const ApiContext& ctx,
+                            std::shared_ptr<const structured::TokenConstraint>* out, ApiError* error) {
+  if (!ctx.tool_call_parser) {
+    *error = bad_request("tool_choice",
+                         "'tool_choice' forces a tool call, but this server reads no tool calls: "
+                         "server.tool_call_parser is none (or auto found no call format in the chat template)");
+    return false;
+  }
+  if (ctx.tool_call_vocabulary == nullptr) {
+    *error = bad_request("tool_choice", "'tool_choice' forces a tool call, which needs the model's tokenizer");
+    return false;
+  }
+  ForcedToolCalls spec;
+  spec.format = ctx.tool_call_format;
+  spec.tools = &parts.context["tools"];
+  spec.only_function = parts.tool_choice == ToolChoice::kNamed ? parts.tool_name : "";
+  spec.parallel = parts.parallel_tool_calls;
+  const std::string key = std::string("tools\x01") + tool_call_format_name(spec.format) + "\x01" +
+                          (spec.parallel ? "1" : "0") + "\x01" + spec.only_function + "\x01" + spec.tools->dump();
+  std::string param;
+  StatusOr<std::shared_ptr<const structured::TokenConstraint>> c =
+      structured::cached_constraint(ctx.tool_call_vocabulary, key, [&] { return compile_tool_call_grammar(spec, &param); });
+  if (!c.is_ok()) {
+    *error = bad_request(param.empty() ? "tools" : param, c.status().message());
+    return false;
+  }
+  *out = std::move(c).value();
+  return true;
+}
+
 // The chat template's context from "messages" / "tools" (coordinator/chat_request.h), then
 // the prompt it renders. A render error the template raised (raise_exception, a type error
 // on the request's values) is the client's 400; any other is the server's 500.
 bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, ApiRequest* out,
-                    std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
+                    std::vector<std::vector<int32_t>>* prompts, ForcedCall* forced, ApiError* error) {
   ChatRequestParts parts;
   if (!read_chat_request(body, &parts, error)) return false;
   if (ctx.tokenizer == nullptr) {
@@ -215,6 +253,10 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
   if (read_calls) {
     out->tool_call_parser = ctx.tool_call_parser;
     out->parallel_tool_calls = parts.parallel_tool_calls;
+  }
+  if (parts.tool_choice == ToolChoice::kRequired || parts.tool_choice == ToolChoice::kNamed) {
+    forced->choice = parts.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function";
+    if (!forced_call_constraint(parts, ctx, &forced->constraint, error)) return false;
   }
   StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
   if (!rendered.is_ok()) {
@@ -549,8 +591,31 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   }
 
   std::vector<std::vector<int32_t>> prompts;
-  if (chat ? !parse_messages(ordered, ctx, out, &prompts, error) : !parse_prompt(j, ctx, out, &prompts, error))
+  ForcedCall forced;
+  if (chat ? !parse_messages(ordered, ctx, out, &prompts, &forced, error) : !parse_prompt(j, ctx, out, &prompts, error))
     return false;
+  if (forced.constraint) {
+    // One grammar per output: a forced call and response_format / guided_* cannot both hold
+    // (vLLM refuses the pair too).
+    if (constraint) {
+      std::string field;
+      for (const char* f : {"response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
+        if (auto it = ordered.find(f); field.empty() && it != ordered.end() && !it->is_null()) field = f;
+      *error = bad_request("tool_choice", std::string("'tool_choice' ") + forced.choice + " and '" + field +
+                                              "' both constrain the output; send only one");
+      return false;
+    }
+    // The call starts with a special token (Mistral's [TOOL_CALLS]): its text must reach the
+    // parser, which skip_special_tokens true would hide.
+    if (ctx.tool_call_vocabulary != ctx.token_vocabulary && j.value("skip_special_tokens", false)) {
+      *error = bad_request("skip_special_tokens",
+                           "'skip_special_tokens': true would hide the " +
+                               std::string(out->tool_call_parser->special_marker()) +
+                               " marker a forced tool call starts with, and no call could be read; leave it out");
+      return false;
+    }
+    constraint = forced.constraint;
+  }
   // A call marker that is a special token must reach the tool-call parser (vLLM does the same).
   if (out->tool_call_parser && out->tool_call_parser->marker_is_special_token() &&
       j.value("skip_special_tokens", json()).is_null())
@@ -813,6 +878,15 @@ ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, 
   }
   const ToolCallFormat format = tool_calls ? *tool_calls : tool_call_format_for_template(template_source);
   api.tool_call_parser = make_tool_call_parser(format);
+  api.tool_call_format = format;
+  api.tool_call_vocabulary = api.token_vocabulary;
+  if (api.tool_call_parser && tokenizer != nullptr && !api.tool_call_parser->special_marker().empty()) {
+    const std::string marker(api.tool_call_parser->special_marker());
+    const int32_t id = tokenizer->token_to_id(marker);
+    // Without such a special token the marker is ordinary text, which the vocabulary spells.
+    if (id >= 0 && tokenizer->is_special(id))
+      api.tool_call_vocabulary = api.token_vocabulary->with_token_bytes(id, marker);
+  }
   return api;
 }
 

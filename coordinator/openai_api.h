@@ -60,9 +60,14 @@ struct ApiContext {
   // How tool calls are read out of generated text (requests with tools); null = not read:
   // the text stays the content.
   std::shared_ptr<const ToolCallParser> tool_call_parser;
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;  // the parser's format
   // The tokenizer's tokens as byte strings, for structured output (response_format, guided_*);
   // make_api_context builds it when there is a tokenizer. Null: such requests are refused.
   std::shared_ptr<const structured::TokenVocabulary> token_vocabulary;
+  // What a forced tool call (tool_choice "required" / named) is matched over: token_vocabulary,
+  // with the call marker's special token given its text when the format has one (Mistral's
+  // [TOOL_CALLS], TokenVocabulary::with_token_bytes). make_api_context builds it.
+  std::shared_ptr<const structured::TokenVocabulary> tool_call_vocabulary;
   // Whether this front end returns tool_calls (the ZeroMQ API does not: it refuses requests
   // whose tool calls would be read).
   bool tool_calls_out = true;

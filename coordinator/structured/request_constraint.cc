@@ -189,20 +189,26 @@ bool parse_request_constraint(const json& body, const std::shared_ptr<const Toke
     return false;
   }
   const std::string key = std::to_string(static_cast<int>(kind)) + "\x01" + value.dump();
-  if (auto hit = cache().find(vocabulary.get(), key)) {
-    *out = std::move(hit);
-    return true;
-  }
-  StatusOr<Grammar> grammar = compile_constraint(kind, value);
-  if (!grammar.is_ok()) {
+  StatusOr<std::shared_ptr<const TokenConstraint>> c =
+      cached_constraint(vocabulary, key, [&] { return compile_constraint(kind, value); });
+  if (!c.is_ok()) {
     *param = field;
-    *message = "'" + std::string(field) + "': " + grammar.status().message();
+    *message = "'" + std::string(field) + "': " + c.status().message();
     return false;
   }
+  *out = std::move(c).value();
+  return true;
+}
+
+StatusOr<std::shared_ptr<const TokenConstraint>> cached_constraint(
+    const std::shared_ptr<const TokenVocabulary>& vocabulary, const std::string& key,
+    const std::function<StatusOr<Grammar>()>& compile) {
+  if (auto hit = cache().find(vocabulary.get(), key)) return hit;
+  StatusOr<Grammar> grammar = compile();
+  if (!grammar.is_ok()) return grammar.status();
   auto constraint = std::make_shared<const TokenConstraint>(std::move(grammar).value(), vocabulary);
   cache().put(vocabulary.get(), key, constraint);
-  *out = std::move(constraint);
-  return true;
+  return std::shared_ptr<const TokenConstraint>(std::move(constraint));
 }
 
 }  // namespace tessera::structured

@@ -4,6 +4,7 @@
 // guided_regex, guided_choice, guided_grammar — at most one of them. Compiled grammars are
 // kept in a small cache (by kind and text), so the 20 samples of one schema, or a client
 // sending the same schema all day, compile it once and share its mask caches.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,12 @@ StatusOr<Grammar> compile_constraint(ConstraintKind kind, const nlohmann::ordere
 // *message (why) for a 400.
 bool parse_request_constraint(const nlohmann::ordered_json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
                               std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message);
+
+// The constraint cached under `key` for `vocabulary`, else `compile`d now and cached (keys
+// are the callers': a kind prefix and the constraint's text; tool_call_grammar.h uses it too).
+StatusOr<std::shared_ptr<const TokenConstraint>> cached_constraint(
+    const std::shared_ptr<const TokenVocabulary>& vocabulary, const std::string& key,
+    const std::function<StatusOr<Grammar>()>& compile);
 
 // Grammars compiled so far for `vocabulary` are reused; this many are kept (least recently used dropped).
 inline constexpr size_t kConstraintCacheSize = 64;

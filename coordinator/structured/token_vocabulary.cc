@@ -49,6 +49,12 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
   }
 }
 
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::with_token_bytes(int32_t id, std::string bytes) const {
+  std::vector<std::string> all = bytes_;
+  if (id >= 0 && static_cast<size_t>(id) < all.size()) all[static_cast<size_t>(id)] = std::move(bytes);
+  return std::make_shared<TokenVocabulary>(std::move(all));
+}
+
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer) {
   const int64_t n = tokenizer.vocab_size();
   // GPT-2's byte-level alphabet: the printable bytes stand for themselves, the others for

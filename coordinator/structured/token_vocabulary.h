@@ -28,6 +28,11 @@ class TokenVocabulary {
   // The bytes each id of `tokenizer` decodes to in the middle of an output (byte-level BPE
   // byte mapping, SentencePiece "▁" and <0xNN> byte pieces); special tokens get none.
   static std::shared_ptr<const TokenVocabulary> from_tokenizer(const Tokenizer& tokenizer);
+  // This vocabulary with token `id` (a special token, which has no bytes here) given
+  // `bytes`, so a grammar can ask for it: a forced tool call starts with Mistral's
+  // [TOOL_CALLS], a special token whose text (kept in the output) is those bytes. The
+  // ordinary tokens that spell the same bytes stay allowed too: the text is the same.
+  std::shared_ptr<const TokenVocabulary> with_token_bytes(int32_t id, std::string bytes) const;
 
   int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }

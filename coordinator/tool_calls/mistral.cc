@@ -66,6 +66,7 @@ class MistralParser : public ToolCallParser {
   }
   bool short_call_ids() const override { return true; }
   bool marker_is_special_token() const override { return true; }
+  std::string_view special_marker() const override { return kMarker; }
 };
 
 }  // namespace

@@ -66,6 +66,10 @@ class ToolCallParser {
   // Whether the call marker is a special token (Mistral's [TOOL_CALLS]): a request that reads
   // calls then keeps special tokens in its text unless it sets skip_special_tokens (vLLM).
   virtual bool marker_is_special_token() const { return false; }
+  // That marker's text ("[TOOL_CALLS]"); empty when the format has no special-token marker.
+  // A forced call's grammar asks for it, so the matcher's vocabulary gives the special token
+  // these bytes (ApiContext::tool_call_vocabulary).
+  virtual std::string_view special_marker() const { return {}; }
 };
 
 // The parser of a format; null for kNone.

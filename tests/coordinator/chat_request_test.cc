@@ -55,6 +55,16 @@ TEST(ChatRequest, MessagesCarryEveryFieldTemplatesUse) {
   EXPECT_TRUE(none.context["tools"].is_null());
   EXPECT_FALSE(none.has_tools);
   EXPECT_EQ(none.tool_choice, ToolChoice::kNone);
+  // Forcing a call: "required" and a named function of the tools are read (the grammar that
+  // forces them is openai_api.cc's); strict tools are served only with them.
+  const std::string f = R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])";
+  const ChatRequestParts req = read_ok(R"({"messages": [{"role": "user", "content": "x"}], )" + f + R"(, "tool_choice": "required"})");
+  EXPECT_EQ(req.tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(req.strict_tool, 0);
+  const ChatRequestParts named = read_ok(R"({"messages": [{"role": "user", "content": "x"}], )" + f +
+                                         R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_name, "f");
   // A null field is absent (clients echo an answer's message back with "refusal": null).
   EXPECT_EQ(read_ok(R"({"messages": [{"role": "assistant", "content": "a", "refusal": null}]})").context["messages"][0].dump(),
             R"({"role":"assistant","content":"a"})");
@@ -103,6 +113,12 @@ TEST(ChatRequest, EveryWrongFieldIsA400NamingIt) {
        "tools[0].function.color"},
       {"{\"messages\": [" + user + "], \"tool_choice\": \"required\"}", "tool_choice"},
       {"{\"messages\": [" + user + "], \"tool_choice\": \"sometimes\"}", "tool_choice"},
+      {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+       "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+       "tool_choice"},
+      {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+       "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\", \"x\": 1}}}",
+       "tool_choice.function.x"},
       {"{\"messages\": [" + user + "], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}}",
        "tool_choice"},
       {"{\"messages\": [" + user + "], \"parallel_tool_calls\": \"yes\"}", "parallel_tool_calls"},
@@ -112,10 +128,14 @@ TEST(ChatRequest, EveryWrongFieldIsA400NamingIt) {
     EXPECT_EQ(e.param, param) << body << " -> " << e.message;
     EXPECT_NE(e.message.find(param), std::string::npos) << e.message;
   }
-  // The refusals say why: an image part names its type; forcing a call needs it decoded under a grammar.
+  // The refusals say why: an image part names its type; forcing a call needs tools, and names one of them.
   EXPECT_NE(read_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").message.find("image_url"),
             std::string::npos);
-  EXPECT_NE(read_error("{\"messages\": [" + user + "], \"tool_choice\": \"required\"}").message.find("decoded under a grammar"),
+  EXPECT_NE(read_error("{\"messages\": [" + user + "], \"tool_choice\": \"required\"}").message.find("'tools'"),
+            std::string::npos);
+  EXPECT_NE(read_error("{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+                       "\"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}")
+                .message.find("'g', which is not one of 'tools'"),
             std::string::npos);
 }
 

@@ -124,7 +124,7 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByName) {
       {"response_format", R"({"type": "bogus"})", false},
       {"response_format", R"({"type": "json_object"})", true},
       {"response_format", R"({"type": "json_schema", "json_schema": {}})", true},
-      // tools and tool_choice "auto" are served (chat_request_test.cc); forcing a call is not.
+      // tools and tool_choice are served (chat_request_test.cc); forcing a call without tools is not.
       {"tool_choice", R"("required")", true},
       {"tool_choice", R"({"type": "function", "function": {"name": "f"}})", true},
       {"tools", R"([{"type": "function", "function": {"name": "f"}}])", false},  // a chat field

@@ -3,12 +3,16 @@
 // Qwen 2.5, Llama 3.1 and Mistral-Nemo), and a scripted model — the executor "generates" the
 // tokens of a scripted text, then EOS — so the Hermes, Llama 3.1 JSON and Mistral call texts
 // come back as OpenAI tool_calls, streaming and not. Also: tool_choice "none", malformed call
-// text, a template's raise_exception as a 400, and the prompt the template renders.
+// text, a template's raise_exception as a 400, and the prompt the template renders. Forced
+// calls (tool_choice "required" / named): the model draws uniformly from the grammar's mask,
+// and every sample reads back as valid calls in each format; the refusals are 400s.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <mutex>
+#include <set>
+#include <random>
 
 #include "common/sequence_states.h"
 #include "coordinator/http_server.h"
@@ -40,6 +44,14 @@ class ScriptedModel : public StepExecutor {
       t.seq_id = v.step->seq_id;
       const size_t i = static_cast<size_t>(v.num_generated());
       t.token = i < script_.size() ? script_[i] : 2;
+      // Under a grammar (a forced tool call) the model draws from the allowed tokens
+      // uniformly, by (seed, position): a seeded temperature-1 request is a random sample,
+      // the same one each time, and greedy (temperature 0) is one fixed draw per position.
+      if (!v.step->allowed_tokens.empty()) {
+        const SamplingParams& sp = v.state->sampling;
+        const uint64_t key = (sp.temperature == 0 ? 99 : sp.seed.value_or(1)) * 1000003u + i;
+        t.token = uniform_allowed(v.step->allowed_tokens, key);
+      }
       t.logprob = -0.5f;
       r.tokens.push_back(t);
     }
@@ -47,6 +59,14 @@ class ScriptedModel : public StepExecutor {
   }
 
  private:
+  static int32_t uniform_allowed(const std::vector<uint32_t>& mask, uint64_t key) {
+    std::vector<int32_t> allowed;
+    for (size_t w = 0; w < mask.size(); ++w)
+      for (int b = 0; b < 32; ++b)
+        if (mask[w] >> b & 1u) allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(b)));
+    std::mt19937_64 rng(key);
+    return allowed.empty() ? 2 : allowed[rng() % allowed.size()];
+  }
   std::mutex mu_;
   std::vector<int32_t> script_;
   SequenceStates states_{0, 0};
@@ -349,6 +369,158 @@ TEST_F(ToolCallsHttpTest, TemplateRaiseIsA400WithItsMessage) {
                       400);
   EXPECT_EQ(r["error"]["type"], "invalid_request_error") << r;
   EXPECT_NE(r["error"]["message"].get<std::string>().find("System role not supported"), std::string::npos) << r;
+}
+
+// --- Forced calls: tool_choice "required" or a named function ---
+
+const char* const kForcedTools = R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+    "properties": {"a": {"type": "integer", "minimum": -999, "maximum": 999}, "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["a", "b"]}}}])";
+
+// The arguments hold the schema's required keys with their types (and nothing unlisted).
+void expect_forced_arguments(const json& call) {
+  const std::string name = call["function"]["name"];
+  const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(args.is_object()) << call;
+  if (name == "get_weather") {
+    EXPECT_TRUE(args.contains("city") && args["city"].is_string()) << call;
+    if (args.contains("unit")) { EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << call; }
+    for (auto it = args.begin(); it != args.end(); ++it) EXPECT_TRUE(it.key() == "city" || it.key() == "unit") << call;
+  } else {
+    ASSERT_EQ(name, "add") << call;
+    EXPECT_TRUE(args.contains("a") && args["a"].is_number_integer() && args["a"] >= -999 && args["a"] <= 999) << call;
+    EXPECT_TRUE(args.contains("b") && args["b"].is_number_integer() && args["b"] >= 0 && args["b"] <= 99) << call;
+  }
+}
+
+class ForcedToolCallsHttpTest : public ToolCallsHttpTest {
+ protected:
+  json forced_body(const std::string& choice, int seed, const std::string& extra = "") const {
+    return body(std::string("\"tools\": ") + kForcedTools + ", \"tool_choice\": " + choice +
+                ", \"temperature\": " + (seed < 0 ? "0" : "1, \"seed\": " + std::to_string(seed)) +
+                ", \"max_tokens\": 800" + (extra.empty() ? "" : ", " + extra));
+  }
+
+  // 12 seeded temperature-1 samples of "required", of a named function and of "required"
+  // with parallel_tool_calls false: every one is calls only (content null, finish_reason
+  // "tool_calls"), each a function of the tools with valid arguments; the samples call both
+  // functions and make parallel calls; greedy streams the calls it answers whole.
+  void expect_forced_calls_in_every_sample() {
+    std::set<std::string> names;
+    size_t most = 0;
+    for (int seed = 1; seed <= 12; ++seed) {
+      const json r = post(forced_body("\"required\"", seed));
+      const json& choice = r["choices"][0];
+      ASSERT_EQ(choice["finish_reason"], "tool_calls") << r;
+      EXPECT_TRUE(choice["message"]["content"].is_null()) << r;
+      ASSERT_GE(choice["message"]["tool_calls"].size(), 1u) << r;
+      most = std::max(most, choice["message"]["tool_calls"].size());
+      for (const json& call : choice["message"]["tool_calls"]) {
+        names.insert(call["function"]["name"].get<std::string>());
+        expect_forced_arguments(call);
+      }
+      // Named: that function, once.
+      const json n = post(forced_body(R"({"type": "function", "function": {"name": "add"}})", seed));
+      ASSERT_EQ(n["choices"][0]["finish_reason"], "tool_calls") << n;
+      ASSERT_EQ(n["choices"][0]["message"]["tool_calls"].size(), 1u) << n;
+      EXPECT_EQ(n["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "add") << n;
+      expect_forced_arguments(n["choices"][0]["message"]["tool_calls"][0]);
+      // parallel_tool_calls false: one call.
+      const json one = post(forced_body("\"required\"", seed, "\"parallel_tool_calls\": false"));
+      ASSERT_EQ(one["choices"][0]["finish_reason"], "tool_calls") << one;
+      ASSERT_EQ(one["choices"][0]["message"]["tool_calls"].size(), 1u) << one;
+      expect_forced_arguments(one["choices"][0]["message"]["tool_calls"][0]);
+    }
+    EXPECT_EQ(names.size(), 2u) << "both functions get called in 12 samples";
+    EXPECT_GE(most, 2u) << "parallel calls are written";
+    // Greedy: the stream folds into the same calls.
+    const json b = forced_body("\"required\"", -1);
+    const json whole = post(b)["choices"][0];
+    const Folded s = stream(b);
+    EXPECT_EQ(s.finish_reason, "tool_calls");
+    EXPECT_TRUE(s.content.is_null()) << s.content;
+    ASSERT_EQ(s.tool_calls.size(), whole["message"]["tool_calls"].size()) << whole;
+    for (size_t i = 0; i < s.tool_calls.size(); ++i) {
+      EXPECT_EQ(s.tool_calls[i]["function"], whole["message"]["tool_calls"][i]["function"]);
+    }
+  }
+
+  void expect_400(const json& b, const std::string& param, const std::string& says) {
+    const json r = post(b, 400);
+    EXPECT_EQ(r["error"]["param"], param) << r;
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(says), std::string::npos) << r;
+  }
+};
+
+TEST_F(ForcedToolCallsHttpTest, HermesSamplesAreValidCalls) {
+  start("qwen2.5-7b-instruct");
+  expect_forced_calls_in_every_sample();
+}
+
+TEST_F(ForcedToolCallsHttpTest, Llama31JsonSamplesAreValidCalls) {
+  start("llama3.1-8b-instruct");
+  expect_forced_calls_in_every_sample();
+}
+
+TEST_F(ForcedToolCallsHttpTest, MistralSamplesAreValidCalls) {
+  start("mistral-nemo-instruct-2407");
+  expect_forced_calls_in_every_sample();
+}
+
+// [TOOL_CALLS] as a special token (id 1024): the grammar's first mask allows it (the vocabulary
+// the matcher walks gives it its text), its text stays in the output for the parser, and the
+// samples that start with it are read as calls like those that spell it with ordinary tokens.
+TEST_F(ForcedToolCallsHttpTest, MistralSpecialTokenMarker) {
+  const int32_t marker = use_tokenizer_with_special_token("[TOOL_CALLS]");
+  start("mistral-nemo-instruct-2407");
+  int special_first = 0;
+  for (int seed = 1; seed <= 12; ++seed) {
+    const json r = post(forced_body("\"required\"", seed, "\"logprobs\": true"));
+    const json& choice = r["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << r;
+    ASSERT_GE(choice["message"]["tool_calls"].size(), 1u) << r;
+    for (const json& call : choice["message"]["tool_calls"]) expect_forced_arguments(call);
+    if (choice["logprobs"]["content"][0]["token"] == "[TOOL_CALLS]") ++special_first;
+  }
+  EXPECT_GT(special_first, 0) << "token " << marker << " was never drawn first";
+  // skip_special_tokens true would hide the marker: refused, naming it.
+  expect_400(forced_body("\"required\"", 1, "\"skip_special_tokens\": true"), "skip_special_tokens", "[TOOL_CALLS]");
+}
+
+TEST_F(ForcedToolCallsHttpTest, RefusalsAre400sNamingTheProblem) {
+  start("qwen2.5-7b-instruct");
+  expect_400(forced_body(R"({"type": "function", "function": {"name": "get_time"}})", 1), "tool_choice", "'get_time'");
+  expect_400(body("\"tool_choice\": \"required\""), "tool_choice", "'tools'");
+  expect_400(body("\"tools\": [], \"tool_choice\": \"required\""), "tool_choice", "'tools'");
+  expect_400(body(R"("tool_choice": {"type": "function", "function": {"name": "add"}})"), "tool_choice", "no 'tools'");
+  const std::string unique = R"([{"type": "function", "function": {"name": "tag", "parameters": {"type": "object",
+      "properties": {"t": {"type": "array", "uniqueItems": true}}}}}])";
+  expect_400(body("\"tools\": " + unique + ", \"tool_choice\": \"required\""), "tools[0].function.parameters",
+             "unsupported keyword 'uniqueItems' at /properties/t");
+  expect_400(forced_body("\"required\"", 1, R"("response_format": {"type": "json_object"})"), "tool_choice",
+             "'response_format' both constrain the output");
+  expect_400(forced_body(R"({"type": "function", "function": {"name": "add"}})", 1, R"("guided_regex": "a+")"),
+             "tool_choice", "'guided_regex' both constrain the output");
+  // strict: true is served with a forced call (its arguments follow the schema), refused with auto.
+  const std::string strict = R"([{"type": "function", "function": {"name": "ping", "strict": true}}])";
+  expect_400(body("\"tools\": " + strict), "tools[0].function.strict", "tool_choice");
+  const json ok = post(body("\"tools\": " + strict + ", \"tool_choice\": \"required\""));
+  EXPECT_EQ(ok["choices"][0]["finish_reason"], "tool_calls") << ok;
+  EXPECT_EQ(ok["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}") << ok;
+}
+
+TEST_F(ForcedToolCallsHttpTest, ParserNoneRefusesAForcedCall) {
+  start("gemma-7b-it");  // no call format in its template: auto reads none
+  expect_400(body(std::string("\"tools\": ") + kForcedTools + ", \"tool_choice\": \"required\""), "tool_choice",
+             "server.tool_call_parser is none");
+  // "auto" stays served: the text is the content.
+  script("Blessed are the meek");
+  const json r = post(body(std::string("\"tools\": ") + kForcedTools));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r;
 }
 
 }  // namespace

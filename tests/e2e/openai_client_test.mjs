@@ -157,11 +157,21 @@ if (!existsSync(path.join(templates, "templates", "mistral-nemo-instruct-2407.js
       streamed += chunk.choices[0]?.delta?.content ?? "";
     check("tools: stream = non-stream", streamed === chat.choices[0].message.content,
           JSON.stringify([streamed, chat.choices[0].message.content]));
+    // tool_choice "required": the reply is decoded under the Mistral call grammar; 8 tokens
+    // cut it, so it is "length" with the call's start as content.
+    const forced = await client.chat.completions.create({ ...request, tool_choice: "required" });
+    const head = '[TOOL_CALLS][{"name": "';
+    const forcedText = forced.choices[0].message.content ?? "";
+    check("tool_choice required: decoded under the call grammar",
+          forced.choices[0].finish_reason === "length" && forcedText.length > 0 &&
+            (forcedText.startsWith(head) || head.startsWith(forcedText)),
+          JSON.stringify(forced.choices[0]));
     try {
-      await client.chat.completions.create({ ...request, tool_choice: "required" });
-      check("tool_choice required is 400", false, "no error");
+      await client.chat.completions.create({ ...request, tool_choice: { type: "function", function: { name: "no_such_tool" } } });
+      check("tool_choice naming an unknown function is 400", false, "no error");
     } catch (e) {
-      check("tool_choice required is 400", e.status === 400 && /tool_choice/.test(e.message), `${e.status} ${e.message}`);
+      check("tool_choice naming an unknown function is 400", e.status === 400 && /no_such_tool/.test(e.message),
+            `${e.status} ${e.message}`);
     }
   } catch (e) {
     check("tool-use template run", false, e.stack);

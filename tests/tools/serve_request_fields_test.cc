@@ -266,7 +266,7 @@ TEST_F(ServeFields, UnimplementedFieldsAre400NamingThem) {
       // Structured output is served (serve_structured_output_test.cc); what it cannot do is a 400.
       {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"not", json::object()}}}}}}},
       {"tools", "get_weather"},  // tools are served (tool_calls_http_test.cc); a malformed list is a 400
-      {"tool_choice", "required"},
+      {"tool_choice", "required"},  // without tools (forced calls: serve_tool_choice_test.cc)
       {"guided_json", {{"type", "object"}, {"patternProperties", json::object()}}},
       {"guided_choice", json::array()},
       {"guided_decoding_backend", "outlines"},
