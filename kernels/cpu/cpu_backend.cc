@@ -105,7 +105,7 @@ CpuBackend::CpuBackend(int num_threads) {
   std::call_once(pinned, pin_threads);
 }
 
-Tensor CpuBackend::alloc(const std::vector<int64_t>& dims, DType dtype) { return Tensor::zeros(dims, dtype); }
+Tensor CpuBackend::alloc(const std::vector<int64_t>& dims, DType dtype) { return pool_->zeros(dims, dtype); }
 
 void CpuBackend::copy_to_host(const TensorView& src, void* dst) { std::memcpy(dst, src.data, src.nbytes()); }
 

@@ -2,7 +2,10 @@
 // The CPU backend: float32 compute over f32/f16/bf16 weights, threads through OpenMP.
 // It is both the production path on machines without a GPU and the reference every other
 // backend is tested against.
+#include <memory>
+
 #include "kernels/backend.h"
+#include "kernels/cpu/buffer_pool.h"
 
 namespace tessera {
 
@@ -56,6 +59,11 @@ class CpuBackend final : public Backend {
                         const TensorView& out) override;
   void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
                                const std::vector<float>& scale, const TensorView& out) override;
+
+ private:
+  // Activations are recycled between ops and steps instead of page-faulting fresh memory
+  // every time (buffer_pool.h).
+  std::shared_ptr<cpu::BufferPool> pool_ = cpu::BufferPool::create();
 };
 
 }  // namespace tessera

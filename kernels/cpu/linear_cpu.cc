@@ -59,6 +59,11 @@ CpuIsa active_cpu_isa() {
   return isa;
 }
 
+int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype) {
+  if (isa == CpuIsa::kAvx512) return w_dtype == DType::kF32 ? 4 : 12;
+  return 8;
+}
+
 namespace {
 
 void gemv_range(CpuIsa isa, const detail::LinearArgs& a, int64_t n0, int64_t n1) {
@@ -110,7 +115,7 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   // The GEMV/GEMM crossover depends on which GEMM would take the call.
   const bool packed =
       options.gemm == GemmKernel::kPacked || (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa, w_dtype, M));
-  const int64_t gemv_rows = packed ? kGemvRowsBeforePackedGemm : linear_gemv_max_rows(w_dtype);
+  const int64_t gemv_rows = packed ? gemv_rows_before_packed_gemm(isa, w_dtype) : linear_gemv_max_rows(w_dtype);
   const bool gemv = options.path == LinearPath::kGemv || (options.path == LinearPath::kAuto && M <= gemv_rows) || K == 0;
   if (gemv) {
     gemv_linear(isa, args);

@@ -2,8 +2,8 @@
 // The CPU linear layer: y = x · W^T (+ bias) (then an activation). The engine's hot spot.
 //
 // Two regimes, chosen by M (rows of x):
-//  - small M (decode; up to 8 rows where the packed GEMM takes the rest, up to
-//    linear_gemv_max_rows() where OpenBLAS does): memory-bandwidth bound. A GEMV-style
+//  - small M (decode; up to gemv_rows_before_packed_gemm() rows where the packed GEMM takes
+//    the rest, up to linear_gemv_max_rows() where OpenBLAS does): memory-bandwidth bound. A GEMV-style
 //    kernel streams every weight row once per tile of up to 8 rows of x, widening f16/bf16
 //    to f32 in registers.
 //  - larger M (prefill, batched decode): compute bound. A packed, cache-blocked GEMM that
@@ -32,16 +32,21 @@ void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DT
 // (bench/linear_bench.cc BM_GemvGemmCrossover, 4096x4096, 2 threads): f32 weights 12 rows,
 // f16/bf16 16 rows (sgemm on 16-bit weights pays for widening them first).
 inline int64_t linear_gemv_max_rows(DType w_dtype) { return w_dtype == DType::kF32 ? 12 : 16; }
-// When the packed GEMM would take the call instead, the crossover is 8 rows for every
-// dtype (bench/linear_bench.cc BM_GemmKernel kernels 1 vs 3, 4096 x 768, one thread: at 8
-// rows the GEMV is ~1.4x faster, at 12 rows the packed GEMM 1.1x (bf16) to 1.4x (f32)).
-inline constexpr int64_t kGemvRowsBeforePackedGemm = 8;
 
 // Instruction-set flavours of the kernels, lowest first.
 enum class CpuIsa : uint8_t { kScalar, kAvx2, kAvx512 };
 const char* cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512"
 // The best flavour this CPU supports (avx2 means AVX2 + FMA + F16C; avx512 means F + BW + VL).
 CpuIsa detected_cpu_isa();
+
+// When the packed GEMM would take the larger calls, up to this many rows of x the GEMV runs
+// instead (bench/linear_bench.cc BM_GemmKernel kernels 1 vs 3, 4096 x 768):
+//  - AVX2 (6 x 16 tiles, one thread): 8 rows for every dtype (at 8 rows the GEMV is ~1.4x
+//    faster, at 12 the packed GEMM 1.1x (bf16) to 1.4x (f32));
+//  - AVX-512 (8 x 32 tiles, two threads): f32 4 rows (at 8 rows the packed GEMM is 1.23x
+//    faster, at 4 the GEMV 1.6x), f16/bf16 12 rows (the GEMV reads half the bytes: at 12
+//    rows it is 1.2x faster, at 16 the packed GEMM 1.16x).
+int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype);
 // What linear() uses: detected_cpu_isa(), lowered by TESSERA_CPU_ISA when set (never raised
 // above what the CPU supports). Read once.
 CpuIsa active_cpu_isa();
