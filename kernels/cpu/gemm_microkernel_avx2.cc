@@ -164,6 +164,7 @@ TESSERA_TARGET_AVX2 void microkernel_avx2(PanelFormat format, const float* xp, c
     case PanelFormat::kF32: microkernel<PanelFormat::kF32>(xp, panel, kc, c, ldc, accumulate); break;
     case PanelFormat::kF16: microkernel<PanelFormat::kF16>(xp, panel, kc, c, ldc, accumulate); break;
     case PanelFormat::kBF16: microkernel<PanelFormat::kBF16>(xp, panel, kc, c, ldc, accumulate); break;
+    case PanelFormat::kBF16Pairs: __builtin_trap();  // AVX-512 BF16 only; gemm_packed.cc never picks it here
   }
 }
 

@@ -18,7 +18,16 @@
 
 #include "kernels/cpu/gemm_packed.h"
 
+// GCC 12's _mm512_undefined_ps (inside _mm512_cvtph_ps, _mm512_shuffle_f32x4) initialises a
+// register from itself on purpose, which its own -Wuninitialized then reports.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #define TESSERA_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define TESSERA_TARGET_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 
 namespace tessera::cpu::detail {
 namespace {
@@ -94,6 +103,38 @@ TESSERA_TARGET_AVX512 void microkernel(const float* xp, const void* panel, int64
   }
 }
 
+// bf16 x bf16 pairs: per pair of k, two panel loads (columns 0..15 and 16..31, in order:
+// the f32 packer wrote the 32-bit words) and one vdpbf16ps per row and vector, which adds
+// both products of the pair to the f32 accumulator.
+TESSERA_TARGET_AVX512_BF16 void microkernel_bf16_pairs(const float* xp, const void* panel, int64_t kc, float* c,
+                                                       int64_t ldc, bool accumulate) {
+  const auto* x = reinterpret_cast<const uint32_t*>(xp);
+  const auto* w = static_cast<const uint32_t*>(panel);
+  __m512 acc[kMr][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) {
+    acc[i][0] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+    acc[i][1] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+  }
+#pragma GCC unroll 2
+  for (int64_t kp = 0; kp < kc / 2; ++kp) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + kp * kNr);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + kp * kNr + 16);
+    const uint32_t* xk = x + kp * kMr;
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(xk[i]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], xv, w0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], xv, w1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) {
+    _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+  }
+}
+
 }  // namespace
 
 TESSERA_TARGET_AVX512 void microkernel_avx512(PanelFormat format, const float* xp, const void* panel, int64_t kc,
@@ -102,11 +143,21 @@ TESSERA_TARGET_AVX512 void microkernel_avx512(PanelFormat format, const float* x
     case PanelFormat::kF32: microkernel<PanelFormat::kF32>(xp, panel, kc, c, ldc, accumulate); break;
     case PanelFormat::kF16: microkernel<PanelFormat::kF16>(xp, panel, kc, c, ldc, accumulate); break;
     case PanelFormat::kBF16: microkernel<PanelFormat::kBF16>(xp, panel, kc, c, ldc, accumulate); break;
+    case PanelFormat::kBF16Pairs: microkernel_bf16_pairs(xp, panel, kc, c, ldc, accumulate); break;
   }
 }
 
 void pack_panel_avx512(const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0, int64_t kc,
                        void* dst) {
+  if (format == PanelFormat::kBF16Pairs) {
+    // A bf16 row of K values is a row of K / 2 32-bit words: the f32 packer's transposes
+    // put each (k, k + 1) pair of a column in one word of the panel.
+    const WeightSource words{source.w, DType::kF32, source.N, source.K / 2};
+    pack_panel_avx2(words, PanelFormat::kF32, n0, k0 / 2, kc / 2, dst, kNr);
+    pack_panel_avx2(words, PanelFormat::kF32, n0 + kAvx2Nr, k0 / 2, kc / 2, static_cast<char*>(dst) + kAvx2Nr * 4,
+                    kNr);
+    return;
+  }
   const int64_t half_bytes = kAvx2Nr * panel_element_bytes(format);
   pack_panel_avx2(source, format, n0, k0, kc, dst, kNr);
   pack_panel_avx2(source, format, n0 + kAvx2Nr, k0, kc, static_cast<char*>(dst) + half_bytes, kNr);

@@ -99,6 +99,25 @@ void pack_panel(const Kernel& kernel, const WeightSource& source, PanelFormat fo
   kernel.pack(WeightSource{block, DType::kF32, rows, kc}, PanelFormat::kF32, 0, 0, kc, dst);
 }
 
+// x rows as 32-bit words of two bf16 (k even in the low half, rounded to nearest even):
+// [K / 2][mr] per row tile, for the bf16 dot-product kernel. K is even.
+void pack_x_bf16_pairs(const LinearArgs& a, int mr, int64_t tiles, float* xp) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(xp);
+  const int64_t pairs = a.K / 2;
+#pragma omp parallel for schedule(static) if (a.M * a.K >= 64 * 1024)
+  for (int64_t t = 0; t < tiles; ++t) {
+    uint32_t* dst = words + t * pairs * mr;
+    for (int i = 0; i < mr; ++i) {
+      const int64_t m = t * mr + i;
+      const float* src = m < a.M ? a.x + m * a.ldx : nullptr;
+      for (int64_t p = 0; p < pairs; ++p) {
+        const uint32_t lo = src ? f32_to_bf16(src[2 * p]) : 0u, hi = src ? f32_to_bf16(src[2 * p + 1]) : 0u;
+        dst[p * mr + i] = lo | (hi << 16);
+      }
+    }
+  }
+}
+
 // One tile of y: rows [m0, m0 + rows), columns [n0, n0 + cols) (rows <= mr, cols <= nr).
 // Partial tiles go through an mr x nr buffer so the kernel always writes a full tile.
 void run_tile(const Kernel& kernel, const float* xp, const void* panel, int64_t kc, const LinearArgs& a, int64_t m0,
@@ -184,7 +203,9 @@ void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& 
       }
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t m0 = t * mr, rows = std::min<int64_t>(mr, a.M - m0);
-        const float* xt = xp + t * a.K * mr + k0 * mr;
+        // x of this tile and K block: floats, or (bf16 pairs) words of two k each.
+        const int64_t x_per_word = format == PanelFormat::kBF16Pairs ? 2 : 1;
+        const float* xt = xp + (t * a.K + k0) / x_per_word * mr;
         for (int64_t p = c0; p < c1; ++p) {
           const int64_t n0 = p * nr, cols = std::min<int64_t>(nr, a.N - n0);
           if (!prepacked) prefetch.step();
@@ -244,10 +265,15 @@ const void* PackedWeights::panel(int64_t p) const {
 
 namespace {
 
-void run_gemm_packed(CpuIsa isa, const LinearArgs& a, const WeightSource& source, const PackedWeights* prepacked) {
+void run_gemm_packed(CpuIsa isa, const LinearArgs& a, const WeightSource& source, const PackedWeights* prepacked,
+                     bool bf16_dot) {
   const Kernel kernel = kernel_for(isa);
   const int mr = kernel.mr, nr = kernel.nr;
-  const PanelFormat format = panel_format_for(a.w_dtype);
+  PanelFormat format = panel_format_for(a.w_dtype);
+  if (bf16_dot && format == PanelFormat::kBF16 && isa == CpuIsa::kAvx512 && a.K % 2 == 0 && prepacked == nullptr &&
+      cpu_has_bf16_dot()) {
+    format = PanelFormat::kBF16Pairs;
+  }
   if (prepacked != nullptr) {
     TESSERA_CHECK(prepacked->N() == a.N && prepacked->K() == a.K && prepacked->format() == format &&
                   prepacked->isa() == isa)
@@ -257,7 +283,11 @@ void run_gemm_packed(CpuIsa isa, const LinearArgs& a, const WeightSource& source
   const int64_t tiles = (a.M + mr - 1) / mr;
   thread_local std::vector<float> x_buffer;
   float* xp = scratch(x_buffer, tiles * a.K * mr);
-  pack_x(a, mr, tiles, xp);
+  if (format == PanelFormat::kBF16Pairs) {
+    pack_x_bf16_pairs(a, mr, tiles, xp);
+  } else {
+    pack_x(a, mr, tiles, xp);
+  }
   const int64_t panels = (a.N + nr - 1) / nr;
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), panels));
   if (threads <= 1 || a.M * a.N * a.K < 256 * 1024) {
@@ -277,13 +307,21 @@ void run_gemm_packed(CpuIsa isa, const LinearArgs& a, const WeightSource& source
 
 }  // namespace
 
-void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked) {
-  run_gemm_packed(isa, a, WeightSource{a.w, a.w_dtype, a.N, a.K}, prepacked);
+void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked, bool bf16_dot) {
+  run_gemm_packed(isa, a, WeightSource{a.w, a.w_dtype, a.N, a.K}, prepacked, bf16_dot);
+}
+
+bool cpu_has_bf16_dot() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return detected_cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
 }
 
 void gemm_packed_int8(CpuIsa isa, const LinearArgs& a, const float* scales, int64_t group) {
   TESSERA_CHECK(a.w_dtype == DType::kI8 && group > 0 && a.K % group == 0) << "int8 GEMM: K=" << a.K << " group=" << group;
-  run_gemm_packed(isa, a, WeightSource{a.w, DType::kI8, a.N, a.K, scales, group}, nullptr);
+  run_gemm_packed(isa, a, WeightSource{a.w, DType::kI8, a.N, a.K, scales, group}, nullptr, false);
 }
 
 }  // namespace tessera::cpu::detail

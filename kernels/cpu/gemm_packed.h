@@ -32,8 +32,10 @@
 
 namespace tessera::cpu::detail {
 
-// How a panel stores its weights: today the weight's own dtype.
-enum class PanelFormat : uint8_t { kF32, kF16, kBF16 };
+// How a panel stores its weights: the weight's own dtype, or (kBF16Pairs, AVX-512 BF16
+// only) bf16 weights as pairs of consecutive k for the bf16 dot-product kernel, whose x is
+// rounded to bf16 too (bf16_dot below).
+enum class PanelFormat : uint8_t { kF32, kF16, kBF16, kBF16Pairs };
 // The panel format for a linear weight dtype (f32, f16, bf16; int8 is widened to f32).
 PanelFormat panel_format_for(DType w_dtype);
 int64_t panel_element_bytes(PanelFormat format);
@@ -78,7 +80,15 @@ class PackedWeights {
 
 // The whole linear call (bias and activation included) on the packed GEMM. `prepacked`
 // (optional) must have been packed from a.w for this isa.
-void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked = nullptr);
+//
+// bf16_dot (bf16 weights, even K, AVX-512 CPUs with AVX512_BF16; otherwise ignored): x is
+// rounded to bf16 and each pair of k is one vdpbf16ps step, twice the multiply-adds per
+// instruction of f32 FMAs — llama.cpp's arithmetic for bf16 models, and transformers' when a
+// model runs in bf16. Products are exact; sums stay f32. Off by default: it changes the
+// numerics (TESSERA_CPU_BF16_DOT=1, linear_cpu.h).
+void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked = nullptr, bool bf16_dot = false);
+// Whether this CPU (and build) can run the bf16 dot-product kernel.
+bool cpu_has_bf16_dot();
 // The same for int8 weights (a.w_dtype kI8, a.w the int8 rows, `scales` and `group` as in
 // linear_int8.h): each panel's K block is dequantized (q * scale, rounded to f32 once) into
 // an f32 panel as it is packed, then runs the f32 micro-kernel, so every output is one
@@ -108,6 +118,8 @@ inline constexpr int kAvx512Nr = 32;
 void pack_panel_avx512(const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0, int64_t kc,
                        void* dst);
 // c[8][32] = (accumulate ? c : 0) + xp · panel; xp is [kc][8] floats, panel [kc][32].
+// kBF16Pairs: kc even, xp is [kc / 2][8] 32-bit words of two bf16 (k even in the low half),
+// the panel [kc / 2][32] words of W[n][k], W[n][k + 1] (a bf16 row read as 32-bit words).
 void microkernel_avx512(PanelFormat format, const float* xp, const void* panel, int64_t kc, float* c,
                         int64_t ldc, bool accumulate);
 

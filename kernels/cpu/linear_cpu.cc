@@ -121,12 +121,26 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
     gemv_linear(isa, args);
   } else if (packed) {
     TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
-    gemm_packed(isa, args);
+    gemm_packed(isa, args, nullptr, options.bf16_dot);
   } else {
     LinearOptions clamped = options;
     clamped.isa = isa;
     gemm_linear(clamped, args);
   }
+}
+
+bool bf16_dot_requested() {
+  static const bool requested = [] {
+    const char* env = std::getenv("TESSERA_CPU_BF16_DOT");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
+    if (std::strcmp(env, "1") == 0) {
+      if (!cpu_has_bf16_dot()) TESSERA_LOG_WARN("TESSERA_CPU_BF16_DOT=1: this CPU has no AVX512_BF16; bf16 weights keep f32 arithmetic");
+      return true;
+    }
+    TESSERA_LOG_WARN("TESSERA_CPU_BF16_DOT={} is not 0 or 1; bf16 weights keep f32 arithmetic", env);
+    return false;
+  }();
+  return requested;
 }
 
 bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M) {

@@ -63,11 +63,15 @@ enum class GemmThreading : uint8_t {
 // Which GEMM runs the M > gemv rows regime: the packed GEMM (gemm_packed.h; weights read in
 // their own dtype) or OpenBLAS sgemm (linear_gemm.cc). kAuto: packed_gemm_preferred().
 enum class GemmKernel : uint8_t { kAuto, kPacked, kOpenBlas };
+// TESSERA_CPU_BF16_DOT=1: bf16 weights on the packed GEMM multiply x rounded to bf16 with
+// vdpbf16ps where the CPU has AVX512_BF16 (gemm_packed.h says what that changes); read once.
+bool bf16_dot_requested();
 struct LinearOptions {
   CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
   LinearPath path = LinearPath::kAuto;
   GemmThreading threading = GemmThreading::kOmpPanels;  // OpenBLAS only
   GemmKernel gemm = GemmKernel::kAuto;
+  bool bf16_dot = bf16_dot_requested();  // packed GEMM, bf16 weights only
 };
 // Whether kAuto picks the packed GEMM for this instruction set, weight dtype and row count
 // (by measurement; see linear_cpu.cc).

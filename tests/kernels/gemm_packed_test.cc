@@ -261,6 +261,59 @@ TEST_P(GemmPackedInt8Test, BitExactOverDequantizedWeights) {
 INSTANTIATE_TEST_SUITE_P(BothKernels, GemmPackedInt8Test, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
                          [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
 
+// The bf16 dot-product kernel (bf16_dot): x rounded to bf16, pairs of k per vdpbf16ps. Not a
+// plain fmaf chain any more (two products per instruction), so it is compared with a double
+// reference over the same rounded x within f32 summation error; odd K keeps the f32 kernel.
+TEST(GemmPackedBf16Dot, MatchesTheReferenceOfBf16RoundedX) {
+  if (!cpu_has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(31);
+  for (const GemmCase& c : {GemmCase{8, 256, 32, false, Activation::kNone, false}, GemmCase{37, 600, 530, true, Activation::kSilu, true},
+                            GemmCase{64, 2048, 96, false, Activation::kNone, false}}) {
+    const GemmData d = make_gemm_data(c, DType::kBF16, rng);
+    std::vector<float> y(static_cast<size_t>(c.M * d.ldy), kUntouched);
+    const LinearArgs args{d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
+                          y.data(), d.ldy, c.act};
+    gemm_packed(CpuIsa::kAvx512, args, nullptr, /*bf16_dot=*/true);
+    int failures = 0;
+    double worst = 0;
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < d.ldy; ++n) {
+        const float got = y[m * d.ldy + n];
+        if (n >= c.N) {
+          EXPECT_EQ(got, kUntouched);
+          continue;
+        }
+        double acc = 0, magnitude = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(d.x[m * d.ldx + k]))) * d.w_exact[n * c.K + k];
+          acc += p;
+          magnitude += std::fabs(p);
+        }
+        const double want = finish_output(static_cast<float>(acc), c.bias ? d.bias.data() : nullptr, n, c.act);
+        const double err = std::fabs(got - want), bound = 2e-6 * magnitude + 1e-6;
+        worst = std::max(worst, err / bound);
+        if (err > bound && failures++ < 5) {
+          ADD_FAILURE() << describe_gemm_case(c, DType::kBF16) << ": y[" << m << "][" << n << "] = " << got << ", want " << want;
+        }
+      }
+    }
+    // Rounding x to bf16 must show: the plain f32 kernel's answer differs somewhere.
+    std::vector<float> y32(static_cast<size_t>(c.M * d.ldy), kUntouched);
+    const LinearArgs args32{d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
+                            y32.data(), d.ldy, c.act};
+    gemm_packed(CpuIsa::kAvx512, args32);
+    EXPECT_NE(0, std::memcmp(y.data(), y32.data(), y.size() * sizeof(float))) << describe_gemm_case(c, DType::kBF16);
+  }
+  // Odd K: the pairs do not line up, so the f32 kernel runs (bit-exact with the fmaf chain).
+  const GemmCase odd{9, 301, 40, false, Activation::kNone, false};
+  const GemmData d = make_gemm_data(odd, DType::kBF16, rng);
+  std::vector<float> y(static_cast<size_t>(odd.M * d.ldy));
+  const LinearArgs args{d.x.data(), odd.M, odd.K, d.ldx, d.w(DType::kBF16), DType::kBF16, odd.N, nullptr, y.data(), d.ldy, odd.act};
+  gemm_packed(CpuIsa::kAvx512, args, nullptr, /*bf16_dot=*/true);
+  const std::vector<float> ref = fma_chain_reference(odd, d);
+  EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)));
+}
+
 TEST(GemmPacked, NoKernelForScalarFlavour) { EXPECT_FALSE(gemm_packed_supported(CpuIsa::kScalar)); }
 
 }  // namespace
