@@ -109,10 +109,13 @@ void pack_x_bf16_pairs(const LinearArgs& a, int mr, int64_t tiles, float* xp) {
     uint32_t* dst = words + t * pairs * mr;
     for (int i = 0; i < mr; ++i) {
       const int64_t m = t * mr + i;
-      const float* src = m < a.M ? a.x + m * a.ldx : nullptr;
-      for (int64_t p = 0; p < pairs; ++p) {
-        const uint32_t lo = src ? f32_to_bf16(src[2 * p]) : 0u, hi = src ? f32_to_bf16(src[2 * p + 1]) : 0u;
-        dst[p * mr + i] = lo | (hi << 16);
+      if (m < a.M) {
+        const float* src = a.x + m * a.ldx;
+        for (int64_t p = 0; p < pairs; ++p) {
+          dst[p * mr + i] = uint32_t{f32_to_bf16(src[2 * p])} | (uint32_t{f32_to_bf16(src[2 * p + 1])} << 16);
+        }
+      } else {
+        for (int64_t p = 0; p < pairs; ++p) dst[p * mr + i] = 0u;
       }
     }
   }
@@ -179,6 +182,8 @@ void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& 
   const int64_t chunk_panels = kernel.chunk_panels();
   const int64_t elem = panel_element_bytes(format);
   const int64_t source_elem = static_cast<int64_t>(dtype_size(source.dtype));
+  // x is packed as floats, or (bf16 pairs) as words of two k each.
+  const int64_t x_per_word = format == PanelFormat::kBF16Pairs ? 2 : 1;
   thread_local std::vector<char> chunk_buffer;
   char* chunk = prepacked ? nullptr : scratch(chunk_buffer, chunk_panels * kKc * nr * elem);
   NextBlockPrefetcher prefetch;
@@ -203,8 +208,6 @@ void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& 
       }
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t m0 = t * mr, rows = std::min<int64_t>(mr, a.M - m0);
-        // x of this tile and K block: floats, or (bf16 pairs) words of two k each.
-        const int64_t x_per_word = format == PanelFormat::kBF16Pairs ? 2 : 1;
         const float* xt = xp + (t * a.K + k0) / x_per_word * mr;
         for (int64_t p = c0; p < c1; ++p) {
           const int64_t n0 = p * nr, cols = std::min<int64_t>(nr, a.N - n0);

@@ -147,7 +147,7 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
     gemv(isa, args);
   } else if (packed_gemm_preferred(isa, DType::kI8, M)) {
     // The packed GEMM widens each K block of int8 panels to f32 as it packs them
-    // (gemm_packed.h); measured against dequantize + OpenBLAS in docs/benchmarks.md.
+    // (gemm_packed.h); 1.04-1.50x dequantize + OpenBLAS at 32-2048 rows (docs/benchmarks.md, int8 section).
     const LinearArgs wide{x, M, K, ldx, w, DType::kI8, N, bias, y, ldy, act};
     gemm_packed_int8(isa, wide, scales, group);
   } else {
