@@ -6,9 +6,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_int8_kernels.h"
 
@@ -50,10 +53,35 @@ void gemv(CpuIsa isa, const Int8LinearArgs& a) {
   for (int64_t c = 0; c < chunks; ++c) gemv_range(isa, a, c * chunk, std::min(a.N, (c + 1) * chunk));
 }
 
+// x rows in 16-bit fixed point for the VNNI GEMV (linear_int8_kernels.h), then the weight
+// rows in chunks as gemv() does. Thread-local buffers, reused.
+void gemv_int16_x(const Int8LinearArgs& a) {
+  thread_local std::vector<int16_t> xq;
+  thread_local std::vector<float> xs;
+  const int64_t groups = a.K / a.group;
+  xq.resize(static_cast<size_t>(a.M * a.K));
+  xs.resize(static_cast<size_t>(a.M * groups));
+  for (int64_t m = 0; m < a.M; ++m)
+    detail::quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+  const detail::Int16XArgs d{&a, xq.data(), xs.data()};
+  const int threads = omp_get_max_threads();
+  if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
+    detail::gemv_int8_x16_avx512_vnni(d, 0, a.N);
+    return;
+  }
+  const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * groups);
+  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
+  const int64_t chunks = (a.N + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t c = 0; c < chunks; ++c) detail::gemv_int8_x16_avx512_vnni(d, c * chunk, std::min(a.N, (c + 1) * chunk));
+}
+
 void dot_range(CpuIsa isa, const detail::Int8DotArgs& d, int64_t n0, int64_t n1) {
-  // AVX2's integer instructions serve AVX-512 CPUs too (an AVX-512 VNNI form is future work).
+  // AVX2's integer instructions serve AVX-512 CPUs without VNNI.
   if (isa == CpuIsa::kScalar) {
     detail::gemv_int8_dot_scalar(d, n0, n1);
+  } else if (isa == CpuIsa::kAvx512 && detail::cpu_has_avx512_vnni()) {
+    detail::gemv_int8_dot_avx512_vnni(d, n0, n1);
   } else {
     detail::gemv_int8_dot_avx2(d, n0, n1);
   }
@@ -67,8 +95,15 @@ void gemv_int8_activations(CpuIsa isa, const Int8LinearArgs& a) {
   const int64_t groups = a.K / a.group;
   xq.resize(static_cast<size_t>(a.M * a.K));
   xs.resize(static_cast<size_t>(a.M * groups));
+  int8_t* q = xq.data();
+  float* s = xs.data();
+#pragma omp parallel for schedule(static) if (a.M * a.K >= (int64_t{1} << 16))
   for (int64_t m = 0; m < a.M; ++m) {
-    quantize_int8(a.x + m * a.ldx, DType::kF32, 1, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+    if (isa == CpuIsa::kAvx512) {
+      detail::quantize_row_int8_avx512(a.x + m * a.ldx, a.K, a.group, q + m * a.K, s + m * groups);
+    } else {
+      quantize_int8(a.x + m * a.ldx, DType::kF32, 1, a.K, a.group, q + m * a.K, s + m * groups);
+    }
   }
   const detail::Int8DotArgs d{&a, xq.data(), xs.data()};
   const int threads = omp_get_max_threads();
@@ -129,6 +164,14 @@ void gemm(CpuIsa isa, const Int8LinearArgs& a) {
 
 namespace detail {
 
+bool int8_uses_int16_x(CpuIsa isa) {
+  static const bool disabled = [] {
+    const char* env = std::getenv("TESSERA_CPU_INT8_X16");
+    return env != nullptr && std::strcmp(env, "0") == 0;
+  }();
+  return !disabled && isa == CpuIsa::kAvx512 && cpu_has_avx512_vnni();
+}
+
 void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                       const int8_t* w, const float* scales, int64_t group, int64_t N, const float* bias, float* y,
                       int64_t ldy, Activation act) {
@@ -141,10 +184,14 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
   const bool use_gemv = options.path == LinearPath::kGemv ||
                         (options.path == LinearPath::kAuto && M <= linear_int8_gemv_max_rows()) || K == 0;
-  if (use_gemv && options.int8_activations && K > 0) {
+  if (options.int8_activations && K > 0) {
     gemv_int8_activations(isa, args);
+  } else if (use_gemv && detail::int8_uses_int16_x(isa)) {
+    gemv_int16_x(args);
   } else if (use_gemv) {
     gemv(isa, args);
+  } else if (detail::int8_uses_int16_x(isa)) {
+    detail::gemm_int8_x16_avx512_vnni(args);
   } else if (packed_gemm_preferred(isa, DType::kI8, M)) {
     // The packed GEMM widens each K block of int8 panels to f32 as it packs them
     // (gemm_packed.h); 1.04-1.50x dequantize + OpenBLAS at 32-2048 rows (docs/benchmarks.md, int8 section).
@@ -156,6 +203,17 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
 }
 
 }  // namespace detail
+
+bool int8_dot_requested() {
+  static const bool requested = [] {
+    const char* env = std::getenv("TESSERA_CPU_INT8_DOT");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
+    if (std::strcmp(env, "1") == 0) return true;
+    TESSERA_LOG_WARN("TESSERA_CPU_INT8_DOT={} is not 0 or 1; int8 weights keep f32 activations", env);
+    return false;
+  }();
+  return requested;
+}
 
 void linear_int8(const float* x, int64_t M, int64_t K, int64_t ldx, const int8_t* w, const float* scales,
                  int64_t group, int64_t N, const float* bias, float* y, int64_t ldy, Activation act) {

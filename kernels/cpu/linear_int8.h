@@ -42,14 +42,25 @@ void linear_int8(const float* x, int64_t M, int64_t K, int64_t ldx, const int8_t
 // run) (bench/linear_bench.cc BM_Int8GemvGemmCrossover; docs/quantization.md).
 inline int64_t linear_int8_gemv_max_rows() { return 16; }
 
+// TESSERA_CPU_INT8_DOT=1: int8 weights multiply x quantized per group too (integer dot
+// products, llama.cpp's q8_0 x q8_0 arithmetic) at every M, prefill included, so prompt and
+// decode see the same numerics and tessera-perplexity measures what it costs; read once.
+bool int8_dot_requested();
+
 namespace detail {
 struct Int8LinearOptions {
   CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
   LinearPath path = LinearPath::kAuto;
-  // The GEMV regime: false = the weight-only kernels that widen int8 to f32 (x exact, the
-  // default); true = x quantized per group too and integer dot products (see above).
-  bool int8_activations = false;
+  // false = the weight-only kernels that widen int8 to f32 (x exact, the default); true = x
+  // quantized per group too and integer dot products (see above), for every M: the dot
+  // kernel's tiles of up to 8 rows of x serve prefill as well.
+  bool int8_activations = int8_dot_requested();
 };
+// Whether int8 weights on `isa` multiply x carried in 16-bit fixed point per group with
+// integer dot products (AVX-512 VNNI CPUs, GEMV and GEMM; linear_int8_kernels.h): x is then
+// off by at most 2^-16 of its group's largest |x|. TESSERA_CPU_INT8_X16=0 turns it off (f32
+// x, the kernels that widen int8 to f32; A/B benchmarking).
+bool int8_uses_int16_x(CpuIsa isa);
 void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                       const int8_t* w, const float* scales, int64_t group, int64_t N, const float* bias, float* y,
                       int64_t ldy, Activation act);

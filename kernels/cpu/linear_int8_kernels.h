@@ -36,6 +36,24 @@ struct Int8DotArgs {
 };
 void gemv_int8_dot_scalar(const Int8DotArgs& d, int64_t n0, int64_t n1);
 void gemv_int8_dot_avx2(const Int8DotArgs& d, int64_t n0, int64_t n1);
+// AVX-512 VNNI (vpdpbusd); only where cpu_has_avx512_vnni().
+void gemv_int8_dot_avx512_vnni(const Int8DotArgs& d, int64_t n0, int64_t n1);
+bool cpu_has_avx512_vnni();
+// quantize_int8's rule (linear_int8.h) for one f32 row, bit for bit.
+void quantize_row_int8_avx512(const float* x, int64_t K, int64_t group, int8_t* q, float* scales);
+
+// The weight-only GEMV with x in 16-bit fixed point per group (xq [M, K], xs [M, K / group]
+// = max|x| / 32767) and int16 dot products (AVX-512 VNNI vpdpwssd): what the int8 linear layer
+// runs where int8_uses_int16_x() says so (linear_int8_avx512.cc explains why).
+struct Int16XArgs {
+  const Int8LinearArgs* a;
+  const int16_t* xq;
+  const float* xs;
+};
+void gemv_int8_x16_avx512_vnni(const Int16XArgs& d, int64_t n0, int64_t n1);
+void quantize_row_int16_avx512(const float* x, int64_t K, int64_t group, int16_t* q, float* scales);
+// The GEMM (rows above the GEMV's) with the same arithmetic: gemm_int8_vnni.cc.
+void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a);
 
 // Weight rows [n0, n1) dequantized to f32 into out ((n1 - n0) * K floats).
 void dequantize_int8_scalar(const Int8LinearArgs& a, int64_t n0, int64_t n1, float* out);

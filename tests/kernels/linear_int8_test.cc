@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kernels/cpu/linear_int8_kernels.h"
 
 namespace tessera::cpu {
 namespace {
@@ -59,9 +60,19 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
     opt.int8_activations = int8_activations;
     detail::linear_int8_with(opt, x.data(), c.M, c.K, c.K, q.data(), scales.data(), c.group, c.N,
                              bias ? b.data() : nullptr, y.data(), c.N, act);
-    // With int8 activations the kernel computes with x quantized by the same rule as w.
+    // With int8 activations the kernel computes with x quantized by the same rule as w; the
+    // weight-only kernels of AVX-512 VNNI CPUs with x in 16-bit fixed point per group.
     std::vector<float> xr = x;
-    if (int8_activations && path != LinearPath::kGemm) {
+    if (!int8_activations && detail::int8_uses_int16_x(GetParam())) {
+      for (int64_t i = 0; i < c.M * c.K; i += c.group) {
+        float amax = 0.0f;
+        for (int64_t k = 0; k < c.group; ++k) amax = std::max(amax, std::fabs(x[i + k]));
+        const float scale = amax / 32767.0f;
+        for (int64_t k = 0; k < c.group; ++k)
+          xr[i + k] = scale == 0.0f ? 0.0f : std::nearbyint(x[i + k] / scale) * scale;
+      }
+    }
+    if (int8_activations) {
       std::vector<int8_t> xq(c.M * c.K);
       std::vector<float> xs(c.M * (c.K / c.group));
       quantize_int8(x.data(), DType::kF32, c.M, c.K, c.group, xq.data(), xs.data());
@@ -98,9 +109,12 @@ TEST_P(LinearInt8Test, GemvMatchesDequantizedReference) {
 TEST_P(LinearInt8Test, Int8ActivationDotProductsMatchTheReferenceOfQuantizedX) {
   for (const Int8Case& c : {Int8Case{1, 1, 32, 32}, Int8Case{1, 37, 192, 64}, Int8Case{2, 19, 256, 128},
                             Int8Case{3, 45, 512, 256}, Int8Case{4, 9, 96, 32}, Int8Case{5, 33, 192, 96},
-                            Int8Case{7, 70, 128, 64}, Int8Case{16, 17, 256, 64}}) {
+                            Int8Case{7, 70, 128, 64}, Int8Case{16, 17, 256, 64}, Int8Case{45, 33, 160, 32},
+                            Int8Case{70, 130, 384, 128}}) {
     check(c, LinearPath::kGemv, false, Activation::kNone, /*int8_activations=*/true);
     check(c, LinearPath::kGemv, true, Activation::kSilu, /*int8_activations=*/true);
+    // Above the GEMV's rows too: prefill keeps the decode's arithmetic.
+    check(c, LinearPath::kAuto, true, Activation::kNone, /*int8_activations=*/true);
   }
 }
 
@@ -161,6 +175,32 @@ TEST(QuantizeInt8Test, PerGroupSymmetricRoundToNearest) {
   quantize_int8(widened.data(), DType::kF32, N, K, G, qb.data(), sb.data());
   EXPECT_EQ(qa, qb);
   EXPECT_EQ(sa, sb);
+}
+
+// The AVX-512 activation quantizer of the int8 dot-product kernels gives quantize_int8's
+// bytes and scales exactly, ties (x exactly half a step) and an all-zero group included.
+TEST(QuantizeInt8Test, Avx512RowQuantizerMatchesTheReferenceBitForBit) {
+  if (detected_cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "SKIPPED: this CPU lacks AVX-512";
+  for (const int64_t group : {32, 64, 96, 256}) {
+    const int64_t K = group * 3;
+    std::mt19937 rng(static_cast<uint32_t>(group));
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> x(K);
+    for (float& v : x) v = u(rng);
+    x[0] = 127.0f;  // group 0's scale is exactly 1: these land on ties
+    x[1] = 2.5f;
+    x[2] = -3.5f;
+    x[3] = 0.5f;
+    for (int64_t k = group; k < 2 * group; ++k) x[k] = 0.0f;
+    std::vector<int8_t> q_ref(K), q(K);
+    std::vector<float> s_ref(3), s(3);
+    quantize_int8(x.data(), DType::kF32, 1, K, group, q_ref.data(), s_ref.data());
+    detail::quantize_row_int8_avx512(x.data(), K, group, q.data(), s.data());
+    EXPECT_EQ(q, q_ref) << "group " << group;
+    EXPECT_EQ(s, s_ref) << "group " << group;
+    EXPECT_EQ(q[1], 2);
+    EXPECT_EQ(q[2], -4);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,230 @@
+// The int8 linear layer's GEMM (M above the GEMV's rows: prefill, batched decode) on CPUs
+// with AVX-512 VNNI: x in 16-bit fixed point per group (as the VNNI GEMV,
+// linear_int8_kernels.h), int8 weights widened to int16 as they are packed, and vpdpwssd,
+// which adds 32 exact products per instruction where an f32 FMA adds 16. The f32 path it
+// replaces (gemm_packed_int8: weights dequantized to f32 panels per call, f32 micro-kernel)
+// ran batch 32 at 0.65-0.70 of bf16's speed (bench/linear_int8_bench.cc).
+//
+// Blocking as gemm_packed.cc (threads split 32-column panels; a chunk of 8 panels x one K
+// block stays in L2 while every 8-row tile of x passes over it), with one difference: a K
+// block is a whole number of quantization groups, since the integer sums of a group are
+// converted and scaled (weight scale x x scale) once at the group's end.
+//
+// Layouts, per K block of kc values (kc even; a group is an even number of k):
+//  - panel: kc / 2 steps of 32 int32 words, word j = (w[k][col j], w[k + 1][col j]) as two
+//    int16; then kc / group rows of 32 f32 weight scales (0 for columns past N);
+//  - x tile: K / 2 steps of 8 words (x[row i][k], x[row i][k + 1]); x scales [groups][8]
+//    (0 for rows past M).
+// Accumulators: 8 rows x 2 vectors of int32 (16 zmm) per group; the f32 tile of y lives in
+// an L1-resident 8 x 32 buffer between groups.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/cpu/linear_int8_kernels.h"
+
+#define TESSERA_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
+
+namespace tessera::cpu::detail {
+namespace {
+
+constexpr int kMr = 8, kNr = 32;
+constexpr int64_t kChunkPanels = 8;
+
+template <typename T>
+T* scratch(std::vector<T>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
+// K block: the whole groups that fit in ~256 k (at least one group).
+int64_t block_k(int64_t group) { return group * std::max<int64_t>(1, 256 / group); }
+
+// A 16 x 16 matrix of 32-bit words transposed in registers (unpacks within 128-bit lanes,
+// then two rounds of lane shuffles).
+TESSERA_TARGET_AVX512_VNNI inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(u[h + i], u[h + 4 + i], 0x88);
+      t[h + 4 + i] = _mm512_shuffle_i32x4(u[h + i], u[h + 4 + i], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xdd);
+  }
+}
+
+// Panel of columns [n0, n0 + 32), k in [k0, k0 + kc): words, then scales (layout above).
+// 16 columns x 16 pairs at a time: 32 int8 of a column widen to 16 words (vpmovsxbw puts k
+// in the low half, k + 1 in the high), and a transpose turns columns into pair steps.
+// kc / 2 is a multiple of 16, since a group is a multiple of 32.
+TESSERA_TARGET_AVX512_VNNI void pack_panel(const Int8LinearArgs& a, int64_t n0, int64_t k0, int64_t kc, uint32_t* dst) {
+  const int64_t groups = a.K / a.group, block_groups = kc / a.group;
+  for (int h = 0; h < 2; ++h) {
+    const int8_t* col[16];
+    for (int j = 0; j < 16; ++j) {
+      const int64_t n = n0 + 16 * h + j;
+      col[j] = n < a.N ? a.w + n * a.K + k0 : nullptr;
+    }
+    for (int64_t p0 = 0; p0 < kc / 2; p0 += 16) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) {
+        r[j] = col[j] ? _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col[j] + 2 * p0)))
+                      : _mm512_setzero_si512();
+      }
+      transpose16(r);
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(dst + (p0 + p) * kNr + 16 * h, r[p]);
+    }
+  }
+  float* scales = reinterpret_cast<float*>(dst + kc / 2 * kNr);
+  for (int j = 0; j < kNr; ++j) {
+    const int64_t n = n0 + j;
+    for (int64_t g = 0; g < block_groups; ++g)
+      scales[g * kNr + j] = n < a.N ? a.scales[n * groups + k0 / a.group + g] : 0.0f;
+  }
+}
+
+// x quantized per row, then packed per 8-row tile (layout above).
+void pack_x(const Int8LinearArgs& a, int64_t tiles, uint32_t* xp, float* xs) {
+  const int64_t groups = a.K / a.group, pairs = a.K / 2;
+#pragma omp parallel if (a.M * a.K >= 64 * 1024)
+  {
+    thread_local std::vector<int16_t> row_buffer;
+    thread_local std::vector<float> scale_buffer;
+    int16_t* q = scratch(row_buffer, a.K);
+    float* s = scratch(scale_buffer, groups);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      for (int i = 0; i < kMr; ++i) {
+        const int64_t m = t * kMr + i;
+        uint32_t* dst = xp + t * pairs * kMr;
+        float* sdst = xs + t * groups * kMr;
+        if (m < a.M) {
+          quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, q, s);
+          for (int64_t p = 0; p < pairs; ++p)
+            dst[p * kMr + i] = static_cast<uint16_t>(q[2 * p]) | (static_cast<uint32_t>(static_cast<uint16_t>(q[2 * p + 1])) << 16);
+          for (int64_t g = 0; g < groups; ++g) sdst[g * kMr + i] = s[g];
+        } else {
+          for (int64_t p = 0; p < pairs; ++p) dst[p * kMr + i] = 0u;
+          for (int64_t g = 0; g < groups; ++g) sdst[g * kMr + i] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// ct[8][32] += the K block [k0, k0 + kc) of x tile × panel, group by group.
+TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst, const uint32_t* panel, int64_t kc,
+                                            int64_t group, float* ct) {
+  const float* wscales = reinterpret_cast<const float*>(panel + kc / 2 * kNr);
+  for (int64_t g = 0; g < kc / group; ++g) {
+    __m512i acc[kMr][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+    const int64_t p0 = g * group / 2, p1 = (g + 1) * group / 2;
+#pragma GCC unroll 2
+    for (int64_t p = p0; p < p1; ++p) {
+      const __m512i w0 = _mm512_loadu_si512(panel + p * kNr);
+      const __m512i w1 = _mm512_loadu_si512(panel + p * kNr + 16);
+      const uint32_t* xk = xt + p * kMr;
+#pragma GCC unroll 8
+      for (int i = 0; i < kMr; ++i) {
+        const __m512i xv = _mm512_set1_epi32(static_cast<int32_t>(xk[i]));
+        acc[i][0] = _mm512_dpwssd_epi32(acc[i][0], xv, w0);
+        acc[i][1] = _mm512_dpwssd_epi32(acc[i][1], xv, w1);
+      }
+    }
+    const __m512 s0 = _mm512_loadu_ps(wscales + g * kNr), s1 = _mm512_loadu_ps(wscales + g * kNr + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 sx = _mm512_set1_ps(xst[g * kMr + i]);
+      float* row = ct + i * kNr;
+      _mm512_storeu_ps(row, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(s0, sx), _mm512_loadu_ps(row)));
+      _mm512_storeu_ps(row + 16,
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(s1, sx), _mm512_loadu_ps(row + 16)));
+    }
+  }
+}
+
+// Panels [p0, p1) on the calling thread.
+void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, int64_t tiles, int64_t p0, int64_t p1) {
+  const int64_t kb = block_k(a.group), groups = a.K / a.group;
+  const int64_t panel_words = kb / 2 * kNr + kb / a.group * kNr;
+  thread_local std::vector<uint32_t> chunk_buffer;
+  uint32_t* chunk = scratch(chunk_buffer, kChunkPanels * panel_words);
+  alignas(64) float ct[kMr * kNr];
+  for (int64_t c0 = p0; c0 < p1; c0 += kChunkPanels) {
+    const int64_t c1 = std::min(p1, c0 + kChunkPanels);
+    for (int64_t k0 = 0; k0 < a.K; k0 += kb) {
+      const int64_t kc = std::min(kb, a.K - k0);
+      const bool last_k = k0 + kc == a.K;
+      for (int64_t p = c0; p < c1; ++p) pack_panel(a, p * kNr, k0, kc, chunk + (p - c0) * panel_words);
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t m0 = t * kMr, rows = std::min<int64_t>(kMr, a.M - m0);
+        const uint32_t* xt = xp + (t * a.K + k0) / 2 * kMr;
+        const float* xst = xs + (t * groups + k0 / a.group) * kMr;
+        for (int64_t p = c0; p < c1; ++p) {
+          const int64_t n0 = p * kNr, cols = std::min<int64_t>(kNr, a.N - n0);
+          float* y = a.y + m0 * a.ldy + n0;
+          if (k0 == 0) {
+            std::memset(ct, 0, sizeof(ct));
+          } else {
+            for (int64_t i = 0; i < rows; ++i) std::memcpy(ct + i * kNr, y + i * a.ldy, cols * sizeof(float));
+          }
+          microkernel(xt, xst, chunk + (p - c0) * panel_words, kc, a.group, ct);
+          for (int64_t i = 0; i < rows; ++i) {
+            float* out = y + i * a.ldy;
+            if (last_k) {
+              for (int64_t j = 0; j < cols; ++j) out[j] = finish_output(ct[i * kNr + j], a.bias, n0 + j, a.act);
+            } else {
+              std::memcpy(out, ct + i * kNr, cols * sizeof(float));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a) {
+  TESSERA_CHECK(a.group % 2 == 0 && a.K % a.group == 0) << "K=" << a.K << " group=" << a.group;
+  const int64_t tiles = (a.M + kMr - 1) / kMr, groups = a.K / a.group;
+  thread_local std::vector<uint32_t> x_buffer;
+  thread_local std::vector<float> xs_buffer;
+  uint32_t* xp = scratch(x_buffer, tiles * a.K / 2 * kMr);
+  float* xs = scratch(xs_buffer, tiles * groups * kMr);
+  pack_x(a, tiles, xp, xs);
+  const int64_t panels = (a.N + kNr - 1) / kNr;
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), panels));
+  if (threads <= 1 || a.M * a.N * a.K < 256 * 1024) {
+    gemm_panels(a, xp, xs, tiles, 0, panels);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t base = panels / nt, extra = panels % nt;
+    const int64_t p0 = tid * base + std::min(tid, extra);
+    gemm_panels(a, xp, xs, tiles, p0, p0 + base + (tid < extra ? 1 : 0));
+  }
+}
+
+}  // namespace tessera::cpu::detail
