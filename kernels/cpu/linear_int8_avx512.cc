@@ -181,9 +181,10 @@ namespace {
 // finer than bf16's rounding), the int8 weights are widened to int16 (vpmovsxbw, 32 per
 // instruction) and vpdpwssd adds 32 exact products per instruction into int32 lanes; a
 // group's sum is converted and scaled once. Per 32 weights and row of x that is 2
-// instructions where the f32 kernel above needs 6 (widen to int32, convert, FMA, twice), and
-// at batch 1 the f32 kernel is bound by those instructions, not by memory
-// (bench/linear_int8_bench.cc). Lanes cannot overflow: a group of at most 256 puts 16 pairs
+// instructions where the f32 kernel above needs 6 (widen to int32, convert, FMA, twice):
+// 1.3-1.5x its speed from 8 rows of x on; at batch 1 both read about 0.8 of the bf16
+// GEMV's bytes per second (bench/linear_int8_bench.cc; tiles of 16 weight rows, as the
+// bf16 GEMV uses, measured slower here: docs/quantization.md). Lanes cannot overflow: a group of at most 256 puts 16 pairs
 // of |q| <= 127 times |x| <= 32767 into a lane, 6.7e7 < 2^31.
 template <int MT, int R>
 TESSERA_TARGET_AVX512_VNNI void x16_tile(const Int16XArgs& d, int64_t m0, int64_t n0, int64_t n1) {
