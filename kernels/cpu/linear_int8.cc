@@ -167,7 +167,10 @@ namespace detail {
 bool int8_uses_int16_x(CpuIsa isa) {
   static const bool disabled = [] {
     const char* env = std::getenv("TESSERA_CPU_INT8_X16");
-    return env != nullptr && std::strcmp(env, "0") == 0;
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return false;
+    if (std::strcmp(env, "0") == 0) return true;
+    TESSERA_LOG_WARN("TESSERA_CPU_INT8_X16={} is not 0 or 1; int8 keeps its default kernels", env);
+    return false;
   }();
   return !disabled && isa == CpuIsa::kAvx512 && cpu_has_avx512_vnni();
 }
