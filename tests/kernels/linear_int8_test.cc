@@ -119,8 +119,10 @@ TEST_P(LinearInt8Test, Int8ActivationDotProductsMatchTheReferenceOfQuantizedX) {
 }
 
 TEST_P(LinearInt8Test, DequantizedGemmMatchesReference) {
+  // Also K blocks of whole groups with a short last one (group 96: blocks 192, 192, 96;
+  // group 256: one block per group), as the AVX-512 VNNI GEMM cuts K.
   for (const Int8Case& c : {Int8Case{1, 3, 64, 32}, Int8Case{17, 41, 192, 64}, Int8Case{40, 300, 256, 128},
-                            Int8Case{64, 1100, 96, 32}}) {
+                            Int8Case{64, 1100, 96, 32}, Int8Case{33, 70, 480, 96}, Int8Case{25, 45, 768, 256}}) {
     check(c, LinearPath::kGemm, false, Activation::kNone);
     check(c, LinearPath::kGemm, true, Activation::kSilu);
   }
