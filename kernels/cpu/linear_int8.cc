@@ -55,25 +55,38 @@ void gemv(CpuIsa isa, const Int8LinearArgs& a) {
 
 // x rows in 16-bit fixed point for the VNNI GEMV (linear_int8_kernels.h), then the weight
 // rows in chunks as gemv() does. Thread-local buffers, reused.
-void gemv_int16_x(const Int8LinearArgs& a) {
+void x16_range(CpuIsa isa, const detail::Int16XArgs& d, int64_t n0, int64_t n1) {
+  if (isa == CpuIsa::kAvx512 && detail::cpu_has_avx512_vnni()) {
+    detail::gemv_int8_x16_avx512_vnni(d, n0, n1);
+  } else {
+    detail::gemv_int8_x16_avx2(d, n0, n1);
+  }
+}
+
+void gemv_int16_x(CpuIsa isa, const Int8LinearArgs& a) {
   thread_local std::vector<int16_t> xq;
   thread_local std::vector<float> xs;
   const int64_t groups = a.K / a.group;
   xq.resize(static_cast<size_t>(a.M * a.K));
   xs.resize(static_cast<size_t>(a.M * groups));
-  for (int64_t m = 0; m < a.M; ++m)
-    detail::quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+  for (int64_t m = 0; m < a.M; ++m) {
+    if (isa == CpuIsa::kAvx512) {
+      detail::quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+    } else {
+      detail::quantize_row_int16_avx2(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+    }
+  }
   const detail::Int16XArgs d{&a, xq.data(), xs.data()};
   const int threads = omp_get_max_threads();
   if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
-    detail::gemv_int8_x16_avx512_vnni(d, 0, a.N);
+    x16_range(isa, d, 0, a.N);
     return;
   }
   const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * groups);
   const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
   const int64_t chunks = (a.N + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) detail::gemv_int8_x16_avx512_vnni(d, c * chunk, std::min(a.N, (c + 1) * chunk));
+  for (int64_t c = 0; c < chunks; ++c) x16_range(isa, d, c * chunk, std::min(a.N, (c + 1) * chunk));
 }
 
 void dot_range(CpuIsa isa, const detail::Int8DotArgs& d, int64_t n0, int64_t n1) {
@@ -164,7 +177,8 @@ void gemm(CpuIsa isa, const Int8LinearArgs& a) {
 
 namespace detail {
 
-bool int8_uses_int16_x(CpuIsa isa) {
+namespace {
+bool int16_x_disabled() {
   static const bool disabled = [] {
     const char* env = std::getenv("TESSERA_CPU_INT8_X16");
     if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return false;
@@ -172,7 +186,14 @@ bool int8_uses_int16_x(CpuIsa isa) {
     TESSERA_LOG_WARN("TESSERA_CPU_INT8_X16={} is not 0 or 1; int8 keeps its default kernels", env);
     return false;
   }();
-  return !disabled && isa == CpuIsa::kAvx512 && cpu_has_avx512_vnni();
+  return disabled;
+}
+}  // namespace
+
+bool int8_gemv_uses_int16_x(CpuIsa isa) { return !int16_x_disabled() && isa != CpuIsa::kScalar; }
+
+bool int8_gemm_uses_int16_x(CpuIsa isa) {
+  return !int16_x_disabled() && isa == CpuIsa::kAvx512 && cpu_has_avx512_vnni();
 }
 
 void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
@@ -189,11 +210,11 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
                         (options.path == LinearPath::kAuto && M <= linear_int8_gemv_max_rows()) || K == 0;
   if (options.int8_activations && K > 0) {
     gemv_int8_activations(isa, args);
-  } else if (use_gemv && detail::int8_uses_int16_x(isa)) {
-    gemv_int16_x(args);
+  } else if (use_gemv && detail::int8_gemv_uses_int16_x(isa)) {
+    gemv_int16_x(isa, args);
   } else if (use_gemv) {
     gemv(isa, args);
-  } else if (detail::int8_uses_int16_x(isa)) {
+  } else if (detail::int8_gemm_uses_int16_x(isa)) {
     detail::gemm_int8_x16_avx512_vnni(args);
   } else if (packed_gemm_preferred(isa, DType::kI8, M)) {
     // The packed GEMM widens each K block of int8 panels to f32 as it packs them

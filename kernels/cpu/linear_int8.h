@@ -57,10 +57,12 @@ struct Int8LinearOptions {
   bool int8_activations = int8_dot_requested();
 };
 // Whether int8 weights on `isa` multiply x carried in 16-bit fixed point per group with
-// integer dot products (AVX-512 VNNI CPUs, GEMV and GEMM; linear_int8_kernels.h): x is then
-// off by at most 2^-16 of its group's largest |x|. TESSERA_CPU_INT8_X16=0 turns it off (f32
-// x, the kernels that widen int8 to f32; A/B benchmarking).
-bool int8_uses_int16_x(CpuIsa isa);
+// integer dot products (linear_int8_kernels.h): x is then off by at most 2^-16 of its
+// group's largest |x|. The GEMV does on AVX2 and AVX-512 (vpmaddwd; vpdpwssd with VNNI),
+// the GEMM on AVX-512 VNNI CPUs. TESSERA_CPU_INT8_X16=0 turns both off (f32 x, the kernels
+// that widen int8 to f32; A/B benchmarking).
+bool int8_gemv_uses_int16_x(CpuIsa isa);
+bool int8_gemm_uses_int16_x(CpuIsa isa);
 void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                       const int8_t* w, const float* scales, int64_t group, int64_t N, const float* bias, float* y,
                       int64_t ldy, Activation act);

@@ -44,7 +44,7 @@ void quantize_row_int8_avx512(const float* x, int64_t K, int64_t group, int8_t* 
 
 // The weight-only GEMV with x in 16-bit fixed point per group (xq [M, K], xs [M, K / group]
 // = max|x| / 32767) and int16 dot products (AVX-512 VNNI vpdpwssd): what the int8 linear layer
-// runs where int8_uses_int16_x() says so (linear_int8_avx512.cc explains why).
+// runs where int8_gemv_uses_int16_x() / int8_gemm_uses_int16_x() say so (linear_int8_avx512.cc explains why).
 struct Int16XArgs {
   const Int8LinearArgs* a;
   const int16_t* xq;
@@ -52,6 +52,9 @@ struct Int16XArgs {
 };
 void gemv_int8_x16_avx512_vnni(const Int16XArgs& d, int64_t n0, int64_t n1);
 void quantize_row_int16_avx512(const float* x, int64_t K, int64_t group, int16_t* q, float* scales);
+// The same GEMV on AVX2 (vpmaddwd), and its x quantizer (same values as the AVX-512 one).
+void gemv_int8_x16_avx2(const Int16XArgs& d, int64_t n0, int64_t n1);
+void quantize_row_int16_avx2(const float* x, int64_t K, int64_t group, int16_t* q, float* scales);
 // The GEMM (rows above the GEMV's) with the same arithmetic: gemm_int8_vnni.cc.
 void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a);
 

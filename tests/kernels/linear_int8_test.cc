@@ -63,7 +63,9 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
     // With int8 activations the kernel computes with x quantized by the same rule as w; the
     // weight-only kernels of AVX-512 VNNI CPUs with x in 16-bit fixed point per group.
     std::vector<float> xr = x;
-    if (!int8_activations && detail::int8_uses_int16_x(GetParam())) {
+    const bool gemv = path == LinearPath::kGemv || (path == LinearPath::kAuto && c.M <= linear_int8_gemv_max_rows());
+    if (!int8_activations && (gemv ? detail::int8_gemv_uses_int16_x(GetParam())
+                                   : detail::int8_gemm_uses_int16_x(GetParam()))) {
       for (int64_t i = 0; i < c.M * c.K; i += c.group) {
         float amax = 0.0f;
         for (int64_t k = 0; k < c.group; ++k) amax = std::max(amax, std::fabs(x[i + k]));
@@ -202,6 +204,47 @@ TEST(QuantizeInt8Test, Avx512RowQuantizerMatchesTheReferenceBitForBit) {
     EXPECT_EQ(s, s_ref) << "group " << group;
     EXPECT_EQ(q[1], 2);
     EXPECT_EQ(q[2], -4);
+  }
+}
+
+// The 16-bit x quantizers of the int8 GEMVs (AVX2 and AVX-512) give the scalar rule's values
+// exactly: scale = max|x| / 32767, q = x / scale rounded half to even, ties included.
+TEST(QuantizeInt8Test, Int16RowQuantizersMatchTheScalarRule) {
+  for (const int64_t group : {32, 64, 96, 256}) {
+    const int64_t K = group * 3;
+    std::mt19937 rng(static_cast<uint32_t>(group) + 7);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    std::vector<float> x(K);
+    for (float& v : x) v = u(rng);
+    x[0] = 32767.0f;  // group 0's scale is exactly 1: these land on ties
+    x[1] = 2.5f;
+    x[2] = -3.5f;
+    for (int64_t k = group; k < 2 * group; ++k) x[k] = 0.0f;
+    std::vector<int16_t> q_ref(K);
+    std::vector<float> s_ref(3);
+    for (int64_t g = 0; g < 3; ++g) {
+      float amax = 0.0f;
+      for (int64_t k = 0; k < group; ++k) amax = std::max(amax, std::fabs(x[g * group + k]));
+      s_ref[g] = amax / 32767.0f;
+      for (int64_t k = 0; k < group; ++k) {
+        const float v = s_ref[g] == 0.0f ? 0.0f : std::nearbyint(x[g * group + k] / s_ref[g]);
+        q_ref[g * group + k] = static_cast<int16_t>(std::clamp(v, -32767.0f, 32767.0f));
+      }
+    }
+    EXPECT_EQ(q_ref[1], 2);
+    EXPECT_EQ(q_ref[2], -4);
+    for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (isa > detected_cpu_isa()) continue;
+      std::vector<int16_t> q(K);
+      std::vector<float> s(3);
+      if (isa == CpuIsa::kAvx2) {
+        detail::quantize_row_int16_avx2(x.data(), K, group, q.data(), s.data());
+      } else {
+        detail::quantize_row_int16_avx512(x.data(), K, group, q.data(), s.data());
+      }
+      EXPECT_EQ(q, q_ref) << cpu_isa_name(isa) << " group " << group;
+      EXPECT_EQ(s, s_ref) << cpu_isa_name(isa) << " group " << group;
+    }
   }
 }
 
