@@ -38,23 +38,27 @@ void dequantize(CpuIsa isa, const Int8LinearArgs& a, int64_t n0, int64_t n1, flo
 
 constexpr int64_t kMinParallelMacs = 32 * 1024;
 
-// Decode: as the float GEMV (linear_cpu.cc), rows in ~256 KiB chunks taken dynamically by
-// the threads; an int8 row is K bytes plus K / group scales.
-void gemv(CpuIsa isa, const Int8LinearArgs& a) {
+// Decode, every GEMV flavour: as the float GEMV (linear_cpu.cc), weight rows in ~256 KiB
+// chunks taken dynamically by the threads (an int8 row is K bytes plus K / group scales);
+// run(n0, n1) computes rows [n0, n1).
+template <typename RunRows>
+void for_row_chunks(const Int8LinearArgs& a, RunRows run) {
   const int threads = omp_get_max_threads();
   if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
-    gemv_range(isa, a, 0, a.N);
+    run(int64_t{0}, a.N);
     return;
   }
   const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * (a.K / a.group));
   const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
   const int64_t chunks = (a.N + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) gemv_range(isa, a, c * chunk, std::min(a.N, (c + 1) * chunk));
+  for (int64_t c = 0; c < chunks; ++c) run(c * chunk, std::min(a.N, (c + 1) * chunk));
 }
 
-// x rows in 16-bit fixed point for the VNNI GEMV (linear_int8_kernels.h), then the weight
-// rows in chunks as gemv() does. Thread-local buffers, reused.
+void gemv(CpuIsa isa, const Int8LinearArgs& a) {
+  for_row_chunks(a, [&](int64_t n0, int64_t n1) { gemv_range(isa, a, n0, n1); });
+}
+
 void x16_range(CpuIsa isa, const detail::Int16XArgs& d, int64_t n0, int64_t n1) {
   if (isa == CpuIsa::kAvx512 && detail::cpu_has_avx512_vnni()) {
     detail::gemv_int8_x16_avx512_vnni(d, n0, n1);
@@ -63,6 +67,8 @@ void x16_range(CpuIsa isa, const detail::Int16XArgs& d, int64_t n0, int64_t n1) 
   }
 }
 
+// x rows in 16-bit fixed point (linear_int8_kernels.h), then the weight rows in chunks as
+// gemv() does. Thread-local buffers, reused.
 void gemv_int16_x(CpuIsa isa, const Int8LinearArgs& a) {
   thread_local std::vector<int16_t> xq;
   thread_local std::vector<float> xs;
@@ -77,16 +83,7 @@ void gemv_int16_x(CpuIsa isa, const Int8LinearArgs& a) {
     }
   }
   const detail::Int16XArgs d{&a, xq.data(), xs.data()};
-  const int threads = omp_get_max_threads();
-  if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
-    x16_range(isa, d, 0, a.N);
-    return;
-  }
-  const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * groups);
-  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
-  const int64_t chunks = (a.N + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) x16_range(isa, d, c * chunk, std::min(a.N, (c + 1) * chunk));
+  for_row_chunks(a, [&](int64_t n0, int64_t n1) { x16_range(isa, d, n0, n1); });
 }
 
 void dot_range(CpuIsa isa, const detail::Int8DotArgs& d, int64_t n0, int64_t n1) {
@@ -119,16 +116,7 @@ void gemv_int8_activations(CpuIsa isa, const Int8LinearArgs& a) {
     }
   }
   const detail::Int8DotArgs d{&a, xq.data(), xs.data()};
-  const int threads = omp_get_max_threads();
-  if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
-    dot_range(isa, d, 0, a.N);
-    return;
-  }
-  const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * groups);
-  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
-  const int64_t chunks = (a.N + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) dot_range(isa, d, c * chunk, std::min(a.N, (c + 1) * chunk));
+  for_row_chunks(a, [&](int64_t n0, int64_t n1) { dot_range(isa, d, n0, n1); });
 }
 
 // Rows per dequantized panel: ~1 MiB of f32 (it stays in L2 between dequantizing and the
