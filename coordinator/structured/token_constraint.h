@@ -5,14 +5,19 @@
 // called it. Stacks are hash-consed nodes (state, parent), so a state is a short sorted list
 // of node ids, states that are equal compare equal, and nothing is copied per step.
 //
-// The allowed-token mask of a state is computed by walking the vocabulary trie, with two
-// caches that make the per-step cost small after the first steps (docs/structured-output.md,
+// The allowed-token mask of a state is computed by walking the vocabulary trie, with caches
+// that make the per-step cost small after the first steps (docs/structured-output.md,
 // "Cost"):
 //   - per rule-NFA state q (context-free, shared by every stack whose top is q, in any
 //     request using this grammar): the tokens accepted without leaving q's rule, plus the
-//     trie nodes where the rule completes mid-token ("pop points");
-//   - per match state: the finished mask. Only the pop points need the stack below the top,
-//     and only for the tokens that continue past them (a few subtrees of the trie).
+//     children of the trie nodes where the rule completes mid-token ("pop points");
+//   - per stack node: the tokens that pop its top rule mid-token and go on below it. Only
+//     these need the stack below the top, and only for the tokens that continue past the
+//     pop points (a few subtrees of the trie);
+//   - per match state: the finished mask (the sets above OR'ed together).
+// A walk skips a trie child whose byte no stack reads without a memo lookup, and allows a
+// whole subtree at once when its bytes all bring the one live stack back to itself (plain
+// characters inside a JSON string), so even a cold mask rarely walks much of the trie.
 // One TokenConstraint is shared by every sequence constrained by the same grammar, and a
 // step's masks are computed on several threads at once (mask_pool.h), so its caches are
 // behind two locks: a finished mask is read under a shared lock (many sequences at once, never
