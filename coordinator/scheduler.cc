@@ -374,6 +374,11 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   if (!error.empty()) dropped_.insert(dropped_.end(), plan.dropped.begin(), plan.dropped.end());
   size_t r = 0;
   size_t lp = 0;  // result.prompt_logprobs is in plan order
+  struct PendingMask {
+    Entry* entry;
+    size_t event;  // its index in `events`
+  };
+  std::vector<PendingMask> masks_pending;
   for (const SeqStep& s : plan.seqs) {
     const SampledToken* token = s.sample && error.empty() ? &result.tokens[r++] : nullptr;
     std::vector<PromptLogprob> prompt_lps;
@@ -408,6 +413,12 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     // Structured output first: a completed grammar ends the choice ("stop") whatever the
     // length; a broken one ends it with the error.
     FinishReason reason = e.seq.apply_constraint(&event.error);
+    if (reason == FinishReason::kNone && e.seq.is_constrained()) {
+      // Its grammar goes on: the next mask is computed below, with the step's other ones.
+      masks_pending.push_back({&e, events.size()});
+      events.push_back(std::move(event));
+      continue;
+    }
     if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
     if (reason != FinishReason::kNone) {
       finish(e, reason);
@@ -416,6 +427,25 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       entries_.erase(it);
     }
     events.push_back(std::move(event));
+  }
+  // The next masks, in parallel over the step's constrained sequences: one whose grammar
+  // state is new walks the vocabulary trie (up to milliseconds), and done one after another
+  // the step would wait for the sum of those walks before it is dispatched. They are computed
+  // here, before the next plan, rather than overlapped with the next forward pass: the plan
+  // carries the masks to rank 0's sampler (docs/wire.md), and on the CPU backend the forward
+  // pass already uses every core, so overlapping would only take cores from it, whereas
+  // between two steps the workers wait and the cores are free (docs/structured-output.md).
+  mask_pool_.run(masks_pending.size(), [&](size_t i) { masks_pending[i].entry->seq.prepare_token_mask(); });
+  for (const PendingMask& p : masks_pending) {
+    Entry& e = *p.entry;
+    SequenceEvent& event = events[p.event];
+    FinishReason reason = e.seq.check_token_mask(&event.error);
+    if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
+    if (reason == FinishReason::kNone) continue;
+    finish(e, reason);
+    event.finished = true;
+    event.reason = reason;
+    entries_.erase(e.seq.id());
   }
   return events;
 }

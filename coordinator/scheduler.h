@@ -34,6 +34,7 @@
 #include "coordinator/request.h"
 #include "coordinator/sequence.h"
 #include "coordinator/step_cost_model.h"
+#include "coordinator/structured/mask_pool.h"
 
 namespace tessera {
 
@@ -215,6 +216,8 @@ class Scheduler {
   PlanLoad last_plan_;
   int prefill_token_cap_ = 0;
   uint64_t prefill_capped_steps_ = 0;
+  // Computes the step's structured-output masks in parallel (on_step_result).
+  structured::MaskPool mask_pool_;
 };
 
 }  // namespace tessera

@@ -47,14 +47,30 @@ const std::vector<uint32_t>* Sequence::next_token_mask() {
   return constraint_ ? &constraint_->next_mask() : nullptr;
 }
 
-FinishReason Sequence::apply_constraint(std::string* error) {
-  if (!constraint_ || num_output() == 0) return FinishReason::kNone;
-  switch (constraint_->on_token(token_ids_.back(), error)) {
+namespace {
+
+FinishReason reason_of(structured::ConstraintVerdict verdict) {
+  switch (verdict) {
     case structured::ConstraintVerdict::kContinue: return FinishReason::kNone;
     case structured::ConstraintVerdict::kComplete: return FinishReason::kStop;
     case structured::ConstraintVerdict::kViolated: return FinishReason::kError;
   }
   return FinishReason::kNone;
+}
+
+}  // namespace
+
+FinishReason Sequence::apply_constraint(std::string* error) {
+  if (!constraint_ || num_output() == 0) return FinishReason::kNone;
+  return reason_of(constraint_->advance(token_ids_.back(), error));
+}
+
+void Sequence::prepare_token_mask() {
+  if (constraint_) constraint_->prepare_mask();
+}
+
+FinishReason Sequence::check_token_mask(std::string* error) {
+  return constraint_ ? reason_of(constraint_->check_mask(error)) : FinishReason::kNone;
 }
 
 Sequence Sequence::fork(SeqId child_id, SamplingParams sampling) const {

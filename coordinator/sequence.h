@@ -99,8 +99,14 @@ class Sequence {
   // The mask the next sampled token must fall in; null when the request is unconstrained.
   const std::vector<uint32_t>* next_token_mask();
   // Moves the grammar on by the last appended token: kNone (go on), kStop (the grammar is
-  // complete, or an end token came where it may end) or kError (*error says why).
+  // complete, or an end token came where it may end) or kError (*error says why). After a
+  // kNone the next mask is still to compute: prepare_token_mask() (safe to run for different
+  // sequences on different threads at once), then check_token_mask().
   FinishReason apply_constraint(std::string* error);
+  bool is_constrained() const { return constraint_.has_value(); }
+  void prepare_token_mask();
+  // kError when no token can continue the grammar (a dead end for this vocabulary), else kNone.
+  FinishReason check_token_mask(std::string* error);
 
  private:
   SeqId id_;

@@ -23,6 +23,13 @@ const std::vector<uint32_t>& SequenceConstraint::next_mask() {
 }
 
 ConstraintVerdict SequenceConstraint::on_token(int32_t token, std::string* error) {
+  const ConstraintVerdict verdict = advance(token, error);
+  if (verdict != ConstraintVerdict::kContinue) return verdict;
+  prepare_mask();
+  return check_mask(error);
+}
+
+ConstraintVerdict SequenceConstraint::advance(int32_t token, std::string* error) {
   mask_ready_ = false;
   if (std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end()) {
     if (constraint_->can_end(state_)) return ConstraintVerdict::kComplete;
@@ -37,6 +44,10 @@ ConstraintVerdict SequenceConstraint::on_token(int32_t token, std::string* error
   }
   state_ = std::move(next);
   if (constraint_->must_end(state_)) return ConstraintVerdict::kComplete;
+  return ConstraintVerdict::kContinue;
+}
+
+ConstraintVerdict SequenceConstraint::check_mask(std::string* error) {
   // A dead end for this vocabulary (no token continues, and the grammar may not end here)
   // is an error now, not a token drawn outside the mask later.
   const std::vector<uint32_t>& mask = next_mask();

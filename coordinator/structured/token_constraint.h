@@ -5,20 +5,31 @@
 // called it. Stacks are hash-consed nodes (state, parent), so a state is a short sorted list
 // of node ids, states that are equal compare equal, and nothing is copied per step.
 //
-// The allowed-token mask of a state is computed by walking the vocabulary trie, with two
-// caches that make the per-step cost small after the first steps (docs/structured-output.md,
+// The allowed-token mask of a state is computed by walking the vocabulary trie, with caches
+// that make the per-step cost small after the first steps (docs/structured-output.md,
 // "Cost"):
 //   - per rule-NFA state q (context-free, shared by every stack whose top is q, in any
 //     request using this grammar): the tokens accepted without leaving q's rule, plus the
-//     trie nodes where the rule completes mid-token ("pop points");
-//   - per match state: the finished mask. Only the pop points need the stack below the top,
-//     and only for the tokens that continue past them (a few subtrees of the trie).
-// One TokenConstraint is shared by every sequence constrained by the same grammar (the
-// caches are its mutable part, behind a mutex); its memory is bounded (caches are dropped
-// when over budget; a grammar whose stacks outgrow kMaxStackNodes fails the sequence).
+//     children of the trie nodes where the rule completes mid-token ("pop points");
+//   - per stack node: the tokens that pop its top rule mid-token and go on below it. Only
+//     these need the stack below the top, and only for the tokens that continue past the
+//     pop points (a few subtrees of the trie);
+//   - per match state: the finished mask (the sets above OR'ed together).
+// A walk skips a trie child whose byte no stack reads without a memo lookup, and allows a
+// whole subtree at once when its bytes all bring the one live stack back to itself (plain
+// characters inside a JSON string), so even a cold mask rarely walks much of the trie.
+// One TokenConstraint is shared by every sequence constrained by the same grammar, and a
+// step's masks are computed on several threads at once (mask_pool.h), so its caches are
+// behind two locks: a finished mask is read under a shared lock (many sequences at once, never
+// waiting for another's trie walk), while everything that grows the automaton — stack nodes,
+// byte-step memo, the per-state caches, and the walks that fill them — is under one mutex
+// (a cold walk of one grammar waits for another of the same grammar, and then usually finds
+// its mask already filled). Memory is bounded (caches are dropped when over budget; a
+// grammar whose stacks outgrow kMaxStackNodes fails the sequence).
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -26,6 +37,7 @@
 
 #include "coordinator/structured/grammar.h"
 #include "coordinator/structured/token_vocabulary.h"
+#include "coordinator/structured/u64_map.h"
 
 namespace tessera::structured {
 
@@ -34,6 +46,21 @@ namespace tessera::structured {
 struct MatchState {
   std::vector<uint32_t> stacks;
   bool operator==(const MatchState&) const = default;
+};
+
+// A set of token ids as whichever is smaller: the ids (most grammar states allow a few hundred
+// tokens) or the vocabulary bitset (inside a JSON string almost all are allowed). The caches
+// hold these, not bitsets: a 128k vocabulary's bitset is 16 kB, and a cold mask used to pay
+// for fresh pages of every bitset it cached (page faults were a fifth of a miss's time).
+struct TokenIdSet {
+  bool dense = false;
+  std::vector<uint32_t> data;  // dense: the bitset; else the ids, ascending
+
+  // The set of `bits`, which are left all zero (they are the walks' reusable scratch).
+  static TokenIdSet take(std::vector<uint32_t>& bits);
+  void or_into(std::vector<uint32_t>& bits) const;
+  void write_to(size_t words, std::vector<uint32_t>* bits) const;
+  size_t bytes() const { return 4 * data.size() + sizeof(TokenIdSet); }
 };
 
 class TokenConstraint {
@@ -54,6 +81,7 @@ class TokenConstraint {
 
   // The tokens allowed next, as a bitset over the vocabulary (bit i of word i / 32 = token i;
   // vocabulary().mask_words() words). End-of-sequence tokens are the caller's (can_end).
+  // Safe to call from several threads at once (as every public member is).
   void fill_mask(const MatchState& state, std::vector<uint32_t>* mask) const;
 
   const Grammar& grammar() const { return grammar_; }
@@ -76,8 +104,9 @@ class TokenConstraint {
     uint32_t parent;
   };
   struct FrameMask {
-    std::vector<uint32_t> bits;
-    std::vector<uint32_t> pop_points;  // trie nodes
+    TokenIdSet tokens;  // accepted without leaving the rule
+    bool pops = false;  // the rule completes inside some token (at "pop points" of the trie)
+    std::vector<uint32_t> pop_children;  // the pop points' children, by byte
   };
   struct VectorHash {
     size_t operator()(const std::vector<uint32_t>& v) const;
@@ -92,20 +121,43 @@ class TokenConstraint {
   // Marks the tokens below trie node `t` that `stacks` can read; records pop points.
   void walk(uint32_t t, const std::vector<uint32_t>& stacks, std::vector<uint32_t>& bits,
             std::vector<uint32_t>* pop_points, size_t depth) const;
+  // Marks what trie node `c` allows, its stacks `stacks` after reading c's byte, and walks on.
+  void visit(uint32_t c, const std::vector<uint32_t>& stacks, bool popped, std::vector<uint32_t>& bits,
+             std::vector<uint32_t>* pop_points, size_t depth) const;
+  // Whether node `n` reading any byte of `bytes` stays exactly the stack n (a self-loop such
+  // as a JSON string's characters): then every token of a subtree reading only those bytes
+  // is allowed, without walking it.
+  bool loops_over(uint32_t n, const ByteSet& bytes) const;
   const FrameMask& frame_mask(int32_t state) const;
+  // The tokens stack node n allows by completing its top rule inside the token and going on
+  // in the rules below it.
+  const TokenIdSet& pop_tokens(uint32_t n, const FrameMask& fm) const;
   void mark_tokens(uint32_t t, std::vector<uint32_t>& bits) const;
+  void mark_subtree(uint32_t t, std::vector<uint32_t>& bits) const;
+  // Copies the finished mask of `state` into *mask if there is one (shared lock only).
+  bool find_mask(const MatchState& state, std::vector<uint32_t>* mask) const;
   void trim_caches() const;
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
-  mutable std::mutex mu_;
+  // automaton_mu_ guards every mutable member below but mask_cache_, which is read under a
+  // shared lock of masks_mu_ and written (and cleared) under both, automaton_mu_ first.
+  mutable std::mutex automaton_mu_;
+  mutable std::shared_mutex masks_mu_;
+  std::vector<ByteSet> state_bytes_;  // per grammar state: the bytes its edges read
   mutable std::vector<StackNode> nodes_;
-  mutable std::unordered_map<uint64_t, uint32_t> node_ids_;
-  mutable std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> step_memo_;
+  mutable U64Map node_ids_;           // (state, parent) -> node
+  mutable U64Map step_memo_;          // (node, byte) -> [begin, end) of memo_pool_
   mutable std::vector<uint32_t> memo_pool_;
+  mutable U64Map loop_set_ids_;       // node -> index into loop_sets_
+  mutable std::vector<ByteSet> loop_sets_;
   mutable std::unordered_map<int32_t, FrameMask> frame_cache_;
-  mutable std::unordered_map<std::vector<uint32_t>, std::vector<uint32_t>, VectorHash> mask_cache_;
+  mutable std::unordered_map<std::vector<uint32_t>, TokenIdSet, VectorHash> mask_cache_;
   mutable std::unordered_map<uint32_t, std::vector<uint32_t>> pop_cache_;  // parent node -> stacks
+  mutable std::unordered_map<uint32_t, TokenIdSet> pop_tokens_;          // stack node -> tokens
+  // Bitsets all zero between uses: what a walk marks, and a mask being put together.
+  mutable std::vector<uint32_t> walk_scratch_, mask_scratch_;
+  mutable std::vector<uint32_t> pop_next_;
   mutable size_t cache_bytes_ = 0;
   mutable bool exhausted_ = false;
   mutable std::vector<std::vector<uint32_t>> scratch_;  // per trie depth

@@ -28,11 +28,13 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
     const Pending p = queue.front();
     queue.pop_front();
     size_t i = p.lo;
+    // The tokens below a node are order[lo, hi): those ending here come first (shorter sorts first).
     TrieNode& node = trie_[p.node];
-    node.first_token = static_cast<uint32_t>(trie_tokens_.size());
-    while (i < p.hi && bytes_[static_cast<size_t>(order[i])].size() == p.depth) trie_tokens_.push_back(order[i++]);
-    trie_[p.node].num_tokens = static_cast<uint32_t>(trie_tokens_.size()) - trie_[p.node].first_token;
-    trie_[p.node].first_child = static_cast<uint32_t>(trie_.size());
+    node.first_token = static_cast<uint32_t>(p.lo);
+    node.subtree_end = static_cast<uint32_t>(p.hi);
+    while (i < p.hi && bytes_[static_cast<size_t>(order[i])].size() == p.depth) ++i;
+    node.num_tokens = static_cast<uint32_t>(i - p.lo);
+    node.first_child = static_cast<uint32_t>(trie_.size());
     std::vector<Pending> children;
     while (i < p.hi) {
       const auto b = static_cast<uint8_t>(bytes_[static_cast<size_t>(order[i])][p.depth]);
@@ -46,6 +48,21 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes) : bytes_(std::m
     }
     trie_[p.node].num_children = static_cast<uint32_t>(children.size());
     queue.insert(queue.end(), children.begin(), children.end());
+  }
+  trie_tokens_ = std::move(order);
+  // The bytes below each node, children before parents (breadth first: children come later).
+  std::vector<std::bitset<256>> below(trie_.size());
+  for (size_t n = trie_.size(); n-- > 0;) {
+    const TrieNode& node = trie_[n];
+    for (uint32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
+      below[n] |= below[c];
+      below[n].set(trie_[c].byte);
+    }
+  }
+  for (size_t n = 0; n < trie_.size(); ++n) {
+    if (trie_[n].subtree_end - trie_[n].first_token < kSubtreeSetMinTokens) continue;
+    trie_[n].subtree_set = static_cast<uint32_t>(subtree_bytes_.size());
+    subtree_bytes_.push_back(below[n]);
   }
 }
 

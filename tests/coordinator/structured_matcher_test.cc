@@ -1,10 +1,13 @@
 // The token matcher (coordinator/structured/token_constraint.h): its cached, trie-walked
 // masks must equal the brute-force answer (advance the state by each token's bytes and see
 // whether it survives) at every step of random walks through several grammars, over a
-// vocabulary whose tokens cross grammar terminals and UTF-8 boundaries — and over the real
-// kjv-llama vocabulary when the fixtures are there.
+// vocabulary whose tokens cross grammar terminals and UTF-8 boundaries, over one dense enough
+// that whole subtrees are allowed at once, and over the real kjv-llama vocabulary when the
+// fixtures are there. Masks computed on several threads at once equal the serial ones.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <bit>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/structured/mask_pool.h"
 #include "coordinator/structured/request_constraint.h"
 #include "coordinator/structured/sequence_constraint.h"
 #include "coordinator/structured/token_constraint.h"
@@ -33,6 +37,24 @@ std::vector<std::string> tricky_tokens() {
   for (char c = 'a'; c <= 'z'; ++c) t.push_back(std::string(1, c));
   for (char c = '0'; c <= '9'; ++c) t.push_back(std::string(1, c) + "\"");
   return t;
+}
+
+// The tricky tokens, plus every string of 1 to 4 bytes over "ab1 " alone, after a quote and
+// after "é": subtrees of 16 and more tokens (TokenVocabulary::kSubtreeSetMinTokens) that read
+// only a JSON string's plain characters, which the matcher allows whole, next to tokens that
+// end, escape or break the string.
+std::vector<std::string> dense_tokens() {
+  std::vector<std::string> all = tricky_tokens(), level = {""}, plain;
+  for (int len = 1; len <= 4; ++len) {
+    std::vector<std::string> longer;
+    for (const std::string& prefix : level)
+      for (char c : std::string("ab1 ")) longer.push_back(prefix + c);
+    plain.insert(plain.end(), longer.begin(), longer.end());
+    level = std::move(longer);
+  }
+  for (const char* lead : {"", "\"", "\xC3\xA9"})
+    for (const std::string& p : plain) all.push_back(lead + p);
+  return all;
 }
 
 void expect_masks_match_brute_force(const TokenConstraint& c, int walks, uint64_t seed, const std::string& what) {
@@ -81,6 +103,82 @@ TEST(StructuredMatcher, MasksEqualBruteForceOnTrickyTokens) {
     ASSERT_TRUE(g.is_ok()) << value.dump() << ": " << g.status().to_string();
     const TokenConstraint c(std::move(g).value(), vocab);
     expect_masks_match_brute_force(c, 30, seed++, value.dump());
+  }
+}
+
+TEST(StructuredMatcher, MasksEqualBruteForceOnADenseVocabulary) {
+  auto vocab = std::make_shared<const TokenVocabulary>(dense_tokens());
+  uint64_t seed = 50;
+  for (const auto& [kind, value] : grammars()) {
+    StatusOr<Grammar> g = compile_constraint(kind, value);
+    ASSERT_TRUE(g.is_ok()) << value.dump() << ": " << g.status().to_string();
+    const TokenConstraint c(std::move(g).value(), vocab);
+    expect_masks_match_brute_force(c, 8, seed++, value.dump());
+  }
+}
+
+// The scheduler computes a step's masks on several threads (MaskPool) while sequences of the
+// same grammar share its caches: 36 sequences over the six grammars, each step's masks and
+// token advances all run at once on 4 threads, must see exactly the masks that one thread
+// computes for the same token sequences over fresh constraints.
+TEST(StructuredMatcher, MasksComputedInParallelEqualSerialOnes) {
+  auto vocab = std::make_shared<const TokenVocabulary>(dense_tokens());
+  const auto specs = grammars();
+  auto constraints = [&] {
+    std::vector<std::shared_ptr<const TokenConstraint>> out;
+    for (const auto& [kind, value] : specs)
+      out.push_back(std::make_shared<const TokenConstraint>(compile_constraint(kind, value).value(), vocab));
+    return out;
+  };
+  constexpr size_t kSeqs = 36;
+  constexpr int kSteps = 30;
+  // Serial reference: each sequence's tokens (a random allowed one per step) and masks.
+  const auto serial = constraints();
+  std::vector<std::vector<int32_t>> tokens(kSeqs);
+  std::vector<std::vector<std::vector<uint32_t>>> masks(kSeqs);
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < kSeqs; ++i) {
+    SequenceConstraint seq(serial[i % serial.size()], {0});
+    std::string error;
+    for (int step = 0; step < kSteps; ++step) {
+      const std::vector<uint32_t>& mask = seq.next_mask();
+      std::vector<int32_t> allowed;
+      for (size_t w = 0; w < mask.size(); ++w)
+        for (uint32_t b = mask[w]; b != 0; b &= b - 1) allowed.push_back(static_cast<int32_t>(w * 32 + std::countr_zero(b)));
+      ASSERT_FALSE(allowed.empty());
+      masks[i].push_back(mask);
+      tokens[i].push_back(allowed[rng() % allowed.size()]);
+      if (seq.on_token(tokens[i].back(), &error) != ConstraintVerdict::kContinue) break;
+    }
+  }
+  // The same walks, every step's sequences at once.
+  const auto shared = constraints();
+  std::vector<SequenceConstraint> seqs;
+  for (size_t i = 0; i < kSeqs; ++i) seqs.emplace_back(shared[i % shared.size()], std::vector<int32_t>{0});
+  std::vector<std::vector<uint32_t>> got(kSeqs);
+  MaskPool pool(4);
+  for (size_t step = 0; step < static_cast<size_t>(kSteps); ++step) {
+    pool.run(kSeqs, [&](size_t i) {
+      if (step >= tokens[i].size()) return;
+      got[i] = seqs[i].next_mask();
+      std::string error;
+      seqs[i].on_token(tokens[i][step], &error);  // the next mask too, racing the others
+    });
+    for (size_t i = 0; i < kSeqs; ++i)
+      if (step < tokens[i].size()) ASSERT_EQ(got[i], masks[i][step]) << "sequence " << i << " step " << step;
+  }
+}
+
+TEST(StructuredMatcher, MaskPoolRunsEveryIndexOnce) {
+  for (int threads : {1, 2, 4}) {
+    MaskPool pool(threads);
+    for (size_t n : {0, 1, 2, 3, 17, 500}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<std::atomic<int>> hits(n);
+        pool.run(n, [&](size_t i) { hits[i].fetch_add(1); });
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " threads, n " << n << ", index " << i;
+      }
+    }
   }
 }
 

@@ -1,0 +1,130 @@
+// The scheduler's structured-output path (Scheduler::on_step_result): a step's tokens move
+// their grammars on, then the step's next masks are computed together on the mask threads
+// (coordinator/structured/mask_pool.h), then each sequence's verdict is applied. Run with 1
+// and with 4 mask threads, a batch of constrained requests (some of n = 3 choices, sharing
+// grammars) must give exactly the same events: the same tokens, the same finish reasons and
+// errors — and every choice that stops is a complete string of its grammar.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/scheduler.h"
+#include "coordinator/structured/request_constraint.h"
+#include "coordinator/structured/token_constraint.h"
+
+namespace tessera {
+namespace {
+
+using structured::ConstraintKind;
+using structured::TokenConstraint;
+using structured::TokenVocabulary;
+
+// Token 0 is the end of sequence (no bytes). No token starts with "z", so the regex "az"
+// reaches a dead end after "a".
+std::vector<std::string> scheduler_tokens() {
+  return {"",   "{",    "}",  "\"", "a",    "b",   ":",  ",",     " ",    "\"a\"", "1",     "12",
+          "[",  "]",    "true", "null", "\":", "\",", "},", "ab", "\"b", "2", "0", "-", "false", "x"};
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;
+  bool operator==(const Outcome&) const = default;
+};
+
+std::map<SeqId, Outcome> run_batch(const std::vector<std::shared_ptr<const TokenConstraint>>& constraints,
+                                   const char* mask_threads) {
+  setenv("TESSERA_MASK_THREADS", mask_threads, 1);
+  SchedulerConfig config;
+  config.block_size = 16;
+  config.num_blocks = 256;
+  config.max_model_len = 128;
+  Scheduler sched(config);
+  unsetenv("TESSERA_MASK_THREADS");
+  for (RequestId id = 1; id <= 24; ++id) {
+    auto r = std::make_shared<Request>();
+    r->prompt = {3, 4, 5, static_cast<int32_t>(id % 7)};
+    r->max_tokens = 40;
+    r->n = id % 5 == 0 ? 3 : 1;
+    r->stop.eos_token_id = 0;
+    r->constraint = constraints[static_cast<size_t>(id) % constraints.size()];
+    EXPECT_TRUE(sched.add_request(id, r).is_ok());
+  }
+  std::map<SeqId, Outcome> out;
+  for (int guard = 0; guard < 10000; ++guard) {
+    StepPlan plan = sched.schedule();
+    if (plan.seqs.empty()) break;
+    StepResult result;
+    result.step_id = plan.step_id;
+    for (const SeqStep& s : plan.seqs) {
+      if (!s.sample) continue;
+      // A fixed choice among the allowed tokens: a function of the sequence and its length.
+      std::vector<int32_t> allowed;
+      for (size_t w = 0; w < s.allowed_tokens.size(); ++w)
+        for (uint32_t b = s.allowed_tokens[w]; b != 0; b &= b - 1)
+          allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(std::countr_zero(b))));
+      EXPECT_FALSE(allowed.empty()) << "sequence " << s.seq_id;
+      const size_t pick = (s.seq_id * 2654435761u + out[s.seq_id].tokens.size() * 40503u) % std::max<size_t>(1, allowed.size());
+      result.tokens.push_back(SampledToken{s.seq_id, allowed.empty() ? 0 : allowed[pick], 0.0f, {}});
+    }
+    for (const SequenceEvent& e : sched.on_step_result(plan, result)) {
+      Outcome& o = out[e.seq_id];
+      for (const SampledToken& t : e.new_tokens) o.tokens.push_back(t.token);
+      if (e.finished) {
+        o.reason = e.reason;
+        o.error = e.error;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(SchedulerStructured, ParallelMasksGiveTheSerialEvents) {
+  auto vocab = std::make_shared<const TokenVocabulary>(scheduler_tokens());
+  using json = nlohmann::ordered_json;
+  const std::vector<std::pair<ConstraintKind, json>> specs = {
+      {ConstraintKind::kJsonObject, nullptr},
+      {ConstraintKind::kJsonSchema, json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"},
+          "b": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}}, "required": ["a", "b"]})")},
+      {ConstraintKind::kRegex, "(ab|x)+[12]"},
+      {ConstraintKind::kChoice, json{"true", "false", "null"}},
+      {ConstraintKind::kRegex, "az"},  // a dead end for this vocabulary after "a"
+  };
+  std::vector<std::shared_ptr<const TokenConstraint>> serial_constraints, parallel_constraints;
+  for (const auto& [kind, value] : specs) {
+    serial_constraints.push_back(std::make_shared<const TokenConstraint>(structured::compile_constraint(kind, value).value(), vocab));
+    parallel_constraints.push_back(std::make_shared<const TokenConstraint>(structured::compile_constraint(kind, value).value(), vocab));
+  }
+  const std::map<SeqId, Outcome> serial = run_batch(serial_constraints, "1");
+  const std::map<SeqId, Outcome> parallel = run_batch(parallel_constraints, "4");
+  ASSERT_EQ(serial.size(), parallel.size());
+  int stopped = 0, dead_ends = 0;
+  for (const auto& [id, o] : serial) {
+    ASSERT_TRUE(parallel.count(id)) << "sequence " << id;
+    EXPECT_EQ(parallel.at(id), o) << "sequence " << id;
+    ASSERT_NE(o.reason, FinishReason::kNone) << "sequence " << id << " never finished";
+    const TokenConstraint& c = *serial_constraints[static_cast<size_t>(request_of(id)) % serial_constraints.size()];
+    if (o.reason == FinishReason::kStop) {
+      ++stopped;
+      std::string text;
+      for (int32_t t : o.tokens) text += vocab->bytes(t);
+      EXPECT_TRUE(c.matches(text)) << "sequence " << id << " stopped on " << json(text).dump();
+    } else if (o.reason == FinishReason::kError) {
+      ++dead_ends;
+      EXPECT_NE(o.error.find("no token of the vocabulary can continue"), std::string::npos) << o.error;
+    }
+  }
+  EXPECT_GT(stopped, 10);
+  EXPECT_EQ(dead_ends, 5) << "requests 4, 9, 14, 19 and 24 ask for \"az\"";
+}
+
+}  // namespace
+}  // namespace tessera
