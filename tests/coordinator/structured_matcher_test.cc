@@ -164,8 +164,11 @@ TEST(StructuredMatcher, MasksComputedInParallelEqualSerialOnes) {
       std::string error;
       seqs[i].on_token(tokens[i][step], &error);  // the next mask too, racing the others
     });
-    for (size_t i = 0; i < kSeqs; ++i)
-      if (step < tokens[i].size()) ASSERT_EQ(got[i], masks[i][step]) << "sequence " << i << " step " << step;
+    for (size_t i = 0; i < kSeqs; ++i) {
+      if (step < tokens[i].size()) {
+        ASSERT_EQ(got[i], masks[i][step]) << "sequence " << i << " step " << step;
+      }
+    }
   }
 }
 
