@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/logging.h"
+
 namespace tessera::structured {
 
 // One job at a time: published under `mu` with a new generation number; the helpers that take
@@ -47,11 +49,14 @@ struct MaskPool::Shared {
 };
 
 int MaskPool::default_threads() {
-  if (const char* env = std::getenv("TESSERA_MASK_THREADS")) {
-    const int v = std::atoi(env);
-    if (v >= 1) return std::min(v, 64);
+  const int fallback = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  if (const char* env = std::getenv("TESSERA_MASK_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end == '\0' && v >= 1 && v <= 64) return static_cast<int>(v);
+    TESSERA_LOG_WARN("TESSERA_MASK_THREADS={} is not a whole number from 1 to 64; using {}", env, fallback);
   }
-  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  return fallback;
 }
 
 MaskPool::MaskPool(int threads) : threads_(std::max(1, threads)), shared_(std::make_unique<Shared>()) {}
