@@ -35,12 +35,6 @@ namespace {
 constexpr int kMr = 8, kNr = 32;
 constexpr int64_t kChunkPanels = 8;
 
-template <typename T>
-T* scratch(std::vector<T>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
-
 // K block: the whole groups that fit in ~256 k (at least one group).
 int64_t block_k(int64_t group) { return group * std::max<int64_t>(1, 256 / group); }
 

@@ -46,14 +46,6 @@ Kernel kernel_for(CpuIsa isa) {
 }
 static_assert(kAvx2Mr <= kMaxMr && kAvx512Mr <= kMaxMr && kAvx2Nr <= kMaxNr && kAvx512Nr <= kMaxNr);
 
-// Per-thread scratch that keeps its capacity between calls (fresh large allocations would
-// page-fault on every call).
-template <typename T>
-T* scratch(std::vector<T>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
-
 // x rows [t * mr, t * mr + mr) as [K][mr] (rows past M as zeros), for every row tile t.
 void pack_x(const LinearArgs& a, int mr, int64_t tiles, float* xp) {
 #pragma omp parallel for schedule(static) if (a.M * a.K >= 64 * 1024)

@@ -247,16 +247,21 @@ void gemv_int8_x16_avx512_vnni(const Int16XArgs& d, int64_t n0, int64_t n1) {
   for (; m < d.a->M; ++m) x16_tile<1, 8>(d, m, n0, n1);
 }
 
-// One f32 row to 16-bit fixed point per group: scale = max|x| / 32767, q = x / scale rounded
-// half to even (the rule of quantize_int8 with 32767 for 127; tests rebuild it in scalar code).
-TESSERA_TARGET_AVX512 void quantize_row_int16_avx512(const float* x, int64_t K, int64_t group, int16_t* q,
-                                                     float* scales) {
-  const __m512 lo = _mm512_set1_ps(-32767.0f), hi = _mm512_set1_ps(32767.0f);
+namespace {
+
+// One f32 row to Q's fixed point per group: scale = max|x| / kMax, q = x / scale rounded half
+// to even and clamped to +-kMax (quantize_int8's rule with kMax = 127, so the same bytes;
+// 32767 for the 16-bit x of the VNNI kernels), 16 lanes at a time: decode quantizes one row
+// per call, prefill hundreds. Tests rebuild both in scalar code.
+template <typename Q>
+TESSERA_TARGET_AVX512 void quantize_row_avx512(const float* x, int64_t K, int64_t group, Q* q, float* scales) {
+  constexpr float kMax = sizeof(Q) == 1 ? 127.0f : 32767.0f;
+  const __m512 lo = _mm512_set1_ps(-kMax), hi = _mm512_set1_ps(kMax);
   for (int64_t g = 0; g < K / group; ++g) {
     const float* xg = x + g * group;
     __m512 amax = _mm512_setzero_ps();
     for (int64_t k = 0; k < group; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xg + k)));
-    const float scale = _mm512_reduce_max_ps(amax) / 32767.0f;
+    const float scale = _mm512_reduce_max_ps(amax) / kMax;
     scales[g] = scale;
     const __m512 s = _mm512_set1_ps(scale);
     for (int64_t k = 0; k < group; k += 16) {
@@ -264,31 +269,24 @@ TESSERA_TARGET_AVX512 void quantize_row_int16_avx512(const float* x, int64_t K, 
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
       if (scale == 0.0f) v = _mm512_setzero_ps();
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * group + k), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(v)));
+      const __m512i i32 = _mm512_cvtps_epi32(v);
+      if constexpr (sizeof(Q) == 1) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * group + k), _mm512_cvtsepi32_epi8(i32));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * group + k), _mm512_cvtsepi32_epi16(i32));
+      }
     }
   }
 }
 
-// quantize_int8's rule (same division and round-half-even, so the same bytes) for one f32
-// row, 16 lanes at a time: decode quantizes one row per call, prefill hundreds.
-TESSERA_TARGET_AVX512 void quantize_row_int8_avx512(const float* x, int64_t K, int64_t group, int8_t* q,
-                                                    float* scales) {
-  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  for (int64_t g = 0; g < K / group; ++g) {
-    const float* xg = x + g * group;
-    __m512 amax = _mm512_setzero_ps();
-    for (int64_t k = 0; k < group; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xg + k)));
-    const float scale = _mm512_reduce_max_ps(amax) / 127.0f;
-    scales[g] = scale;
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int64_t k = 0; k < group; k += 16) {
-      __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(xg + k), s),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-      if (scale == 0.0f) v = _mm512_setzero_ps();
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * group + k), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
-    }
-  }
+}  // namespace
+
+void quantize_row_int16_avx512(const float* x, int64_t K, int64_t group, int16_t* q, float* scales) {
+  quantize_row_avx512(x, K, group, q, scales);
+}
+
+void quantize_row_int8_avx512(const float* x, int64_t K, int64_t group, int8_t* q, float* scales) {
+  quantize_row_avx512(x, K, group, q, scales);
 }
 
 bool cpu_has_avx512_vnni() {

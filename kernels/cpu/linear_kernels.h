@@ -4,6 +4,7 @@
 // __attribute__((target(...))), so the library is built for baseline x86-64 and the wide
 // instructions only run after the dispatcher has checked the CPU supports them.
 #include <cstdint>
+#include <vector>
 
 #include "common/dtype.h"
 #include "kernels/cpu/activations.h"
@@ -45,4 +46,12 @@ inline float finish_output(float acc, const float* bias, int64_t n, Activation a
   if (bias != nullptr) acc += bias[n];
   return activate(acc, act);
 }
+// Per-thread scratch that keeps its capacity between calls (fresh large allocations would
+// page-fault on every call): buffer grown to at least n elements, its data.
+template <typename T>
+T* scratch(std::vector<T>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
 }  // namespace tessera::cpu::detail
