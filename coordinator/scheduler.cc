@@ -379,6 +379,13 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     size_t event;  // its index in `events`
   };
   std::vector<PendingMask> masks_pending;
+  // A sequence whose grammar or stop condition ended it: its event says so and it leaves.
+  auto end_sequence = [&](Entry& e, SequenceEvent& event, FinishReason reason) {
+    finish(e, reason);
+    event.finished = true;
+    event.reason = reason;
+    entries_.erase(e.seq.id());
+  };
   for (const SeqStep& s : plan.seqs) {
     const SampledToken* token = s.sample && error.empty() ? &result.tokens[r++] : nullptr;
     std::vector<PromptLogprob> prompt_lps;
@@ -420,12 +427,7 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       continue;
     }
     if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
-    if (reason != FinishReason::kNone) {
-      finish(e, reason);
-      event.finished = true;
-      event.reason = reason;
-      entries_.erase(it);
-    }
+    if (reason != FinishReason::kNone) end_sequence(e, event, reason);
     events.push_back(std::move(event));
   }
   // The next masks, in parallel over the step's constrained sequences: one whose grammar
@@ -441,11 +443,7 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     SequenceEvent& event = events[p.event];
     FinishReason reason = e.seq.check_token_mask(&event.error);
     if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
-    if (reason == FinishReason::kNone) continue;
-    finish(e, reason);
-    event.finished = true;
-    event.reason = reason;
-    entries_.erase(e.seq.id());
+    if (reason != FinishReason::kNone) end_sequence(e, event, reason);
   }
   return events;
 }
