@@ -35,6 +35,7 @@ class Executor final : public StepExecutor {
   Backend& backend_;
   KvCache cache_;
   SequenceStates sequences_;
+  std::vector<float> host_logits_;  // the step's logits on the host (execute)
 };
 
 }  // namespace tessera

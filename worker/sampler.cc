@@ -1,5 +1,6 @@
 #include "worker/sampler.h"
 #include "common/splitmix64.h"
+#include "kernels/cpu/sum_exp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -57,9 +58,7 @@ void fill_logprobs(const SampleRequest& r, SampledToken& out) {
 
 float raw_logprobs(const float* l, int64_t vocab, int32_t token, int top_k, std::vector<TokenLogprob>* top) {
   const float mx = *std::max_element(l, l + vocab);
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(l[i] - mx));
-  const double log_z = mx + std::log(sum);
+  const double log_z = mx + std::log(cpu::sum_exp_shifted(l, vocab, mx));
   const int k = static_cast<int>(std::min<int64_t>(top_k, vocab));
   if (k > 0) {
     std::vector<int32_t> ids(static_cast<size_t>(vocab));

@@ -111,25 +111,6 @@ void attend(const float* q, int64_t q_row_stride, int64_t q_heads, const Attenti
   }
 }
 
-// Rows of one cached K or V block for keys [j0, j0 + n) of KV head g, widened to f32:
-// K transposed ([head_dim][kKeyBlock], columns past n zero), V as [n][head_dim].
-template <typename E>
-void gather_keys(const typename E::T* kc, const typename E::T* vc, const int32_t* table, int64_t block_size,
-                 int64_t kv_row, int64_t g, int64_t head_dim, int32_t j0, int32_t n, float* kt, float* vb) {
-  using T = typename E::T;
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t j = j0 + i;
-    const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
-    const T* kr = kc + slot * kv_row + g * head_dim;
-    const T* vr = vc + slot * kv_row + g * head_dim;
-    for (int64_t d = 0; d < head_dim; ++d) kt[d * kKeyBlock + i] = E::get(kr, d);
-    for (int64_t d = 0; d < head_dim; ++d) vb[i * head_dim + d] = E::get(vr, d);
-  }
-  for (int64_t d = 0; d < head_dim; ++d) {
-    for (int32_t i = n; i < kKeyBlock; ++i) kt[d * kKeyBlock + i] = 0.0f;
-  }
-}
-
 template <typename E>
 void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_stride, int64_t q_heads,
                   const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache,
@@ -166,6 +147,8 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
   {
     std::vector<float> kt(head_dim * kKeyBlock), vb(kKeyBlock * head_dim), s(kKeyBlock);
     std::vector<float> row_max, row_sum, acc;
+    const void* k_rows[kKeyBlock];
+    const void* v_rows[kKeyBlock];
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < n_items; ++w) {
       const Item it = items[w];
@@ -181,7 +164,13 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
       const int32_t* table = batch.block_tables.data() + static_cast<int64_t>(it.seq) * batch.max_blocks_per_seq;
       for (int32_t j0 = lo; j0 <= hi; j0 += static_cast<int32_t>(kKeyBlock)) {
         const int32_t n = std::min<int32_t>(static_cast<int32_t>(kKeyBlock), hi + 1 - j0);
-        gather_keys<E>(kc, vc, table, block_size, kv_row, it.g, head_dim, j0, n, kt.data(), vb.data());
+        for (int32_t i = 0; i < n; ++i) {
+          const int32_t j = j0 + i;
+          const int64_t slot = static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+          k_rows[i] = kc + slot * kv_row + it.g * head_dim;
+          v_rows[i] = vc + slot * kv_row + it.g * head_dim;
+        }
+        ops.gather(k_rows, v_rows, k_cache.dtype, head_dim, n, kt.data(), vb.data());
         for (int64_t r = 0; r < rows; ++r) {
           const int32_t i = static_cast<int32_t>(r / nh);
           const int32_t h = heads[r % nh];
@@ -222,6 +211,26 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
   }
 }
 
+float widen_element(const void* row, DType dtype, int64_t d) {
+  switch (dtype) {
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(row)[d]);
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(row)[d]);
+    default: return static_cast<const float*>(row)[d];
+  }
+}
+
+void gather_scalar(const void* const* k_rows, const void* const* v_rows, DType dtype, int64_t head_dim, int32_t n,
+                   float* kt, float* vb) {
+  for (int32_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < head_dim; ++d) kt[d * kKeyBlock + i] = widen_element(k_rows[i], dtype, d);
+    for (int64_t d = 0; d < head_dim; ++d) vb[i * head_dim + d] = widen_element(v_rows[i], dtype, d);
+  }
+  const int32_t padded = (n + 7) / 8 * 8;
+  for (int64_t d = 0; d < head_dim; ++d) {
+    for (int32_t i = n; i < padded; ++i) kt[d * kKeyBlock + i] = 0.0f;
+  }
+}
+
 void scores_scalar(const float* q, const float* kt, int64_t head_dim, int64_t n, float* s) {
   for (int64_t j = 0; j < n; ++j) s[j] = 0.0f;
   for (int64_t d = 0; d < head_dim; ++d) {
@@ -246,7 +255,7 @@ void accumulate_scalar(const float* p, const float* v, int64_t n, int64_t head_d
 
 }  // namespace
 
-AttentionTileOps attention_tile_ops_scalar() { return {scores_scalar, exp_shifted_scalar, accumulate_scalar}; }
+AttentionTileOps attention_tile_ops_scalar() { return {gather_scalar, scores_scalar, exp_shifted_scalar, accumulate_scalar}; }
 
 AttentionTileOps attention_tile_ops_active() {
   return active_cpu_isa() >= CpuIsa::kAvx2 ? attention_tile_ops_avx2() : attention_tile_ops_scalar();

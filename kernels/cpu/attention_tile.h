@@ -4,12 +4,22 @@
 // attention_tile_avx2.cc, portable scalar below).
 #include <cstdint>
 
+#include "common/dtype.h"
+
 namespace tessera::cpu::detail {
 
 // Keys per block (a multiple of 8); a block's K is stored transposed, [head_dim][kKeyBlock].
 inline constexpr int64_t kKeyBlock = 64;
 
 struct AttentionTileOps {
+  // Widens one block of n <= kKeyBlock cached keys and values (row i of K at k_rows[i], of
+  // V at v_rows[i], head_dim elements of `dtype`: f32, f16 or bf16) to f32: kt[d * kKeyBlock
+  // + i] = K[i][d] (columns n up to the next multiple of 8 zero), vb[i * head_dim + d] =
+  // V[i][d]. Vectorized, because at decode a block serves only the few query heads of one KV
+  // head and its widening and transposition, done an element at a time, cost more than the
+  // scores and the value update together (perf, batch-32 decode).
+  void (*gather)(const void* const* k_rows, const void* const* v_rows, DType dtype, int64_t head_dim, int32_t n,
+                 float* kt, float* vb);
   // s[j] = sum_d q[d] * kt[d * kKeyBlock + j] for j < n (n <= kKeyBlock).
   void (*scores)(const float* q, const float* kt, int64_t head_dim, int64_t n, float* s);
   // s[j] = exp(s[j] - max) for j < n (-inf gives exactly 0); returns the sum.
@@ -19,6 +29,6 @@ struct AttentionTileOps {
 };
 
 AttentionTileOps attention_tile_ops_scalar();
-AttentionTileOps attention_tile_ops_avx2();  // needs AVX2 + FMA
+AttentionTileOps attention_tile_ops_avx2();  // needs AVX2 + FMA + F16C
 
 }  // namespace tessera::cpu::detail

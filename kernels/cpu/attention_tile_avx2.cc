@@ -1,45 +1,82 @@
-// AVX2 + FMA inner loops of the tiled CPU attention (attention_tile.h). Scores are computed
+// AVX2 + FMA inner loops of the tiled CPU attention (attention_tile.h). Key blocks are
+// widened and transposed 8 x 8 in registers. Scores are computed
 // against a transposed key block (8 keys per vector, no horizontal sums), exp is a vector
 // polynomial (|relative error| < 2e-7 against std::exp on the range softmax uses), and the
 // value update keeps a 64-float accumulator row in registers.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/exp_avx2.h"
 
-#define TESSERA_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TESSERA_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace tessera::cpu::detail {
 namespace {
-
-// exp(x) for 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by its degree-6 Taylor
-// polynomial (truncation error < 1.3e-7 relative), times 2^n built in the exponent bits.
-// Lanes below -87.3 (e^x under the smallest normal float), -inf included, give 0.
-TESSERA_TARGET_AVX2 inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.3f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 split in two
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  return _mm256_andnot_ps(under, e);
-}
 
 TESSERA_TARGET_AVX2 float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// 8 elements of a cached row from element d, widened to f32 (f16 by vcvtph2ps, bf16 as the
+// top half of an f32).
+TESSERA_TARGET_AVX2 inline __m256 load8(const void* row, DType dtype, int64_t d) {
+  if (dtype == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(row) + d);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + d));
+  if (dtype == DType::kF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+TESSERA_TARGET_AVX2 inline float load1(const void* row, DType dtype, int64_t d) {
+  if (dtype == DType::kF32) return static_cast<const float*>(row)[d];
+  const uint16_t h = static_cast<const uint16_t*>(row)[d];
+  return dtype == DType::kF16 ? _cvtsh_ss(h) : bf16_to_f32(h);
+}
+
+// r[i] (row i of an 8 x 8 block) becomes column i.
+TESSERA_TARGET_AVX2 inline void transpose8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+TESSERA_TARGET_AVX2 void gather_avx2(const void* const* k_rows, const void* const* v_rows, DType dtype,
+                                     int64_t head_dim, int32_t n, float* kt, float* vb) {
+  const int64_t d_main = head_dim & ~int64_t{7};
+  // K: 8 keys x 8 dims at a time, transposed in registers; keys past n load as zeros.
+  for (int32_t i0 = 0; i0 < n; i0 += 8) {
+    const int32_t keys = std::min<int32_t>(8, n - i0);
+    for (int64_t d = 0; d < d_main; d += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = i < keys ? load8(k_rows[i0 + i], dtype, d) : _mm256_setzero_ps();
+      transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * kKeyBlock + i0, r[i]);
+    }
+    for (int64_t d = d_main; d < head_dim; ++d) {
+      for (int i = 0; i < 8; ++i) kt[d * kKeyBlock + i0 + i] = i < keys ? load1(k_rows[i0 + i], dtype, d) : 0.0f;
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    float* dst = vb + i * head_dim;
+    for (int64_t d = 0; d < d_main; d += 8) _mm256_storeu_ps(dst + d, load8(v_rows[i], dtype, d));
+    for (int64_t d = d_main; d < head_dim; ++d) dst[d] = load1(v_rows[i], dtype, d);
+  }
 }
 
 TESSERA_TARGET_AVX2 void scores_avx2(const float* q, const float* kt, int64_t head_dim, int64_t n, float* s) {
@@ -124,6 +161,6 @@ TESSERA_TARGET_AVX2 void accumulate_avx2(const float* p, const float* v, int64_t
 
 }  // namespace
 
-AttentionTileOps attention_tile_ops_avx2() { return {scores_avx2, exp_shifted_avx2, accumulate_avx2}; }
+AttentionTileOps attention_tile_ops_avx2() { return {gather_avx2, scores_avx2, exp_shifted_avx2, accumulate_avx2}; }
 
 }  // namespace tessera::cpu::detail

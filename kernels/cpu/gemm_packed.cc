@@ -47,18 +47,19 @@ Kernel kernel_for(CpuIsa isa) {
 static_assert(kAvx2Mr <= kMaxMr && kAvx512Mr <= kMaxMr && kAvx2Nr <= kMaxNr && kAvx512Nr <= kMaxNr);
 
 // x rows [t * mr, t * mr + mr) as [K][mr] (rows past M as zeros), for every row tile t.
+// Written in order (k outer), reading mr rows side by side; split over threads from 16K
+// values (a batch-32 decode step's x: done on one core it idled the others).
 void pack_x(const LinearArgs& a, int mr, int64_t tiles, float* xp) {
-#pragma omp parallel for schedule(static) if (a.M * a.K >= 64 * 1024)
+#pragma omp parallel for schedule(static) if (a.M * a.K >= 16 * 1024)
   for (int64_t t = 0; t < tiles; ++t) {
     float* dst = xp + t * a.K * mr;
-    for (int i = 0; i < mr; ++i) {
-      const int64_t m = t * mr + i;
-      if (m < a.M) {
-        const float* src = a.x + m * a.ldx;
-        for (int64_t k = 0; k < a.K; ++k) dst[k * mr + i] = src[k];
-      } else {
-        for (int64_t k = 0; k < a.K; ++k) dst[k * mr + i] = 0.0f;
-      }
+    const float* src[kMaxMr];
+    const int rows = static_cast<int>(std::min<int64_t>(mr, a.M - t * mr));
+    for (int i = 0; i < rows; ++i) src[i] = a.x + (t * mr + i) * a.ldx;
+    for (int64_t k = 0; k < a.K; ++k) {
+      float* d = dst + k * mr;
+      for (int i = 0; i < rows; ++i) d[i] = src[i][k];
+      for (int i = rows; i < mr; ++i) d[i] = 0.0f;
     }
   }
 }
@@ -96,7 +97,7 @@ void pack_panel(const Kernel& kernel, const WeightSource& source, PanelFormat fo
 void pack_x_bf16_pairs(const LinearArgs& a, int mr, int64_t tiles, float* xp) {
   uint32_t* words = reinterpret_cast<uint32_t*>(xp);
   const int64_t pairs = a.K / 2;
-#pragma omp parallel for schedule(static) if (a.M * a.K >= 64 * 1024)
+#pragma omp parallel for schedule(static) if (a.M * a.K >= 16 * 1024)
   for (int64_t t = 0; t < tiles; ++t) {
     uint32_t* dst = words + t * pairs * mr;
     for (int i = 0; i < mr; ++i) {
@@ -153,18 +154,26 @@ class NextBlockPrefetcher {
     total_ = std::max<int64_t>(0, n1 - n0) * lines_per_row_;
     per_call_ = calls > 0 ? (total_ + calls - 1) / calls : total_;
     next_ = 0;
+    row_ = base_ + first_;
+    line_ = 0;
   }
+  // Walks (row, line) incrementally: a division per line cost as much as half the
+  // micro-kernel's time at 32 rows (perf, batch-32 decode).
   void step() {
     const int64_t end = std::min(total_, next_ + per_call_);
     for (; next_ < end; ++next_) {
-      const int64_t row = next_ / lines_per_row_, line = next_ % lines_per_row_;
-      __builtin_prefetch(base_ + first_ + row * row_bytes_ + line * 64, 0, 2);
+      __builtin_prefetch(row_ + line_ * 64, 0, 2);
+      if (++line_ == lines_per_row_) {
+        line_ = 0;
+        row_ += row_bytes_;
+      }
     }
   }
 
  private:
   const char* base_ = nullptr;
-  int64_t row_bytes_ = 0, first_ = 0, lines_per_row_ = 1, total_ = 0, per_call_ = 0, next_ = 0;
+  const char* row_ = nullptr;
+  int64_t row_bytes_ = 0, first_ = 0, lines_per_row_ = 1, total_ = 0, per_call_ = 0, next_ = 0, line_ = 0;
 };
 
 // Panels [p0, p1) on the calling thread.
