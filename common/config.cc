@@ -566,6 +566,7 @@ const std::vector<KeyDef>& schema() {
       TESSERA_INT_KEY("server.max_queued_requests", server.max_queued_requests, 1, 1 << 24),
       TESSERA_INT_KEY("server.drain_timeout_s", server.drain_timeout_s, 0, 86400),
       TESSERA_INT_KEY("server.worker_restart_wait_s", server.worker_restart_wait_s, 0, 86400),
+      TESSERA_BOOL_KEY("server.warm_up", server.warm_up),
       TESSERA_STRING_KEY("server.chat_template", server.chat_template, read_string),
       TESSERA_ENUM_KEY("server.tool_call_parser", server.tool_call_parser, kToolCallParsers),
       TESSERA_BOOL_KEY("server.curve.enabled", server.curve.enabled),

@@ -131,6 +131,9 @@ struct ServerSection {
   // A rank lost (worker restarting): how long requests wait for the group to be whole again
   // before they get 503; 0 = at once.
   int worker_restart_wait_s = 30;
+  // Before the first request: a few throwaway steps (the longest prefill chunk, a small
+  // decode batch) so early requests do not pay for cold buffers (coordinator/engine_warm_up.h).
+  bool warm_up = true;
   // The chat template: "" = the model's own (tokenizer_config.json), or the built-in llama2
   // when it has none; a built-in name ("llama2", "chatml") or a template file's path
   // (relative to the working directory, as model.path) replaces it.

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/exp_avx2.h"
+#include "kernels/cpu/transpose_avx2.h"
 
 #define TESSERA_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -37,25 +38,6 @@ TESSERA_TARGET_AVX2 inline float load1(const void* row, DType dtype, int64_t d) 
   return dtype == DType::kF16 ? _cvtsh_ss(h) : bf16_to_f32(h);
 }
 
-// r[i] (row i of an 8 x 8 block) becomes column i.
-TESSERA_TARGET_AVX2 inline void transpose8(__m256* r) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-
 TESSERA_TARGET_AVX2 void gather_avx2(const void* const* k_rows, const void* const* v_rows, DType dtype,
                                      int64_t head_dim, int32_t n, float* kt, float* vb) {
   const int64_t d_main = head_dim & ~int64_t{7};
@@ -63,10 +45,10 @@ TESSERA_TARGET_AVX2 void gather_avx2(const void* const* k_rows, const void* cons
   for (int32_t i0 = 0; i0 < n; i0 += 8) {
     const int32_t keys = std::min<int32_t>(8, n - i0);
     for (int64_t d = 0; d < d_main; d += 8) {
-      __m256 r[8];
+      __m256 r[8], t[8];
       for (int i = 0; i < 8; ++i) r[i] = i < keys ? load8(k_rows[i0 + i], dtype, d) : _mm256_setzero_ps();
-      transpose8(r);
-      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * kKeyBlock + i0, r[i]);
+      transpose8x8(r, t);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * kKeyBlock + i0, t[i]);
     }
     for (int64_t d = d_main; d < head_dim; ++d) {
       for (int i = 0; i < 8; ++i) kt[d * kKeyBlock + i0 + i] = i < keys ? load1(k_rows[i0 + i], dtype, d) : 0.0f;

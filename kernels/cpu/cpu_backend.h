@@ -1,5 +1,7 @@
 #pragma once
-// The CPU backend: float32 compute over f32/f16/bf16 weights, threads through OpenMP.
+// The CPU backend: float32 compute over f32/f16/bf16 weights (bf16 weights in prefill and
+// batched decode multiply bf16-rounded activations where the CPU has AVX512_BF16:
+// TESSERA_CPU_BF16_DOT, linear_cpu.h), threads through OpenMP.
 // It is both the production path on machines without a GPU and the reference every other
 // backend is tested against.
 #include <memory>

@@ -136,15 +136,20 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
 }
 
 bool bf16_dot_requested() {
+  // On by default: a bf16 model computes in bf16 in transformers, vLLM's CPU backend and
+  // llama.cpp alike, and on AVX512_BF16 CPUs it doubles the compute-bound throughput
+  // (docs/benchmarks.md). TESSERA_CPU_BF16_DOT=0 keeps f32 arithmetic (bit-exact with the
+  // reference kernels).
   static const bool requested = [] {
     const char* env = std::getenv("TESSERA_CPU_BF16_DOT");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
+    if (env == nullptr || *env == '\0') return true;
+    if (std::strcmp(env, "0") == 0) return false;
     if (std::strcmp(env, "1") == 0) {
       if (!cpu_has_bf16_dot()) TESSERA_LOG_WARN("TESSERA_CPU_BF16_DOT=1: this CPU has no AVX512_BF16; bf16 weights keep f32 arithmetic");
       return true;
     }
-    TESSERA_LOG_WARN("TESSERA_CPU_BF16_DOT={} is not 0 or 1; bf16 weights keep f32 arithmetic", env);
-    return false;
+    TESSERA_LOG_WARN("TESSERA_CPU_BF16_DOT={} is not 0 or 1; using the default (bf16 dot products where the CPU has AVX512_BF16)", env);
+    return true;
   }();
   return requested;
 }

@@ -46,7 +46,7 @@ CpuIsa detected_cpu_isa();
 //  - AVX-512 (8 x 32 tiles, two threads): f32 4 rows (at 8 rows the packed GEMM is 1.23x
 //    faster, at 4 the GEMV 1.6x), f16/bf16 12 rows (the GEMV reads half the bytes: at 12
 //    rows it is 1.2x faster, at 16 the packed GEMM 1.16x); bf16 with the bf16 dot-product
-//    kernel (bf16_dot, TESSERA_CPU_BF16_DOT=1) 4 rows.
+//    kernel (bf16_dot, the default where the CPU has AVX512_BF16) 4 rows.
 int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype, bool bf16_dot = false);
 // What linear() uses: detected_cpu_isa(), lowered by TESSERA_CPU_ISA when set (never raised
 // above what the CPU supports). Read once.
@@ -64,8 +64,9 @@ enum class GemmThreading : uint8_t {
 // Which GEMM runs the M > gemv rows regime: the packed GEMM (gemm_packed.h; weights read in
 // their own dtype) or OpenBLAS sgemm (linear_gemm.cc). kAuto: packed_gemm_preferred().
 enum class GemmKernel : uint8_t { kAuto, kPacked, kOpenBlas };
-// TESSERA_CPU_BF16_DOT=1: bf16 weights on the packed GEMM multiply x rounded to bf16 with
-// vdpbf16ps where the CPU has AVX512_BF16 (gemm_packed.h says what that changes); read once.
+// Whether bf16 weights on the packed GEMM multiply x rounded to bf16 with vdpbf16ps where
+// the CPU has AVX512_BF16 (gemm_packed.h says what that changes): yes unless
+// TESSERA_CPU_BF16_DOT=0; read once.
 bool bf16_dot_requested();
 struct LinearOptions {
   CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()

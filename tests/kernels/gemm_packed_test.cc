@@ -9,7 +9,9 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -191,10 +193,31 @@ TEST_P(GemmPackedTest, LinearFrontUsesIt) {
   options.isa = isa();
   options.path = LinearPath::kGemm;
   options.gemm = GemmKernel::kPacked;
+  options.bf16_dot = false;
   std::vector<float> y(static_cast<size_t>(c.M * c.N));
   linear_with(options, d.x.data(), c.M, c.K, c.K, d.w(dtype), dtype, c.N, d.bias.data(), y.data(), c.N, c.act);
   const std::vector<float> ref = fma_chain_reference(c, d);
   EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)));
+}
+
+// By default (TESSERA_CPU_BF16_DOT unset) bf16 weights past the GEMV rows take the bf16 dot
+// kernel where the CPU has AVX512_BF16, and keep the f32 FMA chain elsewhere.
+TEST(GemmPackedDefaults, Bf16WeightsTakeTheBf16DotKernelWhereTheCpuHasIt) {
+  if (std::getenv("TESSERA_CPU_BF16_DOT") != nullptr) GTEST_SKIP() << "TESSERA_CPU_BF16_DOT is set";
+  if (!gemm_packed_supported(detected_cpu_isa())) GTEST_SKIP() << "no packed GEMM kernel on this CPU";
+  std::mt19937 rng(4);
+  const GemmCase c{33, 300, 200, true, Activation::kNone, false};
+  const GemmData d = make_gemm_data(c, DType::kBF16, rng);
+  std::vector<float> y(static_cast<size_t>(c.M * c.N)), want(y.size());
+  linear(d.x.data(), c.M, c.K, c.K, d.w(DType::kBF16), DType::kBF16, c.N, d.bias.data(), y.data(), c.N, c.act);
+  const LinearArgs args{d.x.data(), c.M, c.K, c.K, d.w(DType::kBF16), DType::kBF16, c.N, d.bias.data(), want.data(),
+                        c.N, c.act};
+  gemm_packed(active_cpu_isa(), args, nullptr, /*bf16_dot=*/true);
+  if (!cpu_has_bf16_dot() || active_cpu_isa() != CpuIsa::kAvx512) {
+    want = fma_chain_reference(c, d);
+    std::cout << "NOTE: no AVX512_BF16 here; checked that bf16 weights keep f32 arithmetic\n";
+  }
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKernelsAndWeightDtypes, GemmPackedTest,

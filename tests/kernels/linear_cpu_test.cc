@@ -136,6 +136,7 @@ void check_shape(DType dtype, const Shape& s, bool padded, std::mt19937& rng, in
       options.isa = isa;
       options.path = path;
       options.gemm = route.gemm;
+      options.bf16_dot = false;  // f32 arithmetic; the bf16 dot kernel has its own reference (gemm_packed_test)
       std::vector<float> y(s.M * ldy, kSentinel);
       detail::linear_with(options, x.data(), s.M, s.K, ldx, w.data(), dtype, s.N,
                           with_bias ? bias.data() : nullptr, y.data(), ldy, gelu ? Activation::kGeluTanh : Activation::kNone);

@@ -23,6 +23,7 @@
 #include "coordinator/chat_template.h"
 #include "coordinator/cluster.h"
 #include "coordinator/engine_service.h"
+#include "coordinator/engine_warm_up.h"
 #include "coordinator/http_server.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/zmq_client_server.h"
@@ -217,6 +218,13 @@ Status serve(ServeOptions o) {
 
   sc.num_blocks = static_cast<int>(pool->num_blocks);
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
+  if (c.server.warm_up) {
+    StatusOr<WarmUpReport> warm = warm_up_executor(sc, *group, mc.vocab);
+    if (signals.requested()) return interrupted_setup(signals, "warming up");
+    if (!warm.is_ok()) return Status(warm.status().code(), "warm-up (server.warm_up): " + warm.status().message());
+    TESSERA_LOG_INFO("warm-up: {} steps ({}-token prefill, then {} sequences decoding) in {:.2f} s", warm->steps,
+                     warm->prompt_tokens, warm->decode_batch, warm->seconds);
+  }
 
   EngineServiceOptions eo;
   eo.scheduler = sc;

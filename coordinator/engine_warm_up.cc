@@ -1,0 +1,71 @@
+#include "coordinator/engine_warm_up.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "coordinator/engine.h"
+#include "coordinator/request.h"
+
+namespace tessera {
+namespace {
+
+// Arbitrary but fixed ids spread over the vocabulary.
+std::vector<int32_t> warm_prompt(int length, int64_t vocab, int salt) {
+  std::vector<int32_t> ids(static_cast<size_t>(length));
+  for (int i = 0; i < length; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919LL + salt * 104729LL + 11) % vocab);
+  return ids;
+}
+
+}  // namespace
+
+StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab) {
+  WarmUpReport report;
+  if (vocab <= 0) return report;
+  const auto started = std::chrono::steady_clock::now();
+  SchedulerConfig sc = config;
+  sc.prefix_caching = false;  // its prompts must not stay behind as cached blocks
+  Engine engine(sc, executor);
+  // Room for the prompt and two generated tokens, within the model and the pool.
+  const int pool_tokens = std::max(0, (sc.num_blocks - 1) * sc.block_size);
+  const int longest = std::min({sc.max_num_batched_tokens, sc.max_model_len - 2, pool_tokens - 2});
+  const int batch = std::clamp(std::min(sc.max_num_seqs, 8), 1, std::max(1, pool_tokens / std::max(1, 2 * sc.block_size)));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  StopConditions no_stop;
+  no_stop.ignore_eos = true;
+  std::vector<RequestId> ids;
+  RequestId next_id = kMaxRequestId;
+  auto run = [&](const std::vector<std::shared_ptr<const Request>>& requests) -> Status {
+    for (const auto& r : requests) {
+      TESSERA_RETURN_IF_ERROR(engine.add_request(next_id, r));
+      ids.push_back(next_id--);
+    }
+    while (engine.has_work()) {
+      for (const SequenceEvent& e : engine.step()) {
+        if (e.finished && e.reason == FinishReason::kError) return internal_error("warm-up step failed: " + e.error);
+      }
+      ++report.steps;
+    }
+    return Status::ok();
+  };
+  if (longest >= 1) {
+    TESSERA_RETURN_IF_ERROR(run({make_request(warm_prompt(longest, vocab, 0), 2, greedy, no_stop)}));
+    report.prompt_tokens = longest;
+  }
+  std::vector<std::shared_ptr<const Request>> short_ones;
+  for (int i = 0; i < batch; ++i) short_ones.push_back(make_request(warm_prompt(4, vocab, i + 1), 3, greedy, no_stop));
+  TESSERA_RETURN_IF_ERROR(run(short_ones));
+  report.decode_batch = batch;
+  // The executors keep a finished sequence's state until a plan drops it.
+  StepPlan drop;
+  drop.step_id = engine.steps() + 1;
+  for (RequestId id : ids) drop.dropped.push_back(choice_seq_id(id, 0));
+  StatusOr<StepResult> dropped = executor.execute(drop);
+  if (!dropped.is_ok()) return dropped.status();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+}  // namespace tessera

@@ -1,0 +1,114 @@
+// The start-up warm-up (coordinator/engine_warm_up.h) on the real kjv-llama model and the real
+// executor: it runs the longest prefill the config allows and a small decode batch, feeds
+// exactly those tokens, leaves no sequence state behind on the executor, fits a tiny KV pool,
+// and a request served after it gets the same greedy tokens as on a fresh executor.
+#include "coordinator/engine_warm_up.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "coordinator/engine.h"
+#include "coordinator/request.h"
+#include "kernels/backend.h"
+#include "tests/test_support.h"
+#include "worker/executor.h"
+#include "worker/transformer.h"
+
+namespace tessera {
+namespace {
+
+class FeedCounter final : public StepExecutor {
+ public:
+  explicit FeedCounter(StepExecutor& inner) : inner_(inner) {}
+  StatusOr<StepResult> execute(const StepPlan& plan) override {
+    for (const SeqStep& s : plan.seqs) fed_ += static_cast<int64_t>(s.tokens.size());
+    return inner_.execute(plan);
+  }
+  uint64_t kv_cache_epoch() const override { return inner_.kv_cache_epoch(); }
+  int64_t fed() const { return fed_; }
+
+ private:
+  StepExecutor& inner_;
+  int64_t fed_ = 0;
+};
+
+class EngineWarmUpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::fixtures_dir().empty()) GTEST_SKIP() << "SKIPPED: ../shared/fixtures not found";
+    auto b = make_backend("cpu");
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    backend_ = std::move(b).value();
+    auto m = Transformer::load(testing::fixtures_dir() + "/kjv-llama", ModelLoadOptions{}, *backend_);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    model_ = std::move(m).value();
+  }
+
+  SchedulerConfig config(int num_blocks) const {
+    SchedulerConfig c;
+    c.block_size = 16;
+    c.num_blocks = num_blocks;
+    c.max_model_len = 256;
+    c.max_num_batched_tokens = 128;
+    c.max_num_seqs = 4;
+    return c;
+  }
+
+  // Greedy tokens of one 40-token prompt served by a fresh engine on `executor`.
+  std::vector<int32_t> serve_one(StepExecutor& executor, const SchedulerConfig& c) {
+    std::vector<int32_t> prompt(40);
+    for (int i = 0; i < 40; ++i) prompt[static_cast<size_t>(i)] = 3 + (i * 53 + 5) % 1000;
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    StopConditions stop;
+    stop.ignore_eos = true;
+    Engine engine(c, executor);
+    EXPECT_TRUE(engine.add_request(1, make_request(prompt, 10, greedy, stop)).is_ok());
+    std::vector<int32_t> out;
+    while (engine.has_work()) {
+      for (const SequenceEvent& e : engine.step()) {
+        EXPECT_NE(e.reason, FinishReason::kError) << e.error;
+        for (const SampledToken& t : e.new_tokens) out.push_back(t.token);
+      }
+    }
+    return out;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Transformer> model_;
+};
+
+TEST_F(EngineWarmUpTest, RunsTheLongestChunkAndADecodeBatchAndLeavesNothingBehind) {
+  const SchedulerConfig c = config(64);
+  Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+  FeedCounter counting(executor);
+  StatusOr<WarmUpReport> report = warm_up_executor(c, counting, model_->config().vocab);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->prompt_tokens, 128);  // the token budget (under max_model_len and the pool)
+  EXPECT_EQ(report->decode_batch, 4);     // max_num_seqs
+  // The long prompt, its one decode step (2 tokens generated); 4 prompts of 4 tokens and
+  // their two decode steps each (3 tokens generated).
+  EXPECT_EQ(counting.fed(), 128 + 1 + 4 * (4 + 2));
+  EXPECT_GE(report->steps, 4);
+  EXPECT_EQ(executor.sequences().size(), 0u);
+
+  Executor fresh(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+  const std::vector<int32_t> want = serve_one(fresh, c);
+  EXPECT_EQ(want.size(), 10u);
+  EXPECT_EQ(serve_one(executor, c), want);
+}
+
+TEST_F(EngineWarmUpTest, FitsATinyKvPool) {
+  const SchedulerConfig c = config(4);  // 64 tokens of KV in all
+  Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+  StatusOr<WarmUpReport> report = warm_up_executor(c, executor, model_->config().vocab);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_LE(report->prompt_tokens + 2, 4 * 16);
+  EXPECT_GE(report->prompt_tokens, 1);
+  EXPECT_EQ(executor.sequences().size(), 0u);
+}
+
+}  // namespace
+}  // namespace tessera
