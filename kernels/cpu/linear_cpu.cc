@@ -123,8 +123,11 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   const int64_t gemv_rows =
       packed ? gemv_rows_before_packed_gemm(isa, w_dtype, options.bf16_dot) : linear_gemv_max_rows(w_dtype);
   const bool gemv = options.path == LinearPath::kGemv || (options.path == LinearPath::kAuto && M <= gemv_rows) || K == 0;
+  const bool bf16_dot = options.bf16_dot && w_dtype == DType::kBF16 && isa == CpuIsa::kAvx512 && cpu_has_bf16_dot();
   if (gemv) {
     gemv_linear(isa, args);
+  } else if (packed && bf16_dot && M <= kBf16DotGemvMaxRows) {
+    gemv_bf16_dot(args);
   } else if (packed) {
     TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
     gemm_packed(isa, args, nullptr, options.bf16_dot);

@@ -341,3 +341,59 @@ TEST(GemmPacked, NoKernelForScalarFlavour) { EXPECT_FALSE(gemm_packed_supported(
 
 }  // namespace
 }  // namespace tessera::cpu::detail
+
+namespace tessera::cpu::detail {
+namespace {
+
+// The batched-decode kernel of the bf16 dot arithmetic (gemv_bf16_dot): weights read in place,
+// x rounded to bf16 as the packed kernel rounds it. Compared with a double reference over the
+// rounded x within f32 summation error, over row counts around its 8-row tile, K tails of
+// every length class, bias and activations, padded rows; and linear() routes 5..16-row bf16
+// calls to it where the CPU has AVX512_BF16.
+TEST(GemvBf16Dot, MatchesTheReferenceOfBf16RoundedX) {
+  if (!cpu_has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(41);
+  for (const GemmCase& c : {GemmCase{5, 256, 40, false, Activation::kNone, false},
+                            GemmCase{8, 300, 33, true, Activation::kSilu, true},
+                            GemmCase{13, 33, 130, true, Activation::kNone, false},
+                            GemmCase{16, 1000, 70, false, Activation::kGeluTanh, true},
+                            GemmCase{9, 1, 17, true, Activation::kNone, true}}) {
+    const GemmData d = make_gemm_data(c, DType::kBF16, rng);
+    std::vector<float> y(static_cast<size_t>(c.M * d.ldy), kUntouched);
+    const LinearArgs args{d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
+                          y.data(), d.ldy, c.act};
+    gemv_bf16_dot(args);
+    int failures = 0;
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < d.ldy; ++n) {
+        const float got = y[m * d.ldy + n];
+        if (n >= c.N) {
+          EXPECT_EQ(got, kUntouched);
+          continue;
+        }
+        double acc = 0, magnitude = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(d.x[m * d.ldx + k]))) * d.w_exact[n * c.K + k];
+          acc += p;
+          magnitude += std::fabs(p);
+        }
+        const double want = finish_output(static_cast<float>(acc), c.bias ? d.bias.data() : nullptr, n, c.act);
+        if (std::fabs(got - want) > 2e-6 * magnitude + 1e-6 && failures++ < 5) {
+          ADD_FAILURE() << describe_gemm_case(c, DType::kBF16) << ": y[" << m << "][" << n << "] = " << got << ", want " << want;
+        }
+      }
+    }
+    // linear() takes this kernel for these row counts (same bits).
+    std::vector<float> routed(y.size(), kUntouched);
+    LinearOptions options;
+    options.bf16_dot = true;
+    linear_with(options, d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
+                routed.data(), d.ldy, c.act);
+    if (active_cpu_isa() == CpuIsa::kAvx512) {
+      EXPECT_EQ(0, std::memcmp(routed.data(), y.data(), y.size() * sizeof(float))) << describe_gemm_case(c, DType::kBF16);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cpu::detail
