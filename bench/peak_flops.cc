@@ -77,30 +77,39 @@ float scalar_fma_loop(long iters) {
   return total;
 }
 
+// kChains chains of vdpbf16ps: each adds two bf16 products per f32 lane (64 flops per
+// instruction). The products are ~1e-6, so after any realistic run the sums stay far from
+// overflow.
+__attribute__((target("avx512f,avx512bf16"))) float avx512_bf16_dot_loop(long iters) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * static_cast<float>(c + 1));
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(2e-3f));
+  for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return _mm512_reduce_add_ps(sum);
+}
+
 struct Probe {
   float (*loop)(long);
-  int lanes;  // f32 lanes per vector
+  int flops_per_op;  // per chain update: 2 x f32 lanes for an FMA, 4 x lanes for a bf16 pair dot
 };
 
 Probe probe() {
-  if (has_avx512()) return {avx512_fma_loop, 16};
-  if (has_avx2_fma()) return {avx2_fma_loop, 8};
-  return {scalar_fma_loop, 1};
+  if (has_avx512()) return {avx512_fma_loop, 2 * 16};
+  if (has_avx2_fma()) return {avx2_fma_loop, 2 * 8};
+  return {scalar_fma_loop, 2};
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace
-
-const char* peak_fma_isa() {
-  if (has_avx512()) return "avx512";
-  return has_avx2_fma() ? "avx2" : "scalar";
-}
-
-double measure_peak_fma_gflop_s(double seconds_per_try, int tries) {
-  const Probe p = probe();
+double measure(const Probe& p, double seconds_per_try, int tries) {
   // Size the loop from a short single-thread calibration run, so each try lasts about
   // seconds_per_try whatever the clock.
   long iters = 1 << 16;
@@ -128,10 +137,29 @@ double measure_peak_fma_gflop_s(double seconds_per_try, int tries) {
     }
     const double t = seconds_since(start);
     sink = sink + total;
-    const double flops = 2.0 * kChains * p.lanes * static_cast<double>(iters) * threads;
+    const double flops = static_cast<double>(p.flops_per_op) * kChains * static_cast<double>(iters) * threads;
     best = std::max(best, flops / t / 1e9);
   }
   return best;
+}
+
+}  // namespace
+
+const char* peak_fma_isa() {
+  if (has_avx512()) return "avx512";
+  return has_avx2_fma() ? "avx2" : "scalar";
+}
+
+double measure_peak_fma_gflop_s(double seconds_per_try, int tries) { return measure(probe(), seconds_per_try, tries); }
+
+bool cpu_has_bf16_dot_probe() {
+  __builtin_cpu_init();
+  return has_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+
+double measure_peak_bf16_dot_gflop_s(double seconds_per_try, int tries) {
+  if (!cpu_has_bf16_dot_probe()) return 0.0;
+  return measure({avx512_bf16_dot_loop, 4 * 16}, seconds_per_try, tries);
 }
 
 }  // namespace tessera

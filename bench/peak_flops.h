@@ -15,4 +15,12 @@ double measure_peak_fma_gflop_s(double seconds_per_try = 0.02, int tries = 10);
 // Which probe measure_peak_fma_gflop_s() runs here: "avx512", "avx2" or "scalar".
 const char* peak_fma_isa();
 
+// The same for AVX-512 BF16 dot products (vdpbf16ps: two bf16 products added per f32 lane,
+// 4 flops per lane), the arithmetic of bf16 weights in prefill and batched decode where the
+// CPU has it (kernels/cpu/gemm_packed.h): twice the FMA rate on the CPUs measured, so a
+// bf16 model's compute fraction against the FMA peak could read above 1. 0 where the CPU
+// has no AVX512_BF16.
+bool cpu_has_bf16_dot_probe();
+double measure_peak_bf16_dot_gflop_s(double seconds_per_try = 0.02, int tries = 10);
+
 }  // namespace tessera

@@ -4,7 +4,8 @@
 //    measured read bandwidth, since a decode step reads its weights and writes almost
 //    nothing, so the fraction cannot exceed 1 by more than noise; CUDA: the device's peak);
 //  - compute: achieved GFLOP/s of prefill and of decode (bench/model_flops.h) ÷ the measured
-//    peak f32 FMA rate (bench/peak_flops.h; CPU only).
+//    peak rate of the arithmetic the linear layers run (bench/peak_flops.h; CPU only): f32
+//    FMAs, or bf16 dot products for bf16 weights on AVX512_BF16 CPUs ("peak_arithmetic").
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +20,7 @@
 #include "common/logging.h"
 #include "common/quantization_flags.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/linear_cpu.h"
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/cuda/cuda_probe.h"
 #endif
@@ -100,7 +102,13 @@ Status run(const Options& o) {
   const double copy_bandwidth = cpu ? measure_copy_bandwidth_gb_s() : 0.0;
   const double read_bandwidth = cpu ? measure_read_bandwidth_gb_s() : 0.0;
   if (bandwidth <= 0.0) bandwidth = read_bandwidth;
-  const double peak_gflop_s = cpu ? measure_peak_fma_gflop_s() : 0.0;
+  // The peak of the arithmetic the linear layers run: bf16 weights on an AVX512_BF16 CPU
+  // multiply with bf16 dot products (unless TESSERA_CPU_BF16_DOT=0), whose rate is twice the
+  // f32 FMA rate; against the FMA peak their fraction would read above 1.
+  const bool bf16_dot = cpu && *dtype == DType::kBF16 && !lo.quant.enabled() && cpu::detail::bf16_dot_requested() &&
+                        cpu::active_cpu_isa() == cpu::CpuIsa::kAvx512 && cpu_has_bf16_dot_probe();
+  const double fma_gflop_s = cpu ? measure_peak_fma_gflop_s() : 0.0;
+  const double peak_gflop_s = bf16_dot ? measure_peak_bf16_dot_gflop_s() : fma_gflop_s;
   const ModelFlops flops = model_flops(model->weights(), c, model->shard().q_heads);
   const double prefill_gflop_s = prefill_flops(flops, o.batch, o.prompt_len) / t.prefill_seconds / 1e9;
   const double decode_gflop_s = decode_flops(flops, o.batch, o.prompt_len, t.decode_steps) / t.decode_seconds / 1e9;
@@ -123,6 +131,8 @@ Status run(const Options& o) {
   j["read_bandwidth_gb_s"] = read_bandwidth;
   j["copy_bandwidth_gb_s"] = copy_bandwidth;
   j["peak_gflop_s"] = peak_gflop_s;
+  j["peak_arithmetic"] = !cpu ? "none" : (bf16_dot ? "bf16_dot" : "f32_fma");
+  j["peak_fma_gflop_s"] = fma_gflop_s;
   j["prefill_gflop_s"] = prefill_gflop_s;
   j["prefill_compute_fraction"] = of_peak(prefill_gflop_s);
   j["decode_gflop_s"] = decode_gflop_s;
@@ -139,8 +149,10 @@ Status run(const Options& o) {
               << (backend->kind() == BackendKind::kCuda ? " GB/s (device peak)" : " GB/s (host read)")
               << "; roofline fraction " << roofline << "\n";
     if (cpu) {
-      std::cout << "host copy bandwidth " << copy_bandwidth << " GB/s (read + write); peak FMA " << peak_gflop_s
-                << " GFLOP/s (" << peak_fma_isa() << ")\n"
+      std::cout << "host copy bandwidth " << copy_bandwidth << " GB/s (read + write); peak FMA " << fma_gflop_s
+                << " GFLOP/s (" << peak_fma_isa() << ")";
+      if (bf16_dot) std::cout << "; peak bf16 dot " << peak_gflop_s << " GFLOP/s (the linears' arithmetic here)";
+      std::cout << "\n"
                 << "prefill compute: " << prefill_gflop_s << " GFLOP/s = " << of_peak(prefill_gflop_s)
                 << " of peak; decode compute: " << decode_gflop_s << " GFLOP/s = " << of_peak(decode_gflop_s)
                 << " of peak\n";
