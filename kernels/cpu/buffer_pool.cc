@@ -57,15 +57,22 @@ size_t BufferPool::cached_bytes() const {
 Tensor BufferPool::zeros(const std::vector<int64_t>& dims, DType dtype) {
   const size_t bytes = TensorView(nullptr, dtype, dims).nbytes();
   if (bytes > kMaxPooledBytes) return Tensor::zeros(dims, dtype);
-  const size_t cls = size_class(bytes);
+  size_t cls = size_class(bytes);
   void* p = nullptr;
   {
+    // The request's own class, else the smallest cached one up to 4x larger: a step of a
+    // shape not seen yet (a 128-token prompt after the start-up warm-up's 512) then reuses
+    // warm memory instead of faulting fresh pages (first request 1.3-2x slower without).
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(cls);
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
-      cached_bytes_ -= cls;
+    for (size_t c = cls; c <= 4 * cls; c = size_class(c + 1)) {
+      auto it = free_.find(c);
+      if (it != free_.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= c;
+        cls = c;
+        break;
+      }
     }
   }
   bool fresh_zero = false;

@@ -6,7 +6,8 @@
 // page-faults on first write — on a virtual machine ~290k faults per 512-token prefill of the
 // ~100M Llama, about a third of the step (perf, docs/benchmarks.md) — and freed, they go back
 // to the kernel to fault again in the next layer. The pool keeps freed buffers by size class
-// and hands them out again, cleared with memset (a few GB/s cheaper than faulting the pages).
+// and hands them out again, cleared with memset (a few GB/s cheaper than faulting the pages):
+// of the request's class, or else the smallest cached class up to 4x larger.
 //
 // Bounds: sizes are rounded up to classes a quarter of a power of two apart (at most 25%
 // slack), at most kMaxCachedBytes of free buffers are kept (the rest go back to the

@@ -51,6 +51,31 @@ TEST(BufferPool, ReusedBuffersComeBackZeroed) {
   }
 }
 
+// A shape not seen before takes a cached buffer up to 4x its size (zeroed to its own size),
+// which goes back under its own class; anything smaller gets memory of its own.
+TEST(BufferPool, SmallerRequestsReuseBuffersUpToFourTimesTheirSize) {
+  auto pool = BufferPool::create();
+  void* big = nullptr;
+  size_t big_class = 0;
+  {
+    Tensor t = pool->zeros({512, 768}, DType::kF32);
+    big = t.view().data;
+    big_class = BufferPool::size_class(t.nbytes());
+    std::memset(big, 0xAB, t.nbytes());
+  }
+  {
+    Tensor smaller = pool->zeros({160, 768}, DType::kF32);  // 3.2x smaller
+    EXPECT_EQ(smaller.view().data, big);
+    EXPECT_TRUE(pool_buffer_is_zero(smaller));
+    EXPECT_EQ(pool->cached_bytes(), 0u);
+    Tensor tiny = pool->zeros({100, 768}, DType::kF32);  // 5.1x smaller: its own
+    EXPECT_NE(tiny.view().data, big);
+  }
+  EXPECT_EQ(pool->cached_bytes(), big_class + BufferPool::size_class(100 * 768 * 4));
+  Tensor again = pool->zeros({512, 768}, DType::kF32);
+  EXPECT_EQ(again.view().data, big) << "returned under its own class";
+}
+
 TEST(BufferPool, BuffersTooLargeToPoolAreNotCachedAndTheCacheIsCapped) {
   auto pool = BufferPool::create();
   { Tensor big = pool->zeros({static_cast<int64_t>(BufferPool::kMaxPooledBytes / 4 + 1)}, DType::kF32); }
