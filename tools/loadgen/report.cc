@@ -54,10 +54,13 @@ std::string pad(const std::string& s, size_t width) {
 json run_to_json(const RunStats& s) {
   json errors = json::object();
   for (const auto& [kind, n] : s.errors) errors[kind] = n;
+  json examples = json::object();
+  for (const auto& [kind, message] : s.error_examples) examples[kind] = message;
   json j = {{"rate", s.rate},
             {"completed", s.completed},
             {"failed", s.failed},
             {"errors", errors},
+            {"error_examples", examples},
             {"requests_per_s", s.requests_per_s},
             {"output_tokens_per_s", s.output_tokens_per_s},
             {"goodput_requests_per_s", s.goodput_requests_per_s},
@@ -91,6 +94,9 @@ StatusOr<RunStats> run_from_json(const json& j) {
     s.failed = j.at("failed").get<int>();
     if (j.contains("errors") && j["errors"].is_object()) {
       for (const auto& [kind, n] : j["errors"].items()) s.errors[kind] = n.get<int>();
+    }
+    if (j.contains("error_examples") && j["error_examples"].is_object()) {
+      for (const auto& [kind, m] : j["error_examples"].items()) s.error_examples[kind] = m.get<std::string>();
     }
     s.requests_per_s = j.at("requests_per_s").get<double>();
     s.output_tokens_per_s = j.at("output_tokens_per_s").get<double>();
@@ -153,6 +159,14 @@ std::string format_table(const std::vector<RunStats>& runs, const std::string& l
     for (const auto& [kind, n] : s.errors) errors += (errors.empty() ? " " : ", ") + kind + " " + std::to_string(n);
     out += errors.empty() ? " -" : errors;
     out += "\n";
+  }
+  // What the failures said (the first of each kind per run): a count alone cannot tell a
+  // server's refusal from a client's bug.
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (const auto& [kind, message] : runs[i].error_examples) {
+      out += "  " + (runs[i].concurrency ? "c=" + std::to_string(*runs[i].concurrency) : "rate " + fixed(runs[i].rate, 2)) +
+             ", first " + kind + ": " + message.substr(0, 300) + "\n";
+    }
   }
   return out;
 }

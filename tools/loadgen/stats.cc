@@ -112,7 +112,9 @@ RunStats compute_stats(const std::vector<RequestRecord>& records, const Slo& slo
     ++st.issued;
     if (!r.ok) {
       ++st.failed;
-      ++st.errors[r.error_kind.empty() ? "unknown" : r.error_kind];
+      const std::string kind = r.error_kind.empty() ? "unknown" : r.error_kind;
+      ++st.errors[kind];
+      st.error_examples.emplace(kind, r.error_message);
       st.failed_output_tokens += r.output_tokens;
       continue;
     }

@@ -50,6 +50,7 @@ struct RunStats {
   int completed = 0;               // finished successfully
   int failed = 0;                  // issued - completed
   std::map<std::string, int> errors;  // failed requests by kind
+  std::map<std::string, std::string> error_examples;  // the first failure's message, by kind
   double duration_s = 0;
   long long input_tokens = 0;   // of completed requests
   long long output_tokens = 0;  // of completed requests
