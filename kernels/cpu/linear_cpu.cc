@@ -126,7 +126,7 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   const bool bf16_dot = options.bf16_dot && w_dtype == DType::kBF16 && isa == CpuIsa::kAvx512 && cpu_has_bf16_dot();
   if (gemv) {
     gemv_linear(isa, args);
-  } else if (packed && bf16_dot && M <= kBf16DotGemvMaxRows) {
+  } else if (packed && bf16_dot && M <= kBf16DotGemvMaxRows && options.gemm == GemmKernel::kAuto) {
     gemv_bf16_dot(args);
   } else if (packed) {
     TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
