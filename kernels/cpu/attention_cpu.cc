@@ -258,6 +258,7 @@ void accumulate_scalar(const float* p, const float* v, int64_t n, int64_t head_d
 AttentionTileOps attention_tile_ops_scalar() { return {gather_scalar, scores_scalar, exp_shifted_scalar, accumulate_scalar}; }
 
 AttentionTileOps attention_tile_ops_active() {
+  if (active_cpu_isa() >= CpuIsa::kAvx512) return attention_tile_ops_avx512();
   return active_cpu_isa() >= CpuIsa::kAvx2 ? attention_tile_ops_avx2() : attention_tile_ops_scalar();
 }
 

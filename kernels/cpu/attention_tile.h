@@ -1,7 +1,7 @@
 #pragma once
 // Internal to the CPU attention (attention_cpu.cc): the inner loops of the tiled kernel over
-// one block of keys already widened to f32, per instruction-set flavour (AVX2 + FMA in
-// attention_tile_avx2.cc, portable scalar below).
+// one block of keys already widened to f32, per instruction-set flavour (AVX-512 in
+// attention_tile_avx512.cc, AVX2 + FMA in attention_tile_avx2.cc, portable scalar below).
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -29,6 +29,7 @@ struct AttentionTileOps {
 };
 
 AttentionTileOps attention_tile_ops_scalar();
-AttentionTileOps attention_tile_ops_avx2();  // needs AVX2 + FMA + F16C
+AttentionTileOps attention_tile_ops_avx2();    // needs AVX2 + FMA + F16C
+AttentionTileOps attention_tile_ops_avx512();  // needs AVX-512 F/BW/VL/DQ (and what AVX2 needs)
 
 }  // namespace tessera::cpu::detail

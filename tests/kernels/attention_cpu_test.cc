@@ -1,5 +1,5 @@
 // The tiled online-softmax CPU attention (kernels/cpu/attention_cpu.h) against the plain
-// two-pass reference, with both flavours of inner loops (scalar; AVX2 where the CPU has it):
+// two-pass reference, with every flavour of inner loops (scalar; AVX2 and AVX-512 where the CPU has them):
 // ragged batches mixing prefill from empty, chunked prefill after a cached prefix, and
 // decode rows deep into long contexts (spanning several key blocks and query tiles); every
 // cache dtype; GQA with tensor-parallel head offsets; head sizes that are not multiples of
@@ -105,6 +105,7 @@ struct TiledCase {
 std::vector<std::pair<const char*, AttentionTileOps>> tile_flavours() {
   std::vector<std::pair<const char*, AttentionTileOps>> f = {{"scalar", attention_tile_ops_scalar()}};
   if (detected_cpu_isa() >= CpuIsa::kAvx2) f.push_back({"avx2", attention_tile_ops_avx2()});
+  if (detected_cpu_isa() >= CpuIsa::kAvx512) f.push_back({"avx512", attention_tile_ops_avx512()});
   return f;
 }
 
