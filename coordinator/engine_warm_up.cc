@@ -16,7 +16,9 @@ constexpr int kLongestWarmUpPrompt = 512;
 // Arbitrary but fixed ids spread over the vocabulary.
 std::vector<int32_t> warm_prompt(int length, int64_t vocab, int salt) {
   std::vector<int32_t> ids(static_cast<size_t>(length));
-  for (int i = 0; i < length; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919LL + salt * 104729LL + 11) % vocab);
+  for (int i = 0; i < length; ++i) {
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919LL + salt * 104729LL + 11) % vocab);
+  }
   return ids;
 }
 
@@ -35,7 +37,10 @@ StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecu
   // ~100M model on 2 CPU cores, attention being quadratic in it.
   const int longest =
       std::min({sc.max_num_batched_tokens, kLongestWarmUpPrompt, sc.max_model_len - 2, pool_tokens - 2});
-  const int batch = std::clamp(std::min(sc.max_num_seqs, 8), 1, std::max(1, pool_tokens / std::max(1, 2 * sc.block_size)));
+  // Short requests of 4 prompt + 3 generated tokens, each within one block (two counted).
+  const int batch =
+      std::clamp(std::min(sc.max_num_seqs, 8), 1, std::max(1, pool_tokens / std::max(1, 2 * sc.block_size)));
+  constexpr int kShortPrompt = 4, kShortOutput = 3;
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   StopConditions no_stop;
@@ -59,10 +64,14 @@ StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecu
     TESSERA_RETURN_IF_ERROR(run({make_request(warm_prompt(longest, vocab, 0), 2, greedy, no_stop)}));
     report.prompt_tokens = longest;
   }
-  std::vector<std::shared_ptr<const Request>> short_ones;
-  for (int i = 0; i < batch; ++i) short_ones.push_back(make_request(warm_prompt(4, vocab, i + 1), 3, greedy, no_stop));
-  TESSERA_RETURN_IF_ERROR(run(short_ones));
-  report.decode_batch = batch;
+  if (sc.max_model_len >= kShortPrompt + kShortOutput && pool_tokens >= kShortPrompt + kShortOutput) {
+    std::vector<std::shared_ptr<const Request>> short_ones;
+    for (int i = 0; i < batch; ++i) {
+      short_ones.push_back(make_request(warm_prompt(kShortPrompt, vocab, i + 1), kShortOutput, greedy, no_stop));
+    }
+    TESSERA_RETURN_IF_ERROR(run(short_ones));
+    report.decode_batch = batch;
+  }
   // The executors keep a finished sequence's state until a plan drops it.
   StepPlan drop;
   drop.step_id = engine.steps() + 1;

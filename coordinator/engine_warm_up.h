@@ -26,7 +26,8 @@ struct WarmUpReport {
 };
 
 // One prompt as long as a step's token budget allows, at most 512 tokens (capped by
-// max_model_len and the KV pool), then a decode batch of min(max_num_seqs, 8) short requests for two tokens each.
+// max_model_len and the KV pool), then a decode batch of min(max_num_seqs, 8) short requests
+// (4 prompt tokens, 3 generated) where they fit.
 // `vocab` bounds the (arbitrary) prompt ids. An executor error ends it with that error.
 StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab);
 
