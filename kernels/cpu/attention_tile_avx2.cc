@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "kernels/cpu/attention_tile.h"
-#include "kernels/cpu/exp_avx2.h"
+#include "kernels/cpu/exp_simd.h"
 #include "kernels/cpu/transpose_avx2.h"
 
 #define TESSERA_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))

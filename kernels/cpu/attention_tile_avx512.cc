@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/exp_simd.h"
 
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -20,27 +21,6 @@ namespace tessera::cpu::detail {
 namespace {
 
 static_assert(kKeyBlock % 16 == 0, "a key block is whole 16-lane vectors");
-
-// exp8 of exp_avx2.h on 16 lanes (same range reduction and polynomial, so the same values).
-TESSERA_TARGET_AVX512 inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.3f);
-  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  const __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), e);
-}
 
 TESSERA_TARGET_AVX512 void scores_avx512(const float* q, const float* kt, int64_t head_dim, int64_t n, float* s) {
   constexpr int kVecs = static_cast<int>(kKeyBlock / 16);

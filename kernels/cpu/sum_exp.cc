@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/exp_avx2.h"
+#include "kernels/cpu/exp_simd.h"
 #include "kernels/cpu/linear_cpu.h"
 
 namespace tessera::cpu {

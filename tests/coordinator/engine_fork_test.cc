@@ -12,28 +12,13 @@
 #include "coordinator/engine.h"
 #include "coordinator/request.h"
 #include "kernels/backend.h"
+#include "tests/coordinator/feed_counting_executor.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
 
 namespace tessera {
 namespace {
-
-// The real executor, counting the tokens each step feeds it.
-class CountingExecutor final : public StepExecutor {
- public:
-  explicit CountingExecutor(StepExecutor& inner) : inner_(inner) {}
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    for (const SeqStep& s : plan.seqs) fed_ += static_cast<int64_t>(s.tokens.size());
-    return inner_.execute(plan);
-  }
-  uint64_t kv_cache_epoch() const override { return inner_.kv_cache_epoch(); }
-  int64_t fed() const { return fed_; }
-
- private:
-  StepExecutor& inner_;
-  int64_t fed_ = 0;
-};
 
 constexpr int kPromptLen = 64;
 constexpr int kChoices = 4;
@@ -89,7 +74,7 @@ class EngineForkTest : public ::testing::Test {
   EngineRun run(const std::map<RequestId, std::shared_ptr<const Request>>& requests, bool choice_by_request) {
     const SchedulerConfig c = config();
     Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
-    CountingExecutor counting(executor);
+    testing::FeedCountingExecutor counting(executor);
     Engine engine(c, counting);
     for (const auto& [id, r] : requests) {
       const Status st = engine.add_request(id, r);

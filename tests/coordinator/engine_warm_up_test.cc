@@ -12,27 +12,13 @@
 #include "coordinator/engine.h"
 #include "coordinator/request.h"
 #include "kernels/backend.h"
+#include "tests/coordinator/feed_counting_executor.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
 
 namespace tessera {
 namespace {
-
-class FeedCounter final : public StepExecutor {
- public:
-  explicit FeedCounter(StepExecutor& inner) : inner_(inner) {}
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    for (const SeqStep& s : plan.seqs) fed_ += static_cast<int64_t>(s.tokens.size());
-    return inner_.execute(plan);
-  }
-  uint64_t kv_cache_epoch() const override { return inner_.kv_cache_epoch(); }
-  int64_t fed() const { return fed_; }
-
- private:
-  StepExecutor& inner_;
-  int64_t fed_ = 0;
-};
 
 class EngineWarmUpTest : public ::testing::Test {
  protected:
@@ -83,7 +69,7 @@ class EngineWarmUpTest : public ::testing::Test {
 TEST_F(EngineWarmUpTest, RunsTheLongestChunkAndADecodeBatchAndLeavesNothingBehind) {
   const SchedulerConfig c = config(64);
   Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
-  FeedCounter counting(executor);
+  testing::FeedCountingExecutor counting(executor);
   StatusOr<WarmUpReport> report = warm_up_executor(c, counting, model_->config().vocab);
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   EXPECT_EQ(report->prompt_tokens, 128);  // the token budget (under max_model_len and the pool)

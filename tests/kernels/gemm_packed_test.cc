@@ -284,6 +284,32 @@ TEST_P(GemmPackedInt8Test, BitExactOverDequantizedWeights) {
 INSTANTIATE_TEST_SUITE_P(BothKernels, GemmPackedInt8Test, ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
                          [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
 
+// The bf16 dot arithmetic's reference: a double sum over x rounded to bf16 (as the kernels
+// round it) times the exact weights, within f32 summation error of the products' magnitude;
+// columns past N untouched.
+void expect_bf16_rounded_reference(const GemmCase& c, const GemmData& d, const std::vector<float>& y) {
+  int failures = 0;
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = 0; n < d.ldy; ++n) {
+      const float got = y[m * d.ldy + n];
+      if (n >= c.N) {
+        EXPECT_EQ(got, kUntouched);
+        continue;
+      }
+      double acc = 0, magnitude = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(d.x[m * d.ldx + k]))) * d.w_exact[n * c.K + k];
+        acc += p;
+        magnitude += std::fabs(p);
+      }
+      const double want = finish_output(static_cast<float>(acc), c.bias ? d.bias.data() : nullptr, n, c.act);
+      if (std::fabs(got - want) > 2e-6 * magnitude + 1e-6 && failures++ < 5) {
+        ADD_FAILURE() << describe_gemm_case(c, DType::kBF16) << ": y[" << m << "][" << n << "] = " << got << ", want " << want;
+      }
+    }
+  }
+}
+
 // The bf16 dot-product kernel (bf16_dot): x rounded to bf16, pairs of k per vdpbf16ps. Not a
 // plain fmaf chain any more (two products per instruction), so it is compared with a double
 // reference over the same rounded x within f32 summation error; odd K keeps the f32 kernel.
@@ -297,29 +323,7 @@ TEST(GemmPackedBf16Dot, MatchesTheReferenceOfBf16RoundedX) {
     const LinearArgs args{d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
                           y.data(), d.ldy, c.act};
     gemm_packed(CpuIsa::kAvx512, args, nullptr, /*bf16_dot=*/true);
-    int failures = 0;
-    double worst = 0;
-    for (int64_t m = 0; m < c.M; ++m) {
-      for (int64_t n = 0; n < d.ldy; ++n) {
-        const float got = y[m * d.ldy + n];
-        if (n >= c.N) {
-          EXPECT_EQ(got, kUntouched);
-          continue;
-        }
-        double acc = 0, magnitude = 0;
-        for (int64_t k = 0; k < c.K; ++k) {
-          const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(d.x[m * d.ldx + k]))) * d.w_exact[n * c.K + k];
-          acc += p;
-          magnitude += std::fabs(p);
-        }
-        const double want = finish_output(static_cast<float>(acc), c.bias ? d.bias.data() : nullptr, n, c.act);
-        const double err = std::fabs(got - want), bound = 2e-6 * magnitude + 1e-6;
-        worst = std::max(worst, err / bound);
-        if (err > bound && failures++ < 5) {
-          ADD_FAILURE() << describe_gemm_case(c, DType::kBF16) << ": y[" << m << "][" << n << "] = " << got << ", want " << want;
-        }
-      }
-    }
+    expect_bf16_rounded_reference(c, d, y);
     // Rounding x to bf16 must show: the plain f32 kernel's answer differs somewhere.
     std::vector<float> y32(static_cast<size_t>(c.M * d.ldy), kUntouched);
     const LinearArgs args32{d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
@@ -363,26 +367,7 @@ TEST(GemvBf16Dot, MatchesTheReferenceOfBf16RoundedX) {
     const LinearArgs args{d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
                           y.data(), d.ldy, c.act};
     gemv_bf16_dot(args);
-    int failures = 0;
-    for (int64_t m = 0; m < c.M; ++m) {
-      for (int64_t n = 0; n < d.ldy; ++n) {
-        const float got = y[m * d.ldy + n];
-        if (n >= c.N) {
-          EXPECT_EQ(got, kUntouched);
-          continue;
-        }
-        double acc = 0, magnitude = 0;
-        for (int64_t k = 0; k < c.K; ++k) {
-          const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(d.x[m * d.ldx + k]))) * d.w_exact[n * c.K + k];
-          acc += p;
-          magnitude += std::fabs(p);
-        }
-        const double want = finish_output(static_cast<float>(acc), c.bias ? d.bias.data() : nullptr, n, c.act);
-        if (std::fabs(got - want) > 2e-6 * magnitude + 1e-6 && failures++ < 5) {
-          ADD_FAILURE() << describe_gemm_case(c, DType::kBF16) << ": y[" << m << "][" << n << "] = " << got << ", want " << want;
-        }
-      }
-    }
+    expect_bf16_rounded_reference(c, d, y);
     // linear() takes this kernel for these row counts (same bits).
     std::vector<float> routed(y.size(), kUntouched);
     LinearOptions options;
