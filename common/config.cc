@@ -86,7 +86,7 @@ Status read_fraction(const YAML::Node& n, const Where& w, double* out) {
   return read_number(n, w, "a number in (0, 1]", [](double v) { return v > 0.0 && v <= 1.0; }, out);
 }
 
-// scheduler.max_decode_slowdown: 0 (off) or a number in (1, 1000].
+// scheduler.max_decode_slowdown and max_tpot_slowdown: 0 (off) or a number in (1, 1000].
 Status read_slowdown(const YAML::Node& n, const Where& w, double* out) {
   return read_number(n, w, "0 (no cap) or a number in (1, 1000]",
                      [](double v) { return v == 0.0 || (v > 1.0 && v <= 1000.0); }, out);
@@ -499,6 +499,12 @@ const std::vector<KeyDef>& schema() {
                return read_slowdown(n, w, &c.scheduler.max_decode_slowdown);
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.scheduler.max_decode_slowdown); },
+             nullptr},
+      KeyDef{"scheduler.max_tpot_slowdown", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_slowdown(n, w, &c.scheduler.max_tpot_slowdown);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.scheduler.max_tpot_slowdown); },
              nullptr},
       KeyDef{"scheduler.max_model_len", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {

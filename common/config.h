@@ -86,10 +86,13 @@ struct SchedulerSection {
   std::optional<int64_t> max_model_len;  // nullopt = the model's max_position_embeddings
   BatchingMode mode = BatchingMode::kContinuous;
   // While sequences decode, a step's prompt tokens are capped so it takes at most this many
-  // times the decodes alone (coordinator/step_cost_model.h); 0 = no cap. 4, not 2: at 2 a
-  // prompt arriving beside one or two decodes went in ~16-token chunks, and its time to first
-  // token doubled (docs/scheduler.md, "Decode latency budget").
-  double max_decode_slowdown = 4.0;
+  // times the decodes alone (coordinator/step_cost_model.h); 0 = no cap. Off by default since
+  // max_tpot_slowdown bounds what streams average and, through each stream's credit, how long
+  // any one step may stall them (docs/scheduler.md, "Decode latency budget").
+  double max_decode_slowdown = 0.0;
+  // Admission and prompt tokens so that no running sequence's mean time per output token is
+  // predicted to exceed this many times a lone decode step; 0 = off.
+  double max_tpot_slowdown = 1.75;
 };
 
 struct HttpSection {

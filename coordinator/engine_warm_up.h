@@ -3,7 +3,7 @@
 // that the first real requests do not pay for what a process does once: growing activation
 // buffers and per-thread GEMM scratch, first-touch page faults, starting thread pools. Without
 // it the first requests to a fresh CPU server waited 1.5-3x the time to first token of later
-// ones, and the scheduler's step-cost fit (max_decode_slowdown) learned from those slow
+// ones, and the scheduler's step-cost fit (max_tpot_slowdown, max_decode_slowdown) learned from those slow
 // steps and capped the next prompts' chunks too tightly (issue 17: p99 TTFT at 1 req/s was
 // 2.7x its p50).
 //

@@ -171,7 +171,7 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
           "KV blocks given back early because every layer's sliding window had moved past them.",
           static_cast<double>(s.kv_window_released_blocks));
   counter("tessera:prefill_capped_steps_total",
-          "Steps whose prompt tokens were capped to bound running decodes' latency (scheduler.max_decode_slowdown).",
+          "Steps whose prompt tokens were capped to bound running decodes' latency (scheduler.max_decode_slowdown, max_tpot_slowdown).",
           static_cast<double>(s.prefill_capped_steps));
   gauge("tessera:prefill_token_cap", "The last step's cap on prompt tokens beside decodes (0: none).",
         s.prefill_token_cap);

@@ -1,6 +1,8 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -32,6 +34,9 @@ Status validate_scheduler_config(const SchedulerConfig& c) {
   if (!(c.max_decode_slowdown == 0 || (c.max_decode_slowdown > 1 && c.max_decode_slowdown <= 1000)))
     return invalid_argument("scheduler: max_decode_slowdown must be 0 or in (1, 1000], got " +
                             std::to_string(c.max_decode_slowdown));
+  if (!(c.max_tpot_slowdown == 0 || (c.max_tpot_slowdown > 1 && c.max_tpot_slowdown <= 1000)))
+    return invalid_argument("scheduler: max_tpot_slowdown must be 0 or in (1, 1000], got " +
+                            std::to_string(c.max_tpot_slowdown));
   return Status::ok();
 }
 
@@ -113,24 +118,23 @@ StepPlan Scheduler::schedule() {
     plan.seqs.reserve(std::min<size_t>(running_.size() + waiting_.size(), static_cast<size_t>(config_.max_num_seqs)));
     int budget = config_.max_num_batched_tokens;
     const int decodes = schedule_decodes(plan, budget);
-    // Prompt tokens beside running decodes slow every one of those streams: capped so the
-    // step stays within max_decode_slowdown × the decodes alone. Without chunked prefill a
-    // prompt must go whole, and static batches admit no one mid-batch, so no cap there.
     int prefill_budget = budget;
     prefill_token_cap_ = 0;
-    if (decodes > 0 && config_.max_decode_slowdown > 1 && config_.chunked_prefill &&
-        config_.mode == BatchingMode::kContinuous) {
-      if (const std::optional<int> cap = cost_model_.prefill_cap(decodes, config_.max_decode_slowdown);
-          cap && *cap < prefill_budget) {
-        prefill_budget = *cap;
-        prefill_token_cap_ = *cap;
-        ++prefill_capped_steps_;
-      }
+    bool tpot_bound = false;
+    if (const std::optional<int> cap = prefill_cap(decodes, &tpot_bound); cap && *cap < prefill_budget) {
+      prefill_budget = *cap;
+      prefill_token_cap_ = *cap;
+      ++prefill_capped_steps_;
+      if (tpot_bound) ++tpot_capped_steps_;
     }
     const int prefill_offered = prefill_budget;
     schedule_prefills(plan, prefill_budget);
     admit_waiting(plan, prefill_budget);
-    last_plan_ = PlanLoad{plan.step_id, decodes, prefill_offered - prefill_budget, false};
+    last_plan_ = PlanLoad{plan.step_id, decodes, prefill_offered - prefill_budget, {}, false};
+    if (config_.max_tpot_slowdown > 0) {
+      for (const Entry* e : running_)
+        if (scheduled_now(*e) && e->seq.state() == SequenceState::kDecode) last_plan_.decode_ids.push_back(e->seq.id());
+    }
   }
   // Drops ride on the next plan that runs (an empty plan is not sent).
   if (!plan.seqs.empty() || !plan.block_copies.empty()) {
@@ -145,6 +149,69 @@ void Scheduler::on_step_time(uint64_t step_id, double seconds) {
   if (last_plan_.timed || last_plan_.step_id != step_id) return;
   last_plan_.timed = true;
   cost_model_.observe(last_plan_.decodes, last_plan_.prefill_tokens, seconds);
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return;
+  for (const SeqId id : last_plan_.decode_ids) {
+    if (const auto it = entries_.find(id); it != entries_.end()) {
+      it->second->decode_steps += 1;
+      it->second->decode_seconds += seconds;
+    }
+  }
+}
+
+namespace {
+// How many of a stream's next steps max_tpot_slowdown may borrow the predicted savings of.
+// 16: on the ~100M model on 2 cores (lone step ~7.5 ms, target 1.75×) a stream that has just
+// started then lends ~90 ms, more than a whole 128-token prompt's step; 32 measured no better
+// at 1 request/s, and 64 let p50 time per token at 8 requests/s reach 51 ms.
+constexpr int kTpotHorizonSteps = 16;
+}  // namespace
+
+bool Scheduler::tpot_admits(int sequences) const {
+  // Prompts fed slowly still become decodes: the prefill cap alone lets a burst of arrivals,
+  // admitted in steps without decodes, decode together in steps slower than the target, where
+  // no cap can help. So a sequence starts only while that many decoding alone are predicted
+  // to stay within it; the rest wait (their time to first token grows, not every stream's
+  // time per token).
+  if (!(config_.max_tpot_slowdown > 1) || !config_.chunked_prefill || config_.mode != BatchingMode::kContinuous) return true;
+  const std::optional<double> lone = cost_model_.lone_decode_seconds();
+  if (!lone) return true;
+  const std::optional<double> together = cost_model_.decodes_alone_seconds(sequences);
+  return !together || *together <= config_.max_tpot_slowdown * *lone;
+}
+
+std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
+  // Prompt tokens beside running decodes slow every one of those streams. Without chunked
+  // prefill a prompt must go whole, and static batches admit no one mid-batch: no cap there.
+  *tpot_bound = false;
+  if (decodes == 0 || !config_.chunked_prefill || config_.mode != BatchingMode::kContinuous) return std::nullopt;
+  // Each step within max_decode_slowdown × its decodes alone: bounds any one token's delay.
+  std::optional<int> cap;
+  if (config_.max_decode_slowdown > 1) cap = cost_model_.prefill_cap(decodes, config_.max_decode_slowdown);
+  // Each decode's mean time per token within max_tpot_slowdown × a lone decode step: bounds
+  // what a stream averages when prompts keep arriving. A stream's credit is what its steps so
+  // far saved against the target, plus what its next steps are predicted to save if they
+  // carry only the current decodes (up to kTpotHorizonSteps of them, and no more than it has
+  // tokens left to make): so at light load, where a step of decodes alone is far under the
+  // target, a prompt arriving beside a stream that has just started still goes whole, and
+  // under load, where the decodes alone approach the target, prompts are fed only as fast as
+  // the streams' savings allow. If later steps turn out slower than predicted (more streams
+  // join), a stream's mean ends at most horizon × slack / (tokens − 1) above the target.
+  const std::optional<double> lone = cost_model_.lone_decode_seconds();
+  if (config_.max_tpot_slowdown > 1 && lone) {
+    const double target = config_.max_tpot_slowdown * *lone;
+    const double slack = std::max(0.0, target - cost_model_.decodes_alone_seconds(decodes).value_or(target));
+    double allowed = std::numeric_limits<double>::infinity();
+    for (const Entry* e : running_) {
+      if (!scheduled_now(*e) || e->seq.state() != SequenceState::kDecode) continue;
+      const int ahead = std::clamp(e->seq.max_new_tokens() - e->seq.num_output() - 1, 0, kTpotHorizonSteps);
+      allowed = std::min(allowed, target * (e->decode_steps + 1) - e->decode_seconds + ahead * slack);
+    }
+    if (const std::optional<int> tpot = cost_model_.prefill_tokens_within(decodes, allowed); tpot && (!cap || *tpot < *cap)) {
+      cap = tpot;
+      *tpot_bound = true;
+    }
+  }
+  return cap;
 }
 
 int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
@@ -223,6 +290,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
     if (!is_static && budget == 0) break;
+    if (!is_static && !running_.empty() && !tpot_admits(static_cast<int>(running_.size()) + 1)) break;
     Entry& e = **it;
     if (is_static && !forming && !e.batch_member) {
       ++it;  // not part of the running batch: waits for the next one
@@ -489,6 +557,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.cow_copies = b.cow_copies;
   s.prefill_token_cap = prefill_token_cap_;
+  s.tpot_capped_steps = tpot_capped_steps_;
   s.prefill_capped_steps = prefill_capped_steps_;
   s.window_releases = b.window_releases;
   return s;

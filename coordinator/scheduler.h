@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -56,6 +57,16 @@ struct SchedulerConfig {
   // through on_step_time); chunked prefill and continuous mode only. 0: no cap, prompts take
   // whatever budget the decodes leave. The YAML default is 2 (docs/scheduler.md).
   double max_decode_slowdown = 0;
+  // > 1: keeps every running sequence's mean step time per generated token (over the steps
+  // it decoded in, as timed through on_step_time) within this many times a lone decode step
+  // (the StepCostModel's a + b), the "target". Two rules: a sequence is admitted only while
+  // the running ones plus it, all decoding, are predicted to take at most the target; and the
+  // prompt tokens a step adds beside decodes are capped by the smallest credit among them, a
+  // credit being target × (its decode steps + 1) − the time those took + what its next steps
+  // (up to 16) are predicted to save at the current decodes. Bounds time per output token
+  // under load, where max_decode_slowdown bounds each step against its own decodes. Same
+  // conditions as max_decode_slowdown. 0: off. YAML default in docs/scheduler.md.
+  double max_tpot_slowdown = 0;
 };
 
 // A user-reachable config is checked here (each bad field named) before it reaches the
@@ -96,6 +107,8 @@ struct SchedulerStats {
   // how many steps had one.
   int prefill_token_cap = 0;
   uint64_t prefill_capped_steps = 0;
+  // Of those, the steps where max_tpot_slowdown's cap was the tighter one.
+  uint64_t tpot_capped_steps = 0;
 };
 
 class Scheduler {
@@ -160,6 +173,9 @@ class Scheduler {
     // state there: it is sent in full next), and the block table that step left them.
     uint32_t version = 0;
     std::vector<int32_t> sent_table;
+    // The steps it decoded in and their timed seconds (max_tpot_slowdown's credit).
+    int decode_steps = 0;
+    double decode_seconds = 0;
   };
   struct RunsBefore {
     bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
@@ -177,6 +193,12 @@ class Scheduler {
   void preempt(Entry& e);
   // The running decodes, one token each; returns how many were scheduled.
   int schedule_decodes(StepPlan& plan, int& budget);
+  // The prompt tokens this step may add beside its `decodes` scheduled decodes (both latency
+  // budgets; nullopt: no cap). Sets tpot_bound when max_tpot_slowdown's cap is the tighter.
+  std::optional<int> prefill_cap(int decodes, bool* tpot_bound) const;
+  // Whether `sequences` running together, all decoding, fit max_tpot_slowdown's target (true
+  // when it is off or the fit cannot say yet): admission stops short of that.
+  bool tpot_admits(int sequences) const;
   void schedule_prefills(StepPlan& plan, int& budget);
   void admit_waiting(StepPlan& plan, int& budget);
   // Appends e's next step (`num_tokens` from its num_computed on) to the plan; a forked
@@ -211,11 +233,13 @@ class Scheduler {
     uint64_t step_id = 0;
     int decodes = 0;
     int prefill_tokens = 0;
+    std::vector<SeqId> decode_ids;  // whose decode_steps/decode_seconds the time goes to
     bool timed = true;  // no plan yet, or its time was taken
   };
   PlanLoad last_plan_;
   int prefill_token_cap_ = 0;
   uint64_t prefill_capped_steps_ = 0;
+  uint64_t tpot_capped_steps_ = 0;
   // Computes the step's structured-output masks in parallel (on_step_result).
   structured::MaskPool mask_pool_;
 };

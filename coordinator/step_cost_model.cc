@@ -74,12 +74,33 @@ void StepCostModel::refit() {
 }
 
 std::optional<int> StepCostModel::prefill_cap(int decodes, double slowdown) const {
-  if (!fit_.valid || !(slowdown > 1.0) || decodes <= 0) return std::nullopt;
-  const double alone = fit_.base + fit_.per_decode * decodes;
-  if (!(fit_.per_prefill_token > 0) || !(alone > 0)) return std::nullopt;
-  const double tokens = (slowdown - 1.0) * alone / fit_.per_prefill_token;
+  if (!(slowdown > 1.0)) return std::nullopt;
+  return prefill_tokens_within(decodes, slowdown * (fit_.base + fit_.per_decode * decodes));
+}
+
+std::optional<int> StepCostModel::prefill_tokens_within(int decodes, double seconds) const {
+  if (!fit_.valid || decodes <= 0 || std::isnan(seconds) || !(fit_.per_prefill_token > 0)) return std::nullopt;
+  const std::optional<double> predicted = decodes_alone_seconds(decodes);
+  if (!predicted) return std::nullopt;
+  const double alone = *predicted;
+  const double tokens = (seconds - alone) / fit_.per_prefill_token;
   if (tokens >= 1e9) return std::nullopt;
   return std::max(1, static_cast<int>(tokens));
+}
+
+std::optional<double> StepCostModel::decodes_alone_seconds(int decodes) const {
+  const std::optional<double> lone = lone_decode_seconds();
+  if (!lone || decodes <= 0) return std::nullopt;
+  const double per_decode = std::clamp(fit_.per_decode, 0.0, 2.0 * std::max(0.0, fit_.per_prefill_token));
+  const double t = *lone + per_decode * (decodes - 1);
+  if (!(t > 0)) return std::nullopt;
+  return t;
+}
+
+std::optional<double> StepCostModel::lone_decode_seconds() const {
+  const double t = fit_.base + fit_.per_decode;
+  if (!fit_.valid || !(t > 0)) return std::nullopt;
+  return t;
 }
 
 }  // namespace tessera

@@ -31,6 +31,24 @@ class StepCostModel {
   // prompt tokens cost nothing (then no cap is needed).
   std::optional<int> prefill_cap(int decodes, double slowdown) const;
 
+  // The most prompt tokens a step with `decodes` (> 0) decodes may add and still be predicted
+  // to take at most `seconds`; at least 1 (even when the decodes alone overrun it). nullopt
+  // under the same conditions as prefill_cap.
+  std::optional<int> prefill_tokens_within(int decodes, double seconds) const;
+
+  // The predicted time of a step that decodes one sequence and nothing else (batch-1 decode's
+  // time per token, as the executor is timed); nullopt until the fit answers.
+  std::optional<double> lone_decode_seconds() const;
+
+  // The predicted time of a step of `decodes` (> 0) decodes alone: the lone decode step plus
+  // a per-decode cost kept within [0, 2 × the per-prompt-token cost]. Why bounded: at light
+  // load the window sees one to three decodes with noisy times, and the fitted per-decode cost
+  // extrapolates wildly (measured at 1 request/s: −53 ms + 62 ms per decode), while the
+  // per-token cost is pinned down by chunks of every size; a decode is one more row through
+  // the same weights plus its attention, about a prompt token's cost (0.75 against 0.5 ms on
+  // the ~100M model on 2 cores), so twice that bounds it. nullopt until the fit answers.
+  std::optional<double> decodes_alone_seconds(int decodes) const;
+
   // The current fit (seconds, seconds per decode, seconds per prompt token); for tests and logs.
   struct Fit {
     double base = 0, per_decode = 0, per_prefill_token = 0;

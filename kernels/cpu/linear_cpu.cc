@@ -62,10 +62,13 @@ CpuIsa active_cpu_isa() {
 int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype, bool bf16_dot) {
   if (isa != CpuIsa::kAvx512) return 8;
   if (w_dtype == DType::kF32) return 4;
-  // The bf16 dot-product kernel does twice the f32 kernel's products per instruction, so it
-  // overtakes the GEMV sooner: batch-8 decode of the ~100M bf16 model 335-401 tok/s through
-  // it against 307-335 on the GEMV (tessera-bench, TESSERA_CPU_BF16_DOT=1, 2026-12-02).
-  if (w_dtype == DType::kBF16 && bf16_dot && detail::cpu_has_bf16_dot()) return 4;
+  // With bf16 dot products every batch above 1 goes to gemv_bf16_dot (linear_with below),
+  // which reads W in place like the GEMV but does 32 products per instruction and needs no
+  // widening: ~100M bf16 decode, tessera-bench, interleaved, 2026-12-02: batch 2 253-260
+  // tok/s against 181-200 on the f32 GEMV, batch 3 283-326 against 239-270, batch 4 374-402
+  // against 255-313; ~1.1B batch 2 25-33 against 20-24. Batch 1 keeps the f32 GEMV (exact
+  // f32 arithmetic, and no faster through bf16: 123-137 against 119-146 tok/s).
+  if (w_dtype == DType::kBF16 && bf16_dot && detail::cpu_has_bf16_dot()) return 1;
   return 12;
 }
 

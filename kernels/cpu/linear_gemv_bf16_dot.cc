@@ -1,4 +1,4 @@
-// bf16 weights times bf16-rounded x for a few rows of x (batched decode, 5 to
+// bf16 weights times bf16-rounded x for a few rows of x (batched decode, 2 to
 // kBf16DotGemvMaxRows rows), on AVX-512 BF16: each weight row is read once, in place, and
 // every 64-byte load of it feeds one vdpbf16ps (32 products) per row of x. The packed GEMM
 // does the same arithmetic but first repacks W into column panels, which at these few rows

@@ -203,6 +203,9 @@ TESSERA_TARGET_AVX512_VNNI void x16_tile(const Int16XArgs& d, int64_t m0, int64_
     for (int i = 0; i < MT; ++i)
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) total[i][r] = _mm512_setzero_ps();
+    // The next tile's rows (contiguous after this tile's) are prefetched R/2 lines per
+    // 32-byte step, so they arrive as this tile ends.
+    const char* ahead = n + 2 * R <= n1 ? reinterpret_cast<const char*>(a.w + (n + R) * K) : nullptr;
     for (int64_t g = 0; g < groups; ++g) {
       __m512i part[MT][R];
 #pragma GCC unroll 8
@@ -210,6 +213,10 @@ TESSERA_TARGET_AVX512_VNNI void x16_tile(const Int16XArgs& d, int64_t m0, int64_
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) part[i][r] = _mm512_setzero_si512();
       for (int64_t k = g * G; k < (g + 1) * G; k += 32) {
+        if (ahead != nullptr) {
+#pragma GCC unroll 8
+          for (int j = 0; j < R / 2; ++j) _mm_prefetch(ahead + k * R + j * 64, _MM_HINT_T0);
+        }
         __m512i wv[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)

@@ -1,5 +1,6 @@
-// The decode latency budget (SchedulerConfig::max_decode_slowdown): StepCostModel's fit of
-// step times, and the scheduler capping the prompt tokens that ride beside running decodes.
+// The decode latency budgets (SchedulerConfig::max_decode_slowdown, max_tpot_slowdown):
+// StepCostModel's fit of step times, and the scheduler capping the prompt tokens that ride
+// beside running decodes.
 // Step times are synthetic (a known cost formula evaluated on each plan), so every figure is
 // exact and nothing depends on this machine's speed.
 #include <gtest/gtest.h>
@@ -75,6 +76,29 @@ TEST(StepCostModel, KeepsItsAnswerWhenTheWindowLacksVariety) {
   for (int i = 0; i < 3 * StepCostModel::kWindow; ++i) m.observe(3, 7, synthetic_step_seconds(3, 7));
   EXPECT_EQ(m.prefill_cap(3, 2.0), 7);
   EXPECT_NEAR(m.fit().per_prefill_token, kPerPromptToken, 1e-5);
+}
+
+// A fit whose per-decode cost is out of proportion (as noisy light-load windows produce) is
+// not extrapolated: decodes beyond the first are predicted at most 2 × the per-token cost.
+TEST(StepCostModel, PredictsDecodesAloneWithABoundedPerDecodeCost) {
+  StepCostModel m;
+  for (int i = 0; i < 40; ++i) {
+    const int d = 1 + i % 2, p = i % 3 == 0 ? 5 + i : 0;
+    m.observe(d, p, 0.002 + 0.020 * d + 0.001 * p);  // 20 ms per decode, 1 ms per prompt token
+  }
+  ASSERT_TRUE(m.fit().valid);
+  EXPECT_NEAR(m.fit().per_decode, 0.020, 1e-6);
+  EXPECT_NEAR(*m.lone_decode_seconds(), 0.022, 1e-6);
+  EXPECT_NEAR(*m.decodes_alone_seconds(1), 0.022, 1e-6);
+  EXPECT_NEAR(*m.decodes_alone_seconds(4), 0.022 + 3 * 0.002, 1e-6);
+  EXPECT_EQ(m.decodes_alone_seconds(0), std::nullopt);
+  // Within the bound the fit is used as it is.
+  StepCostModel plain;
+  for (int i = 0; i < 40; ++i) {
+    const int d = 1 + i % 7, p = (i % 3 == 0) ? 0 : 5 + 11 * (i % 5);
+    plain.observe(d, p, synthetic_step_seconds(d, p));
+  }
+  EXPECT_NEAR(*plain.decodes_alone_seconds(5), synthetic_step_seconds(5, 0), 1e-6);
 }
 
 TEST(StepCostModel, IgnoresStepsThatCarryNothingOrHaveNoTime) {
@@ -191,6 +215,219 @@ TEST(DecodeLatencyBudget, PromptsBesideDecodesAreCappedOnceTheCostsAreKnown) {
   EXPECT_EQ(capped.outputs.size(), static_cast<size_t>(1 + 5 + kLate));
 }
 
+// A stream of requests (a 100-token prompt, 24 tokens out) arriving every `every` steps after
+// a warm phase that teaches the fit; each sequence's decode steps are timed by the synthetic
+// formula, and the run reports every sequence's mean step time per generated token.
+struct TpotRun {
+  std::map<SeqId, double> mean_step;  // seconds per decode step, sequences started after the warm phase
+  std::map<SeqId, std::vector<int32_t>> outputs;
+  std::vector<int> step_prompt_tokens, step_decodes;
+  uint64_t tpot_capped_steps = 0;
+};
+
+TpotRun run_request_stream(double max_tpot_slowdown, int every, int requests) {
+  SchedulerConfig c;
+  c.block_size = 8;
+  c.num_blocks = 2048;
+  c.max_num_batched_tokens = 512;
+  c.max_model_len = 1024;
+  c.max_tpot_slowdown = max_tpot_slowdown;
+  Scheduler sched(c);
+  testing::FakeExecutor exec(c.block_size, c.num_blocks);
+  SeqId next_id = 1;
+  auto add = [&](int len, int max_new) {
+    const SeqId id = next_id++;
+    std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
+    exec.add(id, p);
+    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
+    return id;
+  };
+  add(4, 60);  // decodes through the warm phase
+  std::map<SeqId, std::pair<double, int>> timed;  // seconds, decode steps
+  constexpr SeqId kFirstMeasured = 7;             // the warm phase adds ids 2..6
+  TpotRun out;
+  int added = 0;
+  for (int step = 0; step < 20000 && sched.has_work(); ++step) {
+    if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);
+    if (added < requests && step >= 30 && step % every == 0) {
+      add(100, 24);
+      ++added;
+    }
+    StepPlan plan = sched.schedule();
+    int decodes = 0, prompt_tokens = 0;
+    std::vector<SeqId> decoding;
+    for (const SeqStep& s : plan.seqs) {
+      const Sequence* seq = sched.find(s.seq_id);
+      if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
+        ++decodes;
+        decoding.push_back(s.seq_id);
+      } else {
+        prompt_tokens += static_cast<int>(s.tokens.size());
+      }
+    }
+    out.step_decodes.push_back(decodes);
+    out.step_prompt_tokens.push_back(prompt_tokens);
+    const double seconds = synthetic_step_seconds(decodes, prompt_tokens);
+    for (const SeqId id : decoding) {
+      timed[id].first += seconds;
+      timed[id].second += 1;
+    }
+    const StepResult result = exec.execute(plan);
+    sched.on_step_time(plan.step_id, seconds);
+    const std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
+    exec.apply(events);
+    for (const SequenceEvent& e : events)
+      if (e.finished) out.outputs[e.seq_id] = exec.tokens(e.seq_id);
+    sched.check_invariants();
+  }
+  EXPECT_FALSE(sched.has_work());
+  for (const auto& [id, t] : timed)
+    if (id >= kFirstMeasured) out.mean_step[id] = t.first / t.second;
+  out.tpot_capped_steps = sched.stats().tpot_capped_steps;
+  return out;
+}
+
+// Requests arriving faster than a lone stream's pace: without the TPOT budget, every step
+// carries prompt tokens up to the whole token budget and the streams' mean step time grows
+// far past a lone decode step; with max_tpot_slowdown 1.5 every stream's mean stays within
+// 1.5 × (10 + 1) ms, plus the starting credit of 4 target steps spread over its 23 decode
+// steps (24 tokens, the first from its prompt's step) and the one prompt token a step always
+// lets through.
+TEST(DecodeLatencyBudget, TpotBudgetBoundsEveryStreamsMeanStepTime) {
+  constexpr double kTarget = 1.5, kLone = kBase + kPerDecode;
+  constexpr double kDecodeSteps = 23, kBurstSteps = 4;
+  constexpr double kBound = kTarget * kLone * (kDecodeSteps + kBurstSteps) / kDecodeSteps + kPerPromptToken;
+  const TpotRun bounded = run_request_stream(kTarget, 6, 30);
+  const TpotRun free = run_request_stream(0.0, 6, 30);
+  ASSERT_EQ(bounded.mean_step.size(), 30u);
+  ASSERT_EQ(free.mean_step.size(), 30u);
+  double worst_bounded = 0, worst_free = 0;
+  for (const auto& [id, mean] : bounded.mean_step) {
+    EXPECT_LE(mean, kBound + 1e-12) << "sequence " << id;
+    worst_bounded = std::max(worst_bounded, mean);
+  }
+  for (const auto& [id, mean] : free.mean_step) worst_free = std::max(worst_free, mean);
+  EXPECT_GT(worst_free, 3 * kLone) << "the stream is heavy enough that an unbounded scheduler lets decodes slow";
+  EXPECT_GT(worst_bounded, 1.3 * kLone) << "the budget was used, not just respected";
+  EXPECT_GT(bounded.tpot_capped_steps, 0u);
+  EXPECT_EQ(free.tpot_capped_steps, 0u);
+  // It changes when tokens are computed, never which.
+  EXPECT_EQ(bounded.outputs, free.outputs);
+}
+
+// A burst of arrivals is admitted only as far as the target allows: with target 1.5 × 11 ms
+// at most 6 sequences run (10 + 1 × 7 ms > 16.5 ms), the others wait for their first token,
+// and every one of them still gets its tokens.
+TEST(DecodeLatencyBudget, TpotBudgetAdmitsOnlyWhatTheTargetAllows) {
+  for (const double target : {1.5, 0.0}) {
+    SchedulerConfig c;
+    c.block_size = 8;
+    c.num_blocks = 1024;
+    c.max_num_batched_tokens = 512;
+    c.max_model_len = 1024;
+    c.max_tpot_slowdown = target;
+    Scheduler sched(c);
+    testing::FakeExecutor exec(c.block_size, c.num_blocks);
+    SeqId next_id = 1;
+    auto add = [&](int len, int max_new) {
+      const SeqId id = next_id++;
+      std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
+      exec.add(id, p);
+      EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
+    };
+    add(4, 40);
+    int most_running = 0, finished = 0;
+    for (int step = 0; step < 3000 && sched.has_work(); ++step) {
+      if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);
+      if (step == 30)
+        for (int i = 0; i < 12; ++i) add(20, 30);
+      StepPlan plan = sched.schedule();
+      int decodes = 0, prompt_tokens = 0;
+      for (const SeqStep& s : plan.seqs) {
+        const Sequence* seq = sched.find(s.seq_id);
+        if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
+          ++decodes;
+        } else {
+          prompt_tokens += static_cast<int>(s.tokens.size());
+        }
+      }
+      if (step >= 30) most_running = std::max(most_running, sched.stats().num_running);
+      const StepResult result = exec.execute(plan);
+      sched.on_step_time(plan.step_id, synthetic_step_seconds(decodes, prompt_tokens));
+      const std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
+      exec.apply(events);
+      for (const SequenceEvent& e : events) finished += e.finished ? 1 : 0;
+    }
+    EXPECT_FALSE(sched.has_work());
+    EXPECT_EQ(finished, 1 + 5 + 12);
+    if (target > 0) {
+      EXPECT_LE(most_running, 6);
+      EXPECT_GE(most_running, 5) << "admits up to the target, not fewer";
+    } else {
+      EXPECT_GE(most_running, 12);
+    }
+  }
+}
+
+// The credit is per stream and saved: a sequence that decoded alone in fast steps lets a
+// prompt arriving beside it go in one step (its mean stays within budget), where one that has
+// just started has only one step's worth of slack.
+TEST(DecodeLatencyBudget, TpotBudgetSpendsSavedCreditOnALatePrompt) {
+  SchedulerConfig c;
+  c.block_size = 8;
+  c.num_blocks = 512;
+  c.max_num_batched_tokens = 512;
+  c.max_model_len = 1024;
+  c.max_tpot_slowdown = 2.0;
+  Scheduler sched(c);
+  testing::FakeExecutor exec(c.block_size, c.num_blocks);
+  SeqId next_id = 1;
+  auto add = [&](int len, int max_new) {
+    const SeqId id = next_id++;
+    std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
+    exec.add(id, p);
+    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
+  };
+  add(4, 300);
+  std::vector<int> prompt_tokens_at;
+  for (int step = 0; step < 2000 && sched.has_work(); ++step) {
+    if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);
+    if (step == 80) add(100, 4);  // after ~60 lone decode steps: ≥ 660 ms of credit
+    StepPlan plan = sched.schedule();
+    int decodes = 0, prompt_tokens = 0;
+    for (const SeqStep& s : plan.seqs) {
+      const Sequence* seq = sched.find(s.seq_id);
+      if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
+        ++decodes;
+      } else {
+        prompt_tokens += static_cast<int>(s.tokens.size());
+      }
+    }
+    if (step == 80) {
+      EXPECT_EQ(decodes, 1);
+      EXPECT_EQ(prompt_tokens, 100) << "the whole prompt in the step it arrived";
+      // Credit (2 × 11 ms × 61 steps − 11 ms × 60) ≈ 682 ms; the step costs 184 ms.
+      const int cap = sched.stats().prefill_token_cap;
+      EXPECT_TRUE(cap == 0 || cap >= 300) << cap;
+    }
+    const StepResult result = exec.execute(plan);
+    sched.on_step_time(plan.step_id, synthetic_step_seconds(decodes, prompt_tokens));
+    exec.apply(sched.on_step_result(plan, result));
+  }
+  EXPECT_FALSE(sched.has_work());
+
+  // A stream with no saved credit: the cap is one step's slack, (2 × 11 − 11) ms ÷ 1.73 ms.
+  StepCostModel m;
+  for (int i = 0; i < 40; ++i) {
+    const int d = 1 + i % 5, p = i % 2 ? 0 : 4 + 3 * (i % 7);
+    m.observe(d, p, synthetic_step_seconds(d, p));
+  }
+  ASSERT_TRUE(m.lone_decode_seconds().has_value());
+  EXPECT_NEAR(*m.lone_decode_seconds(), kBase + kPerDecode, 1e-9);
+  EXPECT_EQ(m.prefill_tokens_within(1, 2.0 * *m.lone_decode_seconds()), 6);
+  EXPECT_EQ(m.prefill_tokens_within(1, 0.001), 1) << "decodes over budget still let one token through";
+}
+
 TEST(DecodeLatencyBudget, NoCapWithoutChunkedPrefillOrInStaticMode) {
   for (const bool chunked : {false, true}) {
     SchedulerConfig c;
@@ -201,6 +438,7 @@ TEST(DecodeLatencyBudget, NoCapWithoutChunkedPrefillOrInStaticMode) {
     c.chunked_prefill = chunked;
     c.mode = chunked ? BatchingMode::kStatic : BatchingMode::kContinuous;
     c.max_decode_slowdown = 2.0;
+    c.max_tpot_slowdown = 1.5;
     Scheduler sched(c);
     testing::FakeExecutor exec(c.block_size, c.num_blocks);
     for (SeqId id = 1; id <= 12; ++id) {
@@ -212,7 +450,9 @@ TEST(DecodeLatencyBudget, NoCapWithoutChunkedPrefillOrInStaticMode) {
       StepPlan plan = sched.schedule();
       int tokens = 0;
       for (const SeqStep& s : plan.seqs) tokens += static_cast<int>(s.tokens.size());
-      EXPECT_EQ(sched.stats().prefill_token_cap, 0);
+      // Credit (2 × 11 ms × 61 steps − 11 ms × 60) ≈ 682 ms; the step costs 184 ms.
+      const int cap = sched.stats().prefill_token_cap;
+      EXPECT_TRUE(cap == 0 || cap >= 300) << cap;
       const StepResult result = exec.execute(plan);
       sched.on_step_time(plan.step_id, synthetic_step_seconds(static_cast<int>(plan.seqs.size()), tokens));
       exec.apply(sched.on_step_result(plan, result));
@@ -231,6 +471,17 @@ TEST(DecodeLatencyBudget, ConfigRefusesSlowdownsThatMeanNothing) {
   }
   for (const double good : {0.0, 1.5, 2.0, 1000.0}) {
     c.max_decode_slowdown = good;
+    EXPECT_TRUE(validate_scheduler_config(c).is_ok()) << good;
+  }
+  c.max_decode_slowdown = 4.0;
+  for (const double bad : {-1.0, 0.5, 1.0, 1001.0, std::numeric_limits<double>::quiet_NaN()}) {
+    c.max_tpot_slowdown = bad;
+    const Status st = validate_scheduler_config(c);
+    EXPECT_FALSE(st.is_ok()) << bad;
+    EXPECT_NE(st.message().find("max_tpot_slowdown"), std::string::npos) << st.message();
+  }
+  for (const double good : {0.0, 1.75, 1000.0}) {
+    c.max_tpot_slowdown = good;
     EXPECT_TRUE(validate_scheduler_config(c).is_ok()) << good;
   }
 }

@@ -352,12 +352,15 @@ namespace {
 // The batched-decode kernel of the bf16 dot arithmetic (gemv_bf16_dot): weights read in place,
 // x rounded to bf16 as the packed kernel rounds it. Compared with a double reference over the
 // rounded x within f32 summation error, over row counts around its 8-row tile, K tails of
-// every length class, bias and activations, padded rows; and linear() routes 5..16-row bf16
+// every length class, bias and activations, padded rows; and linear() routes 2..16-row bf16
 // calls to it where the CPU has AVX512_BF16.
 TEST(GemvBf16Dot, MatchesTheReferenceOfBf16RoundedX) {
   if (!cpu_has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::mt19937 rng(41);
-  for (const GemmCase& c : {GemmCase{5, 256, 40, false, Activation::kNone, false},
+  for (const GemmCase& c : {GemmCase{2, 96, 50, true, Activation::kNone, false},
+                            GemmCase{3, 64, 31, false, Activation::kSilu, true},
+                            GemmCase{4, 130, 64, true, Activation::kNone, false},
+                            GemmCase{5, 256, 40, false, Activation::kNone, false},
                             GemmCase{8, 300, 33, true, Activation::kSilu, true},
                             GemmCase{13, 33, 130, true, Activation::kNone, false},
                             GemmCase{16, 1000, 70, false, Activation::kGeluTanh, true},

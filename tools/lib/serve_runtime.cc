@@ -159,6 +159,7 @@ Status serve(ServeOptions o) {
   sc.max_model_len = static_cast<int>(max_model_len);
   sc.mode = c.scheduler.mode;
   sc.max_decode_slowdown = c.scheduler.max_decode_slowdown;
+  sc.max_tpot_slowdown = c.scheduler.max_tpot_slowdown;
   sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
   // A fixed pool is checked before any worker starts; an automatic one once it is sized.
   if (c.cache.num_blocks) TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
