@@ -204,7 +204,9 @@ TESSERA_TARGET_AVX512_VNNI void x16_tile(const Int16XArgs& d, int64_t m0, int64_
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) total[i][r] = _mm512_setzero_ps();
     // The next tile's rows (contiguous after this tile's) are prefetched R/2 lines per
-    // 32-byte step, so they arrive as this tile ends.
+    // 32-byte step, so they arrive as this tile ends: rows of 768-5632 int8 weights are too
+    // short for the hardware prefetchers to ramp up on. Batch-1 decode, int8, same rounds:
+    // ~100M 152-157 -> 173-198 tok/s, ~1.1B 18.5-21.3 -> 23.7-30.4 (docs/quantization.md).
     const char* ahead = n + 2 * R <= n1 ? reinterpret_cast<const char*>(a.w + (n + R) * K) : nullptr;
     for (int64_t g = 0; g < groups; ++g) {
       __m512i part[MT][R];
