@@ -9,6 +9,12 @@
 
 #include "kernels/cpu/linear_int8_kernels.h"
 
+// GCC 12 warns inside its own intrinsics (_mm512_undefined_* is "maybe uninitialized" by
+// design: those lanes are overwritten); the warning says nothing about this file.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #define TESSERA_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
 namespace tessera::cpu::detail {

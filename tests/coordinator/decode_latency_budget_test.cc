@@ -116,6 +116,26 @@ std::vector<int32_t> counting_prompt(int n, int32_t start) {
   return t;
 }
 
+// What a plan carries: decodes (one token each, sequences already decoding) and prompt tokens
+// (the rest), from the scheduler's view of its sequences as planned.
+struct PlanLoad {
+  int decodes = 0, prompt_tokens = 0;
+  std::vector<SeqId> decoding;
+};
+PlanLoad plan_load(const Scheduler& sched, const StepPlan& plan) {
+  PlanLoad load;
+  for (const SeqStep& s : plan.seqs) {
+    const Sequence* seq = sched.find(s.seq_id);
+    if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
+      ++load.decodes;
+      load.decoding.push_back(s.seq_id);
+    } else {
+      load.prompt_tokens += static_cast<int>(s.tokens.size());
+    }
+  }
+  return load;
+}
+
 // Runs a scheduler against the fake executor, reporting each step's synthetic time.
 struct BudgetRun {
   std::vector<int> step_decodes, step_prompt_tokens, caps;
@@ -152,15 +172,7 @@ BudgetRun run_with_late_prompts(double max_decode_slowdown, int late, int prompt
       ++added;
     }
     StepPlan plan = sched.schedule();
-    int decodes = 0, prompt_tokens = 0;
-    for (const SeqStep& s : plan.seqs) {
-      const Sequence* seq = sched.find(s.seq_id);
-      if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
-        ++decodes;
-      } else {
-        prompt_tokens += static_cast<int>(s.tokens.size());
-      }
-    }
+    const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
     out.step_decodes.push_back(decodes);
     out.step_prompt_tokens.push_back(prompt_tokens);
     out.caps.push_back(sched.stats().prefill_token_cap);
@@ -254,17 +266,7 @@ TpotRun run_request_stream(double max_tpot_slowdown, int every, int requests) {
       ++added;
     }
     StepPlan plan = sched.schedule();
-    int decodes = 0, prompt_tokens = 0;
-    std::vector<SeqId> decoding;
-    for (const SeqStep& s : plan.seqs) {
-      const Sequence* seq = sched.find(s.seq_id);
-      if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
-        ++decodes;
-        decoding.push_back(s.seq_id);
-      } else {
-        prompt_tokens += static_cast<int>(s.tokens.size());
-      }
-    }
+    const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
     out.step_decodes.push_back(decodes);
     out.step_prompt_tokens.push_back(prompt_tokens);
     const double seconds = synthetic_step_seconds(decodes, prompt_tokens);
@@ -342,15 +344,7 @@ TEST(DecodeLatencyBudget, TpotBudgetAdmitsOnlyWhatTheTargetAllows) {
       if (step == 30)
         for (int i = 0; i < 12; ++i) add(20, 30);
       StepPlan plan = sched.schedule();
-      int decodes = 0, prompt_tokens = 0;
-      for (const SeqStep& s : plan.seqs) {
-        const Sequence* seq = sched.find(s.seq_id);
-        if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
-          ++decodes;
-        } else {
-          prompt_tokens += static_cast<int>(s.tokens.size());
-        }
-      }
+      const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
       if (step >= 30) most_running = std::max(most_running, sched.stats().num_running);
       const StepResult result = exec.execute(plan);
       sched.on_step_time(plan.step_id, synthetic_step_seconds(decodes, prompt_tokens));
@@ -394,15 +388,7 @@ TEST(DecodeLatencyBudget, TpotBudgetSpendsSavedCreditOnALatePrompt) {
     if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);
     if (step == 80) add(100, 4);  // after ~60 lone decode steps: ≥ 660 ms of credit
     StepPlan plan = sched.schedule();
-    int decodes = 0, prompt_tokens = 0;
-    for (const SeqStep& s : plan.seqs) {
-      const Sequence* seq = sched.find(s.seq_id);
-      if (seq != nullptr && seq->state() == SequenceState::kDecode && s.tokens.size() == 1) {
-        ++decodes;
-      } else {
-        prompt_tokens += static_cast<int>(s.tokens.size());
-      }
-    }
+    const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
     if (step == 80) {
       EXPECT_EQ(decodes, 1);
       EXPECT_EQ(prompt_tokens, 100) << "the whole prompt in the step it arrived";
