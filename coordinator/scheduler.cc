@@ -130,10 +130,13 @@ StepPlan Scheduler::schedule() {
     const int prefill_offered = prefill_budget;
     schedule_prefills(plan, prefill_budget);
     admit_waiting(plan, prefill_budget);
-    last_plan_ = PlanLoad{plan.step_id, decodes, prefill_offered - prefill_budget, {}, false};
+    last_plan_.step_id = plan.step_id;
+    last_plan_.decodes = decodes;
+    last_plan_.prefill_tokens = prefill_offered - prefill_budget;
+    last_plan_.timed = false;
+    last_plan_.decode_ids.clear();
     if (config_.max_tpot_slowdown > 0) {
-      for (const Entry* e : running_)
-        if (scheduled_now(*e) && e->seq.state() == SequenceState::kDecode) last_plan_.decode_ids.push_back(e->seq.id());
+      for (const Entry* e : step_decodes_) last_plan_.decode_ids.push_back(e->seq.id());
     }
   }
   // Drops ride on the next plan that runs (an empty plan is not sent).
@@ -172,7 +175,7 @@ bool Scheduler::tpot_admits(int sequences) const {
   // no cap can help. So a sequence starts only while that many decoding alone are predicted
   // to stay within it; the rest wait (their time to first token grows, not every stream's
   // time per token).
-  if (!(config_.max_tpot_slowdown > 1) || !config_.chunked_prefill || config_.mode != BatchingMode::kContinuous) return true;
+  if (!(config_.max_tpot_slowdown > 1) || !latency_budgets_apply()) return true;
   const std::optional<double> lone = cost_model_.lone_decode_seconds();
   if (!lone) return true;
   const std::optional<double> together = cost_model_.decodes_alone_seconds(sequences);
@@ -180,10 +183,9 @@ bool Scheduler::tpot_admits(int sequences) const {
 }
 
 std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
-  // Prompt tokens beside running decodes slow every one of those streams. Without chunked
-  // prefill a prompt must go whole, and static batches admit no one mid-batch: no cap there.
+  // Prompt tokens beside running decodes slow every one of those streams.
   *tpot_bound = false;
-  if (decodes == 0 || !config_.chunked_prefill || config_.mode != BatchingMode::kContinuous) return std::nullopt;
+  if (decodes == 0 || !latency_budgets_apply()) return std::nullopt;
   // Each step within max_decode_slowdown × its decodes alone: bounds any one token's delay.
   std::optional<int> cap;
   if (config_.max_decode_slowdown > 1) cap = cost_model_.prefill_cap(decodes, config_.max_decode_slowdown);
@@ -201,8 +203,7 @@ std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
     const double target = config_.max_tpot_slowdown * *lone;
     const double slack = std::max(0.0, target - cost_model_.decodes_alone_seconds(decodes).value_or(target));
     double allowed = std::numeric_limits<double>::infinity();
-    for (const Entry* e : running_) {
-      if (!scheduled_now(*e) || e->seq.state() != SequenceState::kDecode) continue;
+    for (const Entry* e : step_decodes_) {
       const int ahead = std::clamp(e->seq.max_new_tokens() - e->seq.num_output() - 1, 0, kTpotHorizonSteps);
       allowed = std::min(allowed, target * (e->decode_steps + 1) - e->decode_seconds + ahead * slack);
     }
@@ -216,7 +217,7 @@ std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
 
 int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
   // Decodes first: one token each, the cheapest way to keep every stream moving.
-  int decodes = 0;
+  step_decodes_.clear();
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Entry& e = *running_[i];
     if (e.seq.state() != SequenceState::kDecode) {
@@ -233,10 +234,10 @@ int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
     }
     add_step(e, 1, plan);
     budget -= 1;
-    ++decodes;
+    step_decodes_.push_back(&e);
     ++i;
   }
-  return decodes;
+  return static_cast<int>(step_decodes_.size());
 }
 
 void Scheduler::schedule_prefills(StepPlan& plan, int& budget) {

@@ -191,10 +191,15 @@ class Scheduler {
   // sequences. False when only `e` itself is left to preempt.
   bool make_room(Entry& e, int write_from, int end);
   void preempt(Entry& e);
-  // The running decodes, one token each; returns how many were scheduled.
+  // The running decodes, one token each, into step_decodes_; returns how many were scheduled.
   int schedule_decodes(StepPlan& plan, int& budget);
-  // The prompt tokens this step may add beside its `decodes` scheduled decodes (both latency
-  // budgets; nullopt: no cap). Sets tpot_bound when max_tpot_slowdown's cap is the tighter.
+  // Without chunked prefill a prompt must go whole, and static batches admit no one mid-batch:
+  // neither latency budget applies there.
+  bool latency_budgets_apply() const {
+    return config_.chunked_prefill && config_.mode == BatchingMode::kContinuous;
+  }
+  // The prompt tokens this step may add beside its `decodes` scheduled decodes (step_decodes_;
+  // both latency budgets; nullopt: no cap). Sets tpot_bound when max_tpot_slowdown's cap is the tighter.
   std::optional<int> prefill_cap(int decodes, bool* tpot_bound) const;
   // Whether `sequences` running together, all decoding, fit max_tpot_slowdown's target (true
   // when it is off or the fit cannot say yet): admission stops short of that.
@@ -237,6 +242,7 @@ class Scheduler {
     bool timed = true;  // no plan yet, or its time was taken
   };
   PlanLoad last_plan_;
+  std::vector<Entry*> step_decodes_;  // the decodes of the plan schedule() is building
   int prefill_token_cap_ = 0;
   uint64_t prefill_capped_steps_ = 0;
   uint64_t tpot_capped_steps_ = 0;

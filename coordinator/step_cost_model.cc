@@ -74,8 +74,9 @@ void StepCostModel::refit() {
 }
 
 std::optional<int> StepCostModel::prefill_cap(int decodes, double slowdown) const {
-  if (!(slowdown > 1.0)) return std::nullopt;
-  return prefill_tokens_within(decodes, slowdown * (fit_.base + fit_.per_decode * decodes));
+  const std::optional<double> alone = decodes_alone_seconds(decodes);
+  if (!(slowdown > 1.0) || !alone) return std::nullopt;
+  return prefill_tokens_within(decodes, slowdown * *alone);
 }
 
 std::optional<int> StepCostModel::prefill_tokens_within(int decodes, double seconds) const {

@@ -26,7 +26,7 @@ class StepCostModel {
   void observe(int decodes, int prefill_tokens, double seconds);
 
   // The most prompt tokens a step with `decodes` decodes may add so that it is predicted to
-  // take at most `slowdown` (> 1) times the decodes alone; at least 1, so prompts always
+  // take at most `slowdown` (> 1) times the decodes alone (decodes_alone_seconds); at least 1, so prompts always
   // progress. nullopt until enough steps of either kind were seen, or when the fit says
   // prompt tokens cost nothing (then no cap is needed).
   std::optional<int> prefill_cap(int decodes, double slowdown) const;

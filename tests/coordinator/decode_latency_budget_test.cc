@@ -136,56 +136,91 @@ PlanLoad plan_load(const Scheduler& sched, const StepPlan& plan) {
   return load;
 }
 
-// Runs a scheduler against the fake executor, reporting each step's synthetic time.
+// A scheduler against the fake executor on the synthetic device: requests get counting
+// prompts, and every step is timed by the synthetic formula. Each run starts with one
+// long-running request and, over steps 4..16, five short ones (warm_up_step): the steps that
+// teach the cost model what decodes and prompt tokens cost.
+struct SyntheticRun {
+  explicit SyntheticRun(const SchedulerConfig& c) : sched(c), exec(c.block_size, c.num_blocks) {}
+
+  SeqId add(int len, int max_new) {
+    const SeqId id = next_id++;
+    std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
+    exec.add(id, p);
+    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
+    return id;
+  }
+  void warm_up_step(int step) {
+    if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);  // 2, 3, 5, 6, 8 tokens
+  }
+
+  struct Step {
+    PlanLoad load;
+    int cap = 0;  // SchedulerStats::prefill_token_cap as planned
+    double seconds = 0;
+    std::vector<SequenceEvent> events;
+  };
+  // Plans, executes and times one step, and records the outputs of the sequences it finished.
+  Step step() {
+    const StepPlan plan = sched.schedule();
+    Step out;
+    out.load = plan_load(sched, plan);
+    out.cap = sched.stats().prefill_token_cap;
+    out.seconds = synthetic_step_seconds(out.load.decodes, out.load.prompt_tokens);
+    const StepResult result = exec.execute(plan);
+    sched.on_step_time(plan.step_id, out.seconds);
+    out.events = sched.on_step_result(plan, result);
+    exec.apply(out.events);
+    for (const SequenceEvent& e : out.events)
+      if (e.finished) outputs[e.seq_id] = exec.tokens(e.seq_id);
+    sched.check_invariants();
+    return out;
+  }
+
+  Scheduler sched;
+  testing::FakeExecutor exec;
+  SeqId next_id = 1;
+  std::map<SeqId, std::vector<int32_t>> outputs;  // of the finished sequences
+};
+
+SchedulerConfig budget_config(int num_blocks) {
+  SchedulerConfig c;
+  c.block_size = 8;
+  c.num_blocks = num_blocks;
+  c.max_num_batched_tokens = 512;
+  c.max_model_len = 1024;
+  return c;
+}
+
 struct BudgetRun {
   std::vector<int> step_decodes, step_prompt_tokens, caps;
   std::map<SeqId, std::vector<int32_t>> outputs;
   uint64_t reported_capped_steps = 0;  // SchedulerStats::prefill_capped_steps at the end
 };
 
-// One long-running request decodes; a few short prompts arrive early (the steps that teach
-// the cost model what prompt tokens cost), then `late` requests with long prompts, one
-// every 40 steps. Every step is timed by the synthetic formula.
+// One long-running request decodes through the warm phase, then `late` requests with long
+// prompts arrive, one every 40 steps.
 BudgetRun run_with_late_prompts(double max_decode_slowdown, int late, int prompt_len) {
-  SchedulerConfig c;
-  c.block_size = 8;
-  c.num_blocks = 512;
-  c.max_num_batched_tokens = 512;
-  c.max_model_len = 1024;
+  SchedulerConfig c = budget_config(512);
   c.max_decode_slowdown = max_decode_slowdown;
-  Scheduler sched(c);
-  testing::FakeExecutor exec(c.block_size, c.num_blocks);
-  SeqId next_id = 1;
-  auto add = [&](int len, int max_new) {
-    const SeqId id = next_id++;
-    std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
-    exec.add(id, p);
-    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
-  };
-  add(4, 400);
+  SyntheticRun run(c);
+  run.add(4, 400);
   BudgetRun out;
   int added = 0;
-  for (int step = 0; step < 5000 && sched.has_work(); ++step) {
-    if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);  // 2, 3, 5, 6, 8 tokens
+  for (int step = 0; step < 5000 && run.sched.has_work(); ++step) {
+    run.warm_up_step(step);
     if (added < late && step >= 40 && step % 40 == 0) {
-      add(prompt_len, 8);
+      run.add(prompt_len, 8);
       ++added;
     }
-    StepPlan plan = sched.schedule();
-    const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
-    out.step_decodes.push_back(decodes);
-    out.step_prompt_tokens.push_back(prompt_tokens);
-    out.caps.push_back(sched.stats().prefill_token_cap);
-    const StepResult result = exec.execute(plan);
-    sched.on_step_time(plan.step_id, synthetic_step_seconds(decodes, prompt_tokens));
-    const std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
-    exec.apply(events);
-    for (const SequenceEvent& e : events)
-      if (e.finished) out.outputs[e.seq_id] = exec.tokens(e.seq_id);
-    sched.check_invariants();
+    const SyntheticRun::Step s = run.step();
+    out.step_decodes.push_back(s.load.decodes);
+    out.step_prompt_tokens.push_back(s.load.prompt_tokens);
+    out.caps.push_back(s.cap);
   }
-  EXPECT_FALSE(sched.has_work());
-  out.reported_capped_steps = sched.stats().prefill_capped_steps;
+  EXPECT_FALSE(run.sched.has_work());
+  out.reported_capped_steps = run.sched.stats().prefill_capped_steps;
+  out.outputs = run.outputs;
   return out;
 }
 
@@ -228,73 +263,48 @@ TEST(DecodeLatencyBudget, PromptsBesideDecodesAreCappedOnceTheCostsAreKnown) {
 }
 
 // A stream of requests (a 100-token prompt, 24 tokens out) arriving every `every` steps after
-// a warm phase that teaches the fit; each sequence's decode steps are timed by the synthetic
-// formula, and the run reports every sequence's mean step time per generated token.
+// the warm phase; the run reports every sequence's mean step time per generated token.
 struct TpotRun {
   std::map<SeqId, double> mean_step;  // seconds per decode step, sequences started after the warm phase
   std::map<SeqId, std::vector<int32_t>> outputs;
-  std::vector<int> step_prompt_tokens, step_decodes;
   uint64_t tpot_capped_steps = 0;
 };
 
 TpotRun run_request_stream(double max_tpot_slowdown, int every, int requests) {
-  SchedulerConfig c;
-  c.block_size = 8;
-  c.num_blocks = 2048;
-  c.max_num_batched_tokens = 512;
-  c.max_model_len = 1024;
+  SchedulerConfig c = budget_config(2048);
   c.max_tpot_slowdown = max_tpot_slowdown;
-  Scheduler sched(c);
-  testing::FakeExecutor exec(c.block_size, c.num_blocks);
-  SeqId next_id = 1;
-  auto add = [&](int len, int max_new) {
-    const SeqId id = next_id++;
-    std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
-    exec.add(id, p);
-    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
-    return id;
-  };
-  add(4, 60);  // decodes through the warm phase
+  SyntheticRun run(c);
+  run.add(4, 60);                                 // decodes through the warm phase
   std::map<SeqId, std::pair<double, int>> timed;  // seconds, decode steps
   constexpr SeqId kFirstMeasured = 7;             // the warm phase adds ids 2..6
-  TpotRun out;
   int added = 0;
-  for (int step = 0; step < 20000 && sched.has_work(); ++step) {
-    if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);
+  for (int step = 0; step < 20000 && run.sched.has_work(); ++step) {
+    run.warm_up_step(step);
     if (added < requests && step >= 30 && step % every == 0) {
-      add(100, 24);
+      run.add(100, 24);
       ++added;
     }
-    StepPlan plan = sched.schedule();
-    const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
-    out.step_decodes.push_back(decodes);
-    out.step_prompt_tokens.push_back(prompt_tokens);
-    const double seconds = synthetic_step_seconds(decodes, prompt_tokens);
-    for (const SeqId id : decoding) {
-      timed[id].first += seconds;
+    const SyntheticRun::Step s = run.step();
+    for (const SeqId id : s.load.decoding) {
+      timed[id].first += s.seconds;
       timed[id].second += 1;
     }
-    const StepResult result = exec.execute(plan);
-    sched.on_step_time(plan.step_id, seconds);
-    const std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
-    exec.apply(events);
-    for (const SequenceEvent& e : events)
-      if (e.finished) out.outputs[e.seq_id] = exec.tokens(e.seq_id);
-    sched.check_invariants();
   }
-  EXPECT_FALSE(sched.has_work());
+  EXPECT_FALSE(run.sched.has_work());
+  TpotRun out;
   for (const auto& [id, t] : timed)
     if (id >= kFirstMeasured) out.mean_step[id] = t.first / t.second;
-  out.tpot_capped_steps = sched.stats().tpot_capped_steps;
+  out.outputs = run.outputs;
+  out.tpot_capped_steps = run.sched.stats().tpot_capped_steps;
   return out;
 }
 
 // Requests arriving faster than a lone stream's pace: without the TPOT budget, every step
 // carries prompt tokens up to the whole token budget and the streams' mean step time grows
 // far past a lone decode step; with max_tpot_slowdown 1.5 every stream's mean stays within
-// 1.5 × (10 + 1) ms, plus the starting credit of 4 target steps spread over its 23 decode
-// steps (24 tokens, the first from its prompt's step) and the one prompt token a step always
-// lets through.
+// 1.5 × (10 + 1) ms, plus a margin of 4 target steps over its 23 decode steps (24 tokens, the
+// first from its prompt's step) for what it lent against its next steps' predicted savings,
+// and the one prompt token a step always lets through.
 TEST(DecodeLatencyBudget, TpotBudgetBoundsEveryStreamsMeanStepTime) {
   constexpr double kTarget = 1.5, kLone = kBase + kPerDecode;
   constexpr double kDecodeSteps = 23, kBurstSteps = 4;
@@ -322,38 +332,20 @@ TEST(DecodeLatencyBudget, TpotBudgetBoundsEveryStreamsMeanStepTime) {
 // and every one of them still gets its tokens.
 TEST(DecodeLatencyBudget, TpotBudgetAdmitsOnlyWhatTheTargetAllows) {
   for (const double target : {1.5, 0.0}) {
-    SchedulerConfig c;
-    c.block_size = 8;
-    c.num_blocks = 1024;
-    c.max_num_batched_tokens = 512;
-    c.max_model_len = 1024;
+    SchedulerConfig c = budget_config(1024);
     c.max_tpot_slowdown = target;
-    Scheduler sched(c);
-    testing::FakeExecutor exec(c.block_size, c.num_blocks);
-    SeqId next_id = 1;
-    auto add = [&](int len, int max_new) {
-      const SeqId id = next_id++;
-      std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
-      exec.add(id, p);
-      EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
-    };
-    add(4, 40);
-    int most_running = 0, finished = 0;
-    for (int step = 0; step < 3000 && sched.has_work(); ++step) {
-      if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);
+    SyntheticRun run(c);
+    run.add(4, 40);
+    int most_running = 0;
+    for (int step = 0; step < 3000 && run.sched.has_work(); ++step) {
+      run.warm_up_step(step);
       if (step == 30)
-        for (int i = 0; i < 12; ++i) add(20, 30);
-      StepPlan plan = sched.schedule();
-      const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
-      if (step >= 30) most_running = std::max(most_running, sched.stats().num_running);
-      const StepResult result = exec.execute(plan);
-      sched.on_step_time(plan.step_id, synthetic_step_seconds(decodes, prompt_tokens));
-      const std::vector<SequenceEvent> events = sched.on_step_result(plan, result);
-      exec.apply(events);
-      for (const SequenceEvent& e : events) finished += e.finished ? 1 : 0;
+        for (int i = 0; i < 12; ++i) run.add(20, 30);
+      run.step();
+      if (step >= 30) most_running = std::max(most_running, run.sched.stats().num_running);
     }
-    EXPECT_FALSE(sched.has_work());
-    EXPECT_EQ(finished, 1 + 5 + 12);
+    EXPECT_FALSE(run.sched.has_work());
+    EXPECT_EQ(run.outputs.size(), static_cast<size_t>(1 + 5 + 12));
     if (target > 0) {
       EXPECT_LE(most_running, 6);
       EXPECT_GE(most_running, 5) << "admits up to the target, not fewer";
@@ -364,45 +356,26 @@ TEST(DecodeLatencyBudget, TpotBudgetAdmitsOnlyWhatTheTargetAllows) {
 }
 
 // The credit is per stream and saved: a sequence that decoded alone in fast steps lets a
-// prompt arriving beside it go in one step (its mean stays within budget), where one that has
-// just started has only one step's worth of slack.
+// prompt arriving beside it go in one step (its mean stays within budget).
 TEST(DecodeLatencyBudget, TpotBudgetSpendsSavedCreditOnALatePrompt) {
-  SchedulerConfig c;
-  c.block_size = 8;
-  c.num_blocks = 512;
-  c.max_num_batched_tokens = 512;
-  c.max_model_len = 1024;
+  SchedulerConfig c = budget_config(512);
   c.max_tpot_slowdown = 2.0;
-  Scheduler sched(c);
-  testing::FakeExecutor exec(c.block_size, c.num_blocks);
-  SeqId next_id = 1;
-  auto add = [&](int len, int max_new) {
-    const SeqId id = next_id++;
-    std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
-    exec.add(id, p);
-    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
-  };
-  add(4, 300);
-  std::vector<int> prompt_tokens_at;
-  for (int step = 0; step < 2000 && sched.has_work(); ++step) {
-    if (step >= 4 && step <= 16 && step % 3 == 1) add(step / 2, 2);
-    if (step == 80) add(100, 4);  // after ~60 lone decode steps: ≥ 660 ms of credit
-    StepPlan plan = sched.schedule();
-    const auto [decodes, prompt_tokens, decoding] = plan_load(sched, plan);
+  SyntheticRun run(c);
+  run.add(4, 300);
+  for (int step = 0; step < 2000 && run.sched.has_work(); ++step) {
+    run.warm_up_step(step);
+    if (step == 80) run.add(100, 4);  // after ~60 lone decode steps: ≥ 660 ms of credit
+    const SyntheticRun::Step s = run.step();
     if (step == 80) {
-      EXPECT_EQ(decodes, 1);
-      EXPECT_EQ(prompt_tokens, 100) << "the whole prompt in the step it arrived";
-      // Credit (2 × 11 ms × 61 steps − 11 ms × 60) ≈ 682 ms; the step costs 184 ms.
-      const int cap = sched.stats().prefill_token_cap;
-      EXPECT_TRUE(cap == 0 || cap >= 300) << cap;
+      EXPECT_EQ(s.load.decodes, 1);
+      EXPECT_EQ(s.load.prompt_tokens, 100) << "the whole prompt in the step it arrived";
+      // Credit ≥ 2 × 11 ms × 61 steps − 11 ms × 60 ≈ 682 ms; the step costs 184 ms.
+      EXPECT_TRUE(s.cap == 0 || s.cap >= 300) << s.cap;
     }
-    const StepResult result = exec.execute(plan);
-    sched.on_step_time(plan.step_id, synthetic_step_seconds(decodes, prompt_tokens));
-    exec.apply(sched.on_step_result(plan, result));
   }
-  EXPECT_FALSE(sched.has_work());
+  EXPECT_FALSE(run.sched.has_work());
 
-  // A stream with no saved credit: the cap is one step's slack, (2 × 11 − 11) ms ÷ 1.73 ms.
+  // One step's worth of slack at target 2, (2 × 11 − 11) ms ÷ 1.73 ms, is 6 prompt tokens.
   StepCostModel m;
   for (int i = 0; i < 40; ++i) {
     const int d = 1 + i % 5, p = i % 2 ? 0 : 4 + 3 * (i % 7);
