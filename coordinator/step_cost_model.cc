@@ -46,27 +46,83 @@ void StepCostModel::observe(int decodes, int prefill_tokens, double seconds) {
 
 void StepCostModel::refit() {
   // Least squares over the window, with a ridge term pulling each coefficient towards the
-  // previous fit: weight 1e-3 of the feature's mean square, enough to pin down a direction
-  // the window does not vary in (its coefficient then stays the last one seen) without
-  // biasing one it does.
-  std::array<std::array<double, 3>, 3> a{};
-  std::array<double, 3> b{};
+  // previous fit: weight 1e-3 of the feature's (weighted) mean square, enough to pin down a
+  // direction the window does not vary in (its coefficient then stays the last one seen)
+  // without biasing one it does.
+  //
+  // Reweighted (Huber, on relative residuals): a step the host stalled (measured at
+  // 1 request/s: 145 ms for a step predicted at 60) must not drag the fit. Plain least
+  // squares let that one step, among a few with three decodes, turn the lone decode step into
+  // 3.6 ms (it is 7) and the per-decode cost into 6.5 ms, and the budgets built on it then fed
+  // a prompt one token per step. Residuals are relative to the prediction because noise
+  // scales with a step's length (a 128-token prompt's step varies by tens of milliseconds
+  // where a decode step varies by one); so a down-weighted step pulls the fit by at most the
+  // bound times its predicted time, however long the stall.
+  const std::array<double, 3> prior = {fit_.base, fit_.per_decode, fit_.per_prefill_token};
+  std::array<double, kWindow> weight;
+  weight.fill(1.0);
+  // Each pass weighs the steps by their residuals against the fit so far, starting from the
+  // previous one: a new outlier is judged against the fit it would drag, not against a fit
+  // it has already dragged (one stalled step of a rare kind has the leverage to pull an
+  // unweighted fit onto itself). From no prior every step weighs the same.
+  std::array<double, 3> x = prior;
+  bool solved = false;
+  for (int pass = 0; pass < kRobustPasses; ++pass) {
+    {
+      std::array<double, kWindow> relative{};
+      for (int i = 0; i < size_; ++i) {
+        const Sample& s = window_[static_cast<size_t>(i)];
+        const double predicted = x[0] + x[1] * s.decodes + x[2] * s.prefill;
+        relative[static_cast<size_t>(i)] = std::abs(s.seconds - predicted) / std::max(predicted > 0 ? predicted : s.seconds, 1e-9);
+      }
+      std::array<double, kWindow> sorted = relative;
+      const auto mid = sorted.begin() + size_ / 2;
+      std::nth_element(sorted.begin(), mid, sorted.begin() + size_);
+      // 1.4826 × the median absolute residual estimates the noise's standard deviation; a
+      // floor of 1% keeps an exact window (synthetic steps, tests) unweighted.
+      const double bound = kHuberK * std::max(1.4826 * *mid, 0.01);
+      for (int i = 0; i < size_; ++i) {
+        const double r = relative[static_cast<size_t>(i)];
+        weight[static_cast<size_t>(i)] = r <= bound ? 1.0 : bound / r;
+      }
+    }
+    std::array<std::array<double, 3>, 3> a{};
+    std::array<double, 3> b{};
+    for (int i = 0; i < size_; ++i) {
+      const Sample& s = window_[static_cast<size_t>(i)];
+      const double w = weight[static_cast<size_t>(i)];
+      const std::array<double, 3> f = {1.0, s.decodes, s.prefill};
+      for (int r = 0; r < 3; ++r) {
+        for (int c = 0; c < 3; ++c) a[r][c] += w * f[r] * f[c];
+        b[r] += w * f[r] * s.seconds;
+      }
+    }
+    for (int r = 0; r < 3; ++r) {
+      const double ridge = 1e-3 * a[r][r] / std::max(size_, 1) + 1e-12;
+      a[r][r] += ridge;
+      b[r] += ridge * prior[r];
+    }
+    std::array<double, 3> next{};
+    if (!solve3(a, b, &next)) break;
+    x = next;
+    solved = true;
+  }
+  // The lone decode step, measured where the window has enough of them (light load, where
+  // the budgets matter most and the fit's base + per-decode split is least determined):
+  // their median, which no stall moves.
+  std::array<double, kWindow> lone{};
+  int lone_steps = 0;
   for (int i = 0; i < size_; ++i) {
     const Sample& s = window_[static_cast<size_t>(i)];
-    const std::array<double, 3> x = {1.0, s.decodes, s.prefill};
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) a[r][c] += x[r] * x[c];
-      b[r] += x[r] * s.seconds;
-    }
+    if (s.decodes == 1 && s.prefill == 0) lone[static_cast<size_t>(lone_steps++)] = s.seconds;
   }
-  const std::array<double, 3> prior = {fit_.base, fit_.per_decode, fit_.per_prefill_token};
-  for (int r = 0; r < 3; ++r) {
-    const double ridge = 1e-3 * a[r][r] / std::max(size_, 1) + 1e-12;
-    a[r][r] += ridge;
-    b[r] += ridge * prior[r];
+  fit_.measured_lone_decode = 0;
+  if (lone_steps >= kMinSteps) {
+    const auto mid = lone.begin() + lone_steps / 2;
+    std::nth_element(lone.begin(), mid, lone.begin() + lone_steps);
+    fit_.measured_lone_decode = *mid;
   }
-  std::array<double, 3> x{};
-  if (!solve3(a, b, &x)) return;
+  if (!solved) return;
   fit_.base = x[0];
   fit_.per_decode = x[1];
   fit_.per_prefill_token = x[2];
@@ -99,7 +155,7 @@ std::optional<double> StepCostModel::decodes_alone_seconds(int decodes) const {
 }
 
 std::optional<double> StepCostModel::lone_decode_seconds() const {
-  const double t = fit_.base + fit_.per_decode;
+  const double t = fit_.measured_lone_decode > 0 ? fit_.measured_lone_decode : fit_.base + fit_.per_decode;
   if (!fit_.valid || !(t > 0)) return std::nullopt;
   return t;
 }

@@ -8,7 +8,8 @@
 //
 // A fit, not a constant: the costs differ by device, model and load, and drift with context
 // length. The window forgets old steps; a small pull towards the last good fit keeps the
-// solution defined when the window lacks variety (e.g. every step carried the same chunk).
+// solution defined when the window lacks variety (e.g. every step carried the same chunk);
+// robust weights keep a step the host stalled from dragging it.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -22,6 +23,10 @@ class StepCostModel {
   // the start, not in the window: under load every step may carry prompt tokens, and the
   // cap must not lapse then).
   static constexpr int kMinSteps = 4;
+  // Reweighted fits per step and the Huber bound, in standard
+  // deviations of the steps' relative noise, past which a step's weight falls (see refit).
+  static constexpr int kRobustPasses = 3;
+  static constexpr double kHuberK = 2.0;
 
   void observe(int decodes, int prefill_tokens, double seconds);
 
@@ -36,8 +41,9 @@ class StepCostModel {
   // under the same conditions as prefill_cap.
   std::optional<int> prefill_tokens_within(int decodes, double seconds) const;
 
-  // The predicted time of a step that decodes one sequence and nothing else (batch-1 decode's
-  // time per token, as the executor is timed); nullopt until the fit answers.
+  // The time of a step that decodes one sequence and nothing else (batch-1 decode's time per
+  // token, as the executor is timed): the median of such steps in the window when it holds at
+  // least kMinSteps of them, else the fit's prediction; nullopt until the fit answers.
   std::optional<double> lone_decode_seconds() const;
 
   // The predicted time of a step of `decodes` (> 0) decodes alone: the lone decode step plus
@@ -49,9 +55,11 @@ class StepCostModel {
   // the ~100M model on 2 cores), so twice that bounds it. nullopt until the fit answers.
   std::optional<double> decodes_alone_seconds(int decodes) const;
 
-  // The current fit (seconds, seconds per decode, seconds per prompt token); for tests and logs.
+  // The current fit (seconds, seconds per decode, seconds per prompt token, the measured lone
+  // decode step); for tests and logs.
   struct Fit {
     double base = 0, per_decode = 0, per_prefill_token = 0;
+    double measured_lone_decode = 0;  // the window's median lone decode step; 0 when too few
     bool valid = false;
   };
   const Fit& fit() const { return fit_; }

@@ -60,6 +60,11 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   const std::vector<SeqView>& views = applied.value();
   StepResult result;
   result.step_id = plan.step_id;
+  int32_t highest_block = -1;  // the KV this step writes
+  for (const auto& [src, dst] : plan.block_copies) highest_block = std::max(highest_block, dst);
+  for (const SeqStep& s : plan.seqs)
+    for (const int32_t b : s.new_blocks) highest_block = std::max(highest_block, b);
+  cache_.in_use_below(highest_block + 1);
   for (const auto& [src, dst] : plan.block_copies) cache_.copy_block(src, dst, backend_);
   if (plan.seqs.empty()) return result;
 

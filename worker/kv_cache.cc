@@ -10,6 +10,15 @@ KvCache::KvCache(const ModelConfig& config, int block_size, int num_blocks, DTyp
     k_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
     v_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
   }
+  if (backend.kind() == BackendKind::kCpu) {
+    std::vector<KvPrefaulter::Region> regions;
+    const size_t block_bytes = static_cast<size_t>(block_size * config.kv_heads * config.head_dim) * dtype_size(dtype);
+    for (size_t l = 0; l < k_.size(); ++l) {
+      regions.push_back({k_[l].data<char>(), block_bytes});
+      regions.push_back({v_[l].data<char>(), block_bytes});
+    }
+    prefaulter_ = std::make_unique<KvPrefaulter>(std::move(regions), num_blocks);
+  }
 }
 
 void KvCache::copy_block(int src, int dst, Backend& backend) {

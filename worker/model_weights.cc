@@ -61,7 +61,8 @@ Tensor transpose(const Tensor& t) {
 // their storage (conv1d: stored [in, out]).
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d) : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d) {}
+  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies)
+      : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d), own_copies_(own_copies) {}
 
   // The first alternative of a "a|b" name the checkpoint has (the first one when none).
   std::string resolve(const std::string& names) const {
@@ -76,8 +77,14 @@ class WeightReader {
   StatusOr<Tensor> load(const std::string& name, const std::vector<int64_t>& shape, Slice slice = {}) {
     return load_as(name, shape, slice, dtype_);
   }
+  // A table read a few rows at a time (an embedding not tied to the LM head): stays in the
+  // mapping where it can, so only the rows used become resident.
+  StatusOr<Tensor> load_sparsely_read(const std::string& name, const std::vector<int64_t>& shape, Slice slice = {}) {
+    return load_as(name, shape, slice, dtype_, /*read_whole=*/false);
+  }
 
-  StatusOr<Tensor> load_as(const std::string& name, const std::vector<int64_t>& shape, Slice slice, DType dtype) {
+  StatusOr<Tensor> load_as(const std::string& name, const std::vector<int64_t>& shape, Slice slice, DType dtype,
+                           bool read_whole = true) {
     const TensorInfo* info = ckpt_.find(name);
     if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
     // An unsupported dtype is reported by name before the shape is compared.
@@ -89,11 +96,20 @@ class WeightReader {
     StatusOr<Tensor> t = slice.axis < 0 ? ckpt_.load(name, dtype)
                                         : ckpt_.load_slice(name, dtype, slice.axis, slice.begin, slice.count);
     if (!t.is_ok()) return t.status();
+    const char* mapped = static_cast<const char*>(info->data);
+    const char* got = t->data<const char>();
+    const bool in_mapping = got >= mapped && got < mapped + info->nbytes;
+    if (in_mapping && own_copies_ && read_whole && t->nbytes() >= kOwnCopyBytes) {
+      // Read whole every step: copied out of the file's 4 KiB pages into memory on huge
+      // pages (Tensor::zeros says why).
+      Tensor copy = Tensor::zeros(t->view().dims(), t->dtype());
+      std::memcpy(copy.data<char>(), got, t->nbytes());
+      *t = std::move(copy);
+      got = t->data<const char>();
+    }
     // A converted or sliced copy no longer needs the mapped pages: drop them to keep peak
     // RSS near this rank's share. Copies are also made of strided PyTorch tensors and of
     // storages the legacy format left unaligned, so the test is where the data lives.
-    const char* mapped = static_cast<const char*>(info->data);
-    const char* got = t->data<const char>();
     if (info->dtype != dtype || slice.axis == 1 || got < mapped || got >= mapped + info->nbytes) ckpt_.release(name);
     total_bytes_ += static_cast<int64_t>(t->nbytes());
     return t;
@@ -196,9 +212,12 @@ class WeightReader {
   DType dtype() const { return dtype_; }
 
  private:
+  // From this size on a tensor used in place is copied when own_copies_ (one huge page).
+  static constexpr size_t kOwnCopyBytes = size_t{2} << 20;
   const Checkpoint& ckpt_;
   DType dtype_;
   bool conv1d_;
+  bool own_copies_;  // WeightLoadOptions::own_copies
   int64_t total_bytes_ = 0;
 };
 
@@ -482,16 +501,18 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   const ArchSpec& a = *c.arch;
   // GPTQ/AWQ tensors would otherwise surface as a missing ".weight" tensor.
   TESSERA_RETURN_IF_ERROR(check_not_prequantized(checkpoint));
-  WeightReader r(checkpoint, options.dtype, a.conv1d_weights);
+  WeightReader r(checkpoint, options.dtype, a.conv1d_weights, options.own_copies);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);
   const std::string& head_name = a.name_of(TensorRole::kLmHead);
   mw.vocab_split = sh.world > 1 && (options.plan == nullptr || options.plan->role_of(embed_name) == TpRole::kVocab);
   const Slice vocab_rows = mw.vocab_split ? rows(sh.vocab_offset, sh.vocab_rows) : Slice{};
-  TESSERA_ASSIGN_OR_RETURN(mw.embed, r.load(embed_name, {c.vocab, c.hidden}, vocab_rows));
+  // Tied to the LM head, the table is read whole every step; otherwise a row per token.
+  TESSERA_ASSIGN_OR_RETURN(mw.embed, c.tie_embeddings ? r.load(embed_name, {c.vocab, c.hidden}, vocab_rows)
+                                                      : r.load_sparsely_read(embed_name, {c.vocab, c.hidden}, vocab_rows));
   if (a.position == PositionKind::kLearned) {
-    TESSERA_ASSIGN_OR_RETURN(mw.pos_embed, r.load(a.name_of(TensorRole::kPosEmbed), {c.max_positions, c.hidden}));
+    TESSERA_ASSIGN_OR_RETURN(mw.pos_embed, r.load_sparsely_read(a.name_of(TensorRole::kPosEmbed), {c.max_positions, c.hidden}));
   }
   if (a.embedding_norm) {
     TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kEmbedNorm, -1, &mw.embed_norm_w, &mw.embed_norm_b));

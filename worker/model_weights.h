@@ -98,6 +98,10 @@ struct WeightLoadOptions {
   // Int8 weight-only quantization of the selected linears, slice by slice, after loading
   // (worker/weight_quantization.h).
   QuantizationOptions quant;
+  // Copy the tensors that would be used in place from the mapped checkpoint (stored in the
+  // model dtype), and are read whole every step, into this process's memory on huge pages:
+  // the CPU backend computes from them (a device backend uploads them, so it leaves this off).
+  bool own_copies = false;
 };
 
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config,

@@ -48,6 +48,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.shard = shard.value();
   wo.plan = options.plan;
   wo.quant = options.quant;
+  wo.own_copies = backend.kind() == BackendKind::kCpu;
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   // From here on the weights live where the backend keeps them (CUDA: device memory).

@@ -101,6 +101,26 @@ TEST(StepCostModel, PredictsDecodesAloneWithABoundedPerDecodeCost) {
   EXPECT_NEAR(*plain.decodes_alone_seconds(5), synthetic_step_seconds(5, 0), 1e-6);
 }
 
+// At light load the window holds mostly steps of one to three decodes and a few prompts;
+// one step the host stalled (2.4× its cost, among the few with three decodes) must not
+// drag the fit: plain least squares made the lone decode step half what it is.
+TEST(StepCostModel, AStepTheHostStalledDoesNotDragTheFit) {
+  StepCostModel m;
+  // 6 ms + 1 ms per decode + 0.45 ms per prompt token, with ±2% of deterministic jitter.
+  const auto cost = [](int d, int p, int i) { return (0.006 + 0.001 * d + 0.00045 * p) * (1.0 + 0.02 * ((i * 7) % 5 - 2) / 2.0); };
+  for (int i = 0; i < StepCostModel::kWindow; ++i) {
+    const int d = i % 9 == 0 ? 0 : 1 + (i % 4 == 0 ? 1 : 0) + (i % 13 == 0 ? 1 : 0);
+    const int p = i % 9 == 0 || i % 11 == 0 ? 128 : 0;
+    m.observe(d, p, cost(d, p, i));
+  }
+  ASSERT_TRUE(m.fit().valid);
+  m.observe(3, 114, 2.4 * cost(3, 114, 0));
+  ASSERT_TRUE(m.lone_decode_seconds().has_value());
+  EXPECT_NEAR(*m.lone_decode_seconds(), 0.007, 0.007 * 0.05);
+  EXPECT_NEAR(m.fit().per_prefill_token, 0.00045, 0.00045 * 0.15);
+  EXPECT_NEAR(*m.decodes_alone_seconds(3), 0.009, 0.009 * 0.05);
+}
+
 TEST(StepCostModel, IgnoresStepsThatCarryNothingOrHaveNoTime) {
   StepCostModel m;
   m.observe(0, 0, 5.0);
@@ -166,7 +186,8 @@ struct SyntheticRun {
     Step out;
     out.load = plan_load(sched, plan);
     out.cap = sched.stats().prefill_token_cap;
-    out.seconds = synthetic_step_seconds(out.load.decodes, out.load.prompt_tokens);
+    out.seconds = stall * synthetic_step_seconds(out.load.decodes, out.load.prompt_tokens);
+    stall = 1.0;
     const StepResult result = exec.execute(plan);
     sched.on_step_time(plan.step_id, out.seconds);
     out.events = sched.on_step_result(plan, result);
@@ -177,6 +198,7 @@ struct SyntheticRun {
     return out;
   }
 
+  double stall = 1.0;  // the next step takes this many times its synthetic cost
   Scheduler sched;
   testing::FakeExecutor exec;
   SeqId next_id = 1;
@@ -385,6 +407,33 @@ TEST(DecodeLatencyBudget, TpotBudgetSpendsSavedCreditOnALatePrompt) {
   EXPECT_NEAR(*m.lone_decode_seconds(), kBase + kPerDecode, 1e-9);
   EXPECT_EQ(m.prefill_tokens_within(1, 2.0 * *m.lone_decode_seconds()), 6);
   EXPECT_EQ(m.prefill_tokens_within(1, 0.001), 1) << "decodes over budget still let one token through";
+}
+
+// A stall (one step 100× its cost) puts the running stream far over its budget; a prompt
+// arriving then is still fed in steps that stay within the target (3 tokens beside the
+// decode at target 1.5: (16.5 − 11) ms ÷ 1.73 ms), not one token per step until the debt
+// is repaid.
+TEST(DecodeLatencyBudget, AStalledStepDoesNotStarveAPromptBesideIt) {
+  SchedulerConfig c = budget_config(512);
+  c.max_tpot_slowdown = 1.5;
+  SyntheticRun run(c);
+  const SeqId stream = run.add(4, 300);
+  SeqId late = 0;
+  int prompt_steps = 0;
+  for (int step = 0; step < 2000 && run.sched.has_work(); ++step) {
+    run.warm_up_step(step);
+    if (step == 60) run.stall = 100.0;
+    if (step == 61) late = run.add(30, 4);
+    const SyntheticRun::Step s = run.step();
+    if (late == 0 || s.load.prompt_tokens == 0) continue;
+    ++prompt_steps;
+    EXPECT_EQ(s.load.decoding, std::vector<SeqId>{stream}) << "step " << step;
+    EXPECT_LE(s.seconds, 1.5 * (kBase + kPerDecode) + 1e-12) << "step " << step << " stays within the target";
+  }
+  EXPECT_FALSE(run.sched.has_work());
+  EXPECT_GT(prompt_steps, 1) << "the debt is respected: the prompt does not go whole";
+  EXPECT_LE(prompt_steps, 10) << "30 tokens at 3 a step";
+  EXPECT_EQ(run.outputs.count(late), 1u);
 }
 
 TEST(DecodeLatencyBudget, NoCapWithoutChunkedPrefillOrInStaticMode) {

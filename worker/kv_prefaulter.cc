@@ -1,0 +1,84 @@
+#include "worker/kv_prefaulter.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14 (older glibc headers lack the name)
+#endif
+
+namespace tessera {
+namespace {
+
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Populates the whole pages of [begin, end); false when the kernel refuses the advice.
+bool populate(char* begin, char* end) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(end) + page - 1) / page * page;
+  if (last <= first) return true;
+  return ::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE) == 0;
+}
+
+}  // namespace
+
+KvPrefaulter::KvPrefaulter(std::vector<Region> regions, int num_blocks)
+    : regions_(std::move(regions)), num_blocks_(num_blocks) {
+  size_t largest = 1;
+  for (const Region& r : regions_) largest = std::max(largest, r.block_bytes);
+  ahead_ = std::max<int>(16, static_cast<int>(kHugePageBytes / largest));
+  thread_ = std::thread([this] { run(); });
+}
+
+KvPrefaulter::~KvPrefaulter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void KvPrefaulter::in_use_below(int end) {
+  const int want = std::min(num_blocks_, std::max(0, end) + ahead_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (want <= target_) return;
+    target_ = want;
+  }
+  cv_.notify_all();
+}
+
+int KvPrefaulter::populated_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return populated_;
+}
+
+void KvPrefaulter::run() {
+  // Only when a CPU would otherwise idle: steps always come first.
+  sched_param idle{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || populated_ < target_; });
+    if (stop_) return;
+    const int from = populated_, to = target_;
+    lock.unlock();
+    bool ok = true;
+    for (const Region& r : regions_) {
+      ok = populate(r.base + static_cast<size_t>(from) * r.block_bytes, r.base + static_cast<size_t>(to) * r.block_bytes);
+      if (!ok) break;
+    }
+    lock.lock();
+    if (!ok) return;  // no MADV_POPULATE_WRITE here: first touches stay in the steps
+    populated_ = to;
+  }
+}
+
+}  // namespace tessera
