@@ -108,15 +108,14 @@ void StepCostModel::refit() {
     solved = true;
   }
   // The lone decode step, measured where the window has enough of them (light load, where
-  // the budgets matter most and the fit's base + per-decode split is least determined):
-  // their median, which no stall moves.
+  // the fit's base + per-decode split is least determined): their median, which no stall
+  // moves; kept when they have left the window (lone_decode_seconds says why).
   std::array<double, kWindow> lone{};
   int lone_steps = 0;
   for (int i = 0; i < size_; ++i) {
     const Sample& s = window_[static_cast<size_t>(i)];
     if (s.decodes == 1 && s.prefill == 0) lone[static_cast<size_t>(lone_steps++)] = s.seconds;
   }
-  fit_.measured_lone_decode = 0;
   if (lone_steps >= kMinSteps) {
     const auto mid = lone.begin() + lone_steps / 2;
     std::nth_element(lone.begin(), mid, lone.begin() + lone_steps);

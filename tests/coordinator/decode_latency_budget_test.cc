@@ -121,6 +121,24 @@ TEST(StepCostModel, AStepTheHostStalledDoesNotDragTheFit) {
   EXPECT_NEAR(*m.decodes_alone_seconds(3), 0.009, 0.009 * 0.05);
 }
 
+// Under load no step decodes alone, and every step pays a load-dependent cost the fit puts
+// in its base: the lone decode step measured at light load is kept.
+TEST(StepCostModel, KeepsTheLoneDecodeStepMeasuredAtLightLoad) {
+  StepCostModel m;
+  for (int i = 0; i < 40; ++i) {
+    const int d = 1 + (i % 5 == 0 ? 1 : 0), p = i % 4 == 0 ? 64 : 0;
+    m.observe(d, p, synthetic_step_seconds(d, p));
+  }
+  ASSERT_NEAR(*m.lone_decode_seconds(), kBase + kPerDecode, 1e-9);
+  // Then loaded: 3 ms more per step, 3 to 6 decodes, prompt chunks beside them.
+  for (int i = 0; i < 2 * StepCostModel::kWindow; ++i) {
+    const int d = 3 + i % 4, p = i % 3 == 0 ? 0 : 4 + i % 9;
+    m.observe(d, p, 0.003 + synthetic_step_seconds(d, p));
+  }
+  EXPECT_NEAR(m.fit().base, kBase + 0.003, 1e-6) << "the fit follows the load";
+  EXPECT_NEAR(*m.lone_decode_seconds(), kBase + kPerDecode, 1e-9) << "the lone step is the one measured alone";
+}
+
 TEST(StepCostModel, IgnoresStepsThatCarryNothingOrHaveNoTime) {
   StepCostModel m;
   m.observe(0, 0, 5.0);
