@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/tensor_arena.h"
 #include "worker/weight_quantization.h"
 
 namespace tessera {
@@ -99,10 +100,11 @@ class WeightReader {
     const char* mapped = static_cast<const char*>(info->data);
     const char* got = t->data<const char>();
     const bool in_mapping = got >= mapped && got < mapped + info->nbytes;
-    if (in_mapping && own_copies_ && read_whole && t->nbytes() >= kOwnCopyBytes) {
-      // Read whole every step: copied out of the file's 4 KiB pages into memory on huge
-      // pages (Tensor::zeros says why).
-      Tensor copy = Tensor::zeros(t->view().dims(), t->dtype());
+    if (own_copies_ && read_whole && !reshaping_ && t->nbytes() >= kOwnCopyBytes &&
+        (in_mapping || t->nbytes() < kHugePageBytes)) {
+      // Read whole every step: copied out of the file's 4 KiB pages (or a small converted
+      // copy's, on the C heap) into memory on huge pages (Tensor::zeros says why).
+      Tensor copy = arena_.zeros(t->view().dims(), t->dtype());
       std::memcpy(copy.data<char>(), got, t->nbytes());
       *t = std::move(copy);
       got = t->data<const char>();
@@ -142,6 +144,7 @@ class WeightReader {
   StatusOr<Tensor> matrix(const std::string& name, int64_t out, int64_t in, Slice slice) {
     if (!conv1d_) return load(name, {out, in}, slice);
     const Slice stored = slice.axis < 0 ? slice : Slice{1 - slice.axis, slice.begin, slice.count};
+    const Reshaping transposed(this);
     TESSERA_ASSIGN_OR_RETURN(Tensor t, load(name, {in, out}, stored));
     Tensor flipped = transpose(t);
     ckpt_.release(name);
@@ -171,6 +174,7 @@ class WeightReader {
     }
     std::vector<LinearWeights> parts;
     int64_t total = 0;
+    const Reshaping stacked(this);
     for (const Segment& s : segs) {
       TESSERA_ASSIGN_OR_RETURN(LinearWeights p, linear(s.name, s.out, in, rows(s.begin, s.count)));
       if (!parts.empty() && p.b.empty() != parts[0].b.empty()) {
@@ -181,7 +185,7 @@ class WeightReader {
       parts.push_back(std::move(p));
     }
     LinearWeights packed;
-    packed.w = Tensor::zeros({total, in}, parts[0].w.dtype());
+    packed.w = own_copies_ ? arena_.zeros({total, in}, parts[0].w.dtype()) : Tensor::zeros({total, in}, parts[0].w.dtype());
     char* dst = packed.w.data<char>();
     for (const LinearWeights& p : parts) {
       std::memcpy(dst, p.w.data<char>(), p.w.nbytes());
@@ -212,8 +216,20 @@ class WeightReader {
   DType dtype() const { return dtype_; }
 
  private:
-  // From this size on a tensor used in place is copied when own_copies_ (one huge page).
-  static constexpr size_t kOwnCopyBytes = size_t{2} << 20;
+  // From this size on a tensor is given its own copy when own_copies_: any that would be
+  // used in place, and converted ones below a huge page (larger ones already are on them).
+  static constexpr size_t kOwnCopyBytes = size_t{64} << 10;
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  TensorArena arena_;
+  // While set, loads are reshaped into a new tensor (stacked, transposed) right after: no
+  // own copy of the parts (arena memory is freed only with the whole chunk).
+  bool reshaping_ = false;
+  struct Reshaping {
+    explicit Reshaping(WeightReader* r) : r_(r), was_(r->reshaping_) { r->reshaping_ = true; }
+    ~Reshaping() { r_->reshaping_ = was_; }
+    WeightReader* r_;
+    bool was_;
+  };
   const Checkpoint& ckpt_;
   DType dtype_;
   bool conv1d_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/tensor_arena.h"
 #include "common/tokenizer/regex.h"
 #include "kernels/cpu/linear_int8.h"
 #include "worker/arch_spec.h"
@@ -204,6 +205,7 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
   if (!tied) list.push_back({&mw.lm_head, {s.resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
 
   int64_t delta = 0;
+  TensorArena arena;  // most int8 matrices are under a huge page (Tensor::zeros, TensorArena)
   for (const Candidate& cand : list) {
     // The LM head (role vocab) is int8 only when a rule asks.
     TESSERA_ASSIGN_OR_RETURN(const bool int8, s.wants_int8(cand));
@@ -218,8 +220,8 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
                               " (this rank's matrix is [" + std::to_string(N) + ", " +
                               std::to_string(K) + "]); " + divisors_hint(K));
     }
-    Tensor w8 = Tensor::zeros({N, K}, DType::kI8);
-    Tensor scales = Tensor::zeros({N, K / q.group}, DType::kF32);
+    Tensor w8 = arena.zeros({N, K}, DType::kI8);
+    Tensor scales = arena.zeros({N, K / q.group}, DType::kF32);
     cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, q.group, w8.data<int8_t>(), scales.data<float>());
     delta += bytes(w8) + bytes(scales) - bytes(l.w);
     l.w = std::move(w8);
