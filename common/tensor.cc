@@ -65,9 +65,7 @@ std::string TensorView::shape_string() const {
 
 namespace {
 // From this size on zeros() maps fresh pages rather than allocating and clearing them.
-constexpr size_t kLazyZeroBytes = size_t{2} << 20;
-// Transparent huge pages are 2 MiB on x86-64 and (with 4 KiB base pages) arm64.
-constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kLazyZeroBytes = kHugePageBytes;
 }  // namespace
 
 Tensor Tensor::zeros(const std::vector<int64_t>& dims, DType dtype) {

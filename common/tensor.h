@@ -56,6 +56,10 @@ struct TensorView {
   std::string shape_string() const;  // "[4, 128]"
 };
 
+// Transparent huge pages are 2 MiB on x86-64 and (with 4 KiB base pages) arm64. From this size
+// on Tensor::zeros maps its tensors on huge pages where the kernel grants them (it says why).
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 class Tensor {
  public:
   Tensor() = default;

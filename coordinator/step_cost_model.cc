@@ -44,6 +44,25 @@ void StepCostModel::observe(int decodes, int prefill_tokens, double seconds) {
   refit();
 }
 
+void StepCostModel::huber_weights(const std::array<double, 3>& fit, std::array<double, kWindow>* weight) const {
+  std::array<double, kWindow> relative{};
+  for (int i = 0; i < size_; ++i) {
+    const Sample& s = window_[static_cast<size_t>(i)];
+    const double predicted = fit[0] + fit[1] * s.decodes + fit[2] * s.prefill;
+    relative[static_cast<size_t>(i)] = std::abs(s.seconds - predicted) / std::max(predicted > 0 ? predicted : s.seconds, 1e-9);
+  }
+  std::array<double, kWindow> sorted = relative;
+  const auto mid = sorted.begin() + size_ / 2;
+  std::nth_element(sorted.begin(), mid, sorted.begin() + size_);
+  // 1.4826 × the median absolute residual estimates the noise's standard deviation; a
+  // floor of 1% keeps an exact window (synthetic steps, tests) unweighted.
+  const double bound = kHuberK * std::max(1.4826 * *mid, 0.01);
+  for (int i = 0; i < size_; ++i) {
+    const double r = relative[static_cast<size_t>(i)];
+    (*weight)[static_cast<size_t>(i)] = r <= bound ? 1.0 : bound / r;
+  }
+}
+
 void StepCostModel::refit() {
   // Least squares over the window, with a ridge term pulling each coefficient towards the
   // previous fit: weight 1e-3 of the feature's (weighted) mean square, enough to pin down a
@@ -59,33 +78,15 @@ void StepCostModel::refit() {
   // where a decode step varies by one); so a down-weighted step pulls the fit by at most the
   // bound times its predicted time, however long the stall.
   const std::array<double, 3> prior = {fit_.base, fit_.per_decode, fit_.per_prefill_token};
-  std::array<double, kWindow> weight;
-  weight.fill(1.0);
   // Each pass weighs the steps by their residuals against the fit so far, starting from the
   // previous one: a new outlier is judged against the fit it would drag, not against a fit
   // it has already dragged (one stalled step of a rare kind has the leverage to pull an
   // unweighted fit onto itself). From no prior every step weighs the same.
   std::array<double, 3> x = prior;
+  std::array<double, kWindow> weight{};
   bool solved = false;
   for (int pass = 0; pass < kRobustPasses; ++pass) {
-    {
-      std::array<double, kWindow> relative{};
-      for (int i = 0; i < size_; ++i) {
-        const Sample& s = window_[static_cast<size_t>(i)];
-        const double predicted = x[0] + x[1] * s.decodes + x[2] * s.prefill;
-        relative[static_cast<size_t>(i)] = std::abs(s.seconds - predicted) / std::max(predicted > 0 ? predicted : s.seconds, 1e-9);
-      }
-      std::array<double, kWindow> sorted = relative;
-      const auto mid = sorted.begin() + size_ / 2;
-      std::nth_element(sorted.begin(), mid, sorted.begin() + size_);
-      // 1.4826 × the median absolute residual estimates the noise's standard deviation; a
-      // floor of 1% keeps an exact window (synthetic steps, tests) unweighted.
-      const double bound = kHuberK * std::max(1.4826 * *mid, 0.01);
-      for (int i = 0; i < size_; ++i) {
-        const double r = relative[static_cast<size_t>(i)];
-        weight[static_cast<size_t>(i)] = r <= bound ? 1.0 : bound / r;
-      }
-    }
+    huber_weights(x, &weight);
     std::array<std::array<double, 3>, 3> a{};
     std::array<double, 3> b{};
     for (int i = 0; i < size_; ++i) {

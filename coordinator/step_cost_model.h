@@ -75,6 +75,9 @@ class StepCostModel {
     double decodes = 0, prefill = 0, seconds = 0;
   };
   void refit();
+  // Huber weights of the window's steps for residuals against `fit` (base, per decode, per
+  // prompt token), relative to the prediction (refit says why).
+  void huber_weights(const std::array<double, 3>& fit, std::array<double, kWindow>* weight) const;
 
   std::array<Sample, kWindow> window_{};
   int size_ = 0;  // filled entries

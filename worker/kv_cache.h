@@ -29,7 +29,6 @@ class KvCache {
   void in_use_below(int end) {
     if (prefaulter_) prefaulter_->in_use_below(end);
   }
-  const KvPrefaulter* prefaulter() const { return prefaulter_.get(); }
   // Bytes one block takes across all layers (K and V), for sizing the pool.
   static int64_t bytes_per_block(const ModelConfig& config, int block_size, DType dtype);
 

@@ -8,14 +8,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/tensor.h"  // kHugePageBytes
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14 (older glibc headers lack the name)
 #endif
 
 namespace tessera {
 namespace {
-
-constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // Populates the whole pages of [begin, end); false when the kernel refuses the advice.
 bool populate(char* begin, char* end) {

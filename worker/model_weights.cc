@@ -219,7 +219,6 @@ class WeightReader {
   // From this size on a tensor is given its own copy when own_copies_: any that would be
   // used in place, and converted ones below a huge page (larger ones already are on them).
   static constexpr size_t kOwnCopyBytes = size_t{64} << 10;
-  static constexpr size_t kHugePageBytes = size_t{2} << 20;
   TensorArena arena_;
   // While set, loads are reshaped into a new tensor (stacked, transposed) right after: no
   // own copy of the parts (arena memory is freed only with the whole chunk).
