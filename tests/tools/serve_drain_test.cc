@@ -36,7 +36,14 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// tiny-llama has 512 token ids and no tokenizer: token-id prompts, distinct per client.
+// The model: tiny-gemma3 has a 32768-token context, so the long request can run ~25 times
+// longer than the 1 s drain deadline (tiny-llama's 2048 tokens took 0.85 s alone, and
+// the deadline sometimes missed it). 512 token ids and no tokenizer: token-id prompts,
+// distinct per client.
+constexpr const char* kDrainModel = "/tiny-gemma3";
+constexpr int kLongTokens = 30000;
+constexpr const char* kDrainCacheBlocks = "cache.num_blocks=4096";  // the long one's KV, plus room
+
 json drain_prompt_ids(int i) {
   json ids = json::array();
   for (int k = 0; k < 3 + i % 7; ++k) ids.push_back(5 + (i * 13 + k * 29) % 500);
@@ -88,15 +95,15 @@ TEST(ServeDrain, SigtermDuringTwentyStreamsEndsEveryOneProperlyTwentyRunsInARow)
     SCOPED_TRACE("run " + std::to_string(run));
     testing::ServeProcess server;
     // A 1 s drain deadline: the short streams finish inside it, the long one is cut by it.
-    ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "server.drain_timeout_s=1",
-                              "--set", "worker.threads=1", "--set", "cache.num_blocks=512"}))
+    ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + kDrainModel, "--set", "server.drain_timeout_s=1",
+                              "--set", "worker.threads=1", "--set", kDrainCacheBlocks}))
         << server.log();
     // Two ZeroMQ requests in flight too: a short one and one the deadline cuts. They run
     // before the signal (the long one's first Delta has come), so each must end with its Final.
     auto zc = ZmqClient::connect(server.zmq_endpoint());
     ASSERT_TRUE(zc.is_ok()) << zc.status().to_string();
     auto short_id = zc.value()->submit(ZmqRequestKind::kCompletion, completion(1, 16, false).dump());
-    auto long_id = zc.value()->submit(ZmqRequestKind::kCompletion, completion(2, 1900, false).dump());
+    auto long_id = zc.value()->submit(ZmqRequestKind::kCompletion, completion(2, kLongTokens, false).dump());
     ASSERT_TRUE(short_id.is_ok() && long_id.is_ok());
     std::map<uint64_t, ZmqClientEvent> answers;
     for (bool long_runs = false; !long_runs;) {
@@ -110,8 +117,8 @@ TEST(ServeDrain, SigtermDuringTwentyStreamsEndsEveryOneProperlyTwentyRunsInARow)
     std::vector<std::atomic<bool>> started(kStreams + 1), ended(kStreams + 1);
     std::vector<std::thread> clients;
     for (int i = 0; i <= kStreams; ++i) {
-      // Stream kStreams is the long one: 1900 tokens take far longer than the deadline.
-      const int max_tokens = i == kStreams ? 1900 : 8 + (i * 7 + run * 3) % 57;
+      // Stream kStreams is the long one: it takes far longer than the deadline.
+      const int max_tokens = i == kStreams ? kLongTokens : 8 + (i * 7 + run * 3) % 57;
       clients.emplace_back([&, i, max_tokens] {
         streams[i] =
             testing::read_raw_sse(server.port(), "/v1/completions", completion(i, max_tokens, true).dump(), &started[i]);
@@ -177,13 +184,13 @@ TEST(ServeDrain, SigtermDuringTwentyStreamsEndsEveryOneProperlyTwentyRunsInARow)
 TEST(ServeDrain, ASecondSignalEndsTheDrainAtOnce) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "server.drain_timeout_s=600",
-                            "--set", "worker.threads=1", "--set", "cache.num_blocks=512"}))
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + kDrainModel, "--set", "server.drain_timeout_s=600",
+                            "--set", "worker.threads=1", "--set", kDrainCacheBlocks}))
       << server.log();
   std::atomic<bool> started{false};
   testing::RawSseStream stream;
   std::thread client([&] {
-    stream = testing::read_raw_sse(server.port(), "/v1/completions", completion(0, 1900, true).dump(), &started);
+    stream = testing::read_raw_sse(server.port(), "/v1/completions", completion(0, kLongTokens, true).dump(), &started);
   });
   while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   server.signal(SIGTERM);
