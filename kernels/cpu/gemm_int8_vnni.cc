@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/check.h"
@@ -33,6 +34,9 @@ namespace tessera::cpu::detail {
 namespace {
 
 constexpr int kMr = 8, kNr = 32;
+// k values per 32-bit word of a panel or x tile: pairs of int16 (vpdpwssd) or quads of
+// int8 (vpdpbusd).
+constexpr int k_per_word(int x_bits) { return x_bits == 16 ? 2 : 4; }
 constexpr int64_t kChunkPanels = 8;
 
 // K block: the whole groups that fit in ~256 k (at least one group).
@@ -65,28 +69,39 @@ TESSERA_TARGET_AVX512_VNNI inline void transpose16(__m512i r[16]) {
 }
 
 // Panel of columns [n0, n0 + 32), k in [k0, k0 + kc): words, then scales (layout above).
-// 16 columns x 16 pairs at a time: 32 int8 of a column widen to 16 words (vpmovsxbw puts k
-// in the low half, k + 1 in the high), and a transpose turns columns into pair steps.
-// kc / 2 is a multiple of 16, since a group is a multiple of 32.
+// 16 columns x 16 words at a time, then a transpose turns columns into steps. 16-bit x:
+// 32 int8 of a column widen to 16 words (vpmovsxbw puts k in the low half, k + 1 in the
+// high). 8-bit x: 64 int8 of a column are 16 words as they are, offset to unsigned (an XOR
+// of the sign bit); a block's last steps may be fewer than 16 (kc a multiple of 32).
+template <int kBits>
 TESSERA_TARGET_AVX512_VNNI void pack_panel(const Int8LinearArgs& a, int64_t n0, int64_t k0, int64_t kc, uint32_t* dst) {
-  const int64_t groups = a.K / a.group, block_groups = kc / a.group;
+  constexpr int kPer = k_per_word(kBits);
+  const int64_t groups = a.K / a.group, block_groups = kc / a.group, steps = kc / kPer;
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int h = 0; h < 2; ++h) {
     const int8_t* col[16];
     for (int j = 0; j < 16; ++j) {
       const int64_t n = n0 + 16 * h + j;
       col[j] = n < a.N ? a.w + n * a.K + k0 : nullptr;
     }
-    for (int64_t p0 = 0; p0 < kc / 2; p0 += 16) {
+    for (int64_t p0 = 0; p0 < steps; p0 += 16) {
+      const int64_t live = std::min<int64_t>(16, steps - p0);
       __m512i r[16];
       for (int j = 0; j < 16; ++j) {
-        r[j] = col[j] ? _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col[j] + 2 * p0)))
-                      : _mm512_setzero_si512();
+        if constexpr (kBits == 16) {
+          r[j] = col[j] ? _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col[j] + 2 * p0)))
+                        : _mm512_setzero_si512();
+        } else {
+          // Columns past N are weights 0, i.e. 0x80 once offset.
+          const __mmask64 mask = live == 16 ? ~__mmask64{0} : (__mmask64{1} << (4 * live)) - 1;
+          r[j] = _mm512_xor_si512(col[j] ? _mm512_maskz_loadu_epi8(mask, col[j] + 4 * p0) : _mm512_setzero_si512(), sign);
+        }
       }
       transpose16(r);
-      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(dst + (p0 + p) * kNr + 16 * h, r[p]);
+      for (int64_t p = 0; p < live; ++p) _mm512_storeu_si512(dst + (p0 + p) * kNr + 16 * h, r[p]);
     }
   }
-  float* scales = reinterpret_cast<float*>(dst + kc / 2 * kNr);
+  float* scales = reinterpret_cast<float*>(dst + steps * kNr);
   for (int j = 0; j < kNr; ++j) {
     const int64_t n = n0 + j;
     for (int64_t g = 0; g < block_groups; ++g)
@@ -95,28 +110,50 @@ TESSERA_TARGET_AVX512_VNNI void pack_panel(const Int8LinearArgs& a, int64_t n0, 
 }
 
 // x quantized per row, then packed per 8-row tile (layout above).
-void pack_x(const Int8LinearArgs& a, int64_t tiles, uint32_t* xp, float* xs) {
-  const int64_t groups = a.K / a.group, pairs = a.K / 2;
+template <int kBits>
+void pack_x(const Int8LinearArgs& a, int64_t tiles, uint32_t* xp, float* xs, int32_t* xc) {
+  constexpr int kPer = k_per_word(kBits);
+  using Q = std::conditional_t<kBits == 16, int16_t, int8_t>;
+  using U = std::conditional_t<kBits == 16, uint16_t, uint8_t>;
+  const int64_t groups = a.K / a.group, steps = a.K / kPer;
 #pragma omp parallel if (a.M * a.K >= 64 * 1024)
   {
-    thread_local std::vector<int16_t> row_buffer;
+    thread_local std::vector<Q> row_buffer;
     thread_local std::vector<float> scale_buffer;
-    int16_t* q = scratch(row_buffer, a.K);
+    Q* q = scratch(row_buffer, a.K);
     float* s = scratch(scale_buffer, groups);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
       for (int i = 0; i < kMr; ++i) {
         const int64_t m = t * kMr + i;
-        uint32_t* dst = xp + t * pairs * kMr;
+        uint32_t* dst = xp + t * steps * kMr;
         float* sdst = xs + t * groups * kMr;
+        int32_t* cdst = xc + t * groups * kMr;
         if (m < a.M) {
-          quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, q, s);
-          for (int64_t p = 0; p < pairs; ++p)
-            dst[p * kMr + i] = static_cast<uint16_t>(q[2 * p]) | (static_cast<uint32_t>(static_cast<uint16_t>(q[2 * p + 1])) << 16);
-          for (int64_t g = 0; g < groups; ++g) sdst[g * kMr + i] = s[g];
+          if constexpr (kBits == 16) {
+            quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, q, s);
+          } else {
+            quantize_row_int8_avx512(a.x + m * a.ldx, a.K, a.group, q, s);
+          }
+          for (int64_t p = 0; p < steps; ++p) {
+            uint32_t word = 0;
+            for (int b = 0; b < kPer; ++b) word |= static_cast<uint32_t>(static_cast<U>(q[kPer * p + b])) << (kBits * b);
+            dst[p * kMr + i] = word;
+          }
+          for (int64_t g = 0; g < groups; ++g) {
+            sdst[g * kMr + i] = s[g];
+            int32_t sum = 0;  // the offset weights' surplus: 128 x sum(x) per group (8-bit x)
+            if constexpr (kBits == 8) {
+              for (int64_t k = g * a.group; k < (g + 1) * a.group; ++k) sum += q[k];
+            }
+            cdst[g * kMr + i] = 128 * sum;
+          }
         } else {
-          for (int64_t p = 0; p < pairs; ++p) dst[p * kMr + i] = 0u;
-          for (int64_t g = 0; g < groups; ++g) sdst[g * kMr + i] = 0.0f;
+          for (int64_t p = 0; p < steps; ++p) dst[p * kMr + i] = 0u;
+          for (int64_t g = 0; g < groups; ++g) {
+            sdst[g * kMr + i] = 0.0f;
+            cdst[g * kMr + i] = 0;
+          }
         }
       }
     }
@@ -124,14 +161,16 @@ void pack_x(const Int8LinearArgs& a, int64_t tiles, uint32_t* xp, float* xs) {
 }
 
 // ct[8][32] += the K block [k0, k0 + kc) of x tile × panel, group by group.
-TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst, const uint32_t* panel, int64_t kc,
-                                            int64_t group, float* ct) {
-  const float* wscales = reinterpret_cast<const float*>(panel + kc / 2 * kNr);
+template <int kBits>
+TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst, const int32_t* xct,
+                                            const uint32_t* panel, int64_t kc, int64_t group, float* ct) {
+  constexpr int kPer = k_per_word(kBits);
+  const float* wscales = reinterpret_cast<const float*>(panel + kc / kPer * kNr);
   for (int64_t g = 0; g < kc / group; ++g) {
     __m512i acc[kMr][2];
 #pragma GCC unroll 8
     for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
-    const int64_t p0 = g * group / 2, p1 = (g + 1) * group / 2;
+    const int64_t p0 = g * group / kPer, p1 = (g + 1) * group / kPer;
 #pragma GCC unroll 2
     for (int64_t p = p0; p < p1; ++p) {
       const __m512i w0 = _mm512_loadu_si512(panel + p * kNr);
@@ -140,13 +179,23 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
 #pragma GCC unroll 8
       for (int i = 0; i < kMr; ++i) {
         const __m512i xv = _mm512_set1_epi32(static_cast<int32_t>(xk[i]));
-        acc[i][0] = _mm512_dpwssd_epi32(acc[i][0], xv, w0);
-        acc[i][1] = _mm512_dpwssd_epi32(acc[i][1], xv, w1);
+        if constexpr (kBits == 16) {
+          acc[i][0] = _mm512_dpwssd_epi32(acc[i][0], xv, w0);
+          acc[i][1] = _mm512_dpwssd_epi32(acc[i][1], xv, w1);
+        } else {
+          acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, xv);  // unsigned (offset) weights x signed x
+          acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, xv);
+        }
       }
     }
     const __m512 s0 = _mm512_loadu_ps(wscales + g * kNr), s1 = _mm512_loadu_ps(wscales + g * kNr + 16);
 #pragma GCC unroll 8
     for (int i = 0; i < kMr; ++i) {
+      if constexpr (kBits == 8) {
+        const __m512i surplus = _mm512_set1_epi32(xct[g * kMr + i]);
+        acc[i][0] = _mm512_sub_epi32(acc[i][0], surplus);
+        acc[i][1] = _mm512_sub_epi32(acc[i][1], surplus);
+      }
       const __m512 sx = _mm512_set1_ps(xst[g * kMr + i]);
       float* row = ct + i * kNr;
       _mm512_storeu_ps(row, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(s0, sx), _mm512_loadu_ps(row)));
@@ -157,9 +206,12 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
 }
 
 // Panels [p0, p1) on the calling thread.
-void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, int64_t tiles, int64_t p0, int64_t p1) {
+template <int kBits>
+void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, const int32_t* xc, int64_t tiles,
+                 int64_t p0, int64_t p1) {
+  constexpr int kPer = k_per_word(kBits);
   const int64_t kb = block_k(a.group), groups = a.K / a.group;
-  const int64_t panel_words = kb / 2 * kNr + kb / a.group * kNr;
+  const int64_t panel_words = kb / kPer * kNr + kb / a.group * kNr;
   thread_local std::vector<uint32_t> chunk_buffer;
   uint32_t* chunk = scratch(chunk_buffer, kChunkPanels * panel_words);
   alignas(64) float ct[kMr * kNr];
@@ -168,11 +220,12 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, i
     for (int64_t k0 = 0; k0 < a.K; k0 += kb) {
       const int64_t kc = std::min(kb, a.K - k0);
       const bool last_k = k0 + kc == a.K;
-      for (int64_t p = c0; p < c1; ++p) pack_panel(a, p * kNr, k0, kc, chunk + (p - c0) * panel_words);
+      for (int64_t p = c0; p < c1; ++p) pack_panel<kBits>(a, p * kNr, k0, kc, chunk + (p - c0) * panel_words);
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t m0 = t * kMr, rows = std::min<int64_t>(kMr, a.M - m0);
-        const uint32_t* xt = xp + (t * a.K + k0) / 2 * kMr;
+        const uint32_t* xt = xp + (t * a.K + k0) / kPer * kMr;
         const float* xst = xs + (t * groups + k0 / a.group) * kMr;
+        const int32_t* xct = xc + (t * groups + k0 / a.group) * kMr;
         for (int64_t p = c0; p < c1; ++p) {
           const int64_t n0 = p * kNr, cols = std::min<int64_t>(kNr, a.N - n0);
           float* y = a.y + m0 * a.ldy + n0;
@@ -181,7 +234,7 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, i
           } else {
             for (int64_t i = 0; i < rows; ++i) std::memcpy(ct + i * kNr, y + i * a.ldy, cols * sizeof(float));
           }
-          microkernel(xt, xst, chunk + (p - c0) * panel_words, kc, a.group, ct);
+          microkernel<kBits>(xt, xst, xct, chunk + (p - c0) * panel_words, kc, a.group, ct);
           for (int64_t i = 0; i < rows; ++i) {
             float* out = y + i * a.ldy;
             if (last_k) {
@@ -196,20 +249,22 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, i
   }
 }
 
-}  // namespace
-
-void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a) {
-  TESSERA_CHECK(a.group % 2 == 0 && a.K % a.group == 0) << "K=" << a.K << " group=" << a.group;
+template <int kBits>
+void gemm(const Int8LinearArgs& a) {
+  TESSERA_CHECK(a.group % 32 == 0 && a.K % a.group == 0) << "K=" << a.K << " group=" << a.group;
+  constexpr int kPer = k_per_word(kBits);
   const int64_t tiles = (a.M + kMr - 1) / kMr, groups = a.K / a.group;
   thread_local std::vector<uint32_t> x_buffer;
   thread_local std::vector<float> xs_buffer;
-  uint32_t* xp = scratch(x_buffer, tiles * a.K / 2 * kMr);
+  thread_local std::vector<int32_t> xc_buffer;
+  uint32_t* xp = scratch(x_buffer, tiles * a.K / kPer * kMr);
   float* xs = scratch(xs_buffer, tiles * groups * kMr);
-  pack_x(a, tiles, xp, xs);
+  int32_t* xc = scratch(xc_buffer, tiles * groups * kMr);
+  pack_x<kBits>(a, tiles, xp, xs, xc);
   const int64_t panels = (a.N + kNr - 1) / kNr;
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), panels));
   if (threads <= 1 || a.M * a.N * a.K < 256 * 1024) {
-    gemm_panels(a, xp, xs, tiles, 0, panels);
+    gemm_panels<kBits>(a, xp, xs, xc, tiles, 0, panels);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -217,8 +272,13 @@ void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a) {
     const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
     const int64_t base = panels / nt, extra = panels % nt;
     const int64_t p0 = tid * base + std::min(tid, extra);
-    gemm_panels(a, xp, xs, tiles, p0, p0 + base + (tid < extra ? 1 : 0));
+    gemm_panels<kBits>(a, xp, xs, xc, tiles, p0, p0 + base + (tid < extra ? 1 : 0));
   }
 }
+
+}  // namespace
+
+void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a) { gemm<16>(a); }
+void gemm_int8_x8_avx512_vnni(const Int8LinearArgs& a) { gemm<8>(a); }
 
 }  // namespace tessera::cpu::detail

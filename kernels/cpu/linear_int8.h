@@ -2,23 +2,26 @@
 // The CPU int8 weight-only linear layer: y = x · dequant(W)^T (+ bias) (then an activation),
 // where W is int8 [N, K] with one float32 scale per group of `group` consecutive input
 // elements of each output row (dequant(W)[n, k] = W[n, k] * scales[n, k / group]).
-// Activations stay float32 (weight-only: x is never quantized).
+// Activations stay float32 between layers; inside the layer x may be carried as integers.
 //
 // Two regimes, chosen by M (rows of x), like linear_cpu.h:
 //  - M <= linear_int8_gemv_max_rows() (decode): memory-bandwidth bound, one byte per weight.
-//    Each weight row is streamed once per tile of rows of x, widened int8 -> f32 in
-//    registers (AVX-512 / AVX2 / scalar); a group's products are summed apart and scaled
-//    once per group. x stays exact (weight-only).
-//    An alternative, measured in bench/linear_int8_bench.cc and tested but not the default:
-//    detail::Int8LinearOptions::int8_activations quantizes x too, per group like the weights,
-//    and a group becomes an exact integer dot product (AVX2 vpmaddubsw/vpmaddwd: 5
-//    instructions per 32 weights instead of 12; llama.cpp's q8_0 x q8_0), for CPUs where
-//    decode is compute-bound (docs/quantization.md).
-//  - larger M (prefill, batched decode): compute bound. The packed GEMM (gemm_packed.h)
-//    dequantizes each panel's K block to f32 as it packs it and runs its f32 micro-kernel
-//    (~2 ops per weight against 2*M flops); where it has no kernel (scalar build) or
-//    TESSERA_CPU_GEMM=openblas, panels of rows are dequantized and go to OpenBLAS sgemm.
-// The SIMD flavour is the one linear() uses (active_cpu_isa(); TESSERA_CPU_ISA lowers it).
+//    Each weight row is streamed once per tile of rows of x; a group's products are summed
+//    apart and scaled once per group. With AVX2 or AVX-512, x in 16-bit fixed point per
+//    group and integer products (vpmaddwd, vpdpwssd with VNNI); otherwise (scalar build,
+//    TESSERA_CPU_INT8_X16=0) int8 widened to f32 in registers and x exact.
+//  - larger M (prefill, batched decode): compute bound. On AVX-512 VNNI CPUs the GEMM of
+//    gemm_int8_vnni.cc (x in 16-bit fixed point, as the GEMV); elsewhere the packed GEMM
+//    (gemm_packed.h) dequantizes each panel's K block to f32 as it packs it and runs its
+//    f32 micro-kernel; where that has no kernel (scalar build) or TESSERA_CPU_GEMM=openblas,
+//    panels of rows are dequantized and go to OpenBLAS sgemm.
+//  - Opt-in, not weight-only (int8_activations, TESSERA_CPU_INT8_DOT=1): x quantized to 8
+//    bits per group like the weights (llama.cpp's q8_0 x q8_0) at every M, so prompt and
+//    decode share one arithmetic: GEMV-shaped integer dot products, and above the GEMV's rows
+//    on AVX-512 VNNI the same GEMM with 8-bit x (vpdpbusd: twice the products per
+//    instruction).
+// Measured in bench/linear_int8_bench.cc; docs/quantization.md has the figures. The SIMD
+// flavour is the one linear() uses (active_cpu_isa(); TESSERA_CPU_ISA lowers it).
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -37,15 +40,18 @@ void quantize_int8(const void* w, DType w_dtype, int64_t N, int64_t K, int64_t g
 void linear_int8(const float* x, int64_t M, int64_t K, int64_t ldx, const int8_t* w, const float* scales,
                  int64_t group, int64_t N, const float* bias, float* y, int64_t ldy, Activation act);
 
-// Up to this many rows of x the GEMV kernel is used; above it, the packed GEMM with int8
-// panels widened as they are packed (gemm_packed.h; dequantize + sgemm where it does not
-// run) (bench/linear_bench.cc BM_Int8GemvGemmCrossover; docs/quantization.md).
-inline int64_t linear_int8_gemv_max_rows() { return 16; }
-
 // TESSERA_CPU_INT8_DOT=1: int8 weights multiply x quantized per group too (integer dot
 // products, llama.cpp's q8_0 x q8_0 arithmetic) at every M, prefill included, so prompt and
 // decode see the same numerics and tessera-perplexity measures what it costs; read once.
 bool int8_dot_requested();
+
+namespace detail {
+struct Int8LinearOptions;
+}
+// Up to this many rows of x the GEMV kernel is used; above it, a GEMM (see above). 16; 7
+// with int8 activations on AVX-512 VNNI, where the 8-bit-x GEMM runs
+// (bench/linear_int8_bench.cc; docs/quantization.md).
+int64_t linear_int8_gemv_max_rows(const detail::Int8LinearOptions& options);
 
 namespace detail {
 struct Int8LinearOptions {

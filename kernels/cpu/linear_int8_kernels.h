@@ -55,8 +55,10 @@ void quantize_row_int16_avx512(const float* x, int64_t K, int64_t group, int16_t
 // The same GEMV on AVX2 (vpmaddwd), and its x quantizer (same values as the AVX-512 one).
 void gemv_int8_x16_avx2(const Int16XArgs& d, int64_t n0, int64_t n1);
 void quantize_row_int16_avx2(const float* x, int64_t K, int64_t group, int16_t* q, float* scales);
-// The GEMM (rows above the GEMV's) with the same arithmetic: gemm_int8_vnni.cc.
+// The GEMM (rows above the GEMV's) with the same arithmetic: gemm_int8_vnni.cc; and its
+// 8-bit-x form for int8 activations (x quantized per group by the weights' rule, vpdpbusd).
 void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a);
+void gemm_int8_x8_avx512_vnni(const Int8LinearArgs& a);
 
 // Weight rows [n0, n1) dequantized to f32 into out ((n1 - n0) * K floats).
 void dequantize_int8_scalar(const Int8LinearArgs& a, int64_t n0, int64_t n1, float* out);

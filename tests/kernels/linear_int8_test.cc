@@ -63,7 +63,7 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
     // With int8 activations the kernel computes with x quantized by the same rule as w; the
     // weight-only kernels of AVX-512 VNNI CPUs with x in 16-bit fixed point per group.
     std::vector<float> xr = x;
-    const bool gemv = path == LinearPath::kGemv || (path == LinearPath::kAuto && c.M <= linear_int8_gemv_max_rows());
+    const bool gemv = path == LinearPath::kGemv || (path == LinearPath::kAuto && c.M <= linear_int8_gemv_max_rows(opt));
     if (!int8_activations && (gemv ? detail::int8_gemv_uses_int16_x(GetParam())
                                    : detail::int8_gemm_uses_int16_x(GetParam()))) {
       for (int64_t i = 0; i < c.M * c.K; i += c.group) {
@@ -112,11 +112,13 @@ TEST_P(LinearInt8Test, Int8ActivationDotProductsMatchTheReferenceOfQuantizedX) {
   for (const Int8Case& c : {Int8Case{1, 1, 32, 32}, Int8Case{1, 37, 192, 64}, Int8Case{2, 19, 256, 128},
                             Int8Case{3, 45, 512, 256}, Int8Case{4, 9, 96, 32}, Int8Case{5, 33, 192, 96},
                             Int8Case{7, 70, 128, 64}, Int8Case{16, 17, 256, 64}, Int8Case{45, 33, 160, 32},
-                            Int8Case{70, 130, 384, 128}}) {
+                            Int8Case{70, 130, 384, 128}, Int8Case{9, 33, 800, 32}, Int8Case{33, 70, 480, 96}}) {
     check(c, LinearPath::kGemv, false, Activation::kNone, /*int8_activations=*/true);
     check(c, LinearPath::kGemv, true, Activation::kSilu, /*int8_activations=*/true);
-    // Above the GEMV's rows too: prefill keeps the decode's arithmetic.
+    // Above the GEMV's rows too: prefill keeps the decode's arithmetic (on AVX-512 VNNI the
+    // 8-bit-x GEMM, whose K blocks end in a half 64-k step at K = 800, group 32).
     check(c, LinearPath::kAuto, true, Activation::kNone, /*int8_activations=*/true);
+    check(c, LinearPath::kGemm, false, Activation::kSilu, /*int8_activations=*/true);
   }
 }
 
@@ -124,16 +126,22 @@ TEST_P(LinearInt8Test, DequantizedGemmMatchesReference) {
   // Also K blocks of whole groups with a short last one (group 96: blocks 192, 192, 96;
   // group 256: one block per group), as the AVX-512 VNNI GEMM cuts K.
   for (const Int8Case& c : {Int8Case{1, 3, 64, 32}, Int8Case{17, 41, 192, 64}, Int8Case{40, 300, 256, 128},
-                            Int8Case{64, 1100, 96, 32}, Int8Case{33, 70, 480, 96}, Int8Case{25, 45, 768, 256}}) {
+                            Int8Case{64, 1100, 96, 32}, Int8Case{33, 70, 480, 96}, Int8Case{25, 45, 768, 256},
+                            Int8Case{9, 33, 800, 32}}) {
     check(c, LinearPath::kGemm, false, Activation::kNone);
     check(c, LinearPath::kGemm, true, Activation::kSilu);
   }
 }
 
 TEST_P(LinearInt8Test, AutoRegimeOnBothSidesOfTheCrossover) {
-  const int64_t rows = linear_int8_gemv_max_rows();
-  check({rows, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone);
-  check({rows + 1, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone);
+  for (bool int8_activations : {false, true}) {
+    Int8LinearOptions opt;
+    opt.isa = GetParam();
+    opt.int8_activations = int8_activations;
+    const int64_t rows = linear_int8_gemv_max_rows(opt);
+    check({rows, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone, int8_activations);
+    check({rows + 1, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone, int8_activations);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, LinearInt8Test, ::testing::Values(CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512),
