@@ -1,20 +1,27 @@
 // The int8 linear layer's GEMM (M above the GEMV's rows: prefill, batched decode) on CPUs
-// with AVX-512 VNNI: x in 16-bit fixed point per group (as the VNNI GEMV,
-// linear_int8_kernels.h), int8 weights widened to int16 as they are packed, and vpdpwssd,
-// which adds 32 exact products per instruction where an f32 FMA adds 16. The f32 path it
-// replaces (gemm_packed_int8: weights dequantized to f32 panels per call, f32 micro-kernel)
-// ran batch 32 at 0.65-0.70 of bf16's speed (bench/linear_int8_bench.cc).
+// with AVX-512 VNNI, in two forms:
+//  - 16-bit x (the weight-only default): x in 16-bit fixed point per group (as the VNNI
+//    GEMV, linear_int8_kernels.h), int8 weights widened to int16 as they are packed, and
+//    vpdpwssd, which adds 32 exact products per instruction where an f32 FMA adds 16. The
+//    f32 path it replaces (gemm_packed_int8: weights dequantized to f32 panels per call, f32
+//    micro-kernel) ran batch 32 at 0.65-0.70 of bf16's speed (bench/linear_int8_bench.cc).
+//  - 8-bit x (int8 activations, TESSERA_CPU_INT8_DOT=1): x quantized per group by the
+//    weights' rule and vpdpbusd, 64 products per instruction. It multiplies unsigned by
+//    signed bytes, so the weights are packed offset by 128 (an XOR of the sign bit) and x
+//    stays signed: sum((w + 128) x) = sum(w x) + 128 sum(x), and 128 sum(x) of each row and
+//    group (computed as x is packed) is taken off at the group's end. 1.25-1.31x bf16 at
+//    8-128 rows here, where the 16-bit form is 0.80-0.95x (docs/quantization.md).
 //
 // Blocking as gemm_packed.cc (threads split 32-column panels; a chunk of 8 panels x one K
 // block stays in L2 while every 8-row tile of x passes over it), with one difference: a K
 // block is a whole number of quantization groups, since the integer sums of a group are
 // converted and scaled (weight scale x x scale) once at the group's end.
 //
-// Layouts, per K block of kc values (kc even; a group is an even number of k):
-//  - panel: kc / 2 steps of 32 int32 words, word j = (w[k][col j], w[k + 1][col j]) as two
-//    int16; then kc / group rows of 32 f32 weight scales (0 for columns past N);
-//  - x tile: K / 2 steps of 8 words (x[row i][k], x[row i][k + 1]); x scales [groups][8]
-//    (0 for rows past M).
+// Layouts, per K block of kc values (a multiple of 32), with P = 2 (16-bit x) or 4 (8-bit):
+//  - panel: kc / P steps of 32 int32 words, word j = w[k .. k + P)[col j] (int16, or
+//    offset uint8); then kc / group rows of 32 f32 weight scales (0 for columns past N);
+//  - x tile: K / P steps of 8 words (x[row i][k .. k + P)); x scales [groups][8] and, for
+//    8-bit x, 128 x sum(x) [groups][8] (0 for rows past M).
 // Accumulators: 8 rows x 2 vectors of int32 (16 zmm) per group; the f32 tile of y lives in
 // an L1-resident 8 x 32 buffer between groups.
 #include <immintrin.h>
@@ -27,6 +34,12 @@
 
 #include "common/check.h"
 #include "kernels/cpu/linear_int8_kernels.h"
+
+// GCC 12 warns inside its own intrinsics (_mm512_undefined_* is "maybe uninitialized" by
+// design: those lanes are overwritten); the warning says nothing about this file.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #define TESSERA_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
 
