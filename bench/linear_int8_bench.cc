@@ -35,7 +35,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace tessera;
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
-  const int64_t group = argc > 2 ? std::atoi(argv[2]) : kDefaultQuantGroup;
+  const int64_t group = argc > 2 ? std::atoi(argv[2]) : auto_quant_group(kK);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
   std::vector<float> w(kN * kK);

@@ -390,13 +390,13 @@ const std::vector<KeyDef>& schema() {
       TESSERA_ENUM_KEY("model.quantization", model.quantization, kQuantizations),
       KeyDef{"model.quantization_group", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
-               int v = 0;
-               TESSERA_RETURN_IF_ERROR(read_int32(n, w, kMinQuantGroup, kMaxQuantGroup, &v));
-               if (!valid_quant_group(v)) return w.error("expected a multiple of 32 in [32, 256], got " + describe(n));
-               c.model.quantization_group = v;
+               const std::optional<int> v = n.IsScalar() ? parse_quant_group(n.Scalar()) : std::nullopt;
+               if (!v) return w.error("expected \"auto\" or a multiple of 32 in [32, 256], got " + describe(n));
+               c.model.quantization_group = *v;
                return Status::ok();
              },
-             [](const TesseraConfig& c, YAML::Emitter& out) { out << c.model.quantization_group; }, nullptr},
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << quant_group_name(c.model.quantization_group); },
+             nullptr},
       KeyDef{"model.quantization_rules", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                return read_quant_rules(n, w, &c.model.quantization_rules);

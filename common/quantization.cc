@@ -1,5 +1,8 @@
 #include "common/quantization.h"
 
+#include <charconv>
+#include <string>
+
 namespace tessera {
 
 const char* weight_quantization_name(WeightQuantization q) {
@@ -19,5 +22,22 @@ std::optional<WeightQuantization> parse_weight_quantization(std::string_view nam
 bool valid_quant_group(int group) {
   return group >= kMinQuantGroup && group <= kMaxQuantGroup && group % 32 == 0;
 }
+
+int auto_quant_group(int64_t K) {
+  for (int g : {128, 64, 32}) {
+    if (K > 0 && K % g == 0) return g;
+  }
+  return 0;
+}
+
+std::optional<int> parse_quant_group(std::string_view text) {
+  if (text == "auto") return kAutoQuantGroup;
+  int v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !valid_quant_group(v)) return std::nullopt;
+  return v;
+}
+
+std::string quant_group_name(int group) { return group == kAutoQuantGroup ? "auto" : std::to_string(group); }
 
 }  // namespace tessera

@@ -4,16 +4,15 @@
 
 namespace tessera {
 
-StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, int group,
+StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, const std::string& group,
                                                       const std::vector<std::string>& rules) {
   const std::optional<WeightQuantization> kind = parse_weight_quantization(quantize);
   if (!kind) return invalid_argument("--quantize: unsupported \"" + quantize + "\" (expected none or int8)");
-  if (!valid_quant_group(group)) {
-    return invalid_argument("--quantize-group: expected a multiple of 32 in [32, 256], got " + std::to_string(group));
-  }
+  const std::optional<int> g = parse_quant_group(group);
+  if (!g) return invalid_argument("--quantize-group: expected auto or a multiple of 32 in [32, 256], got \"" + group + "\"");
   QuantizationOptions q;
   q.kind = *kind;
-  q.group = group;
+  q.group = *g;
   for (const std::string& text : rules) {
     const size_t eq = text.rfind('=');
     const std::optional<WeightQuantization> to =

@@ -10,7 +10,7 @@
 
 namespace tessera {
 
-StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, int group,
+StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, const std::string& group,
                                                       const std::vector<std::string>& rules = {});
 
 }  // namespace tessera

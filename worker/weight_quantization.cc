@@ -193,8 +193,8 @@ Status check_not_prequantized(const Checkpoint& checkpoint) {
 StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c, const Checkpoint& checkpoint,
                                          const QuantizationOptions& q, const TpPlan* plan) {
   if (!q.enabled()) return int64_t{0};
-  if (!valid_quant_group(q.group)) {
-    return invalid_argument("model.quantization_group: expected a multiple of 32 in [32, 256], got " +
+  if (q.group != kAutoQuantGroup && !valid_quant_group(q.group)) {
+    return invalid_argument("model.quantization_group: expected auto or a multiple of 32 in [32, 256], got " +
                             std::to_string(q.group));
   }
   Selector s(c, checkpoint, q, plan);
@@ -212,17 +212,21 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
     if (!int8) continue;
     LinearWeights& l = *cand.weights;
     const int64_t N = l.w.dim(0), K = l.w.dim(1);
-    if (K % q.group != 0) {
+    // The kernels read a tensor's group off its scales' shape (K / columns).
+    const int64_t group = q.group == kAutoQuantGroup ? auto_quant_group(K) : q.group;
+    if (group == 0 || K % group != 0) {
       std::string names;
       for (const std::string& n : cand.sources) names += (names.empty() ? "\"" : " + \"") + n + "\"";
-      return invalid_argument("model.quantization_group " + std::to_string(q.group) +
-                              " does not divide the input dimension " + std::to_string(K) + " of " + names +
+      return invalid_argument("model.quantization_group " + quant_group_name(q.group) +
+                              (q.group == kAutoQuantGroup ? " found no group (128, 64 or 32) dividing"
+                                                          : " does not divide") +
+                              " the input dimension " + std::to_string(K) + " of " + names +
                               " (this rank's matrix is [" + std::to_string(N) + ", " +
                               std::to_string(K) + "]); " + divisors_hint(K));
     }
     Tensor w8 = arena.zeros({N, K}, DType::kI8);
-    Tensor scales = arena.zeros({N, K / q.group}, DType::kF32);
-    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, q.group, w8.data<int8_t>(), scales.data<float>());
+    Tensor scales = arena.zeros({N, K / group}, DType::kF32);
+    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, w8.data<int8_t>(), scales.data<float>());
     delta += bytes(w8) + bytes(scales) - bytes(l.w);
     l.w = std::move(w8);
     l.scales = std::move(scales);

@@ -12,8 +12,13 @@ TEST(QuantizationConfigTest, DefaultsAndAFullSectionRoundTrip) {
   auto d = parse_config_yaml("", "empty.yaml");
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->model.quantization, WeightQuantization::kNone);
-  EXPECT_EQ(d->model.quantization_group, 64);
+  EXPECT_EQ(d->model.quantization_group, kAutoQuantGroup);
   EXPECT_TRUE(d->model.quantization_rules.empty());
+  // "auto" is written out as such and read back.
+  auto d2 = parse_config_yaml(dump_config_yaml(*d), "dumped.yaml");
+  ASSERT_TRUE(d2.is_ok()) << d2.status().to_string();
+  EXPECT_EQ(d2->model.quantization_group, kAutoQuantGroup);
+  EXPECT_NE(dump_config_yaml(*d).find("quantization_group: auto"), std::string::npos) << dump_config_yaml(*d);
 
   const std::string yaml =
       "model:\n  path: m\n  quantization: int8\n  quantization_group: 128\n"
@@ -46,6 +51,18 @@ TEST(QuantizationConfigTest, SetOverrides) {
   EXPECT_EQ(c.model.quantization, WeightQuantization::kInt8);
   EXPECT_EQ(c.model.quantization_group, 32);
   EXPECT_EQ(c.model.quantization_rules.size(), 1u);
+  ASSERT_TRUE(apply_override(c, "model.quantization_group", "auto").is_ok());
+  EXPECT_EQ(c.model.quantization_group, kAutoQuantGroup);
+}
+
+// "auto" takes the largest of 128, 64, 32 that divides the input dimension.
+TEST(QuantizationConfigTest, AutoGroupIsTheLargestOf128_64_32ThatDivides) {
+  EXPECT_EQ(auto_quant_group(4096), 128);
+  EXPECT_EQ(auto_quant_group(5632), 128);
+  EXPECT_EQ(auto_quant_group(192), 64);   // kjv-llama's hidden size
+  EXPECT_EQ(auto_quant_group(96), 32);
+  EXPECT_EQ(auto_quant_group(344), 0);    // tiny-llama's MLP: none divides
+  EXPECT_EQ(auto_quant_group(0), 0);
 }
 
 TEST(QuantizationConfigTest, BadValuesNameTheKey) {
@@ -54,8 +71,10 @@ TEST(QuantizationConfigTest, BadValuesNameTheKey) {
   };
   for (const Case& k : std::vector<Case>{
            {"model: {quantization: int4}", "model.quantization: expected none | int8, got 'int4'"},
-           {"model: {quantization_group: 48}", "model.quantization_group: expected a multiple of 32 in [32, 256], got '48'"},
-           {"model: {quantization_group: 512}", "model.quantization_group: expected an integer in [32, 256]"},
+           {"model: {quantization_group: 48}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got '48'"},
+           {"model: {quantization_group: 512}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got '512'"},
+           {"model: {quantization_group: automatic}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got 'automatic'"},
+           {"model: {quantization_group: [64]}", "model.quantization_group: expected \"auto\" or a multiple of 32"},
            {"model: {quantization_rules: lm_head}", "model.quantization_rules: expected a list of {match: REGEX, quantize: int8|none}"},
            {"model: {quantization_rules: [{match: lm_head}]}", "model.quantization_rules[0]: missing key 'quantize'"},
            {"model: {quantization_rules: [{match: lm_head, quantize: int4}]}", "model.quantization_rules[0].quantize"},

@@ -97,6 +97,17 @@ TEST_F(QuantizeCliTest, GroupNotDividingOneRanksSlice) {
       << r.err;
 }
 
+// The default group, auto, fits each rank's slice: 64 for the whole o_proj input, 32 for a
+// rank's half of it, where an explicit 64 is refused (GroupNotDividingOneRanksSlice).
+TEST_F(QuantizeCliTest, AutoGroupFitsEachRanksSlice) {
+  auto one = generate(llama_, "--quantize int8");
+  auto two = generate(llama_, "--quantize int8 --tensor-parallel 2");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group automatic"),
+                        "--quantize-group: expected auto or a multiple of 32 in [32, 256], got \"automatic\"");
+}
+
 TEST_F(QuantizeCliTest, Int8ForATensorThePlanKeepsWhole) {
   const std::string mixtral = make("mixtral");
   expect_one_line_error(generate(mixtral, "--quantize int8 --quantize-group 32 --quantize-rule 'block_sparse_moe\\.gate\\.=int8'"),
@@ -111,7 +122,7 @@ TEST_F(QuantizeCliTest, RuleErrors) {
   expect_one_line_error(generate(llama_, "--quantize int8 --quantize-rule 'lm_head'"), "expected REGEX=int8 or REGEX=none");
   expect_one_line_error(generate(llama_, "--quantize-rule 'lm_head=int8'"), "--quantize-rule needs --quantize int8");
   expect_one_line_error(generate(llama_, "--quantize int4"), "--quantize: unsupported \"int4\"");
-  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 48"), "--quantize-group: expected a multiple of 32");
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 48"), "--quantize-group: expected auto or a multiple of 32");
   // The LM head may be made int8 on purpose.
   EXPECT_EQ(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'lm_head=int8'").exit_code, 0);
 }
