@@ -3,8 +3,10 @@
 // executor, events out. The HTTP and ZeroMQ front ends (and tessera-generate) drive it; the
 // executor is whatever runs the model (in-process, or the dispatcher to worker processes).
 // Not thread-safe: one thread owns the engine and calls add_request / abort / step.
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/status.h"
@@ -43,6 +45,8 @@ class Engine {
   uint64_t steps_ = 0;
   uint64_t kv_epoch_ = 0;
   bool last_step_unavailable_ = false;
+  // When the last step ended, while work was left after it (Scheduler::on_step_time's interval).
+  std::optional<std::chrono::steady_clock::time_point> last_step_end_;
 };
 
 }  // namespace tessera

@@ -148,15 +148,24 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
-void Scheduler::on_step_time(uint64_t step_id, double seconds) {
+void Scheduler::on_step_time(uint64_t step_id, double seconds, double interval) {
   if (last_plan_.timed || last_plan_.step_id != step_id) return;
   last_plan_.timed = true;
   cost_model_.observe(last_plan_.decodes, last_plan_.prefill_tokens, seconds);
   if (!(seconds >= 0) || !std::isfinite(seconds)) return;
+  // The gap beside the executor's time: at 8 requests/s on 2 cores the coordinator's HTTP
+  // streams, new prompts' tokenization and the clients share the cores with the workers, and
+  // a stream's time per token is the interval, not the executor's part of it.
+  if (std::isfinite(interval) && interval >= seconds) {
+    constexpr double kGapWeight = 1.0 / 16;  // about the last 16 steps
+    step_gap_ += kGapWeight * ((interval - seconds) - step_gap_);
+  } else {
+    interval = seconds;
+  }
   for (const SeqId id : last_plan_.decode_ids) {
     if (const auto it = entries_.find(id); it != entries_.end()) {
       it->second->decode_steps += 1;
-      it->second->decode_seconds += seconds;
+      it->second->decode_seconds += interval;
     }
   }
 }
@@ -179,7 +188,7 @@ bool Scheduler::tpot_admits(int sequences) const {
   const std::optional<double> lone = cost_model_.lone_decode_seconds();
   if (!lone) return true;
   const std::optional<double> together = cost_model_.decodes_alone_seconds(sequences);
-  return !together || *together <= config_.max_tpot_slowdown * *lone;
+  return !together || *together + step_gap_ <= config_.max_tpot_slowdown * *lone;
 }
 
 std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
@@ -198,10 +207,13 @@ std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
   // under load, where the decodes alone approach the target, prompts are fed only as fast as
   // the streams' savings allow. If later steps turn out slower than predicted (more streams
   // join), a stream's mean ends at most horizon × slack / (tokens − 1) above the target.
+  // Credit and target are in intervals between tokens (on_step_time), so a step is predicted
+  // as its executor time plus the recent gap between steps.
   const std::optional<double> lone = cost_model_.lone_decode_seconds();
   if (config_.max_tpot_slowdown > 1 && lone) {
     const double target = config_.max_tpot_slowdown * *lone;
-    const double slack = std::max(0.0, target - cost_model_.decodes_alone_seconds(decodes).value_or(target));
+    const double slack =
+        std::max(0.0, target - step_gap_ - cost_model_.decodes_alone_seconds(decodes).value_or(target));
     double allowed = std::numeric_limits<double>::infinity();
     for (const Entry* e : step_decodes_) {
       const int ahead = std::clamp(e->seq.max_new_tokens() - e->seq.num_output() - 1, 0, kTpotHorizonSteps);
@@ -212,7 +224,8 @@ std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
     // hiccup) fed the prompt beside it one token per step until the debt was repaid
     // (measured: the last 14 tokens of a 128-token prompt over 14 steps, +110 ms to its TTFT).
     allowed = std::max(allowed, target);
-    if (const std::optional<int> tpot = cost_model_.prefill_tokens_within(decodes, allowed); tpot && (!cap || *tpot < *cap)) {
+    if (const std::optional<int> tpot = cost_model_.prefill_tokens_within(decodes, allowed - step_gap_);
+        tpot && (!cap || *tpot < *cap)) {
       cap = tpot;
       *tpot_bound = true;
     }

@@ -136,7 +136,15 @@ class Scheduler {
   std::vector<SequenceEvent> on_step_result(const StepPlan& plan, const StepResult& result);
   // How long the executor took for the plan `step_id` (the last one schedule() returned;
   // others are ignored): the data of the step cost model behind max_decode_slowdown.
-  void on_step_time(uint64_t step_id, double seconds);
+  // `interval`, when the engine knows it: the time since the previous step ended, when
+  // the two ran back to back (>= seconds): what the step's streams waited for their token,
+  // the coordinator's own work between steps included. max_tpot_slowdown's credit is spent
+  // in it; the cost model keeps the executor's seconds. Absent (< 0): the interval is the
+  // executor's time.
+  void on_step_time(uint64_t step_id, double seconds, double interval = -1.0);
+  // The mean time between steps run back to back that is not the executor's (recent steps,
+  // exponentially weighted); 0 until intervals are reported.
+  double step_gap_seconds() const { return step_gap_; }
   const StepCostModel& step_cost_model() const { return cost_model_; }
 
   // Removes every waiting or running choice of a request and frees their blocks (a choice
@@ -233,6 +241,7 @@ class Scheduler {
   int static_members_left_ = 0;
   std::vector<SeqId> dropped_;  // for the next plan's `dropped`
   StepCostModel cost_model_;
+  double step_gap_ = 0;  // step_gap_seconds()
   // What the last plan carried, for on_step_time.
   struct PlanLoad {
     uint64_t step_id = 0;
