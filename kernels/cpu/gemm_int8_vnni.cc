@@ -34,6 +34,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/linear_int8_kernels.h"
+#include "kernels/cpu/next_block_prefetcher.h"
 
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_* is "maybe uninitialized" by
 // design: those lanes are overwritten); the warning says nothing about this file.
@@ -228,11 +229,17 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, c
   thread_local std::vector<uint32_t> chunk_buffer;
   uint32_t* chunk = scratch(chunk_buffer, kChunkPanels * panel_words);
   alignas(64) float ct[kMr * kNr];
+  NextBlockPrefetcher prefetch;
   for (int64_t c0 = p0; c0 < p1; c0 += kChunkPanels) {
     const int64_t c1 = std::min(p1, c0 + kChunkPanels);
     for (int64_t k0 = 0; k0 < a.K; k0 += kb) {
       const int64_t kc = std::min(kb, a.K - k0);
       const bool last_k = k0 + kc == a.K;
+      // The int8 rows of the block after this one (the next K block of this chunk, or the
+      // next chunk's first), fetched while this one's tiles run.
+      const int64_t nc0 = last_k ? c1 : c0, nc1 = last_k ? std::min(p1, c1 + kChunkPanels) : c1;
+      const int64_t nk0 = last_k ? 0 : k0 + kc;
+      prefetch.start(a.w, a.K, nc0 * kNr, std::min(a.N, nc1 * kNr), nk0, std::min(kb, a.K - nk0), tiles * (c1 - c0));
       for (int64_t p = c0; p < c1; ++p) pack_panel<kBits>(a, p * kNr, k0, kc, chunk + (p - c0) * panel_words);
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t m0 = t * kMr, rows = std::min<int64_t>(kMr, a.M - m0);
@@ -247,6 +254,7 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, c
           } else {
             for (int64_t i = 0; i < rows; ++i) std::memcpy(ct + i * kNr, y + i * a.ldy, cols * sizeof(float));
           }
+          prefetch.step();
           microkernel<kBits>(xt, xst, xct, chunk + (p - c0) * panel_words, kc, a.group, ct);
           for (int64_t i = 0; i < rows; ++i) {
             float* out = y + i * a.ldy;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/next_block_prefetcher.h"
 
 namespace tessera::cpu::detail {
 namespace {
@@ -140,42 +141,6 @@ void finish_tile(const LinearArgs& a, int64_t m0, int64_t rows, int64_t n0, int6
   }
 }
 
-// Software prefetch of the W rows the next (chunk, K block) will pack, spread over the
-// micro-kernel calls of the current one: packing then reads L2 instead of waiting on DRAM
-// with nothing to overlap (measured: packing per call cost 15-25% at M = 32-64 without it).
-class NextBlockPrefetcher {
- public:
-  // Rows [n0, n1) of W, k in [k0, k0 + kc), to be fetched over `calls` steps.
-  void start(const WeightSource& src, int64_t elem, int64_t n0, int64_t n1, int64_t k0, int64_t kc, int64_t calls) {
-    base_ = static_cast<const char*>(src.w);
-    row_bytes_ = src.K * elem;
-    first_ = n0 * row_bytes_ + k0 * elem;
-    lines_per_row_ = (kc * elem + 63) / 64;
-    total_ = std::max<int64_t>(0, n1 - n0) * lines_per_row_;
-    per_call_ = calls > 0 ? (total_ + calls - 1) / calls : total_;
-    next_ = 0;
-    row_ = base_ + first_;
-    line_ = 0;
-  }
-  // Walks (row, line) incrementally: a division per line cost as much as half the
-  // micro-kernel's time at 32 rows (perf, batch-32 decode).
-  void step() {
-    const int64_t end = std::min(total_, next_ + per_call_);
-    for (; next_ < end; ++next_) {
-      __builtin_prefetch(row_ + line_ * 64, 0, 2);
-      if (++line_ == lines_per_row_) {
-        line_ = 0;
-        row_ += row_bytes_;
-      }
-    }
-  }
-
- private:
-  const char* base_ = nullptr;
-  const char* row_ = nullptr;
-  int64_t row_bytes_ = 0, first_ = 0, lines_per_row_ = 1, total_ = 0, per_call_ = 0, next_ = 0, line_ = 0;
-};
-
 // Panels [p0, p1) on the calling thread.
 void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& source, const float* xp, int64_t tiles,
                  int64_t p0, int64_t p1, PanelFormat format, const PackedWeights* prepacked) {
@@ -197,8 +162,8 @@ void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& 
         // The block after this one: the next K block of this chunk, or the next chunk's first.
         const int64_t nc0 = last_k ? c1 : c0, nc1 = last_k ? std::min(p1, c1 + chunk_panels) : c1;
         const int64_t nk0 = last_k ? 0 : k0 + kc;
-        prefetch.start(source, source_elem, nc0 * nr, std::min(a.N, nc1 * nr), nk0, std::min(kKc, a.K - nk0),
-                       tiles * (c1 - c0));
+        prefetch.start(source.w, source.K * source_elem, nc0 * nr, std::min(a.N, nc1 * nr), nk0 * source_elem,
+                       std::min(kKc, a.K - nk0) * source_elem, tiles * (c1 - c0));
       }
       auto panel_at = [&](int64_t p) -> const void* {
         if (prepacked) return static_cast<const char*>(prepacked->panel(p)) + k0 * nr * elem;
