@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
   app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
-  app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale, auto (default: 128, 64 or 32, the largest dividing each layer's input) or a multiple of 32 in [32, 256]")
+  app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|none, repeatable, e.g. lm_head=int8 (default: none)");
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();

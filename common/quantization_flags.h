@@ -10,6 +10,11 @@
 
 namespace tessera {
 
+// The --quantize-group help text, the same in every program.
+inline constexpr const char* kQuantizeGroupHelp =
+    "int8: input elements per scale, auto (default: 128, 64 or 32, the largest dividing each layer's input) or a "
+    "multiple of 32 in [32, 256]";
+
 StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, const std::string& group,
                                                       const std::vector<std::string>& rules = {});
 

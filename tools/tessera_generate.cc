@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
   app.add_option("--quantize", o.quantize, "weight quantization: none or int8 (model.quantization)")
       ->capture_default_str();
-  app.add_option("--quantize-group", o.quantize_group, "int8: input elements per scale, auto (default: 128, 64 or 32, the largest dividing each layer's input) or a multiple of 32 in [32, 256]")
+  app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,
                  "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");

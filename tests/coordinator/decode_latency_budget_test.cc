@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "coordinator/scheduler.h"
@@ -351,6 +352,22 @@ TpotRun run_request_stream(double max_tpot_slowdown, int every, int requests, do
   return out;
 }
 
+// The budget's bound on a stream's mean step time in these runs at target 1.5 (see below).
+constexpr double kTpotTarget = 1.5, kLoneStep = kBase + kPerDecode;
+constexpr double kTpotBound = kTpotTarget * kLoneStep * (23.0 + 4.0) / 23.0 + kPerPromptToken;
+
+// The worst of a run's streams' means; with `bound`, each is expected within it.
+double worst_mean_step(const TpotRun& run, std::optional<double> bound = std::nullopt) {
+  double worst = 0;
+  for (const auto& [id, mean] : run.mean_step) {
+    if (bound) {
+      EXPECT_LE(mean, *bound + 1e-12) << "sequence " << id;
+    }
+    worst = std::max(worst, mean);
+  }
+  return worst;
+}
+
 // Requests arriving faster than a lone stream's pace: without the TPOT budget, every step
 // carries prompt tokens up to the whole token budget and the streams' mean step time grows
 // far past a lone decode step; with max_tpot_slowdown 1.5 every stream's mean stays within
@@ -358,21 +375,13 @@ TpotRun run_request_stream(double max_tpot_slowdown, int every, int requests, do
 // first from its prompt's step) for what it lent against its next steps' predicted savings,
 // and the one prompt token a step always lets through.
 TEST(DecodeLatencyBudget, TpotBudgetBoundsEveryStreamsMeanStepTime) {
-  constexpr double kTarget = 1.5, kLone = kBase + kPerDecode;
-  constexpr double kDecodeSteps = 23, kBurstSteps = 4;
-  constexpr double kBound = kTarget * kLone * (kDecodeSteps + kBurstSteps) / kDecodeSteps + kPerPromptToken;
-  const TpotRun bounded = run_request_stream(kTarget, 6, 30);
+  const TpotRun bounded = run_request_stream(kTpotTarget, 6, 30);
   const TpotRun free = run_request_stream(0.0, 6, 30);
   ASSERT_EQ(bounded.mean_step.size(), 30u);
   ASSERT_EQ(free.mean_step.size(), 30u);
-  double worst_bounded = 0, worst_free = 0;
-  for (const auto& [id, mean] : bounded.mean_step) {
-    EXPECT_LE(mean, kBound + 1e-12) << "sequence " << id;
-    worst_bounded = std::max(worst_bounded, mean);
-  }
-  for (const auto& [id, mean] : free.mean_step) worst_free = std::max(worst_free, mean);
-  EXPECT_GT(worst_free, 3 * kLone) << "the stream is heavy enough that an unbounded scheduler lets decodes slow";
-  EXPECT_GT(worst_bounded, 1.3 * kLone) << "the budget was used, not just respected";
+  const double worst_bounded = worst_mean_step(bounded, kTpotBound), worst_free = worst_mean_step(free);
+  EXPECT_GT(worst_free, 3 * kLoneStep) << "the stream is heavy enough that an unbounded scheduler lets decodes slow";
+  EXPECT_GT(worst_bounded, 1.3 * kLoneStep) << "the budget was used, not just respected";
   EXPECT_GT(bounded.tpot_capped_steps, 0u);
   EXPECT_EQ(free.tpot_capped_steps, 0u);
   // It changes when tokens are computed, never which.
@@ -385,23 +394,16 @@ TEST(DecodeLatencyBudget, TpotBudgetBoundsEveryStreamsMeanStepTime) {
 // stream's mean interval keeps the bound above; unreported, the budget holds the executor's
 // time to the target and the same run's streams overshoot by about the gap.
 TEST(DecodeLatencyBudget, TpotBudgetCountsTheTimeBetweenSteps) {
-  constexpr double kTarget = 1.5, kLone = kBase + kPerDecode, kGap = 0.004;
-  constexpr double kDecodeSteps = 23, kBurstSteps = 4;
-  constexpr double kBound = kTarget * kLone * (kDecodeSteps + kBurstSteps) / kDecodeSteps + kPerPromptToken;
-  const TpotRun counted = run_request_stream(kTarget, 6, 30, kGap, true);
-  const TpotRun blind = run_request_stream(kTarget, 6, 30, kGap, false);
+  constexpr double kGap = 0.004;
+  const TpotRun counted = run_request_stream(kTpotTarget, 6, 30, kGap, true);
+  const TpotRun blind = run_request_stream(kTpotTarget, 6, 30, kGap, false);
   ASSERT_EQ(counted.mean_step.size(), 30u);
   ASSERT_EQ(blind.mean_step.size(), 30u);
-  double worst_counted = 0, worst_blind = 0;
-  for (const auto& [id, mean] : counted.mean_step) {
-    EXPECT_LE(mean, kBound + 1e-12) << "sequence " << id;
-    worst_counted = std::max(worst_counted, mean);
-  }
-  for (const auto& [id, mean] : blind.mean_step) worst_blind = std::max(worst_blind, mean);
+  const double worst_counted = worst_mean_step(counted, kTpotBound), worst_blind = worst_mean_step(blind);
   std::cout << "[ REPORT   ] worst mean interval per token: counted " << worst_counted * 1e3 << " ms, blind "
-            << worst_blind * 1e3 << " ms, bound " << kBound * 1e3 << " ms\n";
-  EXPECT_GT(worst_blind, kBound) << "the gap is large enough to matter";
-  EXPECT_GT(worst_counted, kLone + kGap) << "the budget was used, not just respected";
+            << worst_blind * 1e3 << " ms, bound " << kTpotBound * 1e3 << " ms\n";
+  EXPECT_GT(worst_blind, kTpotBound) << "the gap is large enough to matter";
+  EXPECT_GT(worst_counted, kLoneStep + kGap) << "the budget was used, not just respected";
   EXPECT_EQ(counted.outputs, blind.outputs);
 }
 
