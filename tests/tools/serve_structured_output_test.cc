@@ -60,7 +60,9 @@ TEST_F(ServeStructured, JsonSchemaSamplesParseAndFollowTheSchema) {
                         {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}}}}}},
                        "/v1/chat/completions");
   const json& msg = chat["choices"][0];
-  if (msg["finish_reason"] == "stop") EXPECT_TRUE(json::parse(msg["message"]["content"].get<std::string>(), nullptr, false).is_object()) << msg.dump();
+  if (msg["finish_reason"] == "stop") {
+    EXPECT_TRUE(json::parse(msg["message"]["content"].get<std::string>(), nullptr, false).is_object()) << msg.dump();
+  }
 }
 
 TEST_F(ServeStructured, RegexAndChoiceOutputsAllMatch) {
@@ -82,7 +84,9 @@ TEST_F(ServeStructured, RegexAndChoiceOutputsAllMatch) {
   json obj = {{"prompt", kStructuredPrompt}, {"max_tokens", 120}, {"temperature", 0}, {"response_format", {{"type", "json_object"}}}};
   const json ro = ok(obj);
   const std::string text = ro["choices"][0]["text"];
-  if (ro["choices"][0]["finish_reason"] == "stop") EXPECT_TRUE(json::parse(text, nullptr, false).is_object()) << text;
+  if (ro["choices"][0]["finish_reason"] == "stop") {
+    EXPECT_TRUE(json::parse(text, nullptr, false).is_object()) << text;
+  }
   obj["stream"] = true;
   const std::string streamed = post(obj);
   std::string joined;
