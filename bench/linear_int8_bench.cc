@@ -3,8 +3,9 @@
 // whose weights rotate through ~6x the L3 so they come from DRAM as in a decode step.
 // Prints, per M, the median time per call of each, the weight bytes each streams (int8: the
 // bytes plus one f32 scale per group) and the int8 / bf16 speed ratios: the weight-only
-// kernels (x exact, the default) and the int8-activation dot-product kernels
-// (cpu::detail::Int8LinearOptions::int8_activations).
+// kernels on row-major int8 (linear_int8.h), the same arithmetic on load-time panels
+// (linear_int8_panels.h: what AVX-512 VNNI CPUs store and run; "-" elsewhere) and the
+// int8-activation dot-product kernels (cpu::detail::Int8LinearOptions::int8_activations).
 //
 //   build/bin/linear_int8_bench [ROUNDS] [GROUP]
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "common/quantization.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_int8.h"
+#include "kernels/cpu/linear_int8_panels.h"
 
 namespace {
 
@@ -50,18 +52,27 @@ int main(int argc, char** argv) {
   std::vector<float> sq(static_cast<size_t>(int8_copies * kN * (kK / group)));
   for (int64_t c = 0; c < int8_copies; ++c)
     cpu::quantize_int8(w.data(), DType::kF32, kN, kK, group, wq.data() + c * kN * kK, sq.data() + c * kN * (kK / group));
+  const bool panels = cpu::int8_panels_preferred();
+  const int64_t panel_weights = cpu::int8_panel_count(kN) * kK * cpu::kInt8PanelColumns;
+  const int64_t panel_scales = cpu::int8_panel_count(kN) * (kK / group) * cpu::kInt8PanelColumns;
+  std::vector<int8_t> wp(panels ? static_cast<size_t>(int8_copies * panel_weights) : 0);
+  std::vector<float> sp(panels ? static_cast<size_t>(int8_copies * panel_scales) : 0);
+  for (int64_t c = 0; panels && c < int8_copies; ++c)
+    cpu::pack_int8_panels(wq.data() + c * kN * kK, sq.data() + c * kN * (kK / group), kN, kK, group,
+                          wp.data() + c * panel_weights, sp.data() + c * panel_scales);
   const double bf16_bytes = 2.0 * kN * kK, int8_bytes = 1.0 * kN * kK + 4.0 * kN * (kK / group);
   std::printf("linear %lld x %lld, group %lld, isa %s, %d rounds (medians)\n", static_cast<long long>(kN),
               static_cast<long long>(kK), static_cast<long long>(group), cpu::cpu_isa_name(cpu::active_cpu_isa()), rounds);
-  std::printf("| M | bf16 ms | int8 ms | int8 dot ms | bf16 weight GB/s | int8 weight GB/s | int8 / bf16 | int8 dot / bf16 |\n"
-              "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  for (int64_t M : {1, 8, 32, 128}) {
+  std::printf("| M | bf16 ms | int8 rows ms | int8 panels ms | int8 dot ms | bf16 weight GB/s | int8 panels weight GB/s "
+              "| rows / bf16 | panels / bf16 | dot / bf16 |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int64_t M : {1, 4, 8, 16, 32, 128}) {
     std::vector<float> x(M * kK), y(M * kN);
     for (float& v : x) v = u(rng);
     // Enough calls per round that one round reads every copy at least once.
     const int calls = static_cast<int>(std::max(bf16_copies, int8_copies));
-    std::vector<double> tb, tq, td;
-    int64_t nb = 0, nq = 0, nd = 0;
+    std::vector<double> tb, tq, tp, td;
+    int64_t nb = 0, nq = 0, np = 0, nd = 0;
     cpu::detail::Int8LinearOptions dot;
     dot.int8_activations = true;
     for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
@@ -75,6 +86,11 @@ int main(int argc, char** argv) {
                          sq.data() + (nq % int8_copies) * kN * (kK / group), group, kN, nullptr, y.data(), kN,
                          Activation::kNone);
       auto t2 = Clock::now();
+      for (int c = 0; panels && c < calls; ++c, ++np)
+        cpu::linear_int8_panels(x.data(), M, kK, kK, wp.data() + (np % int8_copies) * panel_weights,
+                                sp.data() + (np % int8_copies) * panel_scales, group, kN, nullptr, y.data(), kN,
+                                Activation::kNone);
+      auto t2p = Clock::now();
       for (int c = 0; c < calls; ++c, ++nd)
         cpu::detail::linear_int8_with(dot, x.data(), M, kK, kK, wq.data() + (nd % int8_copies) * kN * kK,
                                       sq.data() + (nd % int8_copies) * kN * (kK / group), group, kN, nullptr, y.data(),
@@ -83,11 +99,17 @@ int main(int argc, char** argv) {
       if (r == 0) continue;
       tb.push_back(std::chrono::duration<double>(t1 - t0).count() / calls);
       tq.push_back(std::chrono::duration<double>(t2 - t1).count() / calls);
-      td.push_back(std::chrono::duration<double>(t3 - t2).count() / calls);
+      tp.push_back(std::chrono::duration<double>(t2p - t2).count() / calls);
+      td.push_back(std::chrono::duration<double>(t3 - t2p).count() / calls);
     }
-    const double b = median(tb), q = median(tq), dd = median(td);
-    std::printf("| %lld | %.3f | %.3f | %.3f | %.1f | %.1f | %.2fx | %.2fx |\n", static_cast<long long>(M), b * 1e3,
-                q * 1e3, dd * 1e3, bf16_bytes / b / 1e9, int8_bytes / q / 1e9, b / q, b / dd);
+    const double b = median(tb), q = median(tq), pp = median(tp), dd = median(td);
+    if (panels) {
+      std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.2fx | %.2fx | %.2fx |\n", static_cast<long long>(M),
+                  b * 1e3, q * 1e3, pp * 1e3, dd * 1e3, bf16_bytes / b / 1e9, int8_bytes / pp / 1e9, b / q, b / pp, b / dd);
+    } else {
+      std::printf("| %lld | %.3f | %.3f | - | %.3f | %.1f | - | %.2fx | - | %.2fx |\n", static_cast<long long>(M), b * 1e3,
+                  q * 1e3, dd * 1e3, bf16_bytes / b / 1e9, b / q, b / dd);
+    }
   }
   return 0;
 }

@@ -100,7 +100,22 @@ void Backend::linear_int8(const TensorView& x, const TensorView& w, const Tensor
                           const TensorView& bias, const TensorView& out, Activation act) {
   check_f32_2d(x, "linear_int8 x");
   check_f32_2d(out, "linear_int8 out");
-  TESSERA_CHECK(w.ndim == 2 && w.dtype == DType::kI8) << "int8 weight " << w.shape_string() << " " << dtype_name(w.dtype);
+  TESSERA_CHECK((w.ndim == 2 || w.ndim == 3) && w.dtype == DType::kI8)
+      << "int8 weight " << w.shape_string() << " " << dtype_name(w.dtype);
+  if (w.ndim == 3) {
+    // The CPU's column panels (kernels/cpu/linear_int8_panels.h): w [ceil(N / 32), K / 2, 64],
+    // scales [ceil(N / 32), groups, 32]; N is the output's width.
+    const int64_t N = out.dim(1), K = x.dim(1);
+    TESSERA_CHECK(w.dim(0) == (N + 31) / 32 && w.dim(1) * 2 == K && w.dim(2) == 64)
+        << "int8 panels " << w.shape_string() << " for x " << x.shape_string() << " out " << out.shape_string();
+    TESSERA_CHECK(scales.ndim == 3 && scales.dtype == DType::kF32 && scales.dim(0) == w.dim(0) && scales.dim(2) == 32 &&
+                  scales.dim(1) > 0 && K % scales.dim(1) == 0 && (K / scales.dim(1)) % 32 == 0)
+        << "panel scales " << scales.shape_string() << " for w " << w.shape_string();
+    TESSERA_CHECK_EQ(out.dim(0), x.dim(0));
+    if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), N);
+    linear_int8_impl(x, w, scales, bias, out, act);
+    return;
+  }
   TESSERA_CHECK(scales.ndim == 2 && scales.dtype == DType::kF32) << "scales " << scales.shape_string();
   TESSERA_CHECK_EQ(scales.dim(0), w.dim(0));
   TESSERA_CHECK(scales.dim(1) > 0 && w.dim(1) % scales.dim(1) == 0 && (w.dim(1) / scales.dim(1)) % 32 == 0)

@@ -104,7 +104,8 @@ class Backend {
                   Activation act);
   // Int8 weight-only: out = act(x · dequant(w)^T + bias), w int8 [N, K] with one f32 scale
   // per group of K / scales.dim(1) consecutive inputs of each row (scales f32 [N, groups];
-  // docs/quantization.md). The group is a multiple of 32.
+  // docs/quantization.md). The group is a multiple of 32. The CPU backend also takes its
+  // column panels (w 3-D, kernels/cpu/linear_int8_panels.h), which only it produces.
   void linear_int8(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                    const TensorView& out, Activation act = Activation::kNone);
   // In place: x = act(x).

@@ -564,7 +564,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
     TESSERA_ASSIGN_OR_RETURN(mw.lm_head.b, r.load_optional(bias_name(head_name), {c.vocab}, vocab_rows));
   }
   TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta,
-                           quantize_model_weights(mw, c, checkpoint, options.quant, options.plan));
+                           quantize_model_weights(mw, c, checkpoint, options.quant, options.plan, options.int8_layout));
   mw.total_bytes = r.total_bytes() + quantized_delta;
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());
   for (const LayerWeights& lw : mw.layers) decode += layer_decode_bytes(lw, c);

@@ -17,10 +17,21 @@
 namespace tessera {
 
 struct LinearWeights {
-  Tensor w;  // [out, in]: the compute dtype, or int8 (docs/quantization.md)
+  Tensor w;  // [out, in]: the compute dtype, or int8 (docs/quantization.md), or int8 panels
   Tensor b;  // [out] or empty
-  Tensor scales;  // int8 w only: f32 [out, in / group]
+  Tensor scales;  // int8 w only: f32 [out, in / group], or the panels' [ceil(out / 32), in / group, 32]
 };
+
+// How int8 weights are stored: row-major [out, in] with scales [out, groups] (every
+// backend), or the CPU's load-time column panels (kernels/cpu/linear_int8_panels.h: w
+// [ceil(out / 32), in / 2, 64], scales [ceil(out / 32), groups, 32]), which its AVX-512 VNNI
+// kernels read in place instead of repacking rows on every call.
+enum class Int8WeightLayout { kRows, kCpuPanels };
+
+// The input width of a linear layer, in either layout.
+inline int64_t linear_in_features(const LinearWeights& l) {
+  return l.w.view().ndim == 3 ? l.w.dim(1) * 2 : l.w.dim(1);
+}
 
 // One MLP: a dense layer's, one expert's, or a shared expert's. gate and gate_up only when
 // gated (gate_up on the fused path, gate + up on the plain one).
@@ -98,6 +109,9 @@ struct WeightLoadOptions {
   // Int8 weight-only quantization of the selected linears, slice by slice, after loading
   // (worker/weight_quantization.h).
   QuantizationOptions quant;
+  // How those int8 weights are laid out (Transformer::load: the CPU's panels where its
+  // kernels read them; rows otherwise).
+  Int8WeightLayout int8_layout = Int8WeightLayout::kRows;
   // Copy the tensors that would be used in place from the mapped checkpoint (stored in the
   // model dtype), and are read whole every step, into this process's memory on huge pages:
   // the CPU backend computes from them (a device backend uploads them, so it leaves this off).

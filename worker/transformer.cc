@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/logging.h"
+#include "kernels/cpu/linear_int8_panels.h"
 #include "worker/model_checkpoint.h"
 
 namespace tessera {
@@ -49,6 +50,8 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.plan = options.plan;
   wo.quant = options.quant;
   wo.own_copies = backend.kind() == BackendKind::kCpu;
+  wo.int8_layout = backend.kind() == BackendKind::kCpu && cpu::int8_panels_preferred() ? Int8WeightLayout::kCpuPanels
+                                                                                       : Int8WeightLayout::kRows;
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   // From here on the weights live where the backend keeps them (CUDA: device memory).
@@ -333,7 +336,7 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
 
 void Transformer::mlp(const MlpWeights& w, const TensorView& h, const TensorView& out) {
   // This rank's intermediate width: its slice, or all of it when the group is kept whole.
-  const int64_t T = h.dim(0), F = w.down.w.dim(1);
+  const int64_t T = h.dim(0), F = linear_in_features(w.down);
   const Activation act = config_.activation;
   Tensor hidden = backend_.alloc({T, F}, DType::kF32);
   const bool gated = !w.gate_up.w.empty() || !w.gate.w.empty();

@@ -6,6 +6,7 @@
 #include "common/tensor_arena.h"
 #include "common/tokenizer/regex.h"
 #include "kernels/cpu/linear_int8.h"
+#include "kernels/cpu/linear_int8_panels.h"
 #include "worker/arch_spec.h"
 
 namespace tessera {
@@ -191,7 +192,7 @@ Status check_not_prequantized(const Checkpoint& checkpoint) {
 }
 
 StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c, const Checkpoint& checkpoint,
-                                         const QuantizationOptions& q, const TpPlan* plan) {
+                                         const QuantizationOptions& q, const TpPlan* plan, Int8WeightLayout layout) {
   if (!q.enabled()) return int64_t{0};
   if (q.group != kAutoQuantGroup && !valid_quant_group(q.group)) {
     return invalid_argument("model.quantization_group: expected auto or a multiple of 32 in [32, 256], got " +
@@ -224,9 +225,22 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
                               " (this rank's matrix is [" + std::to_string(N) + ", " +
                               std::to_string(K) + "]); " + divisors_hint(K));
     }
-    Tensor w8 = arena.zeros({N, K}, DType::kI8);
-    Tensor scales = arena.zeros({N, K / group}, DType::kF32);
-    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+    Tensor w8, scales;
+    if (layout == Int8WeightLayout::kCpuPanels) {
+      // Quantized row-major into a scratch copy, then moved into panels: only one matrix's
+      // rows are ever held twice.
+      std::vector<int8_t> rows(static_cast<size_t>(N * K));
+      std::vector<float> row_scales(static_cast<size_t>(N * (K / group)));
+      cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, rows.data(), row_scales.data());
+      const int64_t panels = cpu::int8_panel_count(N);
+      w8 = arena.zeros({panels, K / 2, 2 * cpu::kInt8PanelColumns}, DType::kI8);
+      scales = arena.zeros({panels, K / group, cpu::kInt8PanelColumns}, DType::kF32);
+      cpu::pack_int8_panels(rows.data(), row_scales.data(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+    } else {
+      w8 = arena.zeros({N, K}, DType::kI8);
+      scales = arena.zeros({N, K / group}, DType::kF32);
+      cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+    }
     delta += bytes(w8) + bytes(scales) - bytes(l.w);
     l.w = std::move(w8);
     l.scales = std::move(scales);

@@ -28,9 +28,9 @@ Status check_not_prequantized(const Checkpoint& checkpoint);
 //    never be int8, and a rule that matches no linear weight is an error.
 // A packed matrix (fused QKV, gate|up) is quantized only if all its sources are. Errors
 // name the tensor: a group that does not divide this rank's input dimension among them.
-// Returns the change in weight bytes (negative).
+// Stored in `layout` (Int8WeightLayout, worker/model_weights.h). Returns the change in weight bytes (negative).
 StatusOr<int64_t> quantize_model_weights(ModelWeights& weights, const ModelConfig& config,
                                          const Checkpoint& checkpoint, const QuantizationOptions& options,
-                                         const TpPlan* plan);
+                                         const TpPlan* plan, Int8WeightLayout layout = Int8WeightLayout::kRows);
 
 }  // namespace tessera

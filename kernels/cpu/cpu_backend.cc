@@ -17,6 +17,7 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_int8.h"
+#include "kernels/cpu/linear_int8_panels.h"
 
 namespace tessera {
 namespace {
@@ -202,6 +203,11 @@ void CpuBackend::linear_int8_impl(const TensorView& x, const TensorView& w, cons
                                   const TensorView& bias, const TensorView& out, Activation act) {
   Tensor bias_f32;
   const float* b = f32_bias(bias, &bias_f32);
+  if (w.ndim == 3) {
+    cpu::linear_int8_panels(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.as<int8_t>(), scales.as<float>(),
+                            x.dim(1) / scales.dim(1), out.dim(1), b, out.as<float>(), out.dim(1), act);
+    return;
+  }
   cpu::linear_int8(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.as<int8_t>(), scales.as<float>(),
                    w.dim(1) / scales.dim(1), w.dim(0), b, out.as<float>(), out.dim(1), act);
 }

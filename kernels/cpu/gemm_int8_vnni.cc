@@ -12,6 +12,12 @@
 //    group (computed as x is packed) is taken off at the group's end. 1.25-1.31x bf16 at
 //    8-128 rows here, where the 16-bit form is 0.80-0.95x (docs/quantization.md).
 //
+//  - 16-bit x on persistent panels (linear_int8_panels.h, the default on these CPUs): the
+//    weights were laid out at load time as the 16-bit form's panels hold them, but still in
+//    int8 (pairs of k per column), so nothing is packed per call: the micro-kernel widens
+//    each step's 64 bytes itself (two vpmovsxbw per 16 vpdpwssd). Packing the int8 rows cost
+//    as much as the products at 8 rows and a third of the time at 32.
+//
 // Blocking as gemm_packed.cc (threads split 32-column panels; a chunk of 8 panels x one K
 // block stays in L2 while every 8-row tile of x passes over it), with one difference: a K
 // block is a whole number of quantization groups, since the integer sums of a group are
@@ -174,12 +180,23 @@ void pack_x(const Int8LinearArgs& a, int64_t tiles, uint32_t* xp, float* xs, int
   }
 }
 
+// Where a micro-kernel reads a K block of one panel: a per-call packed panel (words, then
+// scales: the layout above), or a persistent one (int8 pairs, 64 bytes a step, and its own
+// scales: linear_int8_panels.h).
+struct PanelBlock {
+  const void* words;
+  const float* scales;  // [kc / group][32]
+};
+
 // ct[8][32] += the K block [k0, k0 + kc) of x tile × panel, group by group.
-template <int kBits>
+template <int kBits, bool kPersistent>
 TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst, const int32_t* xct,
-                                            const uint32_t* panel, int64_t kc, int64_t group, float* ct) {
+                                            PanelBlock block, int64_t kc, int64_t group, float* ct) {
   constexpr int kPer = k_per_word(kBits);
-  const float* wscales = reinterpret_cast<const float*>(panel + kc / kPer * kNr);
+  static_assert(!kPersistent || kBits == 16, "persistent panels hold int8 pairs for 16-bit x");
+  const uint32_t* panel = static_cast<const uint32_t*>(block.words);
+  const int8_t* pairs = static_cast<const int8_t*>(block.words);
+  const float* wscales = block.scales;
   for (int64_t g = 0; g < kc / group; ++g) {
     __m512i acc[kMr][2];
 #pragma GCC unroll 8
@@ -187,8 +204,14 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
     const int64_t p0 = g * group / kPer, p1 = (g + 1) * group / kPer;
 #pragma GCC unroll 2
     for (int64_t p = p0; p < p1; ++p) {
-      const __m512i w0 = _mm512_loadu_si512(panel + p * kNr);
-      const __m512i w1 = _mm512_loadu_si512(panel + p * kNr + 16);
+      __m512i w0, w1;
+      if constexpr (kPersistent) {
+        w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + p * 64)));
+        w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + p * 64 + 32)));
+      } else {
+        w0 = _mm512_loadu_si512(panel + p * kNr);
+        w1 = _mm512_loadu_si512(panel + p * kNr + 16);
+      }
       const uint32_t* xk = xt + p * kMr;
 #pragma GCC unroll 8
       for (int i = 0; i < kMr; ++i) {
@@ -219,15 +242,18 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
   }
 }
 
-// Panels [p0, p1) on the calling thread.
-template <int kBits>
+// Panels [p0, p1) on the calling thread. kPersistent: a.w and a.scales are persistent
+// panels (linear_int8_panels.h), read in place; otherwise each chunk's K block is packed.
+template <int kBits, bool kPersistent>
 void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, const int32_t* xc, int64_t tiles,
                  int64_t p0, int64_t p1) {
   constexpr int kPer = k_per_word(kBits);
   const int64_t kb = block_k(a.group), groups = a.K / a.group;
   const int64_t panel_words = kb / kPer * kNr + kb / a.group * kNr;
   thread_local std::vector<uint32_t> chunk_buffer;
-  uint32_t* chunk = scratch(chunk_buffer, kChunkPanels * panel_words);
+  uint32_t* chunk = kPersistent ? nullptr : scratch(chunk_buffer, kChunkPanels * panel_words);
+  // A persistent panel is K / 2 steps of 64 bytes; its K block starts k0 * 32 bytes in.
+  const int64_t panel_bytes = a.K * 32;
   alignas(64) float ct[kMr * kNr];
   NextBlockPrefetcher prefetch;
   for (int64_t c0 = p0; c0 < p1; c0 += kChunkPanels) {
@@ -239,8 +265,13 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, c
       // next chunk's first), fetched while this one's tiles run.
       const int64_t nc0 = last_k ? c1 : c0, nc1 = last_k ? std::min(p1, c1 + kChunkPanels) : c1;
       const int64_t nk0 = last_k ? 0 : k0 + kc;
-      prefetch.start(a.w, a.K, nc0 * kNr, std::min(a.N, nc1 * kNr), nk0, std::min(kb, a.K - nk0), tiles * (c1 - c0));
-      for (int64_t p = c0; p < c1; ++p) pack_panel<kBits>(a, p * kNr, k0, kc, chunk + (p - c0) * panel_words);
+      const int64_t nkc = std::min(kb, a.K - nk0);
+      if constexpr (kPersistent) {
+        prefetch.start(a.w, panel_bytes, nc0, nc1, nk0 * 32, nkc * 32, tiles * (c1 - c0));
+      } else {
+        prefetch.start(a.w, a.K, nc0 * kNr, std::min(a.N, nc1 * kNr), nk0, nkc, tiles * (c1 - c0));
+        for (int64_t p = c0; p < c1; ++p) pack_panel<kBits>(a, p * kNr, k0, kc, chunk + (p - c0) * panel_words);
+      }
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t m0 = t * kMr, rows = std::min<int64_t>(kMr, a.M - m0);
         const uint32_t* xt = xp + (t * a.K + k0) / kPer * kMr;
@@ -255,7 +286,14 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, c
             for (int64_t i = 0; i < rows; ++i) std::memcpy(ct + i * kNr, y + i * a.ldy, cols * sizeof(float));
           }
           prefetch.step();
-          microkernel<kBits>(xt, xst, xct, chunk + (p - c0) * panel_words, kc, a.group, ct);
+          PanelBlock block;
+          if constexpr (kPersistent) {
+            block = {a.w + p * panel_bytes + k0 * 32, a.scales + (p * groups + k0 / a.group) * kNr};
+          } else {
+            const uint32_t* packed = chunk + (p - c0) * panel_words;
+            block = {packed, reinterpret_cast<const float*>(packed + kc / kPer * kNr)};
+          }
+          microkernel<kBits, kPersistent>(xt, xst, xct, block, kc, a.group, ct);
           for (int64_t i = 0; i < rows; ++i) {
             float* out = y + i * a.ldy;
             if (last_k) {
@@ -270,7 +308,7 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, c
   }
 }
 
-template <int kBits>
+template <int kBits, bool kPersistent = false>
 void gemm(const Int8LinearArgs& a) {
   TESSERA_CHECK(a.group % 32 == 0 && a.K % a.group == 0) << "K=" << a.K << " group=" << a.group;
   constexpr int kPer = k_per_word(kBits);
@@ -285,7 +323,7 @@ void gemm(const Int8LinearArgs& a) {
   const int64_t panels = (a.N + kNr - 1) / kNr;
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), panels));
   if (threads <= 1 || a.M * a.N * a.K < 256 * 1024) {
-    gemm_panels<kBits>(a, xp, xs, xc, tiles, 0, panels);
+    gemm_panels<kBits, kPersistent>(a, xp, xs, xc, tiles, 0, panels);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -293,7 +331,7 @@ void gemm(const Int8LinearArgs& a) {
     const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
     const int64_t base = panels / nt, extra = panels % nt;
     const int64_t p0 = tid * base + std::min(tid, extra);
-    gemm_panels<kBits>(a, xp, xs, xc, tiles, p0, p0 + base + (tid < extra ? 1 : 0));
+    gemm_panels<kBits, kPersistent>(a, xp, xs, xc, tiles, p0, p0 + base + (tid < extra ? 1 : 0));
   }
 }
 
@@ -301,5 +339,6 @@ void gemm(const Int8LinearArgs& a) {
 
 void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a) { gemm<16>(a); }
 void gemm_int8_x8_avx512_vnni(const Int8LinearArgs& a) { gemm<8>(a); }
+void gemm_int8_panels_avx512_vnni(const Int8LinearArgs& a) { gemm<16, /*kPersistent=*/true>(a); }
 
 }  // namespace tessera::cpu::detail

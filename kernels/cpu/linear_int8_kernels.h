@@ -59,6 +59,11 @@ void quantize_row_int16_avx2(const float* x, int64_t K, int64_t group, int16_t* 
 // 8-bit-x form for int8 activations (x quantized per group by the weights' rule, vpdpbusd).
 void gemm_int8_x16_avx512_vnni(const Int8LinearArgs& a);
 void gemm_int8_x8_avx512_vnni(const Int8LinearArgs& a);
+// Persistent panels (linear_int8_panels.h): a.w is the panels' int8 pairs and a.scales their
+// scales, in that layout. The GEMM of gemm_int8_vnni.cc reading them in place, and the GEMV
+// for panels [p0, p1) (x as Int16XArgs; linear_int8_panels.cc).
+void gemm_int8_panels_avx512_vnni(const Int8LinearArgs& a);
+void gemv_int8_panels_avx512_vnni(const Int16XArgs& d, int64_t p0, int64_t p1);
 
 // Weight rows [n0, n1) dequantized to f32 into out ((n1 - n0) * K floats).
 void dequantize_int8_scalar(const Int8LinearArgs& a, int64_t n0, int64_t n1, float* out);

@@ -263,6 +263,8 @@ void CudaBackend::linear_int8_impl(const TensorView& x, const TensorView& w, con
                                    const TensorView& bias, const TensorView& out, Activation act) {
   require_device({{&x, "x"}, {&out, "out"}}, "linear_int8");
   require_placed({{&w, "w"}, {&scales, "scales"}, {&bias, "bias"}}, "linear_int8");
+  // Int8 panels are the CPU backend's layout; the loader stores rows for this backend.
+  TESSERA_CHECK(w.ndim == 2) << "linear_int8: the CUDA backend takes row-major int8 weights, got " << w.shape_string();
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0), group = K / scales.dim(1);
   if (M == 0 || N == 0) return;
   float* y = out.as<float>();

@@ -27,7 +27,9 @@ TEST(BufferPool, SizeClassesAreAtMostAQuarterAboveTheRequest) {
     const size_t cls = BufferPool::size_class(bytes);
     EXPECT_GE(cls, bytes);
     EXPECT_EQ(cls % 64, 0u) << bytes;
-    if (bytes > 256) EXPECT_LE(cls, bytes + bytes / 4 + 64) << bytes;
+    if (bytes > 256) {
+      EXPECT_LE(cls, bytes + bytes / 4 + 64) << bytes;
+    }
   }
   // Nearby requests share a class (so a prefill chunk of 511 tokens reuses one of 512).
   EXPECT_EQ(BufferPool::size_class(511 * 3072), BufferPool::size_class(512 * 3072));

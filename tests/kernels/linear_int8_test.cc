@@ -18,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "kernels/cpu/linear_int8_kernels.h"
+#include "kernels/cpu/linear_int8_panels.h"
 
 namespace tessera::cpu {
 namespace {
@@ -39,7 +40,10 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
                    << cpu_isa_name(detected_cpu_isa()) << ")";
   }
 
-  void check(const Int8Case& c, LinearPath path, bool bias, Activation act, bool int8_activations = false) {
+  // panels: the weights packed into load-time panels (linear_int8_panels.h) and multiplied
+  // there, with the same 16-bit-x arithmetic (AVX-512 VNNI only).
+  void check(const Int8Case& c, LinearPath path, bool bias, Activation act, bool int8_activations = false,
+             bool panels = false) {
     std::mt19937 rng(static_cast<uint32_t>(c.M * 7919 + c.N * 31 + c.K + c.group));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> w(c.N * c.K), x(c.M * c.K), b(c.N);
@@ -58,14 +62,22 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
     opt.isa = GetParam();
     opt.path = path;
     opt.int8_activations = int8_activations;
-    detail::linear_int8_with(opt, x.data(), c.M, c.K, c.K, q.data(), scales.data(), c.group, c.N,
-                             bias ? b.data() : nullptr, y.data(), c.N, act);
+    if (panels) {
+      std::vector<int8_t> wp(int8_panel_count(c.N) * c.K * kInt8PanelColumns, 99);
+      std::vector<float> sp(int8_panel_count(c.N) * (c.K / c.group) * kInt8PanelColumns, 99.0f);
+      pack_int8_panels(q.data(), scales.data(), c.N, c.K, c.group, wp.data(), sp.data());
+      detail::linear_int8_panels_with(path, x.data(), c.M, c.K, c.K, wp.data(), sp.data(), c.group, c.N,
+                                      bias ? b.data() : nullptr, y.data(), c.N, act);
+    } else {
+      detail::linear_int8_with(opt, x.data(), c.M, c.K, c.K, q.data(), scales.data(), c.group, c.N,
+                               bias ? b.data() : nullptr, y.data(), c.N, act);
+    }
     // With int8 activations the kernel computes with x quantized by the same rule as w; the
     // weight-only kernels of AVX-512 VNNI CPUs with x in 16-bit fixed point per group.
     std::vector<float> xr = x;
     const bool gemv = path == LinearPath::kGemv || (path == LinearPath::kAuto && c.M <= linear_int8_gemv_max_rows(opt));
-    if (!int8_activations && (gemv ? detail::int8_gemv_uses_int16_x(GetParam())
-                                   : detail::int8_gemm_uses_int16_x(GetParam()))) {
+    if (panels || (!int8_activations && (gemv ? detail::int8_gemv_uses_int16_x(GetParam())
+                                              : detail::int8_gemm_uses_int16_x(GetParam())))) {
       for (int64_t i = 0; i < c.M * c.K; i += c.group) {
         float amax = 0.0f;
         for (int64_t k = 0; k < c.group; ++k) amax = std::max(amax, std::fabs(x[i + k]));
@@ -144,7 +156,56 @@ TEST_P(LinearInt8Test, AutoRegimeOnBothSidesOfTheCrossover) {
   }
 }
 
+// Load-time panels: every regime (the GEMV's tiles of 4, 2 and 1 rows with 1-4 panels at a
+// time, the GEMM's 8-row tiles with short K blocks), N past a multiple of 32 by 1-31
+// columns, every group size.
+class LinearInt8PanelsTest : public LinearInt8Test {};
+
+TEST_P(LinearInt8PanelsTest, PanelsMatchTheReferenceOf16BitX) {
+  if (!detail::cpu_has_avx512_vnni()) GTEST_SKIP() << "SKIPPED: int8 panels run on AVX-512 VNNI CPUs only";
+  for (const Int8Case& c : {Int8Case{1, 1, 32, 32}, Int8Case{1, 37, 192, 64}, Int8Case{2, 19, 256, 128},
+                            Int8Case{3, 45, 512, 256}, Int8Case{4, 9, 96, 32}, Int8Case{5, 33, 192, 96},
+                            Int8Case{7, 70, 128, 64}, Int8Case{1, 161, 64, 32}, Int8Case{2, 200, 128, 32},
+                            Int8Case{9, 5, 64, 32}, Int8Case{16, 17, 256, 64}, Int8Case{45, 33, 160, 32},
+                            Int8Case{70, 130, 384, 128}, Int8Case{9, 33, 800, 32}, Int8Case{33, 70, 480, 96},
+                            Int8Case{25, 45, 768, 256}, Int8Case{64, 1100, 96, 32}}) {
+    check(c, LinearPath::kGemv, false, Activation::kNone, false, /*panels=*/true);
+    check(c, LinearPath::kGemm, true, Activation::kSilu, false, /*panels=*/true);
+    check(c, LinearPath::kAuto, true, Activation::kNone, false, /*panels=*/true);
+  }
+  const int64_t rows = detail::int8_panel_gemv_max_rows();
+  check({rows, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone, false, /*panels=*/true);
+  check({rows + 1, 50, 128, 32}, LinearPath::kAuto, true, Activation::kNone, false, /*panels=*/true);
+}
+
+// The packing only moves values: every weight and scale lands where the layout says, and
+// the columns past N are zero.
+TEST(Int8PanelsTest, PackingPlacesEveryWeightAndScale) {
+  const int64_t N = 45, K = 128, group = 64, P = int8_panel_count(N);
+  std::vector<int8_t> q(N * K);
+  std::vector<float> s(N * (K / group));
+  for (int64_t i = 0; i < N * K; ++i) q[i] = static_cast<int8_t>(i * 37 % 255 - 127);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = 0.5f + static_cast<float>(i);
+  std::vector<int8_t> wp(P * K * kInt8PanelColumns, 99);
+  std::vector<float> sp(P * (K / group) * kInt8PanelColumns, 99.0f);
+  pack_int8_panels(q.data(), s.data(), N, K, group, wp.data(), sp.data());
+  for (int64_t p = 0; p < P; ++p) {
+    for (int64_t c = 0; c < kInt8PanelColumns; ++c) {
+      const int64_t n = p * kInt8PanelColumns + c;
+      for (int64_t k = 0; k < K; ++k) {
+        const int8_t got = wp[p * K * kInt8PanelColumns + (k / 2 * kInt8PanelColumns + c) * 2 + k % 2];
+        ASSERT_EQ(got, n < N ? q[n * K + k] : 0) << "panel " << p << " column " << c << " k " << k;
+      }
+      for (int64_t g = 0; g < K / group; ++g) {
+        ASSERT_EQ(sp[(p * (K / group) + g) * kInt8PanelColumns + c], n < N ? s[n * (K / group) + g] : 0.0f);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, LinearInt8Test, ::testing::Values(CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<CpuIsa>& info) { return std::string(cpu_isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, LinearInt8PanelsTest, ::testing::Values(CpuIsa::kAvx512),
                          [](const ::testing::TestParamInfo<CpuIsa>& info) { return std::string(cpu_isa_name(info.param)); });
 
 // The quantizer: the largest |w| of a group maps to +-127, every weight is within half a
@@ -171,7 +232,9 @@ TEST(QuantizeInt8Test, PerGroupSymmetricRoundToNearest) {
         max_q = std::max(max_q, std::abs(int(q[i])));
         EXPECT_LE(std::fabs(q[i] * scale - w[i]), 0.5f * scale * (1 + 1e-6f) + 1e-12f) << "n=" << n << " k=" << k;
       }
-      if (scale > 0) EXPECT_EQ(max_q, 127) << "n=" << n << " group " << g;
+      if (scale > 0) {
+        EXPECT_EQ(max_q, 127) << "n=" << n << " group " << g;
+      }
     }
   }
   // The same values stored as bf16 quantize to the same result as their f32 widening.
