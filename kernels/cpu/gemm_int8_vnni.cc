@@ -41,6 +41,7 @@
 #include "common/check.h"
 #include "kernels/cpu/linear_int8_kernels.h"
 #include "kernels/cpu/next_block_prefetcher.h"
+#include "kernels/cpu/vnni_asm.h"
 
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_* is "maybe uninitialized" by
 // design: those lanes are overwritten); the warning says nothing about this file.
@@ -202,7 +203,7 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
 #pragma GCC unroll 8
     for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
     const int64_t p0 = g * group / kPer, p1 = (g + 1) * group / kPer;
-#pragma GCC unroll 2
+#pragma GCC unroll 1
     for (int64_t p = p0; p < p1; ++p) {
       __m512i w0, w1;
       if constexpr (kPersistent) {
@@ -217,11 +218,11 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
       for (int i = 0; i < kMr; ++i) {
         const __m512i xv = _mm512_set1_epi32(static_cast<int32_t>(xk[i]));
         if constexpr (kBits == 16) {
-          acc[i][0] = _mm512_dpwssd_epi32(acc[i][0], xv, w0);
-          acc[i][1] = _mm512_dpwssd_epi32(acc[i][1], xv, w1);
+          acc[i][0] = dpwssd(acc[i][0], xv, w0);
+          acc[i][1] = dpwssd(acc[i][1], xv, w1);
         } else {
-          acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, xv);  // unsigned (offset) weights x signed x
-          acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, xv);
+          acc[i][0] = dpbusd(acc[i][0], w0, xv);  // unsigned (offset) weights x signed x
+          acc[i][1] = dpbusd(acc[i][1], w1, xv);
         }
       }
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/linear_int8_kernels.h"
+#include "kernels/cpu/vnni_asm.h"
 
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_* is "maybe uninitialized" by
 // design: those lanes are overwritten); the warning says nothing about this file.
@@ -142,13 +143,13 @@ TESSERA_TARGET_AVX512_VNNI void dot_tile(const Int8DotArgs& d, int64_t m0, int64
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           wv[r] = _mm512_maskz_loadu_epi8(live, row[r] + k);
-          wsum[r] = _mm512_dpbusd_epi32(wsum[r], ones, wv[r]);
+          wsum[r] = dpbusd(wsum[r], ones, wv[r]);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < MT; ++i) {
           const __m512i xv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, d.xq + (m0 + i) * K + k), sign);
 #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) part[i][r] = _mm512_dpbusd_epi32(part[i][r], xv, wv[r]);
+          for (int r = 0; r < R; ++r) part[i][r] = dpbusd(part[i][r], xv, wv[r]);
         }
       }
 #pragma GCC unroll 8
@@ -233,7 +234,7 @@ TESSERA_TARGET_AVX512_VNNI void x16_tile(const Int16XArgs& d, int64_t m0, int64_
         for (int i = 0; i < MT; ++i) {
           const __m512i xv = _mm512_loadu_si512(d.xq + (m0 + i) * K + k);
 #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) part[i][r] = _mm512_dpwssd_epi32(part[i][r], xv, wv[r]);
+          for (int r = 0; r < R; ++r) part[i][r] = dpwssd(part[i][r], xv, wv[r]);
         }
       }
 #pragma GCC unroll 8

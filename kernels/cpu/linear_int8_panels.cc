@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_kernels.h"
+#include "kernels/cpu/vnni_asm.h"
 
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_* is "maybe uninitialized" by
 // design), as in the other kernel files.
@@ -94,8 +95,8 @@ TESSERA_TARGET_AVX512_VNNI void panel_tile(const Int16XArgs& d, int64_t m0, int6
           const __m512i xv = _mm512_set1_epi32(pair);
 #pragma GCC unroll 4
           for (int j = 0; j < PP; ++j) {
-            acc[i][j][0] = _mm512_dpwssd_epi32(acc[i][j][0], xv, w[j][0]);
-            acc[i][j][1] = _mm512_dpwssd_epi32(acc[i][j][1], xv, w[j][1]);
+            acc[i][j][0] = dpwssd(acc[i][j][0], xv, w[j][0]);
+            acc[i][j][1] = dpwssd(acc[i][j][1], xv, w[j][1]);
           }
         }
       }
