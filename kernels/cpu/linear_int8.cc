@@ -68,21 +68,9 @@ void x16_range(CpuIsa isa, const detail::Int16XArgs& d, int64_t n0, int64_t n1) 
 }
 
 // x rows in 16-bit fixed point (linear_int8_kernels.h), then the weight rows in chunks as
-// gemv() does. Thread-local buffers, reused.
+// gemv() does.
 void gemv_int16_x(CpuIsa isa, const Int8LinearArgs& a) {
-  thread_local std::vector<int16_t> xq;
-  thread_local std::vector<float> xs;
-  const int64_t groups = a.K / a.group;
-  xq.resize(static_cast<size_t>(a.M * a.K));
-  xs.resize(static_cast<size_t>(a.M * groups));
-  for (int64_t m = 0; m < a.M; ++m) {
-    if (isa == CpuIsa::kAvx512) {
-      detail::quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
-    } else {
-      detail::quantize_row_int16_avx2(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
-    }
-  }
-  const detail::Int16XArgs d{&a, xq.data(), xs.data()};
+  const detail::Int16XArgs d = detail::quantize_x_int16(isa, a);
   for_row_chunks(a, [&](int64_t n0, int64_t n1) { x16_range(isa, d, n0, n1); });
 }
 
@@ -164,6 +152,22 @@ void gemm(CpuIsa isa, const Int8LinearArgs& a) {
 }  // namespace
 
 namespace detail {
+
+Int16XArgs quantize_x_int16(CpuIsa isa, const Int8LinearArgs& a) {
+  thread_local std::vector<int16_t> xq;
+  thread_local std::vector<float> xs;
+  const int64_t groups = a.K / a.group;
+  xq.resize(static_cast<size_t>(a.M * a.K));
+  xs.resize(static_cast<size_t>(a.M * groups));
+  for (int64_t m = 0; m < a.M; ++m) {
+    if (isa == CpuIsa::kAvx512) {
+      quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+    } else {
+      quantize_row_int16_avx2(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
+    }
+  }
+  return Int16XArgs{&a, xq.data(), xs.data()};
+}
 
 namespace {
 bool int16_x_disabled() {

@@ -51,6 +51,9 @@ struct Int16XArgs {
   const float* xs;
 };
 void gemv_int8_x16_avx512_vnni(const Int16XArgs& d, int64_t n0, int64_t n1);
+// a's rows of x in 16-bit fixed point per group with `isa`'s quantizer (kAvx512 or kAvx2),
+// into this thread's buffers (reused: valid until its next call).
+Int16XArgs quantize_x_int16(CpuIsa isa, const Int8LinearArgs& a);
 void quantize_row_int16_avx512(const float* x, int64_t K, int64_t group, int16_t* q, float* scales);
 // The same GEMV on AVX2 (vpmaddwd), and its x quantizer (same values as the AVX-512 one).
 void gemv_int8_x16_avx2(const Int16XArgs& d, int64_t n0, int64_t n1);

@@ -136,18 +136,10 @@ void gemv_int8_panels_avx512_vnni(const Int16XArgs& d, int64_t p0, int64_t p1) {
 
 namespace {
 
-// x rows in 16-bit fixed point (thread-local buffers, reused), then the panels in chunks of
-// ~256 KiB taken dynamically by the threads, as the row-major GEMV takes rows.
+// x rows in 16-bit fixed point, then the panels in chunks of ~256 KiB taken dynamically by
+// the threads, as the row-major GEMV takes rows.
 void gemv(const Int8LinearArgs& a) {
-  thread_local std::vector<int16_t> xq;
-  thread_local std::vector<float> xs;
-  const int64_t groups = a.K / a.group;
-  xq.resize(static_cast<size_t>(a.M * a.K));
-  xs.resize(static_cast<size_t>(a.M * groups));
-  for (int64_t m = 0; m < a.M; ++m) {
-    quantize_row_int16_avx512(a.x + m * a.ldx, a.K, a.group, xq.data() + m * a.K, xs.data() + m * groups);
-  }
-  const Int16XArgs d{&a, xq.data(), xs.data()};
+  const Int16XArgs d = quantize_x_int16(CpuIsa::kAvx512, a);
   const int64_t panels = int8_panel_count(a.N);
   const int threads = omp_get_max_threads();
   if (threads == 1 || panels < 2 || a.M * a.N * a.K < 32 * 1024) {
