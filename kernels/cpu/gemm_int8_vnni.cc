@@ -62,7 +62,11 @@ constexpr int k_per_word(int x_bits) { return x_bits == 16 ? 2 : 4; }
 constexpr int64_t kChunkPanels = 8;
 
 // K block: the whole groups that fit in ~256 k (at least one group).
-int64_t block_k(int64_t group) { return group * std::max<int64_t>(1, 256 / group); }
+int64_t block_k(int64_t group, int64_t target = 256) { return group * std::max<int64_t>(1, target / group); }
+// Persistent panels hold a K block in a quarter of the bytes a packed one takes (int8 pairs,
+// no copy): blocks of ~1024 k keep a chunk of 8 panels at 256 KiB of L2, and the 8 x 32 tile
+// of y goes through memory a quarter as often.
+constexpr int64_t kPersistentBlockK = 1024;
 
 // A 16 x 16 matrix of 32-bit words transposed in registers (unpacks within 128-bit lanes,
 // then two rounds of lane shuffles).
@@ -250,7 +254,7 @@ template <int kBits, bool kPersistent>
 void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, const int32_t* xc, int64_t tiles,
                  int64_t p0, int64_t p1) {
   constexpr int kPer = k_per_word(kBits);
-  const int64_t kb = block_k(a.group), groups = a.K / a.group;
+  const int64_t kb = block_k(a.group, kPersistent ? kPersistentBlockK : 256), groups = a.K / a.group;
   const int64_t panel_words = kb / kPer * kNr + kb / a.group * kNr;
   thread_local std::vector<uint32_t> chunk_buffer;
   uint32_t* chunk = kPersistent ? nullptr : scratch(chunk_buffer, kChunkPanels * panel_words);
@@ -298,7 +302,7 @@ void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, c
           microkernel<kBits, kPersistent>(xt, xst, xct, block, kc, a.group, ct);
           for (int64_t i = 0; i < rows; ++i) {
             float* out = y + i * a.ldy;
-            if (last_k) {
+            if (last_k && (a.bias != nullptr || a.act != Activation::kNone)) {
               for (int64_t j = 0; j < cols; ++j) out[j] = finish_output(ct[i * kNr + j], a.bias, n0 + j, a.act);
             } else {
               std::memcpy(out, ct + i * kNr, cols * sizeof(float));
