@@ -2,10 +2,9 @@
 // ~500 MB f32 model at TP = 2, every rank's peak resident memory stays under 0.65x the full
 // model (the rank's half, plus the mapping pages it passes through).
 //
-// Each rank is a fresh process (this binary re-run for the rank test below), as a worker is:
-// a forked copy of the test process starts with the parent's resident pages shared (88 MB of
-// CUDA libraries' data among them), which made the figure depend on what the parent had
-// touched rather than on what the loader does.
+// Each rank is a fresh process (this binary re-run for the rank test below), as a worker is,
+// so its figure is the loader's alone: a forked copy of the test process would start with
+// the parent's pages shared and count whatever it touched of them.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,16 @@ namespace tessera {
 namespace {
 
 constexpr char kRankEnv[] = "TESSERA_TP_MEMORY_RANK";  // "model dir|group|rank|fd"
+
+// Under AddressSanitizer (CI's second pass) resident memory also holds its shadow (an eighth
+// of what the process touches), redzones and a quarantine of freed blocks (the loader's freed
+// temporaries: 0.67x of the model there against 0.51x in the plain build), so the bound is
+// checked in the plain build and only reported here.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kResidentMemoryIsTheProgramsOwn = false;
+#else
+constexpr bool kResidentMemoryIsTheProgramsOwn = true;
+#endif
 
 int64_t vm_hwm_bytes() {
   std::ifstream in("/proc/self/status");
@@ -131,7 +140,9 @@ TEST(TensorParallelMemory, EachRankHoldsAboutHalfOfA500MBModel) {
     std::cout << "[ REPORT   ] rank " << rank << " peak RSS growth " << growth / 1e6 << " MB = "
               << growth / file_bytes << " x the " << file_bytes / 1e6 << " MB model" << std::endl;
     EXPECT_GT(growth, 0);
-    EXPECT_LT(growth, 0.65 * file_bytes);
+    if (kResidentMemoryIsTheProgramsOwn) {
+      EXPECT_LT(growth, 0.65 * file_bytes);
+    }
   }
   std::filesystem::remove_all(dir);
 }
