@@ -1,6 +1,6 @@
 // The int8 linear layer's GEMM (M above the GEMV's rows: prefill, batched decode) on CPUs
-// with AVX-512 VNNI, in two forms:
-//  - 16-bit x (the weight-only default): x in 16-bit fixed point per group (as the VNNI
+// with AVX-512 VNNI, in three forms:
+//  - 16-bit x on row-major int8 (weight-only): x in 16-bit fixed point per group (as the VNNI
 //    GEMV, linear_int8_kernels.h), int8 weights widened to int16 as they are packed, and
 //    vpdpwssd, which adds 32 exact products per instruction where an f32 FMA adds 16. The
 //    f32 path it replaces (gemm_packed_int8: weights dequantized to f32 panels per call, f32
@@ -9,8 +9,8 @@
 //    weights' rule and vpdpbusd, 64 products per instruction. It multiplies unsigned by
 //    signed bytes, so the weights are packed offset by 128 (an XOR of the sign bit) and x
 //    stays signed: sum((w + 128) x) = sum(w x) + 128 sum(x), and 128 sum(x) of each row and
-//    group (computed as x is packed) is taken off at the group's end. 1.25-1.31x bf16 at
-//    8-128 rows here, where the 16-bit form is 0.80-0.95x (docs/quantization.md).
+//    group (computed as x is packed) is taken off at the group's end. 1.4-1.6x bf16 at
+//    8-256 rows here (docs/quantization.md).
 //
 //  - 16-bit x on persistent panels (linear_int8_panels.h, the default on these CPUs): the
 //    weights were laid out at load time as the 16-bit form's panels hold them, but still in
@@ -208,6 +208,8 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
 #pragma GCC unroll 8
     for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
     const int64_t p0 = g * group / kPer, p1 = (g + 1) * group / kPer;
+// One step per iteration: unrolled by 2, GCC 12 copies the accumulators again (M = 128 on
+    // panels 1.21x -> 0.92x bf16, bench/linear_int8_bench.cc).
 #pragma GCC unroll 1
     for (int64_t p = p0; p < p1; ++p) {
       __m512i w0, w1;
