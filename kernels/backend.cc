@@ -8,6 +8,7 @@
 
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/linear_int8_panels.h"
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
@@ -106,9 +107,10 @@ void Backend::linear_int8(const TensorView& x, const TensorView& w, const Tensor
     // The CPU's column panels (kernels/cpu/linear_int8_panels.h): w [ceil(N / 32), K / 2, 64],
     // scales [ceil(N / 32), groups, 32]; N is the output's width.
     const int64_t N = out.dim(1), K = x.dim(1);
-    TESSERA_CHECK(w.dim(0) == (N + 31) / 32 && w.dim(1) * 2 == K && w.dim(2) == 64)
+    TESSERA_CHECK(w.dim(0) == cpu::int8_panel_count(N) && w.dim(1) * 2 == K && w.dim(2) == 2 * cpu::kInt8PanelColumns)
         << "int8 panels " << w.shape_string() << " for x " << x.shape_string() << " out " << out.shape_string();
-    TESSERA_CHECK(scales.ndim == 3 && scales.dtype == DType::kF32 && scales.dim(0) == w.dim(0) && scales.dim(2) == 32 &&
+    TESSERA_CHECK(scales.ndim == 3 && scales.dtype == DType::kF32 && scales.dim(0) == w.dim(0) &&
+                  scales.dim(2) == cpu::kInt8PanelColumns &&
                   scales.dim(1) > 0 && K % scales.dim(1) == 0 && (K / scales.dim(1)) % 32 == 0)
         << "panel scales " << scales.shape_string() << " for w " << w.shape_string();
     TESSERA_CHECK_EQ(out.dim(0), x.dim(0));

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "common/check.h"
 #include "kernels/cpu/linear_int8.h"
