@@ -7,7 +7,7 @@
 // (linear_int8_panels.h: what AVX-512 VNNI CPUs store and run; "-" elsewhere) and the
 // int8-activation dot-product kernels (cpu::detail::Int8LinearOptions::int8_activations).
 //
-//   build/bin/linear_int8_bench [ROUNDS] [GROUP]
+//   build/bin/linear_int8_bench [ROUNDS] [GROUP] [N K]   (GROUP 0 = auto; default 4096 x 4096)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,7 +24,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int64_t kN = 4096, kK = 4096;
 constexpr size_t kColdBytes = size_t{192} << 20;
 
 double median(std::vector<double> v) {
@@ -37,7 +36,12 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace tessera;
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
-  const int64_t group = argc > 2 ? std::atoi(argv[2]) : auto_quant_group(kK);
+  const int64_t kN = argc > 4 ? std::atoll(argv[3]) : 4096, kK = argc > 4 ? std::atoll(argv[4]) : 4096;
+  const int64_t group = argc > 2 && std::atoi(argv[2]) > 0 ? std::atoi(argv[2]) : auto_quant_group(kK);
+  if (rounds < 1 || kN < 1 || kK < 1 || kK % group != 0) {
+    std::fprintf(stderr, "usage: linear_int8_bench [ROUNDS>=1] [GROUP dividing K, 0 = auto] [N K]\n");
+    return 2;
+  }
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
   std::vector<float> w(kN * kK);

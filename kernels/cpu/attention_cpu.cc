@@ -154,6 +154,7 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
       const Item it = items[w];
       const std::vector<int32_t>& heads = heads_of[it.g];
       const int64_t nh = static_cast<int64_t>(heads.size()), rows = it.nq * nh;
+      const bool key_rows = rows <= kKeyRowsMaxRows;  // kt then holds the keys as rows
       row_max.assign(rows, -INFINITY);
       row_sum.assign(rows, 0.0f);
       acc.assign(rows * head_dim, 0.0f);
@@ -170,7 +171,11 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
           k_rows[i] = kc + slot * kv_row + it.g * head_dim;
           v_rows[i] = vc + slot * kv_row + it.g * head_dim;
         }
-        ops.gather(k_rows, v_rows, k_cache.dtype, head_dim, n, kt.data(), vb.data());
+        if (key_rows) {
+          ops.gather_rows(k_rows, v_rows, k_cache.dtype, head_dim, n, kt.data(), vb.data());
+        } else {
+          ops.gather(k_rows, v_rows, k_cache.dtype, head_dim, n, kt.data(), vb.data());
+        }
         for (int64_t r = 0; r < rows; ++r) {
           const int32_t i = static_cast<int32_t>(r / nh);
           const int32_t h = heads[r % nh];
@@ -178,8 +183,8 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
           // This row's keys within the block: [a, b).
           const int32_t a = std::max(first_key(pos), j0) - j0, b = std::min(pos, j0 + n - 1) - j0 + 1;
           if (b <= a) continue;
-          ops.scores(q + static_cast<int64_t>(it.t0 + i) * q_row_stride + h * head_dim, kt.data(), head_dim, n,
-                     s.data());
+          (key_rows ? ops.scores_rows : ops.scores)(q + static_cast<int64_t>(it.t0 + i) * q_row_stride + h * head_dim,
+                                                    kt.data(), head_dim, n, s.data());
           float mx = -INFINITY;
           for (int32_t jj = 0; jj < n; ++jj) {
             if (jj < a || jj >= b) {
@@ -253,9 +258,27 @@ void accumulate_scalar(const float* p, const float* v, int64_t n, int64_t head_d
   }
 }
 
+void gather_rows_scalar(const void* const* k_rows, const void* const* v_rows, DType dtype, int64_t head_dim, int32_t n,
+                        float* kr, float* vb) {
+  for (int32_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < head_dim; ++d) kr[i * head_dim + d] = widen_element(k_rows[i], dtype, d);
+    for (int64_t d = 0; d < head_dim; ++d) vb[i * head_dim + d] = widen_element(v_rows[i], dtype, d);
+  }
+}
+
+void scores_rows_scalar(const float* q, const float* kr, int64_t head_dim, int64_t n, float* s) {
+  for (int64_t j = 0; j < n; ++j) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * kr[j * head_dim + d];
+    s[j] = dot;
+  }
+}
+
 }  // namespace
 
-AttentionTileOps attention_tile_ops_scalar() { return {gather_scalar, scores_scalar, exp_shifted_scalar, accumulate_scalar}; }
+AttentionTileOps attention_tile_ops_scalar() {
+  return {gather_scalar, scores_scalar, exp_shifted_scalar, accumulate_scalar, gather_rows_scalar, scores_rows_scalar};
+}
 
 AttentionTileOps attention_tile_ops_active() {
   if (active_cpu_isa() >= CpuIsa::kAvx512) return attention_tile_ops_avx512();

@@ -26,7 +26,24 @@ struct AttentionTileOps {
   float (*exp_shifted)(float* s, int64_t n, float max);
   // acc[d] = acc[d] * rescale + sum_j p[j] * v[j * head_dim + d].
   void (*accumulate)(const float* p, const float* v, int64_t n, int64_t head_dim, float rescale, float* acc);
+
+  // The key-rows form, for tiles of few query rows (kKeyRowsMaxRows): a decode step's tile
+  // is one token times the query heads of one KV head, too few rows to pay for transposing
+  // the keys (the transposing gather was 5x the scores and value updates together in perf
+  // of ~100M batch-1 decode). Widens n <= kKeyBlock keys and values as rows: kr[i * head_dim
+  // + d] = K[i][d], vb[i * head_dim + d] = V[i][d].
+  void (*gather_rows)(const void* const* k_rows, const void* const* v_rows, DType dtype, int64_t head_dim, int32_t n,
+                      float* kr, float* vb);
+  // s[j] = sum_d q[d] * kr[j * head_dim + d] for j < n (n <= kKeyBlock): one vector of
+  // products per key, summed across lanes 16 (8) keys at a time by a shuffle tree.
+  void (*scores_rows)(const float* q, const float* kr, int64_t head_dim, int64_t n, float* s);
 };
+
+// Tiles of at most this many query rows (tokens x query heads of the KV head) take the
+// key-rows form. Per key and row it costs ~11 vector operations against ~5 for the
+// transposed form's scores, but it saves the ~80 per key of transposing: it wins up to
+// ~16 rows; 8 leaves the larger GQA groups and prefill on the transposed form.
+inline constexpr int64_t kKeyRowsMaxRows = 8;
 
 AttentionTileOps attention_tile_ops_scalar();
 AttentionTileOps attention_tile_ops_avx2();    // needs AVX2 + FMA + F16C

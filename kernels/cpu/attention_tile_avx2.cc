@@ -61,6 +61,55 @@ TESSERA_TARGET_AVX2 void gather_avx2(const void* const* k_rows, const void* cons
   }
 }
 
+// One row of head_dim cached elements widened to f32.
+TESSERA_TARGET_AVX2 inline void widen_row(const void* row, DType dtype, int64_t head_dim, float* dst) {
+  int64_t d = 0;
+  for (; d + 8 <= head_dim; d += 8) _mm256_storeu_ps(dst + d, load8(row, dtype, d));
+  for (; d < head_dim; ++d) dst[d] = load1(row, dtype, d);
+}
+
+TESSERA_TARGET_AVX2 void gather_rows_avx2(const void* const* k_rows, const void* const* v_rows, DType dtype,
+                                          int64_t head_dim, int32_t n, float* kr, float* vb) {
+  for (int32_t i = 0; i < n; ++i) {
+    widen_row(k_rows[i], dtype, head_dim, kr + i * head_dim);
+    widen_row(v_rows[i], dtype, head_dim, vb + i * head_dim);
+  }
+}
+
+// Eight vectors of partial sums to one vector of their totals, lane i = sum of p[i]: pairs
+// interleaved and added within 128-bit lanes (each lane then holds 4 keys' partials), then
+// the two halves of the 128-bit lanes exchanged and added.
+TESSERA_TARGET_AVX2 inline __m256 sum8_lanes(const __m256 p[8]) {
+  __m256 s[4], u[2];
+  for (int i = 0; i < 4; ++i) {
+    s[i] = _mm256_add_ps(_mm256_unpacklo_ps(p[2 * i], p[2 * i + 1]), _mm256_unpackhi_ps(p[2 * i], p[2 * i + 1]));
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[i] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * i], s[2 * i + 1], 0x44), _mm256_shuffle_ps(s[2 * i], s[2 * i + 1], 0xEE));
+  }
+  return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+
+TESSERA_TARGET_AVX2 void scores_rows_avx2(const float* q, const float* kr, int64_t head_dim, int64_t n, float* s) {
+  const int64_t d_main = head_dim & ~int64_t{7};
+  for (int64_t j0 = 0; j0 < n; j0 += 8) {
+    const int64_t keys = std::min<int64_t>(8, n - j0);
+    __m256 p[8];
+    for (int i = 0; i < 8; ++i) p[i] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < d_main; d += 8) {
+      const __m256 qd = _mm256_loadu_ps(q + d);
+      for (int64_t i = 0; i < keys; ++i) p[i] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + (j0 + i) * head_dim + d), qd, p[i]);
+    }
+    alignas(32) float out[8];
+    _mm256_store_ps(out, sum8_lanes(p));
+    for (int64_t i = 0; i < keys; ++i) {
+      float tail = 0.0f;
+      for (int64_t d = d_main; d < head_dim; ++d) tail += q[d] * kr[(j0 + i) * head_dim + d];
+      s[j0 + i] = out[i] + tail;
+    }
+  }
+}
+
 TESSERA_TARGET_AVX2 void scores_avx2(const float* q, const float* kt, int64_t head_dim, int64_t n, float* s) {
   constexpr int kVecs = static_cast<int>(kKeyBlock / 8);
   __m256 acc[kVecs];
@@ -143,6 +192,8 @@ TESSERA_TARGET_AVX2 void accumulate_avx2(const float* p, const float* v, int64_t
 
 }  // namespace
 
-AttentionTileOps attention_tile_ops_avx2() { return {gather_avx2, scores_avx2, exp_shifted_avx2, accumulate_avx2}; }
+AttentionTileOps attention_tile_ops_avx2() {
+  return {gather_avx2, scores_avx2, exp_shifted_avx2, accumulate_avx2, gather_rows_avx2, scores_rows_avx2};
+}
 
 }  // namespace tessera::cpu::detail

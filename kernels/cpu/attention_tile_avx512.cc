@@ -2,9 +2,11 @@
 // the width (a 64-key block is 4 vectors of scores, a 64-wide head 4 vectors of the value
 // accumulator), the same exp polynomial. At 512-token prefill on the ~100M Llama the scores
 // and value updates were a third of the linears' time on 8-wide vectors. Key blocks are
-// gathered by the AVX2 gather (widening and 8 x 8 transposes; memory bound either way).
+// gathered by the AVX2 gathers (widening, and 8 x 8 transposes for the transposed form;
+// memory bound either way).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/attention_tile.h"
@@ -49,6 +51,54 @@ TESSERA_TARGET_AVX512 void scores_avx512(const float* q, const float* kt, int64_
       _mm512_storeu_ps(s + j, acc[v]);
     } else {
       _mm512_mask_storeu_ps(s + j, static_cast<__mmask16>((1u << (n - j)) - 1u), acc[v]);
+    }
+  }
+}
+
+// Sixteen vectors of partial sums to one vector of their totals, lane i = sum of p[i]:
+// pairs interleaved and added within 128-bit lanes, then pairs of those shuffled so each
+// 128-bit lane holds 4 keys' partials, then the 128-bit lanes of pairs exchanged twice.
+TESSERA_TARGET_AVX512 inline __m512 sum16_lanes(const __m512 p[16]) {
+  __m512 s[8], u[4], w[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_ps(p[2 * i], p[2 * i + 1]));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    u[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0x44), _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0xEE));
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xDD));
+  }
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
+}
+
+TESSERA_TARGET_AVX512 void scores_rows_avx512(const float* q, const float* kr, int64_t head_dim, int64_t n, float* s) {
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t keys = std::min<int64_t>(16, n - j0);
+    __m512 p[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) p[i] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < head_dim; d += 16) {
+      const __mmask16 mask =
+          head_dim - d >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (head_dim - d)) - 1u);
+      const __m512 qd = _mm512_maskz_loadu_ps(mask, q + d);
+      const float* k = kr + j0 * head_dim + d;
+      if (keys == 16) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) p[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, k + i * head_dim), qd, p[i]);
+      } else {
+        for (int64_t i = 0; i < keys; ++i) p[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, k + i * head_dim), qd, p[i]);
+      }
+    }
+    const __m512 total = sum16_lanes(p);
+    if (keys == 16) {
+      _mm512_storeu_ps(s + j0, total);
+    } else {
+      _mm512_mask_storeu_ps(s + j0, static_cast<__mmask16>((1u << keys) - 1u), total);
     }
   }
 }
@@ -103,7 +153,8 @@ TESSERA_TARGET_AVX512 void accumulate_avx512(const float* p, const float* v, int
 }  // namespace
 
 AttentionTileOps attention_tile_ops_avx512() {
-  return {attention_tile_ops_avx2().gather, scores_avx512, exp_shifted_avx512, accumulate_avx512};
+  const AttentionTileOps avx2 = attention_tile_ops_avx2();
+  return {avx2.gather, scores_avx512, exp_shifted_avx512, accumulate_avx512, avx2.gather_rows, scores_rows_avx512};
 }
 
 }  // namespace tessera::cpu::detail

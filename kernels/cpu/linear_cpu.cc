@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "kernels/cpu/decode_chunks.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_kernels.h"
 
@@ -85,24 +86,16 @@ void gemv_range(CpuIsa isa, const detail::LinearArgs& a, int64_t n0, int64_t n1)
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kMinParallelMacs = 32 * 1024;
 
-// Decode: the weight rows are cut into contiguous chunks of ~256 KiB (a multiple of 16 rows,
-// so neighbouring threads never write the same cache line of y) that threads take
-// dynamically. Each chunk is one sequential stream for the prefetchers, every weight is
-// read once, and a thread that the OS preempts (other processes, other ranks on the same
-// host) delays the step by one chunk instead of by its whole static share.
+// Decode: weight rows in chunks that threads take dynamically (decode_chunks.h).
 void gemv_linear(CpuIsa isa, const detail::LinearArgs& a) {
   const int threads = omp_get_max_threads();
   if (threads == 1 || a.M * a.N * a.K < kMinParallelMacs || a.N < 2) {
     gemv_range(isa, a, 0, a.N);
     return;
   }
-  const int64_t row_bytes = std::max<int64_t>(1, a.K * static_cast<int64_t>(dtype_size(a.w_dtype)));
-  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
-  const int64_t chunks = (a.N + chunk - 1) / chunk;
+  const detail::DecodeChunks chunks(a.N, a.K * static_cast<int64_t>(dtype_size(a.w_dtype)), 16, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) {
-    gemv_range(isa, a, c * chunk, std::min(a.N, (c + 1) * chunk));
-  }
+  for (int64_t c = 0; c < chunks.count(); ++c) gemv_range(isa, a, chunks.begin(c), chunks.begin(c + 1));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "kernels/cpu/decode_chunks.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_int8_kernels.h"
 
@@ -38,9 +39,8 @@ void dequantize(CpuIsa isa, const Int8LinearArgs& a, int64_t n0, int64_t n1, flo
 
 constexpr int64_t kMinParallelMacs = 32 * 1024;
 
-// Decode, every GEMV flavour: as the float GEMV (linear_cpu.cc), weight rows in ~256 KiB
-// chunks taken dynamically by the threads (an int8 row is K bytes plus K / group scales);
-// run(n0, n1) computes rows [n0, n1).
+// Decode, every GEMV flavour: weight rows (K bytes plus K / group scales each) in chunks
+// that threads take dynamically (decode_chunks.h); run(n0, n1) computes rows [n0, n1).
 template <typename RunRows>
 void for_row_chunks(const Int8LinearArgs& a, RunRows run) {
   const int threads = omp_get_max_threads();
@@ -48,11 +48,9 @@ void for_row_chunks(const Int8LinearArgs& a, RunRows run) {
     run(int64_t{0}, a.N);
     return;
   }
-  const int64_t row_bytes = std::max<int64_t>(1, a.K + 4 * (a.K / a.group));
-  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / row_bytes / 16 * 16);
-  const int64_t chunks = (a.N + chunk - 1) / chunk;
+  const detail::DecodeChunks chunks(a.N, a.K + 4 * (a.K / a.group), 16, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) run(c * chunk, std::min(a.N, (c + 1) * chunk));
+  for (int64_t c = 0; c < chunks.count(); ++c) run(chunks.begin(c), chunks.begin(c + 1));
 }
 
 void gemv(CpuIsa isa, const Int8LinearArgs& a) {

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "kernels/cpu/decode_chunks.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_kernels.h"
 #include "kernels/cpu/vnni_asm.h"
@@ -135,8 +136,8 @@ void gemv_int8_panels_avx512_vnni(const Int16XArgs& d, int64_t p0, int64_t p1) {
 
 namespace {
 
-// x rows in 16-bit fixed point, then the panels in chunks of ~256 KiB taken dynamically by
-// the threads, as the row-major GEMV takes rows.
+// x rows in 16-bit fixed point, then the panels in chunks taken dynamically by the threads
+// (decode_chunks.h), as the row-major GEMV takes rows.
 void gemv(const Int8LinearArgs& a) {
   const Int16XArgs d = quantize_x_int16(CpuIsa::kAvx512, a);
   const int64_t panels = int8_panel_count(a.N);
@@ -145,10 +146,9 @@ void gemv(const Int8LinearArgs& a) {
     gemv_int8_panels_avx512_vnni(d, 0, panels);
     return;
   }
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{256} << 10) / (a.K * kInt8PanelColumns));
-  const int64_t chunks = (panels + chunk - 1) / chunk;
+  const DecodeChunks chunks(panels, a.K * kInt8PanelColumns + 4 * (a.K / a.group) * kInt8PanelColumns, 1, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c) gemv_int8_panels_avx512_vnni(d, c * chunk, std::min(panels, (c + 1) * chunk));
+  for (int64_t c = 0; c < chunks.count(); ++c) gemv_int8_panels_avx512_vnni(d, chunks.begin(c), chunks.begin(c + 1));
 }
 
 }  // namespace
