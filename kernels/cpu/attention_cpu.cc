@@ -186,16 +186,28 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
           (key_rows ? ops.scores_rows : ops.scores)(q + static_cast<int64_t>(it.t0 + i) * q_row_stride + h * head_dim,
                                                     kt.data(), head_dim, n, s.data());
           float mx = -INFINITY;
-          for (int32_t jj = 0; jj < n; ++jj) {
-            if (jj < a || jj >= b) {
-              s[jj] = -INFINITY;
-              continue;
+          if (a == 0 && b == n && params.softcap <= 0 && slopes == nullptr) {
+            // Every key of the block visible and plain scores (decode; prefill tiles below
+            // the diagonal): a loop the compiler vectorizes.
+            float* sc = s.data();
+            const float scale = params.scale;
+#pragma omp simd reduction(max : mx)
+            for (int32_t jj = 0; jj < n; ++jj) {
+              sc[jj] *= scale;
+              mx = std::max(mx, sc[jj]);
             }
-            float sc = s[jj] * params.scale;
-            if (params.softcap > 0) sc = params.softcap * std::tanh(sc / params.softcap);
-            if (slopes) sc += slopes[h] * static_cast<float>(j0 + jj);
-            s[jj] = sc;
-            mx = std::max(mx, sc);
+          } else {
+            for (int32_t jj = 0; jj < n; ++jj) {
+              if (jj < a || jj >= b) {
+                s[jj] = -INFINITY;
+                continue;
+              }
+              float sc = s[jj] * params.scale;
+              if (params.softcap > 0) sc = params.softcap * std::tanh(sc / params.softcap);
+              if (slopes) sc += slopes[h] * static_cast<float>(j0 + jj);
+              s[jj] = sc;
+              mx = std::max(mx, sc);
+            }
           }
           const float new_max = std::max(row_max[r], mx);
           const float rescale = std::exp(row_max[r] - new_max);  // 0 on the first block
