@@ -36,42 +36,43 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace tessera;
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
-  const int64_t kN = argc > 4 ? std::atoll(argv[3]) : 4096, kK = argc > 4 ? std::atoll(argv[4]) : 4096;
-  const int64_t group = argc > 2 && std::atoi(argv[2]) > 0 ? std::atoi(argv[2]) : auto_quant_group(kK);
-  if (rounds < 1 || kN < 1 || kK < 1 || kK % group != 0) {
-    std::fprintf(stderr, "usage: linear_int8_bench [ROUNDS>=1] [GROUP dividing K, 0 = auto] [N K]\n");
+  // The layer's shape: 4096 x 4096 unless both N and K are given.
+  const int64_t N = argc > 4 ? std::atoll(argv[3]) : 4096, K = argc > 4 ? std::atoll(argv[4]) : 4096;
+  const int64_t group = argc > 2 && std::atoi(argv[2]) > 0 ? std::atoi(argv[2]) : auto_quant_group(K);
+  if (rounds < 1 || N < 1 || K < 1 || group < 1 || group % 32 != 0 || K % group != 0 || argc == 4) {
+    std::fprintf(stderr, "usage: linear_int8_bench [ROUNDS>=1] [GROUP: a multiple of 32 dividing K, 0 = auto] [N K]\n");
     return 2;
   }
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  std::vector<float> w(kN * kK);
+  std::vector<float> w(N * K);
   for (float& v : w) v = u(rng);
   // Copies of the same matrix so every call reads its weights from DRAM.
-  const int64_t bf16_copies = std::max<int64_t>(1, static_cast<int64_t>(kColdBytes / (kN * kK * 2)));
-  const int64_t int8_copies = std::max<int64_t>(1, static_cast<int64_t>(kColdBytes / (kN * kK)));
-  std::vector<uint16_t> wb(static_cast<size_t>(bf16_copies * kN * kK));
+  const int64_t bf16_copies = std::max<int64_t>(1, static_cast<int64_t>(kColdBytes / (N * K * 2)));
+  const int64_t int8_copies = std::max<int64_t>(1, static_cast<int64_t>(kColdBytes / (N * K)));
+  std::vector<uint16_t> wb(static_cast<size_t>(bf16_copies * N * K));
   for (int64_t c = 0; c < bf16_copies; ++c)
-    for (int64_t i = 0; i < kN * kK; ++i) wb[static_cast<size_t>(c * kN * kK + i)] = f32_to_bf16(w[i]);
-  std::vector<int8_t> wq(static_cast<size_t>(int8_copies * kN * kK));
-  std::vector<float> sq(static_cast<size_t>(int8_copies * kN * (kK / group)));
+    for (int64_t i = 0; i < N * K; ++i) wb[static_cast<size_t>(c * N * K + i)] = f32_to_bf16(w[i]);
+  std::vector<int8_t> wq(static_cast<size_t>(int8_copies * N * K));
+  std::vector<float> sq(static_cast<size_t>(int8_copies * N * (K / group)));
   for (int64_t c = 0; c < int8_copies; ++c)
-    cpu::quantize_int8(w.data(), DType::kF32, kN, kK, group, wq.data() + c * kN * kK, sq.data() + c * kN * (kK / group));
+    cpu::quantize_int8(w.data(), DType::kF32, N, K, group, wq.data() + c * N * K, sq.data() + c * N * (K / group));
   const bool panels = cpu::int8_panels_preferred();
-  const int64_t panel_weights = cpu::int8_panel_count(kN) * kK * cpu::kInt8PanelColumns;
-  const int64_t panel_scales = cpu::int8_panel_count(kN) * (kK / group) * cpu::kInt8PanelColumns;
+  const int64_t panel_weights = cpu::int8_panel_count(N) * K * cpu::kInt8PanelColumns;
+  const int64_t panel_scales = cpu::int8_panel_count(N) * (K / group) * cpu::kInt8PanelColumns;
   std::vector<int8_t> wp(panels ? static_cast<size_t>(int8_copies * panel_weights) : 0);
   std::vector<float> sp(panels ? static_cast<size_t>(int8_copies * panel_scales) : 0);
   for (int64_t c = 0; panels && c < int8_copies; ++c)
-    cpu::pack_int8_panels(wq.data() + c * kN * kK, sq.data() + c * kN * (kK / group), kN, kK, group,
+    cpu::pack_int8_panels(wq.data() + c * N * K, sq.data() + c * N * (K / group), N, K, group,
                           wp.data() + c * panel_weights, sp.data() + c * panel_scales);
-  const double bf16_bytes = 2.0 * kN * kK, int8_bytes = 1.0 * kN * kK + 4.0 * kN * (kK / group);
-  std::printf("linear %lld x %lld, group %lld, isa %s, %d rounds (medians)\n", static_cast<long long>(kN),
-              static_cast<long long>(kK), static_cast<long long>(group), cpu::cpu_isa_name(cpu::active_cpu_isa()), rounds);
+  const double bf16_bytes = 2.0 * N * K, int8_bytes = 1.0 * N * K + 4.0 * N * (K / group);
+  std::printf("linear %lld x %lld, group %lld, isa %s, %d rounds (medians)\n", static_cast<long long>(N),
+              static_cast<long long>(K), static_cast<long long>(group), cpu::cpu_isa_name(cpu::active_cpu_isa()), rounds);
   std::printf("| M | bf16 ms | int8 rows ms | int8 panels ms | int8 dot ms | bf16 weight GB/s | int8 panels weight GB/s "
               "| rows / bf16 | panels / bf16 | dot / bf16 |\n"
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (int64_t M : {1, 4, 8, 16, 32, 128}) {
-    std::vector<float> x(M * kK), y(M * kN);
+    std::vector<float> x(M * K), y(M * N);
     for (float& v : x) v = u(rng);
     // Enough calls per round that one round reads every copy at least once.
     const int calls = static_cast<int>(std::max(bf16_copies, int8_copies));
@@ -82,23 +83,23 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
       auto t0 = Clock::now();
       for (int c = 0; c < calls; ++c, ++nb)
-        cpu::linear(x.data(), M, kK, kK, wb.data() + (nb % bf16_copies) * kN * kK, DType::kBF16, kN, nullptr, y.data(),
-                    kN, Activation::kNone);
+        cpu::linear(x.data(), M, K, K, wb.data() + (nb % bf16_copies) * N * K, DType::kBF16, N, nullptr, y.data(),
+                    N, Activation::kNone);
       auto t1 = Clock::now();
       for (int c = 0; c < calls; ++c, ++nq)
-        cpu::linear_int8(x.data(), M, kK, kK, wq.data() + (nq % int8_copies) * kN * kK,
-                         sq.data() + (nq % int8_copies) * kN * (kK / group), group, kN, nullptr, y.data(), kN,
+        cpu::linear_int8(x.data(), M, K, K, wq.data() + (nq % int8_copies) * N * K,
+                         sq.data() + (nq % int8_copies) * N * (K / group), group, N, nullptr, y.data(), N,
                          Activation::kNone);
       auto t2 = Clock::now();
       for (int c = 0; panels && c < calls; ++c, ++np)
-        cpu::linear_int8_panels(x.data(), M, kK, kK, wp.data() + (np % int8_copies) * panel_weights,
-                                sp.data() + (np % int8_copies) * panel_scales, group, kN, nullptr, y.data(), kN,
+        cpu::linear_int8_panels(x.data(), M, K, K, wp.data() + (np % int8_copies) * panel_weights,
+                                sp.data() + (np % int8_copies) * panel_scales, group, N, nullptr, y.data(), N,
                                 Activation::kNone);
       auto t2p = Clock::now();
       for (int c = 0; c < calls; ++c, ++nd)
-        cpu::detail::linear_int8_with(dot, x.data(), M, kK, kK, wq.data() + (nd % int8_copies) * kN * kK,
-                                      sq.data() + (nd % int8_copies) * kN * (kK / group), group, kN, nullptr, y.data(),
-                                      kN, Activation::kNone);
+        cpu::detail::linear_int8_with(dot, x.data(), M, K, K, wq.data() + (nd % int8_copies) * N * K,
+                                      sq.data() + (nd % int8_copies) * N * (K / group), group, N, nullptr, y.data(),
+                                      N, Activation::kNone);
       auto t3 = Clock::now();
       if (r == 0) continue;
       tb.push_back(std::chrono::duration<double>(t1 - t0).count() / calls);
