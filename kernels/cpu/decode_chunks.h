@@ -1,5 +1,5 @@
 #pragma once
-// How the decode GEMVs (float, int8 rows, int8 panels) cut a weight matrix for OpenMP
+// How the decode GEMVs (float, bf16 dot, int8 rows, int8 panels) cut a weight matrix for OpenMP
 // threads: contiguous chunks of about kDecodeChunkBytes that threads take dynamically.
 // Each chunk is one sequential stream for the prefetchers, and a thread the OS preempts
 // delays the step by one chunk instead of by its whole static share.

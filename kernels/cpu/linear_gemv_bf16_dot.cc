@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/decode_chunks.h"
 #include "kernels/cpu/linear_kernels.h"
 
 #if !defined(__clang__)
@@ -119,11 +120,10 @@ void gemv_bf16_dot(const LinearArgs& a) {
     for (int64_t k = 0; k < a.K; ++k) dst[k] = f32_to_bf16(src[k]);
     std::fill(dst + a.K, dst + kp, uint16_t{0});
   }
-  // Chunks of ~256 KiB of weight rows taken dynamically, as the f32 GEMV does (linear_cpu.cc).
-  const int64_t chunk = std::max<int64_t>(16, (int64_t{256} << 10) / std::max<int64_t>(1, a.K * 2) / 16 * 16);
-  const int64_t chunks = (a.N + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1 && a.M * a.N * a.K >= 32 * 1024)
-  for (int64_t c = 0; c < chunks; ++c) rows(a, xb, kp, c * chunk, std::min(a.N, (c + 1) * chunk));
+  // Weight rows in chunks taken dynamically, as every decode GEMV does (decode_chunks.h).
+  const DecodeChunks chunks(a.N, a.K * 2, 16, omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic, 1) if (chunks.count() > 1 && a.M * a.N * a.K >= 32 * 1024)
+  for (int64_t c = 0; c < chunks.count(); ++c) rows(a, xb, kp, chunks.begin(c), chunks.begin(c + 1));
 }
 
 }  // namespace tessera::cpu::detail
