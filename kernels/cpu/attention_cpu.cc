@@ -140,6 +140,7 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
     }
   }
   const int64_t n_items = static_cast<int64_t>(items.size());
+  const bool plain_scores = params.softcap <= 0 && slopes == nullptr;  // scores only scaled
   float* out_base = out.as<float>();
   const int64_t out_stride = out.dim(1);
 
@@ -186,7 +187,7 @@ void attend_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_str
           (key_rows ? ops.scores_rows : ops.scores)(q + static_cast<int64_t>(it.t0 + i) * q_row_stride + h * head_dim,
                                                     kt.data(), head_dim, n, s.data());
           float mx = -INFINITY;
-          if (a == 0 && b == n && params.softcap <= 0 && slopes == nullptr) {
+          if (a == 0 && b == n && plain_scores) {
             // Every key of the block visible and plain scores (decode; prefill tiles below
             // the diagonal): a loop the compiler vectorizes.
             float* sc = s.data();

@@ -38,6 +38,13 @@ TESSERA_TARGET_AVX2 inline float load1(const void* row, DType dtype, int64_t d) 
   return dtype == DType::kF16 ? _cvtsh_ss(h) : bf16_to_f32(h);
 }
 
+// One row of head_dim cached elements widened to f32.
+TESSERA_TARGET_AVX2 inline void widen_row(const void* row, DType dtype, int64_t head_dim, float* dst) {
+  int64_t d = 0;
+  for (; d + 8 <= head_dim; d += 8) _mm256_storeu_ps(dst + d, load8(row, dtype, d));
+  for (; d < head_dim; ++d) dst[d] = load1(row, dtype, d);
+}
+
 TESSERA_TARGET_AVX2 void gather_avx2(const void* const* k_rows, const void* const* v_rows, DType dtype,
                                      int64_t head_dim, int32_t n, float* kt, float* vb) {
   const int64_t d_main = head_dim & ~int64_t{7};
@@ -54,18 +61,7 @@ TESSERA_TARGET_AVX2 void gather_avx2(const void* const* k_rows, const void* cons
       for (int i = 0; i < 8; ++i) kt[d * kKeyBlock + i0 + i] = i < keys ? load1(k_rows[i0 + i], dtype, d) : 0.0f;
     }
   }
-  for (int32_t i = 0; i < n; ++i) {
-    float* dst = vb + i * head_dim;
-    for (int64_t d = 0; d < d_main; d += 8) _mm256_storeu_ps(dst + d, load8(v_rows[i], dtype, d));
-    for (int64_t d = d_main; d < head_dim; ++d) dst[d] = load1(v_rows[i], dtype, d);
-  }
-}
-
-// One row of head_dim cached elements widened to f32.
-TESSERA_TARGET_AVX2 inline void widen_row(const void* row, DType dtype, int64_t head_dim, float* dst) {
-  int64_t d = 0;
-  for (; d + 8 <= head_dim; d += 8) _mm256_storeu_ps(dst + d, load8(row, dtype, d));
-  for (; d < head_dim; ++d) dst[d] = load1(row, dtype, d);
+  for (int32_t i = 0; i < n; ++i) widen_row(v_rows[i], dtype, head_dim, vb + i * head_dim);
 }
 
 TESSERA_TARGET_AVX2 void gather_rows_avx2(const void* const* k_rows, const void* const* v_rows, DType dtype,

@@ -61,8 +61,10 @@ constexpr int kMr = 8, kNr = 32;
 constexpr int k_per_word(int x_bits) { return x_bits == 16 ? 2 : 4; }
 constexpr int64_t kChunkPanels = 8;
 
-// K block: the whole groups that fit in ~256 k (at least one group).
-int64_t block_k(int64_t group, int64_t target = 256) { return group * std::max<int64_t>(1, target / group); }
+// K block: the whole groups that fit in ~target k (at least one group).
+int64_t block_k(int64_t group, int64_t target) { return group * std::max<int64_t>(1, target / group); }
+// Panels packed per call: ~256 k per block.
+constexpr int64_t kPackedBlockK = 256;
 // Persistent panels hold a K block in a quarter of the bytes a packed one takes (int8 pairs,
 // no copy): blocks of ~1024 k keep a chunk of 8 panels at 256 KiB of L2, and the 8 x 32 tile
 // of y goes through memory a quarter as often.
@@ -208,7 +210,7 @@ TESSERA_TARGET_AVX512_VNNI void microkernel(const uint32_t* xt, const float* xst
 #pragma GCC unroll 8
     for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
     const int64_t p0 = g * group / kPer, p1 = (g + 1) * group / kPer;
-// One step per iteration: unrolled by 2, GCC 12 copies the accumulators again (M = 128 on
+    // One step per iteration: unrolled by 2, GCC 12 copies the accumulators again (M = 128 on
     // panels 1.21x -> 0.92x bf16, bench/linear_int8_bench.cc).
 #pragma GCC unroll 1
     for (int64_t p = p0; p < p1; ++p) {
@@ -256,7 +258,7 @@ template <int kBits, bool kPersistent>
 void gemm_panels(const Int8LinearArgs& a, const uint32_t* xp, const float* xs, const int32_t* xc, int64_t tiles,
                  int64_t p0, int64_t p1) {
   constexpr int kPer = k_per_word(kBits);
-  const int64_t kb = block_k(a.group, kPersistent ? kPersistentBlockK : 256), groups = a.K / a.group;
+  const int64_t kb = block_k(a.group, kPersistent ? kPersistentBlockK : kPackedBlockK), groups = a.K / a.group;
   const int64_t panel_words = kb / kPer * kNr + kb / a.group * kNr;
   thread_local std::vector<uint32_t> chunk_buffer;
   uint32_t* chunk = kPersistent ? nullptr : scratch(chunk_buffer, kChunkPanels * panel_words);

@@ -146,7 +146,7 @@ void gemv(const Int8LinearArgs& a) {
     gemv_int8_panels_avx512_vnni(d, 0, panels);
     return;
   }
-  const DecodeChunks chunks(panels, a.K * kInt8PanelColumns + 4 * (a.K / a.group) * kInt8PanelColumns, 1, threads);
+  const DecodeChunks chunks(panels, (a.K + 4 * (a.K / a.group)) * kInt8PanelColumns, 1, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t c = 0; c < chunks.count(); ++c) gemv_int8_panels_avx512_vnni(d, chunks.begin(c), chunks.begin(c + 1));
 }
