@@ -693,6 +693,59 @@ TEST(ZmqClientTest, ConnectRejectsBadEndpointsAndKeys) {
   EXPECT_NE(ev.status().message().find("timed out"), std::string::npos);
 }
 
+// A client whose security does not match the server's (plain against CURVE, CURVE against
+// plain) fails its handshake for good: every call then names the mismatch at once, whether
+// the failure came before the request was sent or after.
+TEST(ZmqClientTest, HandshakeMismatchIsNamed) {
+  const std::string dir = ::tessera::testing::make_temp_dir("zmq-client-handshake");
+  char pub[41] = {}, sec[41] = {};
+  ASSERT_EQ(zmq_curve_keypair(pub, sec), 0);
+  zmq::context_t ctx(1);
+  zmq::socket_t curve_router(ctx, zmq::socket_type::router), plain_router(ctx, zmq::socket_type::router);
+  curve_router.set(zmq::sockopt::linger, 0);
+  plain_router.set(zmq::sockopt::linger, 0);
+  curve_router.set(zmq::sockopt::curve_server, true);
+  curve_router.set(zmq::sockopt::curve_secretkey, std::string(sec, 40));
+  curve_router.bind("ipc://" + dir + "/curve.ipc");
+  plain_router.bind("ipc://" + dir + "/plain.ipc");
+
+  // No key, CURVE server: request first, then the wait ends with the error (not a timeout).
+  auto c = ZmqClient::connect("ipc://" + dir + "/curve.ipc");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  auto sent = c.value()->submit(ZmqRequestKind::kCompletion, "{}");
+  Status st = sent.is_ok() ? c.value()->next_event(60s).status() : sent.status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("handshake"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("server.curve.client_api"), std::string::npos) << st.to_string();
+  // After the failure a request is refused with the same error (it used to be "would block").
+  st = c.value()->submit(ZmqRequestKind::kCompletion, "{}").status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("handshake"), std::string::npos) << st.to_string();
+  EXPECT_NE(c.value()->abort(1).message().find("handshake"), std::string::npos);
+
+  // A key, plain server: the other way round, named as such.
+  ZmqClientOptions o;
+  o.curve_server_public_key = std::string(pub, 40);
+  auto k = ZmqClient::connect("ipc://" + dir + "/plain.ipc", o);
+  ASSERT_TRUE(k.is_ok()) << k.status().to_string();
+  st = k.value()->next_event(60s).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("the server does not"), std::string::npos) << st.to_string();
+
+  // Another server's key: the server drops the connection without a word, so the client can
+  // only time out (docs/api.md says so).
+  char other_pub[41] = {}, other_sec[41] = {};
+  ASSERT_EQ(zmq_curve_keypair(other_pub, other_sec), 0);
+  o.curve_server_public_key = std::string(other_pub, 40);
+  auto w = ZmqClient::connect("ipc://" + dir + "/curve.ipc", o);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  ASSERT_TRUE(w.value()->submit(ZmqRequestKind::kCompletion, "{}").is_ok());
+  st = w.value()->next_event(300ms).status();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  EXPECT_NE(st.message().find("timed out"), std::string::npos) << st.to_string();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ZmqClientServerStartTest, BadOrBusyEndpointIsAnError) {
   FakeStepExecutor executor;
   EngineServiceOptions eo;

@@ -2,6 +2,8 @@
 
 #include <zmq.hpp>
 
+#include <cstdio>
+#include <cstring>
 #include <string_view>
 #include <utility>
 #include <variant>
@@ -12,19 +14,84 @@ namespace tessera {
 
 namespace wc = wire::client;
 
+namespace {
+
+
+// What a failed ZMTP handshake means to a user of this client. Only failures that end the
+// connection for good are reported (libzmq drops the session after a protocol or
+// authentication failure and does not reconnect, so every later send and receive would
+// otherwise just block or time out).
+std::string describe_handshake_failure(uint16_t event, uint32_t value, bool client_uses_curve) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+    return "the server refused this client (ZAP status " + std::to_string(value) + ")";
+  switch (value) {
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+      return client_uses_curve
+                 ? "this client encrypts with CURVE (a server public key was given) and the server does not: "
+                   "drop the key, or turn on the server's server.curve.client_api"
+                 : "the server encrypts its client API with CURVE (server.curve.client_api) and this client "
+                   "has no server public key: give it the server's public key (tessera-cli "
+                   "--curve-server-key-file)";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+    case ZMQ_PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE:
+      return "the CURVE exchange did not verify: is the server public key the server's?";
+    default: {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(value));
+      return std::string("ZMTP protocol error ") + hex + " (is the endpoint a Tessera client API?)";
+    }
+  }
+}
+
+}  // namespace
+
 struct ZmqClient::Impl {
   zmq::context_t ctx{1};
   zmq::socket_t dealer{ctx, zmq::socket_type::dealer};
+  // Receives the dealer's handshake-failure events (inproc, so private to this context).
+  zmq::socket_t monitor{ctx, zmq::socket_type::pair};
+  bool monitoring = false;
+  bool uses_curve = false;
+  Status handshake_failed;  // set by the first fatal handshake failure; then every call returns it
   uint64_t next_id = 1;
   std::string api_key;
   std::string send_buf;
 
+  // Reads the monitor's pending events, waiting up to `wait` for the first.
+  void read_monitor(std::chrono::milliseconds wait) {
+    if (!monitoring) return;
+    try {
+      zmq::pollitem_t item{monitor.handle(), 0, ZMQ_POLLIN, 0};
+      if (wait.count() > 0) zmq::poll(&item, 1, wait);
+      for (;;) {
+        zmq::message_t event, endpoint;
+        if (!monitor.recv(event, zmq::recv_flags::dontwait)) return;
+        if (event.more()) (void)monitor.recv(endpoint);
+        if (event.size() < 6 || !handshake_failed.is_ok()) continue;
+        uint16_t id = 0;
+        uint32_t value = 0;
+        std::memcpy(&id, event.data(), 2);
+        std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+        handshake_failed = invalid_argument("zmq client: the handshake with the server failed: " +
+                                            describe_handshake_failure(id, value, uses_curve));
+      }
+    } catch (const zmq::error_t&) {
+      // A broken monitor only costs the better message; the dealer's own errors still show.
+    }
+  }
+
   Status send(const std::string& frame) {
+    read_monitor(std::chrono::milliseconds(0));
+    if (!handshake_failed.is_ok()) return handshake_failed;
     try {
       // Unlimited HWM: a frame is queued even before the connection is up (ZeroMQ connects
-      // lazily), so this only fails when the socket itself is broken.
-      if (!dealer.send(zmq::buffer(frame), zmq::send_flags::dontwait))
-        return Status(StatusCode::kUnavailable, "zmq client: send would block");
+      // lazily). It is refused only once the connection is gone for good, which is after a
+      // failed handshake: wait a moment for the monitor to say which.
+      if (!dealer.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
+        read_monitor(std::chrono::milliseconds(1000));
+        if (!handshake_failed.is_ok()) return handshake_failed;
+        return Status(StatusCode::kUnavailable, "zmq client: the connection to the server is gone (send refused)");
+      }
       return Status::ok();
     } catch (const zmq::error_t& e) {
       return Status(StatusCode::kUnavailable, std::string("zmq client: send failed: ") + e.what());
@@ -62,6 +129,15 @@ StatusOr<std::unique_ptr<ZmqClient>> ZmqClient::connect(const std::string& endpo
       d.set(zmq::sockopt::curve_serverkey, key);
       d.set(zmq::sockopt::curve_publickey, std::string(pub, 40));
       d.set(zmq::sockopt::curve_secretkey, std::string(sec, 40));
+      impl->uses_curve = true;
+    }
+    // Before connecting, so that no handshake goes unwatched.
+    const char* monitor_address = "inproc://tessera-zmq-client-monitor";
+    if (zmq_socket_monitor(d.handle(), monitor_address,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+      impl->monitor.set(zmq::sockopt::linger, 0);
+      impl->monitor.connect(monitor_address);
+      impl->monitoring = true;
     }
     d.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -91,9 +167,20 @@ Status ZmqClient::abort(uint64_t request_id) {
 StatusOr<ZmqClientEvent> ZmqClient::next_event(std::chrono::milliseconds timeout) {
   zmq::message_t msg;
   try {
-    zmq::pollitem_t item{impl_->dealer.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, timeout);
-    if (!(item.revents & ZMQ_POLLIN) || !impl_->dealer.recv(msg, zmq::recv_flags::dontwait))
+    // Waits on the dealer and the monitor together: a failed handshake ends the wait at once.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool received = false;
+    while (!received) {
+      impl_->read_monitor(std::chrono::milliseconds(0));
+      if (!impl_->handshake_failed.is_ok()) return impl_->handshake_failed;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() < 0) break;
+      zmq::pollitem_t items[2] = {{impl_->dealer.handle(), 0, ZMQ_POLLIN, 0}, {impl_->monitor.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, impl_->monitoring ? 2 : 1, left);
+      if (items[0].revents & ZMQ_POLLIN) received = impl_->dealer.recv(msg, zmq::recv_flags::dontwait).has_value();
+      if (!(items[0].revents & ZMQ_POLLIN) && !(items[1].revents & ZMQ_POLLIN) && left.count() == 0) break;
+    }
+    if (!received)
       return Status(StatusCode::kUnavailable,
                     "zmq client: timed out after " + std::to_string(timeout.count()) + " ms waiting for an event");
     while (msg.more()) {  // the server sends single frames; keep the last of anything else

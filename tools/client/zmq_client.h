@@ -51,7 +51,8 @@ struct ZmqClientEvent {
 class ZmqClient {
  public:
   // Connects (ZeroMQ connects lazily: an unreachable server shows as timeouts later).
-  // InvalidArgument for a malformed endpoint or key.
+  // InvalidArgument for a malformed endpoint or key. Once a handshake fails for good (CURVE
+  // on one side only, a refused client key), every call below returns InvalidArgument saying so.
   static StatusOr<std::unique_ptr<ZmqClient>> connect(const std::string& endpoint, ZmqClientOptions options = {});
   ~ZmqClient();
   ZmqClient(const ZmqClient&) = delete;
