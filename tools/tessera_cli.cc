@@ -268,11 +268,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   auto* url = app.add_option("--url", o.url, "server URL, http://HOST:PORT")->capture_default_str();
-  app.add_option("--zmq", o.zmq, "use the ZeroMQ client API at this endpoint (tcp://HOST:PORT, ipc://PATH)")
-      ->excludes(url);
+  auto* zmq = app.add_option("--zmq", o.zmq, "use the ZeroMQ client API at this endpoint (tcp://HOST:PORT, ipc://PATH)")
+                  ->excludes(url);
   app.add_option("--curve-server-key-file", o.curve_server_key_file,
                  "with --zmq: the server's CURVE public key file (server.curve.server_public_key_file) when "
-                 "server.curve.client_api encrypts the ZeroMQ client API");
+                 "server.curve.client_api encrypts the ZeroMQ client API")
+      ->needs(zmq);
   app.add_option("--api-key", o.api_key,
                  "API key: HTTP Authorization: Bearer, or the ZeroMQ request's key (default: $TESSERA_API_KEY or "
                  "$OPENAI_API_KEY)");

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/curve_keys.h"
 #include "common/status.h"
 #include "tools/client/http_client.h"
 #include "tools/loadgen/arrival.h"
@@ -37,6 +38,7 @@ struct Options {
   std::string url = "http://127.0.0.1:8000";
   bool url_given = false;
   std::string zmq, api_key, model;
+  std::string curve_server_key_file;
   bool chat = false;
   std::optional<double> rate;
   std::string sweep;
@@ -245,6 +247,10 @@ Status run_main(const Options& o) {
   target.url = o.url;
   target.zmq = o.zmq;
   target.api_key = o.api_key;
+  if (!o.curve_server_key_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(target.curve_server_public_key,
+                             read_curve_key_file(o.curve_server_key_file, "--curve-server-key-file"));
+  }
   target.request_timeout_s = o.request_timeout_s;
   target.max_inflight = o.max_inflight;
   target.format.chat = o.chat;
@@ -348,8 +354,12 @@ int main(int argc, char** argv) {
       "tessera-loadgen: load a Tessera (or any OpenAI-compatible) server with streamed requests and measure "
       "TTFT, TPOT, inter-token latency, end-to-end latency, throughput and goodput"};
   auto* url = app.add_option("--url", o.url, "server, http://HOST:PORT (also read for GET /metrics)")->capture_default_str();
-  app.add_option("--zmq", o.zmq, "send the requests over Tessera's ZeroMQ client API at this endpoint instead");
+  auto* zmq = app.add_option("--zmq", o.zmq, "send the requests over Tessera's ZeroMQ client API at this endpoint instead");
   app.add_option("--api-key", o.api_key, "API key (HTTP Bearer / ZeroMQ request key)");
+  app.add_option("--curve-server-key-file", o.curve_server_key_file,
+                 "with --zmq: the server's CURVE public key file (server.curve.server_public_key_file) when "
+                 "server.curve.client_api encrypts the ZeroMQ client API")
+      ->needs(zmq);
   app.add_option("--model", o.model, "the request's model (default: the first of GET /v1/models; absent over --zmq)");
   app.add_flag("--chat", o.chat, "use /v1/chat/completions (text prompts) instead of /v1/completions");
   auto* rate = app.add_option("--rate", o.rate, "open loop at this mean request rate (req/s)")->check(CLI::PositiveNumber);

@@ -300,6 +300,10 @@ TEST(CliCurve, ZmqClientApiWithCurveNeedsTheServerKey) {
   r = cli("complete" + zmq + " --curve-server-key-file " + dir + "/nope.pub x");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("nope.pub"), std::string::npos) << r.err;
+  // The key file means nothing over HTTP: a usage error, not silently ignored.
+  r = cli("complete --url " + server.url() + " --curve-server-key-file " + dir + "/server.pub x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--zmq"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -153,6 +153,41 @@ TEST_F(Loadgen, ZmqRunMatchesServerMetricsExactly) {
   EXPECT_EQ(z.input_tokens + h.input_tokens, static_cast<long long>(after.prompt_tokens - before.prompt_tokens));
 }
 
+// server.curve.client_api: with the server's public key the run completes; without it the
+// handshake fails, and the run ends at once with that error (no JSON) instead of timing out
+// request by request; the key file without --zmq is a usage error.
+TEST(LoadgenCurve, ZmqClientApiWithCurve) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = testing::make_temp_dir("loadgen-curve");
+  auto keys = testing::run_command(testing::bin_dir() + "/tessera-curve-keygen --out " + dir + "/server");
+  ASSERT_EQ(keys.exit_code, 0) << keys.err;
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", kjv(), "--set", "server.curve.enabled=true", "--set",
+                            "server.curve.client_api=true", "--set",
+                            "server.curve.server_public_key_file=" + dir + "/server.pub", "--set",
+                            "server.curve.server_secret_key_file=" + dir + "/server.key", "--set",
+                            "cache.num_blocks=64"}))
+      << server.log();
+  const std::string zmq = "--zmq " + shell_quote(server.zmq_endpoint()) + " --rate 20 --requests 4 --output-len 4 ";
+  auto r = loadgen(zmq + "--curve-server-key-file " + dir + "/server.pub --json " + dir + "/ok.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json ok = json::parse(testing::read_file(dir + "/ok.json"));
+  EXPECT_EQ(ok["runs"][0]["completed"], 4) << ok.dump();
+  EXPECT_EQ(ok["runs"][0]["failed"], 0) << ok.dump();
+
+  r = loadgen(zmq + "--request-timeout 120 --json " + dir + "/no.json");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("handshake"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--curve-server-key-file"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/no.json"));
+
+  r = loadgen("--url " + server.url() + " --curve-server-key-file " + dir + "/server.pub --rate 1 --requests 1 --json " +
+              dir + "/x.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--zmq"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LoadgenCli, RefusesRemoteTargetsAndBadUsage) {
   const auto start = std::chrono::steady_clock::now();
   const std::string dir = testing::make_temp_dir("loadgen-cli");

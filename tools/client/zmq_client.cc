@@ -30,8 +30,8 @@ std::string describe_handshake_failure(uint16_t event, uint32_t value, bool clie
                  ? "this client encrypts with CURVE (a server public key was given) and the server does not: "
                    "drop the key, or turn on the server's server.curve.client_api"
                  : "the server encrypts its client API with CURVE (server.curve.client_api) and this client "
-                   "has no server public key: give it the server's public key (tessera-cli "
-                   "--curve-server-key-file)";
+                   "has no server public key: give it the server's public key (--curve-server-key-file of "
+                   "tessera-cli and tessera-loadgen)";
     case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
     case ZMQ_PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE:
       return "the CURVE exchange did not verify: is the server public key the server's?";

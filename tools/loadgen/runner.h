@@ -24,6 +24,7 @@ struct TargetOptions {
   std::string url;  // http://HOST:PORT (used when zmq is empty)
   std::string zmq;  // ZeroMQ client endpoint; when set, requests go there
   std::string api_key;
+  std::string curve_server_public_key;  // ZeroMQ: the server's CURVE key (Z85); "" = plain
   RequestFormat format;
   double request_timeout_s = 300;
   int max_inflight = 256;  // HTTP: most requests in flight (threads); later arrivals wait

@@ -16,6 +16,7 @@ StatusOr<RunOutput> run_load_zmq(const TargetOptions& target, const Workload& wo
                                  Progress* progress, const std::atomic<bool>* stop) {
   ZmqClientOptions zo;
   zo.api_key = target.api_key;
+  zo.curve_server_public_key = target.curve_server_public_key;
   auto connected = ZmqClient::connect(target.zmq, zo);
   if (!connected.is_ok()) return connected.status().with_context("--zmq " + target.zmq);
   ZmqClient& client = *connected.value();
@@ -66,6 +67,9 @@ StatusOr<RunOutput> run_load_zmq(const TargetOptions& target, const Workload& wo
       rec.input_tokens = static_cast<int>(spec.prompt_ids.size());
       if (progress != nullptr) ++progress->issued;
       auto id = client.submit(kind, request_json(spec, target.format, /*http_stream=*/false));
+      // A failed handshake (CURVE on one side only) is for good: no request can get through.
+      if (!id.is_ok() && id.status().code() == StatusCode::kInvalidArgument)
+        return id.status().with_context("--zmq " + target.zmq);
       if (!id.is_ok()) {
         rec.ok = false;
         rec.error_kind = "transport";
@@ -98,6 +102,8 @@ StatusOr<RunOutput> run_load_zmq(const TargetOptions& target, const Workload& wo
     if (issuing && schedule) wait_s = std::clamp(next_time - now, 0.0, 0.05);
     auto ev = client.next_event(std::chrono::milliseconds(static_cast<int64_t>(std::ceil(wait_s * 1e3))));
     const double t = clock.now();
+    if (!ev.is_ok() && ev.status().code() == StatusCode::kInvalidArgument)
+      return ev.status().with_context("--zmq " + target.zmq);  // the handshake failed for good
     if (!ev.is_ok()) continue;  // timed out: nothing arrived
     auto it = live.find(ev->request_id);
     if (it == live.end()) continue;
