@@ -16,7 +16,6 @@ namespace wc = wire::client;
 
 namespace {
 
-
 // What a failed ZMTP handshake means to a user of this client. Only failures that end the
 // connection for good are reported (libzmq drops the session after a protocol or
 // authentication failure and does not reconnect, so every later send and receive would
