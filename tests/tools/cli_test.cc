@@ -272,19 +272,15 @@ TEST(CliAuth, ApiKeyFromFlagOrEnvironment) {
 }
 
 // server.curve.client_api: the ZeroMQ client API is CURVE-encrypted; tessera-cli gets the
-// server's public key from a file, and without it the handshake never completes.
+// server's public key from a file, and without it the handshake fails and the error says so.
 TEST(CliCurve, ZmqClientApiWithCurveNeedsTheServerKey) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string dir = testing::make_temp_dir("cli-curve");
-  auto keys = testing::run_command(testing::bin_dir() + "/tessera-curve-keygen --out " + dir + "/server");
-  ASSERT_EQ(keys.exit_code, 0) << keys.err;
+  std::vector<std::string> args = testing::curve_client_api_args(dir);
+  ASSERT_FALSE(args.empty()) << "tessera-curve-keygen failed";
+  args.insert(args.end(), {"--model", testing::fixtures_dir() + "/kjv-llama", "--set", "cache.num_blocks=64"});
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/kjv-llama", "--set", "server.curve.enabled=true",
-                            "--set", "server.curve.client_api=true", "--set",
-                            "server.curve.server_public_key_file=" + dir + "/server.pub", "--set",
-                            "server.curve.server_secret_key_file=" + dir + "/server.key", "--set",
-                            "cache.num_blocks=64"}))
-      << server.log();
+  ASSERT_TRUE(server.start(args)) << server.log();
   const std::string zmq = " --zmq " + shell_quote(server.zmq_endpoint());
   auto r = cli("complete" + zmq + " --curve-server-key-file " + dir + "/server.pub --max-tokens 4 --temperature 0 " +
                shell_quote(kPrompt));

@@ -159,15 +159,11 @@ TEST_F(Loadgen, ZmqRunMatchesServerMetricsExactly) {
 TEST(LoadgenCurve, ZmqClientApiWithCurve) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string dir = testing::make_temp_dir("loadgen-curve");
-  auto keys = testing::run_command(testing::bin_dir() + "/tessera-curve-keygen --out " + dir + "/server");
-  ASSERT_EQ(keys.exit_code, 0) << keys.err;
+  std::vector<std::string> args = testing::curve_client_api_args(dir);
+  ASSERT_FALSE(args.empty()) << "tessera-curve-keygen failed";
+  args.insert(args.end(), {"--model", kjv(), "--set", "cache.num_blocks=64"});
   testing::ServeProcess server;
-  ASSERT_TRUE(server.start({"--model", kjv(), "--set", "server.curve.enabled=true", "--set",
-                            "server.curve.client_api=true", "--set",
-                            "server.curve.server_public_key_file=" + dir + "/server.pub", "--set",
-                            "server.curve.server_secret_key_file=" + dir + "/server.key", "--set",
-                            "cache.num_blocks=64"}))
-      << server.log();
+  ASSERT_TRUE(server.start(args)) << server.log();
   const std::string zmq = "--zmq " + shell_quote(server.zmq_endpoint()) + " --rate 20 --requests 4 --output-len 4 ";
   auto r = loadgen(zmq + "--curve-server-key-file " + dir + "/server.pub --json " + dir + "/ok.json");
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;

@@ -193,6 +193,16 @@ inline std::string http_body(const std::string& response) {
   return at == std::string::npos ? "" : response.substr(at + 4);
 }
 
+// Writes a CURVE keypair DIR/server.pub, DIR/server.key (tessera-curve-keygen) and returns the
+// tessera-serve arguments that encrypt the ZeroMQ client API with it (server.curve.client_api);
+// empty when the keygen fails. Clients then need DIR/server.pub.
+inline std::vector<std::string> curve_client_api_args(const std::string& dir) {
+  if (run_command(bin_dir() + "/tessera-curve-keygen --out " + dir + "/server").exit_code != 0) return {};
+  return {"--set", "server.curve.enabled=true", "--set", "server.curve.client_api=true",
+          "--set", "server.curve.server_public_key_file=" + dir + "/server.pub",
+          "--set", "server.curve.server_secret_key_file=" + dir + "/server.key"};
+}
+
 // The arguments that serve tiny-llama in float32 on the CPU backend with one thread, then `extra`.
 inline std::vector<std::string> tiny_llama_cpu_args(std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"--model", fixtures_dir() + "/tiny-llama", "--dtype", "float32",

@@ -2,6 +2,7 @@
 
 #include <zmq.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
@@ -167,21 +168,25 @@ StatusOr<ZmqClientEvent> ZmqClient::next_event(std::chrono::milliseconds timeout
   zmq::message_t msg;
   try {
     // Waits on the dealer and the monitor together: a failed handshake ends the wait at once.
+    using std::chrono::milliseconds;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto handshake_failed = [&] {
+      impl_->read_monitor(milliseconds(0));
+      return !impl_->handshake_failed.is_ok();
+    };
     bool received = false;
-    while (!received) {
-      impl_->read_monitor(std::chrono::milliseconds(0));
-      if (!impl_->handshake_failed.is_ok()) return impl_->handshake_failed;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() < 0) break;
+    do {
+      if (handshake_failed()) return impl_->handshake_failed;
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       zmq::pollitem_t items[2] = {{impl_->dealer.handle(), 0, ZMQ_POLLIN, 0}, {impl_->monitor.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, impl_->monitoring ? 2 : 1, left);
+      zmq::poll(items, impl_->monitoring ? 2 : 1, std::max(milliseconds(0), left));
       if (items[0].revents & ZMQ_POLLIN) received = impl_->dealer.recv(msg, zmq::recv_flags::dontwait).has_value();
-      if (!(items[0].revents & ZMQ_POLLIN) && !(items[1].revents & ZMQ_POLLIN) && left.count() == 0) break;
-    }
-    if (!received)
+    } while (!received && std::chrono::steady_clock::now() < deadline);
+    if (!received) {
+      if (handshake_failed()) return impl_->handshake_failed;
       return Status(StatusCode::kUnavailable,
                     "zmq client: timed out after " + std::to_string(timeout.count()) + " ms waiting for an event");
+    }
     while (msg.more()) {  // the server sends single frames; keep the last of anything else
       zmq::message_t extra;
       if (!impl_->dealer.recv(extra, zmq::recv_flags::none)) break;
