@@ -55,7 +55,7 @@ struct SchedulerConfig {
   // chunks and admissions) are capped so the step is predicted to take at most this many
   // times those decodes alone (StepCostModel, fitted from the step times the engine reports
   // through on_step_time); chunked prefill and continuous mode only. 0: no cap, prompts take
-  // whatever budget the decodes leave. The YAML default is 2 (docs/scheduler.md).
+  // whatever budget the decodes leave. The YAML default is 0 as well (docs/configuration.md).
   double max_decode_slowdown = 0;
   // > 1: keeps every running sequence's mean step time per generated token (over the steps
   // it decoded in, as timed through on_step_time) within this many times a lone decode step

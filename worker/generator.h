@@ -1,5 +1,5 @@
 #pragma once
-// Generation for a fixed set of requests in one process (tessera-generate, tessera-bench):
+// Generation for a fixed set of requests in one process (tessera-bench; tessera-generate uses Engine):
 // all prompts are prefilled together as one ragged batch, then every unfinished sequence
 // decodes one token per step, through the same Executor the server uses. KV blocks are
 // handed out up front for the whole run; the coordinator's block manager and scheduler do
