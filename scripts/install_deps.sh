@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
-# Installs every system package Tessera builds and tests with, on Debian 12 (run as root or
-# with sudo). CUDA (nvcc, cuBLAS, NCCL) is not a Debian package: install NVIDIA's CUDA
-# Toolkit 13 under /usr/local/cuda to build the GPU backend; without it the build is CPU-only.
+# Installs every system package Tessera builds and tests with, on Debian 12. Run it as root or
+# as a user with sudo: only the apt-get commands need root, and they go through sudo when the
+# script is not root (the npm packages are installed as the user who runs it). CUDA (nvcc,
+# cuBLAS, NCCL) is not a Debian package: install NVIDIA's CUDA Toolkit 13 under
+# /usr/local/cuda to build the GPU backend; without it the build is CPU-only.
 set -euo pipefail
+
+# Runs an apt-get command as root: directly when this script is root, else through sudo.
+apt_get() {
+  if ((EUID == 0)); then
+    DEBIAN_FRONTEND=noninteractive apt-get "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo env DEBIAN_FRONTEND=noninteractive apt-get "$@"
+  else
+    echo "install_deps: packages are missing and installing them needs root; run this script as root (there is no sudo here)" >&2
+    return 1
+  fi
+}
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libopenblas-dev          # BLAS for the CPU GEMMs (prefill)
@@ -25,9 +39,9 @@ for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "install_deps: installing ${missing[*]}"
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "install_deps: all ${#packages[@]} packages present"
 
@@ -38,15 +52,14 @@ if [[ "${TESSERA_DEPS_NO_NODE:-}" == 1 ]]; then exit 0; fi
 # Debian's kubernetes-client, unless some kubectl is already installed (e.g. Google Cloud
 # SDK's `kubectl` package, which owns the same file). Without it that test skips visibly.
 if ! command -v kubectl >/dev/null 2>&1; then
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client; } ||
+  { apt_get update -qq && apt_get install -y -qq --no-install-recommends kubernetes-client; } ||
     echo "install_deps: kubernetes-client could not be installed; the Kubernetes manifests test will be skipped"
 fi
 
 # The end-to-end test's npm packages (the official OpenAI Node.js client), pinned by
 # tests/e2e/package-lock.json. Node.js itself comes from Debian when the machine has none.
 if ! command -v npm >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm
+  apt_get update -qq && apt_get install -y -qq --no-install-recommends nodejs npm
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 (cd "$here/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error) ||
