@@ -5,12 +5,15 @@
 # Environment: MODEL (default /tmp/llama-100m, generated when missing), OUT (default
 # /tmp/loadgen-bench), OVERLOAD_S (default 60).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 WHAT=${2:-all}
 MODEL=${MODEL:-/tmp/llama-100m}
 OUT=${OUT:-/tmp/loadgen-bench}
 OVERLOAD_S=${OVERLOAD_S:-60}
 BIN=$BUILD/bin
+need_bin "$BIN" "$BUILD_HINT" tessera-serve tessera-loadgen tessera-make-checkpoint
 mkdir -p "$OUT"
 [ -f "$MODEL/config.json" ] || "$BIN/tessera-make-checkpoint" --arch llama --preset 100m --out "$MODEL"
 
@@ -25,25 +28,15 @@ PORT=""
 start_server() {  # NAME [tessera-serve flags...]: sets PID and PORT
   local dir=$OUT/$1
   shift
-  rm -rf "$dir" && mkdir -p "$dir"
-  "$BIN/tessera-serve" --model "$MODEL" --port 0 --set model.dtype=bfloat16 --set cache.num_blocks=1024 \
-    --set "server.control=ipc://$dir/control.ipc" --set "server.zmq_client=ipc://$dir/client.ipc" "$@" \
-    >"$dir/serve.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 600); do
-    PORT=$(grep -oP 'listening on http://127\.0\.0\.1:\K[0-9]+' "$dir/serve.log" || true)
-    if [ -n "$PORT" ]; then  # warm up (page the weights in) before anything is counted
-      "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --concurrency 4 --requests 32 "${TRACE[@]}" \
-        --json "$dir/warmup.json" >/dev/null
-      return 0
-    fi
-    kill -0 "$PID" 2>/dev/null || { cat "$dir/serve.log"; return 1; }
-    sleep 0.2
-  done
-  echo "tessera-serve did not start" >&2
-  return 1
+  rm -rf "$dir"
+  start_tessera_serve "$BIN" "$dir" --model "$MODEL" --set model.dtype=bfloat16 --set cache.num_blocks=1024 "$@"
+  PID=$SERVE_PID
+  PORT=$SERVE_PORT
+  # warm up (page the weights in) before anything is counted
+  "$BIN/tessera-loadgen" --url "http://127.0.0.1:$PORT" --concurrency 4 --requests 32 "${TRACE[@]}" \
+    --json "$dir/warmup.json" >/dev/null
 }
-stop_server() { kill -TERM "$PID" && wait "$PID" || true; }
+stop_server() { stop_pid "$PID"; }
 counters() {  # the server's request and token counters, one line
   curl -s "http://127.0.0.1:$PORT/metrics" | awk '
     /^tessera:request_success_total/ {ok += $NF}

@@ -1,0 +1,48 @@
+# Shared by the bench/*.sh scripts (sourced, not run): refusing missing inputs in one line,
+# and starting / stopping a tessera-serve on a free port.
+# shellcheck shell=bash
+
+die() {  # MESSAGE...: prints "SCRIPT: MESSAGE" on stderr and exits 2
+  echo "$(basename "$0"): $*" >&2
+  exit 2
+}
+
+need_bin() {  # DIR HINT NAME...: each DIR/NAME must be an executable; HINT says how to get one (NAME in it: the name)
+  local dir=$1 hint=$2 name
+  shift 2
+  for name in "$@"; do
+    [[ -x $dir/$name ]] || die "no executable $dir/$name (${hint//NAME/$name})"
+  done
+}
+# shellcheck disable=SC2034  # used by the scripts that source this file
+BUILD_HINT="build it with cmake --build build --target NAME, or set BUILD to the build folder"
+
+need_model() {  # DIR: a Hugging Face checkpoint folder
+  [[ -f $1/config.json ]] || die "no checkpoint at $1 (no config.json; bench/make_models.sh makes the ones docs/benchmarks.md uses)"
+}
+
+# tessera-serve on a free port, logging to DIR/serve.log; sets SERVE_PID and SERVE_PORT.
+# Usage: start_tessera_serve BIN_DIR DIR [tessera-serve flags...]
+SERVE_PID=""
+SERVE_PORT=""
+start_tessera_serve() {
+  local bin=$1 dir=$2
+  shift 2
+  mkdir -p "$dir"
+  "$bin/tessera-serve" --port 0 --set "server.control=ipc://$dir/control.ipc" \
+    --set "server.zmq_client=ipc://$dir/client.ipc" "$@" >"$dir/serve.log" 2>&1 &
+  SERVE_PID=$!
+  for _ in $(seq 600); do
+    SERVE_PORT=$(grep -oP 'listening on http://127\.0\.0\.1:\K[0-9]+' "$dir/serve.log" || true)
+    [[ -n $SERVE_PORT ]] && return 0
+    kill -0 "$SERVE_PID" 2>/dev/null || { cat "$dir/serve.log" >&2; return 1; }
+    sleep 0.2
+  done
+  echo "tessera-serve did not start within 120 s (log: $dir/serve.log)" >&2
+  return 1
+}
+
+stop_pid() {  # PID: SIGTERM and wait (an already finished process is fine)
+  [[ -n ${1:-} ]] || return 0
+  if kill -TERM "$1" 2>/dev/null; then wait "$1" 2>/dev/null || true; fi
+}
