@@ -10,14 +10,14 @@
 set -euo pipefail
 build=${1:-build}
 rounds=${2:-3}
-shape="--arch llama --hidden 1024 --layers 4 --heads 16 --kv-heads 4 --ffn 2816 --vocab 32000 --dtype float32 --seed 1 --shard-mb 100"
+shape=(--arch llama --hidden 1024 --layers 4 --heads 16 --kv-heads 4 --ffn 2816 --vocab 32000 --dtype float32 --seed 1 --shard-mb 100)
 for fmt in safetensors bin; do
   dir=/tmp/tessera-load-$fmt
-  [ -f "$dir/config.json" ] || "$build/bin/tessera-make-checkpoint" $shape --format "$fmt" --out "$dir"
+  [ -f "$dir/config.json" ] || "$build/bin/tessera-make-checkpoint" "${shape[@]}" --format "$fmt" --out "$dir"
 done
 size=$(du -sb /tmp/tessera-load-bin --exclude=config.json | cut -f1)
 results=$(mktemp)
-for r in $(seq "$rounds"); do
+for _ in $(seq "$rounds"); do
   for tp in 1 2; do
     for fmt in safetensors bin; do
       /usr/bin/time -f "$fmt $tp %e %M" -a -o "$results" "$build/bin/tessera-generate" --model /tmp/tessera-load-$fmt \

@@ -12,11 +12,11 @@ rounds=${3:-3}
 families="llama qwen2 gemma2 falcon"
 for f in $families; do
   dir=/tmp/tessera-$f-100m
-  extra=""; [ "$f" = falcon ] && extra="--ffn 3072"
-  [ -f "$dir/config.json" ] || "$build/bin/tessera-make-checkpoint" --arch "$f" --preset 100m --out "$dir" $extra
+  extra=(); [ "$f" = falcon ] && extra=(--ffn 3072)
+  [ -f "$dir/config.json" ] || "$build/bin/tessera-make-checkpoint" --arch "$f" --preset 100m --out "$dir" "${extra[@]}"
 done
 results=$(mktemp)
-for r in $(seq "$rounds"); do
+for _ in $(seq "$rounds"); do
   for f in $families; do
     "$build/bin/tessera-bench" --model "/tmp/tessera-$f-100m" --dtype "$dtype" --prompt-len 64 --gen-len 32 --batch 1 \
       --json | python3 -c "import json,sys; r=json.load(sys.stdin); print('$f', r['decode_tok_s'], r['roofline_fraction'], r['weight_bytes'], r['prefill_tok_s'])" >>"$results"
