@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 
 namespace tessera {
 namespace {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/wire/messages.h"
-#include "coordinator/worker_group.h"
+#include "coordinator/cluster/worker_group.h"
 #include "worker/worker_link.h"
 
 namespace tessera {

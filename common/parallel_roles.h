@@ -17,7 +17,7 @@ enum class TpRole {
 };
 const char* tp_role_name(TpRole role);  // "column", "row", "keep", "vocab"
 
-// How the scheduler forms batches (coordinator/scheduler.h, `scheduler.mode`).
+// How the scheduler forms batches (coordinator/engine/scheduler.h, `scheduler.mode`).
 enum class BatchingMode : uint8_t {
   kContinuous,  // sequences join and leave at every step
   kStatic,      // a batch forms only when nothing runs; nobody joins until all members finish

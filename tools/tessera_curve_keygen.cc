@@ -9,7 +9,7 @@
 #include <string>
 #include <tuple>
 
-#include "common/curve_keys.h"
+#include "common/zmq/curve_keys.h"
 #include "common/private_temp_dir.h"
 
 int main(int argc, char** argv) {

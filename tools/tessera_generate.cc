@@ -21,7 +21,7 @@
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/config.h"
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
 #include "tools/lib/local_executor.h"
 #include "common/quantization_flags.h"
 

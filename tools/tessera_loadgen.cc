@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/curve_keys.h"
+#include "common/zmq/curve_keys.h"
 #include "common/status.h"
 #include "tools/client/http_client.h"
 #include "tools/loadgen/arrival.h"

@@ -1,5 +1,5 @@
 // tessera-perplexity: scores a text file with a model by the rule of
-// ../shared/fixtures/README.md section 10 (coordinator/perplexity_chunks.h), through the
+// ../shared/fixtures/README.md section 10 (coordinator/engine/perplexity_chunks.h), through the
 // serving engine: every chunk is one request asking its prompt logprobs (the completions
 // API's echo + logprobs), batched by the scheduler like any other, computed by the
 // executors (in-process, or --tensor-parallel N worker processes). Prints tokens scored,
@@ -18,9 +18,9 @@
 
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
 #include "tools/lib/local_executor.h"
-#include "coordinator/perplexity_chunks.h"
+#include "coordinator/engine/perplexity_chunks.h"
 #include "common/quantization_flags.h"
 #include "worker/model_checkpoint.h"
 #include "worker/model_config.h"

@@ -7,7 +7,7 @@
 
 #include "common/config.h"
 #include "common/logging.h"
-#include "coordinator/local_workers.h"
+#include "coordinator/cluster/local_workers.h"
 #include "tools/lib/local_endpoints.h"
 #include "tools/lib/serve_runtime.h"
 

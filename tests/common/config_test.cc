@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "common/curve_keys.h"
+#include "common/zmq/curve_keys.h"
 #include "common/tokenizer/regex.h"
 #include "tests/test_support.h"
 

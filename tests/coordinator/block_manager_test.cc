@@ -1,6 +1,6 @@
 // BlockManager: exact free counts, prefix sharing by content hash, copy-on-write, eviction,
 // blocks given back behind a sliding window.
-#include "coordinator/block_manager.h"
+#include "coordinator/engine/block_manager.h"
 
 #include <gtest/gtest.h>
 

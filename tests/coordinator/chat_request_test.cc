@@ -1,11 +1,12 @@
-// The chat part of a request (coordinator/chat_request.h): every message field a template
+// The chat part of a request (coordinator/api/chat_request.h): every message field a template
 // needs, carried as transformers passes it (arguments as an object, key order kept,
 // developer as system, content parts joined), and a 400 naming each field a client gets wrong.
-#include "coordinator/chat_request.h"
+#include "coordinator/api/chat_request.h"
 
 #include <gtest/gtest.h>
 
-#include "coordinator/tool_calls/tool_call_stream.h"
+#include "coordinator/api/openai_api.h"
+#include "coordinator/api/tool_calls/tool_call_stream.h"
 
 namespace tessera {
 namespace {

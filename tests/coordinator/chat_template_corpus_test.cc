@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/chat_template.h"
+#include "coordinator/api/chat_template.h"
 #include "tests/test_support.h"
 
 namespace tessera {

@@ -1,6 +1,6 @@
 // ChatTemplate: the Jinja subset real chat templates use, the kjv-llama fixture's own
 // template, the built-in fallbacks, and clear errors for what is not supported.
-#include "coordinator/chat_template.h"
+#include "coordinator/api/chat_template.h"
 
 #include <gtest/gtest.h>
 

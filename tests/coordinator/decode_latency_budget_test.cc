@@ -13,8 +13,8 @@
 #include <optional>
 #include <vector>
 
-#include "coordinator/scheduler.h"
-#include "coordinator/step_cost_model.h"
+#include "coordinator/engine/scheduler.h"
+#include "coordinator/engine/step_cost_model.h"
 #include "tests/coordinator/fake_executor.h"
 
 namespace tessera {

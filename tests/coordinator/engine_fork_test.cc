@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "coordinator/engine.h"
-#include "coordinator/request.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/request.h"
 #include "kernels/backend.h"
 #include "tests/coordinator/feed_counting_executor.h"
 #include "tests/test_support.h"

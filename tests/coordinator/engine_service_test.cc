@@ -3,7 +3,7 @@
 // token), so tests can check token counts, stop strings across token boundaries, aborts,
 // draining and the one-final-event rule under many concurrent submitters. The last tests
 // run the real kjv-llama model through the service and compare with the fixture goldens.
-#include "coordinator/engine_service.h"
+#include "coordinator/engine/engine_service.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

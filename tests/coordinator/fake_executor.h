@@ -19,7 +19,7 @@
 
 #include "common/sequence_states.h"
 #include "common/step_plan.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 
 namespace tessera::testing {
 

@@ -1,6 +1,6 @@
 // HttpServer end to end: a tiny blocking HTTP client over a real loopback socket, against
 // the real EngineService and a fake StepExecutor that returns deterministic tokens.
-#include "coordinator/http_server.h"
+#include "coordinator/server/http_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/chat_template.h"
-#include "coordinator/jinja/template.h"
+#include "coordinator/api/chat_template.h"
+#include "coordinator/api/jinja/template.h"
 
 namespace tessera {
 namespace {

@@ -1,6 +1,6 @@
 // Request decoding (every field, every error naming its field) and response JSON of the
 // OpenAI-compatible layer, without any transport.
-#include "coordinator/openai_api.h"
+#include "coordinator/api/openai_api.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/api_request_fields.h"
-#include "coordinator/openai_api.h"
+#include "coordinator/api/api_request_fields.h"
+#include "coordinator/api/openai_api.h"
 
 namespace tessera {
 namespace {

@@ -1,8 +1,8 @@
 // validate_request names the limit a request breaks: max_model_len, the whole KV pool, or the
-// token budget without chunked prefill (coordinator/request.h).
+// token budget without chunked prefill (coordinator/engine/request.h).
 #include <gtest/gtest.h>
 
-#include "coordinator/request.h"
+#include "coordinator/engine/request.h"
 
 namespace tessera {
 namespace {

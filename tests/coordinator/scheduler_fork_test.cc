@@ -9,8 +9,8 @@
 #include <set>
 #include <vector>
 
-#include "coordinator/request.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/request.h"
+#include "coordinator/engine/scheduler.h"
 #include "tests/coordinator/fake_executor.h"
 
 namespace tessera {

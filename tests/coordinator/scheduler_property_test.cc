@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 #include "tests/coordinator/fake_executor.h"
 
 namespace tessera {

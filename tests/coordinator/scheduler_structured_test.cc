@@ -1,6 +1,6 @@
 // The scheduler's structured-output path (Scheduler::on_step_result): a step's tokens move
 // their grammars on, then the step's next masks are computed together on the mask threads
-// (coordinator/structured/mask_pool.h), then each sequence's verdict is applied. Run with 1
+// (coordinator/engine/structured/mask_pool.h), then each sequence's verdict is applied. Run with 1
 // and with 4 mask threads, a batch of constrained requests (some of n = 3 choices, sharing
 // grammars) must give exactly the same events: the same tokens, the same finish reasons and
 // errors — and every choice that stops is a complete string of its grammar.
@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/scheduler.h"
-#include "coordinator/structured/request_constraint.h"
-#include "coordinator/structured/token_constraint.h"
+#include "coordinator/engine/scheduler.h"
+#include "coordinator/api/grammars/request_constraint.h"
+#include "coordinator/engine/structured/token_constraint.h"
 
 namespace tessera {
 namespace {

@@ -1,7 +1,7 @@
 // Scheduler: token budget, chunked prefill, decode-first order, priorities, admission
 // errors, preemption by recompute, prefix reuse, stop conditions, static batching, the
 // blocks a sliding window gives back.
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/wire/messages.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 #include "tests/coordinator/fake_executor.h"
 
 namespace tessera {

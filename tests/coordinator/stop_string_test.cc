@@ -1,6 +1,6 @@
 // StopStringMatcher: stop strings found however the text is split into pieces, partial
 // matches held back and released, and nothing at or after a stop string ever emitted.
-#include "coordinator/stop_string_matcher.h"
+#include "coordinator/engine/stop_string_matcher.h"
 
 #include <gtest/gtest.h>
 

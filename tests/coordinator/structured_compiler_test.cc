@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/structured/request_constraint.h"
-#include "coordinator/structured/token_constraint.h"
+#include "coordinator/api/grammars/request_constraint.h"
+#include "coordinator/engine/structured/token_constraint.h"
 
 namespace tessera::structured {
 namespace {

@@ -1,4 +1,4 @@
-// The token matcher (coordinator/structured/token_constraint.h): its cached, trie-walked
+// The token matcher (coordinator/engine/structured/token_constraint.h): its cached, trie-walked
 // masks must equal the brute-force answer (advance the state by each token's bytes and see
 // whether it survives) at every step of random walks through several grammars, over a
 // vocabulary whose tokens cross grammar terminals and UTF-8 boundaries, over one dense enough
@@ -15,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/structured/mask_pool.h"
-#include "coordinator/structured/request_constraint.h"
-#include "coordinator/structured/sequence_constraint.h"
-#include "coordinator/structured/token_constraint.h"
+#include "coordinator/engine/structured/mask_pool.h"
+#include "coordinator/api/grammars/request_constraint.h"
+#include "coordinator/engine/structured/sequence_constraint.h"
+#include "coordinator/engine/structured/token_constraint.h"
 #include "tests/test_support.h"
 
 namespace tessera::structured {

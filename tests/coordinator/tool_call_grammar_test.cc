@@ -1,4 +1,4 @@
-// The grammar of forced tool calls (coordinator/tool_calls/tool_call_grammar.h): random walks
+// The grammar of forced tool calls (coordinator/api/tool_calls/tool_call_grammar.h): random walks
 // through each format's grammar — every step a token drawn from the matcher's mask — end in
 // texts the format's parser reads back as calls only (no content), each naming a function of
 // the tools, with arguments that hold the schema's required keys and types; a named function
@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/structured/token_constraint.h"
-#include "coordinator/tool_calls/tool_call_grammar.h"
-#include "coordinator/tool_calls/tool_call_stream.h"
+#include "coordinator/engine/structured/token_constraint.h"
+#include "coordinator/api/tool_calls/tool_call_grammar.h"
+#include "coordinator/api/tool_calls/tool_call_stream.h"
 
 namespace tessera {
 namespace {

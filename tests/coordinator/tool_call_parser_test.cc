@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/tool_calls/tool_call_stream.h"
+#include "coordinator/api/tool_calls/tool_call_stream.h"
 
 namespace tessera {
 namespace {

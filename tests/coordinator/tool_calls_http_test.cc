@@ -15,7 +15,7 @@
 #include <random>
 
 #include "common/sequence_states.h"
-#include "coordinator/http_server.h"
+#include "coordinator/server/http_server.h"
 #include "tests/test_support.h"
 #include "tools/client/http_client.h"
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/worker_group.h"
+#include "coordinator/cluster/worker_group.h"
 #include "worker/worker_link.h"
 
 namespace tessera {

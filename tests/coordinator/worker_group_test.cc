@@ -1,7 +1,7 @@
 // WorkerGroup + WorkerLink over real ZeroMQ sockets (tcp loopback and ipc): workers are
 // threads running WorkerLink with a fake step function, or a forked process for the
 // crash test. Rank 0 returns deterministic tokens; the other ranks return status only.
-#include "coordinator/worker_group.h"
+#include "coordinator/cluster/worker_group.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // ZmqClientServer end to end: the real EngineService with a deterministic fake StepExecutor,
 // real ZeroMQ (ipc in a temp dir or tcp loopback), and ZmqClient (tools/client) as the
 // client — plus a raw DEALER for frames ZmqClient never sends (duplicate ids, garbage).
-#include "coordinator/zmq_client_server.h"
+#include "coordinator/server/zmq_client_server.h"
 
 #include <gtest/gtest.h>
 #include <zmq.hpp>
@@ -17,7 +17,7 @@
 
 #include "common/sequence_states.h"
 #include "common/wire/client_messages.h"
-#include "coordinator/metrics.h"
+#include "coordinator/server/metrics.h"
 #include "tests/test_support.h"
 #include "tools/client/zmq_client.h"
 

@@ -1,4 +1,4 @@
-// libFuzzer: the OpenAI request decoder (coordinator/openai_api.h) on arbitrary bytes as the
+// libFuzzer: the OpenAI request decoder (coordinator/api/openai_api.h) on arbitrary bytes as the
 // request body, for both endpoints, with the kjv-llama tokenizer and its chat template (as
 // tessera-serve runs it); then the JSON writers on a dummy output of every decoded request.
 //
@@ -19,8 +19,8 @@
 
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/chat_template.h"
-#include "coordinator/openai_api.h"
+#include "coordinator/api/chat_template.h"
+#include "coordinator/api/openai_api.h"
 
 namespace tessera {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/chat_template.h"
+#include "coordinator/api/chat_template.h"
 
 namespace {
 

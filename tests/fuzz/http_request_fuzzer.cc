@@ -42,8 +42,8 @@
 #include "common/sequence_states.h"
 #include "common/step_executor.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/engine_service.h"
-#include "coordinator/http_server.h"
+#include "coordinator/engine/engine_service.h"
+#include "coordinator/server/http_server.h"
 
 namespace tessera {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "tests/test_support.h"
 #include "tests/tools/serve_process.h"
-#include "coordinator/perplexity_chunks.h"
+#include "coordinator/engine/perplexity_chunks.h"
 
 namespace tessera {
 namespace {

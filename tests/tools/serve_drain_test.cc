@@ -24,7 +24,7 @@
 #include <sstream>
 #include <thread>
 
-#include "common/curve_keys.h"
+#include "common/zmq/curve_keys.h"
 #include "tests/test_support.h"
 #include "tests/tools/raw_sse_stream.h"
 #include "tests/tools/serve_process.h"

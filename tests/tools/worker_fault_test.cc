@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "common/config.h"
-#include "coordinator/cluster.h"
-#include "coordinator/engine.h"
-#include "coordinator/local_workers.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/cluster/local_workers.h"
 #include "tests/test_support.h"
 
 namespace tessera {

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <map>
 
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
 #include "kernels/backend.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"

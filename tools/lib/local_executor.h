@@ -11,7 +11,7 @@
 #include "common/quantization.h"
 #include "common/status.h"
 #include "common/step_executor.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/engine/scheduler.h"
 
 namespace tessera {
 

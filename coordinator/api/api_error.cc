@@ -1,0 +1,34 @@
+#include "coordinator/api/api_error.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tessera {
+
+using nlohmann::json;
+
+ApiError api_server_error(std::string message) {
+  ApiError e;
+  e.http_status = 500;
+  e.type = "server_error";
+  e.code = "internal_error";
+  e.message = std::move(message);
+  return e;
+}
+
+ApiError bad_request(std::string param, std::string message) {
+  ApiError e;
+  e.http_status = 400;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+std::string error_body(const ApiError& error) {
+  json e = {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"code", error.code.empty() ? json(nullptr) : json(error.code)}};
+  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace tessera

@@ -1,0 +1,24 @@
+#pragma once
+// The errors of the OpenAI layer, in OpenAI's shape, apart from the rest of the API so that
+// the server layer (coordinator/server/http_edges.h) and the request readers can name them
+// without the whole request/response layer.
+#include <string>
+
+namespace tessera {
+
+// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}} plus the
+// HTTP status it travels with.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the offending field ("temperature", "messages[1].content"); "" = null
+  std::string code;   // "" = null
+};
+
+std::string error_body(const ApiError& error);
+ApiError bad_request(std::string param, std::string message);
+// A 500 server_error / internal_error: the server cannot serve the request (no usable chat template).
+ApiError api_server_error(std::string message);
+
+}  // namespace tessera

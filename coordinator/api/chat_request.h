@@ -1,0 +1,49 @@
+#pragma once
+// The chat part of a request, checked and turned into what the chat template gets: the
+// messages (role, content, name, tool_calls, tool_call_id), the tools and the tool choice,
+// as transformers' apply_chat_template passes them (docs/api.md, "Messages" and "Tools").
+// Every field a client can get wrong is a 400 naming it; objects keep the client's key order
+// (nlohmann::ordered_json), so `tojson` in a template prints a tool schema as it was sent.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/api/api_error.h"
+
+namespace tessera {
+
+// kRequired / kNamed: the reply is decoded under a grammar of the format's call text
+// (coordinator/api/tool_calls/tool_call_grammar.h): one call or more, or exactly the named one.
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+struct ChatRequestParts {
+  // The chat template's context: "messages", "tools" (null when none), "documents" (null),
+  // "add_generation_prompt" (true). bos_token / eos_token are the template's own.
+  nlohmann::ordered_json context;
+  bool has_tools = false;               // a non-empty "tools"
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_name;                // kNamed: the function (one of the tools)
+  bool parallel_tool_calls = true;      // false: at most one call is read from the output
+  int strict_tool = -1;                 // the first tool with "strict": true (-1: none)
+};
+
+// Reads "messages", "tools", "tool_choice" and "parallel_tool_calls" of a chat body (the
+// other fields are the caller's). False with *error a 400 whose param names the field:
+// "messages[2].tool_calls[0].function.arguments", "tools[0].function.name", "tool_choice".
+//  - content: a string, a list of {"type": "text", "text"} parts (their texts joined with no
+//    separator; image, audio and file parts are refused, naming the part), or null / absent
+//    on an assistant message (which then needs tool_calls or may be empty);
+//  - tool_calls (assistant only): [{id, type: "function", function: {name, arguments}}],
+//    arguments a JSON text (as OpenAI sends it) or an object; the template gets an object,
+//    as transformers passes it (templates print it with `tojson`);
+//  - tool_call_id (tool messages, required there); name (any message);
+//  - the "developer" role is given to the template as "system" (OpenAI's newer name for it;
+//    chat templates know only "system").
+//  - tool_choice "required" needs tools; a named function must be one of them (400 naming
+//    tool_choice otherwise). The grammar that forces the call is the caller's (openai_api.cc).
+bool read_chat_request(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
+
+// The same for /tokenize, whose body has only "messages" and (optionally) "tools".
+bool read_chat_messages_and_tools(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
+
+}  // namespace tessera

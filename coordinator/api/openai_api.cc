@@ -1,0 +1,868 @@
+#include "coordinator/api/openai_api.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "common/logging.h"
+#include "coordinator/api/api_request_fields.h"
+#include "coordinator/api/chat_request.h"
+#include "coordinator/api/grammars/request_constraint.h"
+#include "coordinator/api/tool_calls/tool_call_grammar.h"
+#include "coordinator/api/tool_calls/tool_call_stream.h"
+
+namespace tessera {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxN = 128;
+constexpr int kMaxLogprobs = 20;
+constexpr size_t kMaxStopStrings = 16;
+
+// Reads optional fields of one JSON object; the first invalid one is recorded and every
+// later read is a no-op, so parsing reads straight through and checks once at the end.
+class FieldReader {
+ public:
+  FieldReader(const json& object, ApiError* error) : object_(object), error_(error) {}
+
+  bool failed() const { return failed_; }
+  void fail(const std::string& param, const std::string& message) {
+    if (failed_) return;
+    failed_ = true;
+    *error_ = bad_request(param, message);
+  }
+
+  // Null counts as absent (clients send explicit nulls for defaults).
+  const json* find(const char* name) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  void number(const char* name, float* out, double lo, double hi, bool lo_open = false) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return;
+    if (!v->is_number()) return fail(name, std::string("'") + name + "' must be a number");
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "'%s' must be in %s%g, %g] (got %g)", name, lo_open ? "(" : "[", lo, hi, d);
+      return fail(name, buf);
+    }
+    *out = static_cast<float>(d);
+  }
+
+  bool integer(const char* name, int64_t* out, int64_t lo, int64_t hi) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return false;
+    if (!v->is_number_integer()) {
+      fail(name, std::string("'") + name + "' must be an integer");
+      return false;
+    }
+    int64_t x = 0;
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      x = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+    } else {
+      x = v->get<int64_t>();
+    }
+    if (x < lo || x > hi) {
+      fail(name, std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "] (got " + std::to_string(x) + ")");
+      return false;
+    }
+    *out = x;
+    return true;
+  }
+
+  bool integer(const char* name, int* out, int64_t lo, int64_t hi) {
+    int64_t x = 0;
+    if (!integer(name, &x, lo, hi)) return false;
+    *out = static_cast<int>(x);
+    return true;
+  }
+
+  bool boolean(const char* name, bool* out) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return false;
+    if (!v->is_boolean()) {
+      fail(name, std::string("'") + name + "' must be a boolean");
+      return false;
+    }
+    *out = v->get<bool>();
+    return true;
+  }
+
+  void string(const char* name, std::string* out) {
+    const json* v = find(name);
+    if (failed_ || v == nullptr) return;
+    if (!v->is_string()) return fail(name, std::string("'") + name + "' must be a string");
+    *out = v->get<std::string>();
+  }
+
+ private:
+  const json& object_;
+  ApiError* error_;
+  bool failed_ = false;
+};
+
+bool all_of_kind(const json& array, bool (json::*pred)() const noexcept) {
+  for (const json& e : array)
+    if (!(e.*pred)()) return false;
+  return true;
+}
+
+bool token_ids_from(const json& array, const std::string& param, const Tokenizer* tokenizer,
+                    std::vector<int32_t>* ids, ApiError* error) {
+  const int64_t vocab = tokenizer != nullptr ? tokenizer->vocab_size() : INT32_MAX;
+  for (size_t i = 0; i < array.size(); ++i) {
+    const json& e = array[i];
+    const int64_t id = e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                           ? INT64_MAX
+                           : e.get<int64_t>();
+    if (id < 0 || id >= vocab) {
+      *error = bad_request(param, "token id " + std::to_string(id) + " at " + param + "[" + std::to_string(i) +
+                                      "] is out of range [0, " + std::to_string(vocab) + ")");
+      return false;
+    }
+    ids->push_back(static_cast<int32_t>(id));
+  }
+  return true;
+}
+
+// "prompt": a string, an array of strings (a batch), an array of token ids, or an array of
+// token-id arrays (a batch).
+bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, std::vector<std::vector<int32_t>>* prompts,
+                  ApiError* error) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    *error = bad_request("prompt", "'prompt' is required");
+    return false;
+  }
+  const json& p = *it;
+  const char* kShape =
+      "'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays";
+  auto need_tokenizer = [&]() {
+    *error = bad_request("prompt", "this server has no tokenizer: send 'prompt' as token ids");
+    return false;
+  };
+  if (p.is_string()) {
+    if (ctx.tokenizer == nullptr) return need_tokenizer();
+    out->prompt_texts.push_back(p.get<std::string>());
+    prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
+  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_number_integer)) {
+    std::vector<int32_t> ids;
+    if (!token_ids_from(p, "prompt", ctx.tokenizer, &ids, error)) return false;
+    prompts->push_back(std::move(ids));
+    out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(prompts->back(), false) : "");
+  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_string)) {
+    if (ctx.tokenizer == nullptr) return need_tokenizer();
+    for (const json& s : p) {
+      out->prompt_texts.push_back(s.get<std::string>());
+      prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
+    }
+  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_array)) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string param = "prompt[" + std::to_string(i) + "]";
+      if (p[i].empty() || !all_of_kind(p[i], &json::is_number_integer)) {
+        *error = bad_request(param, "'" + param + "' must be a non-empty array of token ids");
+        return false;
+      }
+      std::vector<int32_t> ids;
+      if (!token_ids_from(p[i], param, ctx.tokenizer, &ids, error)) return false;
+      prompts->push_back(std::move(ids));
+      out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(prompts->back(), false)
+                                                           : "");
+    }
+  } else {
+    *error = bad_request("prompt", kShape);
+    return false;
+  }
+  for (const auto& ids : *prompts) {
+    if (ids.empty()) {
+      *error = bad_request("prompt", "'prompt' is empty (no tokens)");
+      return false;
+    }
+  }
+  return true;
+}
+
+// tool_choice "required" or a named function: the reply is decoded under the grammar of the
+// calls (coordinator/api/tool_calls/tool_call_grammar.h), compiled once per tools/format/choice.
+struct ForcedCall {
+  const char* choice = nullptr;  // how tool_choice forced it, for messages; null: not forced
+  std::shared_ptr<const structured::TokenConstraint> constraint;
+};
+
+bool forced_call_constraint(const ChatRequestParts& parts, const ApiContext& ctx,
+                            std::shared_ptr<const structured::TokenConstraint>* out, ApiError* error) {
+  if (!ctx.tool_call_parser) {
+    *error = bad_request("tool_choice",
+                         "'tool_choice' forces a tool call, but this server reads no tool calls: "
+                         "server.tool_call_parser is none (or auto found no call format in the chat template)");
+    return false;
+  }
+  if (ctx.tool_call_vocabulary == nullptr) {
+    *error = bad_request("tool_choice", "'tool_choice' forces a tool call, which needs the model's tokenizer");
+    return false;
+  }
+  ForcedToolCalls spec;
+  spec.format = ctx.tool_call_format;
+  spec.tools = &parts.context["tools"];
+  spec.only_function = parts.tool_choice == ToolChoice::kNamed ? parts.tool_name : "";
+  spec.parallel = parts.parallel_tool_calls;
+  const std::string key = std::string("tools\x01") + tool_call_format_name(spec.format) + "\x01" +
+                          (spec.parallel ? "1" : "0") + "\x01" + spec.only_function + "\x01" + spec.tools->dump();
+  std::string param;
+  StatusOr<std::shared_ptr<const structured::TokenConstraint>> c =
+      structured::cached_constraint(ctx.tool_call_vocabulary, key, [&] { return compile_tool_call_grammar(spec, &param); });
+  if (!c.is_ok()) {
+    *error = bad_request(param.empty() ? "tools" : param, c.status().message());
+    return false;
+  }
+  *out = std::move(c).value();
+  return true;
+}
+
+// The chat template's context from "messages" / "tools" (coordinator/api/chat_request.h), then
+// the prompt it renders. A render error the template raised (raise_exception, a type error
+// on the request's values) is the client's 400; any other is the server's 500.
+bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, ApiRequest* out,
+                    std::vector<std::vector<int32_t>>* prompts, ForcedCall* forced, ApiError* error) {
+  ChatRequestParts parts;
+  if (!read_chat_request(body, &parts, error)) return false;
+  if (ctx.tokenizer == nullptr) {
+    *error = bad_request("messages", "this server has no tokenizer: chat completions are unavailable");
+    return false;
+  }
+  if (!ctx.chat_renderer) {
+    *error = api_server_error("this server has no chat template: chat completions are unavailable");
+    return false;
+  }
+  const bool read_calls = parts.has_tools && parts.tool_choice != ToolChoice::kNone && ctx.tool_call_parser;
+  if (parts.has_tools && parts.tool_choice != ToolChoice::kNone && !ctx.tool_calls_out) {
+    *error = bad_request("tools", "this API does not return tool calls (use the HTTP API, or 'tool_choice': \"none\")");
+    return false;
+  }
+  if (read_calls) {
+    out->tool_call_parser = ctx.tool_call_parser;
+    out->parallel_tool_calls = parts.parallel_tool_calls;
+  }
+  if (parts.tool_choice == ToolChoice::kRequired || parts.tool_choice == ToolChoice::kNamed) {
+    forced->choice = parts.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function";
+    if (!forced_call_constraint(parts, ctx, &forced->constraint, error)) return false;
+  }
+  StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
+  if (!rendered.is_ok()) {
+    if (rendered.status().code() == StatusCode::kInvalidArgument) {
+      *error = bad_request("messages", "chat template: " + rendered.status().message());
+    } else {
+      *error = api_server_error("chat template: " + rendered.status().message());
+    }
+    return false;
+  }
+  out->prompt_texts.push_back(std::move(rendered).value());
+  prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), false));
+  if (prompts->back().empty()) {
+    *error = bad_request("messages", "'messages' render to an empty prompt");
+    return false;
+  }
+  return true;
+}
+
+std::string token_text(const Tokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  const std::vector<int32_t> one{id};
+  bool unstable = false;
+  return tokenizer->decode_window(one, 0, 1, false, true, false, &unstable);
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. With
+// `prompt` (echo + logprobs) the prompt's tokens come first: the first with null logprob and
+// top_logprobs (nothing precedes it), offsets counted from 0 over the prompt tokens' texts.
+// The generated tokens' offsets start at *offset (the text before them: the echoed prompt,
+// or what earlier stream chunks carried) and *offset moves past them.
+json completion_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer* tokenizer, size_t* offset,
+                         const std::vector<int32_t>* prompt = nullptr,
+                         const std::vector<PromptLogprob>* prompt_logprobs = nullptr) {
+  json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+             {"text_offset", json::array()}};
+  auto top_json = [&](const std::vector<TokenLogprob>& top) {
+    json t = json::object();
+    for (const TokenLogprob& a : top) t[token_text(tokenizer, a.token)] = a.logprob;
+    return t;
+  };
+  if (prompt != nullptr) {
+    size_t prompt_offset = 0;
+    size_t next = 0;  // prompt_logprobs is in position order
+    for (size_t p = 0; p < prompt->size(); ++p) {
+      const std::string s = token_text(tokenizer, (*prompt)[p]);
+      lp["tokens"].push_back(s);
+      while (prompt_logprobs != nullptr && next < prompt_logprobs->size() &&
+             (*prompt_logprobs)[next].position < static_cast<int32_t>(p))
+        ++next;
+      const PromptLogprob* scored = prompt_logprobs != nullptr && next < prompt_logprobs->size() &&
+                                            (*prompt_logprobs)[next].position == static_cast<int32_t>(p)
+                                        ? &(*prompt_logprobs)[next]
+                                        : nullptr;
+      lp["token_logprobs"].push_back(scored ? json(scored->logprob) : json(nullptr));
+      lp["top_logprobs"].push_back(scored ? top_json(scored->top_logprobs) : json(nullptr));
+      lp["text_offset"].push_back(prompt_offset);
+      prompt_offset += s.size();
+    }
+  }
+  for (const SampledToken& t : tokens) {
+    const std::string s = token_text(tokenizer, t.token);
+    lp["tokens"].push_back(s);
+    lp["token_logprobs"].push_back(t.logprob);
+    lp["top_logprobs"].push_back(top_json(t.top_logprobs));
+    lp["text_offset"].push_back(*offset);
+    *offset += s.size();
+  }
+  return lp;
+}
+
+// best_of > n: the n choices of each prompt with the highest cumulative logprob (the sum of
+// their tokens' logprobs; ties keep the earlier choice), in that order. Else all, as generated.
+std::vector<const ChoiceOutput*> returned_choices(const ApiRequest& request, const std::vector<ChoiceOutput>& choices) {
+  std::vector<const ChoiceOutput*> out;
+  const size_t gen = static_cast<size_t>(request.best_of);
+  for (size_t first = 0; first < choices.size(); first += gen) {
+    std::vector<std::pair<double, const ChoiceOutput*>> ranked;
+    for (size_t c = first; c < std::min(first + gen, choices.size()); ++c) {
+      double sum = 0;
+      for (const SampledToken& t : choices[c].tokens) sum += t.logprob;
+      ranked.emplace_back(sum, &choices[c]);
+    }
+    if (request.best_of > request.n) {
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      ranked.resize(std::min(ranked.size(), static_cast<size_t>(request.n)));
+    }
+    for (const auto& [sum, c] : ranked) out.push_back(c);
+  }
+  return out;
+}
+
+// Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+json chat_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer* tokenizer) {
+  json content = json::array();
+  for (const SampledToken& t : tokens) {
+    const std::string s = token_text(tokenizer, t.token);
+    json top = json::array();
+    for (const TokenLogprob& a : t.top_logprobs) {
+      const std::string as = token_text(tokenizer, a.token);
+      top.push_back({{"token", as}, {"logprob", a.logprob}, {"bytes", bytes_of(as)}});
+    }
+    content.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json finish_json(FinishReason reason) {
+  return reason == FinishReason::kNone ? json(nullptr) : json(api_finish_reason(reason));
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+bool is_chat(const ApiRequest& r) { return r.endpoint == ApiEndpoint::kChatCompletions; }
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// One entry of "tool_calls": {id, type, function: {name, arguments}}; in a stream's first
+// delta of a call also its index, with arguments "" (the next delta brings them).
+json tool_call_json(const ToolCallDelta& d, bool with_arguments) {
+  return {{"id", d.id},
+          {"type", "function"},
+          {"function", {{"name", d.call.name}, {"arguments", with_arguments ? d.call.arguments : std::string()}}}};
+}
+
+// A chat stream chunk of choice `index` with this delta.
+std::string chat_chunk(const ApiRequest& request, const std::string& id, int64_t created, int index, json delta,
+                       const std::vector<SampledToken>& tokens, json finish, const Tokenizer* tokenizer) {
+  json choice = {{"index", index}, {"delta", std::move(delta)}};
+  choice["logprobs"] = request.logprobs >= 0 && !tokens.empty() ? chat_logprobs(tokens, tokenizer) : json(nullptr);
+  choice["finish_reason"] = std::move(finish);
+  json out = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", request.model}};
+  out["choices"] = json::array({std::move(choice)});
+  if (request.include_usage) out["usage"] = nullptr;
+  return dump(out);
+}
+
+}  // namespace
+
+bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& ctx, ApiRequest* out,
+                       ApiError* error) {
+  *out = ApiRequest();
+  out->endpoint = endpoint;
+  out->model = ctx.model_name;
+  // Values are copied and converted recursively below: a body nested deeper than any real
+  // request is refused before it is parsed.
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return false;
+  }
+  // Chat bodies keep their key order: the template prints tool schemas and arguments with
+  // tojson, in the client's order (Python dict order), so they are read as ordered_json.
+  const nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (ordered.is_discarded()) {
+    *error = bad_request("", "the request body is not valid JSON");
+    return false;
+  }
+  json j = ordered;
+  if (!j.is_object()) {
+    *error = bad_request("", "the request body must be a JSON object");
+    return false;
+  }
+  const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+  FieldReader f(j, error);
+
+  std::string model;
+  f.string("model", &model);
+  if (f.failed()) return false;
+  if (!model.empty() && model != ctx.model_name) {
+    error->http_status = 404;
+    error->type = "invalid_request_error";
+    error->param = "model";
+    error->code = "model_not_found";
+    error->message = "The model '" + model + "' does not exist (this server serves '" + ctx.model_name + "')";
+    return false;
+  }
+
+  // The endpoint's required field before the others: a chat body sent to /v1/completions lacks 'prompt'.
+  const char* required = chat ? "messages" : "prompt";
+  if (auto it = j.find(required); it == j.end() || it->is_null()) {
+    *error = bad_request(required, std::string("'") + required + "' is required");
+    return false;
+  }
+  if (!check_request_fields(endpoint, j, error)) return false;
+
+  SamplingParams sp;
+  f.number("temperature", &sp.temperature, 0.0, 2.0);
+  f.number("top_p", &sp.top_p, 0.0, 1.0, /*lo_open=*/true);
+  int top_k = 0;
+  if (f.integer("top_k", &top_k, -1, INT32_MAX) && top_k == -1) top_k = 0;  // vLLM: -1 = off
+  sp.top_k = top_k;
+  f.number("min_p", &sp.min_p, 0.0, 1.0);
+  f.number("presence_penalty", &sp.presence_penalty, -2.0, 2.0);
+  f.number("frequency_penalty", &sp.frequency_penalty, -2.0, 2.0);
+  f.number("repetition_penalty", &sp.repetition_penalty, 0.0, 10.0, /*lo_open=*/true);
+  int64_t seed = 0;
+  const bool seeded = f.integer("seed", &seed, INT64_MIN, INT64_MAX);
+  f.integer("n", &out->n, 1, kMaxN);
+  f.boolean("stream", &out->stream);
+  out->best_of = out->n;
+  if (!chat && f.integer("best_of", &out->best_of, 1, kMaxN) && !f.failed()) {
+    if (out->best_of < out->n)
+      f.fail("best_of", "'best_of' (" + std::to_string(out->best_of) + ") must be >= 'n' (" + std::to_string(out->n) + ")");
+    else if (out->stream && out->best_of > out->n)
+      f.fail("best_of", "'best_of' > 'n' cannot be streamed (the best choices are known only at the end)");
+  }
+  if (const json* sfx = f.find("suffix"); sfx != nullptr && !f.failed()) {
+    if (!sfx->is_string())
+      f.fail("suffix", "'suffix' must be a string");
+    else if (!sfx->get<std::string>().empty())
+      f.fail("suffix", "'suffix' needs a fill-in-the-middle template, which the served model '" + ctx.model_name +
+                           "' does not define");
+  }
+  if (const json* lb = f.find("logit_bias"); lb != nullptr && !f.failed()) {
+    if (!parse_logit_bias(*lb, ctx.tokenizer != nullptr ? ctx.tokenizer->vocab_size() : 0, &sp.logit_bias, error))
+      return false;
+  }
+  f.integer("min_tokens", &sp.min_tokens, 0, INT32_MAX);
+  bool include_stop = false;
+  f.boolean("include_stop_str_in_output", &include_stop);
+  int priority = 0;
+  f.integer("priority", &priority, INT32_MIN, INT32_MAX);
+  if (const json* so = f.find("stream_options"); so != nullptr && !f.failed()) {
+    if (!so->is_object()) {
+      f.fail("stream_options", "'stream_options' must be an object");
+    } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean())
+        f.fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+      else
+        out->include_usage = iu->get<bool>();
+    }
+  }
+  f.string("user", &out->user);
+
+  // Output length: completions "max_tokens" (default 16); chat "max_completion_tokens" or
+  // "max_tokens" (default: the rest of the context).
+  int max_tokens = -1;
+  const char* max_field = "max_tokens";
+  if (chat && f.find("max_completion_tokens") != nullptr) {
+    max_field = "max_completion_tokens";
+    f.integer("max_completion_tokens", &max_tokens, 1, INT32_MAX);
+  } else {
+    f.integer("max_tokens", &max_tokens, 1, INT32_MAX);
+  }
+
+  if (chat) {
+    bool want = false;
+    f.boolean("logprobs", &want);
+    int top = 0;
+    const bool has_top = f.integer("top_logprobs", &top, 0, kMaxLogprobs);
+    if (has_top && !want && !f.failed()) f.fail("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    if (want) out->logprobs = top;
+  } else {
+    f.integer("logprobs", &out->logprobs, 0, kMaxLogprobs);
+    f.boolean("echo", &out->echo);
+    // echo + logprobs: the prompt's tokens are scored too (in the same prefill).
+    if (out->echo && out->logprobs >= 0) sp.prompt_logprobs = out->logprobs;
+  }
+  if (out->logprobs >= 0) sp.logprobs = out->logprobs;
+
+  // Stops: "stop" (a string or an array of strings), vLLM's "stop_token_ids",
+  // "ignore_eos" and "skip_special_tokens".
+  std::vector<std::string> stop_strings;
+  if (const json* st = f.find("stop"); st != nullptr && !f.failed()) {
+    if (st->is_string()) {
+      if (!st->get<std::string>().empty()) stop_strings.push_back(st->get<std::string>());
+    } else if (st->is_array() && st->size() <= kMaxStopStrings && all_of_kind(*st, &json::is_string)) {
+      for (const json& s : *st)
+        if (!s.get<std::string>().empty()) stop_strings.push_back(s.get<std::string>());
+    } else {
+      f.fail("stop", "'stop' must be a string or an array of at most " + std::to_string(kMaxStopStrings) +
+                         " strings");
+    }
+  }
+  StopConditions stop;
+  if (ctx.tokenizer != nullptr && ctx.tokenizer->eos_id() >= 0) stop.eos_token_id = ctx.tokenizer->eos_id();
+  f.boolean("ignore_eos", &stop.ignore_eos);
+  if (const json* ids = f.find("stop_token_ids"); ids != nullptr && !f.failed()) {
+    if (!ids->is_array() || !all_of_kind(*ids, &json::is_number_integer)) {
+      f.fail("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    } else {
+      std::vector<int32_t> v;
+      if (!token_ids_from(*ids, "stop_token_ids", ctx.tokenizer, &v, error)) return false;
+      stop.stop_token_ids = std::move(v);
+    }
+  }
+  bool skip_special = true;
+  f.boolean("skip_special_tokens", &skip_special);
+  if (f.failed()) return false;
+  // Structured output: the grammar every choice follows (compiled here, or found in the cache).
+  std::shared_ptr<const structured::TokenConstraint> constraint;
+  if (std::string param, message;
+      !structured::parse_request_constraint(ordered, ctx.token_vocabulary, &constraint, &param, &message)) {
+    *error = bad_request(param, message);
+    return false;
+  }
+
+  std::vector<std::vector<int32_t>> prompts;
+  ForcedCall forced;
+  if (chat ? !parse_messages(ordered, ctx, out, &prompts, &forced, error) : !parse_prompt(j, ctx, out, &prompts, error))
+    return false;
+  if (forced.constraint) {
+    // One grammar per output: a forced call and response_format / guided_* cannot both hold
+    // (vLLM refuses the pair too).
+    if (constraint) {
+      std::string field;
+      for (const char* f : {"response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
+        if (auto it = ordered.find(f); field.empty() && it != ordered.end() && !it->is_null()) field = f;
+      *error = bad_request("tool_choice", std::string("'tool_choice' ") + forced.choice + " and '" + field +
+                                              "' both constrain the output; send only one");
+      return false;
+    }
+    // The call starts with a special token (Mistral's [TOOL_CALLS]): its text must reach the
+    // parser, which skip_special_tokens true would hide.
+    if (ctx.tool_call_vocabulary != ctx.token_vocabulary && j.value("skip_special_tokens", false)) {
+      *error = bad_request("skip_special_tokens",
+                           "'skip_special_tokens': true would hide the " +
+                               std::string(out->tool_call_parser->special_marker()) +
+                               " marker a forced tool call starts with, and no call could be read; leave it out");
+      return false;
+    }
+    constraint = forced.constraint;
+  }
+  // A call marker that is a special token must reach the tool-call parser (vLLM does the same).
+  if (out->tool_call_parser && out->tool_call_parser->marker_is_special_token() &&
+      j.value("skip_special_tokens", json()).is_null())
+    skip_special = false;
+
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    const int prompt_len = static_cast<int>(prompts[pi].size());
+    int mt = max_tokens;
+    if (mt < 0) mt = chat ? std::max(0, ctx.max_model_len - prompt_len) : 16;
+    if (sp.min_tokens > mt) {
+      *error = bad_request("min_tokens", "'min_tokens' (" + std::to_string(sp.min_tokens) + ") must not exceed '" +
+                                             max_field + "' (" + std::to_string(mt) + ")");
+      return false;
+    }
+    if (static_cast<int64_t>(prompt_len) + std::max(mt, 1) > ctx.max_model_len) {
+      const char* where = chat ? "messages" : "prompt";
+      *error = bad_request(prompt_len >= ctx.max_model_len ? where : max_field,
+                           "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
+                               " tokens. However, you requested " +
+                               std::to_string(static_cast<int64_t>(prompt_len) + mt) + " tokens (" +
+                               std::to_string(prompt_len) + " in the " + where + ", " + std::to_string(mt) +
+                               " in the completion). Please reduce the length of the " + where +
+                               " or completion." +
+                               (ctx.max_model_len_limit.empty() ? "" : " (The limit is " + ctx.max_model_len_limit + ".)"));
+      error->code = "context_length_exceeded";
+      return false;
+    }
+    // The prompt moves into its Request; choice c samples with seed + c (Request::choice_sampling).
+    auto r = std::make_shared<Request>();
+    r->prompt = std::move(prompts[pi]);
+    r->sampling = sp;
+    if (seeded) r->sampling.seed = static_cast<uint64_t>(seed);
+    r->max_tokens = mt;
+    r->n = out->best_of;  // best_of candidates; the response keeps the n best (response_body)
+    r->stop = stop;
+    r->stop_strings = stop_strings;
+    r->include_stop_str_in_output = include_stop;
+    r->priority = priority;
+    r->skip_special_tokens = skip_special;
+    r->constraint = constraint;
+    out->requests.push_back(std::move(r));
+  }
+  return true;
+}
+
+const char* api_finish_reason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAborted: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return "";
+}
+
+Usage usage_of(const ApiRequest& request, const std::vector<ChoiceOutput>& choices) {
+  Usage u;
+  for (const auto& r : request.requests) u.prompt_tokens += static_cast<int>(r->prompt.size());
+  for (const auto& c : choices) u.completion_tokens += c.completion_tokens;
+  return u;
+}
+
+std::string make_response_id(ApiEndpoint endpoint) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%016llx%04llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffff));
+  return std::string(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + buf;
+}
+
+std::string response_body(const ApiRequest& request, const std::string& id, int64_t created,
+                          const std::vector<ChoiceOutput>& choices, const Tokenizer* tokenizer) {
+  const bool chat = is_chat(request);
+  json out = {{"id", id},
+              {"object", chat ? "chat.completion" : "text_completion"},
+              {"created", created},
+              {"model", request.model}};
+  json list = json::array();
+  const std::vector<const ChoiceOutput*> returned = returned_choices(request, choices);
+  std::vector<ChoiceOutput> counted;  // what usage counts: the choices returned
+  for (size_t i = 0; i < returned.size(); ++i) {
+    const ChoiceOutput& c = *returned[i];
+    const size_t prompt_index = i / static_cast<size_t>(request.n);
+    json choice = {{"index", i}};
+    json finish = finish_json(c.finish_reason);
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (request.tool_call_parser) {
+        ParsedToolCalls parsed = parse_tool_calls(*request.tool_call_parser, c.text, request.parallel_tool_calls);
+        if (!parsed.calls.empty()) {
+          choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+          json calls = json::array();
+          for (const ToolCallDelta& d : parsed.calls) calls.push_back(tool_call_json(d, /*with_arguments=*/true));
+          choice["message"]["tool_calls"] = std::move(calls);
+          if (c.finish_reason == FinishReason::kStop) finish = "tool_calls";
+        }
+      }
+      choice["logprobs"] = request.logprobs >= 0 ? chat_logprobs(c.tokens, tokenizer) : json(nullptr);
+    } else {
+      const std::string& prefix = request.echo ? request.prompt_texts[prompt_index] : std::string();
+      choice["text"] = prefix + c.text;
+      size_t offset = prefix.size();
+      const bool with_prompt = request.echo && request.logprobs >= 0;
+      choice["logprobs"] = request.logprobs >= 0
+                               ? completion_logprobs(c.tokens, tokenizer, &offset,
+                                                     with_prompt ? &request.requests[prompt_index]->prompt : nullptr,
+                                                     &c.prompt_logprobs)
+                               : json(nullptr);
+    }
+    choice["finish_reason"] = std::move(finish);
+    list.push_back(std::move(choice));
+    counted.push_back(c);
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = usage_json(usage_of(request, counted));
+  return dump(out);
+}
+
+std::string stream_chunk_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
+                              const std::string& text, const std::vector<SampledToken>& tokens,
+                              FinishReason finish_reason, bool role_only, const Tokenizer* tokenizer,
+                              size_t* text_offset) {
+  size_t local_offset = 0;
+  if (text_offset == nullptr) text_offset = &local_offset;
+  const bool chat = is_chat(request);
+  json out = {{"id", id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", request.model}};
+  json choice = {{"index", index}};
+  if (chat) {
+    if (role_only)
+      choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+    else if (text.empty() && finish_reason != FinishReason::kNone)
+      choice["delta"] = json::object();
+    else
+      choice["delta"] = {{"content", text}};
+    choice["logprobs"] =
+        request.logprobs >= 0 && !tokens.empty() ? chat_logprobs(tokens, tokenizer) : json(nullptr);
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] =
+        request.logprobs >= 0 && !tokens.empty() ? completion_logprobs(tokens, tokenizer, text_offset) : json(nullptr);
+  }
+  choice["finish_reason"] = finish_json(finish_reason);
+  out["choices"] = json::array({std::move(choice)});
+  if (request.include_usage) out["usage"] = nullptr;
+  return dump(out);
+}
+
+std::vector<std::string> stream_event_chunks(const ApiRequest& request, const std::string& id, int64_t created,
+                                             int index, const GenerateEvent& ev, const Tokenizer* tokenizer,
+                                             ChoiceOutput* out) {
+  const FinishReason finish = ev.finished ? ev.finish_reason : FinishReason::kNone;
+  if (!request.tool_call_parser) {
+    if (ev.text.empty() && !ev.finished && (request.logprobs < 0 || ev.tokens.empty())) return {};
+    return {stream_chunk_body(request, id, created, index, ev.text, ev.tokens, finish, false, tokenizer,
+                              &out->stream_text_offset)};
+  }
+  if (!out->tool_stream)
+    out->tool_stream = std::make_shared<ToolCallStream>(request.tool_call_parser.get(), request.parallel_tool_calls);
+  ToolCallStream& stream = *out->tool_stream;
+  std::vector<ToolCallDelta> deltas = stream.feed(ev.text);
+  if (ev.finished)
+    for (ToolCallDelta& d : stream.finish()) deltas.push_back(std::move(d));
+  // Tokens whose text is held back wait for the next chunk, so every token's logprobs are sent once.
+  out->stream_held_tokens.insert(out->stream_held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  std::vector<std::string> chunks;
+  auto take_tokens = [&]() { return std::exchange(out->stream_held_tokens, {}); };
+  for (const ToolCallDelta& d : deltas) {
+    if (!d.is_call) {
+      chunks.push_back(chat_chunk(request, id, created, index, {{"content", d.content}}, take_tokens(), nullptr,
+                                  tokenizer));
+      continue;
+    }
+    json first = tool_call_json(d, /*with_arguments=*/false);
+    first["index"] = d.index;
+    chunks.push_back(chat_chunk(request, id, created, index, {{"tool_calls", json::array({first})}}, take_tokens(),
+                                nullptr, tokenizer));
+    json args = {{"index", d.index}, {"function", {{"arguments", d.call.arguments}}}};
+    chunks.push_back(
+        chat_chunk(request, id, created, index, {{"tool_calls", json::array({args})}}, {}, nullptr, tokenizer));
+  }
+  if (ev.finished) {
+    json reason = stream.num_calls() > 0 && finish == FinishReason::kStop ? json("tool_calls") : finish_json(finish);
+    chunks.push_back(chat_chunk(request, id, created, index, json::object(), take_tokens(), std::move(reason),
+                                tokenizer));
+  }
+  return chunks;
+}
+
+std::string stream_echo_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
+                             const std::vector<PromptLogprob>& prompt_logprobs, const Tokenizer* tokenizer,
+                             size_t* text_offset) {
+  const size_t prompt_index = static_cast<size_t>(index) / static_cast<size_t>(request.n);
+  const std::string& text = request.prompt_texts[prompt_index];
+  json choice = {{"index", index}, {"text", text}};
+  size_t unused = 0;
+  choice["logprobs"] = request.logprobs >= 0 ? completion_logprobs({}, tokenizer, &unused,
+                                                                   &request.requests[prompt_index]->prompt,
+                                                                   &prompt_logprobs)
+                                             : json(nullptr);
+  choice["finish_reason"] = nullptr;
+  if (text_offset != nullptr) *text_offset = text.size();  // generated tokens' offsets follow the echo
+  json out = {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", request.model},
+              {"choices", json::array({std::move(choice)})}};
+  if (request.include_usage) out["usage"] = nullptr;
+  return dump(out);
+}
+
+std::string stream_usage_body(const ApiRequest& request, const std::string& id, int64_t created,
+                              const Usage& usage) {
+  json out = {{"id", id},
+              {"object", is_chat(request) ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", request.model},
+              {"choices", json::array()},
+              {"usage", usage_json(usage)}};
+  return dump(out);
+}
+
+std::string models_body(const std::string& model_name, int max_model_len, int64_t created) {
+  json model = {{"id", model_name},          {"object", "model"},      {"created", created},
+                {"owned_by", "tessera"},     {"root", model_name},     {"parent", nullptr},
+                {"max_model_len", max_model_len}};
+  return dump(json{{"object", "list"}, {"data", json::array({model})}});
+}
+
+std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
+
+ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, int max_model_len,
+                            ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls) {
+  ApiContext api;
+  api.tokenizer = tokenizer;
+  if (tokenizer != nullptr) api.token_vocabulary = structured::TokenVocabulary::from_tokenizer(*tokenizer);
+  api.model_name = std::move(model_name);
+  api.max_model_len = max_model_len;
+  api.chat_renderer = std::move(renderer);
+  std::string template_source;
+  if (!api.chat_renderer && tokenizer != nullptr) {
+    // The tokenizer's own chat template (or the documented built-in when it has none).
+    StatusOr<ChatTemplate> tmpl = ChatTemplate::for_tokenizer(*tokenizer);
+    if (tmpl.is_ok()) {
+      auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+      template_source = shared->source();
+      api.chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
+    } else {
+      // Never a made-up prompt: every chat request is refused with the template's error.
+      TESSERA_LOG_ERROR("[coord] the model's chat template is unusable ({}); chat requests get 500",
+                        tmpl.status().to_string());
+      const Status st = internal_error(tmpl.status().message());
+      api.chat_renderer = [st](const nlohmann::ordered_json&) -> StatusOr<std::string> { return st; };
+    }
+  }
+  const ToolCallFormat format = tool_calls ? *tool_calls : tool_call_format_for_template(template_source);
+  api.tool_call_parser = make_tool_call_parser(format);
+  api.tool_call_format = format;
+  api.tool_call_vocabulary = api.token_vocabulary;
+  if (api.tool_call_parser && tokenizer != nullptr && !api.tool_call_parser->special_marker().empty()) {
+    const std::string marker(api.tool_call_parser->special_marker());
+    const int32_t id = tokenizer->token_to_id(marker);
+    // Without such a special token the marker is ordinary text, which the vocabulary spells.
+    if (id >= 0 && tokenizer->is_special(id))
+      api.tool_call_vocabulary = api.token_vocabulary->with_token_bytes(id, marker);
+  }
+  return api;
+}
+
+}  // namespace tessera

@@ -1,0 +1,180 @@
+#include "coordinator/api/tokenize_api.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "coordinator/api/chat_request.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+ApiError not_found_model(const ApiContext& ctx, const std::string& model, const std::string& param) {
+  ApiError e;
+  e.http_status = 404;
+  e.param = param;
+  e.code = "model_not_found";
+  e.message = "The model '" + model + "' does not exist (this server serves '" + ctx.model_name + "')";
+  return e;
+}
+
+// The body as a JSON object whose every field is in `known`, and whose "model" (when
+// given) is the served one.
+bool read_object(const ApiContext& ctx, const std::string& body, const std::set<std::string>& known, json* out,
+                 ApiError* error) {
+  // Messages are copied into the template's context recursively: refuse absurd nesting first.
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return false;
+  }
+  *out = json::parse(body, nullptr, false);
+  if (out->is_discarded() || !out->is_object()) {
+    *error = bad_request("", "the request body must be a JSON object");
+    return false;
+  }
+  for (const auto& [key, value] : out->items()) {
+    if (!known.count(key)) {
+      *error = bad_request(key, "unknown field '" + key + "'");
+      return false;
+    }
+  }
+  if (auto m = out->find("model"); m != out->end() && !m->is_null()) {
+    if (!m->is_string()) {
+      *error = bad_request("model", "'model' must be a string");
+      return false;
+    }
+    if (!m->get<std::string>().empty() && m->get<std::string>() != ctx.model_name) {
+      *error = not_found_model(ctx, m->get<std::string>(), "model");
+      return false;
+    }
+  }
+  return true;
+}
+
+// An optional boolean field (null = absent).
+bool read_bool(const json& j, const char* name, bool* out, ApiError* error) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_boolean()) {
+    *error = bad_request(name, std::string("'") + name + "' must be a boolean");
+    return false;
+  }
+  *out = it->get<bool>();
+  return true;
+}
+
+}  // namespace
+
+bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error) {
+  json j;
+  if (!read_object(ctx, body, {"model", "prompt", "messages", "tools", "add_special_tokens", "add_generation_prompt",
+                               "return_token_strs"},
+                   &j, error))
+    return false;
+  const bool has_prompt = j.contains("prompt") && !j["prompt"].is_null();
+  const bool has_messages = j.contains("messages") && !j["messages"].is_null();
+  if (has_prompt == has_messages) {
+    *error = bad_request(has_prompt ? "messages" : "prompt", "give exactly one of 'prompt' and 'messages'");
+    return false;
+  }
+  if (ctx.tokenizer == nullptr) {
+    *error = bad_request(has_prompt ? "prompt" : "messages", "this server has no tokenizer: /tokenize is unavailable");
+    return false;
+  }
+  bool return_strs = false;
+  if (!read_bool(j, "return_token_strs", &return_strs, error)) return false;
+  std::vector<int32_t> ids;
+  if (has_prompt) {
+    if (!j["prompt"].is_string()) {
+      *error = bad_request("prompt", "'prompt' must be a string");
+      return false;
+    }
+    if (j.contains("add_generation_prompt")) {
+      *error = bad_request("add_generation_prompt", "'add_generation_prompt' applies to 'messages' only");
+      return false;
+    }
+    bool special = true;  // vLLM's default for a prompt
+    if (!read_bool(j, "add_special_tokens", &special, error)) return false;
+    ids = ctx.tokenizer->encode(j["prompt"].get<std::string>(), special);
+  } else {
+    if (j.contains("tools") && !j["tools"].is_null() && has_prompt) {
+      *error = bad_request("tools", "'tools' applies to 'messages' only");
+      return false;
+    }
+    // As chat completions read them (coordinator/api/chat_request.h), key order kept.
+    ChatRequestParts parts;
+    if (!read_chat_messages_and_tools(nlohmann::ordered_json::parse(body, nullptr, false), &parts, error))
+      return false;
+    bool generation_prompt = true;
+    if (!read_bool(j, "add_generation_prompt", &generation_prompt, error)) return false;
+    parts.context["add_generation_prompt"] = generation_prompt;
+    // The template carries BOS itself, so vLLM's default adds no special tokens.
+    bool special = false;
+    if (!read_bool(j, "add_special_tokens", &special, error)) return false;
+    if (!ctx.chat_renderer) {
+      *error = api_server_error("this server has no chat template: /tokenize cannot render 'messages'");
+      return false;
+    }
+    StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
+    if (!rendered.is_ok()) {
+      *error = rendered.status().code() == StatusCode::kInvalidArgument
+                   ? bad_request("messages", "chat template: " + rendered.status().message())
+                   : api_server_error("chat template: " + rendered.status().message());
+      return false;
+    }
+    const std::string text = std::move(rendered).value();
+    ids = ctx.tokenizer->encode(text, special);
+  }
+  json r = {{"count", ids.size()}, {"max_model_len", ctx.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};
+  if (return_strs) {
+    json strs = json::array();
+    for (int32_t id : ids) strs.push_back(ctx.tokenizer->id_to_token(id));
+    r["token_strs"] = std::move(strs);
+  }
+  *out = r.dump(-1, ' ', false, json::error_handler_t::replace);
+  return true;
+}
+
+bool detokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error) {
+  json j;
+  if (!read_object(ctx, body, {"model", "tokens"}, &j, error)) return false;
+  if (!j.contains("tokens") || !j["tokens"].is_array()) {
+    *error = bad_request("tokens", "'tokens' must be an array of token ids");
+    return false;
+  }
+  if (ctx.tokenizer == nullptr) {
+    *error = bad_request("tokens", "this server has no tokenizer: /detokenize is unavailable");
+    return false;
+  }
+  std::vector<int32_t> ids;
+  const int64_t vocab = ctx.tokenizer->vocab_size();
+  for (size_t i = 0; i < j["tokens"].size(); ++i) {
+    const json& t = j["tokens"][i];
+    const std::string at = "tokens[" + std::to_string(i) + "]";
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab) {
+      *error = bad_request(at, "'" + at + "' must be a token id in [0, " + std::to_string(vocab) + ")");
+      return false;
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  // As vLLM decodes: special tokens are kept (skip_special_tokens would hide BOS/EOS).
+  *out = json{{"prompt", ctx.tokenizer->decode(ids, false)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return true;
+}
+
+bool model_card_body(const ApiContext& ctx, const std::string& id, int64_t created, std::string* out,
+                     ApiError* error) {
+  if (id != ctx.model_name) {
+    *error = not_found_model(ctx, id, "model");
+    return false;
+  }
+  *out = json{{"id", ctx.model_name},         {"object", "model"}, {"created", created},
+              {"owned_by", "tessera"},        {"root", ctx.model_name}, {"parent", nullptr},
+              {"max_model_len", ctx.max_model_len}}
+             .dump();
+  return true;
+}
+
+}  // namespace tessera

@@ -1,0 +1,54 @@
+#include "coordinator/engine/engine.h"
+
+#include <chrono>
+
+namespace tessera {
+
+Engine::Engine(SchedulerConfig config, StepExecutor& executor)
+    : scheduler_(config), executor_(executor), kv_epoch_(executor.kv_cache_epoch()) {}
+
+Status Engine::add_request(RequestId id, std::shared_ptr<const Request> request) {
+  return scheduler_.add_request(id, std::move(request));
+}
+
+std::vector<SequenceEvent> Engine::step() {
+  if (executor_.kv_cache_epoch() != kv_epoch_) {
+    kv_epoch_ = executor_.kv_cache_epoch();
+    scheduler_.on_kv_cache_lost();
+  }
+  last_step_unavailable_ = false;
+  StepPlan plan = scheduler_.schedule();
+  if (plan.seqs.empty() && plan.block_copies.empty()) {
+    last_step_end_.reset();
+    return {};
+  }
+  ++steps_;
+  const auto started = std::chrono::steady_clock::now();
+  StatusOr<StepResult> result = executor_.execute(plan);
+  const auto ended = std::chrono::steady_clock::now();
+  if (result.is_ok()) {
+    // Back to back with the previous step (work left after it), the time since it ended is
+    // what this step's streams waited for their token.
+    const double interval =
+        last_step_end_ ? std::chrono::duration<double>(ended - *last_step_end_).count() : -1.0;
+    scheduler_.on_step_time(plan.step_id, std::chrono::duration<double>(ended - started).count(), interval);
+  }
+  last_step_unavailable_ = !result.is_ok() && result.status().code() == StatusCode::kUnavailable;
+  if (!result.is_ok()) {
+    StepResult failed;
+    failed.step_id = plan.step_id;
+    failed.error = result.status().to_string();
+    last_step_end_.reset();
+    return scheduler_.on_step_result(plan, failed);
+  }
+  std::vector<SequenceEvent> events = scheduler_.on_step_result(plan, result.value());
+  // Idle time before the next step is not a wait of any stream.
+  if (scheduler_.has_work()) {
+    last_step_end_ = ended;
+  } else {
+    last_step_end_.reset();
+  }
+  return events;
+}
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+#include "coordinator/engine/engine_warm_up.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/request.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kLongestWarmUpPrompt = 512;
+
+// Arbitrary but fixed ids spread over the vocabulary.
+std::vector<int32_t> warm_prompt(int length, int64_t vocab, int salt) {
+  std::vector<int32_t> ids(static_cast<size_t>(length));
+  for (int i = 0; i < length; ++i) {
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919LL + salt * 104729LL + 11) % vocab);
+  }
+  return ids;
+}
+
+}  // namespace
+
+StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab) {
+  WarmUpReport report;
+  if (vocab <= 0) return report;
+  const auto started = std::chrono::steady_clock::now();
+  SchedulerConfig sc = config;
+  sc.prefix_caching = false;  // its prompts must not stay behind as cached blocks
+  Engine engine(sc, executor);
+  // Room for the prompt and two generated tokens, within the model and the pool.
+  const int pool_tokens = std::max(0, (sc.num_blocks - 1) * sc.block_size);
+  // At most kLongestWarmUpPrompt: the whole default budget (4,096 tokens) took 6.8 s on the
+  // ~100M model on 2 CPU cores, attention being quadratic in it.
+  const int longest =
+      std::min({sc.max_num_batched_tokens, kLongestWarmUpPrompt, sc.max_model_len - 2, pool_tokens - 2});
+  // Short requests of 4 prompt + 3 generated tokens, each within one block (two counted).
+  const int batch =
+      std::clamp(std::min(sc.max_num_seqs, 8), 1, std::max(1, pool_tokens / std::max(1, 2 * sc.block_size)));
+  constexpr int kShortPrompt = 4, kShortOutput = 3;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  StopConditions no_stop;
+  no_stop.ignore_eos = true;
+  std::vector<RequestId> ids;
+  RequestId next_id = kMaxRequestId;
+  auto run = [&](const std::vector<std::shared_ptr<const Request>>& requests) -> Status {
+    for (const auto& r : requests) {
+      TESSERA_RETURN_IF_ERROR(engine.add_request(next_id, r));
+      ids.push_back(next_id--);
+    }
+    while (engine.has_work()) {
+      for (const SequenceEvent& e : engine.step()) {
+        if (e.finished && e.reason == FinishReason::kError) return internal_error("warm-up step failed: " + e.error);
+      }
+      ++report.steps;
+    }
+    return Status::ok();
+  };
+  if (longest >= 1) {
+    TESSERA_RETURN_IF_ERROR(run({make_request(warm_prompt(longest, vocab, 0), 2, greedy, no_stop)}));
+    report.prompt_tokens = longest;
+  }
+  if (sc.max_model_len >= kShortPrompt + kShortOutput && pool_tokens >= kShortPrompt + kShortOutput) {
+    std::vector<std::shared_ptr<const Request>> short_ones;
+    for (int i = 0; i < batch; ++i) {
+      short_ones.push_back(make_request(warm_prompt(kShortPrompt, vocab, i + 1), kShortOutput, greedy, no_stop));
+    }
+    TESSERA_RETURN_IF_ERROR(run(short_ones));
+    report.decode_batch = batch;
+  }
+  // The executors keep a finished sequence's state until a plan drops it.
+  StepPlan drop;
+  drop.step_id = engine.steps() + 1;
+  for (RequestId id : ids) drop.dropped.push_back(choice_seq_id(id, 0));
+  StatusOr<StepResult> dropped = executor.execute(drop);
+  if (!dropped.is_ok()) return dropped.status();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+}  // namespace tessera

@@ -1,0 +1,34 @@
+#pragma once
+// Throwaway requests run through the executor before a server takes its first request, so
+// that the first real requests do not pay for what a process does once: growing activation
+// buffers and per-thread GEMM scratch, first-touch page faults, starting thread pools. Without
+// it the first requests to a fresh CPU server waited 1.5-3x the time to first token of later
+// ones, and the scheduler's step-cost fit (max_tpot_slowdown, max_decode_slowdown) learned from those slow
+// steps and capped the next prompts' chunks too tightly (issue 17: p99 TTFT at 1 req/s was
+// 2.7x its p50).
+//
+// It uses its own Engine (own scheduler, own step-cost fit, request ids from the top of the
+// id space), so nothing of it reaches the serving engine's statistics or fit; the sequences
+// it leaves on the executors are dropped by a last plan.
+#include <cstdint>
+
+#include "common/status.h"
+#include "common/step_executor.h"
+#include "coordinator/engine/scheduler.h"
+
+namespace tessera {
+
+struct WarmUpReport {
+  int steps = 0;
+  int prompt_tokens = 0;  // the longest prefill chunk it ran
+  int decode_batch = 0;   // sequences decoding together in its decode steps
+  double seconds = 0;
+};
+
+// One prompt as long as a step's token budget allows, at most 512 tokens (capped by
+// max_model_len and the KV pool), then a decode batch of min(max_num_seqs, 8) short requests
+// (4 prompt tokens, 3 generated) where they fit.
+// `vocab` bounds the (arbitrary) prompt ids. An executor error ends it with that error.
+StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab);
+
+}  // namespace tessera

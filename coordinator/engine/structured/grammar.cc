@@ -1,0 +1,384 @@
+#include "coordinator/engine/structured/grammar.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+namespace tessera::structured {
+
+using Node = GrammarBuilder::Node;
+
+Node GrammarBuilder::add(Expr e) {
+  exprs_.push_back(std::move(e));
+  return static_cast<Node>(exprs_.size() - 1);
+}
+
+Node GrammarBuilder::empty() { return add(Expr{}); }
+
+Node GrammarBuilder::bytes(const ByteSet& set) {
+  Expr e;
+  e.kind = Kind::kBytes;
+  sets_.push_back(set);
+  e.set = static_cast<int32_t>(sets_.size() - 1);
+  return add(std::move(e));
+}
+
+Node GrammarBuilder::byte_range(uint8_t lo, uint8_t hi) {
+  ByteSet s;
+  for (int b = lo; b <= hi; ++b) s.set(static_cast<size_t>(b));
+  return bytes(s);
+}
+
+Node GrammarBuilder::literal(std::string_view text) {
+  std::vector<Node> items;
+  items.reserve(text.size());
+  for (char c : text) {
+    ByteSet s;
+    s.set(static_cast<uint8_t>(c));
+    items.push_back(bytes(s));
+  }
+  return seq(std::move(items));
+}
+
+Node GrammarBuilder::seq(std::vector<Node> items) {
+  if (items.size() == 1) return items[0];
+  Expr e;
+  e.kind = items.empty() ? Kind::kEmpty : Kind::kSeq;
+  e.items = std::move(items);
+  return add(std::move(e));
+}
+
+Node GrammarBuilder::alt(std::vector<Node> items) {
+  if (items.size() == 1) return items[0];
+  Expr e;
+  e.kind = Kind::kAlt;  // no items: matches nothing
+  e.items = std::move(items);
+  return add(std::move(e));
+}
+
+Node GrammarBuilder::repeat(Node item, int min, int max) {
+  if (min == 1 && max == 1) return item;
+  Expr e;
+  e.kind = Kind::kRepeat;
+  e.min = min;
+  e.max = max;
+  e.items = {item};
+  return add(std::move(e));
+}
+
+Node GrammarBuilder::ref(int rule) {
+  Expr e;
+  e.kind = Kind::kRef;
+  e.rule = rule;
+  return add(std::move(e));
+}
+
+int GrammarBuilder::rule(std::string_view name) {
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    if (rules_[i].name == name) return static_cast<int>(i);
+  }
+  rules_.push_back(Rule{std::string(name), -1});
+  return static_cast<int>(rules_.size() - 1);
+}
+
+int GrammarBuilder::new_rule(std::string_view hint) {
+  std::string name(hint);
+  for (int k = 2; std::any_of(rules_.begin(), rules_.end(), [&](const Rule& r) { return r.name == name; }); ++k)
+    name = std::string(hint) + "_" + std::to_string(k);
+  rules_.push_back(Rule{name, -1});
+  return static_cast<int>(rules_.size() - 1);
+}
+
+void GrammarBuilder::define(int rule, Node body) { rules_[static_cast<size_t>(rule)].body = body; }
+
+std::vector<int> GrammarBuilder::references(int rule) const {
+  std::vector<int> out;
+  const Node body = rules_[static_cast<size_t>(rule)].body;
+  if (body < 0) return out;
+  std::vector<Node> todo = {body};
+  while (!todo.empty()) {
+    const Expr& e = expr(todo.back());
+    todo.pop_back();
+    if (e.kind == Kind::kRef) out.push_back(e.rule);
+    for (Node n : e.items) todo.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+namespace {
+
+// Thompson construction into raw states with epsilon moves, one fragment per rule.
+struct RawState {
+  std::vector<std::pair<int32_t, int32_t>> bytes;  // (set, target)
+  std::vector<Grammar::CallEdge> calls;
+  std::vector<int32_t> eps;
+};
+
+class NfaBuilder {
+ public:
+  explicit NfaBuilder(const GrammarBuilder& g) : g_(g) {}
+
+  int32_t new_state() {
+    states_.emplace_back();
+    if (states_.size() > static_cast<size_t>(kMaxGrammarStates)) too_large_ = true;
+    return static_cast<int32_t>(states_.size() - 1);
+  }
+  bool too_large() const { return too_large_; }
+  std::vector<RawState>& states() { return states_; }
+
+  // Appends `n` starting at `from`; returns the state where it ends.
+  int32_t build(Node n, int32_t from) {
+    if (too_large_) return from;
+    const GrammarBuilder::Expr& e = g_.expr(n);
+    switch (e.kind) {
+      case GrammarBuilder::Kind::kEmpty:
+        return from;
+      case GrammarBuilder::Kind::kBytes: {
+        const int32_t t = new_state();
+        states_[static_cast<size_t>(from)].bytes.emplace_back(e.set, t);
+        return t;
+      }
+      case GrammarBuilder::Kind::kRef: {
+        const int32_t t = new_state();
+        states_[static_cast<size_t>(from)].calls.push_back({e.rule, t});
+        return t;
+      }
+      case GrammarBuilder::Kind::kSeq: {
+        int32_t at = from;
+        for (Node item : e.items) at = build(item, at);
+        return at;
+      }
+      case GrammarBuilder::Kind::kAlt: {
+        const int32_t end = new_state();
+        for (Node item : e.items) {
+          const int32_t start = new_state();
+          states_[static_cast<size_t>(from)].eps.push_back(start);
+          const int32_t stop = build(item, start);
+          states_[static_cast<size_t>(stop)].eps.push_back(end);
+        }
+        return end;
+      }
+      case GrammarBuilder::Kind::kRepeat: {
+        int32_t at = from;
+        for (int i = 0; i < e.min && !too_large_; ++i) at = build(e.items[0], isolate(at));
+        if (e.max == GrammarBuilder::kUnbounded) {
+          const int32_t loop = new_state();
+          states_[static_cast<size_t>(at)].eps.push_back(loop);
+          const int32_t body = new_state();
+          states_[static_cast<size_t>(loop)].eps.push_back(body);
+          const int32_t stop = build(e.items[0], body);
+          states_[static_cast<size_t>(stop)].eps.push_back(loop);
+          const int32_t end = new_state();
+          states_[static_cast<size_t>(loop)].eps.push_back(end);
+          return end;
+        }
+        const int32_t end = new_state();
+        for (int i = e.min; i < e.max && !too_large_; ++i) {
+          states_[static_cast<size_t>(at)].eps.push_back(end);
+          at = build(e.items[0], isolate(at));
+        }
+        states_[static_cast<size_t>(at)].eps.push_back(end);
+        return end;
+      }
+    }
+    return from;
+  }
+
+ private:
+  // A fresh state reached from `at` by epsilon, so loops built after `at` cannot leak into
+  // the edges `at` already has.
+  int32_t isolate(int32_t at) {
+    const int32_t s = new_state();
+    states_[static_cast<size_t>(at)].eps.push_back(s);
+    return s;
+  }
+
+  const GrammarBuilder& g_;
+  std::vector<RawState> states_;
+  bool too_large_ = false;
+};
+
+Status invalid(const std::string& message) { return Status(StatusCode::kInvalidArgument, message); }
+
+}  // namespace
+
+StatusOr<Grammar> compile_grammar(const GrammarBuilder& builder, int root) {
+  const int num_rules = builder.num_rules();
+  if (root < 0 || root >= num_rules || !builder.is_defined(root)) return invalid("the grammar has no root rule");
+  if (num_rules > kMaxGrammarRules)
+    return invalid("the grammar is too large: it has " + std::to_string(num_rules) + " rules (at most " +
+                   std::to_string(kMaxGrammarRules) + ")");
+  // Rules reachable from the root; every rule they reference must be defined.
+  std::vector<bool> reachable(static_cast<size_t>(num_rules), false);
+  std::vector<int> todo = {root};
+  reachable[static_cast<size_t>(root)] = true;
+  while (!todo.empty()) {
+    const int r = todo.back();
+    todo.pop_back();
+    for (int ref : builder.references(r)) {
+      if (!builder.is_defined(ref))
+        return invalid("rule '" + builder.rule_name(ref) + "' is used by rule '" + builder.rule_name(r) +
+                       "' but never defined");
+      if (!reachable[static_cast<size_t>(ref)]) {
+        reachable[static_cast<size_t>(ref)] = true;
+        todo.push_back(ref);
+      }
+    }
+  }
+
+  NfaBuilder nfa(builder);
+  std::vector<int32_t> starts(static_cast<size_t>(num_rules), -1), ends(static_cast<size_t>(num_rules), -1);
+  for (int r = 0; r < num_rules; ++r) {
+    if (!reachable[static_cast<size_t>(r)]) continue;
+    starts[static_cast<size_t>(r)] = nfa.new_state();
+    ends[static_cast<size_t>(r)] = nfa.build(builder.rule_at(r).body, starts[static_cast<size_t>(r)]);
+    if (nfa.too_large()) break;
+  }
+  if (nfa.too_large())
+    return invalid("the grammar is too large: it expands to more than " + std::to_string(kMaxGrammarStates) +
+                   " states (bounded repetitions such as {m,n} or maxLength are unrolled)");
+  std::vector<RawState>& raw = nfa.states();
+  const size_t n = raw.size();
+  std::vector<bool> is_end(n, false);
+  for (int r = 0; r < num_rules; ++r)
+    if (ends[static_cast<size_t>(r)] >= 0) is_end[static_cast<size_t>(ends[static_cast<size_t>(r)])] = true;
+
+  // Fold epsilon moves: each state gets the edges of every state its epsilon closure holds.
+  Grammar g;
+  g.states_.resize(n);
+  std::vector<uint32_t> seen(n, 0);
+  uint32_t mark = 0;
+  size_t work = 0;
+  std::vector<int32_t> stack;
+  for (size_t s = 0; s < n; ++s) {
+    ++mark;
+    stack.assign(1, static_cast<int32_t>(s));
+    seen[s] = mark;
+    std::map<int32_t, ByteSet> by_target;
+    Grammar::State& out = g.states_[s];
+    while (!stack.empty()) {
+      const int32_t q = stack.back();
+      stack.pop_back();
+      if (++work > 50u * static_cast<size_t>(kMaxGrammarStates))
+        return invalid("the grammar is too large: its optional and repeated parts nest too deeply");
+      const RawState& rq = raw[static_cast<size_t>(q)];
+      if (is_end[static_cast<size_t>(q)]) out.final = true;
+      for (const auto& [set, target] : rq.bytes) by_target[target] |= builder.set(set);
+      for (const Grammar::CallEdge& c : rq.calls) out.calls.push_back(c);
+      for (int32_t e : rq.eps) {
+        if (seen[static_cast<size_t>(e)] != mark) {
+          seen[static_cast<size_t>(e)] = mark;
+          stack.push_back(e);
+        }
+      }
+    }
+    for (const auto& [target, set] : by_target) {
+      if (set.none()) continue;
+      g.sets_.push_back(set);
+      out.bytes.push_back({static_cast<int32_t>(g.sets_.size() - 1), target});
+    }
+  }
+
+  // Liveness: a state is live when its rule can complete from it (reading bytes and
+  // completing called rules). Dead edges are dropped, so the matcher never enters a state
+  // it cannot leave.
+  std::vector<bool> live(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = n; i-- > 0;) {
+      if (live[i]) continue;
+      const Grammar::State& st = g.states_[i];
+      bool l = st.final;
+      for (const auto& e : st.bytes) l = l || live[static_cast<size_t>(e.target)];
+      for (const auto& c : st.calls)
+        l = l || (live[static_cast<size_t>(starts[static_cast<size_t>(c.rule)])] && live[static_cast<size_t>(c.ret)]);
+      if (l) {
+        live[i] = true;
+        changed = true;
+      }
+    }
+  }
+  if (!live[static_cast<size_t>(starts[static_cast<size_t>(root)])])
+    return invalid("the grammar accepts no string (rule '" + builder.rule_name(root) + "' can never complete)");
+  for (int r = 0; r < num_rules; ++r) {
+    if (reachable[static_cast<size_t>(r)] && !live[static_cast<size_t>(starts[static_cast<size_t>(r)])])
+      return invalid("rule '" + builder.rule_name(r) + "' accepts no string (it can never complete)");
+  }
+  for (Grammar::State& st : g.states_) {
+    std::erase_if(st.bytes, [&](const Grammar::ByteEdge& e) { return !live[static_cast<size_t>(e.target)]; });
+    std::erase_if(st.calls, [&](const Grammar::CallEdge& c) { return !live[static_cast<size_t>(c.ret)]; });
+    std::sort(st.calls.begin(), st.calls.end(),
+              [](const auto& a, const auto& b) { return a.rule != b.rule ? a.rule < b.rule : a.ret < b.ret; });
+    st.calls.erase(std::unique(st.calls.begin(), st.calls.end(),
+                               [](const auto& a, const auto& b) { return a.rule == b.rule && a.ret == b.ret; }),
+                   st.calls.end());
+  }
+
+  // Left recursion: a rule reaching a call of itself without reading a byte.
+  std::vector<bool> nullable(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = n; i-- > 0;) {
+      if (nullable[i] || !live[i]) continue;
+      const Grammar::State& st = g.states_[i];
+      bool v = st.final;
+      for (const auto& c : st.calls)
+        v = v || (nullable[static_cast<size_t>(starts[static_cast<size_t>(c.rule)])] && nullable[static_cast<size_t>(c.ret)]);
+      if (v) {
+        nullable[i] = true;
+        changed = true;
+      }
+    }
+  }
+  std::vector<std::vector<int>> left_calls(static_cast<size_t>(num_rules));
+  for (int r = 0; r < num_rules; ++r) {
+    if (!reachable[static_cast<size_t>(r)]) continue;
+    ++mark;
+    stack.assign(1, starts[static_cast<size_t>(r)]);
+    while (!stack.empty()) {
+      const int32_t q = stack.back();
+      stack.pop_back();
+      for (const auto& c : g.states_[static_cast<size_t>(q)].calls) {
+        left_calls[static_cast<size_t>(r)].push_back(c.rule);
+        if (nullable[static_cast<size_t>(starts[static_cast<size_t>(c.rule)])] && seen[static_cast<size_t>(c.ret)] != mark) {
+          seen[static_cast<size_t>(c.ret)] = mark;
+          stack.push_back(c.ret);
+        }
+      }
+    }
+  }
+  std::vector<int> color(static_cast<size_t>(num_rules), 0), path;
+  std::string cycle;
+  std::function<bool(int)> dfs = [&](int r) {
+    color[static_cast<size_t>(r)] = 1;
+    path.push_back(r);
+    for (int x : left_calls[static_cast<size_t>(r)]) {
+      if (color[static_cast<size_t>(x)] == 1) {
+        auto at = std::find(path.begin(), path.end(), x);
+        for (auto it = at; it != path.end(); ++it) cycle += builder.rule_name(*it) + " -> ";
+        cycle += builder.rule_name(x);
+        return true;
+      }
+      if (color[static_cast<size_t>(x)] == 0 && dfs(x)) return true;
+    }
+    path.pop_back();
+    color[static_cast<size_t>(r)] = 2;
+    return false;
+  };
+  for (int r = 0; r < num_rules; ++r) {
+    if (reachable[static_cast<size_t>(r)] && color[static_cast<size_t>(r)] == 0 && dfs(r))
+      return invalid("the grammar is left-recursive (" + cycle +
+                     " without reading a character); rewrite it with repetition, e.g. a ::= b (\"x\" b)*");
+  }
+
+  g.rule_starts_ = std::move(starts);
+  g.root_ = root;
+  g.rule_names_.reserve(static_cast<size_t>(num_rules));
+  for (int r = 0; r < num_rules; ++r) g.rule_names_.push_back(builder.rule_name(r));
+  return g;
+}
+
+}  // namespace tessera::structured

@@ -1,0 +1,183 @@
+#include "coordinator/server/http_session.h"
+
+#include <string>
+
+#include "common/logging.h"
+
+namespace tessera {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+void HttpSession::start_generation(ApiEndpoint endpoint, const std::string& body) {
+  auto g = std::make_unique<Generation>();
+  ApiError error;
+  if (!parse_api_request(endpoint, body, server_.api, &g->request, &error)) return send_error(error);
+  g->serial = ++serial_;
+  g->id = make_response_id(endpoint);
+  g->created = unix_now();
+  const size_t n = g->request.num_choices();
+  g->done.assign(n, false);
+  g->outputs.assign(n, ChoiceOutput());
+  g->remaining = static_cast<int>(n);
+  gen_ = std::move(g);
+
+  StatusOr<std::vector<RequestId>> ids = submit_api_request(server_.service, gen_->request, make_callback(gen_->serial));
+  if (!ids.is_ok()) {
+    gen_.reset();  // the prompts submitted so far were aborted; their late events find no generation
+    const ApiError e = api_error_of(ids.status());
+    if (e.http_status == 429 || e.http_status == 503) return send_error(e, {{"Retry-After", kRetryAfterSeconds}});
+    return send_error(e);
+  }
+  gen_->request_ids = std::move(ids).value();
+  keep_ = shared_from_this();  // alive until the generation ends, even with nothing pending
+  if (gen_->request.stream) begin_stream();
+  watch_disconnect(gen_->serial);
+}
+
+ChoiceCallback HttpSession::make_callback(uint64_t serial) {
+  std::weak_ptr<HttpSession> weak = weak_from_this();
+  std::shared_ptr<HttpLiveness> live = server_.liveness;
+  return [weak, live, serial](size_t index, const GenerateEvent& ev) {
+    std::lock_guard<std::mutex> lock(live->mu);
+    if (!live->alive) return;
+    std::shared_ptr<HttpSession> self = weak.lock();
+    if (!self) return;
+    asio::post(self->stream_.get_executor(),
+               [self, serial, index, ev]() { self->on_event(serial, index, ev); });
+  };
+}
+
+void HttpSession::on_event(uint64_t serial, size_t index, const GenerateEvent& ev) {
+  if (!gen_ || gen_->serial != serial || gen_->done[index]) return;
+  Generation& g = *gen_;
+  ChoiceOutput& out = g.outputs[index];
+  out.text += ev.text;
+  out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = ev.prompt_logprobs;
+  out.completion_tokens = ev.completion_tokens;
+  if (ev.finished) {
+    out.finish_reason = ev.finish_reason;
+    if (ev.finish_reason == FinishReason::kError && g.error.empty()) {
+      g.error = ev.error.empty() ? "generation failed" : ev.error;
+      g.unavailable = ev.unavailable;
+    }
+    // A client's own abort (it disconnected) never reaches here: its generation is gone.
+    // So this one was cut by the server: the drain deadline, or the engine stopping.
+    if (ev.finish_reason == FinishReason::kAborted) g.cut = true;
+  }
+  if (g.request.stream) {
+    if (ev.finished && ev.finish_reason == FinishReason::kError) {
+      queue_chunk(sse_event(error_body(engine_error(g))));
+    } else if (ev.finished && ev.finish_reason == FinishReason::kAborted) {
+      // Never a bare cut: the client learns why this choice has no final chunk.
+      queue_chunk(sse_event(error_body(cut_error())));
+    } else {
+      // echo + logprobs: the prompt's chunk waits for its logprobs, which come with the first event.
+      if (echo_waits_for_logprobs(g.request) && !out.stream_echoed) {
+        out.stream_echoed = true;
+        queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(index),
+                                               ev.prompt_logprobs, server_.tokenizer, &out.stream_text_offset)));
+      }
+      for (const std::string& chunk :
+           stream_event_chunks(g.request, g.id, g.created, static_cast<int>(index), ev, server_.tokenizer, &out))
+        queue_chunk(sse_event(chunk));
+    }
+  }
+  if (!ev.finished) return;
+  g.done[index] = true;
+  if (--g.remaining > 0) return;
+  finish_generation();
+}
+
+bool HttpSession::echo_waits_for_logprobs(const ApiRequest& r) {
+  return r.endpoint == ApiEndpoint::kCompletions && r.echo && r.logprobs >= 0;
+}
+
+void HttpSession::begin_stream() {
+  Generation& g = *gen_;
+  // HTTP/1.1 streams are chunked, one event a chunk; HTTP/1.0 has no chunks, so its stream
+  // ends when the connection closes.
+  auto head = std::make_unique<Outgoing>(Outgoing::Kind::kStreamHead);
+  head->response = make_response(200, "text/event-stream", keep_alive_ && version_ != 10,
+                                 {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+  if (version_ != 10) head->response.chunked(true);
+  server_.responses.add(200);
+  enqueue(std::move(head));
+  for (size_t i = 0; i < g.request.num_choices(); ++i) {
+    if (g.request.endpoint == ApiEndpoint::kChatCompletions) {
+      queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i), "", {},
+                                              FinishReason::kNone, true, server_.tokenizer)));
+    } else if (g.request.echo && !echo_waits_for_logprobs(g.request)) {
+      queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(i), {}, server_.tokenizer,
+                                             &g.outputs[i].stream_text_offset)));
+    }
+  }
+}
+
+// The error object of a generation that failed in the engine: 503 when the workers were
+// unavailable (a lost rank; the client may retry), else 500.
+ApiError HttpSession::engine_error(const Generation& g) {
+  if (g.unavailable) return api_error(503, "service_unavailable", "workers_unavailable", g.error);
+  return api_error(500, "server_error", "internal_error", g.error);
+}
+ApiError HttpSession::cut_error() {
+  return api_error(503, "service_unavailable", "draining",
+                   "the server is shutting down and stopped this request before it finished");
+}
+
+void HttpSession::finish_generation() {
+  std::unique_ptr<Generation> g = std::move(gen_);
+  if (server_.draining) keep_alive_ = false;  // let the client reconnect elsewhere
+  if (g->request.stream) {
+    if (g->request.include_usage)
+      queue_chunk(sse_event(stream_usage_body(g->request, g->id, g->created, usage_of(g->request, g->outputs))));
+    queue_chunk(std::string(kSseDone));
+    if (version_ == 10) {
+      keep_alive_ = false;
+    } else {
+      enqueue(std::make_unique<Outgoing>(Outgoing::Kind::kStreamEnd));
+    }
+    after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
+    if (!writing_) after_writes();
+  } else if (!g->error.empty()) {
+    const ApiError e = engine_error(*g);
+    if (e.http_status == 503) {
+      send_error(e, {{"Retry-After", kRetryAfterSeconds}});
+    } else {
+      send_error(e);
+    }
+  } else if (g->cut) {
+    send_error(cut_error(), {{"Retry-After", kRetryAfterSeconds}});
+  } else {
+    send(200, "application/json", response_body(g->request, g->id, g->created, g->outputs, server_.tokenizer));
+  }
+  keep_.reset();
+}
+
+// Aborts every unfinished choice of the current generation (disconnect).
+void HttpSession::abort_generation() {
+  if (!gen_) return;
+  abort_api_request(server_.service, gen_->request_ids);
+  gen_.reset();
+  keep_.reset();
+}
+
+// Readable while a generation runs: either the client closed (EOF/reset: abort at once)
+// or it pipelined its next request (leave it in the socket for the next read).
+void HttpSession::watch_disconnect(uint64_t serial) {
+  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), serial](beast::error_code ec) {
+    if (ec || !self->gen_ || self->gen_->serial != serial) return;
+    char c;
+    beast::error_code pec;
+    const size_t got = self->stream_.socket().receive(asio::buffer(&c, 1), tcp::socket::message_peek, pec);
+    if (pec == asio::error::would_block || pec == asio::error::try_again) return self->watch_disconnect(serial);
+    if (pec || got == 0) {
+      TESSERA_LOG_INFO("[coord] http client disconnected; aborting request {}", self->gen_->id);
+      return self->disconnect();
+    }
+  });
+}
+
+}  // namespace tessera
