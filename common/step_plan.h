@@ -61,7 +61,7 @@ struct SeqStep {
   std::vector<int32_t> new_blocks;
   int32_t num_released = 0;
   std::optional<SeqStart> start;     // present exactly when version == 1
-  // Structured output (coordinator/structured/): when not empty, the sampled token must be one
+  // Structured output (coordinator/engine/structured/): when not empty, the sampled token must be one
   // of these ids — a bitset, bit t % 32 of word t / 32; ids past the last word are not
   // allowed. Sent on every step that samples, since each token moves the grammar on.
   std::vector<uint32_t> allowed_tokens;

@@ -18,7 +18,8 @@ struct ApiError {
 
 std::string error_body(const ApiError& error);
 ApiError bad_request(std::string param, std::string message);
-// A 500 server_error / internal_error: the server cannot serve the request (no usable chat template).
+// A 500 server_error / internal_error: the server cannot serve the request (no usable chat
+// template).
 ApiError api_server_error(std::string message);
 
 }  // namespace tessera

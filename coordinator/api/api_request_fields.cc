@@ -53,7 +53,7 @@ constexpr Field kImplemented[] = {
     {"max_completion_tokens", kChat},
     {"top_logprobs", kChat},
     // Tools (coordinator/api/chat_request.h): rendered by the chat template, calls read back out
-    // of the text (coordinator/tool_calls/); tool_choice "required" / a named function are
+    // of the text (coordinator/api/tool_calls/); tool_choice "required" / a named function are
     // refused there.
     {"tools", kChat},
     {"tool_choice", kChat},

@@ -1,8 +1,9 @@
 #pragma once
-// Where a decoded API request (coordinator/api/openai_api.h) meets the engine, once for both
-// front ends (HTTP in coordinator/server/http_server.cc, ZeroMQ in coordinator/server/zmq_client_server.cc):
-// the n-choice fan-out, the mapping of a Status to the API error a client gets, and the API-key
-// check. The transports only move bytes and frame what these decide.
+// Where a decoded API request (coordinator/api/openai_api.h) meets the engine, once for both front
+// ends (HTTP in coordinator/server/http_server.cc, ZeroMQ in
+// coordinator/server/zmq_client_server.cc): the n-choice fan-out, the mapping of a Status to the
+// API error a client gets, and the API-key check. The transports only move bytes and frame what
+// these decide.
 #include <cstddef>
 #include <functional>
 #include <string>

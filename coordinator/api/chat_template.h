@@ -1,7 +1,7 @@
 #pragma once
 // Chat templates: turns a conversation into the prompt text a model was trained on, with the
 // model's own Jinja template (tokenizer_config.json "chat_template") rendered as transformers'
-// apply_chat_template renders it (coordinator/jinja/: a Jinja2 engine with Python Jinja2
+// apply_chat_template renders it (coordinator/api/jinja/: a Jinja2 engine with Python Jinja2
 // semantics), or a built-in template ("llama2", "chatml") when the model has none.
 #include <memory>
 #include <optional>

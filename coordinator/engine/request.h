@@ -67,10 +67,11 @@ struct Request {
   bool include_stop_str_in_output = false;  // vLLM: the matched stop string ends the text
   int priority = 0;                   // lower runs sooner
   bool skip_special_tokens = true;    // in the text deltas
-  // Structured output (coordinator/structured/, docs/structured-output.md): every choice's
-  // output is a string of this grammar — each sampled token is drawn from the tokens it
-  // allows, the end tokens only where it may end, and the choice stops ("stop") when it is
-  // complete. Null = unconstrained.
+  // Structured output (compiled by coordinator/api/grammars/, matched by
+  // coordinator/engine/structured/; docs/structured-output.md): every choice's output is a
+  // string of this grammar — each sampled token is drawn from the tokens it allows, the end
+  // tokens only where it may end, and the choice stops ("stop") when it is complete. Null =
+  // unconstrained.
   std::shared_ptr<const structured::TokenConstraint> constraint;
 
   // Choice c of a seeded request draws with seed + c (what separate requests seeded

@@ -8,15 +8,15 @@
 // A client that disconnects has its requests aborted at once, so their KV blocks are freed.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id},
-// POST /tokenize, POST /detokenize, GET /health, GET /ready, GET /metrics (Prometheus text);
-// HEAD on every GET route, OPTIONS on every route (CORS preflight, coordinator/server/http_edges.h).
-// API keys (when set) guard /v1/* only. Requests whose body cannot be framed or decoded
+// POST /tokenize, POST /detokenize, GET /health, GET /ready, GET /metrics (Prometheus text); HEAD
+// on every GET route, OPTIONS on every route (CORS preflight, coordinator/server/http_edges.h). API
+// keys (when set) guard /v1/* only. Requests whose body cannot be framed or decoded
 // (Transfer-Encoding other than chunked, Content-Encoding other than identity) and HTTP/1.1
 // requests without Host are refused before their body is read, and the connection closed.
-// Connections beyond max_connections may still ask for /health, /ready or /metrics (a small
-// reserve of probe connections, HttpLimits::probe_reserve); anything else gets 503 and the
-// connection closes. When accept() runs out of file descriptors the listener pauses (backing
-// off up to 1 s) instead of spinning.
+// Connections beyond max_connections may still ask for /health, /ready or /metrics (a small reserve
+// of probe connections, HttpLimits::probe_reserve); anything else gets 503 and the connection
+// closes. When accept() runs out of file descriptors the listener pauses (backing off up to 1 s)
+// instead of spinning.
 #include <atomic>
 #include <chrono>
 #include <cstdint>

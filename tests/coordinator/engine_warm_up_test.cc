@@ -1,7 +1,7 @@
-// The start-up warm-up (coordinator/engine/engine_warm_up.h) on the real kjv-llama model and the real
-// executor: it runs the longest prefill the config allows and a small decode batch, feeds
-// exactly those tokens, leaves no sequence state behind on the executor, fits a tiny KV pool,
-// and a request served after it gets the same greedy tokens as on a fresh executor.
+// The start-up warm-up (coordinator/engine/engine_warm_up.h) on the real kjv-llama model and the
+// real executor: it runs the longest prefill the config allows and a small decode batch, feeds
+// exactly those tokens, leaves no sequence state behind on the executor, fits a tiny KV pool, and a
+// request served after it gets the same greedy tokens as on a fresh executor.
 #include "coordinator/engine/engine_warm_up.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The Jinja2 engine behind chat templates (coordinator/jinja/), one test per feature group.
+// The Jinja2 engine behind chat templates (coordinator/api/jinja/), one test per feature group.
 // Expected strings follow Python Jinja2 3.1 with transformers' settings (trim_blocks,
 // lstrip_blocks, one trailing newline dropped, tojson = json.dumps(ensure_ascii=False)).
 #include <gtest/gtest.h>

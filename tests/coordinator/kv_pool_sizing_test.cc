@@ -1,4 +1,5 @@
-// cache.num_blocks "auto": the pool follows what every rank reports (coordinator/cluster/kv_pool_sizing.h).
+// cache.num_blocks "auto": the pool follows what every rank reports
+// (coordinator/cluster/kv_pool_sizing.h).
 #include "coordinator/cluster/kv_pool_sizing.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The structured-output compilers (coordinator/structured/): regex, JSON Schema and GBNF to
+// The structured-output compilers (coordinator/api/grammars/): regex, JSON Schema and GBNF to
 // the grammar IR, checked through the matcher on whole strings (TokenConstraint::matches),
 // and every kind of bad input refused with a message naming the problem.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The tool-call parsers (coordinator/tool_calls/): Hermes/Qwen, Llama 3.1 JSON and Mistral
+// The tool-call parsers (coordinator/api/tool_calls/): Hermes/Qwen, Llama 3.1 JSON and Mistral
 // output read into calls and content — complete, several calls, malformed (stays content) —
 // and, through ToolCallStream, the same result when the text is streamed split at every
 // byte boundary (and one byte at a time).

@@ -1,4 +1,4 @@
-// libFuzzer target for the chat template engine (coordinator/jinja/): the input is a
+// libFuzzer target for the chat template engine (coordinator/api/jinja/): the input is a
 // template source, optionally followed by a NUL byte and a JSON context. Every input must
 // parse or be refused with a Status, and every parsed template must render or be refused,
 // within the output, step and depth limits (no crash, no unbounded recursion or memory).

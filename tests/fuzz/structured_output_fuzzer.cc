@@ -1,5 +1,5 @@
-// libFuzzer: the structured-output compilers and matcher (coordinator/structured/) on
-// arbitrary input. The first byte picks the kind (JSON schema, regex, GBNF grammar, choice
+// libFuzzer: the structured-output compilers (coordinator/api/grammars/) and matcher
+// (coordinator/engine/structured/) on arbitrary input. The first byte picks the kind (JSON schema, regex, GBNF grammar, choice
 // list as JSON, JSON object); the text runs to the first NUL byte; the bytes after it are a
 // token sequence over a fixed vocabulary whose tokens cross terminals and UTF-8 boundaries.
 //

@@ -19,9 +19,9 @@ struct ServeOptions {
 // Runs until a termination signal; OK after a clean shutdown.
 Status serve(ServeOptions options);
 
-// The model's side of cache.num_blocks "auto" (coordinator/cluster/kv_pool_sizing.h): each rank's KV
-// bytes per block (its KV heads after the tensor-parallel split) and an estimate of its
-// weights, read from the checkpoint's config.json and tensor index (no weights loaded).
+// The model's side of cache.num_blocks "auto" (coordinator/cluster/kv_pool_sizing.h): each rank's
+// KV bytes per block (its KV heads after the tensor-parallel split) and an estimate of its weights,
+// read from the checkpoint's config.json and tensor index (no weights loaded).
 StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& config, int64_t max_model_len);
 
 }  // namespace tessera
