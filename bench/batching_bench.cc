@@ -116,7 +116,12 @@ int main(int argc, char** argv) {
     std::cerr << "batching_bench: unknown --dtype " << dtype_name_arg << std::endl;
     return 1;
   }
-  auto backend = make_backend("cpu", threads);
+  auto kernels = kernel_options_from_environment();
+  if (!kernels.is_ok()) {
+    std::cerr << "batching_bench: " << kernels.status().to_string() << std::endl;
+    return 1;
+  }
+  auto backend = make_backend("cpu", BackendOptions{threads, 0, kernels.value()});
   ModelLoadOptions lo;
   lo.dtype = *dtype;
   auto model = Transformer::load(model_dir, lo, *backend.value());

@@ -20,6 +20,7 @@
 
 #include "bench/memory_bandwidth.h"
 #include "common/dtype.h"
+#include "common/kernel_options.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_cpu.h"
 
@@ -33,6 +34,9 @@ using cpu::detected_cpu_isa;
 using cpu::linear;
 
 double g_copy_gb_s = 0;  // measured once in main()
+// The kernels' defaults with the TESSERA_CPU_* variables over them (A/B runs), resolved once
+// in main(); each benchmark starts from these and forces what it measures.
+detail::LinearOptions g_options;
 
 constexpr size_t kColdFootprint = size_t{192} << 20;  // 6x the L3
 
@@ -104,7 +108,7 @@ void run_linear(benchmark::State& state, const detail::LinearOptions& options, D
 
 // Args: dtype index, M, N, K. The engine's default path.
 void BM_Linear(benchmark::State& state) {
-  run_linear(state, detail::LinearOptions{}, kDtypes[state.range(0)], state.range(1),
+  run_linear(state, g_options, kDtypes[state.range(0)], state.range(1),
              state.range(2), state.range(3));
 }
 BENCHMARK(BM_Linear)
@@ -118,7 +122,7 @@ BENCHMARK(BM_Linear)
 
 // Decode kernel per instruction-set flavour. Args: dtype, isa, M; W is 4096x4096.
 void BM_GemvIsa(benchmark::State& state) {
-  detail::LinearOptions options;
+  detail::LinearOptions options = g_options;
   options.isa = static_cast<CpuIsa>(state.range(1));
   options.path = detail::LinearPath::kGemv;
   if (options.isa > detected_cpu_isa()) {
@@ -136,7 +140,7 @@ BENCHMARK(BM_GemvIsa)
 // GEMV vs sgemm around the crossover (linear_gemv_max_rows()). Args: dtype, path (1 gemv,
 // 2 gemm), M; W is 4096x4096.
 void BM_GemvGemmCrossover(benchmark::State& state) {
-  detail::LinearOptions options;
+  detail::LinearOptions options = g_options;
   options.path = static_cast<detail::LinearPath>(state.range(1));
   run_linear(state, options, kDtypes[state.range(0)], state.range(2), 4096, 4096);
 }
@@ -153,7 +157,7 @@ BENCHMARK(BM_GemvGemmCrossover)
 void BM_GemmThreading(benchmark::State& state) {
   const DType dtype = kDtypes[state.range(0)];
   const int64_t M = state.range(2), N = state.range(3), K = state.range(4);
-  detail::LinearOptions options;
+  detail::LinearOptions options = g_options;
   options.path = detail::LinearPath::kGemm;
   options.threading = static_cast<detail::GemmThreading>(state.range(1));
   WeightSet weights(dtype, N, K, /*cold=*/false);
@@ -162,8 +166,8 @@ void BM_GemmThreading(benchmark::State& state) {
   for (auto _ : state) {
     detail::linear_with(options, x.data(), M, K, K, weights.next(), dtype, N, nullptr, y.data(),
                         N, Activation::kNone);
-    linear(xd.data(), 1, 2048, 2048, decode_weights.next(), dtype, 2048, nullptr, yd.data(),
-           2048, Activation::kGeluTanh);
+    detail::linear_with(g_options, xd.data(), 1, 2048, 2048, decode_weights.next(), dtype, 2048, nullptr, yd.data(),
+                        2048, Activation::kGeluTanh);
     benchmark::DoNotOptimize(y.data());
     benchmark::DoNotOptimize(yd.data());
   }
@@ -187,7 +191,7 @@ void BM_GemmKernel(benchmark::State& state) {
   const DType dtype = kDtypes[state.range(0)];
   const int kernel = static_cast<int>(state.range(1));
   const int64_t M = state.range(2), N = state.range(3), K = state.range(4);
-  const CpuIsa isa = cpu::active_cpu_isa();
+  const CpuIsa isa = g_options.isa;
   if ((kernel == 1 || kernel == 2) && !detail::gemm_packed_supported(isa)) {
     state.SkipWithError("no packed GEMM kernel for this CPU");
     return;
@@ -199,7 +203,7 @@ void BM_GemmKernel(benchmark::State& state) {
       packed.push_back(detail::PackedWeights::pack(isa, {weights.next(), dtype, N, K}));
     }
   }
-  detail::LinearOptions options;
+  detail::LinearOptions options = g_options;
   options.path = kernel == 3 ? detail::LinearPath::kGemv : detail::LinearPath::kGemm;
   options.gemm = kernel == 0 ? detail::GemmKernel::kOpenBlas : detail::GemmKernel::kPacked;
   std::vector<float> x(M * K, 0.01f), y(M * N);
@@ -239,10 +243,16 @@ BENCHMARK(BM_GemmKernel)
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const tessera::StatusOr<tessera::KernelOptions> kernels = tessera::kernel_options_from_environment();
+  if (!kernels.is_ok()) {
+    std::fprintf(stderr, "linear_bench: %s\n", kernels.status().to_string().c_str());
+    return 1;
+  }
+  tessera::g_options = tessera::cpu::detail::linear_options(kernels.value().cpu);
   tessera::g_copy_gb_s = tessera::measure_copy_bandwidth_gb_s();
   const double read_gb_s = tessera::measure_read_bandwidth_gb_s();
   std::printf("threads: %d  isa: %s  copy bandwidth: %.2f GB/s (read+write)  read bandwidth: %.2f GB/s\n",
-              omp_get_max_threads(), tessera::cpu::cpu_isa_name(tessera::cpu::active_cpu_isa()),
+              omp_get_max_threads(), tessera::cpu::cpu_isa_name(tessera::g_options.isa),
               tessera::g_copy_gb_s, read_gb_s);
   std::fflush(stdout);
   benchmark::AddCustomContext("copy_bandwidth_gb_s", std::to_string(tessera::g_copy_gb_s));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/kernel_options.h"
 #include "common/quantization.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_int8.h"
@@ -35,6 +36,15 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   using namespace tessera;
+  // The kernels' defaults with the TESSERA_CPU_* variables over them (A/B runs).
+  const StatusOr<KernelOptions> kernels = kernel_options_from_environment();
+  if (!kernels.is_ok()) {
+    std::fprintf(stderr, "linear_int8_bench: %s\n", kernels.status().to_string().c_str());
+    return 2;
+  }
+  const CpuKernelOptions& options = kernels.value().cpu;
+  const cpu::detail::LinearOptions bf16_options = cpu::detail::linear_options(options);
+  const cpu::detail::Int8LinearOptions int8_options = cpu::detail::int8_linear_options(options);
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
   // The layer's shape: 4096 x 4096 unless both N and K are given.
   const int64_t N = argc > 4 ? std::atoll(argv[3]) : 4096, K = argc > 4 ? std::atoll(argv[4]) : 4096;
@@ -57,7 +67,7 @@ int main(int argc, char** argv) {
   std::vector<float> sq(static_cast<size_t>(int8_copies * N * (K / group)));
   for (int64_t c = 0; c < int8_copies; ++c)
     cpu::quantize_int8(w.data(), DType::kF32, N, K, group, wq.data() + c * N * K, sq.data() + c * N * (K / group));
-  const bool panels = cpu::int8_panels_preferred();
+  const bool panels = cpu::int8_panels_preferred(options);
   const int64_t panel_weights = cpu::int8_panel_count(N) * K * cpu::kInt8PanelColumns;
   const int64_t panel_scales = cpu::int8_panel_count(N) * (K / group) * cpu::kInt8PanelColumns;
   std::vector<int8_t> wp(panels ? static_cast<size_t>(int8_copies * panel_weights) : 0);
@@ -67,7 +77,7 @@ int main(int argc, char** argv) {
                           wp.data() + c * panel_weights, sp.data() + c * panel_scales);
   const double bf16_bytes = 2.0 * N * K, int8_bytes = 1.0 * N * K + 4.0 * N * (K / group);
   std::printf("linear %lld x %lld, group %lld, isa %s, %d rounds (medians)\n", static_cast<long long>(N),
-              static_cast<long long>(K), static_cast<long long>(group), cpu::cpu_isa_name(cpu::active_cpu_isa()), rounds);
+              static_cast<long long>(K), static_cast<long long>(group), cpu::cpu_isa_name(bf16_options.isa), rounds);
   std::printf("| M | bf16 ms | int8 rows ms | int8 panels ms | int8 dot ms | bf16 weight GB/s | int8 panels weight GB/s "
               "| rows / bf16 | panels / bf16 | dot / bf16 |\n"
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -78,18 +88,18 @@ int main(int argc, char** argv) {
     const int calls = static_cast<int>(std::max(bf16_copies, int8_copies));
     std::vector<double> tb, tq, tp, td;
     int64_t nb = 0, nq = 0, np = 0, nd = 0;
-    cpu::detail::Int8LinearOptions dot;
+    cpu::detail::Int8LinearOptions dot = int8_options;
     dot.int8_activations = true;
     for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up
       auto t0 = Clock::now();
       for (int c = 0; c < calls; ++c, ++nb)
-        cpu::linear(x.data(), M, K, K, wb.data() + (nb % bf16_copies) * N * K, DType::kBF16, N, nullptr, y.data(),
-                    N, Activation::kNone);
+        cpu::detail::linear_with(bf16_options, x.data(), M, K, K, wb.data() + (nb % bf16_copies) * N * K, DType::kBF16,
+                                 N, nullptr, y.data(), N, Activation::kNone);
       auto t1 = Clock::now();
       for (int c = 0; c < calls; ++c, ++nq)
-        cpu::linear_int8(x.data(), M, K, K, wq.data() + (nq % int8_copies) * N * K,
-                         sq.data() + (nq % int8_copies) * N * (K / group), group, N, nullptr, y.data(), N,
-                         Activation::kNone);
+        cpu::detail::linear_int8_with(int8_options, x.data(), M, K, K, wq.data() + (nq % int8_copies) * N * K,
+                                      sq.data() + (nq % int8_copies) * N * (K / group), group, N, nullptr, y.data(),
+                                      N, Activation::kNone);
       auto t2 = Clock::now();
       for (int c = 0; panels && c < calls; ++c, ++np)
         cpu::linear_int8_panels(x.data(), M, K, K, wp.data() + (np % int8_copies) * panel_weights,

@@ -61,7 +61,9 @@ Status run(const Options& o) {
   }
   TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant,
                            quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, o.threads));
+  // No configuration: the kernels' defaults with the TESSERA_CPU_* variables over them.
+  TESSERA_ASSIGN_OR_RETURN(const KernelOptions kernels, kernel_options_from_environment());
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, BackendOptions{o.threads, 0, kernels}));
   ModelLoadOptions lo;
   lo.quant = quant;
   lo.dtype = *dtype;
@@ -105,8 +107,8 @@ Status run(const Options& o) {
   // The peak of the arithmetic the linear layers run: bf16 weights on an AVX512_BF16 CPU
   // multiply with bf16 dot products (unless TESSERA_CPU_BF16_DOT=0), whose rate is twice the
   // f32 FMA rate; against the FMA peak their fraction would read above 1.
-  const bool bf16_dot = cpu && *dtype == DType::kBF16 && !lo.quant.enabled() && cpu::detail::bf16_dot_requested() &&
-                        cpu::active_cpu_isa() == cpu::CpuIsa::kAvx512 && cpu_has_bf16_dot_probe();
+  const bool bf16_dot = cpu && *dtype == DType::kBF16 && !lo.quant.enabled() && kernels.cpu.bf16_dot &&
+                        cpu::usable_cpu_isa(kernels.cpu.isa) == cpu::CpuIsa::kAvx512 && cpu_has_bf16_dot_probe();
   const double fma_gflop_s = cpu ? measure_peak_fma_gflop_s() : 0.0;
   const double peak_gflop_s = bf16_dot ? measure_peak_bf16_dot_gflop_s() : fma_gflop_s;
   const ModelFlops flops = model_flops(model->weights(), c, model->shard().q_heads);

@@ -590,6 +590,14 @@ const std::vector<KeyDef>& schema() {
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << c.worker.memory_limit_bytes; }, nullptr},
       TESSERA_STRING_KEY("worker.control_address", worker.control_address, read_optional_endpoint),
+      // The CPU kernels' switches (common/kernel_options.h; the TESSERA_CPU_* variables override them).
+      TESSERA_ENUM_KEY("worker.cpu.isa", worker.cpu.isa, cpu_isa_names()),
+      TESSERA_ENUM_KEY("worker.cpu.gemm", worker.cpu.gemm, cpu_gemm_names()),
+      TESSERA_BOOL_KEY("worker.cpu.bf16_dot", worker.cpu.bf16_dot),
+      TESSERA_BOOL_KEY("worker.cpu.int8_x16", worker.cpu.int8_x16),
+      TESSERA_BOOL_KEY("worker.cpu.int8_dot", worker.cpu.int8_dot),
+      TESSERA_ENUM_KEY("worker.cpu.attention", worker.cpu.attention, cpu_attention_names()),
+      TESSERA_BOOL_KEY("worker.cpu.pin_threads", worker.cpu.pin_threads),
   };
   return keys;
 }

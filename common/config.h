@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/kernel_options.h"
 #include "common/parallel_roles.h"
 #include "common/quantization.h"
 #include "common/status.h"
@@ -159,6 +160,9 @@ struct WorkerSection {
   // Where workers connect; "" = server.control (which is where the coordinator binds, e.g.
   // tcp://0.0.0.0:5560, while workers on other hosts need tcp://tessera-coordinator:5560).
   std::string control_address;
+  // The CPU backend's kernel choices (worker.cpu.*); the environment's TESSERA_CPU_*
+  // variables override them when the worker resolves them (common/kernel_options.h).
+  CpuKernelOptions cpu;
 };
 
 struct TesseraConfig {

@@ -278,8 +278,11 @@ namespace {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, int num_threads, int device) {
-  if (kind == BackendKind::kCpu) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, const BackendOptions& options) {
+  auto cpu_backend = [&] {
+    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.num_threads, options.kernels.cpu));
+  };
+  if (kind == BackendKind::kCpu) return cpu_backend();
   const bool automatic = !kind.has_value();
   const char* name = backend_choice_name(kind);
 #ifdef TESSERA_WITH_CUDA
@@ -298,35 +301,42 @@ StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind,
     } else {
       TESSERA_LOG_WARN("backend auto: a GPU is present but CUDA cannot use it ({}); using the CPU backend", why);
     }
-    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+    return cpu_backend();
   }
-  const int index = std::max(0, device) % cuda::device_count();
-  auto cuda_backend = CudaBackend::create(index);
+  const int index = std::max(0, options.device) % cuda::device_count();
+  auto cuda_backend = CudaBackend::create(index, options.kernels.cuda_sync_every_launch);
   if (cuda_backend.is_ok()) {
     TESSERA_LOG_INFO("backend {}: CUDA on device {}: {}", name, index, cuda::describe_device(index));
     return cuda_backend;
   }
   if (!automatic) return cuda_backend.status();
   TESSERA_LOG_WARN("backend auto: {}; using the CPU backend", cuda_backend.status().to_string());
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+  return cpu_backend();
 #else
-  (void)device;
   (void)name;
   if (automatic) {
     TESSERA_LOG_INFO("backend auto: this build has no CUDA support, using the CPU backend");
-    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads));
+    return cpu_backend();
   }
   return unimplemented("backend 'cuda': this build has no CUDA support (configure with nvcc present "
                        "or -DTESSERA_CUDA=ON); use --backend cpu");
 #endif
 }
 
-StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads, int device) {
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
   std::optional<BackendKind> kind;
   if (!parse_backend_choice(name, &kind)) {
     return invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
   }
-  return make_backend(kind, num_threads, device);
+  return make_backend(kind, options);
+}
+
+StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, int num_threads, int device) {
+  return make_backend(kind, BackendOptions{num_threads, device, KernelOptions{}});
+}
+
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads, int device) {
+  return make_backend(name, BackendOptions{num_threads, device, KernelOptions{}});
 }
 
 BackendKind auto_backend_kind() {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kernel_options.h"
 #include "common/parallel_roles.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -198,12 +199,23 @@ class Backend {
                                        const std::vector<float>& scale, const TensorView& out) = 0;
 };
 
+struct BackendOptions {
+  int num_threads = 0;  // CPU threads; <= 0 keeps OpenMP's default (all cores, or OMP_NUM_THREADS)
+  // The CUDA device, modulo the visible count (tensor-parallel rank r of one host passes r).
+  int device = 0;
+  // The kernels' choices, resolved once by the program (resolve_kernel_options,
+  // common/kernel_options.h: the configuration's worker.cpu, then the environment).
+  KernelOptions kernels;
+};
+
 // A CPU or CUDA backend; nullopt is "auto": CUDA when compiled in and a device is present
 // (and it starts), else the CPU. Asking for CUDA in a build without it is a clear error,
-// never a crash. `device` picks the CUDA device modulo the visible count (tensor-parallel
-// rank r of one host passes r).
-StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, int num_threads = 0, int device = 0);
+// never a crash.
+StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, const BackendOptions& options);
 // The same by name: "cpu", "cuda" or "auto" (command-line flags); another name is an error.
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options);
+// With the kernels' default options, whatever the environment says (tests).
+StatusOr<std::unique_ptr<Backend>> make_backend(std::optional<BackendKind> kind, int num_threads = 0, int device = 0);
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& name, int num_threads = 0, int device = 0);
 // What "auto" will pick on this machine, without starting a backend: kCuda when the build
 // has CUDA and a device is visible. (make_backend still falls back to the CPU when that

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "common/logging.h"
-#include "kernels/cpu/linear_int8_panels.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "worker/model_checkpoint.h"
 
 namespace tessera {
@@ -50,8 +50,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.plan = options.plan;
   wo.quant = options.quant;
   wo.own_copies = backend.kind() == BackendKind::kCpu;
-  wo.int8_layout = backend.kind() == BackendKind::kCpu && cpu::int8_panels_preferred() ? Int8WeightLayout::kCpuPanels
-                                                                                       : Int8WeightLayout::kRows;
+  const auto* cpu_backend = dynamic_cast<const CpuBackend*>(&backend);
+  wo.int8_layout =
+      cpu_backend != nullptr && cpu_backend->prefers_int8_panels() ? Int8WeightLayout::kCpuPanels : Int8WeightLayout::kRows;
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   // From here on the weights live where the backend keeps them (CUDA: device memory).

@@ -156,7 +156,10 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
   // ranks take their share of the cores first: the CPU backend pins its threads when made.
   const std::optional<BackendKind> choice = local_config.worker.backend;
   if (choice.value_or(auto_backend_kind()) == BackendKind::kCpu) restrict_to_core_share(rank, lo.world_size);
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(choice, local_config.worker.threads, rank));
+  // Kernel choices: worker.cpu, then the TESSERA_CPU_* variables of this process over it.
+  TESSERA_ASSIGN_OR_RETURN(const KernelOptions kernels, kernel_options_from_environment(local_config.worker.cpu));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                           make_backend(choice, BackendOptions{local_config.worker.threads, rank, kernels}));
   TESSERA_ASSIGN_OR_RETURN(MemoryInfo memory, backend->memory_info());
   int64_t offered = memory.free_bytes;
   const int64_t limit = local_config.worker.memory_limit_bytes;

@@ -2,19 +2,16 @@
 // at positions 0..its own position (the last `window` of them with a sliding window), read
 // through the sequence's block table; with ALiBi the score of key j gets slope_h * j added
 // (BLOOM's bias; softmax is shift-invariant, so this equals the slope * (j - i) form).
-// Two kernels (attention_cpu.h): the tiled online-softmax one the backend runs, and the
-// plain reference it is tested against.
+// Two kernels (attention_cpu.h): the tiled online-softmax one the backend runs by default,
+// and the plain reference it is tested against.
 #include "kernels/cpu/attention_cpu.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
-#include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/linear_cpu.h"
 
@@ -293,9 +290,9 @@ AttentionTileOps attention_tile_ops_scalar() {
   return {gather_scalar, scores_scalar, exp_shifted_scalar, accumulate_scalar, gather_rows_scalar, scores_rows_scalar};
 }
 
-AttentionTileOps attention_tile_ops_active() {
-  if (active_cpu_isa() >= CpuIsa::kAvx512) return attention_tile_ops_avx512();
-  return active_cpu_isa() >= CpuIsa::kAvx2 ? attention_tile_ops_avx2() : attention_tile_ops_scalar();
+AttentionTileOps attention_tile_ops_for(CpuIsa isa) {
+  if (isa >= CpuIsa::kAvx512) return attention_tile_ops_avx512();
+  return isa >= CpuIsa::kAvx2 ? attention_tile_ops_avx2() : attention_tile_ops_scalar();
 }
 
 #define TESSERA_ATTENTION_DTYPES(KERNEL, ...)                                                  \
@@ -329,19 +326,11 @@ void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_
                                 const AttentionBatch& batch, const TensorView& k_cache,
                                 const TensorView& v_cache, const AttentionParams& params,
                                 const TensorView& out, const GqaLayout& gqa) {
-  static const cpu::detail::AttentionTileOps ops = cpu::detail::attention_tile_ops_active();
-  // TESSERA_CPU_ATTENTION=reference runs the plain kernel instead (A/B runs); read once.
-  static const bool reference = [] {
-    const char* env = std::getenv("TESSERA_CPU_ATTENTION");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "tiled") == 0) return false;
-    if (std::strcmp(env, "reference") == 0) return true;
-    TESSERA_LOG_WARN("TESSERA_CPU_ATTENTION={} is not one of tiled, reference; using tiled", env);
-    return false;
-  }();
-  if (reference) {
+  if (options_.attention == cpu::AttentionKernel::kReference) {
     cpu::detail::attention_reference(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, gqa);
     return;
   }
+  const cpu::detail::AttentionTileOps ops = cpu::detail::attention_tile_ops_for(cpu::usable_cpu_isa(options_.isa));
   cpu::detail::attention_tiled(ops, q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, gqa);
 }
 

@@ -9,7 +9,9 @@
 //    memory traffic grows with tokens × keys / kQueryTile and nothing of size keys is
 //    kept per row.
 //  - attention_reference: the plain two-pass form, one (token, head) at a time; kept as
-//    the reference the tiled kernel is tested against.
+//    the reference the tiled kernel is tested against (and for A/B runs: the backend's
+//    CpuKernelOptions::attention picks it).
+#include "common/kernel_options.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/attention_tile.h"
 
@@ -25,7 +27,7 @@ void attention_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_
                      const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache,
                      const AttentionParams& params, const TensorView& out, const GqaLayout& gqa);
 
-// The inner loops for the active instruction set (AVX2 where the CPU has it).
-AttentionTileOps attention_tile_ops_active();
+// The inner loops of flavour `isa` (usable_cpu_isa: never above what the CPU supports).
+AttentionTileOps attention_tile_ops_for(CpuIsa isa);
 
 }  // namespace tessera::cpu::detail

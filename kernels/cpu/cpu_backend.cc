@@ -69,14 +69,9 @@ namespace {
 // Pins each OpenMP thread to its own CPU of those this process may use (what
 // OMP_PROC_BIND=close OMP_PLACES=cores would do). Unpinned, a busy host can leave two of
 // our threads on one core while the others spin at a barrier: measured here as decode
-// steps 30x slower whenever another process was runnable, against ~3x when pinned. Skipped
-// when the user set OMP_PROC_BIND/OMP_PLACES or TESSERA_PIN_THREADS=0.
+// steps 30x slower whenever another process was runnable, against ~3x when pinned. Only
+// when CpuKernelOptions::pin_threads (off when the user set OMP_PROC_BIND/OMP_PLACES).
 void pin_threads() {
-  const char* pin = std::getenv("TESSERA_PIN_THREADS");
-  if ((pin != nullptr && std::string(pin) == "0") || std::getenv("OMP_PROC_BIND") != nullptr ||
-      std::getenv("OMP_PLACES") != nullptr) {
-    return;
-  }
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
@@ -100,11 +95,13 @@ static Status unavailable_memory_info(const std::string& why) {
   return Status(StatusCode::kUnavailable, "cpu backend: host memory unknown: " + why);
 }
 
-CpuBackend::CpuBackend(int num_threads) {
+CpuBackend::CpuBackend(int num_threads, const CpuKernelOptions& options) : options_(options) {
   if (num_threads > 0) omp_set_num_threads(num_threads);
   static std::once_flag pinned;  // the OpenMP pool is per process
-  std::call_once(pinned, pin_threads);
+  if (options_.pin_threads) std::call_once(pinned, pin_threads);
 }
+
+bool CpuBackend::prefers_int8_panels() const { return cpu::int8_panels_preferred(options_); }
 
 Tensor CpuBackend::alloc(const std::vector<int64_t>& dims, DType dtype) { return pool_->zeros(dims, dtype); }
 
@@ -208,16 +205,17 @@ void CpuBackend::linear_int8_impl(const TensorView& x, const TensorView& w, cons
                             x.dim(1) / scales.dim(1), out.dim(1), b, out.as<float>(), out.dim(1), act);
     return;
   }
-  cpu::linear_int8(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.as<int8_t>(), scales.as<float>(),
-                   w.dim(1) / scales.dim(1), w.dim(0), b, out.as<float>(), out.dim(1), act);
+  cpu::detail::linear_int8_with(cpu::detail::int8_linear_options(options_), x.as<float>(), x.dim(0), x.dim(1),
+                                x.dim(1), w.as<int8_t>(), scales.as<float>(), w.dim(1) / scales.dim(1), w.dim(0), b,
+                                out.as<float>(), out.dim(1), act);
 }
 
 void CpuBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,
                              const TensorView& out, Activation act) {
   Tensor bias_f32;
   const float* b = f32_bias(bias, &bias_f32);
-  cpu::linear(x.as<float>(), x.dim(0), x.dim(1), x.dim(1), w.data, w.dtype, w.dim(0), b,
-              out.as<float>(), out.dim(1), act);
+  cpu::detail::linear_with(cpu::detail::linear_options(options_), x.as<float>(), x.dim(0), x.dim(1), x.dim(1),
+                           w.data, w.dtype, w.dim(0), b, out.as<float>(), out.dim(1), act);
 }
 
 void CpuBackend::activate_impl(const TensorView& x, Activation act) {

@@ -1,11 +1,13 @@
 #pragma once
 // The CPU backend: float32 compute over f32/f16/bf16 weights (bf16 weights in prefill and
 // batched decode multiply bf16-rounded activations where the CPU has AVX512_BF16:
-// TESSERA_CPU_BF16_DOT, linear_cpu.h), threads through OpenMP.
+// CpuKernelOptions::bf16_dot, linear_cpu.h), threads through OpenMP.
 // It is both the production path on machines without a GPU and the reference every other
-// backend is tested against.
+// backend is tested against. Every kernel choice comes from the CpuKernelOptions it is made
+// with (common/kernel_options.h), so backends with different options live side by side.
 #include <memory>
 
+#include "common/kernel_options.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/buffer_pool.h"
 
@@ -13,8 +15,10 @@ namespace tessera {
 
 class CpuBackend final : public Backend {
  public:
-  // num_threads <= 0 keeps OpenMP's default (all cores, or OMP_NUM_THREADS).
-  explicit CpuBackend(int num_threads = 0);
+  // num_threads <= 0 keeps OpenMP's default (all cores, or OMP_NUM_THREADS). The OpenMP
+  // pool is the process's: its size and pinning (options.pin_threads) are set for every
+  // backend, by the last one made and the first one that pins.
+  explicit CpuBackend(int num_threads = 0, const CpuKernelOptions& options = {});
   BackendKind kind() const override { return BackendKind::kCpu; }
   std::string name() const override { return "cpu"; }
   Tensor alloc(const std::vector<int64_t>& dims, DType dtype) override;
@@ -22,6 +26,10 @@ class CpuBackend final : public Backend {
   void copy_from_host(const void* src, const TensorView& dst) override;
   Tensor place_weight(const Tensor& host) override;
   StatusOr<MemoryInfo> memory_info() const override;
+
+  const CpuKernelOptions& kernel_options() const { return options_; }
+  // Whether int8 linears should be loaded as panels for this backend (linear_int8_panels.h).
+  bool prefers_int8_panels() const;
 
  protected:
   void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
@@ -66,6 +74,7 @@ class CpuBackend final : public Backend {
   // Activations are recycled between ops and steps instead of page-faulting fresh memory
   // every time (buffer_pool.h).
   std::shared_ptr<cpu::BufferPool> pool_ = cpu::BufferPool::create();
+  CpuKernelOptions options_;
 };
 
 }  // namespace tessera

@@ -5,7 +5,7 @@
 //    vpdpwssd, which adds 32 exact products per instruction where an f32 FMA adds 16. The
 //    f32 path it replaces (gemm_packed_int8: weights dequantized to f32 panels per call, f32
 //    micro-kernel) ran batch 32 at 0.65-0.70 of bf16's speed (bench/linear_int8_bench.cc).
-//  - 8-bit x (int8 activations, TESSERA_CPU_INT8_DOT=1): x quantized per group by the
+//  - 8-bit x (int8 activations, CpuKernelOptions::int8_dot): x quantized per group by the
 //    weights' rule and vpdpbusd, 64 products per instruction. It multiplies unsigned by
 //    signed bytes, so the weights are packed offset by 128 (an XOR of the sign bit) and x
 //    stays signed: sum((w + 128) x) = sum(w x) + 128 sum(x), and 128 sum(x) of each row and

@@ -85,7 +85,7 @@ class PackedWeights {
 // rounded to bf16 and each pair of k is one vdpbf16ps step, twice the multiply-adds per
 // instruction of f32 FMAs — llama.cpp's arithmetic for bf16 models, and transformers' when a
 // model runs in bf16. Products are exact; sums stay f32. linear() asks for it unless
-// TESSERA_CPU_BF16_DOT=0 (linear_cpu.h); callers here choose.
+// CpuKernelOptions::bf16_dot is off (linear_cpu.h); callers here choose.
 void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked = nullptr, bool bf16_dot = false);
 // Whether this CPU (and build) can run the bf16 dot-product kernel.
 bool cpu_has_bf16_dot();

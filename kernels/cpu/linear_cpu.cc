@@ -1,31 +1,19 @@
-// The CPU linear layer's front: picks the instruction-set flavour once (CPU support,
-// optionally lowered by TESSERA_CPU_ISA), picks the regime by M, and splits the GEMV's
-// output columns across OpenMP threads.
+// The CPU linear layer's front: the instruction-set flavour (CPU support, optionally
+// lowered by the options), the regime by M, and the GEMV's output columns split across
+// OpenMP threads.
 #include "kernels/cpu/linear_cpu.h"
 
 #include <cpuid.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/check.h"
-#include "common/logging.h"
 #include "kernels/cpu/decode_chunks.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_kernels.h"
 
 namespace tessera::cpu {
-
-const char* cpu_isa_name(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-  }
-  return "?";
-}
 
 CpuIsa detected_cpu_isa() {
   // __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0).
@@ -45,19 +33,9 @@ CpuIsa detected_cpu_isa() {
   return isa;
 }
 
-CpuIsa active_cpu_isa() {
-  static const CpuIsa isa = [] {
-    CpuIsa best = detected_cpu_isa();
-    const char* env = std::getenv("TESSERA_CPU_ISA");
-    if (env == nullptr || *env == '\0') return best;
-    for (CpuIsa candidate : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-      if (std::strcmp(env, cpu_isa_name(candidate)) == 0) return std::min(candidate, best);
-    }
-    TESSERA_LOG_WARN("TESSERA_CPU_ISA={} is not one of scalar, avx2, avx512; using {}", env,
-                     cpu_isa_name(best));
-    return best;
-  }();
-  return isa;
+CpuIsa usable_cpu_isa(std::optional<CpuIsa> limit) {
+  const CpuIsa best = detected_cpu_isa();
+  return limit ? std::min(*limit, best) : best;
 }
 
 int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype, bool bf16_dot) {
@@ -114,8 +92,8 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   const LinearArgs args{x, M, K, ldx, w, w_dtype, N, bias, y, ldy, act};
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
   // The GEMV/GEMM crossover depends on which GEMM would take the call.
-  const bool packed =
-      options.gemm == GemmKernel::kPacked || (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa, w_dtype, M));
+  const bool packed = options.gemm == GemmKernel::kPacked ||
+                      (options.gemm == GemmKernel::kAuto && packed_gemm_preferred(isa, w_dtype, M, options.gemm_policy));
   const int64_t gemv_rows =
       packed ? gemv_rows_before_packed_gemm(isa, w_dtype, options.bf16_dot) : linear_gemv_max_rows(w_dtype);
   const bool gemv = options.path == LinearPath::kGemv || (options.path == LinearPath::kAuto && M <= gemv_rows) || K == 0;
@@ -134,37 +112,20 @@ void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_
   }
 }
 
-bool bf16_dot_requested() {
-  // On by default: a bf16 model computes in bf16 in transformers, vLLM's CPU backend and
-  // llama.cpp alike, and on AVX512_BF16 CPUs it doubles the compute-bound throughput
-  // (docs/benchmarks.md). TESSERA_CPU_BF16_DOT=0 keeps f32 arithmetic (bit-exact with the
-  // reference kernels).
-  static const bool requested = [] {
-    const char* env = std::getenv("TESSERA_CPU_BF16_DOT");
-    if (env == nullptr || *env == '\0') return true;
-    if (std::strcmp(env, "0") == 0) return false;
-    if (std::strcmp(env, "1") == 0) {
-      if (!cpu_has_bf16_dot()) TESSERA_LOG_WARN("TESSERA_CPU_BF16_DOT=1: this CPU has no AVX512_BF16; bf16 weights keep f32 arithmetic");
-      return true;
-    }
-    TESSERA_LOG_WARN("TESSERA_CPU_BF16_DOT={} is not 0 or 1; using the default (bf16 dot products where the CPU has AVX512_BF16)", env);
-    return true;
-  }();
-  return requested;
+LinearOptions linear_options(const CpuKernelOptions& options) {
+  LinearOptions linear;
+  linear.isa = usable_cpu_isa(options.isa);
+  // bf16 dot products are on by default: a bf16 model computes in bf16 in transformers,
+  // vLLM's CPU backend and llama.cpp alike, and on AVX512_BF16 CPUs it doubles the
+  // compute-bound throughput (docs/benchmarks.md).
+  linear.bf16_dot = options.bf16_dot;
+  linear.gemm_policy = options.gemm;
+  return linear;
 }
 
-bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M) {
-  // TESSERA_CPU_GEMM=openblas|packed overrides the measured choice (for A/B runs of whole
-  // models in one binary); read once.
-  static const int forced = [] {
-    const char* env = std::getenv("TESSERA_CPU_GEMM");
-    if (env == nullptr || *env == '\0') return -1;
-    if (std::strcmp(env, "openblas") == 0) return 0;
-    if (std::strcmp(env, "packed") == 0) return 1;
-    TESSERA_LOG_WARN("TESSERA_CPU_GEMM={} is not one of openblas, packed; using the default", env);
-    return -1;
-  }();
-  if (forced >= 0) return forced == 1 && gemm_packed_supported(isa);
+bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M, GemmKernel policy) {
+  // A policy other than kAuto overrides the measured choice (A/B runs of whole models).
+  if (policy != GemmKernel::kAuto) return policy == GemmKernel::kPacked && gemm_packed_supported(isa);
   // Figures in docs/benchmarks.md ("Packed GEMM vs OpenBLAS"). AVX-512 CPUs: the 8 x 32
   // micro-kernel beat OpenBLAS at every measured shape and dtype (8-512 rows), so it takes
   // every call. AVX2 CPUs: the 6 x 16 kernel was 1.0-1.6x OpenBLAS at 8-64 rows for f32 and

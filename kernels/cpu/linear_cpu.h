@@ -10,10 +10,14 @@
 //    reads f32/f16/bf16 weights in their own dtype (gemm_packed.h) where it measures faster
 //    than OpenBLAS, else OpenBLAS sgemm with f16/bf16 weights widened panel by panel.
 // The SIMD flavour (AVX-512 / AVX2+FMA+F16C / portable scalar) is picked at run time from
-// what the CPU supports; TESSERA_CPU_ISA=scalar|avx2|avx512 lowers it (for tests and A/B runs).
+// what the CPU supports; CpuKernelOptions::isa lowers it (for tests and A/B runs). Every
+// choice comes in through LinearOptions (the CPU backend makes them from its
+// CpuKernelOptions, common/kernel_options.h); nothing here reads the process's environment.
 #include <cstdint>
+#include <optional>
 
 #include "common/dtype.h"
+#include "common/kernel_options.h"
 #include "kernels/activation.h"
 
 namespace tessera::cpu {
@@ -23,7 +27,7 @@ namespace tessera::cpu {
 // in a column range of a wider buffer (columns N..ldy-1 are never touched); x rows `ldx` apart
 // (ldx >= K). W: row-major [N, K] stored as f32, f16 or bf16, rows exactly K apart. bias may be
 // nullptr. Multi-threaded with OpenMP over omp_get_max_threads() threads. y must not overlap x,
-// W or bias.
+// W or bias. With the default CpuKernelOptions (the CPU backend passes its own).
 void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
             int64_t N, const float* bias, float* y, int64_t ldy, Activation act);
 
@@ -33,11 +37,11 @@ void linear(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DT
 // f16/bf16 16 rows (sgemm on 16-bit weights pays for widening them first).
 inline int64_t linear_gemv_max_rows(DType w_dtype) { return w_dtype == DType::kF32 ? 12 : 16; }
 
-// Instruction-set flavours of the kernels, lowest first.
-enum class CpuIsa : uint8_t { kScalar, kAvx2, kAvx512 };
-const char* cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512"
-// The best flavour this CPU supports (avx2 means AVX2 + FMA + F16C; avx512 means F + BW + VL).
+// The best flavour this CPU supports (CpuIsa, common/kernel_options.h).
 CpuIsa detected_cpu_isa();
+// The flavour kernels given `limit` (CpuKernelOptions::isa) run: detected_cpu_isa(), lowered
+// to `limit` when there is one (never raised above what the CPU supports).
+CpuIsa usable_cpu_isa(std::optional<CpuIsa> limit);
 
 // When the packed GEMM would take the larger calls, up to this many rows of x the GEMV runs
 // instead (bench/linear_bench.cc BM_GemmKernel kernels 1 vs 3, 4096 x 768):
@@ -49,9 +53,6 @@ CpuIsa detected_cpu_isa();
 //    (bf16_dot, the default where the CPU has AVX512_BF16) 1 row: 2 to 16 rows take
 //    gemv_bf16_dot, more the packed GEMM's bf16 dot kernel.
 int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype, bool bf16_dot = false);
-// What linear() uses: detected_cpu_isa(), lowered by TESSERA_CPU_ISA when set (never raised
-// above what the CPU supports). Read once.
-CpuIsa active_cpu_isa();
 
 namespace detail {
 // Knobs for tests and benchmarks; linear() uses the defaults.
@@ -63,22 +64,25 @@ enum class GemmThreading : uint8_t {
   kOmpPanels,    // OpenBLAS single-threaded; each OpenMP thread widens and sgemms its own panels
 };
 // Which GEMM runs the M > gemv rows regime: the packed GEMM (gemm_packed.h; weights read in
-// their own dtype) or OpenBLAS sgemm (linear_gemm.cc). kAuto: packed_gemm_preferred().
-enum class GemmKernel : uint8_t { kAuto, kPacked, kOpenBlas };
-// Whether bf16 weights on the packed GEMM multiply x rounded to bf16 with vdpbf16ps where
-// the CPU has AVX512_BF16 (gemm_packed.h says what that changes): yes unless
-// TESSERA_CPU_BF16_DOT=0; read once.
-bool bf16_dot_requested();
+// their own dtype) or OpenBLAS sgemm (linear_gemm.cc) (common/kernel_options.h).
+using ::tessera::cpu::GemmKernel;
 struct LinearOptions {
-  CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
+  // From the backend's CpuKernelOptions (linear_options below); the defaults are its defaults.
+  CpuIsa isa = detected_cpu_isa();  // clamped to detected_cpu_isa()
+  // Whether bf16 weights on the packed GEMM multiply x rounded to bf16 with vdpbf16ps where
+  // the CPU has AVX512_BF16 (gemm_packed.h says what that changes).
+  bool bf16_dot = true;
+  GemmKernel gemm_policy = GemmKernel::kAuto;  // packed_gemm_preferred's policy
+  // Forcing knobs for tests and benchmarks.
   LinearPath path = LinearPath::kAuto;
   GemmThreading threading = GemmThreading::kOmpPanels;  // OpenBLAS only
-  GemmKernel gemm = GemmKernel::kAuto;
-  bool bf16_dot = bf16_dot_requested();  // packed GEMM, bf16 weights only
+  GemmKernel gemm = GemmKernel::kAuto;  // kPacked / kOpenBlas: that kernel; kAuto: gemm_policy decides
 };
-// Whether kAuto picks the packed GEMM for this instruction set, weight dtype and row count
-// (by measurement; see linear_cpu.cc).
-bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M);
+LinearOptions linear_options(const CpuKernelOptions& options);
+// Whether the packed GEMM takes the GEMM regime for this instruction set, weight dtype and
+// row count: kAuto by measurement (see linear_cpu.cc), kPacked wherever the flavour has a
+// packed kernel, kOpenBlas never.
+bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M, GemmKernel policy = GemmKernel::kAuto);
 void linear_with(const LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                  const void* w, DType w_dtype, int64_t N, const float* bias, float* y, int64_t ldy,
                  Activation act);

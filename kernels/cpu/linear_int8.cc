@@ -6,12 +6,9 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "common/check.h"
-#include "common/logging.h"
 #include "kernels/cpu/decode_chunks.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/linear_int8_kernels.h"
@@ -118,7 +115,7 @@ float* panel_buffer(int64_t floats) {
   return buffer.data();
 }
 
-// Prefill where the packed GEMM does not run (the scalar build, TESSERA_CPU_GEMM=openblas):
+// Prefill where the packed GEMM does not run (the scalar build, the openblas gemm policy):
 // each OpenMP thread dequantizes and multiplies its own output columns with a
 // single-threaded OpenBLAS (one thread pool only; linear_gemm.cc explains why).
 void gemm(CpuIsa isa, const Int8LinearArgs& a) {
@@ -167,23 +164,21 @@ Int16XArgs quantize_x_int16(CpuIsa isa, const Int8LinearArgs& a) {
   return Int16XArgs{&a, xq.data(), xs.data()};
 }
 
-namespace {
-bool int16_x_disabled() {
-  static const bool disabled = [] {
-    const char* env = std::getenv("TESSERA_CPU_INT8_X16");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return false;
-    if (std::strcmp(env, "0") == 0) return true;
-    TESSERA_LOG_WARN("TESSERA_CPU_INT8_X16={} is not 0 or 1; int8 keeps its default kernels", env);
-    return false;
-  }();
-  return disabled;
+Int8LinearOptions int8_linear_options(const CpuKernelOptions& options) {
+  Int8LinearOptions int8;
+  int8.isa = usable_cpu_isa(options.isa);
+  int8.int8_activations = options.int8_dot;
+  int8.int16_x = options.int8_x16;
+  int8.gemm_policy = options.gemm;
+  return int8;
 }
-}  // namespace
 
-bool int8_gemv_uses_int16_x(CpuIsa isa) { return !int16_x_disabled() && isa != CpuIsa::kScalar; }
+bool int8_gemv_uses_int16_x(const Int8LinearOptions& options) {
+  return options.int16_x && std::min(options.isa, detected_cpu_isa()) != CpuIsa::kScalar;
+}
 
-bool int8_gemm_uses_int16_x(CpuIsa isa) {
-  return !int16_x_disabled() && isa == CpuIsa::kAvx512 && cpu_has_avx512_vnni();
+bool int8_gemm_uses_int16_x(const Int8LinearOptions& options) {
+  return options.int16_x && std::min(options.isa, detected_cpu_isa()) == CpuIsa::kAvx512 && cpu_has_avx512_vnni();
 }
 
 void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
@@ -195,7 +190,9 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
   TESSERA_CHECK_GE(ldy, N);
   if (M == 0 || N == 0) return;
   const Int8LinearArgs args{x, M, K, ldx, w, scales, group, N, bias, y, ldy, act};
-  const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
+  Int8LinearOptions clamped = options;
+  clamped.isa = std::min(options.isa, detected_cpu_isa());
+  const CpuIsa isa = clamped.isa;
   const bool use_gemv = options.path == LinearPath::kGemv ||
                         (options.path == LinearPath::kAuto && M <= linear_int8_gemv_max_rows(options)) || K == 0;
   if (options.int8_activations && K > 0) {
@@ -207,13 +204,13 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
     } else {
       gemv_int8_activations(isa, args);
     }
-  } else if (use_gemv && detail::int8_gemv_uses_int16_x(isa)) {
+  } else if (use_gemv && int8_gemv_uses_int16_x(clamped)) {
     gemv_int16_x(isa, args);
   } else if (use_gemv) {
     gemv(isa, args);
-  } else if (detail::int8_gemm_uses_int16_x(isa)) {
+  } else if (int8_gemm_uses_int16_x(clamped)) {
     detail::gemm_int8_x16_avx512_vnni(args);
-  } else if (packed_gemm_preferred(isa, DType::kI8, M)) {
+  } else if (packed_gemm_preferred(isa, DType::kI8, M, options.gemm_policy)) {
     // The packed GEMM widens each K block of int8 panels to f32 as it packs them
     // (gemm_packed.h); 1.04-1.50x dequantize + OpenBLAS at 32-2048 rows (docs/benchmarks.md, int8 section).
     const LinearArgs wide{x, M, K, ldx, w, DType::kI8, N, bias, y, ldy, act};
@@ -224,17 +221,6 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
 }
 
 }  // namespace detail
-
-bool int8_dot_requested() {
-  static const bool requested = [] {
-    const char* env = std::getenv("TESSERA_CPU_INT8_DOT");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
-    if (std::strcmp(env, "1") == 0) return true;
-    TESSERA_LOG_WARN("TESSERA_CPU_INT8_DOT={} is not 0 or 1; int8 weights keep f32 activations", env);
-    return false;
-  }();
-  return requested;
-}
 
 int64_t linear_int8_gemv_max_rows(const detail::Int8LinearOptions& options) {
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());

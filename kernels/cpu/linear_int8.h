@@ -11,19 +11,20 @@
 //    Each weight row is streamed once per tile of rows of x; a group's products are summed
 //    apart and scaled once per group. With AVX2 or AVX-512, x in 16-bit fixed point per
 //    group and integer products (vpmaddwd, vpdpwssd with VNNI); otherwise (scalar build,
-//    TESSERA_CPU_INT8_X16=0) int8 widened to f32 in registers and x exact.
+//    int8_x16 off) int8 widened to f32 in registers and x exact.
 //  - larger M (prefill, batched decode): compute bound. On AVX-512 VNNI CPUs the GEMM of
 //    gemm_int8_vnni.cc (x in 16-bit fixed point, as the GEMV); elsewhere the packed GEMM
 //    (gemm_packed.h) dequantizes each panel's K block to f32 as it packs it and runs its
-//    f32 micro-kernel; where that has no kernel (scalar build) or TESSERA_CPU_GEMM=openblas,
+//    f32 micro-kernel; where that has no kernel (scalar build) or the gemm policy is openblas,
 //    panels of rows are dequantized and go to OpenBLAS sgemm.
-//  - Opt-in, not weight-only (int8_activations, TESSERA_CPU_INT8_DOT=1): x quantized to 8
+//  - Opt-in, not weight-only (int8_activations, CpuKernelOptions::int8_dot): x quantized to 8
 //    bits per group like the weights (llama.cpp's q8_0 x q8_0) at every M, so prompt and
 //    decode share one arithmetic: GEMV-shaped integer dot products, and above the GEMV's rows
 //    on AVX-512 VNNI the same GEMM with 8-bit x (vpdpbusd: twice the products per
 //    instruction).
-// Measured in bench/linear_int8_bench.cc; docs/quantization.md has the figures. The SIMD
-// flavour is the one linear() uses (active_cpu_isa(); TESSERA_CPU_ISA lowers it).
+// Measured in bench/linear_int8_bench.cc; docs/quantization.md has the figures. Every choice
+// (flavour, int8_x16, int8_dot, gemm) comes in through Int8LinearOptions, made by the CPU
+// backend from its CpuKernelOptions (common/kernel_options.h).
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -38,14 +39,10 @@ namespace tessera::cpu {
 void quantize_int8(const void* w, DType w_dtype, int64_t N, int64_t K, int64_t group, int8_t* q, float* scales);
 
 // y[M, N] = x[M, K] · dequant(W)^T (+ bias[N]) (then `act`). Strides and aliasing rules as
-// linear() in linear_cpu.h; K % group == 0 and group % 32 == 0.
+// linear() in linear_cpu.h; K % group == 0 and group % 32 == 0. With the default
+// CpuKernelOptions (the CPU backend passes its own).
 void linear_int8(const float* x, int64_t M, int64_t K, int64_t ldx, const int8_t* w, const float* scales,
                  int64_t group, int64_t N, const float* bias, float* y, int64_t ldy, Activation act);
-
-// TESSERA_CPU_INT8_DOT=1: int8 weights multiply x quantized per group too (integer dot
-// products, llama.cpp's q8_0 x q8_0 arithmetic) at every M, prefill included, so prompt and
-// decode see the same numerics and tessera-perplexity measures what it costs; read once.
-bool int8_dot_requested();
 
 namespace detail {
 struct Int8LinearOptions;
@@ -57,20 +54,24 @@ int64_t linear_int8_gemv_max_rows(const detail::Int8LinearOptions& options);
 
 namespace detail {
 struct Int8LinearOptions {
-  CpuIsa isa = active_cpu_isa();  // clamped to detected_cpu_isa()
-  LinearPath path = LinearPath::kAuto;
-  // false = the weight-only kernels that widen int8 to f32 (x exact, the default); true = x
-  // quantized per group too and integer dot products (see above), for every M: the dot
-  // kernel's tiles of up to 8 rows of x serve prefill as well.
-  bool int8_activations = int8_dot_requested();
+  // From the backend's CpuKernelOptions (int8_linear_options below); the defaults are its defaults.
+  CpuIsa isa = detected_cpu_isa();  // clamped to detected_cpu_isa()
+  // false = the weight-only kernels (the default); true = x quantized per group too and
+  // integer dot products (int8_dot; see above), for every M: the dot kernel's tiles of up
+  // to 8 rows of x serve prefill as well, so prompt and decode see the same numerics.
+  bool int8_activations = false;
+  bool int16_x = true;  // int8_x16: see int8_gemv_uses_int16_x
+  GemmKernel gemm_policy = GemmKernel::kAuto;  // the f32-x GEMM regime: packed_gemm_preferred
+  LinearPath path = LinearPath::kAuto;  // forcing knob for tests and benchmarks
 };
-// Whether int8 weights on `isa` multiply x carried in 16-bit fixed point per group with
-// integer dot products (linear_int8_kernels.h): x is then off by at most 2^-16 of its
-// group's largest |x|. The GEMV does on AVX2 and AVX-512 (vpmaddwd; vpdpwssd with VNNI),
-// the GEMM on AVX-512 VNNI CPUs. TESSERA_CPU_INT8_X16=0 turns both off (f32 x, the kernels
-// that widen int8 to f32; A/B benchmarking).
-bool int8_gemv_uses_int16_x(CpuIsa isa);
-bool int8_gemm_uses_int16_x(CpuIsa isa);
+Int8LinearOptions int8_linear_options(const CpuKernelOptions& options);
+// Whether int8 weights multiply x carried in 16-bit fixed point per group with integer dot
+// products (linear_int8_kernels.h): x is then off by at most 2^-16 of its group's largest
+// |x|. The GEMV does on AVX2 and AVX-512 (vpmaddwd; vpdpwssd with VNNI), the GEMM on
+// AVX-512 VNNI CPUs, unless options.int16_x is off (f32 x, the kernels that widen int8 to
+// f32; A/B benchmarking).
+bool int8_gemv_uses_int16_x(const Int8LinearOptions& options);
+bool int8_gemm_uses_int16_x(const Int8LinearOptions& options);
 void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
                       const int8_t* w, const float* scales, int64_t group, int64_t N, const float* bias, float* y,
                       int64_t ldy, Activation act);

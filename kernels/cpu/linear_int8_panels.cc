@@ -45,9 +45,9 @@ void pack_int8_panels(const int8_t* q, const float* scales, int64_t N, int64_t K
   }
 }
 
-bool int8_panels_preferred() {
-  return active_cpu_isa() == CpuIsa::kAvx512 && detail::cpu_has_avx512_vnni() &&
-         detail::int8_gemm_uses_int16_x(CpuIsa::kAvx512) && !int8_dot_requested();
+bool int8_panels_preferred(const CpuKernelOptions& options) {
+  const detail::Int8LinearOptions int8 = detail::int8_linear_options(options);
+  return int8.isa == CpuIsa::kAvx512 && detail::int8_gemm_uses_int16_x(int8) && !int8.int8_activations;
 }
 
 namespace detail {

@@ -29,11 +29,11 @@ inline int64_t int8_panel_count(int64_t N) { return (N + kInt8PanelColumns - 1) 
 void pack_int8_panels(const int8_t* q, const float* scales, int64_t N, int64_t K, int64_t group, int8_t* wp,
                       float* sp);
 
-// Whether int8 linears should be stored as panels here: the CPU has AVX-512 VNNI, linear()
-// runs AVX-512 (TESSERA_CPU_ISA does not lower it), x is carried in 16 bits
-// (TESSERA_CPU_INT8_X16 is not 0) and int8 activations are not requested
-// (TESSERA_CPU_INT8_DOT). Where this is false the row-major kernels of linear_int8.h run.
-bool int8_panels_preferred();
+// Whether int8 linears should be stored as panels for a backend with these options: the CPU
+// has AVX-512 VNNI, `options.isa` does not lower the flavour below AVX-512, x is carried in
+// 16 bits (int8_x16) and int8 activations are not requested (int8_dot). Where this is false
+// the row-major kernels of linear_int8.h run.
+bool int8_panels_preferred(const CpuKernelOptions& options);
 
 // y[M, N] = x[M, K] · dequant(W)^T (+ bias) (then `act`), W in panels (K % group == 0,
 // group % 32 == 0). Only where the CPU has AVX-512 VNNI.

@@ -37,7 +37,9 @@ __attribute__((target("avx2,fma"))) double sum_exp_avx2(const float* x, int64_t 
 }  // namespace
 
 double sum_exp_shifted(const float* x, int64_t n, float max) {
-  if (active_cpu_isa() >= CpuIsa::kAvx2) return sum_exp_avx2(x, n, max);
+  // The sampler's, not a backend's: it runs on the host whatever the backend, so the CPU's
+  // own flavour (CpuKernelOptions::isa is a backend's choice).
+  if (detected_cpu_isa() >= CpuIsa::kAvx2) return sum_exp_avx2(x, n, max);
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - max);
   return sum;

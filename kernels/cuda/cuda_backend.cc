@@ -52,10 +52,10 @@ int checked_int(int64_t v, const char* what) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device) {}
+CudaBackend::CudaBackend(int device, bool sync_every_launch) : device_(device), sync_every_launch_(sync_every_launch) {}
 
-StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device) {
-  std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+StatusOr<std::unique_ptr<Backend>> CudaBackend::create(int device, bool sync_every_launch) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend(device, sync_every_launch));
   Status st = b->init();
   if (!st.is_ok()) return st.with_context("backend 'cuda' on device " + std::to_string(device));
   return std::unique_ptr<Backend>(std::move(b));
@@ -83,8 +83,6 @@ Status CudaBackend::init() {
   weights_ = std::make_shared<cuda::DeviceArena>();
   workspace_ = std::make_unique<cuda::Workspace>();
   staging_ = std::make_unique<cuda::StagingRing>();
-  const char* sync = std::getenv("TESSERA_CUDA_SYNC");
-  sync_every_launch_ = sync != nullptr && std::string(sync) != "0";
   return Status::ok();
 }
 

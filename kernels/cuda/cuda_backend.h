@@ -12,8 +12,9 @@
 // (q, k, v, rotary's and head_rms_norm's x, gated_act's gate and up) are device pointers.
 //
 // Synchronisation: every op is enqueued on the backend's stream and returns; copy_to_host
-// and copy_from_host synchronise. TESSERA_CUDA_SYNC=1 synchronises and checks after every
-// launch (names the failing op).
+// and copy_from_host synchronise. Made with sync_every_launch (TESSERA_CUDA_SYNC=1,
+// KernelOptions in common/kernel_options.h) it synchronises and checks after every launch
+// (names the failing op).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,8 +37,9 @@ class StagingRing;
 class CudaBackend final : public Backend {
  public:
   // Fails (as a Status) when the device cannot be used: no device, a driver error, cuBLAS
-  // failing to initialise.
-  static StatusOr<std::unique_ptr<Backend>> create(int device = 0);
+  // failing to initialise. sync_every_launch: synchronise and check after every launch
+  // (debugging; KernelOptions::cuda_sync_every_launch).
+  static StatusOr<std::unique_ptr<Backend>> create(int device = 0, bool sync_every_launch = false);
   ~CudaBackend() override;
 
   BackendKind kind() const override { return BackendKind::kCuda; }
@@ -86,10 +88,10 @@ class CudaBackend final : public Backend {
                                const std::vector<float>& scale, const TensorView& out) override;
 
  private:
-  explicit CudaBackend(int device);
+  CudaBackend(int device, bool sync_every_launch);
   Status init();
 
-  // After every launch: the launch error, and with TESSERA_CUDA_SYNC=1 the kernel's own.
+  // After every launch: the launch error, and with sync_every_launch_ the kernel's own.
   void after_launch(const char* op);
   // Fails loudly if a kernel reported a bad argument (e.g. a token id outside the vocabulary).
   void check_device_errors();

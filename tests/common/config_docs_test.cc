@@ -20,7 +20,7 @@ std::map<std::string, std::string> documented_defaults() {
   std::map<std::string, std::string> out;
   std::istringstream in(testing::read_file(testing::source_dir() + "/docs/configuration.md"));
   // Cells are split at " | " (a type like `a` \| `b` escapes its bars).
-  const std::regex row(R"(^\| `([a-z_.]+)` \| (.*?[^\\]) \| (.*?[^\\]) \| )");
+  const std::regex row(R"(^\| `([a-z0-9_.]+)` \| (.*?[^\\]) \| (.*?[^\\]) \| )");
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
     if (std::regex_search(line, m, row)) out[m[1]] = m[3];

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/kernel_options.h"
 #include "kernels/cpu/linear_cpu.h"
 
 namespace tessera::cpu {
@@ -200,10 +201,9 @@ TEST_P(GemmPackedTest, LinearFrontUsesIt) {
   EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)));
 }
 
-// By default (TESSERA_CPU_BF16_DOT unset) bf16 weights past the GEMV rows take the bf16 dot
-// kernel where the CPU has AVX512_BF16, and keep the f32 FMA chain elsewhere.
+// By default (CpuKernelOptions{}: bf16_dot on) bf16 weights past the GEMV rows take the bf16
+// dot kernel where the CPU has AVX512_BF16, and keep the f32 FMA chain elsewhere.
 TEST(GemmPackedDefaults, Bf16WeightsTakeTheBf16DotKernelWhereTheCpuHasIt) {
-  if (std::getenv("TESSERA_CPU_BF16_DOT") != nullptr) GTEST_SKIP() << "TESSERA_CPU_BF16_DOT is set";
   if (!gemm_packed_supported(detected_cpu_isa())) GTEST_SKIP() << "no packed GEMM kernel on this CPU";
   std::mt19937 rng(4);
   const GemmCase c{33, 300, 200, true, Activation::kNone, false};
@@ -212,11 +212,27 @@ TEST(GemmPackedDefaults, Bf16WeightsTakeTheBf16DotKernelWhereTheCpuHasIt) {
   linear(d.x.data(), c.M, c.K, c.K, d.w(DType::kBF16), DType::kBF16, c.N, d.bias.data(), y.data(), c.N, c.act);
   const LinearArgs args{d.x.data(), c.M, c.K, c.K, d.w(DType::kBF16), DType::kBF16, c.N, d.bias.data(), want.data(),
                         c.N, c.act};
-  gemm_packed(active_cpu_isa(), args, nullptr, /*bf16_dot=*/true);
-  if (!cpu_has_bf16_dot() || active_cpu_isa() != CpuIsa::kAvx512) {
+  gemm_packed(detected_cpu_isa(), args, nullptr, /*bf16_dot=*/true);
+  if (!cpu_has_bf16_dot() || detected_cpu_isa() != CpuIsa::kAvx512) {
     want = fma_chain_reference(c, d);
     std::cout << "NOTE: no AVX512_BF16 here; checked that bf16 weights keep f32 arithmetic\n";
   }
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)));
+}
+
+// bf16_dot off (worker.cpu.bf16_dot: false, TESSERA_CPU_BF16_DOT=0), in the same process as
+// the default above: the same call keeps the f32 FMA chain, bit for bit.
+TEST(GemmPackedDefaults, Bf16DotOffKeepsTheF32FmaChain) {
+  if (!gemm_packed_supported(detected_cpu_isa())) GTEST_SKIP() << "no packed GEMM kernel on this CPU";
+  std::mt19937 rng(4);
+  const GemmCase c{33, 300, 200, true, Activation::kNone, false};
+  const GemmData d = make_gemm_data(c, DType::kBF16, rng);
+  CpuKernelOptions off;
+  off.bf16_dot = false;
+  std::vector<float> y(static_cast<size_t>(c.M * c.N));
+  linear_with(linear_options(off), d.x.data(), c.M, c.K, c.K, d.w(DType::kBF16), DType::kBF16, c.N, d.bias.data(),
+              y.data(), c.N, c.act);
+  const std::vector<float> want = fma_chain_reference(c, d);
   EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)));
 }
 
@@ -377,7 +393,7 @@ TEST(GemvBf16Dot, MatchesTheReferenceOfBf16RoundedX) {
     options.bf16_dot = true;
     linear_with(options, d.x.data(), c.M, c.K, d.ldx, d.w(DType::kBF16), DType::kBF16, c.N, c.bias ? d.bias.data() : nullptr,
                 routed.data(), d.ldy, c.act);
-    if (active_cpu_isa() == CpuIsa::kAvx512) {
+    if (detected_cpu_isa() == CpuIsa::kAvx512) {
       EXPECT_EQ(0, std::memcmp(routed.data(), y.data(), y.size() * sizeof(float))) << describe_gemm_case(c, DType::kBF16);
     }
   }

@@ -13,16 +13,19 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/kernel_options.h"
 
 namespace tessera {
 // Test names and failure messages print the dtype's name, not its bytes.
@@ -32,8 +35,10 @@ inline void PrintTo(DType dtype, std::ostream* os) { *os << dtype_name(dtype); }
 namespace tessera::cpu {
 namespace {
 
+using detail::linear_options;
 using detail::LinearOptions;
 using detail::LinearPath;
+using detail::packed_gemm_preferred;
 
 double gelu_ref(double v) {
   return v * 0.5 * (1.0 + std::tanh(0.79788456 * v * (1.0 + 0.044715 * v * v)));
@@ -227,23 +232,39 @@ INSTANTIATE_TEST_SUITE_P(AllWeightDtypes, LinearCpuTest,
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(LinearCpu, ReportsIsaFlavours) {
-  EXPECT_LE(active_cpu_isa(), detected_cpu_isa());
+  EXPECT_LE(linear_options(CpuKernelOptions{}).isa, detected_cpu_isa());
   if (detected_cpu_isa() < CpuIsa::kAvx512) {
     std::cout << "NOTE: this CPU has no AVX-512 (detected " << cpu_isa_name(detected_cpu_isa())
               << "); the AVX-512 kernels were not exercised here\n";
   }
 }
 
-// TESSERA_CPU_ISA lowers the flavour (read once per process, so checked in a fresh one:
-// the "threadsafe" death-test style re-executes this binary for the child).
+// TESSERA_CPU_ISA lowers the flavour: resolved into the options (no fork, no setenv), and
+// the options into what the kernels run; never raised above what the CPU supports.
 TEST(LinearCpu, EnvironmentSelectsScalarFlavour) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        setenv("TESSERA_CPU_ISA", "scalar", 1);
-        std::exit(active_cpu_isa() == CpuIsa::kScalar ? 0 : 1);
-      },
-      ::testing::ExitedWithCode(0), "");
+  const StatusOr<KernelOptions> resolved = resolve_kernel_options({}, {{"TESSERA_CPU_ISA", "scalar"}});
+  ASSERT_TRUE(resolved.is_ok()) << resolved.status().to_string();
+  EXPECT_EQ(linear_options(resolved.value().cpu).isa, CpuIsa::kScalar);
+  EXPECT_EQ(usable_cpu_isa(CpuIsa::kScalar), CpuIsa::kScalar);
+  EXPECT_EQ(usable_cpu_isa(std::nullopt), detected_cpu_isa());
+  EXPECT_EQ(usable_cpu_isa(CpuIsa::kAvx512), detected_cpu_isa());
+  EXPECT_EQ(usable_cpu_isa(CpuIsa::kAvx2), std::min(CpuIsa::kAvx2, detected_cpu_isa()));
+}
+
+// Each switch of CpuKernelOptions reaches LinearOptions.
+TEST(LinearCpu, OptionsCarryEverySwitch) {
+  CpuKernelOptions options;
+  options.bf16_dot = false;
+  options.gemm = GemmKernel::kOpenBlas;
+  const LinearOptions linear = linear_options(options);
+  EXPECT_FALSE(linear.bf16_dot);
+  EXPECT_EQ(linear.gemm_policy, GemmKernel::kOpenBlas);
+  EXPECT_EQ(linear.gemm, GemmKernel::kAuto);  // the forcing knob stays the tests'
+  EXPECT_TRUE(linear_options(CpuKernelOptions{}).bf16_dot);
+  EXPECT_FALSE(packed_gemm_preferred(detected_cpu_isa(), DType::kF32, 64, GemmKernel::kOpenBlas));
+  EXPECT_EQ(packed_gemm_preferred(CpuIsa::kScalar, DType::kF32, 64, GemmKernel::kPacked), false);
+  EXPECT_EQ(packed_gemm_preferred(detected_cpu_isa(), DType::kF32, 512, GemmKernel::kPacked),
+            detected_cpu_isa() != CpuIsa::kScalar);
 }
 
 TEST(LinearCpu, EmptyKGivesBias) {

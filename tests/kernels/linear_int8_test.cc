@@ -62,6 +62,7 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
     opt.isa = GetParam();
     opt.path = path;
     opt.int8_activations = int8_activations;
+    opt.int16_x = int16_x_;
     if (panels) {
       std::vector<int8_t> wp(int8_panel_count(c.N) * c.K * kInt8PanelColumns, 99);
       std::vector<float> sp(int8_panel_count(c.N) * (c.K / c.group) * kInt8PanelColumns, 99.0f);
@@ -76,8 +77,8 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
     // weight-only kernels of AVX-512 VNNI CPUs with x in 16-bit fixed point per group.
     std::vector<float> xr = x;
     const bool gemv = path == LinearPath::kGemv || (path == LinearPath::kAuto && c.M <= linear_int8_gemv_max_rows(opt));
-    if (panels || (!int8_activations && (gemv ? detail::int8_gemv_uses_int16_x(GetParam())
-                                              : detail::int8_gemm_uses_int16_x(GetParam())))) {
+    if (panels || (!int8_activations && (gemv ? detail::int8_gemv_uses_int16_x(opt)
+                                              : detail::int8_gemm_uses_int16_x(opt)))) {
       for (int64_t i = 0; i < c.M * c.K; i += c.group) {
         float amax = 0.0f;
         for (int64_t k = 0; k < c.group; ++k) amax = std::max(amax, std::fabs(x[i + k]));
@@ -109,6 +110,9 @@ class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
       }
     }
   }
+
+  // false: x stays f32 and the kernels that widen int8 run (CpuKernelOptions::int8_x16 off).
+  bool int16_x_ = true;
 };
 
 TEST_P(LinearInt8Test, GemvMatchesDequantizedReference) {
@@ -117,6 +121,18 @@ TEST_P(LinearInt8Test, GemvMatchesDequantizedReference) {
                             Int8Case{8, 70, 128, 64}, Int8Case{9, 5, 64, 32}, Int8Case{16, 17, 256, 64}}) {
     check(c, LinearPath::kGemv, false, Activation::kNone);
     check(c, LinearPath::kGemv, true, Activation::kSilu);
+  }
+}
+
+// The int8_x16 switch off: both regimes multiply the exact f32 x (the reference does not
+// round it), which the process-wide TESSERA_CPU_INT8_X16=0 used to be needed for.
+TEST_P(LinearInt8Test, F32XKernelsWhenInt16XIsOff) {
+  int16_x_ = false;
+  for (const Int8Case& c : {Int8Case{1, 37, 192, 64}, Int8Case{3, 45, 512, 256}, Int8Case{5, 33, 192, 96},
+                            Int8Case{16, 17, 256, 64}, Int8Case{40, 300, 256, 128}, Int8Case{33, 70, 480, 96}}) {
+    check(c, LinearPath::kGemv, true, Activation::kSilu);
+    check(c, LinearPath::kGemm, false, Activation::kNone);
+    check(c, LinearPath::kAuto, true, Activation::kNone);
   }
 }
 

@@ -44,7 +44,9 @@ class WorkerGroupExecutor final : public LocalExecutor {
 
 StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOptions& o, const SchedulerConfig& sc) {
   auto rt = std::make_unique<InProcessExecutor>();
-  TESSERA_ASSIGN_OR_RETURN(rt->backend_, make_backend(o.backend, o.threads));
+  // No configuration here: the kernels' defaults with the TESSERA_CPU_* variables over them.
+  TESSERA_ASSIGN_OR_RETURN(const KernelOptions kernels, kernel_options_from_environment());
+  TESSERA_ASSIGN_OR_RETURN(rt->backend_, make_backend(o.backend, BackendOptions{o.threads, 0, kernels}));
   ModelLoadOptions lo;
   lo.dtype = o.dtype;
   lo.kernel_inject = o.kernel_inject;
@@ -77,6 +79,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.worker.threads = o.threads;
   TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
   TESSERA_RETURN_IF_ERROR(validate_config(c));
+  TESSERA_RETURN_IF_ERROR(kernel_options_from_environment(c.worker.cpu).status());
   // Checked here, once, rather than have every worker fail with the same message.
   TESSERA_RETURN_IF_ERROR(check_deployment(c).status());
   TESSERA_ASSIGN_OR_RETURN(const std::string config_path, rt->dir_.write_file("config.yaml", worker_config_yaml(c)));

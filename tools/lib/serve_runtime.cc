@@ -113,6 +113,8 @@ Status serve(ServeOptions o) {
   TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
   c.model.path = std::filesystem::absolute(c.model.path).lexically_normal().string();
   TESSERA_RETURN_IF_ERROR(validate_config(c));
+  // The local workers resolve worker.cpu under this environment: a bad TESSERA_CPU_* is one error here.
+  TESSERA_RETURN_IF_ERROR(kernel_options_from_environment(c.worker.cpu).status());
   TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> api_keys, configured_api_keys(c.server.http));
 
   // The model's shape, the plan and the tokenizer, checked here before any worker starts.
