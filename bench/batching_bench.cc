@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
 #include "kernels/backend.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"

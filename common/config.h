@@ -68,7 +68,7 @@ struct ParallelSection {
 };
 
 // cache.num_blocks "auto" sizes the pool from what the workers report when they register
-// (coordinator/kv_pool_sizing.h): CUDA ranks give memory_fraction of their free device
+// (coordinator/cluster/kv_pool_sizing.h): CUDA ranks give memory_fraction of their free device
 // memory, CPU ranks cpu_kv_bytes; either less that rank's weights; the smallest rank wins.
 struct CacheSection {
   int block_size = 16;                  // tokens per KV block
@@ -87,7 +87,7 @@ struct SchedulerSection {
   std::optional<int64_t> max_model_len;  // nullopt = the model's max_position_embeddings
   BatchingMode mode = BatchingMode::kContinuous;
   // While sequences decode, a step's prompt tokens are capped so it takes at most this many
-  // times the decodes alone (coordinator/step_cost_model.h); 0 = no cap. Off by default since
+  // times the decodes alone (coordinator/engine/step_cost_model.h); 0 = no cap. Off by default since
   // max_tpot_slowdown bounds what streams average and, through each stream's credit, how long
   // any one step may stall them (docs/scheduler.md, "Decode latency budget").
   double max_decode_slowdown = 0.0;
@@ -138,7 +138,7 @@ struct ServerSection {
   // before they get 503; 0 = at once.
   int worker_restart_wait_s = 30;
   // Before the first request: a few throwaway steps (the longest prefill chunk, a small
-  // decode batch) so early requests do not pay for cold buffers (coordinator/engine_warm_up.h).
+  // decode batch) so early requests do not pay for cold buffers (coordinator/engine/engine_warm_up.h).
   bool warm_up = true;
   // The chat template: "" = the model's own (tokenizer_config.json), or the built-in llama2
   // when it has none; a built-in name ("llama2", "chatml") or a template file's path

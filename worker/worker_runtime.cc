@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/communicator.h"
-#include "common/curve_keys.h"
+#include "common/zmq/curve_keys.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
 #ifdef TESSERA_WITH_CUDA

@@ -8,8 +8,8 @@
 
 #include "common/config.h"
 #include "common/private_temp_dir.h"
-#include "coordinator/cluster.h"
-#include "coordinator/local_workers.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/cluster/local_workers.h"
 #include "kernels/backend.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"

@@ -15,18 +15,18 @@
 #include <thread>
 
 #include "common/checkpoint.h"
-#include "common/curve_keys.h"
+#include "common/zmq/curve_keys.h"
 #include "common/logging.h"
 #include "common/private_temp_dir.h"
 #include "common/secret_file.h"
 #include "common/tokenizer/tokenizer.h"
-#include "coordinator/chat_template.h"
-#include "coordinator/cluster.h"
-#include "coordinator/engine_service.h"
-#include "coordinator/engine_warm_up.h"
-#include "coordinator/http_server.h"
-#include "coordinator/local_workers.h"
-#include "coordinator/zmq_client_server.h"
+#include "coordinator/api/chat_template.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/engine/engine_service.h"
+#include "coordinator/engine/engine_warm_up.h"
+#include "coordinator/server/http_server.h"
+#include "coordinator/cluster/local_workers.h"
+#include "coordinator/server/zmq_client_server.h"
 #include "tools/lib/shutdown_signals.h"
 #include "worker/kv_cache.h"
 #include "worker/model_config.h"
@@ -168,7 +168,7 @@ Status serve(ServeOptions o) {
 
   // Workers: the group binds first, then (tessera-serve) the local ranks start. With
   // cache.num_blocks auto the pool is sized once every rank has registered and reported
-  // its memory (coordinator/cluster.h).
+  // its memory (coordinator/cluster/cluster.h).
   ClusterOptions co;
   co.config = c;
   co.kv_dtype = c.model.dtype;
