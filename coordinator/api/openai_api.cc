@@ -404,35 +404,33 @@ std::string chat_chunk(const ApiRequest& request, const std::string& id, int64_t
   return dump(out);
 }
 
-}  // namespace
-
-bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& ctx, ApiRequest* out,
-                       ApiError* error) {
-  *out = ApiRequest();
-  out->endpoint = endpoint;
-  out->model = ctx.model_name;
+// The body as JSON: depth-checked before parsing, then an object. Chat bodies keep their key
+// order: the template prints tool schemas and arguments with tojson, in the client's order
+// (Python dict order), so they are read as ordered_json; `j` is the same body unordered.
+bool parse_body(std::string_view body, nlohmann::ordered_json* ordered, json* j, ApiError* error) {
   // Values are copied and converted recursively below: a body nested deeper than any real
   // request is refused before it is parsed.
   if (json_nesting_depth(body) > kMaxJsonDepth) {
     *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     return false;
   }
-  // Chat bodies keep their key order: the template prints tool schemas and arguments with
-  // tojson, in the client's order (Python dict order), so they are read as ordered_json.
-  const nlohmann::ordered_json ordered =
-      nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (ordered.is_discarded()) {
+  *ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (ordered->is_discarded()) {
     *error = bad_request("", "the request body is not valid JSON");
     return false;
   }
-  json j = ordered;
-  if (!j.is_object()) {
+  *j = *ordered;
+  if (!j->is_object()) {
     *error = bad_request("", "the request body must be a JSON object");
     return false;
   }
-  const bool chat = endpoint == ApiEndpoint::kChatCompletions;
-  FieldReader f(j, error);
+  return true;
+}
 
+// "model" names the served model (or is absent); the endpoint's required field comes before
+// the others (a chat body sent to /v1/completions lacks 'prompt'); then unknown fields.
+bool check_model_and_fields(ApiEndpoint endpoint, const json& j, const ApiContext& ctx, FieldReader& f,
+                            ApiError* error) {
   std::string model;
   f.string("model", &model);
   if (f.failed()) return false;
@@ -444,27 +442,44 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     error->message = "The model '" + model + "' does not exist (this server serves '" + ctx.model_name + "')";
     return false;
   }
-
-  // The endpoint's required field before the others: a chat body sent to /v1/completions lacks 'prompt'.
-  const char* required = chat ? "messages" : "prompt";
+  const char* required = endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
   if (auto it = j.find(required); it == j.end() || it->is_null()) {
     *error = bad_request(required, std::string("'") + required + "' is required");
     return false;
   }
-  if (!check_request_fields(endpoint, j, error)) return false;
+  return check_request_fields(endpoint, j, error);
+}
 
-  SamplingParams sp;
-  f.number("temperature", &sp.temperature, 0.0, 2.0);
-  f.number("top_p", &sp.top_p, 0.0, 1.0, /*lo_open=*/true);
+// What every Request made from one API request shares, read field group by field group (in
+// the order the first error is reported in).
+struct RequestTemplate {
+  SamplingParams sampling;
+  int max_tokens = -1;  // -1: the endpoint's default (completions 16, chat the rest of the context)
+  const char* max_field = "max_tokens";
+  bool include_stop = false;
+  int priority = 0;
+  StopConditions stop;
+  std::vector<std::string> stop_strings;
+  bool skip_special = true;
+  std::shared_ptr<const structured::TokenConstraint> constraint;
+};
+
+void read_sampling_fields(FieldReader& f, SamplingParams* sp) {
+  f.number("temperature", &sp->temperature, 0.0, 2.0);
+  f.number("top_p", &sp->top_p, 0.0, 1.0, /*lo_open=*/true);
   int top_k = 0;
   if (f.integer("top_k", &top_k, -1, INT32_MAX) && top_k == -1) top_k = 0;  // vLLM: -1 = off
-  sp.top_k = top_k;
-  f.number("min_p", &sp.min_p, 0.0, 1.0);
-  f.number("presence_penalty", &sp.presence_penalty, -2.0, 2.0);
-  f.number("frequency_penalty", &sp.frequency_penalty, -2.0, 2.0);
-  f.number("repetition_penalty", &sp.repetition_penalty, 0.0, 10.0, /*lo_open=*/true);
+  sp->top_k = top_k;
+  f.number("min_p", &sp->min_p, 0.0, 1.0);
+  f.number("presence_penalty", &sp->presence_penalty, -2.0, 2.0);
+  f.number("frequency_penalty", &sp->frequency_penalty, -2.0, 2.0);
+  f.number("repetition_penalty", &sp->repetition_penalty, 0.0, 10.0, /*lo_open=*/true);
   int64_t seed = 0;
-  const bool seeded = f.integer("seed", &seed, INT64_MIN, INT64_MAX);
+  if (f.integer("seed", &seed, INT64_MIN, INT64_MAX)) sp->seed = static_cast<uint64_t>(seed);
+}
+
+// "n", "stream", and the completions-only "best_of" and "suffix".
+void read_choice_fields(FieldReader& f, bool chat, const ApiContext& ctx, ApiRequest* out) {
   f.integer("n", &out->n, 1, kMaxN);
   f.boolean("stream", &out->stream);
   out->best_of = out->n;
@@ -481,38 +496,50 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
       f.fail("suffix", "'suffix' needs a fill-in-the-middle template, which the served model '" + ctx.model_name +
                            "' does not define");
   }
+}
+
+void read_stream_options(FieldReader& f, ApiRequest* out) {
+  const json* so = f.find("stream_options");
+  if (so == nullptr || f.failed()) return;
+  if (!so->is_object()) {
+    f.fail("stream_options", "'stream_options' must be an object");
+  } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
+    if (!iu->is_boolean())
+      f.fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+    else
+      out->include_usage = iu->get<bool>();
+  }
+}
+
+// "logit_bias", "min_tokens", "include_stop_str_in_output", "priority", "stream_options", "user".
+bool read_request_options(FieldReader& f, const ApiContext& ctx, RequestTemplate* t, ApiRequest* out,
+                          ApiError* error) {
   if (const json* lb = f.find("logit_bias"); lb != nullptr && !f.failed()) {
-    if (!parse_logit_bias(*lb, ctx.tokenizer != nullptr ? ctx.tokenizer->vocab_size() : 0, &sp.logit_bias, error))
+    if (!parse_logit_bias(*lb, ctx.tokenizer != nullptr ? ctx.tokenizer->vocab_size() : 0, &t->sampling.logit_bias,
+                          error))
       return false;
   }
-  f.integer("min_tokens", &sp.min_tokens, 0, INT32_MAX);
-  bool include_stop = false;
-  f.boolean("include_stop_str_in_output", &include_stop);
-  int priority = 0;
-  f.integer("priority", &priority, INT32_MIN, INT32_MAX);
-  if (const json* so = f.find("stream_options"); so != nullptr && !f.failed()) {
-    if (!so->is_object()) {
-      f.fail("stream_options", "'stream_options' must be an object");
-    } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
-      if (!iu->is_boolean())
-        f.fail("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
-      else
-        out->include_usage = iu->get<bool>();
-    }
-  }
+  f.integer("min_tokens", &t->sampling.min_tokens, 0, INT32_MAX);
+  f.boolean("include_stop_str_in_output", &t->include_stop);
+  f.integer("priority", &t->priority, INT32_MIN, INT32_MAX);
+  read_stream_options(f, out);
   f.string("user", &out->user);
+  return true;
+}
 
-  // Output length: completions "max_tokens" (default 16); chat "max_completion_tokens" or
-  // "max_tokens" (default: the rest of the context).
-  int max_tokens = -1;
-  const char* max_field = "max_tokens";
+// Output length: completions "max_tokens" (default 16); chat "max_completion_tokens" or
+// "max_tokens" (default: the rest of the context).
+void read_max_tokens(FieldReader& f, bool chat, RequestTemplate* t) {
   if (chat && f.find("max_completion_tokens") != nullptr) {
-    max_field = "max_completion_tokens";
-    f.integer("max_completion_tokens", &max_tokens, 1, INT32_MAX);
+    t->max_field = "max_completion_tokens";
+    f.integer("max_completion_tokens", &t->max_tokens, 1, INT32_MAX);
   } else {
-    f.integer("max_tokens", &max_tokens, 1, INT32_MAX);
+    f.integer("max_tokens", &t->max_tokens, 1, INT32_MAX);
   }
+}
 
+// Chat: "logprobs" (a boolean) and "top_logprobs"; completions: "logprobs" (a count) and "echo".
+void read_logprobs(FieldReader& f, bool chat, ApiRequest* out, SamplingParams* sp) {
   if (chat) {
     bool want = false;
     f.boolean("logprobs", &want);
@@ -524,55 +551,62 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     f.integer("logprobs", &out->logprobs, 0, kMaxLogprobs);
     f.boolean("echo", &out->echo);
     // echo + logprobs: the prompt's tokens are scored too (in the same prefill).
-    if (out->echo && out->logprobs >= 0) sp.prompt_logprobs = out->logprobs;
+    if (out->echo && out->logprobs >= 0) sp->prompt_logprobs = out->logprobs;
   }
-  if (out->logprobs >= 0) sp.logprobs = out->logprobs;
+  if (out->logprobs >= 0) sp->logprobs = out->logprobs;
+}
 
-  // Stops: "stop" (a string or an array of strings), vLLM's "stop_token_ids",
-  // "ignore_eos" and "skip_special_tokens".
-  std::vector<std::string> stop_strings;
-  if (const json* st = f.find("stop"); st != nullptr && !f.failed()) {
-    if (st->is_string()) {
-      if (!st->get<std::string>().empty()) stop_strings.push_back(st->get<std::string>());
-    } else if (st->is_array() && st->size() <= kMaxStopStrings && all_of_kind(*st, &json::is_string)) {
-      for (const json& s : *st)
-        if (!s.get<std::string>().empty()) stop_strings.push_back(s.get<std::string>());
-    } else {
-      f.fail("stop", "'stop' must be a string or an array of at most " + std::to_string(kMaxStopStrings) +
-                         " strings");
-    }
+// "stop": a string or an array of strings; empty strings stop nothing and are dropped.
+void read_stop_strings(FieldReader& f, std::vector<std::string>* stop_strings) {
+  const json* st = f.find("stop");
+  if (st == nullptr || f.failed()) return;
+  if (st->is_string()) {
+    if (!st->get<std::string>().empty()) stop_strings->push_back(st->get<std::string>());
+  } else if (st->is_array() && st->size() <= kMaxStopStrings && all_of_kind(*st, &json::is_string)) {
+    for (const json& s : *st)
+      if (!s.get<std::string>().empty()) stop_strings->push_back(s.get<std::string>());
+  } else {
+    f.fail("stop", "'stop' must be a string or an array of at most " + std::to_string(kMaxStopStrings) + " strings");
   }
-  StopConditions stop;
-  if (ctx.tokenizer != nullptr && ctx.tokenizer->eos_id() >= 0) stop.eos_token_id = ctx.tokenizer->eos_id();
-  f.boolean("ignore_eos", &stop.ignore_eos);
+}
+
+// Stops: "stop", vLLM's "stop_token_ids", "ignore_eos" and "skip_special_tokens".
+bool read_stop_fields(FieldReader& f, const ApiContext& ctx, RequestTemplate* t, ApiError* error) {
+  read_stop_strings(f, &t->stop_strings);
+  if (ctx.tokenizer != nullptr && ctx.tokenizer->eos_id() >= 0) t->stop.eos_token_id = ctx.tokenizer->eos_id();
+  f.boolean("ignore_eos", &t->stop.ignore_eos);
   if (const json* ids = f.find("stop_token_ids"); ids != nullptr && !f.failed()) {
     if (!ids->is_array() || !all_of_kind(*ids, &json::is_number_integer)) {
       f.fail("stop_token_ids", "'stop_token_ids' must be an array of token ids");
     } else {
       std::vector<int32_t> v;
       if (!token_ids_from(*ids, "stop_token_ids", ctx.tokenizer, &v, error)) return false;
-      stop.stop_token_ids = std::move(v);
+      t->stop.stop_token_ids = std::move(v);
     }
   }
-  bool skip_special = true;
-  f.boolean("skip_special_tokens", &skip_special);
-  if (f.failed()) return false;
-  // Structured output: the grammar every choice follows (compiled here, or found in the cache).
-  std::shared_ptr<const structured::TokenConstraint> constraint;
+  f.boolean("skip_special_tokens", &t->skip_special);
+  return true;
+}
+
+// Structured output: the grammar every choice follows (compiled here, or found in the cache).
+bool read_output_constraint(const nlohmann::ordered_json& ordered, const ApiContext& ctx,
+                            std::shared_ptr<const structured::TokenConstraint>* constraint, ApiError* error) {
   if (std::string param, message;
-      !structured::parse_request_constraint(ordered, ctx.token_vocabulary, &constraint, &param, &message)) {
+      !structured::parse_request_constraint(ordered, ctx.token_vocabulary, constraint, &param, &message)) {
     *error = bad_request(param, message);
     return false;
   }
+  return true;
+}
 
-  std::vector<std::vector<int32_t>> prompts;
-  ForcedCall forced;
-  if (chat ? !parse_messages(ordered, ctx, out, &prompts, &forced, error) : !parse_prompt(j, ctx, out, &prompts, error))
-    return false;
+// A forced tool call's grammar becomes the output's; and a call marker that is a special
+// token must reach the tool-call parser (vLLM does the same).
+bool apply_tool_call_fields(const nlohmann::ordered_json& ordered, const json& j, const ApiContext& ctx,
+                            const ApiRequest& out, const ForcedCall& forced, RequestTemplate* t, ApiError* error) {
   if (forced.constraint) {
     // One grammar per output: a forced call and response_format / guided_* cannot both hold
     // (vLLM refuses the pair too).
-    if (constraint) {
+    if (t->constraint) {
       std::string field;
       for (const char* f : {"response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
         if (auto it = ordered.find(f); field.empty() && it != ordered.end() && !it->is_null()) field = f;
@@ -585,55 +619,97 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
     if (ctx.tool_call_vocabulary != ctx.token_vocabulary && j.value("skip_special_tokens", false)) {
       *error = bad_request("skip_special_tokens",
                            "'skip_special_tokens': true would hide the " +
-                               std::string(out->tool_call_parser->special_marker()) +
+                               std::string(out.tool_call_parser->special_marker()) +
                                " marker a forced tool call starts with, and no call could be read; leave it out");
       return false;
     }
-    constraint = forced.constraint;
+    t->constraint = forced.constraint;
   }
-  // A call marker that is a special token must reach the tool-call parser (vLLM does the same).
-  if (out->tool_call_parser && out->tool_call_parser->marker_is_special_token() &&
+  if (out.tool_call_parser && out.tool_call_parser->marker_is_special_token() &&
       j.value("skip_special_tokens", json()).is_null())
-    skip_special = false;
+    t->skip_special = false;
+  return true;
+}
 
-  for (size_t pi = 0; pi < prompts.size(); ++pi) {
-    const int prompt_len = static_cast<int>(prompts[pi].size());
-    int mt = max_tokens;
-    if (mt < 0) mt = chat ? std::max(0, ctx.max_model_len - prompt_len) : 16;
-    if (sp.min_tokens > mt) {
-      *error = bad_request("min_tokens", "'min_tokens' (" + std::to_string(sp.min_tokens) + ") must not exceed '" +
-                                             max_field + "' (" + std::to_string(mt) + ")");
-      return false;
-    }
-    if (static_cast<int64_t>(prompt_len) + std::max(mt, 1) > ctx.max_model_len) {
-      const char* where = chat ? "messages" : "prompt";
-      *error = bad_request(prompt_len >= ctx.max_model_len ? where : max_field,
-                           "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
-                               " tokens. However, you requested " +
-                               std::to_string(static_cast<int64_t>(prompt_len) + mt) + " tokens (" +
-                               std::to_string(prompt_len) + " in the " + where + ", " + std::to_string(mt) +
-                               " in the completion). Please reduce the length of the " + where +
-                               " or completion." +
-                               (ctx.max_model_len_limit.empty() ? "" : " (The limit is " + ctx.max_model_len_limit + ".)"));
-      error->code = "context_length_exceeded";
-      return false;
-    }
-    // The prompt moves into its Request; choice c samples with seed + c (Request::choice_sampling).
+// The completion length for a prompt of `prompt_len` tokens: the request's, else the
+// endpoint's default; -1 with `error` set when it, min_tokens or the prompt do not fit.
+int completion_length(int prompt_len, bool chat, const ApiContext& ctx, const RequestTemplate& t, ApiError* error) {
+  int mt = t.max_tokens;
+  if (mt < 0) mt = chat ? std::max(0, ctx.max_model_len - prompt_len) : 16;
+  if (t.sampling.min_tokens > mt) {
+    *error = bad_request("min_tokens", "'min_tokens' (" + std::to_string(t.sampling.min_tokens) +
+                                           ") must not exceed '" + t.max_field + "' (" + std::to_string(mt) + ")");
+    return -1;
+  }
+  if (static_cast<int64_t>(prompt_len) + std::max(mt, 1) > ctx.max_model_len) {
+    const char* where = chat ? "messages" : "prompt";
+    *error = bad_request(prompt_len >= ctx.max_model_len ? where : t.max_field,
+                         "This model's maximum context length is " + std::to_string(ctx.max_model_len) +
+                             " tokens. However, you requested " +
+                             std::to_string(static_cast<int64_t>(prompt_len) + mt) + " tokens (" +
+                             std::to_string(prompt_len) + " in the " + where + ", " + std::to_string(mt) +
+                             " in the completion). Please reduce the length of the " + where + " or completion." +
+                             (ctx.max_model_len_limit.empty() ? ""
+                                                              : " (The limit is " + ctx.max_model_len_limit + ".)"));
+    error->code = "context_length_exceeded";
+    return -1;
+  }
+  return mt;
+}
+
+// One Request per prompt; each prompt moves into its Request. Choice c samples with seed + c
+// (Request::choice_sampling).
+bool add_requests(std::vector<std::vector<int32_t>>* prompts, bool chat, const ApiContext& ctx,
+                  const RequestTemplate& t, ApiRequest* out, ApiError* error) {
+  for (std::vector<int32_t>& prompt : *prompts) {
+    const int mt = completion_length(static_cast<int>(prompt.size()), chat, ctx, t, error);
+    if (mt < 0) return false;
     auto r = std::make_shared<Request>();
-    r->prompt = std::move(prompts[pi]);
-    r->sampling = sp;
-    if (seeded) r->sampling.seed = static_cast<uint64_t>(seed);
+    r->prompt = std::move(prompt);
+    r->sampling = t.sampling;
     r->max_tokens = mt;
     r->n = out->best_of;  // best_of candidates; the response keeps the n best (response_body)
-    r->stop = stop;
-    r->stop_strings = stop_strings;
-    r->include_stop_str_in_output = include_stop;
-    r->priority = priority;
-    r->skip_special_tokens = skip_special;
-    r->constraint = constraint;
+    r->stop = t.stop;
+    r->stop_strings = t.stop_strings;
+    r->include_stop_str_in_output = t.include_stop;
+    r->priority = t.priority;
+    r->skip_special_tokens = t.skip_special;
+    r->constraint = t.constraint;
     out->requests.push_back(std::move(r));
   }
   return true;
+}
+
+}  // namespace
+
+bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& ctx, ApiRequest* out,
+                       ApiError* error) {
+  *out = ApiRequest();
+  out->endpoint = endpoint;
+  out->model = ctx.model_name;
+  nlohmann::ordered_json ordered;
+  json j;
+  if (!parse_body(body, &ordered, &j, error)) return false;
+  const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+  FieldReader f(j, error);
+  if (!check_model_and_fields(endpoint, j, ctx, f, error)) return false;
+
+  // Field groups in a fixed order: the first invalid field is the one reported.
+  RequestTemplate t;
+  read_sampling_fields(f, &t.sampling);
+  read_choice_fields(f, chat, ctx, out);
+  if (!read_request_options(f, ctx, &t, out, error)) return false;
+  read_max_tokens(f, chat, &t);
+  read_logprobs(f, chat, out, &t.sampling);
+  if (!read_stop_fields(f, ctx, &t, error) || f.failed()) return false;
+  if (!read_output_constraint(ordered, ctx, &t.constraint, error)) return false;
+
+  std::vector<std::vector<int32_t>> prompts;
+  ForcedCall forced;
+  if (chat ? !parse_messages(ordered, ctx, out, &prompts, &forced, error) : !parse_prompt(j, ctx, out, &prompts, error))
+    return false;
+  if (!apply_tool_call_fields(ordered, j, ctx, *out, forced, &t, error)) return false;
+  return add_requests(&prompts, chat, ctx, t, out, error);
 }
 
 const char* api_finish_reason(FinishReason reason) {
