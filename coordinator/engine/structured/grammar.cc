@@ -203,18 +203,14 @@ class NfaBuilder {
 
 Status invalid(const std::string& message) { return Status(StatusCode::kInvalidArgument, message); }
 
-}  // namespace
+// Rule and state numbers are int32_t (the Grammar keeps them so); vectors want size_t.
+size_t idx(int32_t i) { return static_cast<size_t>(i); }
 
-StatusOr<Grammar> compile_grammar(const GrammarBuilder& builder, int root) {
-  const int num_rules = builder.num_rules();
-  if (root < 0 || root >= num_rules || !builder.is_defined(root)) return invalid("the grammar has no root rule");
-  if (num_rules > kMaxGrammarRules)
-    return invalid("the grammar is too large: it has " + std::to_string(num_rules) + " rules (at most " +
-                   std::to_string(kMaxGrammarRules) + ")");
-  // Rules reachable from the root; every rule they reference must be defined.
-  std::vector<bool> reachable(static_cast<size_t>(num_rules), false);
+// Rules reachable from the root; every rule they reference must be defined.
+Status find_reachable_rules(const GrammarBuilder& builder, int root, std::vector<bool>* reachable) {
+  reachable->assign(static_cast<size_t>(builder.num_rules()), false);
   std::vector<int> todo = {root};
-  reachable[static_cast<size_t>(root)] = true;
+  (*reachable)[idx(root)] = true;
   while (!todo.empty()) {
     const int r = todo.back();
     todo.pop_back();
@@ -222,33 +218,51 @@ StatusOr<Grammar> compile_grammar(const GrammarBuilder& builder, int root) {
       if (!builder.is_defined(ref))
         return invalid("rule '" + builder.rule_name(ref) + "' is used by rule '" + builder.rule_name(r) +
                        "' but never defined");
-      if (!reachable[static_cast<size_t>(ref)]) {
-        reachable[static_cast<size_t>(ref)] = true;
+      if (!(*reachable)[idx(ref)]) {
+        (*reachable)[idx(ref)] = true;
         todo.push_back(ref);
       }
     }
   }
+  return Status::ok();
+}
 
+// The NFA with epsilon moves, one fragment per reachable rule; starts/ends are -1 for the others.
+struct RuleFragments {
+  std::vector<RawState> raw;
+  std::vector<int32_t> starts;
+  std::vector<int32_t> ends;
+};
+
+Status build_rule_fragments(const GrammarBuilder& builder, const std::vector<bool>& reachable, RuleFragments* out) {
+  const int num_rules = builder.num_rules();
   NfaBuilder nfa(builder);
-  std::vector<int32_t> starts(static_cast<size_t>(num_rules), -1), ends(static_cast<size_t>(num_rules), -1);
+  out->starts.assign(static_cast<size_t>(num_rules), -1);
+  out->ends.assign(static_cast<size_t>(num_rules), -1);
   for (int r = 0; r < num_rules; ++r) {
-    if (!reachable[static_cast<size_t>(r)]) continue;
-    starts[static_cast<size_t>(r)] = nfa.new_state();
-    ends[static_cast<size_t>(r)] = nfa.build(builder.rule_at(r).body, starts[static_cast<size_t>(r)]);
+    if (!reachable[idx(r)]) continue;
+    out->starts[idx(r)] = nfa.new_state();
+    out->ends[idx(r)] = nfa.build(builder.rule_at(r).body, out->starts[idx(r)]);
     if (nfa.too_large()) break;
   }
   if (nfa.too_large())
     return invalid("the grammar is too large: it expands to more than " + std::to_string(kMaxGrammarStates) +
                    " states (bounded repetitions such as {m,n} or maxLength are unrolled)");
-  std::vector<RawState>& raw = nfa.states();
+  out->raw = std::move(nfa.states());
+  return Status::ok();
+}
+
+// Fold epsilon moves: each state gets the edges of every state its epsilon closure holds
+// (byte edges to one target merged into one set), and is final when the closure holds the
+// end of a rule.
+Status fold_epsilon_moves(const GrammarBuilder& builder, const RuleFragments& nfa, std::vector<Grammar::State>* states,
+                          std::vector<ByteSet>* sets) {
+  const std::vector<RawState>& raw = nfa.raw;
   const size_t n = raw.size();
   std::vector<bool> is_end(n, false);
-  for (int r = 0; r < num_rules; ++r)
-    if (ends[static_cast<size_t>(r)] >= 0) is_end[static_cast<size_t>(ends[static_cast<size_t>(r)])] = true;
-
-  // Fold epsilon moves: each state gets the edges of every state its epsilon closure holds.
-  Grammar g;
-  g.states_.resize(n);
+  for (int32_t end : nfa.ends)
+    if (end >= 0) is_end[idx(end)] = true;
+  states->resize(n);
   std::vector<uint32_t> seen(n, 0);
   uint32_t mark = 0;
   size_t work = 0;
@@ -258,123 +272,167 @@ StatusOr<Grammar> compile_grammar(const GrammarBuilder& builder, int root) {
     stack.assign(1, static_cast<int32_t>(s));
     seen[s] = mark;
     std::map<int32_t, ByteSet> by_target;
-    Grammar::State& out = g.states_[s];
+    Grammar::State& out = (*states)[s];
     while (!stack.empty()) {
       const int32_t q = stack.back();
       stack.pop_back();
       if (++work > 50u * static_cast<size_t>(kMaxGrammarStates))
         return invalid("the grammar is too large: its optional and repeated parts nest too deeply");
-      const RawState& rq = raw[static_cast<size_t>(q)];
-      if (is_end[static_cast<size_t>(q)]) out.final = true;
+      const RawState& rq = raw[idx(q)];
+      if (is_end[idx(q)]) out.final = true;
       for (const auto& [set, target] : rq.bytes) by_target[target] |= builder.set(set);
       for (const Grammar::CallEdge& c : rq.calls) out.calls.push_back(c);
       for (int32_t e : rq.eps) {
-        if (seen[static_cast<size_t>(e)] != mark) {
-          seen[static_cast<size_t>(e)] = mark;
+        if (seen[idx(e)] != mark) {
+          seen[idx(e)] = mark;
           stack.push_back(e);
         }
       }
     }
     for (const auto& [target, set] : by_target) {
       if (set.none()) continue;
-      g.sets_.push_back(set);
-      out.bytes.push_back({static_cast<int32_t>(g.sets_.size() - 1), target});
+      sets->push_back(set);
+      out.bytes.push_back({static_cast<int32_t>(sets->size() - 1), target});
     }
   }
+  return Status::ok();
+}
 
-  // Liveness: a state is live when its rule can complete from it (reading bytes and
-  // completing called rules). Dead edges are dropped, so the matcher never enters a state
-  // it cannot leave.
-  std::vector<bool> live(n, false);
+// The states among `candidates` from which their rule can complete: final ones, and those
+// with an edge to such a state — a call whose rule can complete from its start, or (when
+// `reading`) a byte. `reading` true gives liveness; false, the states that can complete
+// without reading a byte. A fixed point, iterated from the end (most edges point forward).
+std::vector<bool> completing_states(const std::vector<Grammar::State>& states, const std::vector<int32_t>& starts,
+                                    const std::vector<bool>& candidates, bool reading) {
+  const size_t n = states.size();
+  std::vector<bool> done(n, false);
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t i = n; i-- > 0;) {
-      if (live[i]) continue;
-      const Grammar::State& st = g.states_[i];
-      bool l = st.final;
-      for (const auto& e : st.bytes) l = l || live[static_cast<size_t>(e.target)];
-      for (const auto& c : st.calls)
-        l = l || (live[static_cast<size_t>(starts[static_cast<size_t>(c.rule)])] && live[static_cast<size_t>(c.ret)]);
-      if (l) {
-        live[i] = true;
+      if (done[i] || !candidates[i]) continue;
+      const Grammar::State& st = states[i];
+      bool v = st.final;
+      if (reading)
+        for (const auto& e : st.bytes) v = v || done[idx(e.target)];
+      for (const auto& c : st.calls) v = v || (done[idx(starts[idx(c.rule)])] && done[idx(c.ret)]);
+      if (v) {
+        done[i] = true;
         changed = true;
       }
     }
   }
-  if (!live[static_cast<size_t>(starts[static_cast<size_t>(root)])])
+  return done;
+}
+
+// Every reachable rule, the root first, must be able to complete.
+Status check_rules_complete(const GrammarBuilder& builder, int root, const std::vector<bool>& reachable,
+                            const std::vector<int32_t>& starts, const std::vector<bool>& live) {
+  if (!live[idx(starts[idx(root)])])
     return invalid("the grammar accepts no string (rule '" + builder.rule_name(root) + "' can never complete)");
-  for (int r = 0; r < num_rules; ++r) {
-    if (reachable[static_cast<size_t>(r)] && !live[static_cast<size_t>(starts[static_cast<size_t>(r)])])
+  for (int r = 0; r < builder.num_rules(); ++r) {
+    if (reachable[idx(r)] && !live[idx(starts[idx(r)])])
       return invalid("rule '" + builder.rule_name(r) + "' accepts no string (it can never complete)");
   }
-  for (Grammar::State& st : g.states_) {
-    std::erase_if(st.bytes, [&](const Grammar::ByteEdge& e) { return !live[static_cast<size_t>(e.target)]; });
-    std::erase_if(st.calls, [&](const Grammar::CallEdge& c) { return !live[static_cast<size_t>(c.ret)]; });
+  return Status::ok();
+}
+
+// Dead edges are dropped, so the matcher never enters a state it cannot leave; calls are
+// sorted and made unique.
+void drop_dead_edges(const std::vector<bool>& live, std::vector<Grammar::State>* states) {
+  for (Grammar::State& st : *states) {
+    std::erase_if(st.bytes, [&](const Grammar::ByteEdge& e) { return !live[idx(e.target)]; });
+    std::erase_if(st.calls, [&](const Grammar::CallEdge& c) { return !live[idx(c.ret)]; });
     std::sort(st.calls.begin(), st.calls.end(),
               [](const auto& a, const auto& b) { return a.rule != b.rule ? a.rule < b.rule : a.ret < b.ret; });
     st.calls.erase(std::unique(st.calls.begin(), st.calls.end(),
                                [](const auto& a, const auto& b) { return a.rule == b.rule && a.ret == b.ret; }),
                    st.calls.end());
   }
+}
 
-  // Left recursion: a rule reaching a call of itself without reading a byte.
-  std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = n; i-- > 0;) {
-      if (nullable[i] || !live[i]) continue;
-      const Grammar::State& st = g.states_[i];
-      bool v = st.final;
-      for (const auto& c : st.calls)
-        v = v || (nullable[static_cast<size_t>(starts[static_cast<size_t>(c.rule)])] && nullable[static_cast<size_t>(c.ret)]);
-      if (v) {
-        nullable[i] = true;
-        changed = true;
-      }
-    }
-  }
-  std::vector<std::vector<int>> left_calls(static_cast<size_t>(num_rules));
-  for (int r = 0; r < num_rules; ++r) {
-    if (!reachable[static_cast<size_t>(r)]) continue;
+// For each reachable rule, the rules it calls before reading a byte: calls from its start,
+// and from the return states of calls whose rule can complete without reading.
+std::vector<std::vector<int>> left_calls(const std::vector<Grammar::State>& states, const std::vector<int32_t>& starts,
+                                         const std::vector<bool>& reachable, const std::vector<bool>& nullable) {
+  std::vector<std::vector<int>> calls(reachable.size());
+  std::vector<uint32_t> seen(states.size(), 0);
+  uint32_t mark = 0;
+  std::vector<int32_t> stack;
+  for (size_t r = 0; r < reachable.size(); ++r) {
+    if (!reachable[r]) continue;
     ++mark;
-    stack.assign(1, starts[static_cast<size_t>(r)]);
+    stack.assign(1, starts[r]);
     while (!stack.empty()) {
       const int32_t q = stack.back();
       stack.pop_back();
-      for (const auto& c : g.states_[static_cast<size_t>(q)].calls) {
-        left_calls[static_cast<size_t>(r)].push_back(c.rule);
-        if (nullable[static_cast<size_t>(starts[static_cast<size_t>(c.rule)])] && seen[static_cast<size_t>(c.ret)] != mark) {
-          seen[static_cast<size_t>(c.ret)] = mark;
+      for (const auto& c : states[idx(q)].calls) {
+        calls[r].push_back(c.rule);
+        if (nullable[idx(starts[idx(c.rule)])] && seen[idx(c.ret)] != mark) {
+          seen[idx(c.ret)] = mark;
           stack.push_back(c.ret);
         }
       }
     }
   }
-  std::vector<int> color(static_cast<size_t>(num_rules), 0), path;
+  return calls;
+}
+
+// Left recursion: a cycle of rules each calling the next before reading a byte.
+Status check_left_recursion(const GrammarBuilder& builder, const std::vector<bool>& reachable,
+                            const std::vector<std::vector<int>>& left_calls) {
+  const size_t num_rules = reachable.size();
+  std::vector<int> color(num_rules, 0), path;
   std::string cycle;
   std::function<bool(int)> dfs = [&](int r) {
-    color[static_cast<size_t>(r)] = 1;
+    color[idx(r)] = 1;
     path.push_back(r);
-    for (int x : left_calls[static_cast<size_t>(r)]) {
-      if (color[static_cast<size_t>(x)] == 1) {
-        auto at = std::find(path.begin(), path.end(), x);
-        for (auto it = at; it != path.end(); ++it) cycle += builder.rule_name(*it) + " -> ";
+    for (int x : left_calls[idx(r)]) {
+      if (color[idx(x)] == 1) {
+        auto it = std::find(path.begin(), path.end(), x);
+        for (; it != path.end(); ++it) cycle += builder.rule_name(*it) + " -> ";
         cycle += builder.rule_name(x);
         return true;
       }
-      if (color[static_cast<size_t>(x)] == 0 && dfs(x)) return true;
+      if (color[idx(x)] == 0 && dfs(x)) return true;
     }
     path.pop_back();
-    color[static_cast<size_t>(r)] = 2;
+    color[idx(r)] = 2;
     return false;
   };
-  for (int r = 0; r < num_rules; ++r) {
-    if (reachable[static_cast<size_t>(r)] && color[static_cast<size_t>(r)] == 0 && dfs(r))
+  for (size_t r = 0; r < num_rules; ++r) {
+    if (reachable[r] && color[r] == 0 && dfs(static_cast<int>(r)))
       return invalid("the grammar is left-recursive (" + cycle +
                      " without reading a character); rewrite it with repetition, e.g. a ::= b (\"x\" b)*");
   }
+  return Status::ok();
+}
 
-  g.rule_starts_ = std::move(starts);
+}  // namespace
+
+StatusOr<Grammar> compile_grammar(const GrammarBuilder& builder, int root) {
+  const int num_rules = builder.num_rules();
+  if (root < 0 || root >= num_rules || !builder.is_defined(root)) return invalid("the grammar has no root rule");
+  if (num_rules > kMaxGrammarRules)
+    return invalid("the grammar is too large: it has " + std::to_string(num_rules) + " rules (at most " +
+                   std::to_string(kMaxGrammarRules) + ")");
+  std::vector<bool> reachable;
+  TESSERA_RETURN_IF_ERROR(find_reachable_rules(builder, root, &reachable));
+  RuleFragments nfa;
+  TESSERA_RETURN_IF_ERROR(build_rule_fragments(builder, reachable, &nfa));
+  Grammar g;
+  TESSERA_RETURN_IF_ERROR(fold_epsilon_moves(builder, nfa, &g.states_, &g.sets_));
+
+  // Liveness: a state is live when its rule can complete from it.
+  const std::vector<bool> live = completing_states(g.states_, nfa.starts, std::vector<bool>(g.states_.size(), true),
+                                                   /*reading=*/true);
+  TESSERA_RETURN_IF_ERROR(check_rules_complete(builder, root, reachable, nfa.starts, live));
+  drop_dead_edges(live, &g.states_);
+
+  const std::vector<bool> nullable = completing_states(g.states_, nfa.starts, live, /*reading=*/false);
+  TESSERA_RETURN_IF_ERROR(
+      check_left_recursion(builder, reachable, left_calls(g.states_, nfa.starts, reachable, nullable)));
+
+  g.rule_starts_ = std::move(nfa.starts);
   g.root_ = root;
   g.rule_names_.reserve(static_cast<size_t>(num_rules));
   for (int r = 0; r < num_rules; ++r) g.rule_names_.push_back(builder.rule_name(r));
