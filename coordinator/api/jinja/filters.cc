@@ -277,171 +277,241 @@ void sort_values(List& items, bool case_sensitive, const Value& attribute, bool 
   for (size_t i = 0; i < items.size(); ++i) items[i] = keyed[i].second;
 }
 
-constexpr const char* kFilters[] = {
-    "abs",     "attr",    "batch",    "capitalize", "count",   "d",          "default", "dictsort", "e",
-    "escape",  "first",   "float",    "forceescape", "format", "indent",     "int",     "items",    "join",
-    "last",    "length",  "list",     "lower",      "map",     "max",        "min",     "reject",   "rejectattr",
-    "replace", "reverse", "round",    "safe",       "select",  "selectattr", "sort",    "string",   "sum",
-    "title",   "tojson",  "trim",     "unique",     "upper",   "wordcount"};
+// default(value, default_value="", boolean=false): the default for an undefined value (or,
+// with boolean, a false one).
+Value filter_default(const Value& v, const Args& a) {
+  const Value& dflt = arg(a, 0, "default_value", Value(""));
+  if (v.is_undefined() || (bool_arg(a, 1, "boolean", false) && !truthy(v))) return dflt;
+  return v;
+}
+
+Value filter_wordcount(const Value& v) {
+  int64_t words = 0;
+  bool in_word = false;
+  for (char32_t c : utf8_decode(to_str(v))) {
+    const bool w = is_word_char(c);
+    if (w && !in_word) ++words;
+    in_word = w;
+  }
+  return Value(words);
+}
+
+Value filter_abs(const Value& v) {
+  if (v.is_integer()) {
+    if (v.as_int() == INT64_MIN) fail("integer overflow");
+    return Value(static_cast<int64_t>(std::llabs(v.as_int())));
+  }
+  if (v.is_number()) return Value(std::fabs(v.as_number()));
+  fail("bad operand type for abs(): '" + type_name(v) + "'");
+}
+
+Value filter_first_or_last(const Value& v, bool first) {
+  List items = iterate(v);
+  if (items.empty())
+    return Value::undefined(std::string("No ") + (first ? "first" : "last") + " item, sequence was empty.");
+  return first ? items.front() : items.back();
+}
+
+Value filter_items(const Value& v) {
+  if (v.is_undefined()) return Value::list();
+  if (!v.is_dict() && v.kind() != Kind::kNamespace) fail("items filter: expected a mapping, got " + type_name(v));
+  List out;
+  for (const auto& [k, item] : v.entries().entries) out.push_back(Value::list({Value(k), item}, true));
+  return Value::list(std::move(out));
+}
+
+Value filter_join(Evaluator& ev, const Value& v, const Args& a) {
+  const std::string sep = to_str(arg(a, 0, "d", Value("")));
+  const Value& attribute = arg(a, 1, "attribute", kNone);
+  std::string out;
+  bool first = true;
+  for (const Value& item : iterate(v)) {
+    if (!first) out += sep;
+    first = false;
+    out += to_str(attribute.is_none() ? item : attribute_path(item, attribute));
+    ev.charge(out.size() > 0 ? sep.size() + 16 : 0);
+  }
+  ev.charge(out.size());
+  return Value(std::move(out));
+}
+
+// A string reversed by code point; any other sequence by item.
+Value filter_reverse(const Value& v) {
+  if (v.is_string()) {
+    std::u32string cps = utf8_decode(v.as_string());
+    std::reverse(cps.begin(), cps.end());
+    return Value(utf8_encode(cps));
+  }
+  List items = iterate(v);
+  std::reverse(items.begin(), items.end());
+  return Value::list(std::move(items));
+}
+
+Value filter_sort(const Value& v, const Args& a) {
+  List items = iterate(v);
+  sort_values(items, bool_arg(a, 1, "case_sensitive", false), arg(a, 2, "attribute", kNone),
+              bool_arg(a, 0, "reverse", false));
+  return Value::list(std::move(items));
+}
+
+// dictsort(case_sensitive=false, by="key", reverse=false): the (key, value) pairs, sorted.
+Value filter_dictsort(const Value& v, const Args& a) {
+  if (!v.is_dict()) fail("dictsort filter: expected a mapping, got " + type_name(v));
+  const bool cs = bool_arg(a, 0, "case_sensitive", false);
+  const Value& by = arg(a, 1, "by", Value("key"));
+  const bool reverse = bool_arg(a, 2, "reverse", false);
+  const bool by_value = by.is_string() && by.as_string() == "value";
+  if (!by_value && !(by.is_string() && by.as_string() == "key")) fail("dictsort: by must be 'key' or 'value'");
+  List pairs;
+  for (const auto& [k, item] : v.entries().entries) pairs.push_back(Value::list({Value(k), item}, true));
+  sort_values(pairs, cs, Value(static_cast<int64_t>(by_value ? 1 : 0)), reverse);
+  return Value::list(std::move(pairs));
+}
+
+// The items in order, each kept only the first time its key is seen.
+Value filter_unique(const Value& v, const Args& a) {
+  const bool cs = bool_arg(a, 0, "case_sensitive", false);
+  const Value& attribute = arg(a, 1, "attribute", kNone);
+  List out, seen;
+  for (const Value& item : iterate(v)) {
+    Value key = key_of(item, attribute, cs);
+    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
+    seen.push_back(key);
+    out.push_back(item);
+  }
+  return Value::list(std::move(out));
+}
+
+// min / max: the first item with the smallest / largest key.
+Value filter_extreme(const Value& v, const Args& a, bool smallest) {
+  const bool cs = bool_arg(a, 0, "case_sensitive", false);
+  const Value& attribute = arg(a, 1, "attribute", kNone);
+  List items = iterate(v);
+  if (items.empty()) return Value::undefined(std::string("No aggregated item, sequence was empty."));
+  size_t best = 0;
+  for (size_t i = 1; i < items.size(); ++i) {
+    const int c = compare(key_of(items[i], attribute, cs), key_of(items[best], attribute, cs));
+    if (smallest ? c < 0 : c > 0) best = i;
+  }
+  return items[best];
+}
+
+Value filter_sum(Evaluator& ev, const Value& v, const Args& a) {
+  const Value& attribute = arg(a, 0, "attribute", kNone);
+  Value total = arg(a, 1, "start", Value(0));
+  for (const Value& item : iterate(v))
+    total = binary_op("+", total, attribute.is_none() ? item : attribute_path(item, attribute), ev);
+  return total;
+}
+
+// batch(linecount, fill_with=None): lists of linecount items; the last one padded with
+// fill_with when given.
+Value filter_batch(const Value& v, const Args& a) {
+  const Value& n = arg(a, 0, "linecount", kNone);
+  if (!n.is_integer() || n.as_int() <= 0) fail("batch filter: linecount must be a positive integer");
+  const Value* fill = a.get(1, "fill_with");
+  List out, cur;
+  for (const Value& item : iterate(v)) {
+    cur.push_back(item);
+    if (static_cast<int64_t>(cur.size()) == n.as_int()) {
+      out.push_back(Value::list(std::move(cur)));
+      cur.clear();
+    }
+  }
+  if (!cur.empty()) {
+    if (fill && !fill->is_none())
+      while (static_cast<int64_t>(cur.size()) < n.as_int()) cur.push_back(*fill);
+    out.push_back(Value::list(std::move(cur)));
+  }
+  return Value::list(std::move(out));
+}
+
+struct Filter {
+  std::string_view name;
+  // Takes an undefined value as it is (printing it as "", Jinja2's soft_str, or handling it
+  // as Jinja2 does); the other filters reject it.
+  bool takes_undefined;
+  Value (*apply)(Evaluator& ev, const Value& v, const Args& a);
+};
+
+constexpr bool kTakesUndefined = true;
+constexpr bool kRejectsUndefined = false;
+
+const Filter kFilters[] = {
+    {"default", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_default(v, a); }},
+    {"d", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_default(v, a); }},
+    {"safe", kTakesUndefined,
+     [](Evaluator&, const Value& v, const Args&) { return v.is_string() ? v : Value(to_str(v)); }},
+    {"string", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(to_str(v)); }},
+    {"length", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(length(v)); }},
+    {"count", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(length(v)); }},
+    {"tojson", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_tojson(v, a); }},
+    {"trim", kTakesUndefined,
+     [](Evaluator&, const Value& v, const Args& a) {
+       return Value(python_strip(to_str(v), a.get(0, "chars"), true, true));
+     }},
+    {"upper", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(to_upper(to_str(v))); }},
+    {"lower", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(to_lower(to_str(v))); }},
+    {"title", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(jinja_title(to_str(v))); }},
+    {"capitalize", kTakesUndefined,
+     [](Evaluator&, const Value& v, const Args&) { return Value(python_capitalize(to_str(v))); }},
+    {"escape", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(html_escape(to_str(v))); }},
+    {"e", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(html_escape(to_str(v))); }},
+    {"forceescape", kTakesUndefined,
+     [](Evaluator&, const Value& v, const Args&) { return Value(html_escape(to_str(v))); }},
+    {"replace", kTakesUndefined,
+     [](Evaluator& ev, const Value& v, const Args& a) { return Value(filter_replace(to_str(v), a, ev)); }},
+    {"indent", kTakesUndefined,
+     [](Evaluator&, const Value& v, const Args& a) { return Value(filter_indent(to_str(v), a)); }},
+    {"int", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_int(v, a); }},
+    {"float", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_float(v, a); }},
+    {"round", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_round(v, a); }},
+    {"format", kTakesUndefined,
+     [](Evaluator& ev, const Value& v, const Args& a) {
+       return binary_op("%", Value(to_str(v)), Value::list(a.positional, true), ev);
+     }},
+    {"wordcount", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_wordcount(v); }},
+    {"abs", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_abs(v); }},
+    {"attr", kTakesUndefined,
+     [](Evaluator&, const Value& v, const Args& a) { return get_attr(v, to_str(arg(a, 0, "name", Value("")))); }},
+    {"first", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_first_or_last(v, true); }},
+    {"last", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_first_or_last(v, false); }},
+    {"list", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value::list(iterate(v)); }},
+    {"items", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_items(v); }},
+    {"join", kTakesUndefined, filter_join},
+    {"reverse", kRejectsUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_reverse(v); }},
+    {"map", kRejectsUndefined, filter_map},
+    {"select", kRejectsUndefined,
+     [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, false, true); }},
+    {"reject", kRejectsUndefined,
+     [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, false, false); }},
+    {"selectattr", kRejectsUndefined,
+     [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, true, true); }},
+    {"rejectattr", kRejectsUndefined,
+     [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, true, false); }},
+    {"sort", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_sort(v, a); }},
+    {"dictsort", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_dictsort(v, a); }},
+    {"unique", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_unique(v, a); }},
+    {"min", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_extreme(v, a, true); }},
+    {"max", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_extreme(v, a, false); }},
+    {"sum", kRejectsUndefined, filter_sum},
+    {"batch", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_batch(v, a); }},
+};
+
+const Filter* find_filter(std::string_view name) {
+  auto it = std::find_if(std::begin(kFilters), std::end(kFilters), [&](const Filter& f) { return f.name == name; });
+  return it == std::end(kFilters) ? nullptr : it;
+}
 
 }  // namespace
 
-bool is_filter(std::string_view name) {
-  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
-}
+bool is_filter(std::string_view name) { return find_filter(name) != nullptr; }
 
 Value apply_filter(Evaluator& ev, std::string_view name, const Value& v, const Args& a) {
-  // Filters that take an undefined value as it is; the rest print it as "" (Jinja2's
-  // soft_str) or reject it as Jinja2 does.
-  if (name == "default" || name == "d") {
-    const Value& dflt = arg(a, 0, "default_value", Value(""));
-    if (v.is_undefined() || (bool_arg(a, 1, "boolean", false) && !truthy(v))) return dflt;
-    return v;
-  }
-  if (name == "safe" || name == "string") return name == "safe" && v.is_string() ? v : Value(to_str(v));
-  if (name == "length" || name == "count") return Value(length(v));
-  if (name == "tojson") return filter_tojson(v, a);
-  if (name == "trim") return Value(python_strip(to_str(v), a.get(0, "chars"), true, true));
-  if (name == "upper") return Value(to_upper(to_str(v)));
-  if (name == "lower") return Value(to_lower(to_str(v)));
-  if (name == "title") return Value(jinja_title(to_str(v)));
-  if (name == "capitalize") return Value(python_capitalize(to_str(v)));
-  if (name == "escape" || name == "e" || name == "forceescape") return Value(html_escape(to_str(v)));
-  if (name == "replace") return Value(filter_replace(to_str(v), a, ev));
-  if (name == "indent") return Value(filter_indent(to_str(v), a));
-  if (name == "int") return filter_int(v, a);
-  if (name == "float") return filter_float(v, a);
-  if (name == "round") return filter_round(v, a);
-  if (name == "format") return binary_op("%", Value(to_str(v)), Value::list(a.positional, true), ev);
-  if (name == "wordcount") {
-    int64_t words = 0;
-    bool in_word = false;
-    for (char32_t c : utf8_decode(to_str(v))) {
-      const bool w = is_word_char(c);
-      if (w && !in_word) ++words;
-      in_word = w;
-    }
-    return Value(words);
-  }
-  if (name == "abs") {
-    if (v.is_integer()) {
-      if (v.as_int() == INT64_MIN) fail("integer overflow");
-      return Value(static_cast<int64_t>(std::llabs(v.as_int())));
-    }
-    if (v.is_number()) return Value(std::fabs(v.as_number()));
-    fail("bad operand type for abs(): '" + type_name(v) + "'");
-  }
-  if (name == "attr") return get_attr(v, to_str(arg(a, 0, "name", Value(""))));
-  if (v.is_undefined() && name != "list" && name != "join" && name != "items" && name != "first" && name != "last")
-    fail_undefined(v);
-  if (name == "first" || name == "last") {
-    List items = iterate(v);
-    if (items.empty()) return Value::undefined(std::string("No ") + std::string(name) + " item, sequence was empty.");
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "list") return Value::list(iterate(v));
-  if (name == "items") {
-    if (v.is_undefined()) return Value::list();
-    if (!v.is_dict() && v.kind() != Kind::kNamespace) fail("items filter: expected a mapping, got " + type_name(v));
-    List out;
-    for (const auto& [k, item] : v.entries().entries) out.push_back(Value::list({Value(k), item}, true));
-    return Value::list(std::move(out));
-  }
-  if (name == "join") {
-    const std::string sep = to_str(arg(a, 0, "d", Value("")));
-    const Value& attribute = arg(a, 1, "attribute", kNone);
-    std::string out;
-    bool first = true;
-    for (const Value& item : iterate(v)) {
-      if (!first) out += sep;
-      first = false;
-      out += to_str(attribute.is_none() ? item : attribute_path(item, attribute));
-      ev.charge(out.size() > 0 ? sep.size() + 16 : 0);
-    }
-    ev.charge(out.size());
-    return Value(std::move(out));
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      std::u32string cps = utf8_decode(v.as_string());
-      std::reverse(cps.begin(), cps.end());
-      return Value(utf8_encode(cps));
-    }
-    List items = iterate(v);
-    std::reverse(items.begin(), items.end());
-    return Value::list(std::move(items));
-  }
-  if (name == "map") return filter_map(ev, v, a);
-  if (name == "select" || name == "reject") return filter_select(ev, v, a, false, name == "select");
-  if (name == "selectattr" || name == "rejectattr") return filter_select(ev, v, a, true, name == "selectattr");
-  if (name == "sort") {
-    List items = iterate(v);
-    sort_values(items, bool_arg(a, 1, "case_sensitive", false), arg(a, 2, "attribute", kNone), bool_arg(a, 0, "reverse", false));
-    return Value::list(std::move(items));
-  }
-  if (name == "dictsort") {
-    if (!v.is_dict()) fail("dictsort filter: expected a mapping, got " + type_name(v));
-    const bool cs = bool_arg(a, 0, "case_sensitive", false);
-    const Value& by = arg(a, 1, "by", Value("key"));
-    const bool reverse = bool_arg(a, 2, "reverse", false);
-    const bool by_value = by.is_string() && by.as_string() == "value";
-    if (!by_value && !(by.is_string() && by.as_string() == "key")) fail("dictsort: by must be 'key' or 'value'");
-    List pairs;
-    for (const auto& [k, item] : v.entries().entries) pairs.push_back(Value::list({Value(k), item}, true));
-    sort_values(pairs, cs, Value(static_cast<int64_t>(by_value ? 1 : 0)), reverse);
-    return Value::list(std::move(pairs));
-  }
-  if (name == "unique") {
-    const bool cs = bool_arg(a, 0, "case_sensitive", false);
-    const Value& attribute = arg(a, 1, "attribute", kNone);
-    List out, seen;
-    for (const Value& item : iterate(v)) {
-      Value key = key_of(item, attribute, cs);
-      if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
-      seen.push_back(key);
-      out.push_back(item);
-    }
-    return Value::list(std::move(out));
-  }
-  if (name == "min" || name == "max") {
-    const bool cs = bool_arg(a, 0, "case_sensitive", false);
-    const Value& attribute = arg(a, 1, "attribute", kNone);
-    List items = iterate(v);
-    if (items.empty()) return Value::undefined(std::string("No aggregated item, sequence was empty."));
-    size_t best = 0;
-    for (size_t i = 1; i < items.size(); ++i) {
-      const int c = compare(key_of(items[i], attribute, cs), key_of(items[best], attribute, cs));
-      if (name == "min" ? c < 0 : c > 0) best = i;
-    }
-    return items[best];
-  }
-  if (name == "sum") {
-    const Value& attribute = arg(a, 0, "attribute", kNone);
-    Value total = arg(a, 1, "start", Value(0));
-    for (const Value& item : iterate(v))
-      total = binary_op("+", total, attribute.is_none() ? item : attribute_path(item, attribute), ev);
-    return total;
-  }
-  if (name == "batch") {
-    const Value& n = arg(a, 0, "linecount", kNone);
-    if (!n.is_integer() || n.as_int() <= 0) fail("batch filter: linecount must be a positive integer");
-    const Value* fill = a.get(1, "fill_with");
-    List out, cur;
-    for (const Value& item : iterate(v)) {
-      cur.push_back(item);
-      if (static_cast<int64_t>(cur.size()) == n.as_int()) {
-        out.push_back(Value::list(std::move(cur)));
-        cur.clear();
-      }
-    }
-    if (!cur.empty()) {
-      if (fill && !fill->is_none())
-        while (static_cast<int64_t>(cur.size()) < n.as_int()) cur.push_back(*fill);
-      out.push_back(Value::list(std::move(cur)));
-    }
-    return Value::list(std::move(out));
-  }
-  fail("no filter named '" + std::string(name) + "'");
+  const Filter* filter = find_filter(name);
+  if (v.is_undefined() && (filter == nullptr || !filter->takes_undefined)) fail_undefined(v);
+  if (filter == nullptr) fail("no filter named '" + std::string(name) + "'");
+  return filter->apply(ev, v, a);
 }
 
 }  // namespace tessera::jinja
