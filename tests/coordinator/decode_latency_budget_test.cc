@@ -15,7 +15,7 @@
 
 #include "coordinator/engine/scheduler.h"
 #include "coordinator/engine/step_cost_model.h"
-#include "tests/coordinator/fake_executor.h"
+#include "tests/coordinator/kv_checking_executor.h"
 
 namespace tessera {
 namespace {
@@ -228,7 +228,7 @@ struct SyntheticRun {
   double gap = 0;      // time between steps that is not the executor's (the coordinator's)
   bool report_interval = true;  // whether the scheduler is told the intervals
   Scheduler sched;
-  testing::FakeExecutor exec;
+  testing::KvCheckingExecutor exec;
   SeqId next_id = 1;
   std::map<SeqId, std::vector<int32_t>> outputs;  // of the finished sequences
 };
@@ -506,7 +506,7 @@ TEST(DecodeLatencyBudget, NoCapWithoutChunkedPrefillOrInStaticMode) {
     c.max_decode_slowdown = 2.0;
     c.max_tpot_slowdown = 1.5;
     Scheduler sched(c);
-    testing::FakeExecutor exec(c.block_size, c.num_blocks);
+    testing::KvCheckingExecutor exec(c.block_size, c.num_blocks);
     for (SeqId id = 1; id <= 12; ++id) {
       std::vector<int32_t> p = counting_prompt(id % 2 ? 4 : 60, static_cast<int32_t>(id * 1000));
       exec.add(id, p);

@@ -12,7 +12,7 @@
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/request.h"
 #include "kernels/backend.h"
-#include "tests/coordinator/feed_counting_executor.h"
+#include "tests/scripted_executor.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
@@ -74,7 +74,7 @@ class EngineForkTest : public ::testing::Test {
   EngineRun run(const std::map<RequestId, std::shared_ptr<const Request>>& requests, bool choice_by_request) {
     const SchedulerConfig c = config();
     Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
-    testing::FeedCountingExecutor counting(executor);
+    testing::ScriptedExecutor counting(executor);  // passes plans to the model, counting what they feed
     Engine engine(c, counting);
     for (const auto& [id, r] : requests) {
       const Status st = engine.add_request(id, r);

@@ -11,13 +11,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
 
-#include "common/sequence_states.h"
 #include "kernels/backend.h"
+#include "tests/scripted_executor.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
@@ -27,74 +26,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Outputs a fixed token script per request, chosen by the prompt's first token; past the
-// script (or without one) tokens are a pure function of (sequence id, index), so a
-// preempted and recomputed sequence draws the same tokens. Never emits `eos` unless scripted.
-// (The tests turn prefix caching off, so every sequence's first step shows its first token.)
-class ScriptedExecutor : public StepExecutor {
- public:
-  explicit ScriptedExecutor(int32_t vocab = 1024) : vocab_(vocab) {}
-
-  void set_script(int32_t first_prompt_token, std::vector<int32_t> script) {
-    std::lock_guard<std::mutex> lk(mu_);
-    scripts_[first_prompt_token] = std::move(script);
-  }
-  void set_step_delay(std::chrono::microseconds d) { delay_us_ = d.count(); }
-  // A step containing a sequence whose prompt starts with this token fails.
-  void fail_on(int32_t first_prompt_token) { fail_token_ = first_prompt_token; }
-
-  int32_t token_for(SeqId id, int32_t index) const {
-    uint64_t x = (id + 7) * 0x9e3779b97f4a7c15ULL ^ (static_cast<uint64_t>(index) * 0xbf58476d1ce4e5b9ULL);
-    x ^= x >> 31;
-    return 3 + static_cast<int32_t>(x % static_cast<uint64_t>(vocab_ - 3));  // never <unk>, <s>, </s>
-  }
-
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
-    std::lock_guard<std::mutex> lk(mu_);
-    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
-    if (!views.is_ok()) {
-      ADD_FAILURE() << views.status().to_string();
-      return views.status();
-    }
-    StepResult result;
-    result.step_id = plan.step_id;
-    for (const SeqView& v : views.value()) {
-      const SeqStep& s = *v.step;
-      if (s.num_computed == 0) first_[s.seq_id] = s.tokens.at(0);
-      if (!first_.count(s.seq_id)) {
-        ADD_FAILURE() << "sequence " << s.seq_id << " started past its first token";
-        return internal_error("unknown sequence");
-      }
-      const int32_t first = first_.at(s.seq_id);
-      if (first == fail_token_) return internal_error("scripted failure");
-      if (!s.sample) continue;
-      SampledToken t;
-      t.seq_id = s.seq_id;
-      auto it = scripts_.find(first);
-      if (it != scripts_.end() && v.num_generated() < static_cast<int32_t>(it->second.size())) {
-        t.token = it->second[v.num_generated()];
-      } else {
-        t.token = token_for(s.seq_id, v.num_generated());
-      }
-      result.tokens.push_back(t);
-    }
-    ++steps_;
-    return result;
-  }
-
-  int steps() const { return steps_; }
-
- private:
-  int32_t vocab_;
-  std::atomic<int64_t> delay_us_{0};
-  std::atomic<int32_t> fail_token_{-1};
-  std::atomic<int> steps_{0};
-  std::mutex mu_;
-  std::map<int32_t, std::vector<int32_t>> scripts_;
-  std::map<SeqId, int32_t> first_;
-  SequenceStates states_{0, 0};
-};
+// The scripted model (tests/scripted_executor.h): tokens are pseudo-random ids of a 1024-id
+// vocabulary (or the tokenizer's) by (sequence, index), so a preempted and recomputed sequence
+// draws the same tokens, never EOS unless scripted; per-prompt scripts and failures key on
+// the prompt's first token (so the tests turn prefix caching off: every sequence's first
+// step shows its first token).
+using testing::hashed_tokens;
+using testing::ScriptedExecutor;
+constexpr int32_t kScriptVocab = 1024;
 
 // Everything one request's callback saw.
 struct Collector {
@@ -178,7 +117,7 @@ std::unique_ptr<Tokenizer> load_kjv_tokenizer() {
   if (!tokenizer) GTEST_SKIP() << "SKIPPED: kjv-llama tokenizer not loadable from fixtures"
 
 TEST(EngineServiceTest, ManyConcurrentSubmittersEachGetTheirTokensAndOneFinish) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   exec.set_step_delay(50us);
   EngineServiceOptions o = small_options();
   o.scheduler.num_blocks = 48;  // tight enough that some sequences get preempted
@@ -232,7 +171,7 @@ TEST(EngineServiceTest, ManyConcurrentSubmittersEachGetTheirTokensAndOneFinish) 
 }
 
 TEST(EngineServiceTest, AbortWhileQueuedAndWhileRunningFreesBlocks) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   exec.set_step_delay(200us);
   EngineServiceOptions o = small_options();
   o.scheduler.max_num_seqs = 1;  // the second request must wait behind the first
@@ -270,7 +209,7 @@ TEST(EngineServiceTest, AbortWhileQueuedAndWhileRunningFreesBlocks) {
 }
 
 TEST(EngineServiceTest, AbortBeforeTheLoopStarts) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   EngineService svc(small_options(), exec, nullptr);
   Collector a, b;
   auto ra = svc.submit(request({5}, 4), a.callback());
@@ -286,7 +225,7 @@ TEST(EngineServiceTest, AbortBeforeTheLoopStarts) {
 }
 
 TEST(EngineServiceTest, InvalidRequestsAreNamedErrors) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   EngineServiceOptions o = small_options();
   o.scheduler.max_model_len = 100;
   o.vocab_size = 1024;
@@ -322,7 +261,7 @@ TEST(EngineServiceTest, InvalidRequestsAreNamedErrors) {
 }
 
 TEST(EngineServiceTest, QueueFullThenUnavailableWhenDraining) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   EngineServiceOptions o = small_options();
   o.max_queued_requests = 2;
   EngineService svc(o, exec, nullptr);  // not started: submits stay queued
@@ -345,7 +284,7 @@ TEST(EngineServiceTest, QueueFullThenUnavailableWhenDraining) {
 }
 
 TEST(EngineServiceTest, DrainLetsShortRequestsFinishAndAbortsTheRestAtTheDeadline) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   exec.set_step_delay(2ms);
   EngineService svc(small_options(), exec, nullptr);
   svc.start();
@@ -367,7 +306,7 @@ TEST(EngineServiceTest, DrainLetsShortRequestsFinishAndAbortsTheRestAtTheDeadlin
 }
 
 TEST(EngineServiceTest, DestructorAbortsRunningRequestsAndNeverCallsBackAfterwards) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   exec.set_step_delay(1ms);
   auto c = std::make_shared<Collector>();
   std::atomic<bool> destroyed{false};
@@ -397,7 +336,7 @@ TEST(EngineServiceTest, DestructorAbortsRunningRequestsAndNeverCallsBackAfterwar
 }
 
 TEST(EngineServiceTest, ExecutorErrorFinishesWithError) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   exec.fail_on(99);
   EngineService svc(small_options(), exec, nullptr);
   svc.start();
@@ -417,7 +356,7 @@ TEST(EngineServiceTest, ExecutorErrorFinishesWithError) {
 // A lost worker rank (executor_ready false): no step is attempted, requests wait for the
 // executor and then run as if nothing happened.
 TEST(EngineServiceTest, WhileTheExecutorIsNotReadyRequestsWaitAndRunOnceItIs) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   std::atomic<bool> ready{false};
   EngineServiceOptions o = small_options();
   o.executor_ready = [&ready] { return ready.load(); };
@@ -439,7 +378,7 @@ TEST(EngineServiceTest, WhileTheExecutorIsNotReadyRequestsWaitAndRunOnceItIs) {
 // Past executor_wait a waiting request ends with kError marked `unavailable` (HTTP 503 +
 // Retry-After), naming the key that bounds the wait; an ordinary executor error is not.
 TEST(EngineServiceTest, PastTheExecutorWaitRequestsEndUnavailableAndOtherErrorsDoNot) {
-  ScriptedExecutor exec;
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   exec.fail_on(99);
   std::atomic<bool> ready{false};
   EngineServiceOptions o = small_options();
@@ -468,8 +407,8 @@ TEST(EngineServiceTest, PastTheExecutorWaitRequestsEndUnavailableAndOtherErrorsD
 }
 
 TEST(EngineServiceTest, EosFinishesWithStop) {
-  ScriptedExecutor exec;
-  exec.set_script(5, {40, 41, 2, 42});
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
+  exec.script(5, {40, 41, 2, 42});
   EngineService svc(small_options(), exec, nullptr);
   svc.start();
   Collector c;
@@ -487,7 +426,7 @@ TEST(EngineServiceTest, EosFinishesWithStop) {
 
 TEST(EngineServiceTest, StreamedTextEqualsDecodeWithoutStopStrings) {
   REQUIRE_KJV();
-  ScriptedExecutor exec(static_cast<int32_t>(tokenizer->vocab_size()));
+  ScriptedExecutor exec(hashed_tokens(static_cast<int32_t>(tokenizer->vocab_size())));
   EngineService svc(small_options(), exec, tokenizer.get());
   svc.start();
   // Unscripted outputs are pseudo-random ids, byte-fallback pieces included, so text is
@@ -518,9 +457,9 @@ TEST(EngineServiceTest, StreamedTextEqualsDecodeWithoutStopStrings) {
     EXPECT_EQ(cs[i]->text(), full.substr(prompt_text.size())) << "request " << i;
   }
   // With a BOS-only prompt the stream is exactly decode(output), as tessera-generate prints it.
-  ScriptedExecutor exec2(static_cast<int32_t>(tokenizer->vocab_size()));
+  ScriptedExecutor exec2(hashed_tokens(static_cast<int32_t>(tokenizer->vocab_size())));
   const std::vector<int32_t> words = tokenizer->encode("In the beginning God created the heaven and the earth.", false);
-  exec2.set_script(1, words);
+  exec2.script(1, words);
   EngineService svc2(small_options(), exec2, tokenizer.get());
   svc2.start();
   Collector c;
@@ -533,9 +472,9 @@ TEST(EngineServiceTest, StreamedTextEqualsDecodeWithoutStopStrings) {
 // Runs `text`'s tokens through the service with `stops`; returns the collector.
 std::unique_ptr<Collector> run_stop(const Tokenizer& tok, const std::string& text, std::vector<std::string> stops,
                                     EngineServiceStats* stats = nullptr) {
-  ScriptedExecutor exec(static_cast<int32_t>(tok.vocab_size()));
+  ScriptedExecutor exec(hashed_tokens(static_cast<int32_t>(tok.vocab_size())));
   const std::vector<int32_t> words = tok.encode(text, false);
-  exec.set_script(1, words);
+  exec.script(1, words);
   EngineService svc(small_options(), exec, &tok);
   svc.start();
   auto c = std::make_unique<Collector>();
@@ -596,9 +535,9 @@ TEST(EngineServiceTest, StopStringsAcrossTokenBoundariesAreNotEmitted) {
 
 TEST(EngineServiceTest, LengthFinishWithTokenizer) {
   REQUIRE_KJV();
-  ScriptedExecutor exec(static_cast<int32_t>(tokenizer->vocab_size()));
+  ScriptedExecutor exec(hashed_tokens(static_cast<int32_t>(tokenizer->vocab_size())));
   const std::vector<int32_t> words = tokenizer->encode("In the beginning God created the heaven", false);
-  exec.set_script(1, words);
+  exec.script(1, words);
   EngineService svc(small_options(), exec, tokenizer.get());
   svc.start();
   Collector c;

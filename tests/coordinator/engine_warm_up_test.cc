@@ -12,7 +12,7 @@
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/request.h"
 #include "kernels/backend.h"
-#include "tests/coordinator/feed_counting_executor.h"
+#include "tests/scripted_executor.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
@@ -69,7 +69,7 @@ class EngineWarmUpTest : public ::testing::Test {
 TEST_F(EngineWarmUpTest, RunsTheLongestChunkAndADecodeBatchAndLeavesNothingBehind) {
   const SchedulerConfig c = config(64);
   Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
-  testing::FeedCountingExecutor counting(executor);
+  testing::ScriptedExecutor counting(executor);  // passes plans to the model, counting what they feed
   StatusOr<WarmUpReport> report = warm_up_executor(c, counting, model_->config().vocab);
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   EXPECT_EQ(report->prompt_tokens, 128);  // the token budget (under max_model_len and the pool)

@@ -1,5 +1,6 @@
 // HttpServer end to end: a tiny blocking HTTP client over a real loopback socket, against
-// the real EngineService and a fake StepExecutor that returns deterministic tokens.
+// the real EngineService and the scripted executor (tests/scripted_executor.h), which
+// returns deterministic tokens.
 #include "coordinator/server/http_server.h"
 
 #include <arpa/inet.h>
@@ -12,10 +13,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <thread>
 
-#include "common/sequence_states.h"
+#include "tests/scripted_executor.h"
 #include "tests/test_support.h"
 
 namespace tessera {
@@ -23,36 +23,9 @@ namespace {
 
 using nlohmann::json;
 
-// Token i of every sequence: never special (ids 0..2 are <unk>, <s>, </s>).
-int32_t fake_token(int index) { return 100 + (index * 7 + 3) % 500; }
-
-class FakeStepExecutor : public StepExecutor {
- public:
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    if (const int d = delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
-    std::lock_guard<std::mutex> lk(mu_);
-    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
-    if (!views.is_ok()) return views.status();
-    StepResult r;
-    r.step_id = plan.step_id;
-    for (const SeqView& v : views.value()) {
-      if (!v.step->sample) continue;
-      SampledToken t;
-      t.seq_id = v.step->seq_id;
-      t.token = fake_token(v.num_generated());
-      t.logprob = -0.5f;
-      for (int k = 0; k < v.state->sampling.logprobs; ++k)
-        t.top_logprobs.push_back({fake_token(v.num_generated() + k), -0.5f});
-      r.tokens.push_back(t);
-    }
-    return r;
-  }
-  std::atomic<int> delay_ms{0};
-
- private:
-  std::mutex mu_;
-  SequenceStates states_{0, 0};
-};
+// The model: token i of every sequence is ordinary_token(i), logprob -0.5, and the top
+// logprobs asked for are the tokens of the next indices.
+using testing::ordinary_token;
 
 // ---- a tiny blocking client ----------------------------------------------------------------
 
@@ -194,14 +167,14 @@ class HttpServerTest : public ::testing::Test {
 
   std::string expected_text(int n) const {
     std::vector<int32_t> ids;
-    for (int i = 0; i < n; ++i) ids.push_back(fake_token(i));
+    for (int i = 0; i < n; ++i) ids.push_back(ordinary_token(i));
     return tokenizer_->decode(ids, true);
   }
 
   int port() const { return server_->port(); }
 
   std::unique_ptr<Tokenizer> tokenizer_;
-  FakeStepExecutor executor_;
+  testing::ScriptedExecutor executor_;
   std::unique_ptr<EngineService> service_;
   std::unique_ptr<HttpServer> server_;
   std::atomic<bool> ready_{true};
@@ -355,7 +328,7 @@ TEST_F(HttpServerTest, HealthReadyModelsDraining) {
 // the deadline), then stop_gracefully. Every stream still gets everything the engine gave
 // it: its final chunk, or an error event when cut, then [DONE] and the chunked terminator.
 TEST_F(HttpServerTest, DrainThenStopGracefullyEndsEveryStreamWithDoneAndItsTerminator) {
-  executor_.delay_ms = 2;
+  executor_.set_step_delay(std::chrono::milliseconds(2));
   start();
   constexpr int kStreams = 8;
   std::vector<std::string> raw(kStreams);
@@ -462,7 +435,7 @@ TEST_F(HttpServerTest, MetricsMatchWhatClientsSaw) {
 
 TEST_F(HttpServerTest, DisconnectMidStreamFreesBlocks) {
   start();
-  executor_.delay_ms = 5;
+  executor_.set_step_delay(std::chrono::milliseconds(5));
   const int fd = connect_to(port());
   ASSERT_GE(fd, 0);
   std::string prompt = "[1";

@@ -11,12 +11,12 @@
 
 #include "coordinator/engine/request.h"
 #include "coordinator/engine/scheduler.h"
-#include "tests/coordinator/fake_executor.h"
+#include "tests/coordinator/kv_checking_executor.h"
 
 namespace tessera {
 namespace {
 
-using testing::FakeExecutor;
+using testing::KvCheckingExecutor;
 
 SchedulerConfig fork_config() {
   SchedulerConfig c;
@@ -82,7 +82,7 @@ struct ForkHarness {
   }
 
   Scheduler sched;
-  FakeExecutor exec;
+  KvCheckingExecutor exec;
   std::map<SeqId, int> fed;
   std::map<SeqId, std::set<uint64_t>> seeds;
   std::map<SeqId, std::vector<int32_t>> outputs;

@@ -1,8 +1,9 @@
-// Randomized property test of Scheduler + BlockManager against a fake executor that checks
-// every KV slot a step reads (tests/coordinator/fake_executor.h). Arrivals with shared prompt
-// prefixes, aborts (also between schedule() and on_step_result()), stop tokens, priorities and
-// tiny pools that force preemption, with and without a sliding window. After every step the
-// invariants hold; every request finishes within a bound; at the end every block is free again.
+// Randomized property test of Scheduler + BlockManager against a test executor that checks
+// every KV slot a step reads (tests/coordinator/kv_checking_executor.h). Arrivals with shared
+// prompt prefixes, aborts (also between schedule() and on_step_result()), stop tokens,
+// priorities and tiny pools that force preemption, with and without a sliding window. After
+// every step the invariants hold; every request finishes within a bound; at the end every
+// block is free again.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +13,12 @@
 #include <vector>
 
 #include "coordinator/engine/scheduler.h"
-#include "tests/coordinator/fake_executor.h"
+#include "tests/coordinator/kv_checking_executor.h"
 
 namespace tessera {
 namespace {
 
-using testing::FakeExecutor;
+using testing::KvCheckingExecutor;
 using testing::ResolvedPlan;
 using testing::ResolvedStep;
 
@@ -120,7 +121,7 @@ void run_case(const PropertyCase& pc) {
   SCOPED_TRACE(pc.name);
   const SchedulerConfig& c = pc.config;
   Scheduler sched(c);
-  FakeExecutor exec(c.block_size, c.num_blocks, kVocab, c.sliding_window);
+  KvCheckingExecutor exec(c.block_size, c.num_blocks, kVocab, c.sliding_window);
   std::mt19937_64 rng(pc.seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };

@@ -12,12 +12,12 @@
 #include <numeric>
 #include <vector>
 
-#include "tests/coordinator/fake_executor.h"
+#include "tests/coordinator/kv_checking_executor.h"
 
 namespace tessera {
 namespace {
 
-using testing::FakeExecutor;
+using testing::KvCheckingExecutor;
 using testing::ResolvedPlan;
 using testing::ResolvedStep;
 
@@ -79,7 +79,7 @@ class Harness {
   size_t prompt_len(SeqId id) { return lens_.at(id); }
 
   Scheduler sched;
-  FakeExecutor exec;
+  KvCheckingExecutor exec;
   std::map<SeqId, Finished> finished;
   std::map<SeqId, size_t> lens_;
 };

@@ -12,12 +12,12 @@
 
 #include "common/wire/messages.h"
 #include "coordinator/engine/scheduler.h"
-#include "tests/coordinator/fake_executor.h"
+#include "tests/coordinator/kv_checking_executor.h"
 
 namespace tessera {
 namespace {
 
-using testing::FakeExecutor;
+using testing::KvCheckingExecutor;
 
 // Largest encoding of a one-token decode step that opens at most one block: seq_id,
 // version, num_computed, sample, table_from, num_released, the token array (length + one
@@ -28,7 +28,7 @@ constexpr size_t kPlanOverheadBytes = wire::kHeaderBytes + 8 + 4 + 4 + 4 + 1;
 
 struct Driver {
   Scheduler sched;
-  FakeExecutor exec;
+  KvCheckingExecutor exec;
   explicit Driver(const SchedulerConfig& c) : sched(c), exec(c.block_size, c.num_blocks) {}
 
   StepPlan step() {
@@ -143,7 +143,7 @@ TEST(StepDeltas, LostKvCachesResendEverySequenceInFull) {
   run.step();
   run.sched.on_kv_cache_lost();
   // A fresh executor (a restarted worker) takes the next plan: every sequence starts again.
-  FakeExecutor fresh(c.block_size, c.num_blocks);
+  KvCheckingExecutor fresh(c.block_size, c.num_blocks);
   for (SeqId id : {1, 2}) fresh.add(id, run.exec.tokens(id));
   const StepPlan plan = run.sched.schedule();
   ASSERT_EQ(plan.seqs.size(), 2u);

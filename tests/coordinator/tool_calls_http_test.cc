@@ -10,12 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <mutex>
 #include <set>
 #include <random>
 
-#include "common/sequence_states.h"
 #include "coordinator/server/http_server.h"
+#include "tests/scripted_executor.h"
 #include "tests/test_support.h"
 #include "tools/client/http_client.h"
 
@@ -25,52 +24,29 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-// Every sequence generates script_[0..], then EOS (id 2): what a model would write.
-class ScriptedModel : public StepExecutor {
- public:
-  void set_script(std::vector<int32_t> tokens) {
-    std::lock_guard<std::mutex> lk(mu_);
-    script_ = std::move(tokens);
-  }
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
-    if (!views.is_ok()) return views.status();
-    StepResult r;
-    r.step_id = plan.step_id;
-    for (const SeqView& v : views.value()) {
-      if (!v.step->sample) continue;
-      SampledToken t;
-      t.seq_id = v.step->seq_id;
-      const size_t i = static_cast<size_t>(v.num_generated());
-      t.token = i < script_.size() ? script_[i] : 2;
-      // Under a grammar (a forced tool call) the model draws from the allowed tokens
-      // uniformly, by (seed, position): a seeded temperature-1 request is a random sample,
-      // the same one each time, and greedy (temperature 0) is one fixed draw per position.
-      if (!v.step->allowed_tokens.empty()) {
-        const SamplingParams& sp = v.state->sampling;
-        const uint64_t key = (sp.temperature == 0 ? 99 : sp.seed.value_or(1)) * 1000003u + i;
-        t.token = uniform_allowed(v.step->allowed_tokens, key);
-      }
-      t.logprob = -0.5f;
-      r.tokens.push_back(t);
-    }
-    return r;
-  }
+// One of the ids a token mask allows (a bitset, as SeqStep::allowed_tokens), chosen by `key`.
+int32_t uniform_allowed(const std::vector<uint32_t>& mask, uint64_t key) {
+  std::vector<int32_t> allowed;
+  for (size_t w = 0; w < mask.size(); ++w)
+    for (int b = 0; b < 32; ++b)
+      if (mask[w] >> b & 1u) allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(b)));
+  std::mt19937_64 rng(key);
+  return allowed.empty() ? 2 : allowed[rng() % allowed.size()];
+}
 
- private:
-  static int32_t uniform_allowed(const std::vector<uint32_t>& mask, uint64_t key) {
-    std::vector<int32_t> allowed;
-    for (size_t w = 0; w < mask.size(); ++w)
-      for (int b = 0; b < 32; ++b)
-        if (mask[w] >> b & 1u) allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(b)));
-    std::mt19937_64 rng(key);
-    return allowed.empty() ? 2 : allowed[rng() % allowed.size()];
-  }
-  std::mutex mu_;
-  std::vector<int32_t> script_;
-  SequenceStates states_{0, 0};
-};
+// What the model (tests/scripted_executor.h) writes: every sequence `tokens`, then EOS (id 2).
+// Under a grammar (a forced tool call) it draws from the allowed tokens uniformly, by (seed,
+// position): a seeded temperature-1 request is a random sample, the same one each time, and
+// greedy (temperature 0) is one fixed draw per position.
+testing::TokenScript model_writing(std::vector<int32_t> tokens) {
+  return [text = testing::script_then(std::move(tokens), 2)](const testing::SampleRow& r) {
+    const std::vector<uint32_t>& mask = r.view->step->allowed_tokens;
+    if (mask.empty()) return text(r);
+    const SamplingParams& sp = r.view->state->sampling;
+    const uint64_t key = (sp.temperature == 0 ? 99 : sp.seed.value_or(1)) * 1000003u + static_cast<uint64_t>(r.index);
+    return uniform_allowed(mask, key);
+  };
+}
 
 const char* const kWeatherTools = R"([{"type": "function", "function": {"name": "get_weather",
     "description": "Get the weather", "parameters": {"type": "object",
@@ -142,7 +118,7 @@ class ToolCallsHttpTest : public ::testing::Test {
   void script(const std::string& text) {
     const std::vector<int32_t> ids = tokenizer_->encode(text, false);
     ASSERT_EQ(tokenizer_->decode(ids, true), text) << "the kjv tokenizer does not round-trip: " << text;
-    model_.set_script(ids);
+    model_.set_tokens(model_writing(ids));
     written_ = post(body())["choices"][0]["message"]["content"].get<std::string>();
     ASSERT_TRUE(written_ == text || written_ == " " + text) << written_;
   }
@@ -229,7 +205,7 @@ class ToolCallsHttpTest : public ::testing::Test {
   }
 
   std::unique_ptr<Tokenizer> tokenizer_;
-  ScriptedModel model_;
+  testing::ScriptedExecutor model_{model_writing({})};
   std::shared_ptr<const ChatTemplate> template_;
   std::string written_;
   std::string temp_dir_;
@@ -279,7 +255,7 @@ TEST_F(ToolCallsHttpTest, MistralMarkerThatIsASpecialToken) {
   const std::string calls = " [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]";
   std::vector<int32_t> ids = {marker};
   for (int32_t t : tokenizer_->encode(calls, false)) ids.push_back(t);
-  model_.set_script(ids);
+  model_.set_tokens(model_writing(ids));
   expect_calls(json::array({json::array({"get_weather", {{"city", "Paris"}}})}), nullptr);
 
   const std::string tools = std::string("\"tools\": ") + kWeatherTools;

@@ -1,6 +1,7 @@
-// ZmqClientServer end to end: the real EngineService with a deterministic fake StepExecutor,
-// real ZeroMQ (ipc in a temp dir or tcp loopback), and ZmqClient (tools/client) as the
-// client — plus a raw DEALER for frames ZmqClient never sends (duplicate ids, garbage).
+// ZmqClientServer end to end: the real EngineService with the scripted executor
+// (tests/scripted_executor.h) for deterministic tokens, real ZeroMQ (ipc in a temp dir or tcp
+// loopback), and ZmqClient (tools/client) as the client — plus a raw DEALER for frames
+// ZmqClient never sends (duplicate ids, garbage).
 #include "coordinator/server/zmq_client_server.h"
 
 #include <gtest/gtest.h>
@@ -8,16 +9,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <thread>
 
-#include "common/sequence_states.h"
 #include "common/wire/client_messages.h"
 #include "coordinator/server/metrics.h"
+#include "tests/scripted_executor.h"
 #include "tests/test_support.h"
 #include "tools/client/zmq_client.h"
 
@@ -27,54 +26,9 @@ namespace {
 namespace wc = wire::client;
 using namespace std::chrono_literals;
 
-// Token i of every sequence: never special (ids 0..2 are <unk>, <s>, </s>).
-int32_t fake_token(int index) { return 100 + (index * 7 + 3) % 500; }
-
-class FakeStepExecutor : public StepExecutor {
- public:
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    entered.fetch_add(1);
-    {
-      std::unique_lock<std::mutex> lock(gate_mu);
-      gate_cv.wait(lock, [this] { return open; });
-    }
-    if (const int d = delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
-    if (fail.load()) return internal_error("injected executor failure");
-    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
-    if (!views.is_ok()) return views.status();
-    StepResult r;
-    r.step_id = plan.step_id;
-    for (const SeqView& v : views.value()) {
-      if (!v.step->sample) continue;
-      SampledToken t;
-      t.seq_id = v.step->seq_id;
-      t.token = fake_token(v.num_generated());
-      t.logprob = -0.5f - 0.25f * static_cast<float>(v.num_generated() % 4);
-      r.tokens.push_back(t);
-    }
-    return r;
-  }
-  void set_gate(bool is_open) {
-    {
-      std::lock_guard<std::mutex> lock(gate_mu);
-      open = is_open;
-    }
-    gate_cv.notify_all();
-  }
-
-  std::atomic<int> delay_ms{0};
-  std::atomic<bool> fail{false};
-  std::atomic<int> entered{0};
-
- private:
-  std::mutex gate_mu;
-  std::condition_variable gate_cv;
-  bool open = true;
-
- private:
-  SequenceStates states_{0, 0};  // execute() is called by one engine thread
-};
-
+// The model (tests/scripted_executor.h): token i of every sequence is ordinary_token(i), its
+// logprob fake_logprob(i).
+using testing::ordinary_token;
 float fake_logprob(int index) { return -0.5f - 0.25f * static_cast<float>(index % 4); }
 
 // Everything one request produced, gathered from its events.
@@ -157,6 +111,9 @@ class RawDealer {
 
 class ZmqClientServerTest : public ::testing::Test {
  protected:
+  ZmqClientServerTest() {
+    executor_.set_logprob([](const testing::SampleRow& r) { return fake_logprob(r.index); });
+  }
   void SetUp() override {
     TESSERA_REQUIRE_FIXTURES();
     auto t = Tokenizer::load(::tessera::testing::fixtures_dir() + "/kjv-llama");
@@ -165,7 +122,7 @@ class ZmqClientServerTest : public ::testing::Test {
     dir_ = ::tessera::testing::make_temp_dir("tessera-zmq-client");
   }
   void TearDown() override {
-    executor_.set_gate(true);
+    executor_.resume_steps();
     if (server_) server_->stop();
     server_.reset();
     if (service_) service_->stop();
@@ -198,12 +155,12 @@ class ZmqClientServerTest : public ::testing::Test {
 
   std::string expected_text(int n) const {
     std::vector<int32_t> ids;
-    for (int i = 0; i < n; ++i) ids.push_back(fake_token(i));
+    for (int i = 0; i < n; ++i) ids.push_back(ordinary_token(i));
     return tokenizer_->decode(ids, true);
   }
   static std::vector<int32_t> expected_tokens(int n) {
     std::vector<int32_t> ids;
-    for (int i = 0; i < n; ++i) ids.push_back(fake_token(i));
+    for (int i = 0; i < n; ++i) ids.push_back(ordinary_token(i));
     return ids;
   }
 
@@ -231,7 +188,7 @@ class ZmqClientServerTest : public ::testing::Test {
 
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string dir_;
-  FakeStepExecutor executor_;
+  testing::ScriptedExecutor executor_;
   std::unique_ptr<EngineService> service_;
   std::unique_ptr<ZmqClientServer> server_;
 };
@@ -436,11 +393,11 @@ TEST_F(ZmqClientServerTest, FullQueueAnswers429) {
   start({}, /*max_queued_requests=*/1);
   auto c = client();
   ASSERT_TRUE(c);
-  executor_.set_gate(false);  // the engine thread blocks inside its first step
+  executor_.pause_steps();  // the engine thread blocks inside its first step
   auto a = c->submit(ZmqRequestKind::kCompletion, R"({"prompt": [1, 7], "max_tokens": 2})");
   ASSERT_TRUE(a.is_ok());
-  for (int i = 0; i < 400 && executor_.entered.load() == 0; ++i) std::this_thread::sleep_for(5ms);
-  ASSERT_GT(executor_.entered.load(), 0);
+  for (int i = 0; i < 400 && executor_.steps_entered() == 0; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_GT(executor_.steps_entered(), 0);
   auto b = c->submit(ZmqRequestKind::kCompletion, R"({"prompt": [1, 8], "max_tokens": 2})");  // queued
   auto full = c->submit(ZmqRequestKind::kCompletion, R"({"prompt": [1, 9], "max_tokens": 2})");
   ASSERT_TRUE(b.is_ok() && full.is_ok());
@@ -450,7 +407,7 @@ TEST_F(ZmqClientServerTest, FullQueueAnswers429) {
   EXPECT_EQ(o.last.status, 429);
   EXPECT_EQ(o.last.error_type, "rate_limit_error");
   EXPECT_EQ(o.last.error_code, "queue_full");
-  executor_.set_gate(true);
+  executor_.resume_steps();
   for (uint64_t id : {a.value(), b.value()}) {
     if (others[id].final_seen) continue;
     Outcome r = collect(*c, id, 10s, &others);
@@ -462,13 +419,13 @@ TEST_F(ZmqClientServerTest, EngineFailureIsError500) {
   start();
   auto c = client();
   ASSERT_TRUE(c);
-  executor_.fail = true;
+  executor_.fail_every_step("injected executor failure");
   ZmqClientEvent e = expect_error(*c, ZmqRequestKind::kCompletion, R"({"prompt": [1, 2], "max_tokens": 3, "n": 2})");
   EXPECT_EQ(e.status, 500);
   EXPECT_EQ(e.error_type, "server_error");
   EXPECT_EQ(e.error_code, "internal_error");
   EXPECT_NE(e.error_message.find("injected executor failure"), std::string::npos) << e.error_message;
-  executor_.fail = false;
+  executor_.stop_failing();
   EXPECT_EQ(wait_until_idle(1s).kv_blocks_free, service_->stats().kv_blocks_total);
   EXPECT_EQ(server_->live_requests(), 0u);
 }
@@ -476,7 +433,7 @@ TEST_F(ZmqClientServerTest, EngineFailureIsError500) {
 TEST_F(ZmqClientServerTest, RawFramesDuplicateIdsAndGarbage) {
   start();
   RawDealer raw(server_->endpoint());
-  executor_.delay_ms = 2;
+  executor_.set_step_delay(2ms);
   wc::Submit s;
   s.id = 7;
   s.request_json = R"({"prompt": [1, 2, 3], "max_tokens": 50})";
@@ -506,7 +463,7 @@ TEST_F(ZmqClientServerTest, RawFramesDuplicateIdsAndGarbage) {
       break;
     }
   }
-  executor_.delay_ms = 0;
+  executor_.set_step_delay(0ms);
 
   raw.send("garbage that is no frame");
   wc::Error e = raw.recv_error();
@@ -572,7 +529,7 @@ TEST_F(ZmqClientServerTest, RawFramesDuplicateIdsAndGarbage) {
 
 TEST_F(ZmqClientServerTest, AbortEndsWithFinalAbortAndFreesBlocks) {
   start();
-  executor_.delay_ms = 5;
+  executor_.set_step_delay(5ms);
   auto c = client();
   ASSERT_TRUE(c);
   std::string prompt = "[1";
@@ -605,7 +562,7 @@ TEST_F(ZmqClientServerTest, AbortEndsWithFinalAbortAndFreesBlocks) {
 
 TEST_F(ZmqClientServerTest, ClientThatVanishesMidStreamHasItsBlocksFreed) {
   start({}, 1024, "tcp://127.0.0.1:*");
-  executor_.delay_ms = 5;
+  executor_.set_step_delay(5ms);
   auto c = client();
   ASSERT_TRUE(c);
   std::string prompt = "[1";
@@ -662,7 +619,7 @@ TEST_F(ZmqClientServerTest, TwentyConcurrentClients) {
 
 TEST_F(ZmqClientServerTest, StopEndsLiveRequestsWith503AndFreesBlocks) {
   start();
-  executor_.delay_ms = 5;
+  executor_.set_step_delay(5ms);
   auto c = client();
   ASSERT_TRUE(c);
   auto id = c->submit(ZmqRequestKind::kCompletion, R"({"prompt": [1, 2, 3], "max_tokens": 400})");
@@ -747,7 +704,7 @@ TEST(ZmqClientTest, HandshakeMismatchIsNamed) {
 }
 
 TEST(ZmqClientServerStartTest, BadOrBusyEndpointIsAnError) {
-  FakeStepExecutor executor;
+  testing::ScriptedExecutor executor;
   EngineServiceOptions eo;
   eo.scheduler.num_blocks = 16;
   EngineService service(eo, executor, nullptr);

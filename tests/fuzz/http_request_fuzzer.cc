@@ -1,6 +1,6 @@
 // libFuzzer: the bytes of one TCP connection to the real HTTP server. One HttpServer (the
 // real Boost.Beast front end, with its chat template renderer) in front of a real
-// EngineService with a deterministic fake StepExecutor and the kjv-llama tokenizer is started
+// EngineService with the scripted executor and the kjv-llama tokenizer is started
 // once; each input is written to a fresh loopback connection and the response read back.
 //
 // Per input: connect, write the bytes, read what comes back. While the server is answering
@@ -39,11 +39,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
-#include "common/sequence_states.h"
 #include "common/step_executor.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/engine/engine_service.h"
 #include "coordinator/server/http_server.h"
+#include "tests/scripted_executor.h"
 
 namespace tessera {
 namespace {
@@ -64,42 +64,30 @@ constexpr auto kIdleDeadline = milliseconds(2000);  // for the KV blocks to come
     }                                                                                                \
   } while (0)
 
-// Deterministic tokens (as tests/coordinator/http_server_test.cc's fake): mostly ordinary
-// ids, every 17th the EOS id so stop handling and special-token skipping run too.
-class FakeStepExecutor : public StepExecutor {
- public:
-  explicit FakeStepExecutor(int32_t eos) : eos_(eos) {}
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    StatusOr<std::vector<SeqView>> views = states_.apply(plan);
-    FUZZ_CHECK(views.is_ok(), "the scheduler's step deltas apply");
-    StepResult r;
-    r.step_id = plan.step_id;
-    for (const SeqView& v : views.value()) {
-      const SeqStep& s = *v.step;
-      if (!s.sample) continue;
-      SampledToken t;
-      t.seq_id = s.seq_id;
-      t.token = token(s.seq_id, v.num_generated());
-      t.logprob = -0.5f;
-      for (int k = 0; k < v.state->sampling.logprobs; ++k)
-        t.top_logprobs.push_back({token(s.seq_id, v.num_generated() + k + 1), -0.75f});
-      r.tokens.push_back(t);
-    }
-    return r;
-  }
+}  // namespace
 
- private:
-  int32_t token(SeqId seq, int index) const {
-    if (eos_ >= 0 && (static_cast<int>(seq % 5) + index) % 17 == 16) return eos_;
-    return 100 + (index * 7 + 3) % 500;
-  }
-  int32_t eos_;
-  SequenceStates states_{0, 0};
-};
+// A refused plan (or any broken invariant of tests/scripted_executor.h) is a finding.
+namespace testing {
+void scripted_executor_violation(const std::string& what) {
+  std::fprintf(stderr, "http_request_fuzzer: invariant failed: %s\n", what.c_str());
+  __builtin_trap();
+}
+}  // namespace testing
+
+namespace {
+
+// Deterministic tokens (tests/scripted_executor.h, as in tests/coordinator/http_server_test.cc):
+// mostly ordinary ids, every 17th the EOS id so stop handling and special-token skipping run too.
+testing::TokenScript tokens_with_eos(int32_t eos) {
+  return [eos](const testing::SampleRow& r) {
+    if (eos >= 0 && (static_cast<int>(r.seq_id % 5) + r.index) % 17 == 16) return eos;
+    return testing::ordinary_token(r.index);
+  };
+}
 
 struct Server {
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<FakeStepExecutor> executor;
+  std::unique_ptr<testing::ScriptedExecutor> executor;
   std::unique_ptr<EngineService> service;
   std::unique_ptr<HttpServer> http;
 };
@@ -122,7 +110,7 @@ Server* start_server() {
                  "(set TESSERA_FIXTURES to the fixtures folder)\n",
                  dir.c_str(), t.status().to_string().c_str());
   }
-  s->executor = std::make_unique<FakeStepExecutor>(s->tokenizer ? s->tokenizer->eos_id() : -1);
+  s->executor = std::make_unique<testing::ScriptedExecutor>(tokens_with_eos(s->tokenizer ? s->tokenizer->eos_id() : -1));
   EngineServiceOptions eo;
   eo.scheduler.block_size = 4;
   eo.scheduler.num_blocks = 48;  // fewer than a few full-length sequences: preemption runs too

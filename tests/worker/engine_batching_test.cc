@@ -12,6 +12,7 @@
 
 #include "coordinator/engine/engine.h"
 #include "kernels/backend.h"
+#include "tests/scripted_executor.h"
 #include "tests/test_support.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
@@ -42,31 +43,6 @@ struct RunStats {
   int most_held_one_token = 0; // ditto, in steps feeding it one token (decodes)
 };
 
-// Passes plans through, counting the blocks each sequence holds in each step: its table
-// (as the executor holds it once the step's delta is applied) minus the entries a sliding
-// window freed (-1).
-class HeldBlocksRecorder final : public StepExecutor {
- public:
-  HeldBlocksRecorder(Executor& inner, RunStats& stats) : inner_(inner), stats_(stats) {}
-  StatusOr<StepResult> execute(const StepPlan& plan) override {
-    StatusOr<StepResult> result = inner_.execute(plan);
-    for (const SeqStep& s : plan.seqs) {
-      const HeldSequence* h = inner_.sequences().find(s.seq_id);
-      if (h == nullptr) continue;  // the step was refused (the result says why)
-      const int held = static_cast<int>(
-          std::count_if(h->block_table.begin(), h->block_table.end(), [](int32_t b) { return b >= 0; }));
-      stats_.most_held = std::max(stats_.most_held, held);
-      if (s.tokens.size() == 1) stats_.most_held_one_token = std::max(stats_.most_held_one_token, held);
-    }
-    return result;
-  }
-  uint64_t kv_cache_epoch() const override { return inner_.kv_cache_epoch(); }
-
- private:
-  Executor& inner_;
-  RunStats& stats_;
-};
-
 // Adds request i at step i * `stagger`, runs to completion, returns each request's output.
 std::vector<std::vector<int32_t>> run_engine(Transformer& model, Backend& backend, const std::vector<Case>& cases,
                                              SchedulerConfig sc, int stagger, const SamplingParams& sampling,
@@ -74,7 +50,15 @@ std::vector<std::vector<int32_t>> run_engine(Transformer& model, Backend& backen
   Executor model_executor(model, backend, sc.block_size, sc.num_blocks, model.dtype());
   RunStats local;
   if (stats == nullptr) stats = &local;
-  HeldBlocksRecorder executor(model_executor, *stats);
+  // Counts the blocks each sequence holds in each step: its table (as the executor holds it
+  // once the step's delta is applied) minus the entries a sliding window freed (-1).
+  testing::ScriptedExecutor executor(model_executor);
+  executor.observe([stats](const SeqView& v) {
+    const std::vector<int32_t>& table = v.state->block_table;
+    const int held = static_cast<int>(std::count_if(table.begin(), table.end(), [](int32_t b) { return b >= 0; }));
+    stats->most_held = std::max(stats->most_held, held);
+    if (v.step->tokens.size() == 1) stats->most_held_one_token = std::max(stats->most_held_one_token, held);
+  });
   Engine engine(sc, executor);
   std::map<SeqId, size_t> index_of;
   std::vector<std::vector<int32_t>> outputs(cases.size());

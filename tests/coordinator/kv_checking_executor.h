@@ -1,15 +1,22 @@
 #pragma once
-// A stand-in for the model in scheduler tests. It keeps a shadow KV cache (one token id per
-// slot) and checks, every step, that each sequence's block table really holds its own
-// tokens at every position the step reads: prefix sharing, copy-on-write, preemption and
-// eviction bugs all show up as a wrong token in a slot. Sampled tokens are a fixed function
-// of (sequence, token index), so a preempted and recomputed sequence must produce exactly
-// the tokens it would have produced without preemption. With a sliding window W it reads
-// only what the real attention reads (from the first new token's window on) and checks that
-// every block wholly before that has been given back (-1). Plans are step deltas: the fake
-// applies them through the same SequenceStates as the worker, so a delta the scheduler gets
-// wrong shows up as a refused plan or a wrong slot, and it hands the tests each step in
-// full (ResolvedPlan: what the executor sees once the deltas are applied).
+// The checking executor, a stand-in for the model in scheduler tests. It keeps a shadow KV
+// cache (one token id per slot) and checks, every step, that each sequence's block table
+// really holds its own tokens at every position the step reads: prefix sharing,
+// copy-on-write, preemption and eviction bugs all show up as a wrong token in a slot. Sampled
+// tokens are a fixed function of (sequence, token index), so a preempted and recomputed
+// sequence must produce exactly the tokens it would have produced without preemption. With a
+// sliding window W it reads only what the real attention reads (from the first new token's
+// window on) and checks that every block wholly before that has been given back (-1). Plans
+// are step deltas: it applies them through the same SequenceStates as the worker, so a delta
+// the scheduler gets wrong shows up as a refused plan or a wrong slot, and it hands the tests
+// each step in full (ResolvedPlan: what the executor sees once the deltas are applied).
+//
+// Why it is not the scripted executor (tests/scripted_executor.h), the stand-in model of the
+// engine and server tests: this one verifies the scheduler's block tables, so it is driven
+// by a Scheduler step by step (the tests call execute() and feed the events back with
+// apply()), must know every sequence's tokens (add()) to check every slot, and reports a
+// wrong slot where it is read. The scripted executor only samples, counts and fails as told,
+// behind an Engine or EngineService.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,9 +52,9 @@ struct ResolvedPlan {
   std::vector<std::pair<int32_t, int32_t>> block_copies;
 };
 
-class FakeExecutor {
+class KvCheckingExecutor {
  public:
-  FakeExecutor(int block_size, int num_blocks, int vocab = 50, int window = 0)
+  KvCheckingExecutor(int block_size, int num_blocks, int vocab = 50, int window = 0)
       : block_size_(block_size),
         vocab_(vocab),
         window_(window),
