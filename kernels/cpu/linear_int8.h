@@ -3,8 +3,9 @@
 // where W is int8 [N, K] with one float32 scale per group of `group` consecutive input
 // elements of each output row (dequant(W)[n, k] = W[n, k] * scales[n, k / group]).
 // Activations stay float32 between layers; inside the layer x may be carried as integers.
-// These kernels read row-major int8; where int8_panels_preferred() (AVX-512 VNNI, 16-bit x)
-// the loader stores column panels instead and linear_int8_panels.h runs the same arithmetic.
+// These kernels read row-major int8; where a backend's options prefer panels
+// (int8_panels_preferred: AVX-512 VNNI, 16-bit x) the loader stores column panels instead and
+// linear_int8_panels.h runs the same arithmetic.
 //
 // Two regimes, chosen by M (rows of x), like linear_cpu.h:
 //  - M <= linear_int8_gemv_max_rows() (decode): memory-bandwidth bound, one byte per weight.

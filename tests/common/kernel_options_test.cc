@@ -7,14 +7,35 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <ostream>
 #include <string>
 
 #include "common/config.h"
 
 namespace tessera {
+// Failure messages show the fields, not the bytes.
+inline void PrintTo(const CpuKernelOptions& o, std::ostream* os) {
+  *os << "{isa " << (o.isa ? cpu::cpu_isa_name(*o.isa) : "auto") << ", gemm " << static_cast<int>(o.gemm)
+      << ", bf16_dot " << o.bf16_dot << ", int8_x16 " << o.int8_x16 << ", int8_dot " << o.int8_dot << ", attention "
+      << static_cast<int>(o.attention) << ", pin_threads " << o.pin_threads << "}";
+}
+
 namespace {
 
 using Env = std::map<std::string, std::string>;
+
+// Every field away from its default.
+CpuKernelOptions every_switch_turned() {
+  CpuKernelOptions o;
+  o.isa = cpu::CpuIsa::kScalar;
+  o.gemm = cpu::GemmKernel::kOpenBlas;
+  o.bf16_dot = false;
+  o.int8_x16 = false;
+  o.int8_dot = true;
+  o.attention = cpu::AttentionKernel::kReference;
+  o.pin_threads = false;
+  return o;
+}
 
 KernelOptions resolved_or_die(const CpuKernelOptions& configured, const Env& env) {
   StatusOr<KernelOptions> r = resolve_kernel_options(configured, env);
@@ -52,13 +73,7 @@ TEST(KernelOptions, EveryVariableOverridesItsField) {
                                                {"TESSERA_CPU_ATTENTION", "reference"},
                                                {"TESSERA_PIN_THREADS", "0"},
                                                {"TESSERA_CUDA_SYNC", "1"}});
-  EXPECT_EQ(k.cpu.isa, cpu::CpuIsa::kScalar);
-  EXPECT_EQ(k.cpu.gemm, cpu::GemmKernel::kOpenBlas);
-  EXPECT_FALSE(k.cpu.bf16_dot);
-  EXPECT_FALSE(k.cpu.int8_x16);
-  EXPECT_TRUE(k.cpu.int8_dot);
-  EXPECT_EQ(k.cpu.attention, cpu::AttentionKernel::kReference);
-  EXPECT_FALSE(k.cpu.pin_threads);
+  EXPECT_EQ(k.cpu, every_switch_turned());
   EXPECT_TRUE(k.cuda_sync_every_launch);
 }
 
@@ -100,28 +115,24 @@ TEST(KernelOptions, BadValuesNameTheVariableAndWhatItTakes) {
 TEST(KernelOptionsConfig, WorkerCpuKeysParse) {
   auto c = parse_config_yaml(R"(
 worker:
-  cpu: {isa: avx2, gemm: openblas, bf16_dot: false, int8_x16: false, int8_dot: true, attention: reference,
+  cpu: {isa: scalar, gemm: openblas, bf16_dot: false, int8_x16: false, int8_dot: true, attention: reference,
         pin_threads: false}
 )", "cpu.yaml");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  const CpuKernelOptions& o = c->worker.cpu;
-  EXPECT_EQ(o.isa, cpu::CpuIsa::kAvx2);
-  EXPECT_EQ(o.gemm, cpu::GemmKernel::kOpenBlas);
-  EXPECT_FALSE(o.bf16_dot);
-  EXPECT_FALSE(o.int8_x16);
-  EXPECT_TRUE(o.int8_dot);
-  EXPECT_EQ(o.attention, cpu::AttentionKernel::kReference);
-  EXPECT_FALSE(o.pin_threads);
+  EXPECT_EQ(c->worker.cpu, every_switch_turned());
   auto again = parse_config_yaml(dump_config_yaml(*c), "dumped.yaml");
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
-  EXPECT_EQ(again->worker.cpu, o);
+  EXPECT_EQ(again->worker.cpu, every_switch_turned());
+  auto avx2 = parse_config_yaml("worker: {cpu: {isa: avx2}}", "avx2.yaml");
+  ASSERT_TRUE(avx2.is_ok()) << avx2.status().to_string();
+  EXPECT_EQ(avx2->worker.cpu.isa, cpu::CpuIsa::kAvx2);
   EXPECT_EQ(TesseraConfig{}.worker.cpu, CpuKernelOptions{});
 }
 
 TEST(KernelOptionsConfig, SetOverridesEveryKey) {
   TesseraConfig c;
   for (const auto& [key, value] : std::map<std::string, std::string>{{"worker.cpu.isa", "scalar"},
-                                                                     {"worker.cpu.gemm", "packed"},
+                                                                     {"worker.cpu.gemm", "openblas"},
                                                                      {"worker.cpu.bf16_dot", "false"},
                                                                      {"worker.cpu.int8_x16", "false"},
                                                                      {"worker.cpu.int8_dot", "true"},
@@ -130,13 +141,9 @@ TEST(KernelOptionsConfig, SetOverridesEveryKey) {
     ASSERT_TRUE(apply_override_arg(c, key + "=" + value).is_ok()) << key;
     EXPECT_TRUE(c.gave(key)) << key;
   }
-  EXPECT_EQ(c.worker.cpu.isa, cpu::CpuIsa::kScalar);
+  EXPECT_EQ(c.worker.cpu, every_switch_turned());
+  ASSERT_TRUE(apply_override(c, "worker.cpu.gemm", "packed").is_ok());
   EXPECT_EQ(c.worker.cpu.gemm, cpu::GemmKernel::kPacked);
-  EXPECT_FALSE(c.worker.cpu.bf16_dot);
-  EXPECT_FALSE(c.worker.cpu.int8_x16);
-  EXPECT_TRUE(c.worker.cpu.int8_dot);
-  EXPECT_EQ(c.worker.cpu.attention, cpu::AttentionKernel::kReference);
-  EXPECT_FALSE(c.worker.cpu.pin_threads);
   ASSERT_TRUE(apply_override(c, "worker.cpu.isa", "auto").is_ok());
   EXPECT_FALSE(c.worker.cpu.isa.has_value());
 }
