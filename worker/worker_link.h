@@ -79,7 +79,8 @@ class WorkerLink {
   uint64_t steps_served() const { return steps_served_.load(); }
 
  private:
-  struct Impl;
+  struct Impl;     // what outlives one run(): stop flags, the relayed collective id
+  class Session;   // one run(): the socket and the state its two threads share
   WorkerLinkOptions options_;
   std::unique_ptr<Impl> impl_;
   std::atomic<uint64_t> steps_served_{0};
