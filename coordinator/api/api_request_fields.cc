@@ -20,7 +20,7 @@ struct Field {
   unsigned endpoints;
 };
 
-// Read by parse_api_request (coordinator/api/openai_api.cc) and honoured end to end.
+// Read by parse_api_request (coordinator/api/openai_request.cc) and honoured end to end.
 constexpr Field kImplemented[] = {
     {"model", kBoth},
     {"temperature", kBoth},

@@ -1,7 +1,7 @@
 #pragma once
 // Which request fields the OpenAI layer implements, and a clear 400 for every other one: a
 // field that would change what the client gets must never be accepted and ignored. The
-// lists here are the whole contract (docs/api.md, "Request fields"); openai_api.cc reads
+// lists here are the whole contract (docs/api.md, "Request fields"); openai_request.cc reads
 // the implemented ones.
 #include <cstdint>
 #include <utility>

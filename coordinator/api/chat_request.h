@@ -40,7 +40,7 @@ struct ChatRequestParts {
 //  - the "developer" role is given to the template as "system" (OpenAI's newer name for it;
 //    chat templates know only "system").
 //  - tool_choice "required" needs tools; a named function must be one of them (400 naming
-//    tool_choice otherwise). The grammar that forces the call is the caller's (openai_api.cc).
+//    tool_choice otherwise). The grammar that forces the call is the caller's (openai_request.cc).
 bool read_chat_request(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
 
 // The same for /tokenize, whose body has only "messages" and (optionally) "tools".

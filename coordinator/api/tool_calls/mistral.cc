@@ -2,7 +2,7 @@
 //   [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]
 // (a single object is read too). Text before and after is content; a marker not followed by
 // a call array stays content. [TOOL_CALLS] is a special token, so a request that reads calls
-// keeps special tokens in the text unless it sets skip_special_tokens (openai_api.cc); the
+// keeps special tokens in the text unless it sets skip_special_tokens (openai_request.cc); the
 // EOS that ends the output is not text either way (engine_service.cc).
 #include "coordinator/api/tool_calls/tool_call_format.h"
 
