@@ -66,12 +66,13 @@ Status CudaBackend::init() {
   cudaStream_t stream = nullptr;
   TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   stream_ = stream;
+  TESSERA_ASSIGN_OR_RETURN(const cuda::CublasLibrary* blas, cuda::load_cublas());
   cublasHandle_t handle = nullptr;
-  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  TESSERA_CUBLAS_RETURN_IF_ERROR(blas->create(&handle));
   cublas_ = handle;
-  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream_));
+  TESSERA_CUBLAS_RETURN_IF_ERROR(blas->set_stream(handle, stream_));
   // No TF32: f32 weights must match the CPU backend to ~1e-5 relative.
-  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  TESSERA_CUBLAS_RETURN_IF_ERROR(blas->set_math_mode(handle, CUBLAS_DEFAULT_MATH));
   void* flag = nullptr;
   TESSERA_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&flag, 2 * sizeof(int), cudaHostAllocMapped));
   error_flag_host_ = static_cast<int*>(flag);
@@ -92,7 +93,7 @@ CudaBackend::~CudaBackend() {
   workspace_.reset();
   weights_.reset();    // placed weights still alive keep the arena until they go
   allocator_.reset();  // tensors still alive keep it (and their blocks) until they go
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) cuda::cublas().destroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (error_flag_host_ != nullptr) cudaFreeHost(error_flag_host_);
 }
@@ -230,9 +231,10 @@ void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const Te
     // sees w as K x N (op T) and x as K x M (op N), both with leading dimension K.
     const float alpha = 1.0f, beta = 0.0f;
     cublasHandle_t h = cublas_;
+    const cuda::CublasLibrary& blas = cuda::cublas();
     if (w.dtype == DType::kF32) {
       // CUBLAS_COMPUTE_32F with the default math mode: plain f32, never TF32.
-      TESSERA_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+      TESSERA_CUBLAS_CHECK(blas.gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
                                         checked_int(K, "K"), &alpha, wd.data, CUDA_R_32F, static_cast<int>(K),
                                         x.data, CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F,
                                         static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -244,7 +246,7 @@ void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const Te
       void* xh = workspace_->get(static_cast<size_t>(M * K) * 2, stream_);
       cuda::launch::convert_from_f32(x.as<float>(), xh, w.dtype, M * K, stream_);
       after_launch("linear (convert input)");
-      TESSERA_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+      TESSERA_CUBLAS_CHECK(blas.gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
                                         checked_int(K, "K"), &alpha, wd.data, type, static_cast<int>(K), xh, type,
                                         static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -277,7 +279,8 @@ void CudaBackend::linear_int8_impl(const TensorView& x, const TensorView& w, con
     cuda::launch::dequantize_int8(w.as<int8_t>(), scales.as<float>(), group, N, K, wf, stream_);
     after_launch("linear_int8 (dequantize)");
     const float alpha = 1.0f, beta = 0.0f;
-    TESSERA_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+    const cuda::CublasLibrary& blas = cuda::cublas();
+    TESSERA_CUBLAS_CHECK(blas.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
                                       checked_int(K, "K"), &alpha, wf, CUDA_R_32F, static_cast<int>(K), x.data,
                                       CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -16,6 +16,7 @@
 
 #include "common/check.h"
 #include "common/status.h"
+#include "kernels/cuda/cublas_library.h"
 
 namespace tessera::cuda {
 
@@ -32,7 +33,7 @@ inline std::string describe_cuda_error(cudaError_t err) {
 }
 
 inline std::string describe_cublas_error(cublasStatus_t st) {
-  return std::string(cublasGetStatusName(st)) + " (" + cublasGetStatusString(st) + ") on device " +
+  return std::string(cublas().status_name(st)) + " (" + cublas().status_string(st) + ") on device " +
          std::to_string(current_device());
 }
 
