@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "kernels/cuda/cuda_probe.h"
 
 // cublas_v2.h maps the API names to versioned symbols (cublasCreate -> cublasCreate_v2): the
 // name is stringized after that expansion, so the lookup asks for the symbol the header means.
@@ -54,6 +55,8 @@ StatusOr<const CublasLibrary*> load_cublas() {
   if (!loaded().is_ok()) return loaded().status();
   return &loaded().value();
 }
+
+Status load_cublas_library() { return load_cublas().status(); }
 
 const CublasLibrary& cublas() {
   TESSERA_CHECK(loaded().is_ok()) << "cuBLAS used before it was loaded: " << loaded().status().to_string();

@@ -3,10 +3,15 @@
 // not have libcublas mapped, since loading it costs ~0.5 s of static initializers each time.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include "kernels/backend.h"
+#ifdef TESSERA_WITH_CUDA
+#include "kernels/cuda/cuda_probe.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -32,6 +37,21 @@ TEST(CublasLoading, AutoWithoutAGpuLeavesCublasUnloaded) {
   EXPECT_EQ((*backend)->kind(), BackendKind::kCpu);
   EXPECT_FALSE(cublas_is_mapped());
 }
+
+#ifdef TESSERA_WITH_CUDA
+// The library and the seven functions the backend calls are found where the build found
+// cuBLAS (no device needed). In a child process, so this process keeps cuBLAS unmapped for
+// the tests above.
+TEST(CublasLoading, TheBuildsCublasOpensWithEveryFunctionTheBackendCalls) {
+  EXPECT_EXIT(
+      {
+        const Status st = cuda::load_cublas_library();
+        if (!st.is_ok()) std::fprintf(stderr, "%s\n", st.to_string().c_str());
+        std::exit(st.is_ok() && cublas_is_mapped() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+#endif
 
 }  // namespace
 }  // namespace tessera
