@@ -99,6 +99,172 @@ Status interrupted_setup(const ShutdownSignals& signals, const char* during) {
   return Status::ok();
 }
 
+// What the coordinator reads of the model itself, checked before any worker starts.
+struct ServedModel {
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;  // null: only token-id prompts are accepted
+  ChatRenderer chat_renderer;            // empty without a tokenizer
+  std::optional<ToolCallFormat> tool_calls;
+};
+
+// The tokenizer (its absence is a warning, not an error), and the chat template: one that
+// does not parse (the model's, or server.chat_template's) stops start-up with its error
+// (construct and line), never a silent fallback; a model without one gets the documented
+// built-in.
+Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
+  if (auto tok = Tokenizer::load(ckpt->config_dir()); tok.is_ok()) {
+    m.tokenizer = std::move(tok).value();
+  } else {
+    TESSERA_LOG_WARN("no usable tokenizer ({}); only token-id prompts will be accepted", tok.status().to_string());
+  }
+  TESSERA_ASSIGN_OR_RETURN(m.tool_calls, tool_call_format_from_name(c.server.tool_call_parser));
+  if (!m.tokenizer) return Status::ok();
+  StatusOr<ChatTemplate> tmpl = ChatTemplate::from_setting(*m.tokenizer, c.server.chat_template);
+  // The model's template is named by the model's folder; server.chat_template's errors name the key.
+  if (!tmpl.is_ok()) return c.server.chat_template.empty() ? tmpl.status().with_context(c.model.path) : tmpl.status();
+  auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
+  if (!m.tool_calls) m.tool_calls = tool_call_format_for_template(shared->source());
+  TESSERA_LOG_INFO("chat template: {}; tool calls read as {}",
+                   !c.server.chat_template.empty() ? c.server.chat_template
+                   : m.tokenizer->chat_template().empty() ? std::string("the built-in llama2 (the model has none)")
+                                                          : std::string("the model's"),
+                   tool_call_format_name(*m.tool_calls));
+  m.chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
+  return Status::ok();
+}
+
+// The model's shape, the parallel plan, the tokenizer and the chat template.
+StatusOr<ServedModel> read_served_model(const TesseraConfig& c) {
+  ServedModel m;
+  TESSERA_ASSIGN_OR_RETURN(m.config, check_deployment(c));
+  TESSERA_RETURN_IF_ERROR(read_tokenizer_and_chat_template(c, m));
+  return m;
+}
+
+// The scheduler's settings; num_blocks is a placeholder until the pool is sized when
+// cache.num_blocks is auto.
+SchedulerConfig scheduler_config(const TesseraConfig& c, const ModelConfig& mc, int64_t max_model_len) {
+  SchedulerConfig sc;
+  sc.block_size = c.cache.block_size;
+  sc.num_blocks = static_cast<int>(std::min<int64_t>(c.cache.num_blocks.value_or(1), INT32_MAX));
+  sc.max_num_seqs = c.scheduler.max_num_seqs;
+  sc.max_num_batched_tokens = c.scheduler.max_num_batched_tokens;
+  sc.chunked_prefill = c.scheduler.chunked_prefill;
+  sc.prefix_caching = c.scheduler.prefix_caching;
+  sc.max_model_len = static_cast<int>(max_model_len);
+  sc.mode = c.scheduler.mode;
+  sc.max_decode_slowdown = c.scheduler.max_decode_slowdown;
+  sc.max_tpot_slowdown = c.scheduler.max_tpot_slowdown;
+  sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
+  return sc;
+}
+
+// Starts the local ranks (tessera-serve) and waits for the whole group: true once it is
+// whole, false when a signal interrupted set-up, an error when the group failed to form.
+// Unless true, the group is shut down and the local workers are stopped before it returns.
+StatusOr<bool> start_and_await_workers(const ServeOptions& o, WorkerGroup& group, LocalWorkers& workers, PrivateTempDir& tmp,
+                               const ShutdownSignals& signals) {
+  const TesseraConfig& c = o.config;
+  if (o.spawn_workers) {
+    // Local ranks connect where the group bound (a shared config's worker.control_address
+    // names the coordinator for workers on other hosts).
+    TesseraConfig local = c;
+    local.worker.control_address = group.endpoint();
+    TESSERA_ASSIGN_OR_RETURN(tmp, write_local_worker_config(local));
+    TESSERA_RETURN_IF_ERROR(workers.start(executable_dir() + "/tessera-worker", tmp.path() + "/config.yaml",
+                                          c.parallel.tensor_parallel));
+  }
+  TESSERA_LOG_INFO("waiting for {} worker(s) at {} (KV pool: {})", c.parallel.tensor_parallel, group.endpoint(),
+                   c.cache.num_blocks ? std::to_string(*c.cache.num_blocks) + " blocks of " +
+                                            std::to_string(c.cache.block_size) + " tokens"
+                                      : std::string("auto, sized from the workers' reports"));
+  // A signal before the caller's handler was set has shut nothing down: look once more.
+  if (signals.requested()) group.shutdown("set-up interrupted by a signal");
+  Status ready = group.wait_until_ready(std::chrono::minutes(10));
+  if (signals.requested()) ready = interrupted_setup(signals, "waiting for the workers");
+  if (ready.is_ok() && !signals.requested()) return true;
+  group.shutdown("set-up ended");
+  workers.stop();
+  tmp.remove();
+  if (!ready.is_ok()) return ready;
+  return false;
+}
+
+HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<std::string>& api_keys,
+                                      const ServedModel& model, std::shared_ptr<const ReplyCounter> zmq_replies) {
+  HttpServerOptions ho;
+  ho.host = c.server.http.host;
+  ho.port = c.server.http.port;
+  ho.api_keys = api_keys;
+  ho.max_body_bytes = c.server.http.max_body_bytes;
+  ho.max_connections = c.server.http.max_connections;
+  ho.idle_timeout_s = c.server.http.idle_timeout_s;
+  ho.header_timeout_s = c.server.http.header_timeout_s;
+  ho.cors_origins = c.server.http.cors_origins;
+  ho.model_name = std::filesystem::path(c.model.path).filename().string();
+  ho.zmq_replies = std::move(zmq_replies);  // /metrics shows the ZeroMQ API's replies
+  ho.chat_renderer = model.chat_renderer;
+  ho.tool_call_format = model.tool_calls;
+  return ho;
+}
+
+// The ZeroMQ client API beside HTTP (same service, same validation, its replies counted in
+// `replies`); null when server.zmq_client is "" (not served).
+StatusOr<std::unique_ptr<ZmqClientServer>> start_zmq_clients(const TesseraConfig& c, const HttpServerOptions& ho,
+                                                             std::shared_ptr<ReplyCounter> replies,
+                                                             EngineService& service, const Tokenizer* tokenizer) {
+  if (c.server.zmq_client.empty()) return std::unique_ptr<ZmqClientServer>();
+  ZmqClientServerOptions zo;
+  zo.endpoint = c.server.zmq_client;
+  zo.api_keys = ho.api_keys;
+  zo.max_body_bytes = ho.max_body_bytes;
+  zo.model_name = ho.model_name;
+  zo.replies = std::move(replies);
+  zo.chat_renderer = ho.chat_renderer;
+  if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
+    TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
+    zo.curve_server_secret_key = keys.server.secret_key;
+  }
+  auto zmq_clients = std::make_unique<ZmqClientServer>(zo, service, tokenizer);
+  TESSERA_RETURN_IF_ERROR(zmq_clients->start());
+  TESSERA_LOG_INFO("zmq clients on {}", zmq_clients->endpoint());
+  return zmq_clients;
+}
+
+// Supervises the local ranks while it lives: a rank that exits (crash, or a broken
+// collective group) is started again; the coordinator stays up and the group becomes whole.
+class WorkerSupervisor {
+ public:
+  explicit WorkerSupervisor(LocalWorkers& workers) : thread_([this, &workers] {
+    while (!stopping_.load()) {
+      if (int n = workers.restart_exited(); n > 0) TESSERA_LOG_WARN("restarted {} worker process(es)", n);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }) {}
+  ~WorkerSupervisor() {
+    stopping_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+// The drain, in the order that keeps every stream whole: stop admitting (503 + Retry-After);
+// let the engine end every request (finished, or cut at the deadline: each choice gets its
+// final event, posted to its connection); only then close the front ends, which write
+// everything those events queued (final chunk, [DONE], the chunked terminator; the ZeroMQ
+// Finals) before closing.
+void drain(HttpServer& http, ZmqClientServer* zmq_clients, EngineService& service, int drain_seconds) {
+  http.set_draining(true);
+  if (zmq_clients) zmq_clients->set_draining(true);
+  service.drain_and_stop(std::chrono::seconds(drain_seconds));
+  http.stop_gracefully();
+  if (zmq_clients) zmq_clients->stop();
+}
+
 }  // namespace
 
 Status serve(ServeOptions o) {
@@ -116,53 +282,13 @@ Status serve(ServeOptions o) {
   // The local workers resolve worker.cpu under this environment: a bad TESSERA_CPU_* is one error here.
   TESSERA_RETURN_IF_ERROR(kernel_options_from_environment(c.worker.cpu).status());
   TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> api_keys, configured_api_keys(c.server.http));
-
-  // The model's shape, the plan and the tokenizer, checked here before any worker starts.
-  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, check_deployment(c));
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (auto tok = Tokenizer::load(ckpt->config_dir()); tok.is_ok()) {
-    tokenizer = std::move(tok).value();
-  } else {
-    TESSERA_LOG_WARN("no usable tokenizer ({}); only token-id prompts will be accepted", tok.status().to_string());
-  }
-  ckpt.reset();
-  // The chat template is checked before any worker starts: one that does not parse (the
-  // model's, or server.chat_template's) stops start-up with its error (construct and line),
-  // never a silent fallback; a model without one gets the documented built-in.
-  ChatRenderer chat_renderer;
-  std::optional<ToolCallFormat> tool_calls;
-  TESSERA_ASSIGN_OR_RETURN(tool_calls, tool_call_format_from_name(c.server.tool_call_parser));
-  if (tokenizer) {
-    StatusOr<ChatTemplate> tmpl = ChatTemplate::from_setting(*tokenizer, c.server.chat_template);
-    // The model's template is named by the model's folder; server.chat_template's errors name the key.
-    if (!tmpl.is_ok()) return c.server.chat_template.empty() ? tmpl.status().with_context(c.model.path) : tmpl.status();
-    auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
-    if (!tool_calls) tool_calls = tool_call_format_for_template(shared->source());
-    TESSERA_LOG_INFO("chat template: {}; tool calls read as {}",
-                     !c.server.chat_template.empty() ? c.server.chat_template
-                     : tokenizer->chat_template().empty() ? std::string("the built-in llama2 (the model has none)")
-                                                          : std::string("the model's"),
-                     tool_call_format_name(*tool_calls));
-    chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
-  }
+  TESSERA_ASSIGN_OR_RETURN(ServedModel model, read_served_model(c));
   if (signals.requested()) return interrupted_setup(signals, "reading the model");
 
+  const ModelConfig& mc = model.config;
   const int64_t max_model_len =
       c.scheduler.max_model_len.value_or(mc.max_positions > 0 ? mc.max_positions : int64_t{4096});
-
-  SchedulerConfig sc;
-  sc.block_size = c.cache.block_size;
-  sc.num_blocks = static_cast<int>(std::min<int64_t>(c.cache.num_blocks.value_or(1), INT32_MAX));
-  sc.max_num_seqs = c.scheduler.max_num_seqs;
-  sc.max_num_batched_tokens = c.scheduler.max_num_batched_tokens;
-  sc.chunked_prefill = c.scheduler.chunked_prefill;
-  sc.prefix_caching = c.scheduler.prefix_caching;
-  sc.max_model_len = static_cast<int>(max_model_len);
-  sc.mode = c.scheduler.mode;
-  sc.max_decode_slowdown = c.scheduler.max_decode_slowdown;
-  sc.max_tpot_slowdown = c.scheduler.max_tpot_slowdown;
-  sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
+  SchedulerConfig sc = scheduler_config(c, mc, max_model_len);
   // A fixed pool is checked before any worker starts; an automatic one once it is sized.
   if (c.cache.num_blocks) TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
@@ -192,29 +318,8 @@ Status serve(ServeOptions o) {
   } handler_reset{signals};
   LocalWorkers workers;
   PrivateTempDir tmp;
-  if (o.spawn_workers) {
-    // Local ranks connect where the group bound (a shared config's worker.control_address
-    // names the coordinator for workers on other hosts).
-    TesseraConfig local = c;
-    local.worker.control_address = group->endpoint();
-    TESSERA_ASSIGN_OR_RETURN(tmp, write_local_worker_config(local));
-    TESSERA_RETURN_IF_ERROR(workers.start(executable_dir() + "/tessera-worker", tmp.path() + "/config.yaml",
-                                          c.parallel.tensor_parallel));
-  }
-  TESSERA_LOG_INFO("waiting for {} worker(s) at {} (KV pool: {})", c.parallel.tensor_parallel, group->endpoint(),
-                   c.cache.num_blocks ? std::to_string(*c.cache.num_blocks) + " blocks of " +
-                                            std::to_string(c.cache.block_size) + " tokens"
-                                      : std::string("auto, sized from the workers' reports"));
-  // A signal before the handler above was set has shut nothing down: look once more.
-  if (signals.requested()) group->shutdown("set-up interrupted by a signal");
-  Status ready = group->wait_until_ready(std::chrono::minutes(10));
-  if (signals.requested()) ready = interrupted_setup(signals, "waiting for the workers");
-  if (!ready.is_ok() || signals.requested()) {
-    group->shutdown("set-up ended");
-    workers.stop();
-    tmp.remove();
-    return ready;
-  }
+  TESSERA_ASSIGN_OR_RETURN(const bool workers_ready, start_and_await_workers(o, *group, workers, tmp, signals));
+  if (!workers_ready) return Status::ok();
   const std::optional<KvPoolSize> pool = cluster.kv_pool->get();
   if (!pool) return internal_error("the worker group became ready without a KV pool size");
   if (c.cache.num_blocks) TESSERA_LOG_INFO("{}", pool->describe());
@@ -236,80 +341,32 @@ Status serve(ServeOptions o) {
   // While a rank is lost (and restarting) requests wait for the group instead of failing.
   eo.executor_ready = [g] { return g->is_complete(); };
   eo.executor_wait = std::chrono::seconds(c.server.worker_restart_wait_s);
-  EngineService service(eo, *group, tokenizer.get());
+  EngineService service(eo, *group, model.tokenizer.get());
   service.start();
 
-  HttpServerOptions ho;
-  ho.host = c.server.http.host;
-  ho.port = c.server.http.port;
-  ho.api_keys = api_keys;
-  ho.max_body_bytes = c.server.http.max_body_bytes;
-  ho.max_connections = c.server.http.max_connections;
-  ho.idle_timeout_s = c.server.http.idle_timeout_s;
-  ho.header_timeout_s = c.server.http.header_timeout_s;
-  ho.cors_origins = c.server.http.cors_origins;
-  ho.model_name = std::filesystem::path(c.model.path).filename().string();
   auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
-  ho.zmq_replies = zmq_replies;
-  ho.chat_renderer = chat_renderer;
-  ho.tool_call_format = tool_calls;
-  HttpServer http(ho, service, tokenizer.get());
+  const HttpServerOptions ho = http_server_options(c, api_keys, model, zmq_replies);
+  HttpServer http(ho, service, model.tokenizer.get());
   http.ready_check = [g] { return g->is_complete(); };
-
   TESSERA_RETURN_IF_ERROR(http.start());
-  // The ZeroMQ client API beside HTTP (same service, same validation); "" = not served.
-  std::unique_ptr<ZmqClientServer> zmq_clients;
-  if (!c.server.zmq_client.empty()) {
-    ZmqClientServerOptions zo;
-    zo.endpoint = c.server.zmq_client;
-    zo.api_keys = ho.api_keys;
-    zo.max_body_bytes = ho.max_body_bytes;
-    zo.model_name = ho.model_name;
-    zo.replies = zmq_replies;
-    zo.chat_renderer = chat_renderer;
-    if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
-      TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
-      zo.curve_server_secret_key = keys.server.secret_key;
-    }
-    zmq_clients = std::make_unique<ZmqClientServer>(zo, service, tokenizer.get());
-    TESSERA_RETURN_IF_ERROR(zmq_clients->start());
-    TESSERA_LOG_INFO("zmq clients on {}", zmq_clients->endpoint());
-  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClientServer> zmq_clients,
+                           start_zmq_clients(c, ho, zmq_replies, service, model.tokenizer.get()));
   TESSERA_LOG_INFO("listening on http://{}:{}", ho.host, http.port());
 
-  // Supervise the local ranks: a rank that exits (crash, or a broken collective group) is
-  // started again; the coordinator stays up and the group becomes whole again.
-  std::atomic<bool> stopping{false};
-  std::thread supervisor;
-  if (o.spawn_workers) {
-    supervisor = std::thread([&] {
-      while (!stopping.load()) {
-        if (int n = workers.restart_exited(); n > 0) TESSERA_LOG_WARN("restarted {} worker process(es)", n);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
+  {
+    std::optional<WorkerSupervisor> supervisor;
+    if (o.spawn_workers) supervisor.emplace(workers);
+    // Serving. The first signal drains, a second one cuts the drain short.
+    const int drain_seconds = c.server.drain_timeout_s;
+    signals.set_handler([&service](int sig, int count) {
+      if (count == 1) return;  // the main thread drains
+      TESSERA_LOG_WARN("signal {} again: ending the drain now", sig);
+      service.drain_and_stop(std::chrono::milliseconds(0));
     });
-  }
-
-  // Serving. The first signal drains, a second one cuts the drain short.
-  const int drain_seconds = c.server.drain_timeout_s;
-  signals.set_handler([&service](int sig, int count) {
-    if (count == 1) return;  // the main thread drains
-    TESSERA_LOG_WARN("signal {} again: ending the drain now", sig);
-    service.drain_and_stop(std::chrono::milliseconds(0));
-  });
-  signals.wait();
-  TESSERA_LOG_INFO("signal {}: draining (up to {} s), new requests get 503", signals.signal(), drain_seconds);
-  // Order matters. First stop admitting (503 + Retry-After); then let the engine end every
-  // request (finished, or cut at the deadline: each choice gets its final event, posted to
-  // its connection); only then close the front ends, which write everything those events
-  // queued (final chunk, [DONE], the chunked terminator; the ZeroMQ Finals) before closing.
-  http.set_draining(true);
-  if (zmq_clients) zmq_clients->set_draining(true);
-  service.drain_and_stop(std::chrono::seconds(drain_seconds));
-  http.stop_gracefully();
-  if (zmq_clients) zmq_clients->stop();
-  stopping.store(true);
-  if (supervisor.joinable()) supervisor.join();
+    signals.wait();
+    TESSERA_LOG_INFO("signal {}: draining (up to {} s), new requests get 503", signals.signal(), drain_seconds);
+    drain(http, zmq_clients.get(), service, drain_seconds);
+  }  // the supervisor stops before the workers do
   group->shutdown("server shutting down");
   workers.stop();
   tmp.remove();
