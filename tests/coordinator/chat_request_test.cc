@@ -57,7 +57,7 @@ TEST(ChatRequest, MessagesCarryEveryFieldTemplatesUse) {
   EXPECT_FALSE(none.has_tools);
   EXPECT_EQ(none.tool_choice, ToolChoice::kNone);
   // Forcing a call: "required" and a named function of the tools are read (the grammar that
-  // forces them is openai_api.cc's); strict tools are served only with them.
+  // forces them is openai_request.cc's); strict tools are served only with them.
   const std::string f = R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])";
   const ChatRequestParts req = read_ok(R"({"messages": [{"role": "user", "content": "x"}], )" + f + R"(, "tool_choice": "required"})");
   EXPECT_EQ(req.tool_choice, ToolChoice::kRequired);
