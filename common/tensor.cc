@@ -10,7 +10,12 @@
 namespace tessera {
 
 TensorView::TensorView(void* d, DType t, std::initializer_list<int64_t> dims, DeviceKind dev)
-    : TensorView(d, t, std::vector<int64_t>(dims), dev) {}
+    : data(d), dtype(t), device(dev), ndim(static_cast<int>(dims.size())) {
+  // No temporary vector: views are built on the decode path.
+  TESSERA_CHECK_LE(ndim, kMaxTensorDims);
+  int i = 0;
+  for (int64_t d0 : dims) shape[i++] = d0;
+}
 
 TensorView::TensorView(void* d, DType t, const std::vector<int64_t>& dims, DeviceKind dev)
     : data(d), dtype(t), device(dev), ndim(static_cast<int>(dims.size())) {
@@ -36,13 +41,30 @@ TensorView TensorView::rows(int64_t begin, int64_t count) const {
       << "rows [" << begin << ", " << begin + count << ") of " << shape_string();
   TensorView v = *this;
   v.shape[0] = count;
-  v.data = static_cast<char*>(data) + begin * row_numel() * static_cast<int64_t>(dtype_size(dtype));
+  v.data = static_cast<char*>(data) + begin * row_stride() * static_cast<int64_t>(dtype_size(dtype));
+  return v;
+}
+
+TensorView TensorView::columns(int64_t begin, int64_t count) const {
+  TESSERA_CHECK_EQ(ndim, 2) << "columns of a " << ndim << "-d view " << shape_string();
+  TESSERA_CHECK(begin >= 0 && count >= 0 && begin + count <= shape[1])
+      << "columns [" << begin << ", " << begin + count << ") of " << shape_string();
+  TensorView v = *this;
+  v.stride0 = row_stride();
+  v.shape[1] = count;
+  v.data = static_cast<char*>(data) + begin * static_cast<int64_t>(dtype_size(dtype));
   return v;
 }
 
 TensorView TensorView::reshape(std::initializer_list<int64_t> dims) const {
   TensorView v(data, dtype, dims, device);
   TESSERA_CHECK_EQ(v.numel(), numel()) << "reshape " << shape_string() << " to " << v.shape_string();
+  if (!contiguous()) {
+    TESSERA_CHECK(v.ndim >= 1 && v.shape[0] == shape[0])
+        << "reshape " << shape_string() << " to " << v.shape_string()
+        << ": a strided view can only be reshaped within its rows (dimension 0 kept)";
+    v.stride0 = row_stride();
+  }
   return v;
 }
 
@@ -52,6 +74,7 @@ TensorView TensorView::squeeze0() const {
   for (int i = 1; i < ndim; ++i) v.shape[i - 1] = shape[i];
   v.shape[ndim - 1] = 0;
   v.ndim = ndim - 1;
+  v.stride0 = 0;  // one row of the old view: its dimensions were contiguous
   return v;
 }
 
@@ -60,6 +83,7 @@ std::string TensorView::shape_string() const {
   os << "[";
   for (int i = 0; i < ndim; ++i) os << (i ? ", " : "") << shape[i];
   os << "]";
+  if (!contiguous()) os << " (row stride " << row_stride() << ")";
   return os.str();
 }
 

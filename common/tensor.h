@@ -1,8 +1,9 @@
 #pragma once
-// TensorView: a non-owning, trivially copyable view of contiguous row-major data on one
-// device. Tensor: a view plus shared ownership of whatever backs it (a heap buffer, an
-// mmap'd checkpoint file, later device memory). Slicing along the first dimension
-// never allocates.
+// TensorView: a non-owning, trivially copyable view of row-major data on one device. The
+// dimensions after the first are contiguous; rows of dimension 0 may lie further apart than
+// their width (a column slice of a wider matrix: the q, k and v parts of a fused QKV
+// output). Tensor: a view plus shared ownership of whatever backs it (a heap buffer, an
+// mmap'd checkpoint file, later device memory). Slicing and viewing never allocate.
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -25,6 +26,9 @@ struct TensorView {
   DeviceKind device = DeviceKind::kCpu;
   int ndim = 0;
   std::array<int64_t, kMaxTensorDims> shape{};
+  // Elements from one index of dimension 0 to the next; 0 is contiguous (row_numel()).
+  // Read it through row_stride().
+  int64_t stride0 = 0;
 
   TensorView() = default;
   TensorView(void* data, DType dtype, std::initializer_list<int64_t> dims,
@@ -38,22 +42,32 @@ struct TensorView {
     return shape[i];
   }
   int64_t numel() const;
+  // Bytes of the elements (for a strided view, not the span they lie in).
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   // Elements in one index of dimension 0 (product of the other dims).
   int64_t row_numel() const;
+  // Elements between consecutive indices of dimension 0 (>= row_numel()).
+  int64_t row_stride() const { return stride0 > 0 ? stride0 : row_numel(); }
+  // Whether the elements are one dense block (what a byte copy of nbytes() needs).
+  bool contiguous() const { return ndim == 0 || shape[0] <= 1 || row_stride() == row_numel(); }
 
   template <typename T>
   T* as() const {
     return static_cast<T*>(data);
   }
-  // Rows [begin, begin + count) of dimension 0.
+  // Rows [begin, begin + count) of dimension 0 (the row stride is kept).
   TensorView rows(int64_t begin, int64_t count) const;
   TensorView row(int64_t i) const { return rows(i, 1).squeeze0(); }
-  // Same data, new shape with the same element count.
+  // Columns [begin, begin + count) of a 2-D view: same rows, same row stride, so the result
+  // is strided unless it spans the whole row.
+  TensorView columns(int64_t begin, int64_t count) const;
+  // Same data, new shape with the same element count. A strided view can only be reshaped
+  // within its rows (the new dimension 0 is the old one: [T, H * D] -> [T, H, D]).
   TensorView reshape(std::initializer_list<int64_t> dims) const;
+  // The first index of dimension 0, with that dimension dropped (always contiguous).
   TensorView squeeze0() const;
   std::vector<int64_t> dims() const { return {shape.begin(), shape.begin() + ndim}; }
-  std::string shape_string() const;  // "[4, 128]"
+  std::string shape_string() const;  // "[4, 128]", or "[4, 128] (row stride 384)" when strided
 };
 
 // Transparent huge pages are 2 MiB on x86-64 and (with 4 KiB base pages) arm64. From this size

@@ -19,9 +19,41 @@ namespace {
 
 bool is_float_storage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
-void check_f32_2d(const TensorView& t, const char* what) {
+// f32 [rows, columns]; rows may lie further apart than their width (a column slice).
+void check_f32_2d_strided(const TensorView& t, const char* what) {
   TESSERA_CHECK_EQ(t.ndim, 2) << what << " must be 2-D, got " << t.shape_string();
   TESSERA_CHECK(t.dtype == DType::kF32) << what << " must be float32, got " << dtype_name(t.dtype);
+  TESSERA_CHECK_GE(t.row_stride(), t.dim(1)) << what << " " << t.shape_string() << ": row stride below the row's width";
+}
+
+void check_f32_2d(const TensorView& t, const char* what) {
+  check_f32_2d_strided(t, what);
+  TESSERA_CHECK(t.contiguous()) << what << " must be contiguous, got " << t.shape_string();
+}
+
+const char* memory_name(DeviceKind d) { return d == DeviceKind::kCuda ? "CUDA memory" : "host memory"; }
+
+// Where a view of each kind comes from, for check_on_device's message.
+constexpr const char* kFromAlloc = " (Backend::alloc)";
+constexpr const char* kFromPlaceWeight = ": parameters must be placed at load time (Backend::place_weight)";
+
+// A view an op reads or writes must be on the backend's device: activations, caches and
+// outputs from Backend::alloc, parameters (gamma, rotary frequencies, ALiBi slopes) from
+// Backend::place_weight.
+void check_on_device(const Backend& b, const TensorView& t, const char* op, const char* what,
+                     const char* from = kFromAlloc) {
+  TESSERA_CHECK(t.device == b.device()) << op << ": " << what << " is " << memory_name(t.device) << "; the "
+                                        << b.name() << " backend needs it in " << memory_name(b.device()) << from;
+}
+
+// Heads of tokens: f32 [tokens, heads, head_dim] on the backend's device, rows at least
+// heads * head_dim floats apart (a column slice of a packed qkv buffer is fine).
+void check_heads(const Backend& b, const TensorView& x, const char* op, const char* what) {
+  check_on_device(b, x, op, what);
+  TESSERA_CHECK_EQ(x.ndim, 3) << op << ": " << what << " must be [tokens, heads, head_dim], got " << x.shape_string();
+  TESSERA_CHECK(x.dtype == DType::kF32) << op << ": " << what << " must be float32, got " << dtype_name(x.dtype);
+  TESSERA_CHECK_GE(x.row_stride(), x.dim(1) * x.dim(2))
+      << op << ": " << what << " " << x.shape_string() << ": row stride below heads * head_dim";
 }
 
 }  // namespace
@@ -135,12 +167,17 @@ void Backend::activate(const TensorView& x, Activation act) {
 }
 
 void Backend::gated_act(const TensorView& gate, const TensorView& up, const TensorView& out, Activation act) {
-  check_f32_2d(gate, "gate");
-  check_f32_2d(up, "up");
+  check_on_device(*this, gate, "gated_act", "gate");
+  check_on_device(*this, up, "gated_act", "up");
+  check_on_device(*this, out, "gated_act", "out");
+  check_f32_2d_strided(gate, "gate");
+  check_f32_2d_strided(up, "up");
   check_f32_2d(out, "gated_act out");
-  TESSERA_CHECK(gate.dims() == up.dims() && gate.dims() == out.dims());
+  TESSERA_CHECK(gate.dims() == up.dims() && gate.dims() == out.dims())
+      << "gated_act: gate " << gate.shape_string() << " up " << up.shape_string() << " out " << out.shape_string();
+  TESSERA_CHECK_EQ(gate.row_stride(), up.row_stride()) << "gated_act: gate and up rows must be spaced alike";
   TESSERA_CHECK(act != Activation::kNone) << "a gated MLP needs an activation";
-  gated_act_impl(gate.as<float>(), up.as<float>(), gate.dim(0), gate.dim(1), gate.dim(1), out.as<float>(), act);
+  gated_act_impl(gate, up, out, act);
 }
 
 void Backend::gated_act_packed(const TensorView& gate_up, const TensorView& out, Activation act) {
@@ -149,9 +186,7 @@ void Backend::gated_act_packed(const TensorView& gate_up, const TensorView& out,
   const int64_t width = out.dim(1);
   TESSERA_CHECK_EQ(gate_up.dim(1), 2 * width);
   TESSERA_CHECK_EQ(gate_up.dim(0), out.dim(0));
-  TESSERA_CHECK(act != Activation::kNone) << "a gated MLP needs an activation";
-  const float* g = gate_up.as<float>();
-  gated_act_impl(g, g + width, out.dim(0), width, 2 * width, out.as<float>(), act);
+  gated_act(gate_up.columns(0, width), gate_up.columns(width, width), out, act);
 }
 
 void Backend::add(const TensorView& a, const TensorView& b, const TensorView& out) {
@@ -172,40 +207,62 @@ void Backend::softcap(const TensorView& x, float cap) {
   softcap_impl(x, cap);
 }
 
-void Backend::rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                     const int32_t* positions, const TensorView& inv_freq) {
+void Backend::rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) {
+  check_heads(*this, x, "rotary", "x");
+  const int64_t head_dim = x.dim(2);
+  TESSERA_CHECK(positions.dtype == DType::kI32 && positions.ndim == 1 && positions.device == DeviceKind::kCpu)
+      << "rotary: positions must be i32 [tokens] in host memory, got " << dtype_name(positions.dtype) << " "
+      << positions.shape_string() << " in " << memory_name(positions.device);
+  TESSERA_CHECK_EQ(positions.dim(0), x.dim(0)) << "rotary: one position per token of x " << x.shape_string();
+  check_on_device(*this, inv_freq, "rotary", "inv_freq", kFromPlaceWeight);
   TESSERA_CHECK(inv_freq.dtype == DType::kF32 && inv_freq.ndim == 1) << "inv_freq " << inv_freq.shape_string();
   TESSERA_CHECK(inv_freq.numel() >= 1 && 2 * inv_freq.numel() <= head_dim)
       << "rotary over " << 2 * inv_freq.numel() << " of " << head_dim << " dims";
-  TESSERA_CHECK_GE(row_stride, heads * head_dim);
-  rotary_impl(x, tokens, heads, head_dim, row_stride, positions, inv_freq);
+  rotary_impl(x, positions, inv_freq);
 }
 
-void Backend::head_rms_norm(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                            const TensorView& gamma, float eps) {
-  TESSERA_CHECK_EQ(gamma.numel(), head_dim);
-  TESSERA_CHECK(is_float_storage(gamma.dtype));
-  TESSERA_CHECK_GE(row_stride, heads * head_dim);
-  head_rms_norm_impl(x, tokens, heads, head_dim, row_stride, gamma, eps);
+void Backend::head_rms_norm(const TensorView& x, const TensorView& gamma, float eps) {
+  check_heads(*this, x, "head_rms_norm", "x");
+  check_on_device(*this, gamma, "head_rms_norm", "gamma", kFromPlaceWeight);
+  TESSERA_CHECK_EQ(gamma.numel(), x.dim(2)) << "head_rms_norm: one gamma per dim of a head of x " << x.shape_string();
+  TESSERA_CHECK(is_float_storage(gamma.dtype)) << "head_rms_norm: gamma is " << dtype_name(gamma.dtype);
+  head_rms_norm_impl(x, gamma, eps);
 }
 
-void Backend::write_kv(const float* k, const float* v, int64_t tokens, int64_t row_stride,
-                       const AttentionBatch& batch, const TensorView& k_cache,
-                       const TensorView& v_cache) {
+void Backend::write_kv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
+                       const TensorView& k_cache, const TensorView& v_cache) {
+  check_heads(*this, k, "write_kv", "k");
+  check_heads(*this, v, "write_kv", "v");
+  check_on_device(*this, k_cache, "write_kv", "k_cache");
+  check_on_device(*this, v_cache, "write_kv", "v_cache");
+  TESSERA_CHECK(k.dims() == v.dims()) << "write_kv: k " << k.shape_string() << " v " << v.shape_string();
+  TESSERA_CHECK_EQ(k.row_stride(), v.row_stride()) << "write_kv: k and v rows must be spaced alike";
   TESSERA_CHECK_EQ(k_cache.ndim, 4);
   TESSERA_CHECK(is_float_storage(k_cache.dtype) && k_cache.dtype == v_cache.dtype) << dtype_name(k_cache.dtype);
   TESSERA_CHECK(k_cache.dims() == v_cache.dims());
-  TESSERA_CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), tokens);
-  TESSERA_CHECK_GE(row_stride, k_cache.dim(2) * k_cache.dim(3));
-  write_kv_impl(k, v, tokens, row_stride, batch, k_cache, v_cache);
+  TESSERA_CHECK(k.dim(1) == k_cache.dim(2) && k.dim(2) == k_cache.dim(3))
+      << "write_kv: k " << k.shape_string() << " into a cache of " << k_cache.shape_string();
+  TESSERA_CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), k.dim(0));
+  write_kv_impl(k, v, batch, k_cache, v_cache);
 }
 
-void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
-                        const AttentionBatch& batch, const TensorView& k_cache,
-                        const TensorView& v_cache, const AttentionParams& params,
-                        const TensorView& out, const GqaLayout& gqa) {
+void Backend::attention(const TensorView& q, const AttentionBatch& batch, const TensorView& k_cache,
+                        const TensorView& v_cache, const AttentionParams& params, const TensorView& out,
+                        const GqaLayout& gqa) {
+  check_heads(*this, q, "attention", "q");
+  check_on_device(*this, k_cache, "attention", "k_cache");
+  check_on_device(*this, v_cache, "attention", "v_cache");
+  check_on_device(*this, out, "attention", "out");
+  if (!params.alibi_slopes.empty()) {
+    check_on_device(*this, params.alibi_slopes, "attention", "alibi_slopes", kFromPlaceWeight);
+  }
   TESSERA_CHECK_EQ(k_cache.ndim, 4);
+  TESSERA_CHECK(k_cache.dims() == v_cache.dims() && k_cache.dtype == v_cache.dtype)
+      << "attention: k_cache " << k_cache.shape_string() << " v_cache " << v_cache.shape_string();
+  const int64_t q_heads = q.dim(1);
   const int64_t kv_heads = k_cache.dim(2), head_dim = k_cache.dim(3);
+  TESSERA_CHECK_EQ(q.dim(2), head_dim) << "attention: q " << q.shape_string() << " over a cache of "
+                                       << k_cache.shape_string();
   GqaLayout g = gqa;
   if (g.group == 0) {
     TESSERA_CHECK_EQ(q_heads % kv_heads, 0) << "query heads must be a multiple of kv heads";
@@ -216,6 +273,7 @@ void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
       << "query heads [" << g.q_head_offset << ", +" << q_heads << ") read KV heads outside the cache's ["
       << g.kv_head_offset << ", +" << kv_heads << ")";
   check_f32_2d(out, "attention out");
+  TESSERA_CHECK_EQ(out.dim(0), q.dim(0)) << "attention: q " << q.shape_string() << " out " << out.shape_string();
   TESSERA_CHECK_EQ(out.dim(1), q_heads * head_dim);
   TESSERA_CHECK_EQ(static_cast<int64_t>(batch.query_start.size()), batch.num_seqs() + 1);
   TESSERA_CHECK_EQ(batch.query_start.back(), out.dim(0));
@@ -224,7 +282,7 @@ void Backend::attention(const float* q, int64_t q_row_stride, int64_t q_heads,
   if (!params.alibi_slopes.empty()) TESSERA_CHECK_EQ(params.alibi_slopes.numel(), q_heads);
   TESSERA_CHECK_GE(params.window, 0);
   TESSERA_CHECK_GE(params.softcap, 0.0f);
-  attention_impl(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, g);
+  attention_impl(q, batch, k_cache, v_cache, params, out, g);
 }
 
 void Backend::copy_block(const TensorView& pool, int64_t src, int64_t dst) {

@@ -2,6 +2,8 @@
 // The op set every device implements. Each public method is a validated front (shapes and
 // dtypes are checked once, here, for every backend); the `*_impl` virtuals are the device
 // kernels. Activations are float32 [tokens, features]; weights may be f32, f16 or bf16.
+// Views may be strided along dimension 0 (TensorView::row_stride) where an op says so (the
+// q, k, v column slices of a fused QKV output); every other view must be contiguous.
 //
 // Attention works on a paged KV cache: every layer owns K and V pools shaped
 // [num_blocks, block_size, kv_heads, head_dim] (f32, f16 or bf16), and each sequence of a ragged batch names
@@ -68,6 +70,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
   virtual std::string name() const = 0;
+  // Where this backend's views must live (the fronts check every view against it).
+  DeviceKind device() const { return kind() == BackendKind::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu; }
 
   // Memory on this backend's device (zeroed).
   virtual Tensor alloc(const std::vector<int64_t>& dims, DType dtype) = 0;
@@ -111,9 +115,10 @@ class Backend {
                    const TensorView& out, Activation act = Activation::kNone);
   // In place: x = act(x).
   void activate(const TensorView& x, Activation act);
-  // out[T, F] = act(gate[T, F]) * up[T, F] (SwiGLU with silu, GeGLU with a gelu).
+  // out[T, F] = act(gate[T, F]) * up[T, F] (SwiGLU with silu, GeGLU with a gelu). gate and
+  // up may be strided, with the same row stride (two column slices of one buffer).
   void gated_act(const TensorView& gate, const TensorView& up, const TensorView& out, Activation act);
-  // Fused form for a packed [T, 2F] gate|up buffer.
+  // Fused form for a packed [T, 2F] gate|up buffer: gated_act on its two column halves.
   void gated_act_packed(const TensorView& gate_up, const TensorView& out, Activation act);
   // out = a + b (same shapes; out may alias a).
   void add(const TensorView& a, const TensorView& b, const TensorView& out);
@@ -121,28 +126,26 @@ class Backend {
   void scale(const TensorView& x, float factor);
   // In place: x = cap * tanh(x / cap) (Gemma 2's final logit soft-capping).
   void softcap(const TensorView& x, float cap);
-  // Rotary embedding (rotate-half convention), in place on x [T, heads, head_dim] whose rows
-  // may be spaced `row_stride` floats apart (so q and k can be views of a packed qkv row).
+  // Rotary embedding (rotate-half convention), in place on x f32 [T, heads, head_dim], which
+  // may be strided (q or k as a column slice of a packed qkv buffer, reshaped within its rows).
   // inv_freq: f32 [R/2] on this backend; the first R dims of each head are rotated
   // (pairs i, i + R/2) and the rest pass through (GPT-NeoX's partial rotary: R < head_dim).
-  // positions: host memory, [T].
-  void rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-              const int32_t* positions, const TensorView& inv_freq);
-  // In place RMSNorm of every head of x [T, heads, head_dim] (rows `row_stride` floats
-  // apart) with one gamma [head_dim] for all heads (Qwen3's and Gemma 3's q/k norms).
-  void head_rms_norm(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                     const TensorView& gamma, float eps);
-  // Writes each token's K and V rows ([T, kv_heads, head_dim], rows `row_stride` floats
-  // apart) to their slots in the paged caches.
-  void write_kv(const float* k, const float* v, int64_t tokens, int64_t row_stride,
-                const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache);
-  // Causal attention of each new token over its sequence's cached keys. q rows are
-  // `q_row_stride` floats apart ([T, q_heads, head_dim]); out is f32 [T, q_heads * head_dim].
+  // positions: i32 [T] in host memory (DeviceKind::kCpu), whatever the backend.
+  void rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq);
+  // In place RMSNorm of every head of x f32 [T, heads, head_dim] (may be strided) with one
+  // gamma [head_dim] for all heads (Qwen3's and Gemma 3's q/k norms).
+  void head_rms_norm(const TensorView& x, const TensorView& gamma, float eps);
+  // Writes each token's K and V rows (f32 [T, kv_heads, head_dim], may be strided, with the
+  // same row stride) to their slots in the paged caches.
+  void write_kv(const TensorView& k, const TensorView& v, const AttentionBatch& batch, const TensorView& k_cache,
+                const TensorView& v_cache);
+  // Causal attention of each new token over its sequence's cached keys. q is f32
+  // [T, q_heads, head_dim] (may be strided); out is f32 [T, q_heads * head_dim], contiguous.
   // Blocks of a sequence that lie wholly outside every query's window are never read (the
   // scheduler may have freed them; their table entries may be -1).
-  void attention(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
-                 const TensorView& k_cache, const TensorView& v_cache, const AttentionParams& params,
-                 const TensorView& out, const GqaLayout& gqa = {});
+  void attention(const TensorView& q, const AttentionBatch& batch, const TensorView& k_cache,
+                 const TensorView& v_cache, const AttentionParams& params, const TensorView& out,
+                 const GqaLayout& gqa = {});
   // pool[dst] = pool[src] along dimension 0 (a KV block, for copy-on-write).
   void copy_block(const TensorView& pool, int64_t src, int64_t dst);
   // Mixture-of-experts routing: softmax over experts, top-k (ties to the lower id), the k
@@ -173,21 +176,20 @@ class Backend {
   virtual void linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
                                 const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void activate_impl(const TensorView& x, Activation act) = 0;
-  virtual void gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
-                              int64_t in_stride, float* out, Activation act) = 0;
+  // gate and up share one row stride; out is contiguous.
+  virtual void gated_act_impl(const TensorView& gate, const TensorView& up, const TensorView& out,
+                              Activation act) = 0;
   virtual void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
   virtual void scale_impl(const TensorView& x, float factor) = 0;
   virtual void softcap_impl(const TensorView& x, float cap) = 0;
-  virtual void rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
-                           int64_t row_stride, const int32_t* positions, const TensorView& inv_freq) = 0;
-  virtual void head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
-                                  int64_t row_stride, const TensorView& gamma, float eps) = 0;
-  virtual void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
-                             const AttentionBatch& batch, const TensorView& k_cache,
-                             const TensorView& v_cache) = 0;
+  // x, q, k, v: 3-D [T, heads, head_dim], possibly strided along dimension 0.
+  virtual void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) = 0;
+  virtual void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) = 0;
+  // k and v share one row stride.
+  virtual void write_kv_impl(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
+                             const TensorView& k_cache, const TensorView& v_cache) = 0;
   // `gqa` is resolved: group > 0.
-  virtual void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
-                              const AttentionBatch& batch, const TensorView& k_cache,
+  virtual void attention_impl(const TensorView& q, const AttentionBatch& batch, const TensorView& k_cache,
                               const TensorView& v_cache, const AttentionParams& params,
                               const TensorView& out, const GqaLayout& gqa) = 0;
   virtual void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) = 0;

@@ -284,20 +284,16 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   const int64_t q_width = q_heads_ * D;
   const int64_t kv_width = kv_heads_ * D;
 
-  // q, k, v as rows `stride` floats apart: three slices of one packed buffer on the fused
-  // path, three separate buffers on the plain path.
+  // q, k, v as [T, heads, D] views: three column slices of one packed buffer (rows strided)
+  // on the fused path, three separate buffers on the plain path.
   Tensor qkv_buf, q_buf, k_buf, v_buf;
-  float *q, *k, *v;
-  int64_t q_stride, kv_stride;
+  TensorView q2, k2, v2;  // [T, heads * D]
   if (kernel_inject_) {
-    const int64_t width = q_width + 2 * kv_width;
-    qkv_buf = backend_.alloc({T, width}, DType::kF32);
+    qkv_buf = backend_.alloc({T, q_width + 2 * kv_width}, DType::kF32);
     project(lw.qkv, h, qkv_buf.view());
-    float* base = qkv_buf.data<float>();
-    q = base;
-    k = base + q_width;
-    v = base + q_width + kv_width;
-    q_stride = kv_stride = width;
+    q2 = qkv_buf.view().columns(0, q_width);
+    k2 = qkv_buf.view().columns(q_width, kv_width);
+    v2 = qkv_buf.view().columns(q_width + kv_width, kv_width);
   } else {
     q_buf = backend_.alloc({T, q_width}, DType::kF32);
     k_buf = backend_.alloc({T, kv_width}, DType::kF32);
@@ -305,29 +301,31 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
     project(lw.q, h, q_buf.view());
     project(lw.k, h, k_buf.view());
     project(lw.v, h, v_buf.view());
-    q = q_buf.data<float>();
-    k = k_buf.data<float>();
-    v = v_buf.data<float>();
-    q_stride = q_width;
-    kv_stride = kv_width;
+    q2 = q_buf.view();
+    k2 = k_buf.view();
+    v2 = v_buf.view();
   }
+  const TensorView q = q2.reshape({T, q_heads_, D});
+  const TensorView k = k2.reshape({T, kv_heads_, D});
+  const TensorView v = v2.reshape({T, kv_heads_, D});
   if (!lw.q_norm.empty()) {
-    backend_.head_rms_norm(q, T, q_heads_, D, q_stride, lw.q_norm, config_.norm_eps);
-    backend_.head_rms_norm(k, T, kv_heads_, D, kv_stride, lw.k_norm, config_.norm_eps);
+    backend_.head_rms_norm(q, lw.q_norm, config_.norm_eps);
+    backend_.head_rms_norm(k, lw.k_norm, config_.norm_eps);
   }
   if (config_.arch->position == PositionKind::kRotary) {
     const TensorView freq = rope_tables_[layer_rope_[layer]].view();
-    backend_.rotary(q, T, q_heads_, D, q_stride, positions.data(), freq);
-    backend_.rotary(k, T, kv_heads_, D, kv_stride, positions.data(), freq);
+    const TensorView pos(const_cast<int32_t*>(positions.data()), DType::kI32, {T});  // host memory
+    backend_.rotary(q, pos, freq);
+    backend_.rotary(k, pos, freq);
   }
-  backend_.write_kv(k, v, T, kv_stride, batch, cache.k(layer), cache.v(layer));
+  backend_.write_kv(k, v, batch, cache.k(layer), cache.v(layer));
   Tensor attn = backend_.alloc({T, q_width}, DType::kF32);
   AttentionParams params;
   params.scale = spec.attn_scale;
   params.softcap = config_.attn_softcap;
   params.window = spec.window;
   params.alibi_slopes = alibi_slopes_.view();
-  backend_.attention(q, q_stride, q_heads_, batch, cache.k(layer), cache.v(layer), params, attn.view(), gqa_);
+  backend_.attention(q, batch, cache.k(layer), cache.v(layer), params, attn.view(), gqa_);
   project(lw.o, attn.view(), delta);
   if (!lw.attn_split) return false;
   if (defer_reduce) return true;

@@ -322,10 +322,11 @@ void attention_tiled(const AttentionTileOps& ops, const float* q, int64_t q_row_
 
 }  // namespace cpu::detail
 
-void CpuBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
-                                const AttentionBatch& batch, const TensorView& k_cache,
+void CpuBackend::attention_impl(const TensorView& q_v, const AttentionBatch& batch, const TensorView& k_cache,
                                 const TensorView& v_cache, const AttentionParams& params,
                                 const TensorView& out, const GqaLayout& gqa) {
+  const float* q = q_v.as<float>();
+  const int64_t q_row_stride = q_v.row_stride(), q_heads = q_v.dim(1);
   if (options_.attention == cpu::AttentionKernel::kReference) {
     cpu::detail::attention_reference(q, q_row_stride, q_heads, batch, k_cache, v_cache, params, out, gqa);
     return;

@@ -105,9 +105,13 @@ bool CpuBackend::prefers_int8_panels() const { return cpu::int8_panels_preferred
 
 Tensor CpuBackend::alloc(const std::vector<int64_t>& dims, DType dtype) { return pool_->zeros(dims, dtype); }
 
-void CpuBackend::copy_to_host(const TensorView& src, void* dst) { std::memcpy(dst, src.data, src.nbytes()); }
+void CpuBackend::copy_to_host(const TensorView& src, void* dst) {
+  TESSERA_CHECK(src.contiguous()) << "copy_to_host: " << src.shape_string() << " is strided, not one block of bytes";
+  std::memcpy(dst, src.data, src.nbytes());
+}
 
 void CpuBackend::copy_from_host(const void* src, const TensorView& dst) {
+  TESSERA_CHECK(dst.contiguous()) << "copy_from_host: " << dst.shape_string() << " is strided, not one block of bytes";
   std::memcpy(dst.data, src, dst.nbytes());
 }
 
@@ -225,8 +229,12 @@ void CpuBackend::activate_impl(const TensorView& x, Activation act) {
   for (int64_t i = 0; i < n; ++i) p[i] = cpu::activate(p[i], act);
 }
 
-void CpuBackend::gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
-                                int64_t in_stride, float* out, Activation act) {
+void CpuBackend::gated_act_impl(const TensorView& gate_v, const TensorView& up_v, const TensorView& out_v,
+                                Activation act) {
+  const float* gate = gate_v.as<float>();
+  const float* up = up_v.as<float>();
+  float* out = out_v.as<float>();
+  const int64_t tokens = gate_v.dim(0), width = gate_v.dim(1), in_stride = gate_v.row_stride();
 #pragma omp parallel for if (tokens * width > kParallelGrain)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* g = gate + t * in_stride;
@@ -264,8 +272,10 @@ void CpuBackend::softcap_impl(const TensorView& x, float cap) {
   for (int64_t i = 0; i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
 }
 
-void CpuBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
-                             int64_t row_stride, const int32_t* positions, const TensorView& inv_freq) {
+void CpuBackend::rotary_impl(const TensorView& x_v, const TensorView& positions_v, const TensorView& inv_freq) {
+  float* x = x_v.as<float>();
+  const int32_t* positions = positions_v.as<int32_t>();
+  const int64_t tokens = x_v.dim(0), heads = x_v.dim(1), head_dim = x_v.dim(2), row_stride = x_v.row_stride();
   const int64_t half = inv_freq.numel();
   const float* freq = inv_freq.as<float>();
 #pragma omp parallel for if (tokens * heads * head_dim > kParallelGrain)
@@ -287,8 +297,9 @@ void CpuBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t he
   }
 }
 
-void CpuBackend::head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
-                                    int64_t row_stride, const TensorView& gamma, float eps) {
+void CpuBackend::head_rms_norm_impl(const TensorView& x_v, const TensorView& gamma, float eps) {
+  float* x = x_v.as<float>();
+  const int64_t tokens = x_v.dim(0), heads = x_v.dim(1), head_dim = x_v.dim(2), row_stride = x_v.row_stride();
 #pragma omp parallel for if (tokens * heads * head_dim > kParallelGrain)
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < heads; ++h) {
@@ -298,9 +309,11 @@ void CpuBackend::head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int
   }
 }
 
-void CpuBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
-                               const AttentionBatch& batch, const TensorView& k_cache,
-                               const TensorView& v_cache) {
+void CpuBackend::write_kv_impl(const TensorView& k_v, const TensorView& v_v, const AttentionBatch& batch,
+                               const TensorView& k_cache, const TensorView& v_cache) {
+  const float* k = k_v.as<float>();
+  const float* v = v_v.as<float>();
+  const int64_t tokens = k_v.dim(0), row_stride = k_v.row_stride();
   const int64_t width = k_cache.dim(2) * k_cache.dim(3);
   const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
   const size_t esize = dtype_size(k_cache.dtype);

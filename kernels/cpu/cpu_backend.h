@@ -46,20 +46,16 @@ class CpuBackend final : public Backend {
   void linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                         const TensorView& out, Activation act) override;
   void activate_impl(const TensorView& x, Activation act) override;
-  void gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
-                      int64_t in_stride, float* out, Activation act) override;
+  void gated_act_impl(const TensorView& gate, const TensorView& up, const TensorView& out,
+                      Activation act) override;
   void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) override;
   void scale_impl(const TensorView& x, float factor) override;
   void softcap_impl(const TensorView& x, float cap) override;
-  void rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                   const int32_t* positions, const TensorView& inv_freq) override;
-  void head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                          const TensorView& gamma, float eps) override;
-  void write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
-                     const AttentionBatch& batch, const TensorView& k_cache,
-                     const TensorView& v_cache) override;
-  void attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads,
-                      const AttentionBatch& batch, const TensorView& k_cache,
+  void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) override;
+  void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) override;
+  void write_kv_impl(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
+                     const TensorView& k_cache, const TensorView& v_cache) override;
+  void attention_impl(const TensorView& q, const AttentionBatch& batch, const TensorView& k_cache,
                       const TensorView& v_cache, const AttentionParams& params,
                       const TensorView& out, const GqaLayout& gqa) override;
   void copy_block_impl(const TensorView& pool, int64_t src, int64_t dst) override;

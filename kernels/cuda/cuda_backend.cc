@@ -112,11 +112,13 @@ Tensor CudaBackend::alloc(const std::vector<int64_t>& dims, DType dtype) {
 }
 
 void CudaBackend::copy_to_host(const TensorView& src, void* dst) {
+  TESSERA_CHECK(src.contiguous()) << "copy_to_host: " << src.shape_string() << " is strided, not one block of bytes";
   if (src.nbytes() > 0) TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDefault, stream_));
   synchronize();
 }
 
 void CudaBackend::copy_from_host(const void* src, const TensorView& dst) {
+  TESSERA_CHECK(dst.contiguous()) << "copy_from_host: " << dst.shape_string() << " is strided, not one block of bytes";
   if (dst.nbytes() > 0) TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyDefault, stream_));
   // The caller may reuse `src` at once. (Pageable sources are staged before the call
   // returns anyway; the sync keeps that true for pinned ones too.)
@@ -296,9 +298,11 @@ void CudaBackend::activate_impl(const TensorView& x, Activation act) {
   after_launch("activate");
 }
 
-void CudaBackend::gated_act_impl(const float* gate, const float* up, int64_t tokens, int64_t width,
-                                 int64_t in_stride, float* out, Activation act) {
-  cuda::launch::gated_act(gate, up, tokens, width, in_stride, out, act, stream_);
+void CudaBackend::gated_act_impl(const TensorView& gate, const TensorView& up, const TensorView& out,
+                                 Activation act) {
+  require_device({{&gate, "gate"}, {&up, "up"}, {&out, "out"}}, "gated_act");
+  cuda::launch::gated_act(gate.as<float>(), up.as<float>(), gate.dim(0), gate.dim(1), gate.row_stride(),
+                          out.as<float>(), act, stream_);
   after_launch("gated_act");
 }
 
@@ -320,8 +324,9 @@ void CudaBackend::softcap_impl(const TensorView& x, float cap) {
   after_launch("softcap");
 }
 
-void CudaBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-                              const int32_t* positions, const TensorView& inv_freq) {
+void CudaBackend::rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) {
+  require_device({{&x, "x"}}, "rotary");
+  const int64_t tokens = x.dim(0), heads = x.dim(1);
   if (tokens == 0 || heads == 0) return;
   // The model's own inv_freq table, placed at load like a weight, so both backends rotate
   // by the same f32 frequencies.
@@ -330,23 +335,25 @@ void CudaBackend::rotary_impl(float* x, int64_t tokens, int64_t heads, int64_t h
   // `positions` is host memory (the interface's contract). Uploaded per call for now;
   // caching a step's metadata once for all layers is a later optimisation.
   const std::vector<const void*> dev =
-      staging_->upload({{positions, static_cast<size_t>(tokens) * sizeof(int32_t)}}, stream_);
-  cuda::launch::rotary(x, tokens, heads, head_dim, row_stride, static_cast<const int32_t*>(dev[0]),
+      staging_->upload({{positions.data, static_cast<size_t>(tokens) * sizeof(int32_t)}}, stream_);
+  cuda::launch::rotary(x.as<float>(), tokens, heads, x.dim(2), x.row_stride(), static_cast<const int32_t*>(dev[0]),
                        freq.as<float>(), freq.numel(), stream_);
   after_launch("rotary");
 }
 
-void CudaBackend::head_rms_norm_impl(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
-                                     int64_t row_stride, const TensorView& gamma, float eps) {
+void CudaBackend::head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) {
+  require_device({{&x, "x"}}, "head_rms_norm");
   require_placed({{&gamma, "gamma"}}, "head_rms_norm");
   const TensorView& g = gamma;
-  cuda::launch::head_rms_norm(x, tokens, heads, head_dim, row_stride, g.data, g.dtype, eps, stream_);
+  cuda::launch::head_rms_norm(x.as<float>(), x.dim(0), x.dim(1), x.dim(2), x.row_stride(), g.data, g.dtype, eps,
+                              stream_);
   after_launch("head_rms_norm");
 }
 
-void CudaBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, int64_t row_stride,
-                                const AttentionBatch& batch, const TensorView& k_cache, const TensorView& v_cache) {
-  require_device({{&k_cache, "k_cache"}, {&v_cache, "v_cache"}}, "write_kv");
+void CudaBackend::write_kv_impl(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
+                                const TensorView& k_cache, const TensorView& v_cache) {
+  require_device({{&k, "k"}, {&v, "v"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}}, "write_kv");
+  const int64_t tokens = k.dim(0);
   if (tokens == 0) return;
   const int64_t width = k_cache.dim(2) * k_cache.dim(3);
   const int64_t slots = k_cache.dim(0) * k_cache.dim(1);
@@ -356,15 +363,16 @@ void CudaBackend::write_kv_impl(const float* k, const float* v, int64_t tokens, 
   }
   const std::vector<const void*> dev =
       staging_->upload({{batch.slot_mapping.data(), static_cast<size_t>(tokens) * sizeof(int32_t)}}, stream_);
-  cuda::launch::write_kv(k, v, tokens, row_stride, static_cast<const int32_t*>(dev[0]), width, k_cache.data,
+  cuda::launch::write_kv(k.as<float>(), v.as<float>(), tokens, k.row_stride(), static_cast<const int32_t*>(dev[0]),
+                         width, k_cache.data,
                          v_cache.data, k_cache.dtype, stream_);
   after_launch("write_kv");
 }
 
-void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q_heads, const AttentionBatch& batch,
-                                 const TensorView& k_cache, const TensorView& v_cache, const AttentionParams& params,
-                                 const TensorView& out, const GqaLayout& gqa) {
-  require_device({{&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&out, "out"}}, "attention");
+void CudaBackend::attention_impl(const TensorView& q, const AttentionBatch& batch, const TensorView& k_cache,
+                                 const TensorView& v_cache, const AttentionParams& params, const TensorView& out,
+                                 const GqaLayout& gqa) {
+  require_device({{&q, "q"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}, {&out, "out"}}, "attention");
   const int64_t tokens = out.dim(0);
   if (tokens == 0) return;
   const int64_t num_blocks = k_cache.dim(0), block_size = k_cache.dim(1), head_dim = k_cache.dim(3);
@@ -400,9 +408,9 @@ void CudaBackend::attention_impl(const float* q, int64_t q_row_stride, int64_t q
   require_placed({{&params.alibi_slopes, "alibi_slopes"}}, "attention");
   const TensorView& slopes = params.alibi_slopes;
   cuda::launch::PagedAttentionArgs a;
-  a.q = q;
-  a.q_row_stride = q_row_stride;
-  a.q_heads = q_heads;
+  a.q = q.as<float>();
+  a.q_row_stride = q.row_stride();
+  a.q_heads = q.dim(1);
   a.tokens = tokens;
   a.token_seq = static_cast<const int32_t*>(dev[0]);
   a.token_pos = static_cast<const int32_t*>(dev[1]);

@@ -139,7 +139,7 @@ struct SmallPagedAttention {
   }
   Tensor run(Backend& backend) const {
     Tensor out = Tensor::zeros({11, kQHeads * kHeadDim}, DType::kF32);
-    backend.attention(q.data<float>(), kQHeads * kHeadDim, kQHeads, batch, k_cache, v_cache, params(), out);
+    backend.attention(q.view().reshape({11, kQHeads, kHeadDim}), batch, k_cache, v_cache, params(), out);
     return out;
   }
   AttentionParams params() const {

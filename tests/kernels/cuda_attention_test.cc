@@ -57,13 +57,14 @@ TEST_F(CudaBackendTest, WriteKvScattersRowsToTheirSlotsInEveryCacheDtype) {
       Tensor kv = random_host({b.tokens, stride}, DType::kF32, -3.0f, 3.0f);
       Tensor kc = Tensor::zeros({b.num_blocks, block_size, kv_heads, head_dim}, ct);
       Tensor vc = Tensor::zeros({b.num_blocks, block_size, kv_heads, head_dim}, ct);
-      const float* k = kv.data<float>() + width;  // k and v as slices of a packed qkv row
-      const float* v = kv.data<float>() + 2 * width;
-      cpu_->write_kv(k, v, b.tokens, stride, b.batch, kc, vc);
+      // k and v as slices of a packed qkv row
+      auto heads = [&](const Tensor& t, int64_t begin) {
+        return t.view().columns(begin, width).reshape({b.tokens, kv_heads, head_dim});
+      };
+      cpu_->write_kv(heads(kv, width), heads(kv, 2 * width), b.batch, kc, vc);
       Tensor kv_d = to_device(kv);
       Tensor kc_d = cuda_->alloc(kc.view().dims(), ct), vc_d = cuda_->alloc(vc.view().dims(), ct);
-      const float* kv_base = kv_d.data<float>();
-      cuda_->write_kv(kv_base + width, kv_base + 2 * width, b.tokens, stride, b.batch, kc_d, vc_d);
+      cuda_->write_kv(heads(kv_d, width), heads(kv_d, 2 * width), b.batch, kc_d, vc_d);
       const std::string tag = std::string(dtype_name(ct)) + " block " + std::to_string(block_size);
       expect_close(widen(kc), device_f32(kc_d), 0, 0, "k cache " + tag);
       expect_close(widen(vc), device_f32(vc_d), 0, 0, "v cache " + tag);
@@ -101,13 +102,14 @@ TEST_F(CudaBackendTest, PagedAttentionMatchesForPrefillAndDecodeRows) {
     const Tensor slopes = c.alibi ? alibi_test_slopes(c.q_heads) : Tensor();
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     Tensor ref = Tensor::zeros({b.tokens, c.q_heads * D}, DType::kF32);
-    cpu_->attention(q.data<float>(), q_stride, c.q_heads, b.batch, kc, vc, {.scale = scale, .alibi_slopes = slopes},
-                    ref, c.gqa);
+    auto q_heads = [&](const Tensor& t) {
+      return t.view().columns(0, c.q_heads * D).reshape({b.tokens, c.q_heads, D});
+    };
+    cpu_->attention(q_heads(q), b.batch, kc, vc, {.scale = scale, .alibi_slopes = slopes}, ref, c.gqa);
     Tensor q_d = to_device(q), kc_d = to_device(kc), vc_d = to_device(vc);
     Tensor slopes_d = c.alibi ? to_device(slopes) : Tensor();
     Tensor out = cuda_->alloc({b.tokens, c.q_heads * D}, DType::kF32);
-    cuda_->attention(q_d.data<float>(), q_stride, c.q_heads, b.batch, kc_d, vc_d,
-                     {.scale = scale, .alibi_slopes = slopes_d}, out, c.gqa);
+    cuda_->attention(q_heads(q_d), b.batch, kc_d, vc_d, {.scale = scale, .alibi_slopes = slopes_d}, out, c.gqa);
     std::ostringstream tag;
     tag << "attention q_heads=" << c.q_heads << " kv_heads=" << c.kv_heads << " head_dim=" << D << " block="
         << c.block_size << " " << dtype_name(c.cache) << (c.alibi ? " alibi" : "") << " gqa offset "
@@ -186,12 +188,15 @@ TEST_F(CudaBackendTest, PagedAttentionWithSlidingWindowAndSoftcapMatches) {
     const Tensor slopes = c.alibi ? alibi_test_slopes(c.q_heads) : Tensor();
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     Tensor ref = Tensor::zeros({b.tokens, c.q_heads * D}, DType::kF32);
-    cpu_->attention(q.data<float>(), q_stride, c.q_heads, b.batch, kc, vc,
+    auto q_heads = [&](const Tensor& t) {
+      return t.view().columns(0, c.q_heads * D).reshape({b.tokens, c.q_heads, D});
+    };
+    cpu_->attention(q_heads(q), b.batch, kc, vc,
                     {.scale = scale, .softcap = c.softcap, .window = c.window, .alibi_slopes = slopes}, ref);
     Tensor q_d = to_device(q), kc_d = to_device(kc), vc_d = to_device(vc);
     Tensor slopes_d = c.alibi ? to_device(slopes) : Tensor();
     Tensor out = cuda_->alloc({b.tokens, c.q_heads * D}, DType::kF32);
-    cuda_->attention(q_d.data<float>(), q_stride, c.q_heads, b.batch, kc_d, vc_d,
+    cuda_->attention(q_heads(q_d), b.batch, kc_d, vc_d,
                      {.scale = scale, .softcap = c.softcap, .window = c.window, .alibi_slopes = slopes_d}, out);
     std::ostringstream tag;
     tag << "attention window=" << c.window << " softcap=" << c.softcap << " q_heads=" << c.q_heads
@@ -231,15 +236,17 @@ TEST_F(CudaBackendTest, WriteThenAttendOverManySteps) {
       const int64_t T = ab.query_start.back();
       Tensor qkv = random_host({T, width}, DType::kF32);
       Tensor qkv_d = to_device(qkv);
-      const float* base = qkv.data<float>();
-      cpu_->write_kv(base + q_heads * D, base + (q_heads + kv_heads) * D, T, width, ab, kc, vc);
-      const float* base_d = qkv_d.data<float>();
-      cuda_->write_kv(base_d + q_heads * D, base_d + (q_heads + kv_heads) * D, T, width, ab, kc_d, vc_d);
+      // q, k, v: column slices of the packed rows, as [T, heads, D].
+      auto heads = [&](const Tensor& t, int64_t first_head, int64_t n) {
+        return t.view().columns(first_head * D, n * D).reshape({T, n, D});
+      };
+      cpu_->write_kv(heads(qkv, q_heads, kv_heads), heads(qkv, q_heads + kv_heads, kv_heads), ab, kc, vc);
+      cuda_->write_kv(heads(qkv_d, q_heads, kv_heads), heads(qkv_d, q_heads + kv_heads, kv_heads), ab, kc_d, vc_d);
       Tensor ref = Tensor::zeros({T, q_heads * D}, DType::kF32), out = cuda_->alloc({T, q_heads * D}, DType::kF32);
       AttentionParams params;
       params.scale = 0.125f;
-      cpu_->attention(base, width, q_heads, ab, kc, vc, params, ref);
-      cuda_->attention(base_d, width, q_heads, ab, kc_d, vc_d, params, out);
+      cpu_->attention(heads(qkv, 0, q_heads), ab, kc, vc, params, ref);
+      cuda_->attention(heads(qkv_d, 0, q_heads), ab, kc_d, vc_d, params, out);
       expect_close(widen(ref), device_f32(out), 1e-5, 1e-5,
                    std::string("step ") + std::to_string(step) + " " + dtype_name(ct));
     }

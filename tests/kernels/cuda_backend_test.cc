@@ -403,6 +403,16 @@ Tensor rope_inv_freq(float theta, int64_t dims) {
   return t;
 }
 
+// Heads [tokens, heads, head_dim] inside wider rows of t (q or k of a packed qkv row): `lead`
+// columns before them.
+TensorView heads_in_rows(const Tensor& t, int64_t lead, int64_t heads, int64_t head_dim) {
+  return t.view().columns(lead, heads * head_dim).reshape({t.dim(0), heads, head_dim});
+}
+
+TensorView host_positions(std::vector<int32_t>& positions) {
+  return TensorView(positions.data(), DType::kI32, {static_cast<int64_t>(positions.size())});
+}
+
 TEST_F(CudaBackendTest, RotaryMatchesOnStridedRowsAndLeavesTheRestAlone) {
   struct Case { int64_t tokens, heads, head_dim, extra; float theta; };
   for (Case c : {Case{1, 1, 2, 0, 10000.0f}, Case{5, 4, 64, 0, 10000.0f}, Case{9, 3, 80, 37, 1e6f},
@@ -415,9 +425,9 @@ TEST_F(CudaBackendTest, RotaryMatchesOnStridedRowsAndLeavesTheRestAlone) {
     positions[0] = 0;
     Tensor ref = host_copy(x);
     const Tensor inv_freq = rope_inv_freq(c.theta, c.head_dim);
-    cpu_->rotary(ref.data<float>(), c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq);
+    cpu_->rotary(heads_in_rows(ref, 0, c.heads, c.head_dim), host_positions(positions), inv_freq);
     Tensor xd = to_device(x), inv_freq_d = to_device(inv_freq);
-    cuda_->rotary(xd.data<float>(), c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq_d);
+    cuda_->rotary(heads_in_rows(xd, 0, c.heads, c.head_dim), host_positions(positions), inv_freq_d);
     expect_close(widen(ref), device_f32(xd), 1e-6, 1e-5,
                  "rotary heads=" + std::to_string(c.heads) + " head_dim=" + std::to_string(c.head_dim));
   }
@@ -438,9 +448,9 @@ TEST_F(CudaBackendTest, PartialRotaryTurnsOnlyTheFirstRDimsOfEachHead) {
     for (int32_t& p : positions) p = pos(rng_);
     const Tensor inv_freq = rope_inv_freq(c.theta, c.rot);
     Tensor ref = host_copy(x);
-    cpu_->rotary(ref.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq);
+    cpu_->rotary(heads_in_rows(ref, c.lead, c.heads, c.head_dim), host_positions(positions), inv_freq);
     Tensor xd = to_device(x), inv_freq_d = to_device(inv_freq);
-    cuda_->rotary(xd.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, positions.data(), inv_freq_d);
+    cuda_->rotary(heads_in_rows(xd, c.lead, c.heads, c.head_dim), host_positions(positions), inv_freq_d);
     const std::vector<float> got = device_f32(xd), in = widen(x);
     std::ostringstream tag;
     tag << "partial rotary " << c.rot << " of " << c.head_dim << " heads=" << c.heads;
@@ -469,9 +479,9 @@ TEST_F(CudaBackendTest, HeadRmsNormMatchesOnStridedRowsForEveryGammaDtype) {
       Tensor x = random_host({c.tokens, stride}, DType::kF32, -3.0f, 3.0f);
       Tensor gamma = random_host({c.head_dim}, gt, 0.5f, 1.5f);
       Tensor ref = host_copy(x);
-      cpu_->head_rms_norm(ref.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, gamma, 1e-6f);
+      cpu_->head_rms_norm(heads_in_rows(ref, c.lead, c.heads, c.head_dim), gamma, 1e-6f);
       Tensor xd = to_device(x), gamma_d = to_device(gamma);
-      cuda_->head_rms_norm(xd.data<float>() + c.lead, c.tokens, c.heads, c.head_dim, stride, gamma_d, 1e-6f);
+      cuda_->head_rms_norm(heads_in_rows(xd, c.lead, c.heads, c.head_dim), gamma_d, 1e-6f);
       const std::vector<float> got = device_f32(xd), in = widen(x);
       std::ostringstream tag;
       tag << "head_rms_norm " << dtype_name(gt) << " heads=" << c.heads << " head_dim=" << c.head_dim << " stride="
