@@ -28,7 +28,7 @@ enum class AttentionKernel : uint8_t { kTiled, kReference };
 
 // The CPU backend's kernel choices. Each field is one key under worker.cpu and one
 // environment variable that overrides it; the defaults are what measured fastest
-// (docs/benchmarks.md) with accuracy the tests hold.
+// (docs/performance-cpu.md) with accuracy the tests hold.
 struct CpuKernelOptions {
   // worker.cpu.isa, TESSERA_CPU_ISA: the highest SIMD flavour the kernels may use; nullopt
   // ("auto") = the best this CPU supports. It only lowers: a flavour the CPU lacks means its best.

@@ -5,7 +5,7 @@
 // Why: the pool's pages are mapped lazily (a large pool takes no memory until used, see
 // Tensor::zeros), and with prefix caching on, every new sequence takes blocks no one has
 // written before (the cached ones are kept for reuse). A first touch is expensive on a VM:
-// 1.7 ms per 2 MiB huge page and 12 µs per 4 KiB page measured here, so a step whose KV
+// 3.3-3.5 ms per 2 MiB huge page and 12 µs per 4 KiB page (bench/page_touch.py), so a step whose KV
 // writes crossed into fresh huge pages in each of the ~100M model's 24 K/V pools stalled
 // for ~40 ms, and such steps set the p99 time to first token at 1 request/s. Blocks are
 // handed out in ascending order until the pool has been used once (BlockManager), so "ahead"

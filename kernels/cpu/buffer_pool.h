@@ -4,7 +4,7 @@
 // Why: a forward pass allocates a dozen activation tensors per layer (backend.alloc), and a
 // 512-token prefill's are megabytes each. Fresh from the kernel, every 4 KiB page of them
 // page-faults on first write — on a virtual machine ~290k faults per 512-token prefill of the
-// ~100M Llama, about a third of the step (perf, docs/benchmarks.md) — and freed, they go back
+// ~100M Llama, about a third of the step (perf, docs/performance-cpu.md) — and freed, they go back
 // to the kernel to fault again in the next layer. The pool keeps freed buffers by size class
 // and hands them out again, cleared with memset (a few GB/s cheaper than faulting the pages):
 // of the request's class, or else the smallest cached class up to 4x larger.

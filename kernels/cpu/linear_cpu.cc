@@ -117,7 +117,7 @@ LinearOptions linear_options(const CpuKernelOptions& options) {
   linear.isa = usable_cpu_isa(options.isa);
   // bf16 dot products are on by default: a bf16 model computes in bf16 in transformers,
   // vLLM's CPU backend and llama.cpp alike, and on AVX512_BF16 CPUs it doubles the
-  // compute-bound throughput (docs/benchmarks.md).
+  // compute-bound throughput (docs/performance-cpu.md, "bf16 dot products").
   linear.bf16_dot = options.bf16_dot;
   linear.gemm_policy = options.gemm;
   return linear;
@@ -126,7 +126,7 @@ LinearOptions linear_options(const CpuKernelOptions& options) {
 bool packed_gemm_preferred(CpuIsa isa, DType w_dtype, int64_t M, GemmKernel policy) {
   // A policy other than kAuto overrides the measured choice (A/B runs of whole models).
   if (policy != GemmKernel::kAuto) return policy == GemmKernel::kPacked && gemm_packed_supported(isa);
-  // Figures in docs/benchmarks.md ("Packed GEMM vs OpenBLAS"). AVX-512 CPUs: the 8 x 32
+  // Figures in docs/performance-cpu.md ("Packed GEMM vs OpenBLAS"). AVX-512 CPUs: the 8 x 32
   // micro-kernel beat OpenBLAS at every measured shape and dtype (8-512 rows), so it takes
   // every call. AVX2 CPUs: the 6 x 16 kernel was 1.0-1.6x OpenBLAS at 8-64 rows for f32 and
   // bf16 and equal or better at 512 rows for 16-bit weights (OpenBLAS must widen them

@@ -7,7 +7,7 @@
 // nothing of OpenMP's, and both busy-wait for a while after finishing work, so on a machine
 // with as many threads as cores, alternating OpenMP regions and multi-threaded sgemm calls
 // makes each pool's spinners steal cores from the other. Two policies are implemented and
-// measured by bench/linear_bench.cc (BM_GemmThreading; figures in docs/benchmarks.md, "CPU linear layer"):
+// measured by bench/linear_bench.cc (BM_GemmThreading; figures in docs/performance-cpu.md, "CPU linear layer"):
 //  - kOmpPanels (default): OpenBLAS is pinned to one thread; the output columns are split
 //    across OpenMP threads and each thread widens and sgemms its own panels. One pool only.
 //  - kBlasThreads: OpenMP widens a panel, then one sgemm over it threaded by OpenBLAS

@@ -212,7 +212,7 @@ void linear_int8_with(const Int8LinearOptions& options, const float* x, int64_t 
     detail::gemm_int8_x16_avx512_vnni(args);
   } else if (packed_gemm_preferred(isa, DType::kI8, M, options.gemm_policy)) {
     // The packed GEMM widens each K block of int8 panels to f32 as it packs them
-    // (gemm_packed.h); 1.04-1.50x dequantize + OpenBLAS at 32-2048 rows (docs/benchmarks.md, int8 section).
+    // (gemm_packed.h); 1.04-1.50x dequantize + OpenBLAS at 32-2048 rows (docs/quantization.md, "Speed").
     const LinearArgs wide{x, M, K, ldx, w, DType::kI8, N, bias, y, ldy, act};
     gemm_packed_int8(isa, wide, scales, group);
   } else {
