@@ -15,7 +15,9 @@
 # weights converted by llama.cpp's convert_hf_to_gguf.py; LLAMA_CPP_DIR: a llama.cpp checkout
 # built by hand outside this repository with its server (-DLLAMA_BUILD_SERVER=ON).
 # Environment: BUILD (default build), THREADS (2), RATES (1,2,4,8), REQUESTS (40 per rate),
-# SLOTS (llama-server's -np, 8), RATE1_REQUESTS (40), OUT_DIR default serving-sweep.
+# SLOTS (llama-server's -np, 8), RATE1_REQUESTS (40), OUT_DIR default serving-sweep,
+# SERVE_FLAGS (more tessera-serve flags for every Tessera server, split at spaces, e.g.
+# "--set scheduler.max_tpot_slowdown=1.5").
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -27,6 +29,7 @@ rates=${RATES:-1,2,4,8}
 requests=${REQUESTS:-40}
 slots=${SLOTS:-8}
 rate1_requests=${RATE1_REQUESTS:-40}
+read -r -a serve_flags <<<"${SERVE_FLAGS:-}"
 [[ -n ${LLAMA_CPP_DIR:-} ]] || die "LLAMA_CPP_DIR is not set (a llama.cpp checkout built by hand, with build/bin/llama-server)"
 need_bin "$LLAMA_CPP_DIR/build/bin" "LLAMA_CPP_DIR must hold a llama.cpp built with -DLLAMA_BUILD_SERVER=ON" llama-server
 need_bin "$build/bin" "$BUILD_HINT" tessera-serve tessera-loadgen
@@ -50,7 +53,7 @@ tessera_serve() {  # NAME [tessera-serve flags...]
   local dir=$out/$1
   shift
   rm -rf "$dir"
-  start_tessera_serve "$build/bin" "$dir" --model "$model" --threads "$threads" --set model.dtype=bfloat16 "$@" ||
+  start_tessera_serve "$build/bin" "$dir" --model "$model" --threads "$threads" --set model.dtype=bfloat16 "${serve_flags[@]}" "$@" ||
     die "tessera-serve did not start (log: $dir/serve.log)"
 }
 
