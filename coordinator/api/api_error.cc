@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coordinator/api/response_json.h"
+
 namespace tessera {
 
 using nlohmann::json;
@@ -28,7 +30,7 @@ std::string error_body(const ApiError& error) {
             {"type", error.type},
             {"param", error.param.empty() ? json(nullptr) : json(error.param)},
             {"code", error.code.empty() ? json(nullptr) : json(error.code)}};
-  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return response_json(json{{"error", e}});
 }
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "coordinator/api/grammars/request_constraint.h"
+#include "coordinator/api/response_json.h"
 #include "coordinator/api/tool_calls/tool_call_stream.h"
 
 namespace tessera {
@@ -124,8 +125,6 @@ json usage_json(const Usage& u) {
 
 bool is_chat(const ApiRequest& r) { return r.endpoint == ApiEndpoint::kChatCompletions; }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 // One entry of "tool_calls": {id, type, function: {name, arguments}}; in a stream's first
 // delta of a call also its index, with arguments "" (the next delta brings them).
 json tool_call_json(const ToolCallDelta& d, bool with_arguments) {
@@ -143,7 +142,7 @@ std::string chat_chunk(const ApiRequest& request, const std::string& id, int64_t
   json out = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", request.model}};
   out["choices"] = json::array({std::move(choice)});
   if (request.include_usage) out["usage"] = nullptr;
-  return dump(out);
+  return response_json(out);
 }
 
 }  // namespace
@@ -221,7 +220,7 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
   }
   out["choices"] = std::move(list);
   out["usage"] = usage_json(usage_of(request, counted));
-  return dump(out);
+  return response_json(out);
 }
 
 std::string stream_chunk_body(const ApiRequest& request, const std::string& id, int64_t created, int index,
@@ -253,7 +252,7 @@ std::string stream_chunk_body(const ApiRequest& request, const std::string& id, 
   choice["finish_reason"] = finish_json(finish_reason);
   out["choices"] = json::array({std::move(choice)});
   if (request.include_usage) out["usage"] = nullptr;
-  return dump(out);
+  return response_json(out);
 }
 
 std::vector<std::string> stream_event_chunks(const ApiRequest& request, const std::string& id, int64_t created,
@@ -316,7 +315,7 @@ std::string stream_echo_body(const ApiRequest& request, const std::string& id, i
               {"model", request.model},
               {"choices", json::array({std::move(choice)})}};
   if (request.include_usage) out["usage"] = nullptr;
-  return dump(out);
+  return response_json(out);
 }
 
 std::string stream_usage_body(const ApiRequest& request, const std::string& id, int64_t created,
@@ -327,14 +326,14 @@ std::string stream_usage_body(const ApiRequest& request, const std::string& id, 
               {"model", request.model},
               {"choices", json::array()},
               {"usage", usage_json(usage)}};
-  return dump(out);
+  return response_json(out);
 }
 
 std::string models_body(const std::string& model_name, int max_model_len, int64_t created) {
   json model = {{"id", model_name},          {"object", "model"},      {"created", created},
                 {"owned_by", "tessera"},     {"root", model_name},     {"parent", nullptr},
                 {"max_model_len", max_model_len}};
-  return dump(json{{"object", "list"}, {"data", json::array({model})}});
+  return response_json(json{{"object", "list"}, {"data", json::array({model})}});
 }
 
 std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "coordinator/api/chat_request.h"
+#include "coordinator/api/response_json.h"
 
 namespace tessera {
 namespace {
@@ -133,7 +134,7 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
     for (int32_t id : ids) strs.push_back(ctx.tokenizer->id_to_token(id));
     r["token_strs"] = std::move(strs);
   }
-  *out = r.dump(-1, ' ', false, json::error_handler_t::replace);
+  *out = response_json(r);
   return true;
 }
 
@@ -160,7 +161,7 @@ bool detokenize_body(const ApiContext& ctx, const std::string& body, std::string
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   // As vLLM decodes: special tokens are kept (skip_special_tokens would hide BOS/EOS).
-  *out = json{{"prompt", ctx.tokenizer->decode(ids, false)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  *out = response_json(json{{"prompt", ctx.tokenizer->decode(ids, false)}});
   return true;
 }
 
