@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # What the test suite costs (docs/benchmarks.md, "Test suite"): how long each GoogleTest
 # program takes to start and list no test (ctest runs every test in a process of its own, so
-# this is paid once per test), then the whole suite through ctest, one test at a time as
-# .ci/run runs it, with its wall time and the N slowest tests.
+# this is paid once per test), then the whole suite through ctest, two tests at a time as the
+# README and .ci/run run it, with its wall time and the N slowest tests.
 #   bench/test_suite_times.sh [BUILD_DIR] [N]     (defaults: build, 10)
-# BUILD_DIR: a configured and built tree (the README's build, or CI's build-asan). Extra ctest
-# arguments go in CTEST_ARGS (e.g. "-R Serve"); LOG (default BUILD_DIR/test-suite-times.log)
-# keeps ctest's output.
+# BUILD_DIR: a configured and built tree (the README's build, or CI's build-sanitize). CTEST_ARGS
+# replaces the default "-j2" (e.g. "-j1" for one at a time, "-j2 -R Serve"); LOG (default
+# BUILD_DIR/test-suite-times.log) keeps ctest's output.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -15,7 +15,7 @@ slowest=${2:-10}
 log=${LOG:-$build/test-suite-times.log}
 [[ -f $build/CTestTestfile.cmake ]] || die "no ctest tree at $build (configure and build it first, as the README says)"
 [[ $slowest =~ ^[0-9]+$ ]] || die "N must be a number of tests, got '$slowest'"
-read -r -a ctest_args <<<"${CTEST_ARGS:-}"
+read -r -a ctest_args <<<"${CTEST_ARGS:--j2}"
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(nproc) cores, $build"
 echo "# start-up of each test program (seconds to list no test, best of 3)"

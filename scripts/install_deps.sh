@@ -29,7 +29,7 @@ packages=(
   libzmq3-dev cppzmq-dev   # coordinator <-> worker transport
   libboost-dev             # Asio + Beast (HTTP server)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
-  clang                    # libFuzzer (scripts/fuzz.sh)
+  clang libomp-dev lld     # the sanitized tree and libFuzzer (scripts/fuzz.sh): Clang, its OpenMP, its linker
   curl                     # the HTTP streaming test (tests/tools/cli_test.cc)
   gnuplot-nox              # tessera-loadgen's plots (SVG, PNG)
   iproute2                 # network namespaces for the multi-host test (tests/k8s/multihost_test.cc)

@@ -16,7 +16,7 @@ namespace {
 constexpr TensorRole kUnknown = TensorRole::kCount;
 
 // What the architecture table says about one checkpoint name.
-struct TensorInfo {
+struct NameInfo {
   TensorRole role = kUnknown;
   int layer = -1;         // -1 outside the transformer blocks
   bool is_bias = false;
@@ -47,8 +47,8 @@ std::string module_path(const std::string& weight_name) {
   return weight_name.ends_with(".weight") ? weight_name.substr(0, weight_name.size() - 7) : weight_name;
 }
 
-TensorInfo classify(const ArchSpec& arch, const std::string& name) {
-  TensorInfo info;
+NameInfo classify(const ArchSpec& arch, const std::string& name) {
+  NameInfo info;
   info.is_bias = name.ends_with(".bias");
   info.weight = info.is_bias ? name.substr(0, name.size() - 5) + ".weight" : name;
   for (size_t r = 0; r < static_cast<size_t>(TensorRole::kCount) && info.role == kUnknown; ++r) {
@@ -135,7 +135,7 @@ std::string blocks_of(const ArchSpec& arch) {
   return out;
 }
 
-std::string layer_text(const TensorInfo& info) {
+std::string layer_text(const NameInfo& info) {
   return info.layer >= 0 ? " (layer " + std::to_string(info.layer) + ")" : "";
 }
 
@@ -172,7 +172,7 @@ SplitDim split_dim(const ModelConfig& c, TensorRole r, TpRole role) {
   }
 }
 
-Status check_split(const std::string& name, const TensorInfo& info, TpRole role, const SplitDim& dim, int world) {
+Status check_split(const std::string& name, const NameInfo& info, TpRole role, const SplitDim& dim, int world) {
   if (role == TpRole::kKeep || dim.size == 0 || world == 1) return Status::ok();
   if (dim.size % world == 0) return Status::ok();
   const std::string w = std::to_string(world), s = std::to_string(dim.size);
@@ -297,7 +297,7 @@ StatusOr<TpPlan> plan_tensor_parallel(const ModelConfig& config, const std::vect
   TpPlan plan;
   plan.world_size = world_size;
   for (const std::string& name : tensor_names) {
-    const TensorInfo info = classify(arch, name);
+    const NameInfo info = classify(arch, name);
     const std::string module = module_path(info.weight);
     TpRole role = builtin_role(info.role);
     if (is_linear(info.role)) {
@@ -378,7 +378,7 @@ Status check_tp_plan_shapes(const TpPlan& plan, const ModelConfig& config,
   for (const auto& [name, shape] : full_shapes) {
     const TpRole role = plan.role_of(name);
     if (role == TpRole::kKeep) continue;
-    const TensorInfo info = classify(*config.arch, name);
+    const NameInfo info = classify(*config.arch, name);
     if (kv_replicated(config, info.role, role, world)) continue;
     // Fused q|k|v and gate|up are gathered per head / per half (the heads and the
     // intermediate size were checked above, by check_split).

@@ -27,7 +27,7 @@ Slice cols(int64_t begin, int64_t count) { return {1, begin, count}; }
 
 // Rows [begin, begin + count) of the logical [out, in] weight `name` (whose full row count
 // is `out`): one piece of a gathered matrix.
-struct Segment {
+struct RowSegment {
   std::string name;
   int64_t out = 0;
   int64_t begin = 0;
@@ -35,7 +35,7 @@ struct Segment {
 };
 
 // Appends a segment, merging it into the previous one when it continues it.
-void add_segment(std::vector<Segment>& segs, const std::string& name, int64_t out, int64_t begin, int64_t count) {
+void add_segment(std::vector<RowSegment>& segs, const std::string& name, int64_t out, int64_t begin, int64_t count) {
   if (!segs.empty() && segs.back().name == name && segs.back().begin + segs.back().count == begin) {
     segs.back().count += count;
     return;
@@ -167,15 +167,15 @@ class WeightReader {
 
   // The rows of several segments stacked into one [sum of counts, in] matrix (a fused QKV
   // or gate|up, or this rank's heads of one), biases likewise (all present or all absent).
-  StatusOr<LinearWeights> gather(const std::vector<Segment>& segs, int64_t in) {
+  StatusOr<LinearWeights> gather(const std::vector<RowSegment>& segs, int64_t in) {
     if (segs.size() == 1) {
-      const Segment& s = segs[0];
+      const RowSegment& s = segs[0];
       return linear(s.name, s.out, in, s.count == s.out ? Slice{} : rows(s.begin, s.count));
     }
     std::vector<LinearWeights> parts;
     int64_t total = 0;
     const Reshaping stacked(this);
-    for (const Segment& s : segs) {
+    for (const RowSegment& s : segs) {
       TESSERA_ASSIGN_OR_RETURN(LinearWeights p, linear(s.name, s.out, in, rows(s.begin, s.count)));
       if (!parts.empty() && p.b.empty() != parts[0].b.empty()) {
         return invalid_argument("tensor \"" + bias_name(s.name) + "\": biases must be present for all or none of " +
@@ -202,7 +202,7 @@ class WeightReader {
     // Counted once as the packed copy; the parts are freed here.
     for (const LinearWeights& p : parts) total_bytes_ -= static_cast<int64_t>(p.w.nbytes() + (p.b.empty() ? 0 : p.b.nbytes()));
     total_bytes_ += static_cast<int64_t>(packed.w.nbytes() + (packed.b.empty() ? 0 : packed.b.nbytes()));
-    for (const Segment& s : segs) release_linear(s.name);
+    for (const RowSegment& s : segs) release_linear(s.name);
     return packed;
   }
 
@@ -279,7 +279,7 @@ StatusOr<bool> group_is_split(const WeightLoadOptions& o, const std::vector<std:
 
 // Where this rank's q, k and v rows lie in the checkpoint, for any QKV layout.
 struct QkvSegments {
-  std::vector<Segment> q, k, v;
+  std::vector<RowSegment> q, k, v;
 };
 
 QkvSegments qkv_segments(const ModelConfig& c, int layer, int64_t q_off, int64_t q_heads, int64_t kv_off,
@@ -336,9 +336,9 @@ Status load_attention(WeightReader& r, const ModelConfig& c, int layer, const We
   const int64_t kv_heads = split ? sh.kv_heads : c.kv_heads;
   const int64_t kv_off = split ? sh.kv_head_offset : 0;
   const QkvSegments segs = qkv_segments(c, layer, q_off, q_heads, kv_off, kv_heads);
-  std::vector<Segment> all = segs.q;  // [q | k | v] rows of this rank, in that order
-  for (const Segment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
-  for (const Segment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
+  std::vector<RowSegment> all = segs.q;  // [q | k | v] rows of this rank, in that order
+  for (const RowSegment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
+  for (const RowSegment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
   if (o.kernel_inject) {
     TESSERA_ASSIGN_OR_RETURN(lw->qkv, r.gather(all, c.hidden));
   } else if (c.qkv == QkvLayout::kSeparate) {
@@ -393,7 +393,7 @@ Status load_mlp_inputs(WeightReader& r, const ModelConfig& c, const MlpNames& n,
     TESSERA_ASSIGN_OR_RETURN(w->up, r.linear(n.up, ffn, c.hidden, f == ffn ? Slice{} : rows(off, f)));
     return Status::ok();
   }
-  std::vector<Segment> gate, up;
+  std::vector<RowSegment> gate, up;
   if (!n.gate_up.empty()) {
     add_segment(gate, n.gate_up, 2 * ffn, off, f);
     add_segment(up, n.gate_up, 2 * ffn, ffn + off, f);
@@ -401,7 +401,7 @@ Status load_mlp_inputs(WeightReader& r, const ModelConfig& c, const MlpNames& n,
     add_segment(gate, n.gate, ffn, off, f);
     add_segment(up, n.up, ffn, off, f);
   }
-  std::vector<Segment> both = gate;  // [gate | up] rows of this rank
+  std::vector<RowSegment> both = gate;  // [gate | up] rows of this rank
   add_segment(both, up[0].name, up[0].out, up[0].begin, up[0].count);
   if (inject) {
     TESSERA_ASSIGN_OR_RETURN(w->gate_up, r.gather(both, c.hidden));

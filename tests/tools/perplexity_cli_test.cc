@@ -62,11 +62,19 @@ TEST_F(KjvPerplexityTest, Float32ReproducesTheReference) {
   expect_reference(run_perplexity(dir_, dir_ + "/heldout.txt", "--dtype float32"));
 }
 
+// The sanitized build scores the held-out text once (float32 above, 15 s there): the
+// tensor-parallel and int8 runs repeat that scoring loop over other kernels, which the
+// sanitized golden runs across ranks and the int8 tests already reach at 1/20 of the cost.
+constexpr char kFloat32CoversScoring[] =
+    "SKIPPED: sanitized build; the float32 run covers the scoring loop (the release build runs this one)";
+
 TEST_F(KjvPerplexityTest, TensorParallelTwoReproducesTheReference) {
+  if (testing::kSanitizedBuild) GTEST_SKIP() << kFloat32CoversScoring;
   expect_reference(run_perplexity(dir_, dir_ + "/heldout.txt", "--dtype float32 --tensor-parallel 2"));
 }
 
 TEST_F(KjvPerplexityTest, Int8StaysWithinOnePercentOfFloat32) {
+  if (testing::kSanitizedBuild) GTEST_SKIP() << kFloat32CoversScoring;
   const double ref = reference_["mean_nll_nats"];
   for (const char* group : {"32", "64"}) {  // kjv-llama's hidden size 192 allows 32, 64, 96, 192
     auto r = run_perplexity(dir_, dir_ + "/heldout.txt", std::string("--quantize int8 --quantize-group ") + group);

@@ -87,7 +87,9 @@ bool has_retry_after(const std::string& response) { return response.find("\r\nRe
 
 TEST(ServeDrain, SigtermDuringTwentyStreamsEndsEveryOneProperlyTwentyRunsInARow) {
   TESSERA_REQUIRE_FIXTURES();
-  constexpr int kRuns = 20;
+  // Twenty runs in a row find a drain that fails now and then; the sanitized build looks for
+  // memory errors in the same drain code, which five runs reach (every run % 4 timing too).
+  constexpr int kRuns = testing::kSanitizedBuild ? 5 : 20;
   constexpr int kStreams = 20;
   int finished = 0, cut = 0;
   int short_in_flight = 0;  // short streams still running when the signal came (all runs)

@@ -28,7 +28,7 @@ constexpr char kRankEnv[] = "TESSERA_TP_MEMORY_RANK";  // "model dir|group|rank|
 // of what the process touches), redzones and a quarantine of freed blocks (the loader's freed
 // temporaries: 0.67x of the model there against 0.51x in the plain build), so the bound is
 // checked in the plain build and only reported here.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(TESSERA_SANITIZED)
 constexpr bool kResidentMemoryIsTheProgramsOwn = false;
 #else
 constexpr bool kResidentMemoryIsTheProgramsOwn = true;

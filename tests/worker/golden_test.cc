@@ -170,12 +170,22 @@ std::vector<Param> all_params(const std::string& backend) {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(all_params("cpu")), param_name);
+// Each model in its six variants (3 dtypes x fused/plain); a diagonal of them under the
+// sanitizers (tests/test_support.h).
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(testing::sanitizer_diagonal(all_params("cpu"), 6)),
+                         param_name);
+#ifdef TESSERA_WITH_CUDA
 // The same goldens and tolerances on the CUDA backend (skipped without a device). With
 // f16/bf16 weights its GEMMs also round the activations to the weight dtype (cuBLAS
 // tensor-core inputs); the reduced-precision bounds above were sized for weight rounding
 // and are kept: a failure there is worth a look, not a silent widening.
 INSTANTIATE_TEST_SUITE_P(FixturesCuda, GoldenTest, ::testing::ValuesIn(all_params("cuda")), param_name);
+#else
+TEST(GoldenTestCuda, NeedsTheCudaBackend) {
+  GTEST_SKIP() << "SKIPPED: built without the CUDA backend (TESSERA_CUDA=OFF or no nvcc), so the goldens on CUDA "
+                  "(FixturesCuda/GoldenTest.*) are not compiled";
+}
+#endif
 
 TEST(AlibiSlopes, MatchTheClosedFormForPowersOfTwoAndInterleaveOtherwise) {
   // 8 heads: 2^(-8/8 * i) = 2^-1, 2^-2, ...

@@ -15,11 +15,9 @@ namespace {
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_ws(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_ws(s.back())) s.remove_suffix(1);
+  while (!s.empty() && is_json_whitespace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_json_whitespace(s.back())) s.remove_suffix(1);
   return s;
 }
 
@@ -40,13 +38,13 @@ class HermesParser : public ToolCallParser {
     // A call's JSON may hold "</tool_call>" inside a string (a forced call's grammar allows
     // it): when the block's JSON is a call followed by the close, the block ends there.
     size_t j = kOpen.size();
-    while (j < rest.size() && is_ws(rest[j])) ++j;
+    while (j < rest.size() && is_json_whitespace(rest[j])) ++j;
     if (j < rest.size() && rest[j] == '{') {
       const std::optional<size_t> end = json_value_end(rest, j);
       if (!end && !final) return seg;  // the JSON goes on
       if (end) {
         size_t k = *end;
-        while (k < rest.size() && is_ws(rest[k])) ++k;
+        while (k < rest.size() && is_json_whitespace(rest[k])) ++k;
         const std::string_view after = rest.substr(k);
         if (!final && kClose.starts_with(after) && after.size() < kClose.size()) return seg;
         if (after.starts_with(kClose)) {

@@ -11,10 +11,8 @@ namespace {
 
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
 size_t skip_ws(std::string_view s, size_t i) {
-  while (i < s.size() && is_ws(s[i])) ++i;
+  while (i < s.size() && is_json_whitespace(s[i])) ++i;
   return i;
 }
 
@@ -24,7 +22,7 @@ std::optional<std::vector<ParsedToolCall>> calls_of(std::string_view text) {
   if (text.substr(i).starts_with(kPythonTag)) i = skip_ws(text, i + kPythonTag.size());
   for (std::string_view end : {"<|eom_id|>", "<|eot_id|>"}) {
     std::string_view t = text;
-    while (!t.empty() && is_ws(t.back())) t.remove_suffix(1);
+    while (!t.empty() && is_json_whitespace(t.back())) t.remove_suffix(1);
     if (t.ends_with(end)) text = t.substr(0, t.size() - end.size());
   }
   std::vector<ParsedToolCall> calls;

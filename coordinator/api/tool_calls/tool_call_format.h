@@ -18,6 +18,9 @@
 
 namespace tessera {
 
+// JSON's whitespace (RFC 8259): what the parsers skip around and between call blocks.
+inline bool is_json_whitespace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
 enum class ToolCallFormat {
   kNone,        // no parsing: the text is the content
   kHermes,      // Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
