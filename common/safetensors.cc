@@ -37,7 +37,7 @@ const StoredDType* lookup_dtype(const std::string& s) {
   return nullptr;
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string safetensors_errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
@@ -58,11 +58,11 @@ StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return not_found(path + ": no such file");
-    return invalid_argument(path + ": cannot open: " + errno_text());
+    return invalid_argument(path + ": cannot open: " + safetensors_errno_text());
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    std::string err = errno_text();
+    std::string err = safetensors_errno_text();
     ::close(fd);
     return invalid_argument(path + ": cannot stat: " + err);
   }
@@ -77,7 +77,7 @@ StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
                      " bytes, shorter than the 8-byte header length)");
   }
   void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  std::string mmap_err = errno_text();
+  std::string mmap_err = safetensors_errno_text();
   ::close(fd);  // the mapping keeps the file open
   if (base == MAP_FAILED) return internal_error(path + ": mmap failed: " + mmap_err);
 
