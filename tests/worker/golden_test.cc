@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "kernels/backend.h"
 #include "tests/test_support.h"
@@ -160,19 +161,24 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
 TEST_P(GoldenTest, EachPromptAlone) { check(false); }
 TEST_P(GoldenTest, AllPromptsBatched) { check(true); }
 
+constexpr DType kGoldenDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr bool kGoldenInject[] = {true, false};
+constexpr size_t kVariantsPerModel = std::size(kGoldenDtypes) * std::size(kGoldenInject);
+
+// Each model in every variant (dtype x fused/plain), the variants of one model in a row.
 std::vector<Param> all_params(const std::string& backend) {
   std::vector<Param> out;
   for (const std::string& m : testing::golden_models()) {
-    for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
-      for (bool inject : {true, false}) out.push_back({m, d, inject, backend});
+    for (DType d : kGoldenDtypes) {
+      for (bool inject : kGoldenInject) out.push_back({m, d, inject, backend});
     }
   }
   return out;
 }
 
-// Each model in its six variants (3 dtypes x fused/plain); a diagonal of them under the
-// sanitizers (tests/test_support.h).
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(testing::sanitizer_diagonal(all_params("cpu"), 6)),
+// Under the sanitizers a diagonal of that matrix (tests/test_support.h).
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
+                         ::testing::ValuesIn(testing::sanitizer_diagonal(all_params("cpu"), kVariantsPerModel)),
                          param_name);
 #ifdef TESSERA_WITH_CUDA
 // The same goldens and tolerances on the CUDA backend (skipped without a device). With
