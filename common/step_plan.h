@@ -110,6 +110,10 @@ struct StepResult {
   // For the steps whose sequence asks prompt logprobs: one per fed prompt position p + 1 < prompt_len
   // (the row of token p predicts token p + 1), in plan order then position order.
   std::vector<PromptLogprob> prompt_logprobs;
+  // The rank leaves the group after this reply: its step failed Unavailable (a collective broke,
+  // so a peer is gone). The coordinator counts the rank lost at once instead of waiting for
+  // heartbeats to tell, so the failed requests are reported as the workers' outage (503).
+  bool leaving = false;
 };
 
 }  // namespace tessera

@@ -215,6 +215,7 @@ class WorkerLink::Session {
     Status st = wire::decode(view(msg), &plan_);
     result_.tokens.clear();
     result_.error.clear();
+    result_.leaving = false;
     if (!st.is_ok()) {
       result_.step_id = 0;
       result_.error = tag_ + ": " + st.to_string();
@@ -225,6 +226,10 @@ class WorkerLink::Session {
         if (options_.rank != 0) result_.tokens.clear();  // only rank 0's tokens matter
       } else {
         result_.error = tag_ + ": " + r.status().to_string();
+        // A step that failed Unavailable broke the group's collective: this rank leaves, and
+        // says so in the reply so that the coordinator need not wait for heartbeats to tell.
+        result_.leaving = r.status().code() == StatusCode::kUnavailable;
+        if (result_.leaving) shared_.stop.store(true);
       }
       result_.step_id = plan_.step_id;
     }

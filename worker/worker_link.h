@@ -49,7 +49,9 @@ struct WorkerLinkOptions {
 // Loads the model for the assignment; an error is reported to the coordinator (Ready !ok)
 // and ends run() with that error.
 using WorkerSetupFn = std::function<Status(const wire::Assignment& assignment)>;
-// Runs one step. Rank 0 returns its sampled tokens; other ranks' tokens are not sent.
+// Runs one step. Rank 0 returns its sampled tokens; other ranks' tokens are not sent. A step
+// that fails Unavailable (a collective broke: the group is gone) ends the session: the reply
+// says the rank is leaving, and run() returns OK once it is sent.
 using WorkerStepFn = std::function<StatusOr<StepResult>(const StepPlan& plan)>;
 
 class WorkerLink {

@@ -217,16 +217,14 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
                      model->weights().total_bytes / 1000000, a.kv_num_blocks);
     return Status::ok();
   };
-  // A failed collective breaks the group for good: report the step's failure, then leave so
-  // that the supervisor (tessera-serve, or whoever started us) restarts this rank.
+  // A failed collective breaks the group for good: the link reports the step's failure and
+  // ends the session; we return its error so that the supervisor (tessera-serve, or whoever
+  // started us) restarts this rank.
   Status fatal;
   auto step = [&](const StepPlan& plan) -> StatusOr<StepResult> {
     if (!executor) return internal_error("step before the model was loaded");
     StatusOr<StepResult> result = executor->execute(plan);
-    if (!result.is_ok() && result.status().code() == StatusCode::kUnavailable) {
-      fatal = result.status();
-      link.stop();
-    }
+    if (!result.is_ok() && result.status().code() == StatusCode::kUnavailable) fatal = result.status();
     return result;
   };
   Status st = link.run(setup, step);

@@ -358,6 +358,7 @@ void encode(const StepResult& m, std::string* out) {
       w.f32(p.logprob);
       write_top_logprobs(w, p.top_logprobs);
     }
+    w.u8(m.leaving ? 1 : 0);
   });
 }
 Status decode(std::string_view frame, StepResult* m) {
@@ -384,6 +385,7 @@ Status decode(std::string_view frame, StepResult* m) {
       p.logprob = r.f32("prompt_logprob.logprob");
       read_top_logprobs(r, &p.top_logprobs);
     }
+    m->leaving = r.boolean("leaving");
   });
 }
 

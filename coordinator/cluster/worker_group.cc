@@ -245,6 +245,8 @@ struct WorkerGroup::Impl {
       send_heartbeats();
       finish_step(unavailable("rank " + std::to_string(rank) + " failed step " + std::to_string(step_id) + ": " +
                               result.error));
+      // A rank whose collective broke leaves: the group is incomplete now, not a heartbeat later.
+      if (result.leaving) on_dead(rank, "left the group after its collective failed in step " + std::to_string(step_id));
       return;
     }
     awaiting[rank] = 0;

@@ -83,6 +83,7 @@ StepResult random_result(Gen& g) {
   StepResult r;
   r.step_id = g.u64();
   r.error = g.bytes(30);
+  r.leaving = g.n(2) == 1;
   r.tokens.resize(g.n(20));
   for (SampledToken& t : r.tokens) {
     t.seq_id = g.u64();
@@ -157,6 +158,7 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
 void expect_eq(const StepResult& a, const StepResult& b) {
   EXPECT_EQ(a.step_id, b.step_id);
   EXPECT_EQ(a.error, b.error);
+  EXPECT_EQ(a.leaving, b.leaving);
   ASSERT_EQ(a.tokens.size(), b.tokens.size());
   for (size_t i = 0; i < a.tokens.size(); ++i) {
     EXPECT_EQ(a.tokens[i].seq_id, b.tokens[i].seq_id);
@@ -289,7 +291,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 6);  // version, little-endian u16 (docs/wire.md: version 6)
+  EXPECT_EQ(f[4], 7);  // version, little-endian u16 (docs/wire.md: version 7)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length

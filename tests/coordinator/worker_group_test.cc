@@ -283,6 +283,31 @@ TEST(WorkerGroupTest, RankErrorFailsTheStepNamingIt) {
   run_steps(g.group, 2, 2, 3);  // the group is still whole
 }
 
+// A rank whose collective broke leaves, and says so in its reply: the group is incomplete
+// when execute() returns, though every link is still up and no heartbeat has been missed
+// (so that the server reports the workers' outage, 503, not a failed request).
+TEST(WorkerGroupTest, RankWhoseCollectiveBrokeIsLostWhenTheStepReturns) {
+  Group g(2, 1000ms);  // heartbeats far slower than the step: they cannot be what tells
+  FakeWorker w0(g.group.endpoint(), 0, 2, 1000ms);
+  WorkerStepFn broken = [](const StepPlan& plan) -> StatusOr<StepResult> {
+    if (plan.step_id == 2) return Status(StatusCode::kUnavailable, "all_reduce_sum: missing rank(s) 0");
+    return StepResult{plan.step_id, {}, "", {}};
+  };
+  FakeWorker w1(g.group.endpoint(), 1, 2, 1000ms, broken);
+  ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
+  run_steps(g.group, 1, 2);
+  ASSERT_TRUE(g.group.is_complete());
+  StatusOr<StepResult> r = g.group.execute(decode_plan(2, 2));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("rank 1 failed step 2"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("missing rank(s) 0"), std::string::npos) << r.status().to_string();
+  EXPECT_FALSE(g.group.is_complete());
+  EXPECT_NE(g.group.status()[1].error.find("left the group after its collective failed in step 2"), std::string::npos)
+      << g.group.status()[1].error;
+  EXPECT_TRUE(w1.wait_done(5s));  // its link ended the session
+  EXPECT_TRUE(w1.result.is_ok()) << w1.result.to_string();
+}
+
 TEST(WorkerGroupTest, WrongProtocolVersionIsRejected) {
   Group g(1);
   constexpr uint16_t kOther = wire::kProtocolVersion + 1;
