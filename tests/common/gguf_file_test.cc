@@ -15,95 +15,17 @@
 #include <map>
 #include <optional>
 
+#include "tests/common/gguf_test_writer.h"
 #include "tests/test_support.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-template <typename T>
-std::string gguf_le(T v) {
-  std::string out(sizeof(T), '\0');
-  std::memcpy(out.data(), &v, sizeof(T));
-  return out;
-}
-
-std::string gguf_str(const std::string& s) { return gguf_le<uint64_t>(s.size()) + s; }
-
-// Array bytes: element type, count, then the items as given.
-std::string gguf_array(GgufValueType element, uint64_t count, const std::string& items) {
-  return gguf_le(static_cast<uint32_t>(element)) + gguf_le(count) + items;
-}
-
-// GGUF bytes laid out as llama.cpp writes them: header, metadata, tensor infos, padding to the
-// alignment, then each tensor's data at the next multiple of the alignment (the last ending
-// the file). The fields are public so that a test can break any of them.
-struct GgufTestWriter {
-  struct Tensor {
-    std::string name;
-    std::vector<uint64_t> dims;
-    uint32_t type = 0;
-    std::optional<uint64_t> offset;  // what the info says; the data goes where it belongs
-  };
-  std::string magic = "GGUF";
-  uint32_t version = 3;
-  uint64_t alignment = 32;  // for the layout; a general.alignment key is added separately
-  std::optional<uint64_t> kv_count;
-  std::optional<uint64_t> tensor_count;
-  std::vector<std::string> kvs;
-  std::vector<Tensor> tensors;
-
-  void kv(const std::string& key, GgufValueType type, const std::string& value) {
-    kvs.push_back(gguf_str(key) + gguf_le(static_cast<uint32_t>(type)) + value);
-  }
-  void kv_u32(const std::string& key, uint32_t v) { kv(key, GgufValueType::kU32, gguf_le(v)); }
-  void kv_string(const std::string& key, const std::string& v) { kv(key, GgufValueType::kString, gguf_str(v)); }
-  void tensor(const std::string& name, std::vector<uint64_t> dims, GgmlType type) {
-    tensors.push_back({name, std::move(dims), static_cast<uint32_t>(type), std::nullopt});
-  }
-
-  static uint64_t nbytes(const Tensor& t) {
-    const GgmlTypeTraits* traits = ggml_type_traits(t.type);
-    if (traits == nullptr || t.dims.empty()) return 4;
-    uint64_t n = 1;
-    for (uint64_t d : t.dims) n *= d;
-    return n / traits->block_elems * traits->block_bytes;
-  }
-  uint64_t pad(uint64_t n) const { return (n + alignment - 1) / alignment * alignment; }
-  // Where each tensor's data lies, from the start of the data section.
-  std::vector<uint64_t> offsets() const {
-    std::vector<uint64_t> out;
-    uint64_t at = 0;
-    for (const Tensor& t : tensors) {
-      out.push_back(at);
-      at = pad(at + nbytes(t));
-    }
-    return out;
-  }
-  // Tensor i's byte j, so a test can check that a tensor points at its own data.
-  static uint8_t data_byte(size_t i, uint64_t j) { return static_cast<uint8_t>(17 * i + j % 251 + 1); }
-
-  std::string build() const {
-    std::string out = magic + gguf_le(version) + gguf_le<uint64_t>(tensor_count.value_or(tensors.size())) +
-                      gguf_le<uint64_t>(kv_count.value_or(kvs.size()));
-    for (const std::string& kv : kvs) out += kv;
-    const std::vector<uint64_t> at = offsets();
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const Tensor& t = tensors[i];
-      out += gguf_str(t.name) + gguf_le(static_cast<uint32_t>(t.dims.size()));
-      for (uint64_t d : t.dims) out += gguf_le(d);
-      out += gguf_le(t.type) + gguf_le(t.offset.value_or(at[i]));
-    }
-    if (tensors.empty()) return out;
-    const size_t data_start = pad(out.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      out.resize(data_start + at[i], '\0');
-      for (uint64_t j = 0; j < nbytes(tensors[i]); ++j) out.push_back(static_cast<char>(data_byte(i, j)));
-    }
-    return out;
-  }
-};
+using testing::gguf_array;
+using testing::gguf_le;
+using testing::gguf_str;
+using testing::GgufTestWriter;
 
 // A small valid file: a few keys and two tensors.
 GgufTestWriter gguf_small_writer() {
