@@ -18,7 +18,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Status unavailable(std::string msg) { return Status(StatusCode::kUnavailable, std::move(msg)); }
+Status link_unavailable(std::string msg) { return Status(StatusCode::kUnavailable, std::move(msg)); }
 
 std::string_view view(const zmq::message_t& m) { return {static_cast<const char*>(m.data()), m.size()}; }
 
@@ -362,7 +362,7 @@ class WorkerLink::Session {
                                    ? ""
                                    : " (CURVE is on: a wrong server public key looks like this too)");
       TESSERA_LOG_ERROR("{}", msg);
-      return end_session(unavailable(msg), true);
+      return end_session(link_unavailable(msg), true);
     }
     if (assigned_ && now - last_heard_ > silence_limit_) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_heard_).count();
@@ -370,7 +370,7 @@ class WorkerLink::Session {
                               std::to_string(ms) + " ms (" + std::to_string(o.coordinator_dead_after_intervals) +
                               " heartbeat intervals); presuming it dead, leaving";
       TESSERA_LOG_ERROR("{}", msg);
-      return end_session(unavailable(msg), true);
+      return end_session(link_unavailable(msg), true);
     }
   }
 
@@ -435,7 +435,7 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
 StatusOr<std::string> WorkerLink::share_collective_id(const std::string& rank0_id, std::chrono::milliseconds timeout) {
   const std::string tag = rank_tag(options_.rank);
   std::unique_lock<std::mutex> lock(impl_->id_mu);
-  if (!impl_->running || !impl_->send_frame) return unavailable(tag + ": collective id outside a link session");
+  if (!impl_->running || !impl_->send_frame) return link_unavailable(tag + ": collective id outside a link session");
   if (options_.rank == 0) {
     if (rank0_id.empty()) return invalid_argument(tag + ": rank 0 must supply the collective id");
     std::string frame;
@@ -451,7 +451,7 @@ StatusOr<std::string> WorkerLink::share_collective_id(const std::string& rank0_i
     return impl_->collective_id.has_value() || impl_->stop.load() || !impl_->running;
   });
   if (!got || !impl_->collective_id)
-    return unavailable(tag + ": no collective id from rank 0 (via the coordinator) within " +
+    return link_unavailable(tag + ": no collective id from rank 0 (via the coordinator) within " +
                        std::to_string(timeout.count()) + " ms");
   return *impl_->collective_id;
 }

@@ -242,11 +242,13 @@ struct WorkerGroup::Impl {
       // whether every rank is still connected, so the group reports a lost rank now rather
       // than at the next heartbeat (callers tell "workers unavailable" from "step failed" by
       // is_complete()).
-      send_heartbeats();
+      // The step's outcome is this rank's own error (what broke), set before anything else can
+      // end the step with a vaguer one; a rank whose collective broke leaves, so the group is
+      // incomplete now, not a heartbeat later (and before a heartbeat finds it gone).
       finish_step(unavailable("rank " + std::to_string(rank) + " failed step " + std::to_string(step_id) + ": " +
                               result.error));
-      // A rank whose collective broke leaves: the group is incomplete now, not a heartbeat later.
       if (result.leaving) on_dead(rank, "left the group after its collective failed in step " + std::to_string(step_id));
+      send_heartbeats();
       return;
     }
     awaiting[rank] = 0;
