@@ -9,6 +9,7 @@
 
 #include "common/checkpoint/deepspeed_json.h"
 #include "common/checkpoint/torch_checkpoint.h"
+#include "common/gguf/gguf_tensor_rows.h"
 #include "common/string_util.h"
 
 namespace tessera {
@@ -205,6 +206,23 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
   return ckpt;
 }
 
+std::unique_ptr<Checkpoint> Checkpoint::from_weight_file(const std::string& path, nlohmann::json config,
+                                                         std::shared_ptr<WeightFile> file) {
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->path_ = path;
+  const fs::path parent = fs::path(path).parent_path();
+  ckpt->config_dir_ = parent.empty() ? "." : parent.string();
+  ckpt->config_ = std::move(config);
+  ckpt->from_gguf_ = true;
+  std::shared_ptr<const void> owner = file;
+  for (const TensorInfo& info : file->tensors()) {
+    ckpt->tensors_.emplace(info.name, Entry{&info, file.get(), owner});
+    ckpt->total_bytes_ += static_cast<int64_t>(info.nbytes);
+  }
+  ckpt->files_.push_back(std::move(file));
+  return ckpt;
+}
+
 bool Checkpoint::add_missing_prefix(const std::string& prefix, const std::vector<std::string>& outside) {
   if (prefix.empty() || tensors_.empty()) return false;
   for (const auto& [name, e] : tensors_) {
@@ -323,6 +341,7 @@ Tensor gather_strided(const TensorInfo& info, DType dtype, int axis, int64_t beg
 
 StatusOr<Tensor> Checkpoint::load(const std::string& name, DType dtype) const {
   TESSERA_ASSIGN_OR_RETURN(const Entry* e, entry(name, dtype));
+  if (needs_ggml_row_decoding(*e->info)) return decode_ggml_rows(*e->info, dtype, -1, 0, 0);
   if (!e->info->contiguous()) return gather_strided(*e->info, dtype, -1, 0, 0);
   int64_t n = e->info->numel();
   return gather(*e->info, e->owner, dtype, e->info->shape, 1, n, n, 0);
@@ -341,6 +360,7 @@ StatusOr<Tensor> Checkpoint::load_slice(const std::string& name, DType dtype, in
     return invalid_argument(where + ": slice [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                             ") along axis " + std::to_string(axis) + " is out of range");
   }
+  if (needs_ggml_row_decoding(*e->info)) return decode_ggml_rows(*e->info, dtype, axis, begin, count);
   if (!e->info->contiguous()) return gather_strided(*e->info, dtype, axis, begin, count);
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < axis; ++i) outer *= shape[i];

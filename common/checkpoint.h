@@ -3,7 +3,8 @@
 // shards listed by model.safetensors.index.json, or any *.safetensors in the folder; else
 // pytorch_model.bin or the shards listed by pytorch_model.bin.index.json), a single
 // .safetensors/.bin/.pt file with config.json beside it, or a DeepSpeed checkpoint JSON
-// ({"type", "checkpoints", "version"[, "base_dir"]}) listing safetensors or PyTorch files.
+// ({"type", "checkpoints", "version"[, "base_dir"]}) listing safetensors or PyTorch files,
+// or a GGUF file (worker/gguf_checkpoint.h maps its tensors to the names used here).
 // All files are mmap'd; loading converts a tensor (or only the slice a tensor-parallel rank
 // needs) to the requested dtype, borrowing the mapping when no conversion is needed.
 // docs/checkpoints.md lists every accepted form and what is refused.
@@ -26,10 +27,19 @@ namespace tessera {
 class Checkpoint {
  public:
   static StatusOr<std::unique_ptr<Checkpoint>> open(const std::string& path);
+  // A checkpoint of one weight file whose tensors already carry Hugging Face names and shapes,
+  // with the config.json they imply: a GGUF file as worker/gguf_checkpoint.h presents it.
+  static std::unique_ptr<Checkpoint> from_weight_file(const std::string& path, nlohmann::json config,
+                                                      std::shared_ptr<WeightFile> file);
+  // Whether the tensors come from a GGUF file: its linear weights are [out, in] whatever
+  // the family (GPT-2's Conv1D weights were transposed by llama.cpp's converter).
+  bool from_gguf() const { return from_gguf_; }
 
   const std::string& path() const { return path_; }        // as given to open()
   const std::string& config_dir() const { return config_dir_; }  // folder holding config.json
   const nlohmann::json& config() const { return config_; }       // parsed config.json
+  // What errors about config() name: the config.json, or the GGUF file whose metadata it is.
+  std::string config_source() const { return from_gguf_ ? path_ : config_dir_ + "/config.json"; }
   // A DeepSpeed checkpoint JSON's "type" ("BLOOM-176B"); empty for a folder or a file.
   const std::string& ds_type() const { return ds_type_; }
   const std::vector<std::shared_ptr<WeightFile>>& files() const { return files_; }
@@ -83,6 +93,7 @@ class Checkpoint {
   std::vector<std::shared_ptr<WeightFile>> files_;
   std::unordered_map<std::string, Entry> tensors_;
   int64_t total_bytes_ = 0;
+  bool from_gguf_ = false;
 };
 
 }  // namespace tessera

@@ -28,6 +28,17 @@ struct TensorInfo {
   // with Unimplemented naming the tensor and this string.
   std::string stored_dtype;
   bool dtype_supported = true;
+  // GGUF tensors: the ggml storage type (a GgmlType id, common/gguf/gguf_file.h); -1 for
+  // every other format. Such a tensor is rows of shape.back() elements, each row whole ggml
+  // blocks; a quantized one has `dtype` F32, the type it decodes to (dequantize_ggml).
+  int32_t ggml_type = -1;
+  // When not empty: logical row r (a row is shape.back() elements; rows are counted over all
+  // the leading dimensions) is stored as row row_order[r]. How a GGUF tensor whose converter
+  // permuted rows (Llama's Q/K, fused QKV groups) is read in its Hugging Face order.
+  std::vector<int64_t> row_order;
+  // Added to every element once decoded (GGUF stores Gemma's norm weights as 1 + w where
+  // Hugging Face stores w: the reader sets -1).
+  float value_offset = 0.0f;
 
   int64_t numel() const;
   // True when the elements lie row-major without gaps (strides empty or equal to the

@@ -19,6 +19,7 @@
 #include "worker/model_checkpoint.h"
 #include "worker/model_config.h"
 #include "common/logging.h"
+#include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/config.h"
 #include "coordinator/engine/engine.h"
@@ -155,13 +156,13 @@ Status run(const Options& o) {
   // here only for --tensor-parallel 1, by the worker processes otherwise.
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(o.model));
   TESSERA_ASSIGN_OR_RETURN(const ModelConfig config,
-                           parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+                           parse_model_config(ckpt->config(), ckpt->config_source()));
   const std::string config_dir = ckpt->config_dir();
   ckpt.reset();
 
   // The tokenizer is optional for token-id prompts (random-weight test models have none).
   std::unique_ptr<Tokenizer> tokenizer;
-  auto tok = Tokenizer::load(config_dir);
+  auto tok = load_model_tokenizer(o.model, config_dir);
   if (tok.is_ok()) {
     tokenizer = std::move(tok).value();
   } else if (!o.prompt.empty()) {
@@ -275,7 +276,7 @@ Status run(const Options& o) {
 int main(int argc, char** argv) {
   tessera::Options o;
   CLI::App app{"tessera-generate: run a model on prompts in this process (no server)"};
-  app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
+  app.add_option("--model", o.model, "Hugging Face model folder, DeepSpeed checkpoint JSON or GGUF file")->required();
   app.add_option("--prompt", o.prompt, "prompt text (encoded with the model's tokenizer, BOS added)");
   app.add_option("--prompt-ids", o.prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
   app.add_option("--prompt-ids-file", o.prompt_ids_file,

@@ -17,6 +17,7 @@
 #include <iostream>
 
 #include "common/logging.h"
+#include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/engine/engine.h"
 #include "tools/lib/local_executor.h"
@@ -95,10 +96,10 @@ Status run(const Options& o) {
 
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(o.model));
   TESSERA_ASSIGN_OR_RETURN(const ModelConfig config,
-                           parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+                           parse_model_config(ckpt->config(), ckpt->config_source()));
   const std::string config_dir = ckpt->config_dir();
   ckpt.reset();
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::load(config_dir));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, load_model_tokenizer(o.model, config_dir));
 
   const int64_t context = o.context_given ? o.context : config.max_positions;
   if (context < 2) {
@@ -214,7 +215,7 @@ Status run(const Options& o) {
 int main(int argc, char** argv) {
   tessera::Options o;
   CLI::App app{"tessera-perplexity: score a text file (one document per line) with a model, through the serving engine"};
-  app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
+  app.add_option("--model", o.model, "Hugging Face model folder, DeepSpeed checkpoint JSON or GGUF file")->required();
   app.add_option("--text-file", o.text_file, "UTF-8 text, one document per line")->required();
   auto* context_opt =
       app.add_option("--context", o.context, "tokens per chunk (default: the model's context); chunks share one token");

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   // demo: models/kjv-llama in float32.
   app.add_option("--config", config_path, "YAML configuration (docs/configuration.md) (default: none, the bundled demo)");
   app.add_option("--model", model,
-                 "model folder or DeepSpeed checkpoint JSON (model.path) (default: models/kjv-llama without --config)");
+                 "model folder, DeepSpeed checkpoint JSON or GGUF file (model.path) (default: models/kjv-llama without --config)");
   app.add_option("--dtype", dtype,
                  "weight type: float32, float16 or bfloat16 (model.dtype) (default: float16; float32 without --config)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));

@@ -1,8 +1,10 @@
 #include "worker/arch_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/string_util.h"
+#include "worker/arch_gguf.h"
 #include "worker/config_fields.h"
 #include "worker/model_config.h"
 
@@ -13,6 +15,40 @@ namespace cf = config_fields;
 using R = TensorRole;
 
 void set(ArchSpec& s, R role, std::string name) { s.names[static_cast<size_t>(role)] = std::move(name); }
+void set_gguf(ArchSpec& s, R role, std::string name) { s.gguf_names[static_cast<size_t>(role)] = std::move(name); }
+
+// llama.cpp's tensor names (gguf-py's constants.py), the same for every family: a role has
+// one GGUF name wherever the family has that role.
+void standard_gguf_names(ArchSpec& s) {
+  set_gguf(s, R::kEmbed, "token_embd.weight");
+  set_gguf(s, R::kPosEmbed, "position_embd.weight");
+  set_gguf(s, R::kEmbedNorm, "token_embd_norm.weight");
+  set_gguf(s, R::kFinalNorm, "output_norm.weight");
+  set_gguf(s, R::kLmHead, "output.weight");
+  set_gguf(s, R::kAttnNorm, "blk.{L}.attn_norm.weight");
+  set_gguf(s, R::kQ, "blk.{L}.attn_q.weight");
+  set_gguf(s, R::kK, "blk.{L}.attn_k.weight");
+  set_gguf(s, R::kV, "blk.{L}.attn_v.weight");
+  set_gguf(s, R::kQkv, "blk.{L}.attn_qkv.weight");
+  set_gguf(s, R::kQNorm, "blk.{L}.attn_q_norm.weight");
+  set_gguf(s, R::kKNorm, "blk.{L}.attn_k_norm.weight");
+  set_gguf(s, R::kO, "blk.{L}.attn_output.weight");
+  set_gguf(s, R::kPostAttnNorm, "blk.{L}.post_attention_norm.weight");
+  set_gguf(s, R::kMlpNorm, "blk.{L}.ffn_norm.weight");
+  set_gguf(s, R::kGate, "blk.{L}.ffn_gate.weight");
+  set_gguf(s, R::kUp, "blk.{L}.ffn_up.weight");
+  set_gguf(s, R::kGateUp, "blk.{L}.ffn_up.weight");  // Phi-3 keeps gate|up fused in ffn_up
+  set_gguf(s, R::kDown, "blk.{L}.ffn_down.weight");
+  set_gguf(s, R::kPostMlpNorm, "blk.{L}.post_ffw_norm.weight");
+  set_gguf(s, R::kRouter, "blk.{L}.ffn_gate_inp.weight");
+  set_gguf(s, R::kExpertGate, "blk.{L}.ffn_gate_exps.weight");
+  set_gguf(s, R::kExpertUp, "blk.{L}.ffn_up_exps.weight");
+  set_gguf(s, R::kExpertDown, "blk.{L}.ffn_down_exps.weight");
+  set_gguf(s, R::kSharedGate, "blk.{L}.ffn_gate_shexp.weight");
+  set_gguf(s, R::kSharedUp, "blk.{L}.ffn_up_shexp.weight");
+  set_gguf(s, R::kSharedDown, "blk.{L}.ffn_down_shexp.weight");
+  set_gguf(s, R::kSharedExpertGate, "blk.{L}.ffn_gate_inp_shexp.weight");
+}
 
 // ---- Family-specific config.json fields --------------------------------------------------
 
@@ -132,6 +168,8 @@ ArchSpec make_bloom() {
   s.hf_blocks = {"BloomBlock"};
   s.ds_types = {"bloom"};
   s.hf_architecture = "BloomForCausalLM";
+  s.gguf_archs = {"bloom"};
+  standard_gguf_names(s);
   s.biases = {R::kQkv, R::kO, R::kUp, R::kDown};
   s.config_extras = R"({"apply_residual_connection_post_layernorm": false, "hidden_dropout": 0.0,
                         "pretraining_tp": 1, "slow_but_exact": false})";
@@ -170,6 +208,7 @@ ArchSpec make_bloom() {
 // The "model.layers.N.self_attn / mlp" layout shared by Llama and its descendants.
 ArchSpec llama_layout() {
   ArchSpec s;
+  standard_gguf_names(s);
   set(s, R::kEmbed, "model.embed_tokens.weight");
   set(s, R::kFinalNorm, "model.norm.weight");
   set(s, R::kLmHead, "lm_head.weight");
@@ -192,6 +231,9 @@ ArchSpec make_llama() {
   s.hf_blocks = {"LlamaDecoderLayer", "MistralDecoderLayer"};
   s.ds_types = {"llama", "mistral"};
   s.hf_architecture = "LlamaForCausalLM";
+  s.gguf_archs = {"llama"};
+  s.gguf_permuted_qk = true;
+  s.gguf_config = gguf_config_llama;
   s.config_extras = R"({"hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "pretraining_tp": 1,
                         "rope_scaling": null})";
   s.windows = WindowLayers::kAll;  // Mistral's sliding_window (Llama has none)
@@ -205,6 +247,9 @@ ArchSpec make_mixtral() {
   s.hf_blocks = {"MixtralDecoderLayer"};
   s.ds_types = {"mixtral"};
   s.hf_architecture = "MixtralForCausalLM";
+  s.gguf_archs = {"llama"};  // llama.cpp's Mixtral is a Llama with experts
+  s.gguf_permuted_qk = true;
+  s.gguf_config = gguf_config_llama;
   s.rope_theta = 1e6f;
   s.keys.experts = {"num_local_experts"};
   s.keys.moe_ffn = {};
@@ -227,6 +272,7 @@ ArchSpec make_qwen2() {
   s.hf_blocks = {"Qwen2DecoderLayer"};
   s.ds_types = {"qwen"};
   s.hf_architecture = "Qwen2ForCausalLM";
+  s.gguf_archs = {"qwen2"};
   s.biases = {R::kQ, R::kK, R::kV};
   s.keys.head_dim = {};  // transformers' Qwen2 always uses hidden / heads
   s.config_extras = R"({"hidden_act": "silu", "use_sliding_window": false, "sliding_window": null,
@@ -241,6 +287,7 @@ ArchSpec make_qwen3() {
   s.model_types = {"qwen3"};
   s.hf_blocks = {"Qwen3DecoderLayer"};
   s.hf_architecture = "Qwen3ForCausalLM";
+  s.gguf_archs = {"qwen3"};
   s.biases = {};
   s.keys.head_dim = {"head_dim"};
   s.config_extras = R"({"hidden_act": "silu", "attention_bias": false, "use_sliding_window": false,
@@ -265,6 +312,7 @@ ArchSpec make_qwen3_moe() {
   s.model_types = {"qwen3_moe"};
   s.hf_blocks = {"Qwen3MoeDecoderLayer"};
   s.hf_architecture = "Qwen3MoeForCausalLM";
+  s.gguf_archs = {"qwen3moe"};
   s.config_extras = R"({"hidden_act": "silu", "attention_bias": false, "use_sliding_window": false,
                         "sliding_window": null, "max_window_layers": 28, "rope_scaling": null,
                         "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -280,6 +328,7 @@ ArchSpec make_qwen2_moe() {
   s.model_types = {"qwen2_moe"};
   s.hf_blocks = {"Qwen2MoeDecoderLayer"};
   s.hf_architecture = "Qwen2MoeForCausalLM";
+  s.gguf_archs = {"qwen2moe"};
   s.config_extras = R"({"hidden_act": "silu", "use_sliding_window": false, "sliding_window": null,
                         "max_window_layers": 28, "rope_scaling": null, "norm_topk_prob": false,
                         "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": false,
@@ -301,6 +350,8 @@ ArchSpec make_phi3() {
   s.hf_blocks = {"Phi3DecoderLayer"};
   s.ds_types = {"phi"};
   s.hf_architecture = "Phi3ForCausalLM";
+  s.gguf_archs = {"phi3"};
+  s.gguf_config = gguf_config_phi3;
   s.keys.head_dim = {};
   s.config_extras = R"({"hidden_act": "silu", "partial_rotary_factor": 1.0, "rope_scaling": null,
                         "sliding_window": null, "original_max_position_embeddings": 4096,
@@ -325,6 +376,8 @@ ArchSpec make_gemma2() {
   s.hf_blocks = {"Gemma2DecoderLayer"};
   s.ds_types = {"gemma"};
   s.hf_architecture = "Gemma2ForCausalLM";
+  s.gguf_archs = {"gemma2"};
+  s.gguf_config = gguf_config_gemma2;
   s.config_extras = R"({"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
                         "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "sliding_window": 4096,
                         "attention_bias": false, "cache_implementation": "hybrid"})";
@@ -348,6 +401,8 @@ ArchSpec make_gemma3() {
   s.model_types = {"gemma3_text"};
   s.hf_blocks = {"Gemma3DecoderLayer"};
   s.hf_architecture = "Gemma3ForCausalLM";
+  s.gguf_archs = {"gemma3"};
+  s.gguf_config = gguf_config_gemma3;
   s.rope_theta = 1e6f;
   s.config_extras = R"({"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
                         "attn_logit_softcapping": null, "final_logit_softcapping": null, "sliding_window": 512,
@@ -368,6 +423,13 @@ ArchSpec make_falcon() {
   s.hf_blocks = {"FalconDecoderLayer"};
   s.ds_types = {"falcon"};
   s.hf_architecture = "FalconForCausalLM";
+  s.gguf_archs = {"falcon"};
+  standard_gguf_names(s);
+  s.gguf_config = gguf_config_falcon;
+  // Alternatives as in the Hugging Face names (worker/arch_tensors.h layout_alternative): the
+  // two-norm block's ln_attn is attn_norm_2 and its ln_mlp attn_norm.
+  set_gguf(s, R::kAttnNorm, "blk.{L}.attn_norm.weight|blk.{L}.attn_norm_2.weight");
+  set_gguf(s, R::kMlpNorm, "blk.{L}.ffn_norm.weight|blk.{L}.attn_norm.weight");
   // Generated Falcons use the new decoder architecture (Falcon-40B/180B: grouped KV heads,
   // ln_attn + ln_mlp); the fixtures cover the Falcon-7B layout.
   s.config_extras = R"({"activation": "gelu", "alibi": false, "bias": false, "multi_query": true,
@@ -409,6 +471,9 @@ ArchSpec make_gpt_neox() {
   s.hf_blocks = {"GPTNeoXLayer"};
   s.ds_types = {"gpt_neox", "gptneox", "pythia"};
   s.hf_architecture = "GPTNeoXForCausalLM";
+  s.gguf_archs = {"gptneox"};
+  standard_gguf_names(s);
+  s.gguf_config = gguf_config_gpt_neox;
   s.biases = {R::kQkv, R::kO, R::kUp, R::kDown};
   s.config_extras = R"({"hidden_act": "gelu", "rotary_pct": 0.25, "use_parallel_residual": true,
                         "attention_bias": true, "rope_scaling": null})";
@@ -442,6 +507,8 @@ ArchSpec make_gpt2() {
   s.hf_blocks = {"GPT2Block"};
   s.ds_types = {"gpt2"};
   s.hf_architecture = "GPT2LMHeadModel";
+  s.gguf_archs = {"gpt2"};
+  standard_gguf_names(s);
   s.biases = {R::kQkv, R::kO, R::kUp, R::kDown};
   s.config_extras = R"({"activation_function": "gelu_new", "n_ctx": 1024, "reorder_and_upcast_attn": false,
                         "scale_attn_by_inverse_layer_idx": false, "scale_attn_weights": true,
@@ -485,6 +552,7 @@ ArchSpec make_starcoder2() {
   s.hf_blocks = {"Starcoder2DecoderLayer"};
   s.ds_types = {"starcoder"};
   s.hf_architecture = "Starcoder2ForCausalLM";
+  s.gguf_archs = {"starcoder2"};
   s.biases = {R::kQ, R::kK, R::kV, R::kO, R::kUp, R::kDown};
   s.keys.head_dim = {};
   s.config_extras = R"({"hidden_act": "gelu_pytorch_tanh", "use_bias": true, "sliding_window": 4096,
@@ -537,6 +605,17 @@ const ArchSpec* find_arch_by_block(const std::string& block) {
     }
   }
   return nullptr;
+}
+
+std::string supported_gguf_archs() {
+  std::vector<std::string> archs;
+  for (const ArchSpec& spec : arch_specs())
+    for (const std::string& a : spec.gguf_archs)
+      if (std::find(archs.begin(), archs.end(), a) == archs.end()) archs.push_back(a);
+  std::sort(archs.begin(), archs.end());
+  std::string out;
+  for (const std::string& a : archs) out += (out.empty() ? "" : ", ") + a;
+  return out;
 }
 
 std::string supported_model_types() {

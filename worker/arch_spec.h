@@ -19,6 +19,7 @@
 namespace tessera {
 
 struct ModelConfig;
+class GgufFile;
 
 enum class NormKind { kLayerNorm, kRmsNorm };
 // kLearned: a position-embedding table added to the token embeddings (GPT-2).
@@ -142,7 +143,23 @@ struct ArchSpec {
   // architecture has no such tensor.
   std::array<std::string, static_cast<size_t>(TensorRole::kCount)> names;
 
+  // GGUF files (llama.cpp's format, worker/gguf_checkpoint.h): the general.architecture
+  // values this row serves (a MoE row takes the files whose expert_count is set) and each
+  // role's tensor name there ("blk.{L}.attn_q.weight"; biases ".bias" likewise). Routed
+  // experts are one stacked [experts, rows, in] tensor ("blk.{L}.ffn_gate_exps.weight").
+  std::vector<std::string> gguf_archs;
+  std::array<std::string, static_cast<size_t>(TensorRole::kCount)> gguf_names;
+  // How llama.cpp's converter changed this family's tensors on the way into GGUF:
+  // kPermutedQk: Llama's Q and K rows are interleaved per head for its rotary layout;
+  // fused QKV of kGrouped/Falcon layouts is written as [q | k | v] (gguf_checkpoint.cc).
+  bool gguf_permuted_qk = false;
+  // Family-specific GGUF metadata into config.json keys (soft-caps, windows, flags), after
+  // the generic ones; nullptr when the generic keys say everything (worker/arch_gguf.h).
+  Status (*gguf_config)(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                        std::vector<std::string>* consumed) = nullptr;
+
   const std::string& name_of(TensorRole role) const { return names[static_cast<size_t>(role)]; }
+  const std::string& gguf_name_of(TensorRole role) const { return gguf_names[static_cast<size_t>(role)]; }
 };
 
 // The built-in table.
@@ -151,6 +168,8 @@ const std::vector<ArchSpec>& arch_specs();
 const ArchSpec* find_arch_spec(const std::string& model_type);
 // Row whose Hugging Face block class is `block` ("LlamaDecoderLayer"); nullptr when none.
 const ArchSpec* find_arch_by_block(const std::string& block);
+// "bloom, falcon, gemma2, ..." — the GGUF general.architecture values served, for errors.
+std::string supported_gguf_archs();
 // "bloom, llama, mistral, mixtral, ..." — for error messages.
 std::string supported_model_types();
 // Whether a DeepSpeed checkpoint JSON "type" names a family of the table.

@@ -35,11 +35,7 @@ class TensorList {
 
  private:
   std::string name_of(TensorRole role, int layer, int expert) const {
-    const std::vector<std::string> alts = name_alternatives(a_.name_of(role));
-    // Falcon names its norms by layout: input_layernorm (+ post_attention_layernorm when
-    // sequential), or ln_attn + ln_mlp in a parallel block with two norms.
-    const bool last = c_.block == BlockKind::kParallel && c_.mlp_norm;
-    return tensor_name(last ? alts.back() : alts.front(), layer, expert);
+    return tensor_name(layout_alternative(a_.name_of(role), c_), layer, expert);
   }
 
   const ModelConfig& c_;
@@ -48,6 +44,12 @@ class TensorList {
 };
 
 }  // namespace
+
+std::string layout_alternative(const std::string& pattern, const ModelConfig& c) {
+  const std::vector<std::string> alts = name_alternatives(pattern);
+  const bool last = c.block == BlockKind::kParallel && c.mlp_norm;
+  return last ? alts.back() : alts.front();
+}
 
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
   const ArchSpec& a = *c.arch;

@@ -25,4 +25,10 @@ struct ExpectedTensor {
 // layout uses.
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
 
+// Of a name pattern's alternatives ("a|b"), the one this config's layout uses: Falcon names
+// its norms by layout (input_layernorm, + post_attention_layernorm when sequential; or
+// ln_attn + ln_mlp in a parallel block with two norms), and the last alternative is the
+// two-norm parallel one. Every other pattern has one alternative.
+std::string layout_alternative(const std::string& pattern, const ModelConfig& config);
+
 }  // namespace tessera

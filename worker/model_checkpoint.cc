@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "worker/arch_spec.h"
+#include "worker/gguf_checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -19,6 +20,7 @@ std::string base_model_prefix(const ArchSpec& arch) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Checkpoint>> open_model_checkpoint(const std::string& path) {
+  if (is_gguf_path(path)) return open_gguf_checkpoint(path);
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open(path));
   if (!ckpt->ds_type().empty() && !accepted_ds_type(ckpt->ds_type())) {
     return invalid_argument(path + ": unsupported checkpoint \"type\" \"" + ckpt->ds_type() + "\" (accepted: " +

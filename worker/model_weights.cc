@@ -516,7 +516,8 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   const ArchSpec& a = *c.arch;
   // GPTQ/AWQ tensors would otherwise surface as a missing ".weight" tensor.
   TESSERA_RETURN_IF_ERROR(check_not_prequantized(checkpoint));
-  WeightReader r(checkpoint, options.dtype, a.conv1d_weights, options.own_copies);
+  // GGUF files hold every linear weight [out, in]: llama.cpp's converter transposed GPT-2's.
+  WeightReader r(checkpoint, options.dtype, a.conv1d_weights && !checkpoint.from_gguf(), options.own_copies);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);

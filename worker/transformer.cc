@@ -30,7 +30,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
                                                          const ModelLoadOptions& options, Backend& backend) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config,
-                           parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+                           parse_model_config(ckpt->config(), ckpt->config_source()));
   if (options.dtype != DType::kF32 && options.dtype != DType::kF16 && options.dtype != DType::kBF16) {
     return invalid_argument(std::string("unsupported weight dtype ") + dtype_name(options.dtype) +
                             " (expected float32, float16 or bfloat16)");

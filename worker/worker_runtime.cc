@@ -100,7 +100,7 @@ Status merge_deepspeed_env(TesseraConfig& config) {
 
 StatusOr<ModelConfig> check_deployment(const TesseraConfig& config) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(config.model.path));
-  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
   TESSERA_RETURN_IF_ERROR(plan_for_config(config, *ckpt, mc, /*use_env=*/false).status());
   TESSERA_RETURN_IF_ERROR(ShardSpec::make(mc, 0, config.parallel.tensor_parallel).status());
   return mc;
@@ -108,7 +108,7 @@ StatusOr<ModelConfig> check_deployment(const TesseraConfig& config) {
 
 StatusOr<std::string> describe_tp_plan(const TesseraConfig& config) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(config.model.path));
-  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
   TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(config, *ckpt, mc, /*use_env=*/true));
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const std::string& name : ckpt->tensor_names()) shapes[name] = ckpt->find(name)->shape;
@@ -201,7 +201,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
       TESSERA_ASSIGN_OR_RETURN(comm, make_gpu_communicator(link, a.rank, a.world_size));
     }
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(a.model_path));
-    TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+    TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
     config.parallel.tensor_parallel = a.world_size;
     TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(config, *ckpt, mc, /*use_env=*/false));
     ckpt.reset();

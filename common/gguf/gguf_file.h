@@ -76,6 +76,9 @@ struct GgufTensor {
   int64_t numel() const;
 };
 
+// Whether `path` names a GGUF file: not a folder, and its name ends in .gguf (any case).
+bool is_gguf_path(const std::string& path);
+
 class GgufFile {
  public:
   // Maps and validates `path` (and the other parts of a split model). Errors name the file

@@ -1,8 +1,9 @@
 // Opening a GGUF file from disk, and joining the parts of a model split by llama.cpp's
 // gguf-split: every part is found by name from the first, its split.no checked against its
 // place, and its tensors appended to the first part's table (each still pointing into its own
-// part's mapping). The metadata is the first part's, as llama.cpp reads it.
+// part's mapping). The metadata is the first part's, as llama.cpp reads it. Also is_gguf_path.
 #include <cctype>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -11,6 +12,7 @@
 #include "common/checkpoint/mapped_file.h"
 #include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_internal.h"
+#include "common/string_util.h"
 
 namespace tessera {
 namespace {
@@ -129,6 +131,12 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(uint64_t count, gguf_split_count(*file));
   if (count > 1) TESSERA_RETURN_IF_ERROR(gguf_join_split_parts(*file, count, &file->tensors_, &file->parts_));
   return file;
+}
+
+bool is_gguf_path(const std::string& path) {
+  std::error_code ec;
+  return ascii_lower(std::filesystem::path(path).extension().string()) == ".gguf" &&
+         !std::filesystem::is_directory(path, ec);
 }
 
 }  // namespace tessera

@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/private_temp_dir.h"
 #include "common/secret_file.h"
+#include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/chat_template.h"
 #include "coordinator/cluster/cluster.h"
@@ -38,7 +39,7 @@
 namespace tessera {
 StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_len) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
-  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_dir() + "/config.json"));
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
   const int world = c.parallel.tensor_parallel;
   TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(c, *ckpt, mc, /*use_env=*/false));
   // As the loader decides (worker/model_weights.cc): attention is split by heads unless the
@@ -113,7 +114,7 @@ struct ServedModel {
 // built-in.
 Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
-  if (auto tok = Tokenizer::load(ckpt->config_dir()); tok.is_ok()) {
+  if (auto tok = load_model_tokenizer(c.model.path, ckpt->config_dir()); tok.is_ok()) {
     m.tokenizer = std::move(tok).value();
   } else {
     TESSERA_LOG_WARN("no usable tokenizer ({}); only token-id prompts will be accepted", tok.status().to_string());

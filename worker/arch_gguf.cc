@@ -1,0 +1,196 @@
+#include "worker/arch_gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/gguf/ggml_dequant.h"
+#include "common/gguf/gguf_file.h"
+
+namespace tessera {
+namespace {
+
+// config[json_key] = <arch>.<key> when the file has it (floats, integers or booleans alike).
+Status copy_key(const GgufFile& file, const std::string& key, const std::string& json_key, nlohmann::json* config) {
+  const GgufValue* v = file.find(key);
+  if (v == nullptr) return Status::ok();
+  switch (v->type) {
+    case GgufValueType::kF32: case GgufValueType::kF64: {
+      TESSERA_ASSIGN_OR_RETURN(double x, file.get_float(key));
+      (*config)[json_key] = x;
+      return Status::ok();
+    }
+    case GgufValueType::kBool: {
+      TESSERA_ASSIGN_OR_RETURN(bool b, file.get_bool(key));
+      (*config)[json_key] = b;
+      return Status::ok();
+    }
+    default: {
+      TESSERA_ASSIGN_OR_RETURN(int64_t i, file.get_int(key));
+      (*config)[json_key] = i;
+      return Status::ok();
+    }
+  }
+}
+
+int64_t config_int(const nlohmann::json& config, const char* key, int64_t fallback) {
+  auto it = config.find(key);
+  return it != config.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+// Gemma's query scale is not in the file: llama.cpp takes hidden / heads for the 27B models
+// (told by their layer count) and the head width for every other size, as their configs'
+// query_pre_attn_scalar say.
+void gemma_query_scale(nlohmann::json* config, int64_t layers_of_27b) {
+  const int64_t hidden = config_int(*config, "hidden_size", 0), heads = config_int(*config, "num_attention_heads", 1);
+  const int64_t head_dim = config_int(*config, "head_dim", hidden / heads);
+  (*config)["query_pre_attn_scalar"] = config_int(*config, "num_hidden_layers", 0) == layers_of_27b ? hidden / heads : head_dim;
+}
+
+// The sliding window every `period`-th layer lacks, as the file says it.
+Status gemma_window(const GgufFile& file, const std::string& arch, int64_t default_period, const char* pattern_key,
+                    nlohmann::json* config) {
+  const std::string window_key = arch + ".attention.sliding_window";
+  if (!file.has(window_key)) return Status::ok();  // the row's default window
+  TESSERA_ASSIGN_OR_RETURN(int64_t window, file.get_int(window_key));
+  (*config)["sliding_window"] = window > 0 ? nlohmann::json(window) : nlohmann::json(nullptr);
+  const std::string period_key = arch + ".attention.sliding_window_pattern";
+  if (!file.has(period_key)) return Status::ok();
+  const GgufValue* v = file.find(period_key);
+  if (v->type == GgufValueType::kArray) {
+    return unimplemented(file.path() + ": a per-layer " + period_key + " is not supported");
+  }
+  TESSERA_ASSIGN_OR_RETURN(int64_t period, file.get_int(period_key));
+  if (pattern_key == nullptr) {
+    if (period != default_period) {
+      return unimplemented(file.path() + ": " + period_key + " " + std::to_string(period) + " is not supported (" +
+                           arch + " slides on every " + std::to_string(default_period) + "nd layer)");
+    }
+    return Status::ok();
+  }
+  (*config)[pattern_key] = period;
+  return Status::ok();
+}
+
+// Llama 3's rope scaling is stored as rope_freqs.weight: per rotary pair i, the divisor v_i
+// of its frequency (1, `factor`, or 1 / ((1 - s) / factor + s) between, s = (original /
+// wavelength - low) / (high - low)). s is linear in 1 / wavelength, so the pairs between
+// give original / (high - low) and low / (high - low); with low = 1 (the released models')
+// that is every parameter transformers' llama3 rope_scaling has. The reconstruction is
+// checked against every v_i.
+Status llama3_rope_from_factors(const GgufFile& file, const GgufTensor& t, nlohmann::json* config) {
+  const std::string where = file.path() + ": " + t.name + " (Llama 3 rope scaling)";
+  if (t.dims.size() != 1 || t.type != static_cast<uint32_t>(GgmlType::kF32)) {
+    return invalid_argument(where + ": expected a 1-D f32 tensor");
+  }
+  const int64_t pairs = t.dims[0];
+  std::vector<float> v(static_cast<size_t>(pairs));
+  TESSERA_RETURN_IF_ERROR(dequantize_ggml(t.type, t.data, pairs, v.data()));
+  const double theta = config->value("rope_theta", 10000.0);
+  const double factor = *std::max_element(v.begin(), v.end());
+  if (!(factor >= 1.0)) return invalid_argument(where + ": factors below 1 are not Llama 3's rule");
+  if (factor == 1.0) return Status::ok();  // no scaling at all
+  auto wavelength = [&](int64_t i) { return 2.0 * M_PI * std::pow(theta, 2.0 * static_cast<double>(i) / (2.0 * pairs)); };
+  // s_i = a / wavelength_i + b on the pairs strictly between 1 and factor: a line fit.
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int n = 0;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const double vi = v[static_cast<size_t>(i)];
+    if (vi <= 1.0 + 1e-6 || vi >= factor - 1e-6) continue;
+    const double x = 1.0 / wavelength(i), y = (1.0 / vi - 1.0 / factor) / (1.0 - 1.0 / factor);
+    sx += x, sy += y, sxx += x * x, sxy += x * y, ++n;
+  }
+  const double det = n * sxx - sx * sx;
+  if (n < 2 || det <= 0) {
+    return unimplemented(where + ": fewer than two interpolated frequencies, so its parameters cannot be recovered");
+  }
+  const double a = (n * sxy - sx * sy) / det, b = (sy - a * sx) / n;
+  if (!(b < 0) || !(a > 0)) return invalid_argument(where + ": the factors do not follow Llama 3's rule");
+  const double span = -1.0 / b;  // high - low, with low = 1
+  const double original = a * span;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const double s = std::clamp((original / wavelength(i) - 1.0) / span, 0.0, 1.0);
+    const double expect = 1.0 / ((1.0 - s) / factor + s);
+    if (std::fabs(expect - v[static_cast<size_t>(i)]) > 1e-3 * expect) {
+      return invalid_argument(where + ": factor " + std::to_string(i) + " is " + std::to_string(v[static_cast<size_t>(i)]) +
+                              " where Llama 3's rule gives " + std::to_string(expect));
+    }
+  }
+  (*config)["rope_scaling"] = {{"rope_type", "llama3"},
+                               {"factor", factor},
+                               {"low_freq_factor", 1.0},
+                               {"high_freq_factor", 1.0 + span},
+                               {"original_max_position_embeddings", static_cast<int64_t>(std::llround(original))}};
+  return Status::ok();
+}
+
+}  // namespace
+
+Status gguf_config_llama(const GgufFile& file, const std::string&, nlohmann::json* config,
+                         std::vector<std::string>* consumed) {
+  const GgufTensor* factors = file.find_tensor("rope_freqs.weight");
+  if (factors == nullptr) return Status::ok();
+  consumed->push_back(factors->name);
+  return llama3_rope_from_factors(file, *factors, config);
+}
+
+Status gguf_config_phi3(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                        std::vector<std::string>*) {
+  if (file.find_tensor("rope_factors_long.weight") != nullptr || file.find_tensor("rope_factors_short.weight") != nullptr) {
+    return unimplemented(file.path() + ": Phi-3's long-context rope (rope_factors_long/short.weight: LongRoPE) is "
+                                       "not supported");
+  }
+  // Hugging Face's Phi-3 attends within its sliding window (llama.cpp's loader turns it off).
+  const std::string window_key = arch + ".attention.sliding_window";
+  if (file.has(window_key)) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t window, file.get_int(window_key));
+    (*config)["sliding_window"] = window > 0 ? nlohmann::json(window) : nlohmann::json(nullptr);
+  }
+  return Status::ok();
+}
+
+Status gguf_config_gemma2(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                          std::vector<std::string>*) {
+  TESSERA_RETURN_IF_ERROR(copy_key(file, arch + ".attn_logit_softcapping", "attn_logit_softcapping", config));
+  TESSERA_RETURN_IF_ERROR(copy_key(file, arch + ".final_logit_softcapping", "final_logit_softcapping", config));
+  TESSERA_RETURN_IF_ERROR(gemma_window(file, arch, 2, nullptr, config));
+  gemma_query_scale(config, 46);
+  return Status::ok();
+}
+
+Status gguf_config_gemma3(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                          std::vector<std::string>*) {
+  if (file.has(arch + ".attn_logit_softcapping")) {
+    return unimplemented(file.path() + ": " + arch + ".attn_logit_softcapping is not supported for gemma3");
+  }
+  TESSERA_RETURN_IF_ERROR(copy_key(file, arch + ".final_logit_softcapping", "final_logit_softcapping", config));
+  TESSERA_RETURN_IF_ERROR(copy_key(file, arch + ".rope.freq_base_swa", "rope_local_base_freq", config));
+  // No window key: llama.cpp attends to everything in every layer.
+  if (!file.has(arch + ".attention.sliding_window")) (*config)["sliding_window"] = nullptr;
+  TESSERA_RETURN_IF_ERROR(gemma_window(file, arch, 6, "sliding_window_pattern", config));
+  gemma_query_scale(config, 62);
+  return Status::ok();
+}
+
+// Falcon's layout is the tensors present: a second norm per block (attn_norm_2) is the new
+// decoder architecture with ln_attn and ln_mlp (40B, 180B); otherwise one norm, with grouped
+// KV heads (Falcon2-11B's new architecture) or one (7B's multi-query).
+Status gguf_config_falcon(const GgufFile& file, const std::string&, nlohmann::json* config,
+                          std::vector<std::string>*) {
+  const bool two_norms = file.find_tensor("blk.0.attn_norm_2.weight") != nullptr;
+  const int64_t kv = config_int(*config, "num_kv_heads", 1);
+  const bool new_arch = two_norms || kv > 1;
+  (*config)["new_decoder_architecture"] = new_arch;
+  (*config)["multi_query"] = !new_arch;
+  (*config)["parallel_attn"] = true;
+  (*config)["num_ln_in_parallel_attn"] = new_arch ? nlohmann::json(two_norms ? 2 : 1) : nlohmann::json(nullptr);
+  if (!new_arch) config->erase("num_kv_heads");
+  return Status::ok();
+}
+
+Status gguf_config_gpt_neox(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                            std::vector<std::string>*) {
+  return copy_key(file, arch + ".use_parallel_residual", "use_parallel_residual", config);
+}
+
+}  // namespace tessera
