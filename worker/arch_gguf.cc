@@ -76,8 +76,12 @@ Status gemma_window(const GgufFile& file, const std::string& arch, int64_t defau
 // of its frequency (1, `factor`, or 1 / ((1 - s) / factor + s) between, s = (original /
 // wavelength - low) / (high - low)). s is linear in 1 / wavelength, so the pairs between
 // give original / (high - low) and low / (high - low); with low = 1 (the released models')
-// that is every parameter transformers' llama3 rope_scaling has. The reconstruction is
-// checked against every v_i.
+// that is every parameter transformers' llama3 rope_scaling has. With fewer than two pairs
+// between (small heads: 8 pairs of a head of 16 may have one or none), the factors do not
+// determine the line, and any line giving the same factors computes the same frequencies:
+// the one of high = 4 (the released models', and the converter's default) through the pair
+// between, or between the last unscaled pair and the first scaled one. Whichever line is
+// taken, it is checked against every v_i.
 Status llama3_rope_from_factors(const GgufFile& file, const GgufTensor& t, nlohmann::json* config) {
   const std::string where = file.path() + ": " + t.name + " (Llama 3 rope scaling)";
   if (t.dims.size() != 1 || t.type != static_cast<uint32_t>(GgmlType::kF32)) {
@@ -94,20 +98,32 @@ Status llama3_rope_from_factors(const GgufFile& file, const GgufTensor& t, nlohm
   // s_i = a / wavelength_i + b on the pairs strictly between 1 and factor: a line fit.
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   int n = 0;
+  int64_t first_scaled = pairs;  // the first pair divided by the whole factor
   for (int64_t i = 0; i < pairs; ++i) {
     const double vi = v[static_cast<size_t>(i)];
+    if (vi >= factor - 1e-6) first_scaled = std::min(first_scaled, i);
     if (vi <= 1.0 + 1e-6 || vi >= factor - 1e-6) continue;
     const double x = 1.0 / wavelength(i), y = (1.0 / vi - 1.0 / factor) / (1.0 - 1.0 / factor);
     sx += x, sy += y, sxx += x * x, sxy += x * y, ++n;
   }
+  double span = 3.0, original = 0;  // high - low and the original context, with low = 1
   const double det = n * sxx - sx * sx;
-  if (n < 2 || det <= 0) {
-    return unimplemented(where + ": fewer than two interpolated frequencies, so its parameters cannot be recovered");
+  if (n >= 2 && det > 0) {
+    const double a = (n * sxy - sx * sy) / det, b = (sy - a * sx) / n;
+    if (!(b < 0) || !(a > 0)) return invalid_argument(where + ": the factors do not follow Llama 3's rule");
+    span = -1.0 / b;
+    original = a * span;
+  } else if (n == 1) {
+    original = (sy * span + 1.0) / sx;  // s = (original * x - 1) / span through the pair
+  } else if (first_scaled > 0 && first_scaled < pairs) {
+    // s >= 1 at the last unscaled pair and s <= 0 at the first scaled one.
+    const double x_unscaled = 1.0 / wavelength(first_scaled - 1), x_scaled = 1.0 / wavelength(first_scaled);
+    if ((1.0 + span) / x_unscaled > 1.0 / x_scaled) span = (x_unscaled / x_scaled - 1.0) / 2.0;
+    original = std::sqrt((1.0 + span) / x_unscaled / x_scaled);
+  } else {
+    return unimplemented(where + ": every frequency divided by " + std::to_string(factor) +
+                         " is not Llama 3's rule (no unscaled pair)");
   }
-  const double a = (n * sxy - sx * sy) / det, b = (sy - a * sx) / n;
-  if (!(b < 0) || !(a > 0)) return invalid_argument(where + ": the factors do not follow Llama 3's rule");
-  const double span = -1.0 / b;  // high - low, with low = 1
-  const double original = a * span;
   for (int64_t i = 0; i < pairs; ++i) {
     const double s = std::clamp((original / wavelength(i) - 1.0) / span, 0.0, 1.0);
     const double expect = 1.0 / ((1.0 - s) / factor + s);

@@ -1,0 +1,285 @@
+// GGUF files of every family Tessera serves, without llama.cpp: each tiny-<family> fixture is
+// converted as llama.cpp's convert_hf_to_gguf.py converts it (tests/worker/gguf_from_hf.h:
+// its metadata keys, tensor names, Q/K permutation, regrouped QKV, transposed Conv1D, Gemma's
+// 1 + w norms, stacked experts), loaded through --model FILE.gguf's path (Transformer::load)
+// and run as golden_test.cc runs the folder (float32, all cases in one batch):
+//  - against the folder itself (the same weights): ids equal, logits within 1e-5;
+//  - against the fixture's goldens (transformers' numbers): ids equal, logits within 1e-3
+//    (golden_test's f32 bound), on every row the file can describe;
+//  - as q8_0 (--outtype q8_0: f16 where rows are not whole blocks) against the f32 file of
+//    the same decoded values: ids equal, logits within 1e-5, so the quantized path reads the
+//    blocks, the permuted and regrouped rows and the stacked experts exactly.
+// Where the format cannot carry a setting of the fixture (GgufConversion::lost: Mistral's and
+// StarCoder2's sliding window, Gemma 2's query_pre_attn_scalar), the "folder" is a copy whose
+// config.json says what llama.cpp's loader assumes instead, and the goldens are compared only
+// on the rows the setting does not touch (for a window: rows whose whole context fits in it);
+// each such case says so in its report line.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "common/safetensors_writer.h"
+#include "kernels/backend.h"
+#include "tests/test_support.h"
+#include "tests/worker/gguf_from_hf.h"
+#include "worker/generator.h"
+#include "worker/transformer.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::GgufConversion;
+using testing::GgufOutType;
+
+constexpr float kGoldenBound = 1e-3f;  // golden_test.cc's f32 bound
+constexpr float kSameWeightsBound = 1e-5f;
+
+struct FamilyCase {
+  std::vector<int32_t> prompt, greedy;
+  std::vector<float> logits;  // [greedy.size(), vocab]
+};
+
+std::vector<FamilyCase> family_goldens(const std::string& model_dir) {
+  const nlohmann::json index = nlohmann::json::parse(testing::read_file(model_dir + "/goldens/index.json"));
+  std::vector<FamilyCase> cases;
+  for (const auto& c : index["cases"]) {
+    cases.push_back({c["prompt_ids"].get<std::vector<int32_t>>(), c["greedy_ids"].get<std::vector<int32_t>>(),
+                     testing::read_f32_file(model_dir + "/goldens/" + c["logits_file"].get<std::string>())});
+  }
+  return cases;
+}
+
+// Greedy ids and logits of every case, all in one batch, float32 on the CPU.
+struct FamilyRun {
+  int64_t vocab = 0;
+  std::vector<GenerationResult> results;
+};
+
+StatusOr<FamilyRun> run_family(const std::string& path, const std::vector<FamilyCase>& cases) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
+  ModelLoadOptions lo;
+  lo.dtype = DType::kF32;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(path, lo, *backend));
+  Generator gen(*model, *backend);
+  std::vector<GenerationRequest> reqs;
+  for (const FamilyCase& c : cases) {
+    GenerationRequest r;
+    r.prompt = c.prompt;
+    r.max_new_tokens = static_cast<int>(c.greedy.size());
+    reqs.push_back(r);
+  }
+  FamilyRun run;
+  run.vocab = model->config().vocab;
+  TESSERA_ASSIGN_OR_RETURN(run.results, gen.generate(reqs, true));
+  return run;
+}
+
+// The largest logit difference between two runs of the same cases; ids must be equal.
+float compare_runs(const FamilyRun& got, const FamilyRun& want, const std::string& what) {
+  float worst = 0;
+  for (size_t i = 0; i < want.results.size(); ++i) {
+    EXPECT_EQ(got.results[i].output, want.results[i].output) << what << ", case " << i;
+    const std::vector<float>& a = got.results[i].logits;
+    const std::vector<float>& b = want.results[i].logits;
+    if (a.size() != b.size()) {
+      ADD_FAILURE() << what << ", case " << i << ": " << a.size() << " logits against " << b.size();
+      continue;
+    }
+    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, std::fabs(a[k] - b[k]));
+  }
+  return worst;
+}
+
+std::string write_gguf(const GgufConversion& conv, const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name + ".gguf";
+  testing::write_file(path, conv.writer.build());
+  return path;
+}
+
+// A folder with the fixture's weights (linked) and its config.json changed to what the GGUF
+// file says: the model the file describes, in Hugging Face form.
+std::string describe_as_file(const std::string& fixture, const GgufConversion& conv, const std::string& dir) {
+  const std::string twin = dir + "/as-gguf";
+  fs::create_directories(twin);
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(fixture + "/config.json"));
+  for (const testing::GgufLostSetting& l : conv.lost) config[l.key] = l.gguf_value;
+  testing::write_file(twin + "/config.json", config.dump(2));
+  fs::create_symlink(fs::absolute(fixture + "/model.safetensors"), twin + "/model.safetensors");
+  return twin;
+}
+
+// How many leading rows of a case the goldens may be compared on: all of them unless a
+// setting the file lacks changes the numbers; for a sliding window the rows whose context
+// (prompt and the ids before the row) fits in it; for anything else none.
+size_t golden_rows(const FamilyCase& c, const GgufConversion& conv) {
+  size_t rows = c.greedy.size();
+  for (const testing::GgufLostSetting& l : conv.lost) {
+    if (l.key == "sliding_window" && l.hf_value.is_number_integer() && l.gguf_value.is_null()) {
+      const int64_t window = l.hf_value.get<int64_t>();
+      const int64_t fit = window - static_cast<int64_t>(c.prompt.size()) + 1;
+      rows = std::min(rows, static_cast<size_t>(std::max<int64_t>(0, fit)));
+    } else {
+      rows = 0;
+    }
+  }
+  return rows;
+}
+
+std::string lost_line(const GgufConversion& conv) {
+  std::string out;
+  for (const testing::GgufLostSetting& l : conv.lost)
+    out += (out.empty() ? "" : "; ") + l.key + " " + l.hf_value.dump() + " -> " + l.gguf_value.dump() + " (" + l.reason + ")";
+  for (const std::string& n : conv.notes) out += (out.empty() ? "" : "; ") + n;
+  return out.empty() ? "none" : out;
+}
+
+// Converts `folder` (f32, q8_0 and q8_0's f32 twin), runs each file and the folder (or the
+// model the file describes), and checks them as the header says. The prompts are those of
+// `fixture`'s goldens, which are compared too when `compare_goldens`.
+void check_family_files(const std::string& name, const std::string& folder, const std::string& fixture,
+                        bool compare_goldens) {
+  const std::vector<FamilyCase> cases = family_goldens(fixture);
+  const std::string tmp = testing::make_temp_dir("tessera-gguf-family");
+  auto conv = testing::gguf_from_hf(folder, GgufOutType::kF32);
+  ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
+  const std::string reference_dir = conv->lost.empty() ? folder : describe_as_file(folder, *conv, tmp);
+  auto gguf = run_family(write_gguf(*conv, tmp, name), cases);
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+  auto reference = run_family(reference_dir, cases);
+  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+  const float vs_folder = compare_runs(*gguf, *reference, name + " gguf vs folder");
+  EXPECT_LE(vs_folder, kSameWeightsBound) << name;
+
+  // Goldens, on the rows the file can describe.
+  float vs_goldens = 0;
+  size_t rows_compared = 0, rows_total = 0;
+  if (compare_goldens) {
+    const int64_t vocab = gguf->vocab;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const FamilyCase& c = cases[i];
+      const GenerationResult& r = gguf->results[i];
+      const size_t rows = golden_rows(c, *conv);
+      rows_total += c.greedy.size();
+      rows_compared += rows;
+      for (size_t s = 0; s < rows; ++s) {
+        EXPECT_EQ(r.output[s], c.greedy[s]) << name << " case " << i << " row " << s;
+        float row_err = 0;
+        for (int64_t v = 0; v < vocab; ++v)
+          row_err = std::max(row_err, std::fabs(r.logits[s * vocab + v] - c.logits[s * vocab + v]));
+        EXPECT_LE(row_err, kGoldenBound) << name << " case " << i << " row " << s;
+        vs_goldens = std::max(vs_goldens, row_err);
+      }
+    }
+  }
+
+  // q8_0 against the f32 file of the very values its blocks decode to.
+  auto q8 = testing::gguf_from_hf(folder, GgufOutType::kQ8_0);
+  auto q8_twin = testing::gguf_from_hf(folder, GgufOutType::kQ8_0AsF32);
+  ASSERT_TRUE(q8.is_ok() && q8_twin.is_ok()) << q8.status().to_string() << " " << q8_twin.status().to_string();
+  auto q8_run = run_family(write_gguf(*q8, tmp, name + "-Q8_0"), cases);
+  ASSERT_TRUE(q8_run.is_ok()) << q8_run.status().to_string();
+  auto q8_twin_run = run_family(write_gguf(*q8_twin, tmp, name + "-Q8_0-as-F32"), cases);
+  ASSERT_TRUE(q8_twin_run.is_ok()) << q8_twin_run.status().to_string();
+  const float q8_exact = compare_runs(*q8_run, *q8_twin_run, name + " q8_0 vs its f32 twin");
+  EXPECT_LE(q8_exact, kSameWeightsBound) << name;
+  float q8_vs_f32 = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {  // reported: rows while the ids agree
+    const int64_t vocab = gguf->vocab;
+    for (size_t s = 0; s < cases[i].greedy.size(); ++s) {
+      for (int64_t v = 0; v < vocab; ++v)
+        q8_vs_f32 = std::max(q8_vs_f32, std::fabs(q8_run->results[i].logits[s * vocab + v] -
+                                                  gguf->results[i].logits[s * vocab + v]));
+      if (q8_run->results[i].output[s] != gguf->results[i].output[s]) break;
+    }
+  }
+
+  std::cout << "[ REPORT   ] " << name << " (" << conv->arch << "): max |logit| diff vs goldens = " << vs_goldens
+            << " on " << rows_compared << " of " << rows_total << " rows, vs folder = " << vs_folder
+            << ", q8_0 vs its f32 twin = " << q8_exact << ", q8_0 vs f32 = " << q8_vs_f32
+            << "; not in the format: " << lost_line(*conv) << std::endl;
+  fs::remove_all(tmp);
+}
+
+class GgufFamilyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufFamilyTest, ConvertedAsLlamaCppDoesAndReadBack) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string folder = testing::fixtures_dir() + "/" + GetParam();
+  const nlohmann::json config = nlohmann::json::parse(testing::read_file(folder + "/config.json"));
+  if (config.contains("mlp_only_layers") && !config["mlp_only_layers"].empty()) {
+    // gguf-py's qwen2moe/qwen3moe tensor lists have no dense FFN: llama.cpp's converter raises
+    // "Can not map tensor" on such a layer, and its loader expects experts in every layer.
+    auto conv = testing::gguf_from_hf(folder);
+    ASSERT_FALSE(conv.is_ok()) << GetParam() << " has dense layers (mlp_only_layers) and still converted";
+    EXPECT_NE(conv.status().message().find("Can not map tensor 'model.layers."), std::string::npos)
+        << conv.status().message();
+    std::cout << "[ REPORT   ] " << GetParam() << ": not convertible, as with llama.cpp (mlp_only_layers "
+              << config["mlp_only_layers"].dump() << ": " << conv.status().message()
+              << "); GgufQwen3Moe.EveryLayerSparse covers the qwen3moe reader" << std::endl;
+    return;
+  }
+  check_family_files(GetParam(), folder, folder, true);
+}
+
+std::string family_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string m = info.param;
+  for (char& ch : m)
+    if (ch == '-') ch = '_';
+  return m;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufFamilyTest, ::testing::ValuesIn(testing::tiny_models()), family_name);
+
+// The qwen3moe reader on a model the format can hold: tiny-qwen3-moe with its dense layer
+// (mlp_only_layers [1]) replaced by a copy of layer 0's router and experts, written as a
+// Hugging Face folder and compared with the GGUF file made from it.
+TEST(GgufQwen3Moe, EveryLayerSparse) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-qwen3-moe";
+  auto ckpt = Checkpoint::open(fixture);
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  nlohmann::json config = (*ckpt)->config();
+  std::vector<int64_t> dense = config["mlp_only_layers"].get<std::vector<int64_t>>();
+  ASSERT_FALSE(dense.empty());
+  config["mlp_only_layers"] = nlohmann::json::array();
+  const std::string tmp = testing::make_temp_dir("tessera-gguf-qwen3moe");
+  const std::string folder = tmp + "/as-all-sparse";
+  fs::create_directories(folder);
+  testing::write_file(folder + "/config.json", config.dump(2));
+  // name in the new folder -> name in the fixture
+  std::vector<std::pair<std::string, std::string>> names;
+  auto is_dense = [&](const std::string& n) {
+    for (int64_t l : dense)
+      if (n.rfind("model.layers." + std::to_string(l) + ".mlp.", 0) == 0) return true;
+    return false;
+  };
+  for (const std::string& n : (*ckpt)->tensor_names()) {
+    if (is_dense(n)) continue;
+    names.push_back({n, n});
+    for (int64_t l : dense) {
+      const std::string from = "model.layers.0.mlp.";
+      if (n.rfind(from, 0) == 0) names.push_back({"model.layers." + std::to_string(l) + ".mlp." + n.substr(from.size()), n});
+    }
+  }
+  std::vector<SafetensorsWriter::Entry> entries;
+  for (const auto& [to, from] : names) entries.push_back({to, DType::kF32, (*ckpt)->find(from)->shape});
+  auto writer = SafetensorsWriter::create(folder + "/model.safetensors", entries);
+  ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+  for (const auto& [to, from] : names) {
+    auto t = (*ckpt)->load(from, DType::kF32);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    ASSERT_TRUE((*writer)->write(to, t->data<char>(), t->nbytes()).is_ok());
+  }
+  ASSERT_TRUE((*writer)->finish().is_ok());
+  // Its own numbers: no goldens (the fixture's are of the model with the dense layer).
+  check_family_files("tiny-qwen3-moe-all-sparse", folder, fixture, false);
+  fs::remove_all(tmp);
+}
+
+}  // namespace
+}  // namespace tessera
