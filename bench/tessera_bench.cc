@@ -33,7 +33,7 @@ namespace {
 struct Options {
   std::string model;
   std::string dtype = "float32";
-  std::string quantize = "none";            // --quantize none|int8 (docs/quantization.md)
+  std::string quantize = "auto";            // --quantize auto|none|int8 (docs/quantization.md)
   std::string quantize_group = "auto";  // --quantize-group
   std::vector<std::string> quantize_rules;  // --quantize-rule REGEX=int8|none
   int prompt_len = 64;
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera-bench: prefill/decode throughput, memory-bandwidth roofline (read bandwidth) and compute roofline (measured peak FMA rate)"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
+  app.add_option("--quantize", o.quantize, "weight quantization: auto (int8 for a GGUF file with quantized matrices, else none), none or int8")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|none, repeatable, e.g. lm_head=int8 (default: none)");

@@ -320,7 +320,7 @@ void emit_string_map(YAML::Emitter& out, const std::map<std::string, std::string
 const std::vector<std::pair<const char*, DType>> kDtypes = {
     {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16}};
 const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
-    {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8}};
+    {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8}};
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {
@@ -823,9 +823,10 @@ Status validate_config(const TesseraConfig& c) {
     if (Status st = compile_quant_rule_regex(&rule); !st.is_ok())
       return invalid_argument(src + ": model.quantization_rules[" + std::to_string(i) + "].match: " + st.message());
   }
-  if (!c.model.quantization_rules.empty() && c.model.quantization == WeightQuantization::kNone) {
-    return invalid_argument(src + ": model.quantization_rules: given while model.quantization is none (set "
-                                  "model.quantization: int8, or drop the rules)");
+  if (!c.model.quantization_rules.empty() && c.model.quantization != WeightQuantization::kInt8) {
+    return invalid_argument(src + ": model.quantization_rules: given while model.quantization is " +
+                            weight_quantization_name(c.model.quantization) +
+                            " (set model.quantization: int8, or drop the rules)");
   }
   const auto& s = c.scheduler;
   if (s.max_num_batched_tokens < s.max_num_seqs) {

@@ -27,7 +27,7 @@ struct ModelSection {
   DType dtype = DType::kF16;        // float32 | float16 | bfloat16
   bool kernel_inject = true;        // fused kernels; false = plain ops, same TP plan
   // Weight-only quantization of the linear layers at load time (docs/quantization.md).
-  WeightQuantization quantization = WeightQuantization::kNone;
+  WeightQuantization quantization = WeightQuantization::kAuto;
   int quantization_group = kDefaultQuantGroup;   // input elements per scale; kAutoQuantGroup = "auto"
   std::vector<QuantRuleConfig> quantization_rules;  // first match wins, over the default choice
 };

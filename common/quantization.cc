@@ -9,6 +9,7 @@ const char* weight_quantization_name(WeightQuantization q) {
   switch (q) {
     case WeightQuantization::kNone: return "none";
     case WeightQuantization::kInt8: return "int8";
+    case WeightQuantization::kAuto: return "auto";
   }
   return "?";
 }
@@ -16,6 +17,7 @@ const char* weight_quantization_name(WeightQuantization q) {
 std::optional<WeightQuantization> parse_weight_quantization(std::string_view name) {
   if (name == "none") return WeightQuantization::kNone;
   if (name == "int8") return WeightQuantization::kInt8;
+  if (name == "auto") return WeightQuantization::kAuto;
   return std::nullopt;
 }
 

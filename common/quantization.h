@@ -18,9 +18,14 @@ class Regex;
 enum class WeightQuantization : uint8_t {
   kNone,  // weights in the compute dtype (model.dtype)
   kInt8,  // symmetric int8, one f32 scale per group of consecutive input elements of each output row
+  // The default: int8 for a GGUF file whose matrices are stored quantized (so that its q4_K
+  // ... q8_0 blocks take about a byte per weight in memory, not model.dtype's two or four),
+  // none for every other checkpoint. The loader decides once the checkpoint is open
+  // (resolve_quantization, worker/weight_quantization.h) and logs what it chose.
+  kAuto,
 };
-const char* weight_quantization_name(WeightQuantization q);  // "none", "int8"
-// "none" / "int8"; nullopt for anything else.
+const char* weight_quantization_name(WeightQuantization q);  // "none", "int8", "auto"
+// "none" / "int8" / "auto"; nullopt for anything else.
 std::optional<WeightQuantization> parse_weight_quantization(std::string_view name);
 
 // Group sizes a user may choose: a multiple of 32 in [32, 256] (the SIMD kernels read a group
@@ -54,10 +59,11 @@ struct QuantRuleConfig {
 // What the weight loader needs; made from the configuration's model section or from a
 // command line's --quantize.
 struct QuantizationOptions {
-  WeightQuantization kind = WeightQuantization::kNone;
+  WeightQuantization kind = WeightQuantization::kAuto;
   int group = kDefaultQuantGroup;
   std::vector<QuantRuleConfig> rules;
-  bool enabled() const { return kind != WeightQuantization::kNone; }
+  // Int8 for certain (kAuto is int8 only once resolved against a checkpoint).
+  bool enabled() const { return kind == WeightQuantization::kInt8; }
 };
 
 }  // namespace tessera

@@ -7,7 +7,7 @@ namespace tessera {
 StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, const std::string& group,
                                                       const std::vector<std::string>& rules) {
   const std::optional<WeightQuantization> kind = parse_weight_quantization(quantize);
-  if (!kind) return invalid_argument("--quantize: unsupported \"" + quantize + "\" (expected none or int8)");
+  if (!kind) return invalid_argument("--quantize: unsupported \"" + quantize + "\" (expected auto, none or int8)");
   const std::optional<int> g = parse_quant_group(group);
   if (!g) return invalid_argument("--quantize-group: expected auto or a multiple of 32 in [32, 256], got \"" + group + "\"");
   QuantizationOptions q;
@@ -17,7 +17,7 @@ StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantiz
     const size_t eq = text.rfind('=');
     const std::optional<WeightQuantization> to =
         eq == std::string::npos ? std::nullopt : parse_weight_quantization(text.substr(eq + 1));
-    if (eq == std::string::npos || eq == 0 || !to) {
+    if (eq == std::string::npos || eq == 0 || !to || *to == WeightQuantization::kAuto) {
       return invalid_argument("--quantize-rule \"" + text + "\": expected REGEX=int8 or REGEX=none");
     }
     QuantRuleConfig rule;

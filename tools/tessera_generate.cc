@@ -46,7 +46,7 @@ struct Options {
   float top_p = 1.0f;
   uint64_t seed = 0;
   std::string dtype = "float32";
-  std::string quantize = "none";
+  std::string quantize = "auto";
   std::string quantize_group = "auto";
   std::vector<std::string> quantize_rules;
   std::string backend = "cpu";
@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
                                   "random seed for sampling (prompt i uses seed + i) (default: none, each sequence "
                                   "seeded from its id)");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: none or int8 (model.quantization)")
+  app.add_option("--quantize", o.quantize, "weight quantization: auto (int8 for a GGUF file with quantized matrices, else none), none or int8 (model.quantization)")
       ->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();

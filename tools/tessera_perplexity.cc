@@ -35,7 +35,7 @@ struct Options {
   int64_t context = 0;  // --context; the model's when not given
   bool context_given = false;
   std::string dtype = "float32";
-  std::string quantize = "none";
+  std::string quantize = "auto";
   std::string quantize_group = "auto";
   std::vector<std::string> quantize_rules;
   int tensor_parallel = 1;
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
   auto* context_opt =
       app.add_option("--context", o.context, "tokens per chunk (default: the model's context); chunks share one token");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: none or int8")->capture_default_str();
+  app.add_option("--quantize", o.quantize, "weight quantization: auto (int8 for a GGUF file with quantized matrices, else none), none or int8")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,

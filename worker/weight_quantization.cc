@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/logging.h"
 #include "common/tensor_arena.h"
 #include "common/tokenizer/regex.h"
 #include "kernels/cpu/linear_int8.h"
@@ -191,8 +192,31 @@ Status check_not_prequantized(const Checkpoint& checkpoint) {
   return Status::ok();
 }
 
+QuantizationOptions resolve_quantization(const QuantizationOptions& options, const Checkpoint& checkpoint) {
+  if (options.kind != WeightQuantization::kAuto) return options;
+  QuantizationOptions q = options;
+  q.kind = WeightQuantization::kNone;
+  std::set<std::string> block_types;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    const TensorInfo* info = checkpoint.find(name);
+    const bool plain = info->ggml_type < 0 || info->stored_dtype == "f32" || info->stored_dtype == "f16" ||
+                       info->stored_dtype == "bf16";
+    if (!plain && info->shape.size() == 2) block_types.insert(info->stored_dtype);
+  }
+  if (block_types.empty()) return q;
+  q.kind = WeightQuantization::kInt8;
+  std::string types;
+  for (const std::string& t : block_types) types += (types.empty() ? "" : ", ") + t;
+  TESSERA_LOG_INFO("model.quantization auto: int8 weights, since {} stores its matrices as {} blocks "
+                   "(model.quantization: none decodes them to model.dtype instead)",
+                   checkpoint.path(), types);
+  return q;
+}
+
 StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c, const Checkpoint& checkpoint,
-                                         const QuantizationOptions& q, const TpPlan* plan, Int8WeightLayout layout) {
+                                         const QuantizationOptions& options, const TpPlan* plan,
+                                         Int8WeightLayout layout) {
+  const QuantizationOptions q = resolve_quantization(options, checkpoint);
   if (!q.enabled()) return int64_t{0};
   if (q.group != kAutoQuantGroup && !valid_quant_group(q.group)) {
     return invalid_argument("model.quantization_group: expected auto or a multiple of 32 in [32, 256], got " +

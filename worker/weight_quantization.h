@@ -19,7 +19,13 @@ namespace tessera {
 // refused with one line naming what was found.
 Status check_not_prequantized(const Checkpoint& checkpoint);
 
-// Quantizes, in place, every linear weight of `weights` that `options` selects:
+// model.quantization auto made definite for `checkpoint`: int8 when it is a GGUF file with a
+// matrix stored in quantized blocks (logged once, naming the block types), none otherwise;
+// int8 and none are returned as they are.
+QuantizationOptions resolve_quantization(const QuantizationOptions& options, const Checkpoint& checkpoint);
+
+// Quantizes, in place, every linear weight of `weights` that `options` (resolved as above)
+// selects:
 //  - by default the column- and row-parallel linears of the TP plan (attention, MLPs, every
 //    expert and the shared expert); embeddings, norms, routers, gates kept whole and the LM
 //    head stay in the compute dtype (plan == nullptr: the built-in policy, the same split);

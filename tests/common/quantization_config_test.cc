@@ -11,7 +11,7 @@ namespace {
 TEST(QuantizationConfigTest, DefaultsAndAFullSectionRoundTrip) {
   auto d = parse_config_yaml("", "empty.yaml");
   ASSERT_TRUE(d.is_ok());
-  EXPECT_EQ(d->model.quantization, WeightQuantization::kNone);
+  EXPECT_EQ(d->model.quantization, WeightQuantization::kAuto);  // int8 only for quantized GGUF files
   EXPECT_EQ(d->model.quantization_group, kAutoQuantGroup);
   EXPECT_TRUE(d->model.quantization_rules.empty());
   // "auto" is written out as such and read back.
@@ -70,7 +70,7 @@ TEST(QuantizationConfigTest, BadValuesNameTheKey) {
     std::string yaml, needle;
   };
   for (const Case& k : std::vector<Case>{
-           {"model: {quantization: int4}", "model.quantization: expected none | int8, got 'int4'"},
+           {"model: {quantization: int4}", "model.quantization: expected auto | none | int8, got 'int4'"},
            {"model: {quantization_group: 48}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got '48'"},
            {"model: {quantization_group: 512}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got '512'"},
            {"model: {quantization_group: automatic}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got 'automatic'"},
@@ -88,8 +88,11 @@ TEST(QuantizationConfigTest, BadValuesNameTheKey) {
   auto c = parse_config_yaml("model: {path: m, quantization_rules: [{match: a, quantize: int8}]}", "cfg.yaml");
   ASSERT_TRUE(c.is_ok());
   const Status st = validate_config(*c);
-  EXPECT_NE(st.message().find("model.quantization_rules: given while model.quantization is none"), std::string::npos)
+  EXPECT_NE(st.message().find("model.quantization_rules: given while model.quantization is auto"), std::string::npos)
       << st.message();
+  // A rule cannot say auto: it decides int8 or not for its tensors.
+  auto r = parse_config_yaml("model: {quantization: int8, quantization_rules: [{match: a, quantize: auto}]}", "cfg.yaml");
+  EXPECT_FALSE(r.is_ok());
 }
 
 }  // namespace

@@ -96,6 +96,7 @@ void check_gguf_file(const GgufFixture& f, int tp) {
   }
   testing::write_file(tmp + "/forced.txt", forced);
   const std::string base = testing::bin_dir() + "/tessera-generate --model " + gguf + " --dtype float32 --threads 2" +
+                         " --quantize none" +  // the file's decoded values (auto would store them as int8)
                            " --tensor-parallel " + std::to_string(tp);
   const testing::CommandResult r = testing::run_command(base + " --prompt-ids-file " + tmp + "/forced.txt" +
                                                         " --max-new-tokens 1 --json --dump-logits " + tmp + "/forced.f32");

@@ -165,7 +165,9 @@ void flood_and_check(testing::ServeProcess& server, bool fresh_probe_at_cap) {
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   const double share = (cpu_seconds(server.pid()) - cpu0) / wall;
   std::cout << "[ REPORT   ] server CPU while idle: " << share * 100 << "% of a core" << std::endl;
-  EXPECT_LT(share, 0.10);
+  // A spinning loop takes a whole core; an idle server a few percent (its heartbeats and
+  // probes), several times that under the sanitizers (12.6% seen there, on 2 busy cores).
+  EXPECT_LT(share, std::min(0.5, 0.10 * testing::kSlowdown));
 
   if (fresh_probe_at_cap) {
     // The flood's own connections past the cap held the reserve for a while (0.5 s for a

@@ -64,6 +64,7 @@ StatusOr<FamilyRun> run_family(const std::string& path, const std::vector<Family
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
   ModelLoadOptions lo;
   lo.dtype = DType::kF32;
+  lo.quant.kind = WeightQuantization::kNone;  // the file's own values (auto would make q8_0 int8)
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(path, lo, *backend));
   Generator gen(*model, *backend);
   std::vector<GenerationRequest> reqs;
@@ -234,6 +235,35 @@ std::string family_name(const ::testing::TestParamInfo<std::string>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufFamilyTest, ::testing::ValuesIn(testing::tiny_models()), family_name);
+
+// model.quantization auto (the default): a file of quantized blocks is stored as int8, one of
+// floats as it is; none keeps the decoded floats.
+TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string folder = testing::fixtures_dir() + "/tiny-qwen2";
+  const std::string tmp = testing::make_temp_dir("tessera-gguf-auto");
+  auto q8 = testing::gguf_from_hf(folder, GgufOutType::kQ8_0);
+  auto f32 = testing::gguf_from_hf(folder, GgufOutType::kF32);
+  ASSERT_TRUE(q8.is_ok() && f32.is_ok()) << q8.status().to_string() << " " << f32.status().to_string();
+  const std::string q8_path = write_gguf(*q8, tmp, "auto-Q8_0"), f32_path = write_gguf(*f32, tmp, "auto-F32");
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.is_ok());
+  auto weight_bytes = [&](const std::string& path, WeightQuantization kind) -> int64_t {
+    ModelLoadOptions lo;
+    lo.dtype = DType::kF32;
+    lo.quant.kind = kind;
+    auto model = Transformer::load(path, lo, **backend);
+    EXPECT_TRUE(model.is_ok()) << model.status().to_string();
+    return model.is_ok() ? (*model)->weights().total_bytes : -1;
+  };
+  const int64_t q8_auto = weight_bytes(q8_path, WeightQuantization::kAuto);
+  const int64_t q8_none = weight_bytes(q8_path, WeightQuantization::kNone);
+  const int64_t q8_int8 = weight_bytes(q8_path, WeightQuantization::kInt8);
+  EXPECT_EQ(q8_auto, q8_int8);
+  EXPECT_LT(q8_auto, q8_none);
+  EXPECT_EQ(weight_bytes(f32_path, WeightQuantization::kAuto), weight_bytes(f32_path, WeightQuantization::kNone));
+  fs::remove_all(tmp);
+}
 
 // The qwen3moe reader on a model the format can hold: tiny-qwen3-moe with its dense layer
 // (mlp_only_layers [1]) replaced by a copy of layer 0's router and experts, written as a
