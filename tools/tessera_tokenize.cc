@@ -5,10 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "common/gguf/gguf_file.h"
+#include "common/logging.h"
+#include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace {
@@ -44,10 +48,13 @@ tessera::StatusOr<std::vector<int32_t>> parse_ids(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Encode text to token ids or decode ids to text (Hugging Face tokenizer.json)"};
+  CLI::App app{"Encode text to token ids or decode ids to text (Hugging Face tokenizer.json, or a GGUF file's vocabulary)"};
   std::string dir, text, text_file, decode_list;
   bool json = false, add_special = false, skip_special = false, no_cleanup = false;
-  app.add_option("--tokenizer", dir, "folder with tokenizer.json [and tokenizer_config.json]")->required();
+  app.add_option("--tokenizer", dir,
+                 "folder with tokenizer.json [and tokenizer_config.json], or a GGUF file (its own vocabulary, "
+                 "unless a tokenizer.json lies beside it)")
+      ->required();
   auto* text_opt = app.add_option("--text", text, "text to encode");
   auto* file_opt = app.add_option("--text-file", text_file, "file whose exact bytes are encoded");
   auto* decode_opt = app.add_option("--decode", decode_list, "comma-separated ids to decode");
@@ -69,8 +76,12 @@ int main(int argc, char** argv) {
   if (text_opt->count() + file_opt->count() + decode_opt->count() == 0) {
     return fail("one of --text, --text-file or --decode is required");
   }
+  tessera::init_logging("tok", spdlog::level::warn);  // stdout is the JSON answer alone
 
-  auto tok = tessera::Tokenizer::load(dir);
+  // A .gguf is read as the servers read it: its vocabulary, or a tokenizer.json beside it.
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  auto tok = tessera::is_gguf_path(dir) ? tessera::load_model_tokenizer(dir, parent.empty() ? "." : parent.string())
+                                        : tessera::Tokenizer::load(dir);
   if (!tok.is_ok()) return fail(tok.status().to_string());
 
   nlohmann::json out;

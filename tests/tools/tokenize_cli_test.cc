@@ -43,6 +43,25 @@ TEST_F(TokenizeCliTest, TextFileBytesEncodeExactlyLikeHuggingFace) {
   }
 }
 
+// A GGUF file's own vocabulary, as the servers read it: the same ids for every vector.
+TEST_F(TokenizeCliTest, GgufFileEncodesWithItsOwnVocabulary) {
+  const std::string gguf = testing::fixtures_dir() + "/gguf/kjv-llama-Q8_0.gguf";
+  if (!std::filesystem::exists(gguf)) GTEST_SKIP() << "SKIPPED: no " << gguf;
+  for (size_t i = 0; i < 10; ++i) {
+    const auto& v = vectors_[i * vectors_.size() / 10];
+    const std::string path = tmp_ + "/text";
+    testing::write_file(path, v["text"].get<std::string>());
+    auto r = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(gguf) + " --text-file " +
+                                  testing::shell_quote(path) + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], v["ids"]) << v["text"];
+  }
+  auto missing = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(tmp_ + "/none.gguf") +
+                                      " --text x --json");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("none.gguf"), std::string::npos) << missing.err;
+}
+
 TEST_F(TokenizeCliTest, SpecialTokensOnlyWhenAskedAndDecodeRoundTrips) {
   auto plain = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " --text 'In the beginning' --json");
   auto with_bos = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) +
