@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <iostream>
+#include <regex>
+
 #include "tests/test_support.h"
 #include "tests/tools/serve_process.h"
 
@@ -62,6 +65,32 @@ TEST(ServeGguf, Q8FileServesChatWithItsOwnTemplate) {
   EXPECT_EQ(b["usage"]["completion_tokens"], 16);
   EXPECT_FALSE(b["choices"][0]["message"]["content"].get<std::string>().empty());
   EXPECT_EQ(b["model"], "kjv-llama-Q8_0.gguf");
+}
+
+// The KV pool is sized with the weights' estimate before they load: int8 (what auto makes of
+// a quantized file) counts a byte a matrix weight, so a Q8_0 file leaves the pool more room
+// than the same file decoded to float32.
+TEST(ServeGguf, KvPoolCountsInt8WeightsAtAByteEach) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string gguf = testing::fixtures_dir() + "/gguf/kjv-llama-Q8_0.gguf";
+  auto estimate_mib = [&](const std::string& quantize) -> double {
+    testing::ServeProcess server;
+    EXPECT_TRUE(server.start({"--model", gguf, "--dtype", "float32", "--quantize", quantize, "--set",
+                              "cache.cpu_kv_bytes=1099511627776", "--set", "worker.memory_limit_bytes=41943040"}))
+        << server.log();
+    std::smatch m;
+    const std::string log = server.log();
+    if (!std::regex_search(log, m, std::regex(R"(less ([0-9.]+) MiB of weights)"))) {
+      ADD_FAILURE() << "no weights' estimate in: " << log;
+      return -1;
+    }
+    return std::stod(m[1]);
+  };
+  const double auto_mib = estimate_mib("auto"), none_mib = estimate_mib("none");
+  std::cout << "[ REPORT   ] weights' estimate: auto (int8) " << auto_mib << " MiB, none (float32) " << none_mib
+            << " MiB" << std::endl;
+  EXPECT_GT(auto_mib, 0);
+  EXPECT_LT(auto_mib, 0.6 * none_mib);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include "worker/kv_cache.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
+#include "worker/weight_quantization.h"
 #include "worker/worker_runtime.h"
 #include "worker/model_checkpoint.h"
 #include "worker/tp_plan.h"
@@ -47,14 +48,22 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   const std::string o_name = tensor_name(mc.arch->name_of(TensorRole::kO), 0);
   const bool attn_split = world > 1 && plan.role_of(o_name) != TpRole::kKeep;
   // The weights' share of a rank, estimated before loading: every parameter in the model
-  // dtype, divided by the ranks (replicated tensors make the real share a little larger).
-  int64_t params = 0;
+  // dtype, or where the weights become int8 (model.quantization int8, or auto on a GGUF file
+  // of quantized blocks) the matrices but the embedding and LM head at a byte each and a
+  // float scale per 32; divided by the ranks (replicated tensors make the real share a little
+  // larger).
+  const bool int8 = resolve_quantization(quantization_options(c.model), *ckpt).enabled();
+  const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
+  const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
+  double bytes = 0;
   for (const std::string& name : ckpt->tensor_names()) {
-    int64_t n = 1;
-    for (int64_t d : ckpt->find(name)->shape) n *= d;
-    params += n;
+    const std::vector<int64_t>& shape = ckpt->find(name)->shape;
+    double n = 1;
+    for (int64_t d : shape) n *= static_cast<double>(d);
+    const bool matrix = shape.size() == 2 && name != embed && name != head;
+    bytes += n * (int8 && matrix ? 1.0 + 4.0 / 32.0 : static_cast<double>(dtype_size(c.model.dtype)));
   }
-  const int64_t weights = params * static_cast<int64_t>(dtype_size(c.model.dtype)) / world;
+  const int64_t weights = static_cast<int64_t>(bytes) / world;
   KvPoolModel m;
   m.block_size = c.cache.block_size;
   m.max_model_len = max_model_len;
