@@ -67,17 +67,16 @@ Status run(const Options& o) {
   TESSERA_ASSIGN_OR_RETURN(const KernelOptions kernels, kernel_options_from_environment());
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, BackendOptions{o.threads, 0, kernels}));
   ModelLoadOptions lo;
-  lo.quant = quant;
+  {
+    // What --quantize auto becomes for this model (int8 for a GGUF file of quantized blocks),
+    // decided once, before loading, so that the report below can say it.
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(o.model));
+    lo.quant = resolve_quantization(quant, *ckpt);
+  }
   lo.dtype = *dtype;
   lo.kernel_inject = !o.no_kernel_inject;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
   const ModelConfig& c = model->config();
-  // What --quantize auto became for this model (int8 for a GGUF file of quantized blocks).
-  bool int8_weights = false;
-  {
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(o.model));
-    int8_weights = resolve_quantization(lo.quant, *ckpt).enabled();
-  }
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(std::min<int64_t>(3, c.vocab - 1), static_cast<int32_t>(c.vocab - 1));
@@ -115,7 +114,7 @@ Status run(const Options& o) {
   // The peak of the arithmetic the linear layers run: bf16 weights on an AVX512_BF16 CPU
   // multiply with bf16 dot products (unless TESSERA_CPU_BF16_DOT=0), whose rate is twice the
   // f32 FMA rate; against the FMA peak their fraction would read above 1.
-  const bool bf16_dot = cpu && *dtype == DType::kBF16 && !int8_weights && kernels.cpu.bf16_dot &&
+  const bool bf16_dot = cpu && *dtype == DType::kBF16 && !lo.quant.enabled() && kernels.cpu.bf16_dot &&
                         cpu::usable_cpu_isa(kernels.cpu.isa) == cpu::CpuIsa::kAvx512 && cpu_has_bf16_dot_probe();
   const double fma_gflop_s = cpu ? measure_peak_fma_gflop_s() : 0.0;
   const double peak_gflop_s = bf16_dot ? measure_peak_bf16_dot_gflop_s() : fma_gflop_s;
@@ -152,7 +151,7 @@ Status run(const Options& o) {
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << "model " << o.model << " (" << c.model_type << ", " << dtype_name(*dtype)
-              << (int8_weights ? ", int8 weights" : "") << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
+              << (lo.quant.enabled() ? ", int8 weights" : "") << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
               << "prefill: " << prefill_tok_s << " tok/s (" << t.prefill_tokens << " tokens)\n"
               << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps)\n"
               << "weights read per step: " << weight_bytes / 1e6 << " MB; bandwidth " << bandwidth

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/gguf/gguf_tensor_rows.h"
 #include "common/logging.h"
 #include "common/tensor_arena.h"
 #include "common/tokenizer/regex.h"
@@ -199,9 +200,7 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   std::set<std::string> block_types;
   for (const std::string& name : checkpoint.tensor_names()) {
     const TensorInfo* info = checkpoint.find(name);
-    const bool plain = info->ggml_type < 0 || info->stored_dtype == "f32" || info->stored_dtype == "f16" ||
-                       info->stored_dtype == "bf16";
-    if (!plain && info->shape.size() == 2) block_types.insert(info->stored_dtype);
+    if (stored_in_ggml_blocks(*info) && info->shape.size() == 2) block_types.insert(info->stored_dtype);
   }
   if (block_types.empty()) return q;
   q.kind = WeightQuantization::kInt8;

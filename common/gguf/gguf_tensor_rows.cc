@@ -7,11 +7,15 @@
 
 namespace tessera {
 
-bool needs_ggml_row_decoding(const TensorInfo& info) {
+bool stored_in_ggml_blocks(const TensorInfo& info) {
   if (info.ggml_type < 0) return false;
   const auto type = static_cast<GgmlType>(info.ggml_type);
-  const bool plain = type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16;
-  return !plain || !info.row_order.empty() || info.value_offset != 0.0f;
+  return type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kBF16;
+}
+
+bool needs_ggml_row_decoding(const TensorInfo& info) {
+  if (info.ggml_type < 0) return false;
+  return stored_in_ggml_blocks(info) || !info.row_order.empty() || info.value_offset != 0.0f;
 }
 
 namespace {

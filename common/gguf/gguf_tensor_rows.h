@@ -11,6 +11,10 @@
 
 namespace tessera {
 
+// Whether `info` is a GGUF tensor stored in quantized ggml blocks (q8_0, q4_K, ...), not as
+// plain f32, f16 or bf16 elements.
+bool stored_in_ggml_blocks(const TensorInfo& info);
+
 // Whether `info` must be decoded row by row (ggml blocks, a row order or a value offset)
 // rather than read as plain elements.
 bool needs_ggml_row_decoding(const TensorInfo& info);
