@@ -161,6 +161,38 @@ void Backend::linear_int8(const TensorView& x, const TensorView& w, const Tensor
   linear_int8_impl(x, w, scales, bias, out, act);
 }
 
+Int4Scheme int4_scheme_of(const TensorView& scales) {
+  return scales.dtype == DType::kF16 ? Int4Scheme::kSymmetric : Int4Scheme::kSuperBlock;
+}
+
+void Backend::linear_int4(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
+                          const TensorView& out, Activation act) {
+  check_on_device(*this, x, "linear_int4", "x");
+  check_on_device(*this, out, "linear_int4", "out");
+  check_on_device(*this, w, "linear_int4", "w", kFromPlaceWeight);
+  check_on_device(*this, scales, "linear_int4", "scales", kFromPlaceWeight);
+  if (!bias.empty()) check_on_device(*this, bias, "linear_int4", "bias", kFromPlaceWeight);
+  check_f32_2d(x, "linear_int4 x");
+  check_f32_2d(out, "linear_int4 out");
+  const int64_t N = out.dim(1), K = x.dim(1);
+  TESSERA_CHECK_EQ(out.dim(0), x.dim(0)) << "linear_int4: x " << x.shape_string() << " out " << out.shape_string();
+  TESSERA_CHECK(w.ndim == 3 && w.dtype == DType::kU8 && w.contiguous() && w.dim(0) == int4_panel_count(N) &&
+                w.dim(1) * 4 == K && w.dim(2) == 64)
+      << "linear_int4: nibble panels " << w.shape_string() << " " << dtype_name(w.dtype) << " for x "
+      << x.shape_string() << " and out " << out.shape_string();
+  TESSERA_CHECK(scales.dtype == DType::kF16 || scales.dtype == DType::kU8)
+      << "linear_int4: scales must be float16 (q4_0-style) or uint8 (q4_K-style), got " << dtype_name(scales.dtype);
+  const Int4Scheme scheme = int4_scheme_of(scales);
+  const int64_t unit = int4_k_multiple(scheme);
+  const int64_t record = scheme == Int4Scheme::kSymmetric ? kInt4PanelColumns : kInt4SuperRecordBytes;
+  TESSERA_CHECK(K % unit == 0 && scales.ndim == 3 && scales.contiguous() && scales.dim(0) == w.dim(0) &&
+                scales.dim(1) == K / unit && scales.dim(2) == record)
+      << "linear_int4: scales " << scales.shape_string() << " " << dtype_name(scales.dtype) << " for w "
+      << w.shape_string();
+  if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), N) << "linear_int4 bias";
+  linear_int4_impl(x, w, scales, bias, out, act);
+}
+
 void Backend::activate(const TensorView& x, Activation act) {
   TESSERA_CHECK(x.dtype == DType::kF32);
   if (act != Activation::kNone) activate_impl(x, act);

@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/activation.h"
+#include "kernels/int4_layout.h"
 
 namespace tessera {
 
@@ -113,6 +114,12 @@ class Backend {
   // column panels (w 3-D, kernels/cpu/linear_int8_panels.h), which only it produces.
   void linear_int8(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                    const TensorView& out, Activation act = Activation::kNone);
+  // 4-bit weight-only: out = act(x · dequant(w)^T + bias), w the nibble panels of
+  // kernels/int4_layout.h (u8 [ceil(N / 32), K / 4, 64]) and scales their records: f16
+  // [ceil(N / 32), K / 32, 32] for the q4_0-style scheme, u8 [ceil(N / 32), K / 256, 640] for
+  // the q4_K-style one (the scales' dtype says which: int4_scheme_of).
+  void linear_int4(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
+                   const TensorView& out, Activation act = Activation::kNone);
   // In place: x = act(x).
   void activate(const TensorView& x, Activation act);
   // out[T, F] = act(gate[T, F]) * up[T, F] (SwiGLU with silu, GeGLU with a gelu). gate and
@@ -175,6 +182,8 @@ class Backend {
                            const TensorView& out, Activation act) = 0;
   virtual void linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
                                 const TensorView& bias, const TensorView& out, Activation act) = 0;
+  virtual void linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
+                                const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void activate_impl(const TensorView& x, Activation act) = 0;
   // gate and up share one row stride; out is contiguous.
   virtual void gated_act_impl(const TensorView& gate, const TensorView& up, const TensorView& out,
@@ -200,6 +209,10 @@ class Backend {
   virtual void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
                                        const std::vector<float>& scale, const TensorView& out) = 0;
 };
+
+// The 4-bit scheme of a linear_int4 weight, from its scales' dtype (f16: q4_0-style, u8:
+// q4_K-style).
+Int4Scheme int4_scheme_of(const TensorView& scales);
 
 struct BackendOptions {
   int num_threads = 0;  // CPU threads; <= 0 keeps OpenMP's default (all cores, or OMP_NUM_THREADS)

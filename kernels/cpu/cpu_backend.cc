@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_panels.h"
 
@@ -212,6 +213,15 @@ void CpuBackend::linear_int8_impl(const TensorView& x, const TensorView& w, cons
   cpu::detail::linear_int8_with(cpu::detail::int8_linear_options(options_), x.as<float>(), x.dim(0), x.dim(1),
                                 x.dim(1), w.as<int8_t>(), scales.as<float>(), w.dim(1) / scales.dim(1), w.dim(0), b,
                                 out.as<float>(), out.dim(1), act);
+}
+
+void CpuBackend::linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
+                                  const TensorView& bias, const TensorView& out, Activation act) {
+  Tensor bias_f32;
+  const float* b = f32_bias(bias, &bias_f32);
+  cpu::linear_int4(cpu::Int4LinearOptions{usable_cpu_isa(options_.isa)}, int4_scheme_of(scales), x.as<float>(),
+                   x.dim(0), x.dim(1), x.dim(1), w.as<uint8_t>(), scales.as<uint8_t>(), out.dim(1), b,
+                   out.as<float>(), out.dim(1), act);
 }
 
 void CpuBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,

@@ -292,6 +292,35 @@ void CudaBackend::linear_int8_impl(const TensorView& x, const TensorView& w, con
   after_launch("linear_int8 (bias/activation epilogue)");
 }
 
+void CudaBackend::linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
+                                   const TensorView& bias, const TensorView& out, Activation act) {
+  require_device({{&x, "x"}, {&out, "out"}}, "linear_int4");
+  require_placed({{&w, "w"}, {&scales, "scales"}, {&bias, "bias"}}, "linear_int4");
+  const int64_t M = x.dim(0), K = x.dim(1), N = out.dim(1);
+  if (M == 0 || N == 0) return;
+  const bool symmetric = int4_scheme_of(scales) == Int4Scheme::kSymmetric;
+  float* y = out.as<float>();
+  if (M <= cuda::launch::kInt4GemvMaxRows) {
+    cuda::launch::linear_int4_gemv(x.as<float>(), M, K, symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N, nullptr,
+                                   y, bias.empty() ? act : Activation::kNone, stream_);
+    after_launch("linear_int4 (gemv)");
+    if (bias.empty()) return;
+  } else {
+    float* wf = static_cast<float*>(workspace_->get(static_cast<size_t>(N * K) * sizeof(float), stream_));
+    cuda::launch::dequantize_int4(symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N, K, wf, stream_);
+    after_launch("linear_int4 (dequantize)");
+    const float alpha = 1.0f, beta = 0.0f;
+    const cuda::CublasLibrary& blas = cuda::cublas();
+    TESSERA_CUBLAS_CHECK(blas.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+                                      checked_int(K, "K"), &alpha, wf, CUDA_R_32F, static_cast<int>(K), x.data,
+                                      CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (sync_every_launch_) after_launch("linear_int4 (cuBLAS)");
+  }
+  cuda::launch::bias_act(y, M, N, bias.empty() ? nullptr : bias.data, bias.dtype, act, stream_);
+  after_launch("linear_int4 (bias/activation epilogue)");
+}
+
 void CudaBackend::activate_impl(const TensorView& x, Activation act) {
   require_device({{&x, "x"}}, "activate");
   cuda::launch::activate(x.as<float>(), x.numel(), act, stream_);

@@ -65,6 +65,8 @@ class CudaBackend final : public Backend {
                    Activation act) override;
   void linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                         const TensorView& out, Activation act) override;
+  void linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
+                        const TensorView& out, Activation act) override;
   void activate_impl(const TensorView& x, Activation act) override;
   void gated_act_impl(const TensorView& gate, const TensorView& up, const TensorView& out, Activation act) override;
   void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) override;

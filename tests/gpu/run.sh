@@ -101,7 +101,7 @@ run_step build 300 cmake --build "$build" -j "$jobs" --target tessera_kernels_te
   tessera-bench tessera-make-checkpoint || { log "overall: FAIL (build)"; exit 1; }
 
 # ---- tests ------------------------------------------------------------------------------------
-# CUDA op tests: tests/kernels/cuda_backend_test.cc and cuda_linear_int8_test.cc (CudaBackendTest.*, CudaBackendSelection.*; the int8 kernel against the CPU one).
+# CUDA op tests: tests/kernels/cuda_backend_test.cc, cuda_linear_int8_test.cc and cuda_linear_int4_test.cc (CudaBackendTest.*, CudaBackendSelection.*; the int8 and 4-bit kernels against the CPU ones).
 run_step cuda_op_tests 120 ctest --test-dir "$build" -R '^(CudaBackend|Nccl)' -j "$jobs" --timeout 110 \
   --output-on-failure --output-junit "$out/cuda_op_tests.xml"
 log "  cuda op tests: $(ctest_counts "$out/cuda_op_tests.log")"

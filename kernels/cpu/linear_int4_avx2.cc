@@ -1,0 +1,107 @@
+// AVX2 flavour of the 4-bit linear kernels: the AVX-512 scheme (linear_int4_avx512.cc) on
+// 8-lane vectors, without VNNI. A 64-byte step is two 32-byte halves (lanes of columns 0-7
+// and 8-15 in their low nibbles, 16-23 and 24-31 in their high ones); vpmaddubsw multiplies
+// the unsigned nibbles by x's signed bytes into pairs of 16-bit sums (at most 2 x 15 x 127,
+// never saturating) and vpmaddwd by ones adds the pairs into the 32-bit lanes, so the group
+// sums are the exact integers the other flavours compute. One row of x and one panel per
+// pass: 4 integer and 4 float accumulators of the 16 registers.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/linear_int4_kernels.h"
+
+#define TESSERA_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace tessera::cpu::detail {
+namespace {
+
+// s and m of the panel's columns 8v .. 8v + 7 (v < 4) for group g.
+template <Int4Scheme S>
+TESSERA_TARGET_AVX2 inline void group_scales(const uint8_t* rec, int64_t g, __m256 s[4], __m256 m[4]) {
+  if constexpr (S == Int4Scheme::kSymmetric) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(rec) + g * kInt4PanelColumns;
+    for (int v = 0; v < 4; ++v) {
+      s[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * v)));
+      m[v] = _mm256_mul_ps(_mm256_set1_ps(8.0f), s[v]);
+    }
+  } else {
+    const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
+    const int64_t sub = g % 8;
+    for (int v = 0; v < 4; ++v) {
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 16 * v)));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 64 + 16 * v)));
+      const __m256 sc = _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 128 + sub * 32 + 8 * v))));
+      const __m256 mn = _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 384 + sub * 32 + 8 * v))));
+      s[v] = _mm256_mul_ps(d, sc);
+      m[v] = _mm256_mul_ps(dmin, mn);
+    }
+  }
+}
+
+template <Int4Scheme S>
+TESSERA_TARGET_AVX2 void panel_row(const Int4Args& a, int64_t m, int64_t p) {
+  const int64_t K = a.K, groups = K / kInt4Group;
+  const uint8_t* panel = a.nibbles + p * int4_panel_stride(K);
+  const uint8_t* rec = a.scales + p * int4_record_stride(S, K);
+  const int8_t* x = a.xq + m * K;
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  // Vector v holds columns 8v .. 8v + 7: 0 and 1 from the halves' low nibbles, 2 and 3 from
+  // their high ones.
+  __m256 total[4];
+  for (int v = 0; v < 4; ++v) total[v] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i acc[4];
+    for (int v = 0; v < 4; ++v) acc[v] = _mm256_setzero_si256();
+    for (int64_t t = g * 8; t < g * 8 + 8; ++t) {
+      int32_t four;
+      std::memcpy(&four, x + 4 * t, sizeof(four));
+      const __m256i xb = _mm256_set1_epi32(four);
+      for (int half = 0; half < 2; ++half) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64 + 32 * half));
+        const __m256i lo = _mm256_and_si256(w, low);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+        acc[half] = _mm256_add_epi32(acc[half], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xb), ones));
+        acc[2 + half] = _mm256_add_epi32(acc[2 + half], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xb), ones));
+      }
+    }
+    __m256 s[4], mo[4];
+    group_scales<S>(rec, g, s, mo);
+    const float xs = a.xs[m * groups + g];
+    const __m256 sx = _mm256_set1_ps(xs);
+    const __m256 mx = _mm256_set1_ps(xs * static_cast<float>(a.xsum[m * groups + g]));
+    for (int v = 0; v < 4; ++v) {
+      total[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[v]), _mm256_mul_ps(s[v], sx), total[v]);
+      total[v] = _mm256_fnmadd_ps(mo[v], mx, total[v]);
+    }
+  }
+  alignas(32) float out[kInt4PanelColumns];
+  for (int v = 0; v < 4; ++v) _mm256_store_ps(out + 8 * v, total[v]);
+  const int64_t n0 = p * kInt4PanelColumns;
+  const int64_t columns = std::min<int64_t>(kInt4PanelColumns, a.N - n0);
+  float* y = a.y + m * a.ldy;
+  for (int64_t c = 0; c < columns; ++c) y[n0 + c] = finish_output(out[c], a.bias, n0 + c, a.act);
+}
+
+template <Int4Scheme S>
+void run(const Int4Args& a, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t m = 0; m < a.M; ++m) panel_row<S>(a, m, p);
+  }
+}
+
+}  // namespace
+
+void int4_panels_avx2(const Int4Args& a, int64_t p0, int64_t p1) {
+  if (a.scheme == Int4Scheme::kSymmetric) {
+    run<Int4Scheme::kSymmetric>(a, p0, p1);
+  } else {
+    run<Int4Scheme::kSuperBlock>(a, p0, p1);
+  }
+}
+
+}  // namespace tessera::cpu::detail

@@ -1,0 +1,148 @@
+// AVX-512 VNNI flavour of the 4-bit linear kernels (linear_int4.h has the layout). One
+// 64-byte step of a panel is 4 inputs of 32 columns: its low nibbles are the vpdpbusd lanes
+// of columns 0-15 (4 unsigned bytes each), its high nibbles those of columns 16-31, and 4
+// bytes of x broadcast to every lane are the signed operand. Per step and row of x: a load,
+// a mask, a shift and a mask shared by the rows, and two vpdpbusd (128 products).
+//
+// Tiles of MT rows of x times PN panels (MT x PN = 4: 8 integer and 8 float accumulators):
+// decode (1 row) streams 4 panels at once so that 8 independent dot-product chains hide the
+// instruction's latency; 4 rows of x reuse each unpacked step 4 times.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/linear_int4_kernels.h"
+#include "kernels/cpu/vnni_asm.h"
+
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#define TESSERA_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+
+namespace tessera::cpu::detail {
+namespace {
+
+// The s and m of a panel's 32 columns for group g, as two halves of 16.
+template <Int4Scheme S>
+TESSERA_TARGET_AVX512_VNNI inline void group_scales(const uint8_t* rec, int64_t g, __m512 s[2], __m512 m[2]) {
+  if constexpr (S == Int4Scheme::kSymmetric) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(rec) + g * kInt4PanelColumns;
+    const __m512 eight = _mm512_set1_ps(8.0f);
+    for (int half = 0; half < 2; ++half) {
+      s[half] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16 * half)));
+      m[half] = _mm512_mul_ps(eight, s[half]);
+    }
+  } else {
+    const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
+    const int64_t sub = g % 8;
+    for (int half = 0; half < 2; ++half) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32 * half)));
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 64 + 32 * half)));
+      const __m512 sc = _mm512_cvtepi32_ps(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 128 + sub * 32 + 16 * half))));
+      const __m512 mn = _mm512_cvtepi32_ps(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 384 + sub * 32 + 16 * half))));
+      s[half] = _mm512_mul_ps(d, sc);
+      m[half] = _mm512_mul_ps(dmin, mn);
+    }
+  }
+}
+
+template <Int4Scheme S, int MT, int PN>
+TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) {
+  const int64_t K = a.K, groups = K / kInt4Group;
+  const int64_t panel_stride = int4_panel_stride(K), record_stride = int4_record_stride(S, K);
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  const uint8_t* panel[PN];
+  for (int j = 0; j < PN; ++j) panel[j] = a.nibbles + (p0 + j) * panel_stride;
+  const int8_t* x[MT];
+  for (int i = 0; i < MT; ++i) x[i] = a.xq + (m0 + i) * K;
+  __m512 total[MT][PN][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < PN; ++j) total[i][j][0] = total[i][j][1] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i acc[MT][PN][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < PN; ++j) acc[i][j][0] = acc[i][j][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int64_t t = g * 8; t < g * 8 + 8; ++t) {
+#pragma GCC unroll 4
+      for (int j = 0; j < PN; ++j) {
+        const __m512i v = _mm512_loadu_si512(panel[j] + t * 64);
+        const __m512i lo = _mm512_and_si512(v, low);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+#pragma GCC unroll 4
+        for (int i = 0; i < MT; ++i) {
+          int32_t four;  // x[4t .. 4t + 4), to every lane
+          std::memcpy(&four, x[i] + 4 * t, sizeof(four));
+          const __m512i xb = _mm512_set1_epi32(four);
+          acc[i][j][0] = dpbusd(acc[i][j][0], lo, xb);
+          acc[i][j][1] = dpbusd(acc[i][j][1], hi, xb);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < PN; ++j) {
+      __m512 s[2], m[2];
+      group_scales<S>(a.scales + (p0 + j) * record_stride, g, s, m);
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) {
+        const float xs = a.xs[(m0 + i) * groups + g];
+        const __m512 sx = _mm512_set1_ps(xs);
+        const __m512 mx = _mm512_set1_ps(xs * static_cast<float>(a.xsum[(m0 + i) * groups + g]));
+        for (int h = 0; h < 2; ++h) {
+          total[i][j][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j][h]), _mm512_mul_ps(s[h], sx), total[i][j][h]);
+          total[i][j][h] = _mm512_fnmadd_ps(m[h], mx, total[i][j][h]);
+        }
+      }
+    }
+  }
+  for (int j = 0; j < PN; ++j) {
+    const int64_t n0 = (p0 + j) * kInt4PanelColumns;
+    const int64_t columns = std::min<int64_t>(kInt4PanelColumns, a.N - n0);
+    for (int i = 0; i < MT; ++i) {
+      alignas(64) float out[kInt4PanelColumns];
+      _mm512_store_ps(out, total[i][j][0]);
+      _mm512_store_ps(out + 16, total[i][j][1]);
+      float* y = a.y + (m0 + i) * a.ldy;
+      for (int64_t c = 0; c < columns; ++c) y[n0 + c] = finish_output(out[c], a.bias, n0 + c, a.act);
+    }
+  }
+}
+
+template <Int4Scheme S>
+void run(const Int4Args& a, int64_t p0, int64_t p1) {
+  int64_t m = 0;
+  for (; m + 4 <= a.M; m += 4) {
+    for (int64_t p = p0; p < p1; ++p) tile<S, 4, 1>(a, m, p);
+  }
+  for (; m + 2 <= a.M; m += 2) {
+    int64_t p = p0;
+    for (; p + 2 <= p1; p += 2) tile<S, 2, 2>(a, m, p);
+    for (; p < p1; ++p) tile<S, 2, 1>(a, m, p);
+  }
+  for (; m < a.M; ++m) {
+    int64_t p = p0;
+    for (; p + 4 <= p1; p += 4) tile<S, 1, 4>(a, m, p);
+    for (; p < p1; ++p) tile<S, 1, 1>(a, m, p);
+  }
+}
+
+}  // namespace
+
+void int4_panels_avx512_vnni(const Int4Args& a, int64_t p0, int64_t p1) {
+  if (a.scheme == Int4Scheme::kSymmetric) {
+    run<Int4Scheme::kSymmetric>(a, p0, p1);
+  } else {
+    run<Int4Scheme::kSuperBlock>(a, p0, p1);
+  }
+}
+
+}  // namespace tessera::cpu::detail
