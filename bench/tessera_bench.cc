@@ -37,7 +37,7 @@ struct Options {
   std::string dtype = "float32";
   std::string quantize = "auto";            // --quantize auto|none|int8 (docs/quantization.md)
   std::string quantize_group = "auto";  // --quantize-group
-  std::vector<std::string> quantize_rules;  // --quantize-rule REGEX=int8|none
+  std::vector<std::string> quantize_rules;  // --quantize-rule REGEX=int8|int4|none
   int prompt_len = 64;
   int gen_len = 32;
   int batch = 1;
@@ -180,10 +180,10 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera-bench: prefill/decode throughput, memory-bandwidth roofline (read bandwidth) and compute roofline (measured peak FMA rate)"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: auto (int8 for a GGUF file with quantized matrices, else none), none or int8")->capture_default_str();
+  app.add_option("--quantize", o.quantize, "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
-  app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|none, repeatable, e.g. lm_head=int8 (default: none)");
+  app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|int4|none, repeatable, e.g. lm_head=int8 (default: none)");
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences run together")->capture_default_str();

@@ -370,6 +370,19 @@ StatusOr<Tensor> Checkpoint::load_slice(const std::string& name, DType dtype, in
   return gather(*e->info, e->owner, dtype, out_dims, outer, count * inner, shape[axis] * inner, begin * inner);
 }
 
+StatusOr<Tensor> Checkpoint::load_blocks(const std::string& name, int axis, int64_t begin, int64_t count) const {
+  const TensorInfo* info = find(name);
+  if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
+  if (!stored_in_ggml_blocks(*info) || info->shape.size() != 2) {
+    return internal_error("tensor '" + name + "' is not a matrix of ggml blocks");
+  }
+  if (axis >= 0 && (axis > 1 || begin < 0 || count < 0 || begin > info->shape[static_cast<size_t>(axis)] - count)) {
+    return invalid_argument("tensor '" + name + "': slice [" + std::to_string(begin) + ", " +
+                            std::to_string(begin + count) + ") along axis " + std::to_string(axis) + " is out of range");
+  }
+  return ggml_block_rows(*info, axis, begin, count);
+}
+
 void Checkpoint::release(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return;

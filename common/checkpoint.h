@@ -56,6 +56,10 @@ class Checkpoint {
   // non-contiguous (strided) PyTorch tensor is always gathered into a contiguous copy.
   StatusOr<Tensor> load_slice(const std::string& name, DType dtype, int axis, int64_t begin,
                               int64_t count) const;
+  // A 2-D GGUF tensor stored in ggml blocks, kept as blocks (ggml_block_rows,
+  // common/gguf/gguf_tensor_rows.h): the whole of it (axis -1) or a slice of rows (axis 0)
+  // or of inputs (axis 1, on block boundaries).
+  StatusOr<Tensor> load_blocks(const std::string& name, int axis, int64_t begin, int64_t count) const;
   // Drops the mapped pages of `name` from this process once a converted copy exists, so
   // that peak RSS stays near the model size. Borrowed tensors stay valid (pages re-read).
   void release(const std::string& name) const;

@@ -235,7 +235,7 @@ Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>
 }
 
 Status read_quant_rules(const YAML::Node& n, const Where& w, std::vector<QuantRuleConfig>* out) {
-  const std::string shape = "{match: REGEX, quantize: int8|none}";
+  const std::string shape = "{match: REGEX, quantize: int8|int4|none}";
   if (n.IsNull()) {
     out->clear();
     return Status::ok();
@@ -257,7 +257,9 @@ Status read_quant_rules(const YAML::Node& n, const Where& w, std::vector<QuantRu
         has_match = true;
       } else if (key == "quantize") {
         TESSERA_RETURN_IF_ERROR(read_enum<WeightQuantization>(
-            kv.second, kw, {{"int8", WeightQuantization::kInt8}, {"none", WeightQuantization::kNone}}, &rule.quantize));
+            kv.second, kw,
+            {{"int8", WeightQuantization::kInt8}, {"int4", WeightQuantization::kInt4}, {"none", WeightQuantization::kNone}},
+            &rule.quantize));
         has_quantize = true;
       } else {
         return kw.error("unknown key" + suggestion(key, {"match", "quantize"}));
@@ -320,7 +322,8 @@ void emit_string_map(YAML::Emitter& out, const std::map<std::string, std::string
 const std::vector<std::pair<const char*, DType>> kDtypes = {
     {"float32", DType::kF32}, {"float16", DType::kF16}, {"bfloat16", DType::kBF16}};
 const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
-    {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8}};
+    {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8},
+    {"int4", WeightQuantization::kInt4}};
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {

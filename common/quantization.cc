@@ -10,6 +10,7 @@ const char* weight_quantization_name(WeightQuantization q) {
     case WeightQuantization::kNone: return "none";
     case WeightQuantization::kInt8: return "int8";
     case WeightQuantization::kAuto: return "auto";
+    case WeightQuantization::kInt4: return "int4";
   }
   return "?";
 }
@@ -18,6 +19,7 @@ std::optional<WeightQuantization> parse_weight_quantization(std::string_view nam
   if (name == "none") return WeightQuantization::kNone;
   if (name == "int8") return WeightQuantization::kInt8;
   if (name == "auto") return WeightQuantization::kAuto;
+  if (name == "int4") return WeightQuantization::kInt4;
   return std::nullopt;
 }
 

@@ -18,14 +18,18 @@ class Regex;
 enum class WeightQuantization : uint8_t {
   kNone,  // weights in the compute dtype (model.dtype)
   kInt8,  // symmetric int8, one f32 scale per group of consecutive input elements of each output row
-  // The default: int8 for a GGUF file whose matrices are stored quantized (so that its q4_K
-  // ... q8_0 blocks take about a byte per weight in memory, not model.dtype's two or four),
-  // none for every other checkpoint. The loader decides once the checkpoint is open
-  // (resolve_quantization, worker/weight_quantization.h) and logs what it chose.
+  // The default: for a GGUF file whose matrices are stored quantized, its q4_0 and q4_K
+  // matrices kept as 4-bit panels value for value and the others int8 (about a byte per
+  // weight in memory, not model.dtype's two or four); none for every other checkpoint. The
+  // loader decides once the checkpoint is open (resolve_quantization,
+  // worker/weight_quantization.h) and logs what it chose.
   kAuto,
+  // 4-bit weights (kernels/int4_layout.h): q4_0 / q4_K matrices of a GGUF file as they are,
+  // every other selected matrix quantized by q4_0's rule (groups of 32, an f16 scale each).
+  kInt4,
 };
-const char* weight_quantization_name(WeightQuantization q);  // "none", "int8", "auto"
-// "none" / "int8" / "auto"; nullopt for anything else.
+const char* weight_quantization_name(WeightQuantization q);  // "none", "int8", "auto", "int4"
+// "none" / "int8" / "auto" / "int4"; nullopt for anything else.
 std::optional<WeightQuantization> parse_weight_quantization(std::string_view name);
 
 // Group sizes a user may choose: a multiple of 32 in [32, 256] (the SIMD kernels read a group
@@ -48,7 +52,7 @@ std::optional<int> parse_quant_group(std::string_view text);
 std::string quant_group_name(int group);  // "auto" or the number
 
 // One ordered override of which linear weights are quantized: the first rule whose regex is
-// found in a linear weight's checkpoint name decides (int8 or kept in the compute dtype).
+// found in a linear weight's checkpoint name decides (int8, int4 or kept in the compute dtype).
 struct QuantRuleConfig {
   std::string match;  // PCRE2 regex, searched (unanchored) in the tensor name
   WeightQuantization quantize = WeightQuantization::kInt8;
@@ -62,8 +66,11 @@ struct QuantizationOptions {
   WeightQuantization kind = WeightQuantization::kAuto;
   int group = kDefaultQuantGroup;
   std::vector<QuantRuleConfig> rules;
-  // Int8 for certain (kAuto is int8 only once resolved against a checkpoint).
-  bool enabled() const { return kind == WeightQuantization::kInt8; }
+  // Set by resolve_quantization for auto on a GGUF file of quantized blocks (kind is then
+  // kInt8): matrices stored as q4_0 or q4_K blocks become 4-bit panels instead, value for value.
+  bool int4_from_blocks = false;
+  // Some weights quantized for certain (kAuto is decided only once resolved against a checkpoint).
+  bool enabled() const { return kind == WeightQuantization::kInt8 || kind == WeightQuantization::kInt4; }
 };
 
 }  // namespace tessera

@@ -7,7 +7,7 @@ namespace tessera {
 StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, const std::string& group,
                                                       const std::vector<std::string>& rules) {
   const std::optional<WeightQuantization> kind = parse_weight_quantization(quantize);
-  if (!kind) return invalid_argument("--quantize: unsupported \"" + quantize + "\" (expected auto, none or int8)");
+  if (!kind) return invalid_argument("--quantize: unsupported \"" + quantize + "\" (expected auto, none, int8 or int4)");
   const std::optional<int> g = parse_quant_group(group);
   if (!g) return invalid_argument("--quantize-group: expected auto or a multiple of 32 in [32, 256], got \"" + group + "\"");
   QuantizationOptions q;
@@ -18,7 +18,7 @@ StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantiz
     const std::optional<WeightQuantization> to =
         eq == std::string::npos ? std::nullopt : parse_weight_quantization(text.substr(eq + 1));
     if (eq == std::string::npos || eq == 0 || !to || *to == WeightQuantization::kAuto) {
-      return invalid_argument("--quantize-rule \"" + text + "\": expected REGEX=int8 or REGEX=none");
+      return invalid_argument("--quantize-rule \"" + text + "\": expected REGEX=int8, REGEX=int4 or REGEX=none");
     }
     QuantRuleConfig rule;
     rule.match = text.substr(0, eq);
@@ -27,7 +27,7 @@ StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantiz
       return invalid_argument("--quantize-rule \"" + text + "\": " + st.message());
     q.rules.push_back(std::move(rule));
   }
-  if (!q.rules.empty() && !q.enabled()) return invalid_argument("--quantize-rule needs --quantize int8");
+  if (!q.rules.empty() && !q.enabled()) return invalid_argument("--quantize-rule needs --quantize int8 or int4");
   return q;
 }
 

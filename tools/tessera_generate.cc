@@ -297,12 +297,12 @@ int main(int argc, char** argv) {
                                   "random seed for sampling (prompt i uses seed + i) (default: none, each sequence "
                                   "seeded from its id)");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: auto (int8 for a GGUF file with quantized matrices, else none), none or int8 (model.quantization)")
+  app.add_option("--quantize", o.quantize, "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4 (model.quantization)")
       ->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,
-                 "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
+                 "REGEX=int8|int4|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");

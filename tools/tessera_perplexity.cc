@@ -220,11 +220,11 @@ int main(int argc, char** argv) {
   auto* context_opt =
       app.add_option("--context", o.context, "tokens per chunk (default: the model's context); chunks share one token");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: auto (int8 for a GGUF file with quantized matrices, else none), none or int8")->capture_default_str();
+  app.add_option("--quantize", o.quantize, "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,
-                 "REGEX=int8|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
+                 "REGEX=int8|int4|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
   app.add_option("--tensor-parallel", o.tensor_parallel, "run through N tessera-worker processes")->capture_default_str();
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();

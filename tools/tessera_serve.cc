@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
                  "weight type: float32, float16 or bfloat16 (model.dtype) (default: float16; float32 without --config)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   app.add_option("--quantize", quantize,
-                 "weight quantization: auto (int8 for a GGUF file with quantized matrices, else none), none or int8 "
+                 "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4 "
                  "(model.quantization; docs/quantization.md) (default: auto)")
-      ->check(CLI::IsMember({"auto", "none", "int8"}));
+      ->check(CLI::IsMember({"auto", "none", "int8", "int4"}));
   app.add_option("--host", host, "HTTP host (server.http.host) (default: 127.0.0.1)");
   app.add_option("--port", port, "HTTP port, 0 = any free port (server.http.port) (default: 8000)")
       ->check(CLI::Range(0, 65535));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/gguf/gguf_file.h"
+#include "common/logging.h"
 #include "common/tensor_arena.h"
 #include "worker/weight_quantization.h"
 
@@ -56,14 +58,19 @@ Tensor transpose(const Tensor& t) {
   return out;
 }
 
+// Which q4_0 / q4_K matrices the reader keeps as blocks for 4-bit panels: none, every one
+// (model.quantization int4), or those whose tensor-parallel split falls on block boundaries
+// (auto on a GGUF file).
+enum class Q4Blocks { kNo, kAlways, kWhereAligned };
+
 // Reads tensors (or this rank's slice of them) by name, checking each against the shape
 // config.json implies, so a mismatched checkpoint fails with the tensor's name rather than
 // garbage output. Linear weights are addressed in the logical [out, in] layout whatever
 // their storage (conv1d: stored [in, out]).
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies)
-      : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d), own_copies_(own_copies) {}
+  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies, Q4Blocks keep_q4_blocks)
+      : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d), own_copies_(own_copies), keep_q4_blocks_(keep_q4_blocks) {}
 
   // The first alternative of a "a|b" name the checkpoint has (the first one when none).
   std::string resolve(const std::string& names) const {
@@ -157,7 +164,13 @@ class WeightReader {
   StatusOr<LinearWeights> linear(const std::string& weight_name, int64_t out, int64_t in, Slice slice = {},
                                  bool add_bias = true) {
     LinearWeights l;
-    TESSERA_ASSIGN_OR_RETURN(l.w, matrix(weight_name, out, in, slice));
+    const int32_t blocks = q4_blocks(weight_name, slice);
+    if (blocks >= 0) {
+      TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(weight_name, out, in, slice));
+      l.ggml_blocks = blocks;
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(l.w, matrix(weight_name, out, in, slice));
+    }
     if (add_bias) {
       const Slice bias_slice = slice.axis == 0 ? slice : Slice{};
       TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {out}, bias_slice));
@@ -175,6 +188,9 @@ class WeightReader {
     std::vector<LinearWeights> parts;
     int64_t total = 0;
     const Reshaping stacked(this);
+    // Kept as blocks only when every part is, of one type (a q4_K_M file stores some
+    // layers' V as q6_K beside a q4_K Q and K: that QKV is decoded).
+    const KeepingBlocks keep(this, same_q4_blocks(segs));
     for (const RowSegment& s : segs) {
       TESSERA_ASSIGN_OR_RETURN(LinearWeights p, linear(s.name, s.out, in, rows(s.begin, s.count)));
       if (!parts.empty() && p.b.empty() != parts[0].b.empty()) {
@@ -185,7 +201,10 @@ class WeightReader {
       parts.push_back(std::move(p));
     }
     LinearWeights packed;
-    packed.w = own_copies_ ? arena_.zeros({total, in}, parts[0].w.dtype()) : Tensor::zeros({total, in}, parts[0].w.dtype());
+    const int64_t width = parts[0].w.dim(1);  // `in`, or the bytes of a row of blocks
+    packed.w = own_copies_ ? arena_.zeros({total, width}, parts[0].w.dtype())
+                           : Tensor::zeros({total, width}, parts[0].w.dtype());
+    packed.ggml_blocks = parts[0].ggml_blocks;
     char* dst = packed.w.data<char>();
     for (const LinearWeights& p : parts) {
       std::memcpy(dst, p.w.data<char>(), p.w.nbytes());
@@ -216,6 +235,58 @@ class WeightReader {
   DType dtype() const { return dtype_; }
 
  private:
+  // The ggml type of `name` when it is to be read as blocks (4-bit panels asked for, a q4_0
+  // / q4_K matrix, not transposed on the way); -1 otherwise. A tensor-parallel split of its
+  // inputs that falls inside a block is refused by the loader (Checkpoint::load_blocks) when
+  // int4 was asked for; under auto that matrix is decoded instead, and the log says so.
+  int32_t q4_blocks(const std::string& name, Slice slice = {}) const {
+    if (keep_q4_blocks_ == Q4Blocks::kNo || conv1d_) return -1;
+    const TensorInfo* info = ckpt_.find(name);
+    if (info == nullptr || info->shape.size() != 2 || info->value_offset != 0.0f) return -1;
+    const auto type = static_cast<GgmlType>(info->ggml_type);
+    if (info->ggml_type < 0 || (type != GgmlType::kQ4_0 && type != GgmlType::kQ4_K)) return -1;
+    const int64_t block = ggml_type_traits(static_cast<uint32_t>(info->ggml_type))->block_elems;
+    if (slice.axis == 1 && (slice.begin % block != 0 || slice.count % block != 0) &&
+        keep_q4_blocks_ == Q4Blocks::kWhereAligned) {
+      TESSERA_LOG_WARN("model.quantization auto: \"{}\" is split at inputs [{}, {}), inside its {}-input {} blocks; "
+                       "this rank decodes it (int8) instead of keeping its 4-bit blocks",
+                       name, slice.begin, slice.begin + slice.count, block, ggml_type_name(info->ggml_type));
+      return -1;
+    }
+    return info->ggml_type;
+  }
+
+  bool same_q4_blocks(const std::vector<RowSegment>& segs) const {
+    const int32_t first = q4_blocks(segs[0].name);
+    for (const RowSegment& s : segs) {
+      if (q4_blocks(s.name) != first || first < 0) return false;
+    }
+    return true;
+  }
+
+  // A q4 matrix's rows as blocks, the shape checked as load_as does.
+  StatusOr<Tensor> blocks_matrix(const std::string& name, int64_t out, int64_t in, Slice slice) {
+    const TensorInfo* info = ckpt_.find(name);
+    if (info->shape != std::vector<int64_t>{out, in}) {
+      return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
+                              " but config.json implies " + shape_str({out, in}));
+    }
+    TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count));
+    ckpt_.release(name);
+    total_bytes_ += static_cast<int64_t>(t.nbytes());
+    return t;
+  }
+
+  // While a KeepingBlocks(false) lives, q4 matrices are decoded like any other.
+  struct KeepingBlocks {
+    KeepingBlocks(WeightReader* r, bool keep) : r_(r), was_(r->keep_q4_blocks_) {
+      if (!keep) r->keep_q4_blocks_ = Q4Blocks::kNo;
+    }
+    ~KeepingBlocks() { r_->keep_q4_blocks_ = was_; }
+    WeightReader* r_;
+    Q4Blocks was_;
+  };
+
   // From this size on a tensor is given its own copy when own_copies_: any that would be
   // used in place, and converted ones below a huge page (larger ones already are on them).
   static constexpr size_t kOwnCopyBytes = size_t{64} << 10;
@@ -233,6 +304,7 @@ class WeightReader {
   DType dtype_;
   bool conv1d_;
   bool own_copies_;  // WeightLoadOptions::own_copies
+  Q4Blocks keep_q4_blocks_;
   int64_t total_bytes_ = 0;
 };
 
@@ -517,7 +589,14 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   // GPTQ/AWQ tensors would otherwise surface as a missing ".weight" tensor.
   TESSERA_RETURN_IF_ERROR(check_not_prequantized(checkpoint));
   // GGUF files hold every linear weight [out, in]: llama.cpp's converter transposed GPT-2's.
-  WeightReader r(checkpoint, options.dtype, a.conv1d_weights && !checkpoint.from_gguf(), options.own_copies);
+  // Resolved once here: the reader keeps q4_0 / q4_K matrices as blocks when 4-bit panels
+  // are to be made of them.
+  const QuantizationOptions quant = resolve_quantization(options.quant, checkpoint);
+  const Q4Blocks q4_blocks = quant.kind == WeightQuantization::kInt4 ? Q4Blocks::kAlways
+                             : quant.int4_from_blocks              ? Q4Blocks::kWhereAligned
+                                                                   : Q4Blocks::kNo;
+  WeightReader r(checkpoint, options.dtype, a.conv1d_weights && !checkpoint.from_gguf(), options.own_copies,
+                 q4_blocks);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);
@@ -565,7 +644,8 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
     TESSERA_ASSIGN_OR_RETURN(mw.lm_head.b, r.load_optional(bias_name(head_name), {c.vocab}, vocab_rows));
   }
   TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta,
-                           quantize_model_weights(mw, c, checkpoint, options.quant, options.plan, options.int8_layout));
+                           quantize_model_weights(mw, c, checkpoint, quant, options.plan, options.int8_layout,
+                                                  options.dtype));
   mw.total_bytes = r.total_bytes() + quantized_delta;
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());
   for (const LayerWeights& lw : mw.layers) decode += layer_decode_bytes(lw, c);

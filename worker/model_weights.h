@@ -19,7 +19,12 @@ namespace tessera {
 struct LinearWeights {
   Tensor w;  // [out, in]: the compute dtype, or int8 (docs/quantization.md), or int8 panels
   Tensor b;  // [out] or empty
-  Tensor scales;  // int8 w only: f32 [out, in / group], or the panels' [ceil(out / 32), in / group, 32]
+  Tensor scales;  // int8 w only: f32 [out, in / group], or the panels' [ceil(out / 32), in / group, 32];
+                  // 4-bit w (u8 nibble panels, kernels/int4_layout.h): f16 or u8 records
+  // Load time only: w holds this rank's rows of a GGUF matrix as ggml blocks of this type
+  // (u8 [out, bytes per row]; q4_0 or q4_K), kept for quantize_model_weights to pack as
+  // 4-bit panels value for value. -1 once loaded (every other weight).
+  int32_t ggml_blocks = -1;
 };
 
 // How int8 weights are stored: row-major [out, in] with scales [out, groups] (every
@@ -28,9 +33,11 @@ struct LinearWeights {
 // kernels read in place instead of repacking rows on every call.
 enum class Int8WeightLayout { kRows, kCpuPanels };
 
-// The input width of a linear layer, in either layout.
+// The input width of a linear layer, in any layout (int8 panels hold 2 inputs per byte
+// pair step, 4-bit panels 4 per 64-byte step).
 inline int64_t linear_in_features(const LinearWeights& l) {
-  return l.w.view().ndim == 3 ? l.w.dim(1) * 2 : l.w.dim(1);
+  if (l.w.view().ndim != 3) return l.w.dim(1);
+  return l.w.dtype() == DType::kU8 ? l.w.dim(1) * 4 : l.w.dim(1) * 2;
 }
 
 // One MLP: a dense layer's, one expert's, or a shared expert's. gate and gate_up only when

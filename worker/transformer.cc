@@ -231,6 +231,8 @@ void Transformer::layer_forward(int l, const TensorView& x, const TensorView* pe
 void Transformer::project(const LinearWeights& w, const TensorView& x, const TensorView& out, Activation act) {
   if (w.w.dtype() == DType::kI8) {
     backend_.linear_int8(x, w.w, w.scales, w.b, out, act);
+  } else if (w.w.dtype() == DType::kU8) {
+    backend_.linear_int4(x, w.w, w.scales, w.b, out, act);
   } else if (act == Activation::kNone) {
     backend_.linear(x, w.w, w.b, out);
   } else {

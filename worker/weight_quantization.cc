@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <set>
 
+#include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_tensor_rows.h"
 #include "common/logging.h"
 #include "common/tensor_arena.h"
 #include "common/tokenizer/regex.h"
+#include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_panels.h"
 #include "worker/arch_spec.h"
@@ -69,34 +71,36 @@ class Selector {
            "')";
   }
 
-  // Whether `cand` becomes int8; an error when a rule asks int8 where it cannot be.
-  StatusOr<bool> wants_int8(const Candidate& cand) {
-    std::optional<bool> decided;
+  // What `cand` becomes (none, int8 or int4); an error when a rule asks for quantization
+  // where it cannot be.
+  StatusOr<WeightQuantization> kind_for(const Candidate& cand) {
+    std::optional<WeightQuantization> decided;
     std::string first;
     for (const std::string& name : cand.sources) {
       const TpRole r = role(name, cand.structural_role);
       const int rule = rule_for(name);
-      bool int8 = r == TpRole::kColumn || r == TpRole::kRow;  // the default: split linears
-      if (rule >= 0) int8 = q_.rules[static_cast<size_t>(rule)].quantize == WeightQuantization::kInt8;
-      if (int8 && r == TpRole::kKeep) {
-        return invalid_argument(rule_text(rule) + ": \"" + name +
-                                "\" is kept whole by the TP plan (role keep); int8 applies only to column- and "
-                                "row-parallel linears and the LM head");
+      // The default: split linears
+      WeightQuantization kind = r == TpRole::kColumn || r == TpRole::kRow ? q_.kind : WeightQuantization::kNone;
+      if (rule >= 0) kind = q_.rules[static_cast<size_t>(rule)].quantize;
+      if (kind != WeightQuantization::kNone && r == TpRole::kKeep) {
+        return invalid_argument(rule_text(rule) + ": \"" + name + "\" is kept whole by the TP plan (role keep); " +
+                                weight_quantization_name(kind) +
+                                " applies only to column- and row-parallel linears and the LM head");
       }
-      if (decided && *decided != int8) {
+      if (decided && *decided != kind) {
         return invalid_argument("model.quantization_rules: \"" + first + "\" and \"" + name +
                                 "\" are packed into one matrix (kernel_inject) and must be quantized alike");
       }
-      decided = int8;
+      decided = kind;
       if (first.empty()) first = name;
     }
-    return decided.value_or(false);
+    return decided.value_or(WeightQuantization::kNone);
   }
 
-  // Rules asking int8 for the embedding (a lookup table), and rules that matched nothing.
+  // Rules quantizing the embedding (a lookup table), and rules that matched nothing.
   Status check_rules(const std::string& embed_name, bool tied) {
     const int rule = rule_for(embed_name);
-    if (rule >= 0 && q_.rules[static_cast<size_t>(rule)].quantize == WeightQuantization::kInt8) {
+    if (rule >= 0 && q_.rules[static_cast<size_t>(rule)].quantize != WeightQuantization::kNone) {
       return invalid_argument(rule_text(rule) + ": \"" + embed_name + "\" is the embedding, a lookup table" +
                               (tied ? " that the LM head shares (tie_word_embeddings)" : "") +
                               "; it stays in the compute dtype");
@@ -200,78 +204,164 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   std::set<std::string> block_types;
   for (const std::string& name : checkpoint.tensor_names()) {
     const TensorInfo* info = checkpoint.find(name);
-    if (stored_in_ggml_blocks(*info) && info->shape.size() == 2) block_types.insert(info->stored_dtype);
+    if (!stored_in_ggml_blocks(*info) || info->shape.size() != 2) continue;
+    block_types.insert(info->stored_dtype);
+    const auto type = static_cast<GgmlType>(info->ggml_type);
+    q.int4_from_blocks |= type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K;
   }
   if (block_types.empty()) return q;
   q.kind = WeightQuantization::kInt8;
+  // int8 weights made from blocks of 32 (q8_0, q5_0 ...) or of 16 (q6_K's sub-blocks) keep
+  // a scale per 32 inputs: 128 would fold four of the file's scales into one.
+  if (q.group == kAutoQuantGroup) q.group = kInt4Group;
   std::string types;
   for (const std::string& t : block_types) types += (types.empty() ? "" : ", ") + t;
-  TESSERA_LOG_INFO("model.quantization auto: int8 weights, since {} stores its matrices as {} blocks "
-                   "(model.quantization: none decodes them to model.dtype instead)",
-                   checkpoint.path(), types);
+  TESSERA_LOG_INFO("model.quantization auto: {} stores its matrices as {} blocks: {}int8 for the others "
+                   "(model.quantization: none decodes them all to model.dtype instead)",
+                   checkpoint.path(), types,
+                   q.int4_from_blocks ? "the q4_0 and q4_K ones kept as 4-bit weights, " : "");
   return q;
 }
 
+namespace {
+
+// A matrix of ggml blocks (LinearWeights::ggml_blocks) decoded to `dtype`, in place.
+Status decode_blocks(LinearWeights& l, DType dtype) {
+  TESSERA_ASSIGN_OR_RETURN(l.w, decode_ggml_block_rows(l.w, l.ggml_blocks, dtype));
+  l.ggml_blocks = -1;
+  return Status::ok();
+}
+
+// l as int4 panels (kernels/int4_layout.h): q4_0 / q4_K blocks value for value, anything
+// else by q4_0's rule from its floats. `names` for the error of an input width that is not
+// a multiple of 32.
+Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names) {
+  const int64_t N = l.w.dim(0);
+  const bool blocks = l.ggml_blocks >= 0;
+  const bool super_block = blocks && static_cast<GgmlType>(l.ggml_blocks) == GgmlType::kQ4_K;
+  const Int4Scheme scheme = super_block ? Int4Scheme::kSuperBlock : Int4Scheme::kSymmetric;
+  int64_t K = l.w.dim(1);
+  if (blocks) {
+    const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(l.ggml_blocks));
+    K = l.w.dim(1) / traits->block_bytes * traits->block_elems;
+  } else if (K % kInt4Group != 0) {
+    return invalid_argument("model.quantization int4: the input dimension " + std::to_string(K) + " of " + names +
+                            " (this rank's matrix is [" + std::to_string(N) + ", " + std::to_string(K) +
+                            "]) is not a multiple of 32, the 4-bit group; leave it in the compute dtype or int8 with "
+                            "a model.quantization_rules entry");
+  }
+  const int64_t P = int4_panel_count(N);
+  Tensor nibbles = arena.zeros({P, K / 4, 64}, DType::kU8);
+  Tensor scales = scheme == Int4Scheme::kSymmetric ? arena.zeros({P, K / kInt4Group, kInt4PanelColumns}, DType::kF16)
+                                                   : arena.zeros({P, K / kInt4SuperBlock, kInt4SuperRecordBytes}, DType::kU8);
+  if (blocks) {
+    const int64_t row_bytes = l.w.dim(1);
+    if (super_block) {
+      cpu::pack_int4_from_q4_k(l.w.data<uint8_t>(), row_bytes, N, K, nibbles.data<uint8_t>(), scales.data<uint8_t>());
+    } else {
+      cpu::pack_int4_from_q4_0(l.w.data<uint8_t>(), row_bytes, N, K, nibbles.data<uint8_t>(), scales.data<uint8_t>());
+    }
+  } else {
+    std::vector<float> w(static_cast<size_t>(N * K));
+    convert_elements(l.w.view().data, l.w.dtype(), w.data(), DType::kF32, w.size());
+    cpu::quantize_int4(w.data(), N, K, nibbles.data<uint8_t>(), scales.data<uint8_t>());
+  }
+  l.w = std::move(nibbles);
+  l.scales = std::move(scales);
+  l.ggml_blocks = -1;
+  return Status::ok();
+}
+
+// l as int8 in `layout` with groups of `group` (checked by the caller).
+void make_int8(LinearWeights& l, TensorArena& arena, int64_t group, Int8WeightLayout layout) {
+  const int64_t N = l.w.dim(0), K = l.w.dim(1);
+  Tensor w8, scales;
+  if (layout == Int8WeightLayout::kCpuPanels) {
+    // Quantized row-major into a scratch copy, then moved into panels: only one matrix's
+    // rows are ever held twice.
+    std::vector<int8_t> rows(static_cast<size_t>(N * K));
+    std::vector<float> row_scales(static_cast<size_t>(N * (K / group)));
+    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, rows.data(), row_scales.data());
+    const int64_t panels = cpu::int8_panel_count(N);
+    w8 = arena.zeros({panels, K / 2, 2 * cpu::kInt8PanelColumns}, DType::kI8);
+    scales = arena.zeros({panels, K / group, cpu::kInt8PanelColumns}, DType::kF32);
+    cpu::pack_int8_panels(rows.data(), row_scales.data(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+  } else {
+    w8 = arena.zeros({N, K}, DType::kI8);
+    scales = arena.zeros({N, K / group}, DType::kF32);
+    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+  }
+  l.w = std::move(w8);
+  l.scales = std::move(scales);
+}
+
+std::string quoted_names(const std::vector<std::string>& sources) {
+  std::string names;
+  for (const std::string& n : sources) names += (names.empty() ? "\"" : " + \"") + n + "\"";
+  return names;
+}
+
+}  // namespace
+
 StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c, const Checkpoint& checkpoint,
                                          const QuantizationOptions& options, const TpPlan* plan,
-                                         Int8WeightLayout layout) {
+                                         Int8WeightLayout layout, DType dtype) {
   const QuantizationOptions q = resolve_quantization(options, checkpoint);
-  if (!q.enabled()) return int64_t{0};
   if (q.group != kAutoQuantGroup && !valid_quant_group(q.group)) {
     return invalid_argument("model.quantization_group: expected auto or a multiple of 32 in [32, 256], got " +
                             std::to_string(q.group));
   }
+  if (q.kind == WeightQuantization::kInt4 && q.group != kAutoQuantGroup && q.group != kInt4Group) {
+    return invalid_argument("model.quantization_group " + std::to_string(q.group) +
+                            " with model.quantization int4: 4-bit weights have a scale per 32 inputs; set the group "
+                            "to auto or 32 (it sets int8 weights' groups)");
+  }
   Selector s(c, checkpoint, q, plan);
   std::vector<Candidate> list = candidates(mw, c, s);
-  // The LM head: int8 only when a rule asks; never when it is the embedding itself.
+  // The LM head: quantized only when a rule asks; never when it is the embedding itself.
   const std::string embed = s.resolve(TensorRole::kEmbed, -1);
   const bool tied = mw.lm_head.w.view().data == mw.embed.view().data;
   if (!tied) list.push_back({&mw.lm_head, {s.resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
 
   int64_t delta = 0;
-  TensorArena arena;  // most int8 matrices are under a huge page (Tensor::zeros, TensorArena)
+  TensorArena arena;  // most quantized matrices are under a huge page (Tensor::zeros, TensorArena)
   for (const Candidate& cand : list) {
-    // The LM head (role vocab) is int8 only when a rule asks.
-    TESSERA_ASSIGN_OR_RETURN(const bool int8, s.wants_int8(cand));
-    if (!int8) continue;
     LinearWeights& l = *cand.weights;
-    const int64_t N = l.w.dim(0), K = l.w.dim(1);
-    // The kernels read a tensor's group off its scales' shape (K / columns).
-    const int64_t group = q.group == kAutoQuantGroup ? auto_quant_group(K) : q.group;
-    if (group == 0 || K % group != 0) {
-      std::string names;
-      for (const std::string& n : cand.sources) names += (names.empty() ? "\"" : " + \"") + n + "\"";
-      return invalid_argument("model.quantization_group " + quant_group_name(q.group) +
-                              (q.group == kAutoQuantGroup ? " found no group (128, 64 or 32) dividing"
-                                                          : " does not divide") +
-                              " the input dimension " + std::to_string(K) + " of " + names +
-                              " (this rank's matrix is [" + std::to_string(N) + ", " +
-                              std::to_string(K) + "]); " + divisors_hint(K));
+    WeightQuantization kind = WeightQuantization::kNone;
+    if (q.enabled()) {
+      TESSERA_ASSIGN_OR_RETURN(kind, s.kind_for(cand));
     }
-    Tensor w8, scales;
-    if (layout == Int8WeightLayout::kCpuPanels) {
-      // Quantized row-major into a scratch copy, then moved into panels: only one matrix's
-      // rows are ever held twice.
-      std::vector<int8_t> rows(static_cast<size_t>(N * K));
-      std::vector<float> row_scales(static_cast<size_t>(N * (K / group)));
-      cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, rows.data(), row_scales.data());
-      const int64_t panels = cpu::int8_panel_count(N);
-      w8 = arena.zeros({panels, K / 2, 2 * cpu::kInt8PanelColumns}, DType::kI8);
-      scales = arena.zeros({panels, K / group, cpu::kInt8PanelColumns}, DType::kF32);
-      cpu::pack_int8_panels(rows.data(), row_scales.data(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+    // auto on a GGUF file: the q4_0 / q4_K matrices it quantizes become 4-bit panels.
+    if (kind == WeightQuantization::kInt8 && q.int4_from_blocks && l.ggml_blocks >= 0) kind = WeightQuantization::kInt4;
+    const int64_t before = bytes(l.w) + bytes(l.scales);
+    if (kind == WeightQuantization::kInt4) {
+      TESSERA_RETURN_IF_ERROR(make_int4(l, arena, quoted_names(cand.sources)));
     } else {
-      w8 = arena.zeros({N, K}, DType::kI8);
-      scales = arena.zeros({N, K / group}, DType::kF32);
-      cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+      // Blocks kept for 4-bit panels that are not to be 4-bit after all (a rule, a kept role).
+      if (l.ggml_blocks >= 0) TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));
+      if (kind == WeightQuantization::kNone) {
+        delta += bytes(l.w) - before;
+        continue;
+      }
+      const int64_t N = l.w.dim(0), K = l.w.dim(1);
+      // The kernels read a tensor's group off its scales' shape (K / columns).
+      const int64_t group = q.group == kAutoQuantGroup ? auto_quant_group(K) : q.group;
+      if (group == 0 || K % group != 0) {
+        return invalid_argument("model.quantization_group " + quant_group_name(q.group) +
+                                (q.group == kAutoQuantGroup ? " found no group (128, 64 or 32) dividing"
+                                                            : " does not divide") +
+                                " the input dimension " + std::to_string(K) + " of " + quoted_names(cand.sources) +
+                                " (this rank's matrix is [" + std::to_string(N) + ", " + std::to_string(K) + "]); " +
+                                divisors_hint(K));
+      }
+      make_int8(l, arena, group, layout);
     }
-    delta += bytes(w8) + bytes(scales) - bytes(l.w);
-    l.w = std::move(w8);
-    l.scales = std::move(scales);
+    delta += bytes(l.w) + bytes(l.scales) - before;
     // A weight used in place from the mapped checkpoint has no reader left: drop its pages so
-    // the rank's memory is its int8 share (a page read again would come back from the file).
+    // the rank's memory is its quantized share (a page read again would come back from the file).
     for (const std::string& name : cand.sources) checkpoint.release(name);
   }
-  TESSERA_RETURN_IF_ERROR(s.check_rules(embed, tied));
+  if (q.enabled()) TESSERA_RETURN_IF_ERROR(s.check_rules(embed, tied));
   return delta;
 }
 

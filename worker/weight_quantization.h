@@ -19,24 +19,29 @@ namespace tessera {
 // refused with one line naming what was found.
 Status check_not_prequantized(const Checkpoint& checkpoint);
 
-// model.quantization auto made definite for `checkpoint`: int8 when it is a GGUF file with a
-// matrix stored in quantized blocks (logged once, naming the block types), none otherwise;
-// int8 and none are returned as they are.
+// model.quantization auto made definite for `checkpoint`: for a GGUF file with a matrix
+// stored in quantized blocks, int8 with int4_from_blocks set when some are q4_0 or q4_K
+// (logged once, naming the block types); none otherwise. Other kinds are returned as they are.
 QuantizationOptions resolve_quantization(const QuantizationOptions& options, const Checkpoint& checkpoint);
 
 // Quantizes, in place, every linear weight of `weights` that `options` (resolved as above)
-// selects:
+// selects, to options.kind (int8 or int4):
 //  - by default the column- and row-parallel linears of the TP plan (attention, MLPs, every
 //    expert and the shared expert); embeddings, norms, routers, gates kept whole and the LM
 //    head stay in the compute dtype (plan == nullptr: the built-in policy, the same split);
-//  - options.rules (the first regex found in a weight's checkpoint name decides) override
-//    that, except that a tensor the plan keeps whole, the embedding and a tied LM head can
-//    never be int8, and a rule that matches no linear weight is an error.
-// A packed matrix (fused QKV, gate|up) is quantized only if all its sources are. Errors
-// name the tensor: a group that does not divide this rank's input dimension among them.
-// Stored in `layout` (Int8WeightLayout, worker/model_weights.h). Returns the change in weight bytes (negative).
+//  - options.rules (the first regex found in a weight's checkpoint name decides: int8, int4
+//    or none) override that, except that a tensor the plan keeps whole, the embedding and a
+//    tied LM head are never quantized, and a rule that matches no linear weight is an error.
+// A matrix the loader kept as q4_0 / q4_K blocks (LinearWeights::ggml_blocks) becomes 4-bit
+// panels value for value when it is to be quantized (int4, or int8 with int4_from_blocks),
+// and is decoded to `dtype` otherwise. A packed matrix (fused QKV, gate|up) is quantized
+// only if all its sources are. Errors name the tensor: a group that does not divide this
+// rank's input dimension. int8 is stored in `layout` (Int8WeightLayout,
+// worker/model_weights.h), 4-bit weights in the one layout every backend reads. Returns the
+// change in weight bytes.
 StatusOr<int64_t> quantize_model_weights(ModelWeights& weights, const ModelConfig& config,
                                          const Checkpoint& checkpoint, const QuantizationOptions& options,
-                                         const TpPlan* plan, Int8WeightLayout layout = Int8WeightLayout::kRows);
+                                         const TpPlan* plan, Int8WeightLayout layout = Int8WeightLayout::kRows,
+                                         DType dtype = DType::kF32);
 
 }  // namespace tessera

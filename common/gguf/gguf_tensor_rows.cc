@@ -1,5 +1,6 @@
 #include "common/gguf/gguf_tensor_rows.h"
 
+#include <cstring>
 #include <vector>
 
 #include "common/gguf/ggml_dequant.h"
@@ -76,6 +77,50 @@ StatusOr<Tensor> decode_ggml_rows(const TensorInfo& info, DType dtype, int axis,
     if (info.value_offset != 0.0f)
       for (float& v : row) v += info.value_offset;
     convert_elements(row.data() + col_begin, DType::kF32, dst + r * dst_row_bytes, dtype, static_cast<size_t>(cols));
+  }
+  return out;
+}
+
+StatusOr<Tensor> ggml_block_rows(const TensorInfo& info, int axis, int64_t begin, int64_t count) {
+  const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(info.ggml_type));
+  if (traits == nullptr || info.shape.size() != 2 || info.value_offset != 0.0f) {
+    return internal_error(info.file + ": tensor '" + info.name + "' cannot be read as rows of ggml blocks");
+  }
+  const int64_t rows = info.shape[0], row_len = info.shape[1];
+  const int64_t row_bytes = row_len / traits->block_elems * traits->block_bytes;
+  const int64_t row_begin = axis == 0 ? begin : 0, row_count = axis == 0 ? count : rows;
+  const int64_t col_begin = axis == 1 ? begin : 0, col_count = axis == 1 ? count : row_len;
+  if (col_begin % traits->block_elems != 0 || col_count % traits->block_elems != 0) {
+    return invalid_argument("tensor '" + info.name + "' (" + traits->name + ", blocks of " +
+                            std::to_string(traits->block_elems) + " inputs) cannot be split at inputs [" +
+                            std::to_string(col_begin) + ", " + std::to_string(col_begin + col_count) +
+                            "): the split falls inside a block");
+  }
+  const int64_t offset = col_begin / traits->block_elems * traits->block_bytes;
+  const int64_t bytes = col_count / traits->block_elems * traits->block_bytes;
+  Tensor out = Tensor::zeros({row_count, bytes}, DType::kU8);
+  const auto* src = static_cast<const uint8_t*>(info.data);
+  for (int64_t r = 0; r < row_count; ++r) {
+    const int64_t logical = row_begin + r;
+    const int64_t stored = info.row_order.empty() ? logical : info.row_order[static_cast<size_t>(logical)];
+    std::memcpy(out.data<uint8_t>() + r * bytes, src + stored * row_bytes + offset, static_cast<size_t>(bytes));
+  }
+  return out;
+}
+
+StatusOr<Tensor> decode_ggml_block_rows(const Tensor& blocks, int32_t type, DType dtype) {
+  const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(type));
+  if (traits == nullptr || blocks.view().ndim != 2 || blocks.dim(1) % traits->block_bytes != 0) {
+    return internal_error("rows of ggml blocks of an unknown type or size");
+  }
+  const int64_t rows = blocks.dim(0), row_len = blocks.dim(1) / traits->block_bytes * traits->block_elems;
+  Tensor out = Tensor::zeros({rows, row_len}, dtype);
+  std::vector<float> row(static_cast<size_t>(row_len));
+  for (int64_t r = 0; r < rows; ++r) {
+    TESSERA_RETURN_IF_ERROR(
+        dequantize_ggml(static_cast<uint32_t>(type), blocks.data<uint8_t>() + r * blocks.dim(1), row_len, row.data()));
+    convert_elements(row.data(), DType::kF32, out.data<char>() + r * row_len * static_cast<int64_t>(dtype_size(dtype)),
+                     dtype, static_cast<size_t>(row_len));
   }
   return out;
 }

@@ -23,4 +23,13 @@ bool needs_ggml_row_decoding(const TensorInfo& info);
 // decoded into a new tensor of `dtype` (f32, f16 or bf16). The caller has checked the range.
 StatusOr<Tensor> decode_ggml_rows(const TensorInfo& info, DType dtype, int axis, int64_t begin, int64_t count);
 
+// The same slice of a 2-D tensor stored in ggml blocks, kept as blocks: u8 [rows, bytes of
+// the row slice], rows in row_order's logical order (a row's blocks are never reordered).
+// A column slice (axis 1) must start and end on block boundaries; otherwise the error gives
+// the numbers (a tensor-parallel split inside a block). value_offset must be 0.
+StatusOr<Tensor> ggml_block_rows(const TensorInfo& info, int axis, int64_t begin, int64_t count);
+// Rows of `blocks` (as ggml_block_rows returns them) of ggml type `type`, decoded to
+// `dtype`: [rows, elements per row].
+StatusOr<Tensor> decode_ggml_block_rows(const Tensor& blocks, int32_t type, DType dtype);
+
 }  // namespace tessera

@@ -70,14 +70,14 @@ TEST(QuantizationConfigTest, BadValuesNameTheKey) {
     std::string yaml, needle;
   };
   for (const Case& k : std::vector<Case>{
-           {"model: {quantization: int4}", "model.quantization: expected auto | none | int8, got 'int4'"},
+           {"model: {quantization: int2}", "model.quantization: expected auto | none | int8 | int4, got 'int2'"},
            {"model: {quantization_group: 48}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got '48'"},
            {"model: {quantization_group: 512}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got '512'"},
            {"model: {quantization_group: automatic}", "model.quantization_group: expected \"auto\" or a multiple of 32 in [32, 256], got 'automatic'"},
            {"model: {quantization_group: [64]}", "model.quantization_group: expected \"auto\" or a multiple of 32"},
-           {"model: {quantization_rules: lm_head}", "model.quantization_rules: expected a list of {match: REGEX, quantize: int8|none}"},
+           {"model: {quantization_rules: lm_head}", "model.quantization_rules: expected a list of {match: REGEX, quantize: int8|int4|none}"},
            {"model: {quantization_rules: [{match: lm_head}]}", "model.quantization_rules[0]: missing key 'quantize'"},
-           {"model: {quantization_rules: [{match: lm_head, quantize: int4}]}", "model.quantization_rules[0].quantize"},
+           {"model: {quantization_rules: [{match: lm_head, quantize: int2}]}", "model.quantization_rules[0].quantize"},
            {"model: {quantization_rules: [{match: '(', quantize: int8}]}", "model.quantization_rules[0].match: invalid regular expression"},
            {"model: {quantization_rules: [{match: a, quantize: int8, role: row}]}", "model.quantization_rules[0].role: unknown key"},
        }) {

@@ -80,8 +80,8 @@ std::vector<GgufFixture> gguf_fixtures() {
   return out;
 }
 
-// Runs one fixture file at `tp` ranks and checks it.
-void check_gguf_file(const GgufFixture& f, int tp) {
+// Runs one fixture file at `tp` ranks with `--quantize quantize` and checks it.
+void check_gguf_file(const GgufFixture& f, int tp, const std::string& quantize) {
   const std::string gguf = testing::fixtures_dir() + "/gguf/" + f.name + ".gguf";
   const std::vector<GgufGoldenCase> cases = gguf_goldens(testing::fixtures_dir() + "/gguf/" + f.name + ".goldens");
   const std::string tmp = testing::make_temp_dir("tessera-gguf-gen");
@@ -96,8 +96,7 @@ void check_gguf_file(const GgufFixture& f, int tp) {
   }
   testing::write_file(tmp + "/forced.txt", forced);
   const std::string base = testing::bin_dir() + "/tessera-generate --model " + gguf + " --dtype float32 --threads 2" +
-                         " --quantize none" +  // the file's decoded values (auto would store them as int8)
-                           " --tensor-parallel " + std::to_string(tp);
+                           " --quantize " + quantize + " --tensor-parallel " + std::to_string(tp);
   const testing::CommandResult r = testing::run_command(base + " --prompt-ids-file " + tmp + "/forced.txt" +
                                                         " --max-new-tokens 1 --json --dump-logits " + tmp + "/forced.f32");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -145,20 +144,22 @@ void check_gguf_file(const GgufFixture& f, int tp) {
     fewest_trusted = std::min(fewest_trusted, trusted);
     for (size_t s = 0; s < trusted; ++s) ASSERT_EQ(out.at(s), c.greedy[s]) << "row " << s << " of " << line;
   }
-  std::cout << "[ REPORT   ] " << f.name << " tp" << tp << ": max |logit - llama.cpp| = " << worst << " (bound "
+  std::cout << "[ REPORT   ] " << f.name << " tp" << tp << " --quantize " << quantize << ": max |logit - llama.cpp| = " << worst << " (bound "
             << bound << "), argmax checked on " << argmax_checked << " of " << rows
             << " rows, greedy ids checked up to the first near tie (at least " << fewest_trusted << " of "
             << cases[0].greedy.size() << " per case)" << std::endl;
   fs::remove_all(tmp);
 }
 
-// Every file whose name starts with one of `prefixes`, at `tp` ranks.
-void check_gguf_files(int tp, const std::vector<std::string>& prefixes) {
+// Every file whose name starts with one of `prefixes`, at `tp` ranks. --quantize none: the
+// file's decoded values in f32 (the default, auto, stores quantized matrices as 4-bit or
+// int8 weights).
+void check_gguf_files(int tp, const std::vector<std::string>& prefixes, const std::string& quantize = "none") {
   for (const GgufFixture& f : gguf_fixtures()) {
     for (const std::string& prefix : prefixes) {
       if (f.name.rfind(prefix, 0) != 0) continue;
-      SCOPED_TRACE(f.name + " tp" + std::to_string(tp));
-      check_gguf_file(f, tp);
+      SCOPED_TRACE(f.name + " tp" + std::to_string(tp) + " --quantize " + quantize);
+      check_gguf_file(f, tp, quantize);
     }
   }
 }
@@ -183,6 +184,17 @@ TEST(GgufGenerate, LlamaFilesAtTensorParallel2) {
   } else {
     check_gguf_files(2, {"gguf-llama-F32", "gguf-llama-Q4_K_M", "kjv-llama-Q8_0"});
   }
+}
+
+// The default, auto: q4_0 and q4_K matrices as 4-bit panels value for value, x in 8 bits per
+// group of 32 as llama.cpp carries it; the q6_K and q8_0 ones of the mixes as int8.
+TEST(GgufGenerate, FourBitFilesWithTheDefaultQuantization) {
+  TESSERA_REQUIRE_FIXTURES();
+  if (gguf_fixtures().empty()) GTEST_SKIP() << "SKIPPED: no fixtures/gguf";
+  check_gguf_files(1, {"gguf-llama-Q4_0", "gguf-llama-Q4_K_M", "gguf-qwen2-Q4_K_M", "kjv-llama-Q4_0"}, "auto");
+  // kjv-llama's row-parallel inputs split on q4_0's block boundaries (96 of 192); the tiny
+  // Llama's split inside q4_K's 256-input blocks, so those matrices are decoded (int8).
+  check_gguf_files(2, {"gguf-llama-Q4_K_M", "kjv-llama-Q4_0"}, "auto");
 }
 
 }  // namespace

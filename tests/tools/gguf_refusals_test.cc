@@ -43,9 +43,9 @@ class GgufRefusalTest : public ::testing::Test {
     testing::write_file(path, bytes);
     return path;
   }
-  testing::CommandResult generate(const std::string& gguf) {
+  testing::CommandResult generate(const std::string& gguf, const std::string& flags = "") {
     return testing::run_command(testing::bin_dir() + "/tessera-generate --model " + gguf +
-                                " --prompt-ids 1,2,3 --max-new-tokens 2 --threads 1");
+                                " --prompt-ids 1,2,3 --max-new-tokens 2 --threads 1 " + flags);
   }
   GgufTestWriter::Tensor& tensor(const std::string& name) {
     auto it = std::find_if(writer_.tensors.begin(), writer_.tensors.end(),
@@ -96,6 +96,27 @@ TEST_F(GgufRefusalTest, TensorNoRoleClaims) {
   // A per-head q norm (Qwen3's) in a Llama: llama.cpp's llama graph has no such tensor either.
   writer_.tensor("blk.0.attn_q_norm.weight", {64}, GgmlType::kF32, std::string(64 * sizeof(float), '\0'));
   expect_refused("unclaimed", writer_.build(), {"tensor 'blk.0.attn_q_norm.weight' has no place in a llama model"});
+}
+
+// 4-bit weights split by tensor parallelism inside a block: --quantize int4 refuses with the
+// numbers; auto (the default) decodes that matrix instead and says so.
+TEST_F(GgufRefusalTest, Int4SplitInsideAQ4KBlock) {
+  GgufTestWriter::Tensor& t = tensor("blk.0.attn_output.weight");  // [256, 256]: row-parallel, 128 inputs a rank
+  t.type = static_cast<uint32_t>(GgmlType::kQ4_K);
+  t.data.reset();
+  const std::string path = write("q4_k-o", writer_.build());
+  const testing::CommandResult strict = generate(path, "--quantize int4 --tensor-parallel 2");
+  EXPECT_NE(strict.exit_code, 0) << strict.out;
+  EXPECT_LT(strict.exit_code, 128) << strict.err;
+  EXPECT_NE(strict.err.find("tensor 'model.layers.0.self_attn.o_proj.weight' (q4_K, blocks of 256 inputs) cannot be "
+                            "split at inputs [0, 128): the split falls inside a block"),
+            std::string::npos)
+      << strict.err;
+  const testing::CommandResult fallback = generate(path, "--tensor-parallel 2");
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.err;
+  EXPECT_NE(fallback.err.find("is split at inputs [128, 256), inside its 256-input q4_K blocks; this rank decodes it"),
+            std::string::npos)
+      << fallback.err;
 }
 
 TEST_F(GgufRefusalTest, FileCutShortInTheTensorData) {

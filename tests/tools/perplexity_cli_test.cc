@@ -86,6 +86,22 @@ TEST_F(KjvPerplexityTest, Int8StaysWithinOnePercentOfFloat32) {
   }
 }
 
+// 4-bit weights (q4_0's rule, a scale per 32 inputs) within 2% of f32, and, at twice the
+// quantization error of int8, no closer than int8's group 32 (a check that int4 really ran).
+TEST_F(KjvPerplexityTest, Int4StaysWithinTwoPercentOfFloat32) {
+  if (testing::kSanitizedBuild) GTEST_SKIP() << kFloat32CoversScoring;
+  const double ref = reference_["mean_nll_nats"];
+  auto int4 = run_perplexity(dir_, dir_ + "/heldout.txt", "--quantize int4");
+  auto int8 = run_perplexity(dir_, dir_ + "/heldout.txt", "--quantize int8 --quantize-group 32");
+  ASSERT_EQ(int4.exit_code, 0) << int4.err;
+  ASSERT_EQ(int8.exit_code, 0) << int8.err;
+  EXPECT_EQ(int4.result["tokens_scored"], reference_["tokens_scored"]);
+  const double mean4 = int4.result["mean_nll"], mean8 = int8.result["mean_nll"];
+  EXPECT_LE(std::fabs(mean4 - ref) / ref, 0.02) << "int4: mean NLL " << mean4 << " vs " << ref;
+  EXPECT_GT(std::fabs(mean4 - ref), std::fabs(mean8 - ref)) << "int4 " << mean4 << " int8 " << mean8 << " f32 " << ref;
+  std::cout << "int4: mean NLL " << mean4 << ", int8 group 32 " << mean8 << " (f32 reference " << ref << ")\n";
+}
+
 TEST(PerplexityChunksTest, ConsecutiveChunksShareOneTokenAndEveryTokenButTheFirstIsScoredOnce) {
   std::vector<int32_t> doc(1200);
   for (size_t i = 0; i < doc.size(); ++i) doc[i] = static_cast<int32_t>(i);

@@ -119,9 +119,9 @@ TEST_F(QuantizeCliTest, RuleErrors) {
                         "matches no linear weight of this model");
   expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'embed_tokens=int8'"),
                         "is the embedding, a lookup table");
-  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-rule 'lm_head'"), "expected REGEX=int8 or REGEX=none");
+  expect_one_line_error(generate(llama_, "--quantize int8 --quantize-rule 'lm_head'"), "expected REGEX=int8, REGEX=int4 or REGEX=none");
   expect_one_line_error(generate(llama_, "--quantize-rule 'lm_head=int8'"), "--quantize-rule needs --quantize int8");
-  expect_one_line_error(generate(llama_, "--quantize int4"), "--quantize: unsupported \"int4\"");
+  expect_one_line_error(generate(llama_, "--quantize int2"), "--quantize: unsupported \"int2\"");
   expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 48"), "--quantize-group: expected auto or a multiple of 32");
   // The LM head may be made int8 on purpose.
   EXPECT_EQ(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'lm_head=int8'").exit_code, 0);

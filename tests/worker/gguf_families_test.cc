@@ -236,8 +236,8 @@ std::string family_name(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufFamilyTest, ::testing::ValuesIn(testing::tiny_models()), family_name);
 
-// model.quantization auto (the default): a file of quantized blocks is stored as int8, one of
-// floats as it is; none keeps the decoded floats.
+// model.quantization auto (the default): a file of quantized blocks (q8_0 here) is stored as int8
+// with a scale per 32 inputs, one of floats as it is; none keeps the decoded floats.
 TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string folder = testing::fixtures_dir() + "/tiny-qwen2";
@@ -248,17 +248,19 @@ TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
   const std::string q8_path = write_gguf(*q8, tmp, "auto-Q8_0"), f32_path = write_gguf(*f32, tmp, "auto-F32");
   auto backend = make_backend("cpu");
   ASSERT_TRUE(backend.is_ok());
-  auto weight_bytes = [&](const std::string& path, WeightQuantization kind) -> int64_t {
+  auto weight_bytes = [&](const std::string& path, WeightQuantization kind, int group = kAutoQuantGroup) -> int64_t {
     ModelLoadOptions lo;
     lo.dtype = DType::kF32;
     lo.quant.kind = kind;
+    lo.quant.group = group;
     auto model = Transformer::load(path, lo, **backend);
     EXPECT_TRUE(model.is_ok()) << model.status().to_string();
     return model.is_ok() ? (*model)->weights().total_bytes : -1;
   };
   const int64_t q8_auto = weight_bytes(q8_path, WeightQuantization::kAuto);
   const int64_t q8_none = weight_bytes(q8_path, WeightQuantization::kNone);
-  const int64_t q8_int8 = weight_bytes(q8_path, WeightQuantization::kInt8);
+  // auto keeps the blocks' scale per 32 inputs.
+  const int64_t q8_int8 = weight_bytes(q8_path, WeightQuantization::kInt8, 32);
   EXPECT_EQ(q8_auto, q8_int8);
   EXPECT_LT(q8_auto, q8_none);
   EXPECT_EQ(weight_bytes(f32_path, WeightQuantization::kAuto), weight_bytes(f32_path, WeightQuantization::kNone));
