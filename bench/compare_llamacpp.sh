@@ -6,11 +6,14 @@
 # Each round runs Tessera and llama.cpp back to back, so the ratio printed for a round is
 # measured within minutes on the same machine; medians follow.
 #   LLAMA_CPP_DIR=DIR bench/compare_llamacpp.sh MODEL_DIR GGUF DTYPE [ROUNDS] [all|prefill|decode|batched]
-# MODEL_DIR: the Hugging Face checkpoint (bench/make_models.sh); GGUF: the same weights
-# converted by llama.cpp's own convert_hf_to_gguf.py; DTYPE: float32 or bfloat16, the GGUF's
-# type. LLAMA_CPP_DIR: a llama.cpp checkout built by hand outside this repository (CPU only,
-# Release, -DGGML_NATIVE=ON), with llama-bench and llama-batched-bench in build/bin.
-# Environment: BUILD (default build), THREADS (default 2). Defaults: 2 rounds, all.
+# MODEL_DIR: the Hugging Face checkpoint (bench/make_models.sh), or a GGUF file that Tessera
+# then reads itself (the same file as GGUF: a quantized one is compared on its own blocks);
+# GGUF: the same weights converted by llama.cpp's own tools; DTYPE: float32 or bfloat16 (the
+# GGUF's type, or for a quantized file the type of its unquantized tensors). LLAMA_CPP_DIR: a
+# llama.cpp checkout built by hand outside this repository (CPU only, Release,
+# -DGGML_NATIVE=ON), with llama-bench and llama-batched-bench in build/bin.
+# Environment: BUILD (default build), THREADS (default 2), PREFILL_LENS (default "64 512"),
+# BATCHES (default "8 32"). Defaults: 2 rounds, all.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -18,11 +21,17 @@ source "$(dirname "$0")/lib.sh"
 model=$1; gguf=$2; dtype=$3; rounds=${4:-2}; what=${5:-all}
 build=${BUILD:-build}
 threads=${THREADS:-2}
+read -r -a prefill_lens <<<"${PREFILL_LENS:-64 512}"
+read -r -a batches <<<"${BATCHES:-8 32}"
 [[ -n ${LLAMA_CPP_DIR:-} ]] || die "LLAMA_CPP_DIR is not set (a llama.cpp checkout built by hand, with build/bin/llama-bench)"
 llama=$LLAMA_CPP_DIR/build/bin
 need_bin "$llama" "LLAMA_CPP_DIR must hold a built llama.cpp" llama-bench llama-batched-bench
 need_bin "$build/bin" "$BUILD_HINT" tessera-bench
-need_model "$model"
+if [[ $model == *.gguf ]]; then
+  [[ -f $model ]] || die "no GGUF file at $model"
+else
+  need_model "$model"
+fi
 [[ -f $gguf ]] || die "no GGUF file at $gguf (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)"
 [[ $dtype == float32 || $dtype == bfloat16 ]] || die "DTYPE must be float32 or bfloat16, not '$dtype'"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive whole number, not '$rounds'"
@@ -51,12 +60,12 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(grep -m1 'model name' /
 echo "# $model ($dtype) against $gguf, llama.cpp $commit, $threads threads, $rounds rounds"
 for round in $(seq "$rounds"); do
   if [[ $what == all || $what == prefill ]]; then
-    for p in 64 512; do
+    for p in "${prefill_lens[@]}"; do
       t=$(tessera "r['prefill_tok_s'], r['prefill_gflop_s'], r['prefill_compute_fraction']" --prompt-len "$p" --gen-len 2)
       echo "prefill-$p $round $t" >>"$results"
     done
     llama_json llama-bench "'\n'.join(f\"llama prefill-{x['n_prompt']} $round {x['avg_ts']}\" for x in r)" \
-      -m "$gguf" -p 64,512 -n 0 -t "$threads" -r 3 -o json >>"$results"
+      -m "$gguf" -p "$(IFS=,; echo "${prefill_lens[*]}")" -n 0 -t "$threads" -r 3 -o json >>"$results"
   fi
   if [[ $what == all || $what == decode ]]; then
     t=$(tessera "r['decode_tok_s'], r['roofline_fraction']" --prompt-len 64 --gen-len 64 --batch 1)
@@ -65,13 +74,14 @@ for round in $(seq "$rounds"); do
       -m "$gguf" -p 0 -n 64 -t "$threads" -r 3 -o json >>"$results"
   fi
   if [[ $what == all || $what == batched ]]; then
-    for b in 8 32; do
+    for b in "${batches[@]}"; do
       t=$(tessera "r['decode_tok_s'], r['roofline_fraction']" --prompt-len 64 --gen-len 32 --batch "$b")
       echo "decode-$b $round $t" >>"$results"
     done
     # Its table: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
-    out=$("$llama/llama-batched-bench" -m "$gguf" -c 4096 -npp 64 -ntg 32 -npl 8,32 -t "$threads" 2>/dev/null) ||
-      die "llama-batched-bench failed: $llama/llama-batched-bench -m $gguf -c 4096 -npp 64 -ntg 32 -npl 8,32 -t $threads"
+    npl=$(IFS=,; echo "${batches[*]}")
+    out=$("$llama/llama-batched-bench" -m "$gguf" -c 4096 -npp 64 -ntg 32 -npl "$npl" -t "$threads" 2>/dev/null) ||
+      die "llama-batched-bench failed: $llama/llama-batched-bench -m $gguf -c 4096 -npp 64 -ntg 32 -npl $npl -t $threads"
     echo "$out" |
       awk -F'|' -v round="$round" '$2 ~ /^ *[0-9]+ *$/ {gsub(/ /, "", $4); gsub(/ /, "", $9); print "llama decode-" $4, round, $9}' >>"$results"
   fi
@@ -85,7 +95,8 @@ for line in open(sys.argv[1]):
         llama[(f[1], f[2])] = float(f[3])
     else:
         tessera[(f[0], f[1])] = [float(v) for v in f[2:]]
-cases = [c for c in ("prefill-64", "prefill-512", "decode-1", "decode-8", "decode-32") if any(k[0] == c for k in tessera)]
+order = lambda c: (c.split("-")[0] != "prefill", int(c.split("-")[1]))
+cases = sorted({k[0] for k in tessera}, key=order)
 print("| case | Tessera tok/s | llama.cpp tok/s | **Tessera / llama.cpp** | Tessera GFLOP/s (fraction of peak) or roofline |")
 print("| --- | --- | --- | --- | --- |")
 for c in cases:

@@ -35,7 +35,7 @@ namespace {
 struct Options {
   std::string model;
   std::string dtype = "float32";
-  std::string quantize = "auto";            // --quantize auto|none|int8 (docs/quantization.md)
+  std::string quantize = "auto";            // --quantize auto|none|int8|int4 (docs/quantization.md)
   std::string quantize_group = "auto";  // --quantize-group
   std::vector<std::string> quantize_rules;  // --quantize-rule REGEX=int8|int4|none
   int prompt_len = 64;
@@ -51,6 +51,13 @@ int64_t peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// What the report says of the weights' quantization (resolved against the checkpoint).
+std::string quantization_label(const QuantizationOptions& q) {
+  if (q.kind == WeightQuantization::kInt4) return ", int4 weights";
+  if (q.kind != WeightQuantization::kInt8) return "";
+  return q.int4_from_blocks ? ", 4-bit weights (its q4_0/q4_K matrices) and int8" : ", int8 weights";
 }
 
 Status run(const Options& o) {
@@ -151,7 +158,7 @@ Status run(const Options& o) {
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << "model " << o.model << " (" << c.model_type << ", " << dtype_name(*dtype)
-              << (lo.quant.enabled() ? ", int8 weights" : "") << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
+              << quantization_label(lo.quant) << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
               << "prefill: " << prefill_tok_s << " tok/s (" << t.prefill_tokens << " tokens)\n"
               << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps)\n"
               << "weights read per step: " << weight_bytes / 1e6 << " MB; bandwidth " << bandwidth

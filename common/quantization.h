@@ -69,6 +69,9 @@ struct QuantizationOptions {
   // Set by resolve_quantization for auto on a GGUF file of quantized blocks (kind is then
   // kInt8): matrices stored as q4_0 or q4_K blocks become 4-bit panels instead, value for value.
   bool int4_from_blocks = false;
+  // Also set there: an LM head the file stores in quantized blocks is quantized too (int8, or
+  // 4-bit from q4 blocks), as the file's author chose; elsewhere only a rule quantizes it.
+  bool lm_head_as_stored = false;
   // Some weights quantized for certain (kAuto is decided only once resolved against a checkpoint).
   bool enabled() const { return kind == WeightQuantization::kInt8 || kind == WeightQuantization::kInt4; }
 };

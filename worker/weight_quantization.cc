@@ -79,8 +79,11 @@ class Selector {
     for (const std::string& name : cand.sources) {
       const TpRole r = role(name, cand.structural_role);
       const int rule = rule_for(name);
-      // The default: split linears
-      WeightQuantization kind = r == TpRole::kColumn || r == TpRole::kRow ? q_.kind : WeightQuantization::kNone;
+      // The default: split linears, and under auto on a GGUF file an LM head stored quantized.
+      const bool stored_quantized = ckpt_.find(name) != nullptr && stored_in_ggml_blocks(*ckpt_.find(name));
+      const bool by_default = r == TpRole::kColumn || r == TpRole::kRow ||
+                              (r == TpRole::kVocab && q_.lm_head_as_stored && stored_quantized);
+      WeightQuantization kind = by_default ? q_.kind : WeightQuantization::kNone;
       if (rule >= 0) kind = q_.rules[static_cast<size_t>(rule)].quantize;
       if (kind != WeightQuantization::kNone && r == TpRole::kKeep) {
         return invalid_argument(rule_text(rule) + ": \"" + name + "\" is kept whole by the TP plan (role keep); " +
@@ -211,6 +214,7 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   }
   if (block_types.empty()) return q;
   q.kind = WeightQuantization::kInt8;
+  q.lm_head_as_stored = true;
   // int8 weights made from blocks of 32 (q8_0, q5_0 ...) or of 16 (q6_K's sub-blocks) keep
   // a scale per 32 inputs: 128 would fold four of the file's scales into one.
   if (q.group == kAutoQuantGroup) q.group = kInt4Group;

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/config.h"
 #include "common/safetensors_writer.h"
 #include "kernels/backend.h"
 #include "tests/test_support.h"
@@ -237,7 +238,7 @@ std::string family_name(const ::testing::TestParamInfo<std::string>& info) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufFamilyTest, ::testing::ValuesIn(testing::tiny_models()), family_name);
 
 // model.quantization auto (the default): a file of quantized blocks (q8_0 here) is stored as int8
-// with a scale per 32 inputs, one of floats as it is; none keeps the decoded floats.
+// with a scale per 32 inputs (its LM head too), one of floats as it is; none keeps the decoded floats.
 TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string folder = testing::fixtures_dir() + "/tiny-qwen2";
@@ -248,19 +249,28 @@ TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
   const std::string q8_path = write_gguf(*q8, tmp, "auto-Q8_0"), f32_path = write_gguf(*f32, tmp, "auto-F32");
   auto backend = make_backend("cpu");
   ASSERT_TRUE(backend.is_ok());
-  auto weight_bytes = [&](const std::string& path, WeightQuantization kind, int group = kAutoQuantGroup) -> int64_t {
+  auto weight_bytes = [&](const std::string& path, WeightQuantization kind, int group = kAutoQuantGroup,
+                          const std::string& rule = "") -> int64_t {
     ModelLoadOptions lo;
     lo.dtype = DType::kF32;
     lo.quant.kind = kind;
     lo.quant.group = group;
+    if (!rule.empty()) {
+      QuantRuleConfig r;
+      r.match = rule;
+      r.quantize = WeightQuantization::kInt8;
+      EXPECT_TRUE(compile_quant_rule_regex(&r).is_ok());
+      lo.quant.rules.push_back(r);
+    }
     auto model = Transformer::load(path, lo, **backend);
     EXPECT_TRUE(model.is_ok()) << model.status().to_string();
     return model.is_ok() ? (*model)->weights().total_bytes : -1;
   };
   const int64_t q8_auto = weight_bytes(q8_path, WeightQuantization::kAuto);
   const int64_t q8_none = weight_bytes(q8_path, WeightQuantization::kNone);
-  // auto keeps the blocks' scale per 32 inputs.
-  const int64_t q8_int8 = weight_bytes(q8_path, WeightQuantization::kInt8, 32);
+  // auto keeps the blocks' scale per 32 inputs, and quantizes the LM head the file stores in
+  // blocks, as int8 does when a rule asks.
+  const int64_t q8_int8 = weight_bytes(q8_path, WeightQuantization::kInt8, 32, "lm_head");
   EXPECT_EQ(q8_auto, q8_int8);
   EXPECT_LT(q8_auto, q8_none);
   EXPECT_EQ(weight_bytes(f32_path, WeightQuantization::kAuto), weight_bytes(f32_path, WeightQuantization::kNone));

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/checkpoint.h"
+#include "common/gguf/gguf_file.h"
 #include "common/zmq/curve_keys.h"
 #include "common/logging.h"
 #include "common/private_temp_dir.h"
@@ -48,20 +49,29 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   const std::string o_name = tensor_name(mc.arch->name_of(TensorRole::kO), 0);
   const bool attn_split = world > 1 && plan.role_of(o_name) != TpRole::kKeep;
   // The weights' share of a rank, estimated before loading: every parameter in the model
-  // dtype, or where the weights become int8 (model.quantization int8, or auto on a GGUF file
-  // of quantized blocks) the matrices but the embedding and LM head at a byte each and a
-  // float scale per 32; divided by the ranks (replicated tensors make the real share a little
-  // larger).
-  const bool int8 = resolve_quantization(quantization_options(c.model), *ckpt).enabled();
+  // dtype, or where the matrices become quantized (model.quantization int8 or int4, or auto on
+  // a GGUF file of quantized blocks) the matrices but the embedding and LM head at a byte
+  // each and a float scale per 32 (int8), or half a byte and a half-precision scale per 32
+  // (4-bit: int4, and auto's q4_0 / q4_K matrices); divided by the ranks (replicated tensors
+  // make the real share a little larger).
+  const QuantizationOptions quant = resolve_quantization(quantization_options(c.model), *ckpt);
   const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
   const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
   double bytes = 0;
   for (const std::string& name : ckpt->tensor_names()) {
-    const std::vector<int64_t>& shape = ckpt->find(name)->shape;
+    const TensorInfo& info = *ckpt->find(name);
     double n = 1;
-    for (int64_t d : shape) n *= static_cast<double>(d);
-    const bool matrix = shape.size() == 2 && name != embed && name != head;
-    bytes += n * (int8 && matrix ? 1.0 + 4.0 / 32.0 : static_cast<double>(dtype_size(c.model.dtype)));
+    for (int64_t d : info.shape) n *= static_cast<double>(d);
+    const bool matrix = info.shape.size() == 2 && name != embed && name != head;
+    const auto type = static_cast<GgmlType>(info.ggml_type);
+    const bool q4_blocks = info.ggml_type >= 0 && (type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K);
+    double per_weight = static_cast<double>(dtype_size(c.model.dtype));
+    if (matrix && (quant.kind == WeightQuantization::kInt4 || (quant.int4_from_blocks && q4_blocks))) {
+      per_weight = 0.5 + 2.0 / 32.0;
+    } else if (matrix && quant.enabled()) {
+      per_weight = 1.0 + 4.0 / 32.0;
+    }
+    bytes += n * per_weight;
   }
   const int64_t weights = static_cast<int64_t>(bytes) / world;
   KvPoolModel m;
