@@ -131,6 +131,7 @@ void run(const Int4Args& a, int64_t p0, int64_t p1) {
   for (; m < a.M; ++m) {
     int64_t p = p0;
     for (; p + 4 <= p1; p += 4) tile<S, 1, 4>(a, m, p);
+    for (; p + 2 <= p1; p += 2) tile<S, 1, 2>(a, m, p);
     for (; p < p1; ++p) tile<S, 1, 1>(a, m, p);
   }
 }
