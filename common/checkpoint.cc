@@ -9,6 +9,7 @@
 
 #include "common/checkpoint/deepspeed_json.h"
 #include "common/checkpoint/torch_checkpoint.h"
+#include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_tensor_rows.h"
 #include "common/string_util.h"
 
@@ -379,6 +380,14 @@ StatusOr<Tensor> Checkpoint::load_blocks(const std::string& name, int axis, int6
   if (axis >= 0 && (axis > 1 || begin < 0 || count < 0 || begin > info->shape[static_cast<size_t>(axis)] - count)) {
     return invalid_argument("tensor '" + name + "': slice [" + std::to_string(begin) + ", " +
                             std::to_string(begin + count) + ") along axis " + std::to_string(axis) + " is out of range");
+  }
+  // Whole rows in their stored order are one contiguous run of the file: borrowed, not copied.
+  if (info->row_order.empty() && axis != 1) {
+    const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(info->ggml_type));
+    const int64_t row_bytes = info->shape[1] / traits->block_elems * traits->block_bytes;
+    const int64_t first = axis == 0 ? begin : 0, rows = axis == 0 ? count : info->shape[0];
+    const char* p = static_cast<const char*>(info->data) + first * row_bytes;
+    return Tensor::borrowed(TensorView(const_cast<char*>(p), DType::kU8, {rows, row_bytes}), tensors_.at(name).owner);
   }
   return ggml_block_rows(*info, axis, begin, count);
 }

@@ -272,7 +272,10 @@ class WeightReader {
                               " but config.json implies " + shape_str({out, in}));
     }
     TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count));
-    ckpt_.release(name);
+    // A copy (a slice of inputs, reordered rows) leaves the mapped pages unused; borrowed rows
+    // are released once packed (quantize_model_weights).
+    const char* mapped = static_cast<const char*>(info->data);
+    if (t.data<const char>() < mapped || t.data<const char>() >= mapped + info->nbytes) ckpt_.release(name);
     total_bytes_ += static_cast<int64_t>(t.nbytes());
     return t;
   }

@@ -63,21 +63,34 @@ StatusOr<Tensor> decode_ggml_rows(const TensorInfo& info, DType dtype, int axis,
   Tensor out = Tensor::zeros(out_dims, dtype);
   char* dst = out.data<char>();
   const size_t dst_row_bytes = static_cast<size_t>(cols) * dtype_size(dtype);
-  std::vector<float> row(static_cast<size_t>(row_len));
   const auto* src = static_cast<const uint8_t*>(info.data);
-  for (int64_t r = 0; r < num_rows; ++r) {
-    int64_t logical = r;
-    if (by_rows) {
-      const int64_t o = r / (count * inner), a = r / inner % count, i = r % inner;
-      logical = (o * info.shape[axis] + begin + a) * inner + i;
+  // Rows are independent: threads decode them in parallel (a large embedding or LM head is
+  // most of a quantized file's load time). The type was validated when the file was opened,
+  // so dequantize_ggml fails only on a bug; the first failure is returned.
+  Status failed = Status::ok();
+#pragma omp parallel if (num_rows * row_len >= (int64_t{1} << 20))
+  {
+    std::vector<float> row(static_cast<size_t>(row_len));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < num_rows; ++r) {
+      int64_t logical = r;
+      if (by_rows) {
+        const int64_t o = r / (count * inner), a = r / inner % count, i = r % inner;
+        logical = (o * info.shape[axis] + begin + a) * inner + i;
+      }
+      const int64_t stored = info.row_order.empty() ? logical : info.row_order[static_cast<size_t>(logical)];
+      Status st = dequantize_ggml(static_cast<uint32_t>(info.ggml_type), src + stored * row_bytes, row_len, row.data());
+      if (!st.is_ok()) {
+#pragma omp critical(tessera_decode_ggml_rows)
+        if (failed.is_ok()) failed = std::move(st);
+        continue;
+      }
+      if (info.value_offset != 0.0f)
+        for (float& v : row) v += info.value_offset;
+      convert_elements(row.data() + col_begin, DType::kF32, dst + r * dst_row_bytes, dtype, static_cast<size_t>(cols));
     }
-    const int64_t stored = info.row_order.empty() ? logical : info.row_order[static_cast<size_t>(logical)];
-    TESSERA_RETURN_IF_ERROR(
-        dequantize_ggml(static_cast<uint32_t>(info.ggml_type), src + stored * row_bytes, row_len, row.data()));
-    if (info.value_offset != 0.0f)
-      for (float& v : row) v += info.value_offset;
-    convert_elements(row.data() + col_begin, DType::kF32, dst + r * dst_row_bytes, dtype, static_cast<size_t>(cols));
   }
+  TESSERA_RETURN_IF_ERROR(failed);
   return out;
 }
 
@@ -115,13 +128,25 @@ StatusOr<Tensor> decode_ggml_block_rows(const Tensor& blocks, int32_t type, DTyp
   }
   const int64_t rows = blocks.dim(0), row_len = blocks.dim(1) / traits->block_bytes * traits->block_elems;
   Tensor out = Tensor::zeros({rows, row_len}, dtype);
-  std::vector<float> row(static_cast<size_t>(row_len));
-  for (int64_t r = 0; r < rows; ++r) {
-    TESSERA_RETURN_IF_ERROR(
-        dequantize_ggml(static_cast<uint32_t>(type), blocks.data<uint8_t>() + r * blocks.dim(1), row_len, row.data()));
-    convert_elements(row.data(), DType::kF32, out.data<char>() + r * row_len * static_cast<int64_t>(dtype_size(dtype)),
-                     dtype, static_cast<size_t>(row_len));
+  Status failed = Status::ok();
+#pragma omp parallel if (rows * row_len >= (int64_t{1} << 20))
+  {
+    std::vector<float> row(static_cast<size_t>(row_len));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      Status st =
+          dequantize_ggml(static_cast<uint32_t>(type), blocks.data<uint8_t>() + r * blocks.dim(1), row_len, row.data());
+      if (!st.is_ok()) {
+#pragma omp critical(tessera_decode_ggml_rows)
+        if (failed.is_ok()) failed = std::move(st);
+        continue;
+      }
+      convert_elements(row.data(), DType::kF32,
+                       out.data<char>() + r * row_len * static_cast<int64_t>(dtype_size(dtype)), dtype,
+                       static_cast<size_t>(row_len));
+    }
   }
+  TESSERA_RETURN_IF_ERROR(failed);
   return out;
 }
 
