@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <string>
 
@@ -259,8 +260,39 @@ void CudaBackend::linear_impl(const TensorView& x, const TensorView& w, const Te
   after_launch("linear (bias/activation epilogue)");
 }
 
-// Int8 weights (kernels/cuda/linear_int8.cu): the GEMV kernel for decode-sized M, else the
-// weights dequantized to f32 in the workspace and cuBLAS's f32 GEMM (as linear_impl's f32 case).
+// The quantized linears' one shape: for decode-sized M (up to gemv_max_rows) `gemv(act)`
+// writes y, applying `act` itself when there is no bias; above it `dequantize(wf)` fills the
+// workspace with the weights as f32 [N, K] for cuBLAS's f32 GEMM (as linear_impl's f32 case);
+// then the bias/activation epilogue, which handles every bias dtype.
+void CudaBackend::quantized_linear(const TensorView& x, const TensorView& bias, const TensorView& out, Activation act,
+                                   int64_t gemv_max_rows, const char* op,
+                                   const std::function<void(Activation)>& gemv,
+                                   const std::function<void(float*)>& dequantize) {
+  const int64_t M = x.dim(0), K = x.dim(1), N = out.dim(1);
+  if (M == 0 || N == 0) return;
+  float* y = out.as<float>();
+  const std::string name(op);
+  if (M <= gemv_max_rows) {
+    gemv(bias.empty() ? act : Activation::kNone);
+    after_launch((name + " (gemv)").c_str());
+    if (bias.empty()) return;
+  } else {
+    float* wf = static_cast<float*>(workspace_->get(static_cast<size_t>(N * K) * sizeof(float), stream_));
+    dequantize(wf);
+    after_launch((name + " (dequantize)").c_str());
+    const float alpha = 1.0f, beta = 0.0f;
+    const cuda::CublasLibrary& blas = cuda::cublas();
+    TESSERA_CUBLAS_CHECK(blas.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
+                                      checked_int(K, "K"), &alpha, wf, CUDA_R_32F, static_cast<int>(K), x.data,
+                                      CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (sync_every_launch_) after_launch((name + " (cuBLAS)").c_str());
+  }
+  cuda::launch::bias_act(y, M, N, bias.empty() ? nullptr : bias.data, bias.dtype, act, stream_);
+  after_launch((name + " (bias/activation epilogue)").c_str());
+}
+
+// Int8 weights (kernels/cuda/linear_int8.cu), row-major.
 void CudaBackend::linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
                                    const TensorView& bias, const TensorView& out, Activation act) {
   require_device({{&x, "x"}, {&out, "out"}}, "linear_int8");
@@ -268,57 +300,31 @@ void CudaBackend::linear_int8_impl(const TensorView& x, const TensorView& w, con
   // Int8 panels are the CPU backend's layout; the loader stores rows for this backend.
   TESSERA_CHECK(w.ndim == 2) << "linear_int8: the CUDA backend takes row-major int8 weights, got " << w.shape_string();
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0), group = K / scales.dim(1);
-  if (M == 0 || N == 0) return;
-  float* y = out.as<float>();
-  if (M <= cuda::launch::kInt8GemvMaxRows) {
-    // The epilogue below handles every bias dtype; without a bias the kernel applies `act`.
-    cuda::launch::linear_int8_gemv(x.as<float>(), M, K, w.as<int8_t>(), scales.as<float>(), group, N, nullptr, y,
-                                   bias.empty() ? act : Activation::kNone, stream_);
-    after_launch("linear_int8 (gemv)");
-    if (bias.empty()) return;
-  } else {
-    float* wf = static_cast<float*>(workspace_->get(static_cast<size_t>(N * K) * sizeof(float), stream_));
-    cuda::launch::dequantize_int8(w.as<int8_t>(), scales.as<float>(), group, N, K, wf, stream_);
-    after_launch("linear_int8 (dequantize)");
-    const float alpha = 1.0f, beta = 0.0f;
-    const cuda::CublasLibrary& blas = cuda::cublas();
-    TESSERA_CUBLAS_CHECK(blas.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
-                                      checked_int(K, "K"), &alpha, wf, CUDA_R_32F, static_cast<int>(K), x.data,
-                                      CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (sync_every_launch_) after_launch("linear_int8 (cuBLAS)");
-  }
-  cuda::launch::bias_act(y, M, N, bias.empty() ? nullptr : bias.data, bias.dtype, act, stream_);
-  after_launch("linear_int8 (bias/activation epilogue)");
+  quantized_linear(
+      x, bias, out, act, cuda::launch::kInt8GemvMaxRows, "linear_int8",
+      [&](Activation a) {
+        cuda::launch::linear_int8_gemv(x.as<float>(), M, K, w.as<int8_t>(), scales.as<float>(), group, N, nullptr,
+                                       out.as<float>(), a, stream_);
+      },
+      [&](float* wf) { cuda::launch::dequantize_int8(w.as<int8_t>(), scales.as<float>(), group, N, K, wf, stream_); });
 }
 
+// 4-bit panels (kernels/cuda/linear_int4.cu), the CPU's layout.
 void CudaBackend::linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
                                    const TensorView& bias, const TensorView& out, Activation act) {
   require_device({{&x, "x"}, {&out, "out"}}, "linear_int4");
   require_placed({{&w, "w"}, {&scales, "scales"}, {&bias, "bias"}}, "linear_int4");
   const int64_t M = x.dim(0), K = x.dim(1), N = out.dim(1);
-  if (M == 0 || N == 0) return;
   const bool symmetric = int4_scheme_of(scales) == Int4Scheme::kSymmetric;
-  float* y = out.as<float>();
-  if (M <= cuda::launch::kInt4GemvMaxRows) {
-    cuda::launch::linear_int4_gemv(x.as<float>(), M, K, symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N, nullptr,
-                                   y, bias.empty() ? act : Activation::kNone, stream_);
-    after_launch("linear_int4 (gemv)");
-    if (bias.empty()) return;
-  } else {
-    float* wf = static_cast<float*>(workspace_->get(static_cast<size_t>(N * K) * sizeof(float), stream_));
-    cuda::launch::dequantize_int4(symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N, K, wf, stream_);
-    after_launch("linear_int4 (dequantize)");
-    const float alpha = 1.0f, beta = 0.0f;
-    const cuda::CublasLibrary& blas = cuda::cublas();
-    TESSERA_CUBLAS_CHECK(blas.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, checked_int(N, "N"), checked_int(M, "M"),
-                                      checked_int(K, "K"), &alpha, wf, CUDA_R_32F, static_cast<int>(K), x.data,
-                                      CUDA_R_32F, static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N),
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (sync_every_launch_) after_launch("linear_int4 (cuBLAS)");
-  }
-  cuda::launch::bias_act(y, M, N, bias.empty() ? nullptr : bias.data, bias.dtype, act, stream_);
-  after_launch("linear_int4 (bias/activation epilogue)");
+  quantized_linear(
+      x, bias, out, act, cuda::launch::kInt4GemvMaxRows, "linear_int4",
+      [&](Activation a) {
+        cuda::launch::linear_int4_gemv(x.as<float>(), M, K, symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N,
+                                       nullptr, out.as<float>(), a, stream_);
+      },
+      [&](float* wf) {
+        cuda::launch::dequantize_int4(symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N, K, wf, stream_);
+      });
 }
 
 void CudaBackend::activate_impl(const TensorView& x, Activation act) {

@@ -16,6 +16,7 @@
 // KernelOptions in common/kernel_options.h) it synchronises and checks after every launch
 // (names the failing op).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -91,6 +92,10 @@ class CudaBackend final : public Backend {
 
   // After every launch: the launch error, and with sync_every_launch_ the kernel's own.
   void after_launch(const char* op);
+  // linear_int8_impl's and linear_int4_impl's common path (cuda_backend.cc says how).
+  void quantized_linear(const TensorView& x, const TensorView& bias, const TensorView& out, Activation act,
+                        int64_t gemv_max_rows, const char* op, const std::function<void(Activation)>& gemv,
+                        const std::function<void(float*)>& dequantize);
   // Fails loudly if a kernel reported a bad argument (e.g. a token id outside the vocabulary).
   void check_device_errors();
 

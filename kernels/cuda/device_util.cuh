@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "kernels/activation.h"
 
 namespace tessera::cuda {
 
@@ -67,6 +68,27 @@ __device__ T block_sum(T v, T* shared) {
   const T total = shared[32];
   __syncthreads();
   return total;
+}
+
+// The activations, kernels/cpu/activations.h's formulas in f32 (no fast-math: tanhf, erff and
+// expf are the accurate versions, an ulp or two from glibc's).
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+  return x * 0.5f * (1.0f + tanhf(0.79788456f * x * (1.0f + 0.044715f * x * x)));
+}
+
+__device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// `act` is uniform across a launch, so the switch does not diverge.
+__device__ __forceinline__ float activate_f(float x, Activation act) {
+  switch (act) {
+    case Activation::kGeluTanh: return gelu_tanh_f(x);
+    case Activation::kGeluErf: return gelu_erf_f(x);
+    case Activation::kSilu: return silu_f(x);
+    case Activation::kNone: break;
+  }
+  return x;
 }
 
 }  // namespace tessera::cuda

@@ -8,25 +8,6 @@
 namespace tessera::cuda {
 namespace {
 
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-  return x * 0.5f * (1.0f + tanhf(0.79788456f * x * (1.0f + 0.044715f * x * x)));
-}
-
-__device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
-
-// `act` is uniform across a launch, so the switch does not diverge.
-__device__ __forceinline__ float activate_f(float x, Activation act) {
-  switch (act) {
-    case Activation::kGeluTanh: return gelu_tanh_f(x);
-    case Activation::kGeluErf: return gelu_erf_f(x);
-    case Activation::kSilu: return silu_f(x);
-    case Activation::kNone: break;
-  }
-  return x;
-}
-
 template <typename T>
 __global__ void convert_kernel(const float* in, T* out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;

@@ -16,16 +16,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-__device__ __forceinline__ float activate_i8(float x, Activation act) {
-  switch (act) {
-    case Activation::kGeluTanh: return x * 0.5f * (1.0f + tanhf(0.79788456f * x * (1.0f + 0.044715f * x * x)));
-    case Activation::kGeluErf: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case Activation::kSilu: return x / (1.0f + expf(-x));
-    case Activation::kNone: break;
-  }
-  return x;
-}
-
 template <int MT>
 __global__ void gemv_int8_kernel(const float* __restrict__ x, int64_t M, int64_t K, const int8_t* __restrict__ w,
                                  const float* __restrict__ scales, int64_t group, int64_t N,
@@ -56,7 +46,7 @@ __global__ void gemv_int8_kernel(const float* __restrict__ x, int64_t M, int64_t
   for (int i = 0; i < MT; ++i) {
     float v = acc[i];
     for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0 && i < M) y[i * N + n] = activate_i8(v + (bias != nullptr ? bias[n] : 0.0f), act);
+    if (lane == 0 && i < M) y[i * N + n] = activate_f(v + (bias != nullptr ? bias[n] : 0.0f), act);
   }
 }
 
