@@ -9,7 +9,8 @@
 #  3. Tessera's --quantize int4 against its own bf16, batch-1 decode, on the checkpoint;
 #  4. start-up: from launching the server to the first answered completion (a token-id prompt,
 #     one token out) on the Q4_K_M file, tessera-serve against llama-server.
-#   LLAMA_CPP_DIR=DIR bench/compare_llamacpp_4bit.sh HF_DIR BF16_GGUF Q4_0_GGUF Q4_K_M_GGUF [ROUNDS]
+#   LLAMA_CPP_DIR=DIR bench/compare_llamacpp_4bit.sh HF_DIR BF16_GGUF Q4_0_GGUF Q4_K_M_GGUF [ROUNDS] [PARTS]
+# PARTS: a comma-separated subset of files,bf16,int4,startup (default: all four).
 # HF_DIR: the bfloat16 checkpoint (bench/make_models.sh 1b-bf16); the GGUF files: the same
 # weights converted and quantized by llama.cpp's tools (bench/make_gguf_files.sh).
 # LLAMA_CPP_DIR: a llama.cpp checkout built by hand outside this repository (CPU only,
@@ -18,8 +19,12 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
-(($# >= 4)) || die "usage: LLAMA_CPP_DIR=DIR $0 HF_DIR BF16_GGUF Q4_0_GGUF Q4_K_M_GGUF [ROUNDS]"
-hf=$1; bf16=$2; q4_0=$3; q4_k_m=$4; rounds=${5:-2}
+(($# >= 4)) || die "usage: LLAMA_CPP_DIR=DIR $0 HF_DIR BF16_GGUF Q4_0_GGUF Q4_K_M_GGUF [ROUNDS] [PARTS]"
+hf=$1; bf16=$2; q4_0=$3; q4_k_m=$4; rounds=${5:-2}; parts=",${6:-files,bf16,int4,startup},"
+for p in ${parts//,/ }; do
+  case $p in files | bf16 | int4 | startup) ;; *) die "unknown part '$p' (files, bf16, int4 or startup)" ;; esac
+done
+part() { [[ $parts == *",$1,"* ]]; }
 build=${BUILD:-build}
 threads=${THREADS:-2}
 here=$(dirname "$0")
@@ -34,29 +39,36 @@ commit=$(git -C "$LLAMA_CPP_DIR" rev-parse --short=12 HEAD 2>/dev/null || echo u
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
 echo "# llama.cpp $commit, $threads threads, $rounds rounds"
 
-for f in "$q4_0" "$q4_k_m"; do
-  echo
-  echo "## $(basename "$f"): the same file in both engines"
-  PREFILL_LENS=512 BATCHES=8 "$here/compare_llamacpp.sh" "$f" "$f" bfloat16 "$rounds" all | grep -v '^#'
-done
+if part files; then
+  for f in "$q4_0" "$q4_k_m"; do
+    echo
+    echo "## $(basename "$f"): the same file in both engines"
+    PREFILL_LENS=512 BATCHES=8 "$here/compare_llamacpp.sh" "$f" "$f" bfloat16 "$rounds" all | grep -v '^#'
+  done
+fi
 
-echo
-echo "## bfloat16: the checkpoint in Tessera, $(basename "$bf16") in llama.cpp"
-"$here/compare_llamacpp.sh" "$hf" "$bf16" bfloat16 "$rounds" decode | grep -v '^#'
+if part bf16; then
+  echo
+  echo "## bfloat16: the checkpoint in Tessera, $(basename "$bf16") in llama.cpp"
+  "$here/compare_llamacpp.sh" "$hf" "$bf16" bfloat16 "$rounds" decode | grep -v '^#'
+fi
 
 decode_tok_s() {  # tessera-bench flags...: batch-1 decode tok/s
   "$build/bin/tessera-bench" --model "$hf" --dtype bfloat16 --threads "$threads" --json --prompt-len 64 \
     --gen-len 64 --batch 1 "$@" | python3 -c "import json, sys; print(json.load(sys.stdin)['decode_tok_s'])"
 }
-echo
-echo "## --quantize int4 against bfloat16, Tessera alone, batch-1 decode"
-echo "| round | bf16 tok/s | int4 tok/s | **int4 / bf16** |"
-echo "| --- | --- | --- | --- |"
-for round in $(seq "$rounds"); do
-  b=$(decode_tok_s --quantize none)
-  q=$(decode_tok_s --quantize int4)
-  python3 -c "print(f'| $round | {$b:.1f} | {$q:.1f} | **{$q / $b:.2f}** |')"
-done
+if part int4; then
+  echo
+  echo "## --quantize int4 against bfloat16, Tessera alone, batch-1 decode"
+  echo "| round | bf16 tok/s | int4 tok/s | **int4 / bf16** |"
+  echo "| --- | --- | --- | --- |"
+  for round in $(seq "$rounds"); do
+    b=$(decode_tok_s --quantize none)
+    q=$(decode_tok_s --quantize int4)
+    python3 -c "print(f'| $round | {$b:.1f} | {$q:.1f} | **{$q / $b:.2f}** |')"
+  done
+fi
+part startup || exit 0
 
 # Seconds from launching CMD... until a completion request to URL with BODY is answered.
 seconds_to_first_answer() {  # URL BODY CMD...

@@ -25,7 +25,7 @@ struct WarmUpReport {
   double seconds = 0;
 };
 
-// One prompt as long as a step's token budget allows, at most 512 tokens (capped by
+// One prompt as long as a step's token budget allows, at most 128 tokens (capped by
 // max_model_len and the KV pool), then a decode batch of min(max_num_seqs, 8) short requests
 // (4 prompt tokens, 3 generated) where they fit.
 // `vocab` bounds the (arbitrary) prompt ids. An executor error ends it with that error.
