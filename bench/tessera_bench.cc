@@ -75,7 +75,7 @@ Status run(const Options& o) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, BackendOptions{o.threads, 0, kernels}));
   ModelLoadOptions lo;
   {
-    // What --quantize auto becomes for this model (int8 for a GGUF file of quantized blocks),
+    // What --quantize auto becomes for this model (4-bit and int8 weights for a GGUF file of quantized blocks),
     // decided once, before loading, so that the report below can say it.
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(o.model));
     lo.quant = resolve_quantization(quant, *ckpt);
