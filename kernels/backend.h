@@ -117,7 +117,8 @@ class Backend {
   // 4-bit weight-only: out = act(x · dequant(w)^T + bias), w the nibble panels of
   // kernels/int4_layout.h (u8 [ceil(N / 32), K / 4, 64]) and scales their records: f16
   // [ceil(N / 32), K / 32, 32] for the q4_0-style scheme, u8 [ceil(N / 32), K / 256, 640] for
-  // the q4_K-style one (the scales' dtype says which: int4_scheme_of).
+  // the q4_K-style one; or 6-bit (q6_K-style): w u8 [ceil(N / 32), K / 4, 96], scales i8
+  // [ceil(N / 32), K / 256, 576] (the scales' dtype says which: int4_scheme_of).
   void linear_int4(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                    const TensorView& out, Activation act = Activation::kNone);
   // In place: x = act(x).
@@ -210,8 +211,8 @@ class Backend {
                                        const std::vector<float>& scale, const TensorView& out) = 0;
 };
 
-// The 4-bit scheme of a linear_int4 weight, from its scales' dtype (f16: q4_0-style, u8:
-// q4_K-style).
+// The scheme of a linear_int4 weight, from its scales' dtype (f16: q4_0-style, u8:
+// q4_K-style, i8: q6_K-style).
 Int4Scheme int4_scheme_of(const TensorView& scales);
 
 struct BackendOptions {

@@ -58,9 +58,9 @@ Tensor transpose(const Tensor& t) {
   return out;
 }
 
-// Which q4_0 / q4_K matrices the reader keeps as blocks for 4-bit panels: none, every one
-// (model.quantization int4), or those whose tensor-parallel split falls on block boundaries
-// (auto on a GGUF file).
+// Which ggml-block matrices the reader keeps as blocks for panels (kernels/int4_layout.h):
+// none; every q4_0 / q4_K one (model.quantization int4); or the q4_0 / q4_K / q6_K ones whose
+// tensor-parallel split falls on block boundaries (auto on a GGUF file).
 enum class Q4Blocks { kNo, kAlways, kWhereAligned };
 
 // Reads tensors (or this rank's slice of them) by name, checking each against the shape
@@ -178,6 +178,21 @@ class WeightReader {
     return l;
   }
 
+  // The LM head [vocab, hidden] (`slice` its vocabulary rows), stored so in every checkpoint
+  // (GPT-2's is a Linear, not a Conv1D), kept as blocks as linear() keeps them.
+  StatusOr<LinearWeights> lm_head(const std::string& weight_name, int64_t vocab, int64_t hidden, Slice slice) {
+    LinearWeights l;
+    const int32_t blocks = q4_blocks(weight_name, slice);
+    if (blocks >= 0) {
+      TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(weight_name, vocab, hidden, slice));
+      l.ggml_blocks = blocks;
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(l.w, load(weight_name, {vocab, hidden}, slice));
+    }
+    TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {vocab}, slice));
+    return l;
+  }
+
   // The rows of several segments stacked into one [sum of counts, in] matrix (a fused QKV
   // or gate|up, or this rank's heads of one), biases likewise (all present or all absent).
   StatusOr<LinearWeights> gather(const std::vector<RowSegment>& segs, int64_t in) {
@@ -234,9 +249,18 @@ class WeightReader {
   int64_t total_bytes() const { return total_bytes_; }
   DType dtype() const { return dtype_; }
 
+  // Whether the segments' tensors would be kept as blocks of more than one type, or some as
+  // blocks and some not (a q4_K_M file stores some layers' V as q6_K beside a q4_K Q and K):
+  // stacked into one matrix they would all be decoded.
+  bool mixed_blocks(const std::vector<RowSegment>& segs) const {
+    bool any = false;
+    for (const RowSegment& s : segs) any |= q4_blocks(s.name) >= 0;
+    return any && !same_q4_blocks(segs);
+  }
+
  private:
-  // The ggml type of `name` when it is to be read as blocks (4-bit panels asked for, a q4_0
-  // / q4_K matrix, not transposed on the way); -1 otherwise. A tensor-parallel split of its
+  // The ggml type of `name` when it is to be read as blocks (panels asked for, a matrix of a
+  // type panel_scheme_of_blocks takes, not transposed on the way); -1 otherwise. A tensor-parallel split of its
   // inputs that falls inside a block is refused by the loader (Checkpoint::load_blocks) when
   // int4 was asked for; under auto that matrix is decoded instead, and the log says so.
   int32_t q4_blocks(const std::string& name, Slice slice = {}) const {
@@ -244,12 +268,13 @@ class WeightReader {
     const TensorInfo* info = ckpt_.find(name);
     if (info == nullptr || info->shape.size() != 2 || info->value_offset != 0.0f) return -1;
     const auto type = static_cast<GgmlType>(info->ggml_type);
-    if (info->ggml_type < 0 || (type != GgmlType::kQ4_0 && type != GgmlType::kQ4_K)) return -1;
+    const bool auto_kind = keep_q4_blocks_ == Q4Blocks::kWhereAligned;
+    if (info->ggml_type < 0 || !panel_scheme_of_blocks(type, auto_kind).has_value()) return -1;
     const int64_t block = ggml_type_traits(static_cast<uint32_t>(info->ggml_type))->block_elems;
     if (slice.axis == 1 && (slice.begin % block != 0 || slice.count % block != 0) &&
         keep_q4_blocks_ == Q4Blocks::kWhereAligned) {
       TESSERA_LOG_WARN("model.quantization auto: \"{}\" is split at inputs [{}, {}), inside its {}-input {} blocks; "
-                       "this rank decodes it (int8) instead of keeping its 4-bit blocks",
+                       "this rank decodes it (int8) instead of keeping its blocks as panels",
                        name, slice.begin, slice.begin + slice.count, block, ggml_type_name(info->ggml_type));
       return -1;
     }
@@ -414,7 +439,10 @@ Status load_attention(WeightReader& r, const ModelConfig& c, int layer, const We
   std::vector<RowSegment> all = segs.q;  // [q | k | v] rows of this rank, in that order
   for (const RowSegment& s : segs.k) add_segment(all, s.name, s.out, s.begin, s.count);
   for (const RowSegment& s : segs.v) add_segment(all, s.name, s.out, s.begin, s.count);
-  if (o.kernel_inject) {
+  // Separate q, k, v of different block types stay three matrices (the transformer projects
+  // them one by one) rather than being decoded into one.
+  const bool separate_types = c.qkv == QkvLayout::kSeparate && r.mixed_blocks(all);
+  if (o.kernel_inject && !separate_types) {
     TESSERA_ASSIGN_OR_RETURN(lw->qkv, r.gather(all, c.hidden));
   } else if (c.qkv == QkvLayout::kSeparate) {
     TESSERA_ASSIGN_OR_RETURN(lw->q, r.gather(segs.q, c.hidden));
@@ -642,9 +670,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
     }
     mw.lm_head.w = mw.embed;  // shares the buffer (and the vocabulary split)
   } else {
-    // The LM head is stored [vocab, hidden] even in GPT-2 (a Linear, not a Conv1D).
-    TESSERA_ASSIGN_OR_RETURN(mw.lm_head.w, r.load(head_name, {c.vocab, c.hidden}, vocab_rows));
-    TESSERA_ASSIGN_OR_RETURN(mw.lm_head.b, r.load_optional(bias_name(head_name), {c.vocab}, vocab_rows));
+    TESSERA_ASSIGN_OR_RETURN(mw.lm_head, r.lm_head(head_name, c.vocab, c.hidden, vocab_rows));
   }
   TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta,
                            quantize_model_weights(mw, c, checkpoint, quant, options.plan, options.int8_layout,

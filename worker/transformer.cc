@@ -287,10 +287,11 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   const int64_t kv_width = kv_heads_ * D;
 
   // q, k, v as [T, heads, D] views: three column slices of one packed buffer (rows strided)
-  // on the fused path, three separate buffers on the plain path.
+  // on the fused path, three separate buffers on the plain path (and in a fused model's
+  // layer whose q, k and v are stored in different formats: worker/model_weights.cc).
   Tensor qkv_buf, q_buf, k_buf, v_buf;
   TensorView q2, k2, v2;  // [T, heads * D]
-  if (kernel_inject_) {
+  if (kernel_inject_ && !lw.qkv.w.empty()) {
     qkv_buf = backend_.alloc({T, q_width + 2 * kv_width}, DType::kF32);
     project(lw.qkv, h, qkv_buf.view());
     q2 = qkv_buf.view().columns(0, q_width);

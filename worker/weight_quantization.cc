@@ -200,6 +200,27 @@ Status check_not_prequantized(const Checkpoint& checkpoint) {
   return Status::ok();
 }
 
+std::optional<Int4Scheme> panel_scheme_of_blocks(GgmlType type, bool auto_kind) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return Int4Scheme::kSymmetric;
+    case GgmlType::kQ4_K:
+      return Int4Scheme::kSuperBlock;
+    case GgmlType::kQ6_K:
+      if (auto_kind) return Int4Scheme::kSixBit;
+      break;
+    default:
+      break;
+  }
+  return std::nullopt;
+}
+
+double panel_bytes_per_weight(Int4Scheme scheme) {
+  const double scale_bytes = static_cast<double>(int4_record_stride(scheme, kInt4SuperBlock)) /
+                             static_cast<double>(kInt4PanelColumns * kInt4SuperBlock);
+  return static_cast<double>(int4_step_bytes(scheme)) / (4.0 * kInt4PanelColumns) + scale_bytes;
+}
+
 QuantizationOptions resolve_quantization(const QuantizationOptions& options, const Checkpoint& checkpoint) {
   if (options.kind != WeightQuantization::kAuto) return options;
   QuantizationOptions q = options;
@@ -210,7 +231,7 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
     if (!stored_in_ggml_blocks(*info) || info->shape.size() != 2) continue;
     block_types.insert(info->stored_dtype);
     const auto type = static_cast<GgmlType>(info->ggml_type);
-    q.int4_from_blocks |= type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K;
+    q.int4_from_blocks |= panel_scheme_of_blocks(type, /*auto_kind=*/true).has_value();
   }
   if (block_types.empty()) return q;
   q.kind = WeightQuantization::kInt8;
@@ -223,7 +244,7 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   TESSERA_LOG_INFO("model.quantization auto: {} stores its matrices as {} blocks: {}int8 for the others "
                    "(model.quantization: none decodes them all to model.dtype instead)",
                    checkpoint.path(), types,
-                   q.int4_from_blocks ? "the q4_0 and q4_K ones kept as 4-bit weights, " : "");
+                   q.int4_from_blocks ? "the q4_0 and q4_K ones kept as 4-bit weights and q6_K as 6-bit, " : "");
   return q;
 }
 
@@ -236,14 +257,14 @@ Status decode_blocks(LinearWeights& l, DType dtype) {
   return Status::ok();
 }
 
-// l as int4 panels (kernels/int4_layout.h): q4_0 / q4_K blocks value for value, anything
-// else by q4_0's rule from its floats. `names` for the error of an input width that is not
-// a multiple of 32.
+// l as panels (kernels/int4_layout.h): q4_0 / q4_K / q6_K blocks value for value, anything
+// else as 4-bit by q4_0's rule from its floats. `names` for the error of an input width that
+// is not a multiple of 32.
 Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names) {
   const int64_t N = l.w.dim(0);
   const bool blocks = l.ggml_blocks >= 0;
-  const bool super_block = blocks && static_cast<GgmlType>(l.ggml_blocks) == GgmlType::kQ4_K;
-  const Int4Scheme scheme = super_block ? Int4Scheme::kSuperBlock : Int4Scheme::kSymmetric;
+  const Int4Scheme scheme = blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(l.ggml_blocks), true).value()
+                                   : Int4Scheme::kSymmetric;
   int64_t K = l.w.dim(1);
   if (blocks) {
     const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(l.ggml_blocks));
@@ -255,15 +276,34 @@ Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names)
                             "a model.quantization_rules entry");
   }
   const int64_t P = int4_panel_count(N);
-  Tensor nibbles = arena.zeros({P, K / 4, 64}, DType::kU8);
-  Tensor scales = scheme == Int4Scheme::kSymmetric ? arena.zeros({P, K / kInt4Group, kInt4PanelColumns}, DType::kF16)
-                                                   : arena.zeros({P, K / kInt4SuperBlock, kInt4SuperRecordBytes}, DType::kU8);
+  Tensor nibbles = arena.zeros({P, K / 4, int4_step_bytes(scheme)}, DType::kU8);
+  Tensor scales;
+  switch (scheme) {
+    case Int4Scheme::kSymmetric:
+      scales = arena.zeros({P, K / kInt4Group, kInt4PanelColumns}, DType::kF16);
+      break;
+    case Int4Scheme::kSuperBlock:
+      scales = arena.zeros({P, K / kInt4SuperBlock, kInt4SuperRecordBytes}, DType::kU8);
+      break;
+    case Int4Scheme::kSixBit:
+      scales = arena.zeros({P, K / kInt4SuperBlock, kSixBitRecordBytes}, DType::kI8);
+      break;
+  }
   if (blocks) {
     const int64_t row_bytes = l.w.dim(1);
-    if (super_block) {
-      cpu::pack_int4_from_q4_k(l.w.data<uint8_t>(), row_bytes, N, K, nibbles.data<uint8_t>(), scales.data<uint8_t>());
-    } else {
-      cpu::pack_int4_from_q4_0(l.w.data<uint8_t>(), row_bytes, N, K, nibbles.data<uint8_t>(), scales.data<uint8_t>());
+    const uint8_t* rows = l.w.data<uint8_t>();
+    uint8_t* out = nibbles.data<uint8_t>();
+    uint8_t* records = static_cast<uint8_t*>(scales.view().data);
+    switch (scheme) {
+      case Int4Scheme::kSymmetric:
+        cpu::pack_int4_from_q4_0(rows, row_bytes, N, K, out, records);
+        break;
+      case Int4Scheme::kSuperBlock:
+        cpu::pack_int4_from_q4_k(rows, row_bytes, N, K, out, records);
+        break;
+      case Int4Scheme::kSixBit:
+        cpu::pack_int4_from_q6_k(rows, row_bytes, N, K, out, records);
+        break;
     }
   } else {
     std::vector<float> w(static_cast<size_t>(N * K));
@@ -335,7 +375,7 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
     if (q.enabled()) {
       TESSERA_ASSIGN_OR_RETURN(kind, s.kind_for(cand));
     }
-    // auto on a GGUF file: the q4_0 / q4_K matrices it quantizes become 4-bit panels.
+    // auto on a GGUF file: the q4_0 / q4_K / q6_K matrices it quantizes become panels.
     if (kind == WeightQuantization::kInt8 && q.int4_from_blocks && l.ggml_blocks >= 0) kind = WeightQuantization::kInt4;
     const int64_t before = bytes(l.w) + bytes(l.scales);
     if (kind == WeightQuantization::kInt4) {

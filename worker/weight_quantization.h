@@ -4,8 +4,10 @@
 // holds more than its own share. Also the refusal of checkpoints that are already quantized
 // in a format Tessera does not compute (GPTQ, AWQ, bitsandbytes ...).
 #include <cstdint>
+#include <optional>
 
 #include "common/checkpoint.h"
+#include "common/gguf/gguf_file.h"
 #include "common/quantization.h"
 #include "common/status.h"
 #include "worker/model_config.h"
@@ -19,8 +21,14 @@ namespace tessera {
 // refused with one line naming what was found.
 Status check_not_prequantized(const Checkpoint& checkpoint);
 
+// The panel scheme (kernels/int4_layout.h) that holds a ggml block type value for value:
+// q4_0, q4_K and (under auto only: `int4` asks for 4 bits) q6_K; nullopt for the others.
+std::optional<Int4Scheme> panel_scheme_of_blocks(GgmlType type, bool auto_kind);
+// Bytes per weight of a matrix in `scheme`'s panels, scales included (4.5, 4.5 and 6.5625 bits).
+double panel_bytes_per_weight(Int4Scheme scheme);
+
 // model.quantization auto made definite for `checkpoint`: for a GGUF file with a matrix
-// stored in quantized blocks, int8 with int4_from_blocks set when some are q4_0 or q4_K
+// stored in quantized blocks, int8 with int4_from_blocks set when some are q4_0, q4_K or q6_K
 // (logged once, naming the block types); none otherwise. Other kinds are returned as they are.
 QuantizationOptions resolve_quantization(const QuantizationOptions& options, const Checkpoint& checkpoint);
 
@@ -32,9 +40,9 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
 //  - options.rules (the first regex found in a weight's checkpoint name decides: int8, int4
 //    or none) override that, except that a tensor the plan keeps whole, the embedding and a
 //    tied LM head are never quantized, and a rule that matches no linear weight is an error.
-// A matrix the loader kept as q4_0 / q4_K blocks (LinearWeights::ggml_blocks) becomes 4-bit
-// panels value for value when it is to be quantized (int4, or int8 with int4_from_blocks),
-// and is decoded to `dtype` otherwise. A packed matrix (fused QKV, gate|up) is quantized
+// A matrix the loader kept as q4_0 / q4_K / q6_K blocks (LinearWeights::ggml_blocks) becomes
+// 4-bit (q6_K: 6-bit) panels value for value when it is to be quantized (int4, or int8 with
+// int4_from_blocks), and is decoded to `dtype` otherwise. A packed matrix (fused QKV, gate|up) is quantized
 // only if all its sources are. Errors name the tensor: a group that does not divide this
 // rank's input dimension. int8 is stored in `layout` (Int8WeightLayout,
 // worker/model_weights.h), 4-bit weights in the one layout every backend reads. Returns the

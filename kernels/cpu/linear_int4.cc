@@ -1,4 +1,4 @@
-// The 4-bit linear layer's front (linear_int4.h): checks, x quantized once per call, the ISA
+// The 4-bit (and 6-bit) linear layer's front (linear_int4.h): checks, x quantized once per call, the ISA
 // flavour, and threads over chunks of panels.
 #include <omp.h>
 
@@ -14,22 +14,24 @@
 namespace tessera::cpu {
 namespace {
 
-// x's rows per group of 32 as int8 (quantize_int8's rule), their scales and group sums, in
-// this thread's reused buffers.
+// x's rows per group of 32 as int8 (quantize_int8's rule), their scales, and the sums of
+// each group and of each half group, in this thread's reused buffers.
 struct QuantizedX {
   const int8_t* q;
   const float* s;
   const int32_t* sum;
+  const int32_t* sum16;
 };
 
 QuantizedX quantize_x(CpuIsa isa, const float* x, int64_t M, int64_t K, int64_t ldx) {
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
-  thread_local std::vector<int32_t> xsum;
+  thread_local std::vector<int32_t> xsum, xsum16;
   const int64_t groups = K / kInt4Group;
   int8_t* q = detail::scratch(xq, M * K);
   float* s = detail::scratch(xs, M * groups);
   int32_t* sum = detail::scratch(xsum, M * groups);
+  int32_t* sum16 = detail::scratch(xsum16, M * 2 * groups);
 #pragma omp parallel for schedule(static) if (M * K >= (int64_t{1} << 16))
   for (int64_t m = 0; m < M; ++m) {
     if (isa == CpuIsa::kAvx512) {
@@ -37,13 +39,14 @@ QuantizedX quantize_x(CpuIsa isa, const float* x, int64_t M, int64_t K, int64_t 
     } else {
       quantize_int8(x + m * ldx, DType::kF32, 1, K, kInt4Group, q + m * K, s + m * groups);
     }
-    for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t h = 0; h < 2 * groups; ++h) {
       int32_t total = 0;
-      for (int64_t k = g * kInt4Group; k < (g + 1) * kInt4Group; ++k) total += q[m * K + k];
-      sum[m * groups + g] = total;
+      for (int64_t k = h * kSixBitGroup; k < (h + 1) * kSixBitGroup; ++k) total += q[m * K + k];
+      sum16[m * 2 * groups + h] = total;
     }
+    for (int64_t g = 0; g < groups; ++g) sum[m * groups + g] = sum16[m * 2 * groups + 2 * g] + sum16[m * 2 * groups + 2 * g + 1];
   }
-  return {q, s, sum};
+  return {q, s, sum, sum16};
 }
 
 void run_panels(CpuIsa isa, const detail::Int4Args& a, int64_t p0, int64_t p1) {
@@ -70,7 +73,7 @@ void linear_int4(const Int4LinearOptions& options, Int4Scheme scheme, const floa
   if (M == 0 || N == 0) return;
   const CpuIsa isa = std::min(options.isa, detected_cpu_isa());
   const QuantizedX qx = quantize_x(isa, x, M, K, ldx);
-  const detail::Int4Args args{scheme, nibbles, scales, N, K, M, qx.q, qx.s, qx.sum, bias, y, ldy, act};
+  const detail::Int4Args args{scheme, nibbles, scales, N, K, M, qx.q, qx.s, qx.sum, qx.sum16, bias, y, ldy, act};
   const int64_t panels = int4_panel_count(N);
   const int threads = omp_get_max_threads();
   if (threads == 1 || M * N * K < kMinParallelMacs || panels < 2) {
@@ -82,7 +85,7 @@ void linear_int4(const Int4LinearOptions& options, Int4Scheme scheme, const floa
   // streams four at a time, and a lone panel's dot products wait on each other (perf of
   // ~1.1B q4_0 decode: a third of the kernel's time went to single-panel tiles with chunks
   // cut anywhere).
-  const detail::DecodeChunks chunks(panels, int4_panel_stride(K) + int4_record_stride(scheme, K), 4, threads);
+  const detail::DecodeChunks chunks(panels, int4_panel_stride(scheme, K) + int4_record_stride(scheme, K), 4, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t c = 0; c < chunks.count(); ++c) run_panels(isa, args, chunks.begin(c), chunks.begin(c + 1));
 }

@@ -1,13 +1,15 @@
 #pragma once
 // The 4-bit weight-only linear layer: y = x · dequant(W)^T (+ bias) (then an activation),
 // W [N, K] stored in 4-bit panels made once at load (from a GGUF file's q4_0 / q4_K blocks,
-// value for value, or by quantizing a float matrix: `--quantize int4`).
+// value for value, or by quantizing a float matrix: `--quantize int4`), or in the 6-bit
+// panels of a GGUF file's q6_K blocks (the same kernels with 2 more bits per weight).
 //
 // Values and layout: kernels/int4_layout.h.
 //
 // Arithmetic. x is quantized per group of 32 to 8 bits (scale max|x| / 127, llama.cpp's q8
-// activations for these types, with an f32 scale), so a group's products are exact integer
-// sums: sum_k w_k x_k = xs (s P - m X), where P = sum q_k xq_k and X = sum xq_k. Every M
+// activations for these types, with an f32 scale), so a weight group's products are exact
+// integer sums: sum_k w_k x_k = xs (s P - m X), where P = sum q_k xq_k and X = sum xq_k over
+// the group (32 inputs, or 16 for kSixBit). Every M
 // runs this one arithmetic (decode and prefill alike): kernels for AVX-512 VNNI (vpdpbusd),
 // AVX2 (vpmaddubsw + vpmaddwd) and a scalar reference, each tested against the others and
 // against the dequantized float product (tests/kernels/linear_int4_test.cc).
@@ -19,15 +21,18 @@
 
 namespace tessera::cpu {
 
-const char* int4_scheme_name(Int4Scheme scheme);  // "q4_0-style", "q4_K-style"
+const char* int4_scheme_name(Int4Scheme scheme);  // "q4_0-style", "q4_K-style", "q6_K-style"
 
-// Packing. Every packer writes int4_nibble_bytes into `nibbles` and int4_scale_bytes into
+// Packing. Every packer writes int4_nibble_bytes(scheme, ...) into `nibbles` and int4_scale_bytes into
 // `scales`, zeroed first by the caller or not (every byte is written).
 // From ggml q4_0 rows (N rows of K / 32 blocks of 18 bytes, `row_bytes` apart): kSymmetric.
 void pack_int4_from_q4_0(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
                          uint8_t* scales);
 // From ggml q4_K rows (K / 256 blocks of 144 bytes each): kSuperBlock.
 void pack_int4_from_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
+                         uint8_t* scales);
+// From ggml q6_K rows (K / 256 blocks of 210 bytes each): kSixBit.
+void pack_int4_from_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
                          uint8_t* scales);
 // Quantizes f32 W [N, K] (rows K apart) as kSymmetric by llama.cpp's q4_0 rule: per group,
 // d = v / -8 where v is the first value of largest magnitude, q = min(15, trunc(w / d + 8.5))

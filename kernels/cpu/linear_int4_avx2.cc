@@ -4,7 +4,10 @@
 // the unsigned nibbles by x's signed bytes into pairs of 16-bit sums (at most 2 x 15 x 127,
 // never saturating) and vpmaddwd by ones adds the pairs into the 32-bit lanes, so the group
 // sums are the exact integers the other flavours compute. One row of x and one panel per
-// pass: 4 integer and 4 float accumulators of the 16 registers.
+// pass: 4 integer and 4 float accumulators of the 16 registers. kSixBit adds the step's 32
+// bytes of top bits: each 32-byte quarter of the 6-bit values (columns 0-7, 8-15, 16-23,
+// 24-31) takes its 2 bits from the same 32 bytes shifted by its own amount (0, 2, 4, 6) to
+// bits 4-5 (vpmaddubsw's sums stay exact: 2 x 63 x 127 < 32768).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -26,6 +29,16 @@ TESSERA_TARGET_AVX2 inline void group_scales(const uint8_t* rec, int64_t g, __m2
       s[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * v)));
       m[v] = _mm256_mul_ps(_mm256_set1_ps(8.0f), s[v]);
     }
+  } else if constexpr (S == Int4Scheme::kSixBit) {
+    const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
+    const int64_t sub = g % 16;
+    for (int v = 0; v < 4; ++v) {
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 16 * v)));
+      const __m256 sc = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 64 + sub * 32 + 8 * v))));
+      s[v] = _mm256_mul_ps(d, sc);
+      m[v] = _mm256_mul_ps(_mm256_set1_ps(32.0f), s[v]);
+    }
   } else {
     const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
     const int64_t sub = g % 8;
@@ -42,10 +55,22 @@ TESSERA_TARGET_AVX2 inline void group_scales(const uint8_t* rec, int64_t g, __m2
   }
 }
 
+// The top 2 bits of a kSixBit quarter at bits 4-5 of each byte (the quarter's shift is
+// SHIFT: 0, 2, 4 or 6), from a step's 32 bytes of top bits.
+template <int SHIFT>
+TESSERA_TARGET_AVX2 inline __m256i top_bits(__m256i bits) {
+  const __m256i mask = _mm256_set1_epi8(0x30);
+  if constexpr (SHIFT < 4) return _mm256_and_si256(_mm256_slli_epi16(bits, 4 - SHIFT), mask);
+  if constexpr (SHIFT == 4) return _mm256_and_si256(bits, mask);
+  return _mm256_and_si256(_mm256_srli_epi16(bits, SHIFT - 4), mask);
+}
+
 template <Int4Scheme S>
 TESSERA_TARGET_AVX2 void panel_row(const Int4Args& a, int64_t m, int64_t p) {
-  const int64_t K = a.K, groups = K / kInt4Group;
-  const uint8_t* panel = a.nibbles + p * int4_panel_stride(K);
+  constexpr bool kSix = S == Int4Scheme::kSixBit;
+  const int64_t K = a.K, G = int4_weight_group(S), groups = K / G, step = int4_step_bytes(S);
+  const int32_t* xsum = kSix ? a.xsum16 : a.xsum;
+  const uint8_t* panel = a.nibbles + p * int4_panel_stride(S, K);
   const uint8_t* rec = a.scales + p * int4_record_stride(S, K);
   const int8_t* x = a.xq + m * K;
   const __m256i low = _mm256_set1_epi8(0x0f);
@@ -57,23 +82,33 @@ TESSERA_TARGET_AVX2 void panel_row(const Int4Args& a, int64_t m, int64_t p) {
   for (int64_t g = 0; g < groups; ++g) {
     __m256i acc[4];
     for (int v = 0; v < 4; ++v) acc[v] = _mm256_setzero_si256();
-    for (int64_t t = g * 8; t < g * 8 + 8; ++t) {
+    for (int64_t t = g * (G / 4); t < (g + 1) * (G / 4); ++t) {
       int32_t four;
       std::memcpy(&four, x + 4 * t, sizeof(four));
       const __m256i xb = _mm256_set1_epi32(four);
+      const uint8_t* at = panel + t * step;
+      __m256i q[4];
       for (int half = 0; half < 2; ++half) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64 + 32 * half));
-        const __m256i lo = _mm256_and_si256(w, low);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
-        acc[half] = _mm256_add_epi32(acc[half], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xb), ones));
-        acc[2 + half] = _mm256_add_epi32(acc[2 + half], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xb), ones));
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * half));
+        q[half] = _mm256_and_si256(w, low);
+        q[2 + half] = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+      }
+      if constexpr (kSix) {
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 64));
+        q[0] = _mm256_or_si256(q[0], top_bits<0>(bits));
+        q[1] = _mm256_or_si256(q[1], top_bits<2>(bits));
+        q[2] = _mm256_or_si256(q[2], top_bits<4>(bits));
+        q[3] = _mm256_or_si256(q[3], top_bits<6>(bits));
+      }
+      for (int v = 0; v < 4; ++v) {
+        acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(_mm256_maddubs_epi16(q[v], xb), ones));
       }
     }
     __m256 s[4], mo[4];
     group_scales<S>(rec, g, s, mo);
-    const float xs = a.xs[m * groups + g];
+    const float xs = a.xs[m * (K / kInt4Group) + g * G / kInt4Group];
     const __m256 sx = _mm256_set1_ps(xs);
-    const __m256 mx = _mm256_set1_ps(xs * static_cast<float>(a.xsum[m * groups + g]));
+    const __m256 mx = _mm256_set1_ps(xs * static_cast<float>(xsum[m * groups + g]));
     for (int v = 0; v < 4; ++v) {
       total[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[v]), _mm256_mul_ps(s[v], sx), total[v]);
       total[v] = _mm256_fnmadd_ps(mo[v], mx, total[v]);
@@ -97,10 +132,13 @@ void run(const Int4Args& a, int64_t p0, int64_t p1) {
 }  // namespace
 
 void int4_panels_avx2(const Int4Args& a, int64_t p0, int64_t p1) {
-  if (a.scheme == Int4Scheme::kSymmetric) {
-    run<Int4Scheme::kSymmetric>(a, p0, p1);
-  } else {
-    run<Int4Scheme::kSuperBlock>(a, p0, p1);
+  switch (a.scheme) {
+    case Int4Scheme::kSymmetric:
+      return run<Int4Scheme::kSymmetric>(a, p0, p1);
+    case Int4Scheme::kSuperBlock:
+      return run<Int4Scheme::kSuperBlock>(a, p0, p1);
+    case Int4Scheme::kSixBit:
+      return run<Int4Scheme::kSixBit>(a, p0, p1);
   }
 }
 

@@ -7,6 +7,10 @@
 // Tiles of MT rows of x times PN panels (MT x PN = 4: 8 integer and 8 float accumulators):
 // decode (1 row) streams 4 panels at once so that 8 independent dot-product chains hide the
 // instruction's latency; 4 rows of x reuse each unpacked step 4 times.
+//
+// kSixBit: the step's 32 bytes of top bits, broadcast to both halves of a 64-byte register,
+// are shifted per 32-byte half (columns 0-7 and 8-15 of the low nibbles, 16-23 and 24-31 of
+// the high ones: kernels/int4_layout.h) to bits 4-5 and merged into the nibbles.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,6 +39,16 @@ TESSERA_TARGET_AVX512_VNNI inline void group_scales(const uint8_t* rec, int64_t 
       s[half] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16 * half)));
       m[half] = _mm512_mul_ps(eight, s[half]);
     }
+  } else if constexpr (S == Int4Scheme::kSixBit) {
+    const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
+    const int64_t sub = g % 16;
+    for (int half = 0; half < 2; ++half) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32 * half)));
+      const __m512 sc = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 64 + sub * 32 + 16 * half))));
+      s[half] = _mm512_mul_ps(d, sc);
+      m[half] = _mm512_mul_ps(_mm512_set1_ps(32.0f), s[half]);
+    }
   } else {
     const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
     const int64_t sub = g % 8;
@@ -51,11 +65,35 @@ TESSERA_TARGET_AVX512_VNNI inline void group_scales(const uint8_t* rec, int64_t 
   }
 }
 
+// A kSixBit step's top bits at bits 4-5 of the low nibbles' lanes (lo) and of the high
+// nibbles' lanes (hi): shifts of 4 and 2 to the left, and of 0 and 2 to the right, per
+// 32-byte half (16-bit lanes 0-15 and 16-31).
+struct TopBitShifts {
+  __m512i lo_left, hi_right, mask;
+};
+
+TESSERA_TARGET_AVX512_VNNI inline TopBitShifts top_bit_shifts() {
+  const __m512i upper = _mm512_mask_set1_epi16(_mm512_setzero_si512(), 0xffff0000u, 2);
+  return {_mm512_sub_epi16(_mm512_set1_epi16(4), upper), upper, _mm512_set1_epi8(0x30)};
+}
+
+// lo | (top bits of lo's columns), hi likewise (ternary logic 0xF8: A | (B & C)).
+TESSERA_TARGET_AVX512_VNNI inline void merge_top_bits(const uint8_t* bits32, const TopBitShifts& sh, __m512i& lo,
+                                                      __m512i& hi) {
+  const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits32)));
+  lo = _mm512_ternarylogic_epi32(lo, _mm512_sllv_epi16(bits, sh.lo_left), sh.mask, 0xF8);
+  hi = _mm512_ternarylogic_epi32(hi, _mm512_srlv_epi16(bits, sh.hi_right), sh.mask, 0xF8);
+}
+
 template <Int4Scheme S, int MT, int PN>
 TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) {
-  const int64_t K = a.K, groups = K / kInt4Group;
-  const int64_t panel_stride = int4_panel_stride(K), record_stride = int4_record_stride(S, K);
+  constexpr bool kSix = S == Int4Scheme::kSixBit;
+  constexpr int64_t G = kSix ? kSixBitGroup : kInt4Group, kStep = kSix ? 96 : 64;
+  const int64_t K = a.K, groups = K / G, x_groups = K / kInt4Group;
+  const int32_t* xsum = kSix ? a.xsum16 : a.xsum;
+  const int64_t panel_stride = int4_panel_stride(S, K), record_stride = int4_record_stride(S, K);
   const __m512i low = _mm512_set1_epi8(0x0f);
+  [[maybe_unused]] const TopBitShifts shifts = top_bit_shifts();
   const uint8_t* panel[PN];
   for (int j = 0; j < PN; ++j) panel[j] = a.nibbles + (p0 + j) * panel_stride;
   const int8_t* x[MT];
@@ -72,12 +110,13 @@ TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) 
 #pragma GCC unroll 4
       for (int j = 0; j < PN; ++j) acc[i][j][0] = acc[i][j][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int64_t t = g * 8; t < g * 8 + 8; ++t) {
+    for (int64_t t = g * (G / 4); t < (g + 1) * (G / 4); ++t) {
 #pragma GCC unroll 4
       for (int j = 0; j < PN; ++j) {
-        const __m512i v = _mm512_loadu_si512(panel[j] + t * 64);
-        const __m512i lo = _mm512_and_si512(v, low);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        const __m512i v = _mm512_loadu_si512(panel[j] + t * kStep);
+        __m512i lo = _mm512_and_si512(v, low);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        if constexpr (kSix) merge_top_bits(panel[j] + t * kStep + 64, shifts, lo, hi);
 #pragma GCC unroll 4
         for (int i = 0; i < MT; ++i) {
           int32_t four;  // x[4t .. 4t + 4), to every lane
@@ -94,9 +133,9 @@ TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) 
       group_scales<S>(a.scales + (p0 + j) * record_stride, g, s, m);
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
-        const float xs = a.xs[(m0 + i) * groups + g];
+        const float xs = a.xs[(m0 + i) * x_groups + g * G / kInt4Group];
         const __m512 sx = _mm512_set1_ps(xs);
-        const __m512 mx = _mm512_set1_ps(xs * static_cast<float>(a.xsum[(m0 + i) * groups + g]));
+        const __m512 mx = _mm512_set1_ps(xs * static_cast<float>(xsum[(m0 + i) * groups + g]));
         for (int h = 0; h < 2; ++h) {
           total[i][j][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j][h]), _mm512_mul_ps(s[h], sx), total[i][j][h]);
           total[i][j][h] = _mm512_fnmadd_ps(m[h], mx, total[i][j][h]);
@@ -139,10 +178,13 @@ void run(const Int4Args& a, int64_t p0, int64_t p1) {
 }  // namespace
 
 void int4_panels_avx512_vnni(const Int4Args& a, int64_t p0, int64_t p1) {
-  if (a.scheme == Int4Scheme::kSymmetric) {
-    run<Int4Scheme::kSymmetric>(a, p0, p1);
-  } else {
-    run<Int4Scheme::kSuperBlock>(a, p0, p1);
+  switch (a.scheme) {
+    case Int4Scheme::kSymmetric:
+      return run<Int4Scheme::kSymmetric>(a, p0, p1);
+    case Int4Scheme::kSuperBlock:
+      return run<Int4Scheme::kSuperBlock>(a, p0, p1);
+    case Int4Scheme::kSixBit:
+      return run<Int4Scheme::kSixBit>(a, p0, p1);
   }
 }
 

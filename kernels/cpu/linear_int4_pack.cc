@@ -1,5 +1,5 @@
-// The 4-bit panels of linear_int4.h: packing from ggml blocks and from floats, and the
-// float matrix they stand for. Load-time code: clear rather than fast, threaded over panels.
+// The 4-bit (and 6-bit) panels of linear_int4.h: packing from ggml blocks and from floats,
+// and the float matrix they stand for. Load-time code: clear rather than fast, threaded over panels.
 #include <omp.h>
 
 #include <algorithm>
@@ -17,15 +17,38 @@ namespace {
 
 constexpr int64_t kHalf = kInt4PanelColumns / 2;  // columns per nibble half of a panel
 
-// The nibbles of one panel from its columns' q values: q(c, k) for column c < 32 of the
-// panel (0 past N).
-template <typename QOf>
-void write_panel_nibbles(int64_t K, QOf q, uint8_t* panel) {
-  for (int64_t j = 0; j < kHalf; ++j) {
-    for (int64_t k = 0; k < K; ++k) {
-      panel[(k / 4) * 64 + 4 * j + (k % 4)] = static_cast<uint8_t>(q(j, k) | (q(kHalf + j, k) << 4));
+// The steps of one panel from its columns' q values (`q`: 32 columns of K values, column c
+// at q + c K; 0 past N): the low 4 bits, and with kSixBit the top 2 (kernels/int4_layout.h).
+// Every byte of the panel is written, 4 inputs (a 32-bit word) at a time.
+void write_panel_steps(Int4Scheme scheme, int64_t K, const uint8_t* q, uint8_t* panel) {
+  const int64_t step = int4_step_bytes(scheme);
+  auto four = [&](int64_t c, int64_t t) {
+    uint32_t w;
+    std::memcpy(&w, q + c * K + 4 * t, sizeof(w));
+    return w;
+  };
+  for (int64_t t = 0; t < K / 4; ++t) {
+    uint8_t* s = panel + t * step;
+    for (int64_t j = 0; j < kHalf; ++j) {
+      const uint32_t v = (four(j, t) & 0x0f0f0f0fu) | ((four(kHalf + j, t) & 0x0f0f0f0fu) << 4);
+      std::memcpy(s + 4 * j, &v, sizeof(v));
+    }
+    if (scheme != Int4Scheme::kSixBit) continue;
+    for (int64_t e = 0; e < 8; ++e) {  // the word of columns e, 8 + e, 16 + e, 24 + e
+      uint32_t v = 0;
+      for (int64_t pair = 0; pair < 4; ++pair) v |= ((four(8 * pair + e, t) >> 4) & 0x03030303u) << (2 * pair);
+      std::memcpy(s + 64 + 4 * e, &v, sizeof(v));
     }
   }
+}
+
+// The q value (0..63) of bit-plane position (c, k) of a panel, as write_panel_steps stored it.
+int panel_q(Int4Scheme scheme, const uint8_t* panel, int64_t c, int64_t k) {
+  const uint8_t* s = panel + (k / 4) * int4_step_bytes(scheme);
+  const uint8_t byte = s[4 * (c % kHalf) + k % 4];
+  int q = c < kHalf ? byte & 0x0f : byte >> 4;
+  if (scheme == Int4Scheme::kSixBit) q |= ((s[64 + 4 * (c % 8) + k % 4] >> (2 * (c / 8))) & 0x03) << 4;
+  return q;
 }
 
 // One q4_0 row: its K q values (0..15) and its K / 32 f16 scales.
@@ -44,17 +67,19 @@ void q4_0_column(const uint8_t* row, int64_t K, uint8_t* q, uint16_t* s) {
 template <typename Column>
 void pack_panels(Int4Scheme scheme, int64_t N, int64_t K, uint8_t* nibbles, uint8_t* scales, Column column) {
   const int64_t panels = int4_panel_count(N);
-  const int64_t panel_bytes = int4_panel_stride(K), record_bytes = int4_record_stride(scheme, K);
+  const int64_t panel_bytes = int4_panel_stride(scheme, K), record_bytes = int4_record_stride(scheme, K);
 #pragma omp parallel for schedule(dynamic, 1) if (panels > 1)
   for (int64_t p = 0; p < panels; ++p) {
-    std::vector<uint8_t> q(static_cast<size_t>(kInt4PanelColumns * K), 0);
+    // Reused by the thread (a fresh buffer of this size is a fresh mapping each time); zero
+    // for the columns past N.
+    thread_local std::vector<uint8_t> q;
+    q.assign(static_cast<size_t>(kInt4PanelColumns * K), 0);
     uint8_t* rec = scales + p * record_bytes;
     std::memset(rec, 0, static_cast<size_t>(record_bytes));
     for (int64_t c = 0; c < kInt4PanelColumns && p * kInt4PanelColumns + c < N; ++c) {
       column(p * kInt4PanelColumns + c, c, q.data() + c * K, rec);
     }
-    write_panel_nibbles(K, [&](int64_t c, int64_t k) { return q[static_cast<size_t>(c * K + k)]; },
-                        nibbles + p * panel_bytes);
+    write_panel_steps(scheme, K, q.data(), nibbles + p * panel_bytes);
   }
 }
 
@@ -65,6 +90,13 @@ struct SuperRecord {
   uint16_t* dmin(int64_t c) const { return reinterpret_cast<uint16_t*>(base + 64) + c; }
   uint8_t* sc(int64_t g, int64_t c) const { return base + 128 + g * kInt4PanelColumns + c; }
   uint8_t* mn(int64_t g, int64_t c) const { return base + 384 + g * kInt4PanelColumns + c; }
+};
+
+// Where column c's entries of a kSixBit record live.
+struct SixBitRecord {
+  uint8_t* base;
+  uint16_t* d(int64_t c) const { return reinterpret_cast<uint16_t*>(base) + c; }
+  int8_t* sc(int64_t g, int64_t c) const { return reinterpret_cast<int8_t*>(base + 64 + g * kInt4PanelColumns + c); }
 };
 
 // q4_K's 6-bit scale and min of sub-block s (ggml's packing of 12 bytes).
@@ -81,7 +113,15 @@ void k_scale_min(const uint8_t packed[12], int s, uint8_t* scale, uint8_t* min) 
 }  // namespace
 
 const char* int4_scheme_name(Int4Scheme scheme) {
-  return scheme == Int4Scheme::kSymmetric ? "q4_0-style" : "q4_K-style";
+  switch (scheme) {
+    case Int4Scheme::kSymmetric:
+      return "q4_0-style";
+    case Int4Scheme::kSuperBlock:
+      return "q4_K-style";
+    case Int4Scheme::kSixBit:
+      break;
+  }
+  return "q6_K-style";
 }
 
 void pack_int4_from_q4_0(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
@@ -118,6 +158,33 @@ void pack_int4_from_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int6
   });
 }
 
+void pack_int4_from_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
+                         uint8_t* scales) {
+  TESSERA_CHECK(K % kInt4SuperBlock == 0) << "K=" << K;
+  pack_panels(Int4Scheme::kSixBit, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
+    for (int64_t b = 0; b < K / kInt4SuperBlock; ++b) {
+      const auto block = load_ggml_block<BlockQ6_K>(rows + n * row_bytes, b);
+      const SixBitRecord r{rec + b * kSixBitRecordBytes};
+      *r.d(c) = block.d;
+      for (int g = 0; g < 16; ++g) *r.sc(g, c) = block.scales[g];
+      uint8_t* qb = q + b * kInt4SuperBlock;
+      // Element 32k + l of each half of 128 (BlockQ6_K's layout): low bits from ql[l] or
+      // ql[l + 32], top bits from bits 2k, 2k + 1 of qh[l].
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = block.ql + 64 * half;
+        const uint8_t* qh = block.qh + 32 * half;
+        for (int k = 0; k < 4; ++k) {
+          for (int l = 0; l < 32; ++l) {
+            const int low = (ql[l + 32 * (k % 2)] >> (4 * (k / 2))) & 0x0f;
+            const int high = (qh[l] >> (2 * k)) & 0x03;
+            qb[128 * half + 32 * k + l] = static_cast<uint8_t>(low | (high << 4));
+          }
+        }
+      }
+    }
+  });
+}
+
 void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8_t* scales) {
   TESSERA_CHECK(K % kInt4Group == 0) << "K=" << K;
   const int64_t groups = K / kInt4Group;
@@ -145,24 +212,26 @@ void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8
 
 void dequantize_int4(Int4Scheme scheme, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K,
                      float* out) {
-  const int64_t panel_bytes = int4_panel_stride(K), record_bytes = int4_record_stride(scheme, K);
+  const int64_t panel_bytes = int4_panel_stride(scheme, K), record_bytes = int4_record_stride(scheme, K);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t p = n / kInt4PanelColumns, c = n % kInt4PanelColumns;
     const uint8_t* panel = nibbles + p * panel_bytes;
-    const uint8_t* rec = scales + p * record_bytes;
+    uint8_t* rec = const_cast<uint8_t*>(scales + p * record_bytes);
     for (int64_t k = 0; k < K; ++k) {
-      const uint8_t byte = panel[(k / 4) * 64 + 4 * (c % kHalf) + k % 4];
-      const int q = c < kHalf ? byte & 0x0f : byte >> 4;
-      const int64_t g = k / kInt4Group;
+      const int q = panel_q(scheme, panel, c, k);
       float s, m;
       if (scheme == Int4Scheme::kSymmetric) {
-        s = f16_to_f32(reinterpret_cast<const uint16_t*>(rec)[g * kInt4PanelColumns + c]);
+        s = f16_to_f32(reinterpret_cast<const uint16_t*>(rec)[(k / kInt4Group) * kInt4PanelColumns + c]);
         m = 8.0f * s;
-      } else {
-        const SuperRecord r{const_cast<uint8_t*>(rec + (k / kInt4SuperBlock) * kInt4SuperRecordBytes)};
-        const int64_t sub = g % 8;
+      } else if (scheme == Int4Scheme::kSuperBlock) {
+        const SuperRecord r{rec + (k / kInt4SuperBlock) * kInt4SuperRecordBytes};
+        const int64_t sub = (k / kInt4Group) % 8;
         s = f16_to_f32(*r.d(c)) * static_cast<float>(*r.sc(sub, c));
         m = f16_to_f32(*r.dmin(c)) * static_cast<float>(*r.mn(sub, c));
+      } else {
+        const SixBitRecord r{rec + (k / kInt4SuperBlock) * kSixBitRecordBytes};
+        s = f16_to_f32(*r.d(c)) * static_cast<float>(*r.sc((k / kSixBitGroup) % 16, c));
+        m = 32.0f * s;
       }
       out[n * K + k] = s * static_cast<float>(q) - m;
     }

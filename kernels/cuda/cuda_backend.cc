@@ -309,21 +309,21 @@ void CudaBackend::linear_int8_impl(const TensorView& x, const TensorView& w, con
       [&](float* wf) { cuda::launch::dequantize_int8(w.as<int8_t>(), scales.as<float>(), group, N, K, wf, stream_); });
 }
 
-// 4-bit panels (kernels/cuda/linear_int4.cu), the CPU's layout.
+// 4-bit and 6-bit panels (kernels/cuda/linear_int4.cu), the CPU's layout.
 void CudaBackend::linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
                                    const TensorView& bias, const TensorView& out, Activation act) {
   require_device({{&x, "x"}, {&out, "out"}}, "linear_int4");
   require_placed({{&w, "w"}, {&scales, "scales"}, {&bias, "bias"}}, "linear_int4");
   const int64_t M = x.dim(0), K = x.dim(1), N = out.dim(1);
-  const bool symmetric = int4_scheme_of(scales) == Int4Scheme::kSymmetric;
+  const Int4Scheme scheme = int4_scheme_of(scales);
   quantized_linear(
       x, bias, out, act, cuda::launch::kInt4GemvMaxRows, "linear_int4",
       [&](Activation a) {
-        cuda::launch::linear_int4_gemv(x.as<float>(), M, K, symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N,
+        cuda::launch::linear_int4_gemv(x.as<float>(), M, K, scheme, w.as<uint8_t>(), scales.as<uint8_t>(), N,
                                        nullptr, out.as<float>(), a, stream_);
       },
       [&](float* wf) {
-        cuda::launch::dequantize_int4(symmetric, w.as<uint8_t>(), scales.as<uint8_t>(), N, K, wf, stream_);
+        cuda::launch::dequantize_int4(scheme, w.as<uint8_t>(), scales.as<uint8_t>(), N, K, wf, stream_);
       });
 }
 

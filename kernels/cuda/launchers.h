@@ -8,6 +8,7 @@
 
 #include "common/dtype.h"
 #include "kernels/activation.h"
+#include "kernels/int4_layout.h"
 
 struct CUstream_st;
 
@@ -45,14 +46,14 @@ void dequantize_int8(const int8_t* w, const float* scales, int64_t group, int64_
                      Stream stream);
 
 // ---- linear_int4.cu --------------------------------------------------------------------------
-// 4-bit weight-only linear (Backend::linear_int4) on kernels/int4_layout.h's panels, the
-// scheme q4_0-style when `symmetric`, else q4_K-style. gemv: y[M, N] = act(x[M, K] ·
-// dequant(w)^T + bias) for M <= kInt4GemvMaxRows (bias f32 or nullptr). dequantize: out[N, K] f32.
+// 4-bit (and 6-bit) weight-only linear (Backend::linear_int4) on kernels/int4_layout.h's
+// panels of `scheme`. gemv: y[M, N] = act(x[M, K] · dequant(w)^T + bias) for
+// M <= kInt4GemvMaxRows (bias f32 or nullptr). dequantize: out[N, K] f32.
 inline constexpr int kInt4GemvMaxRows = 8;
-void linear_int4_gemv(const float* x, int64_t M, int64_t K, bool symmetric, const uint8_t* nibbles,
+void linear_int4_gemv(const float* x, int64_t M, int64_t K, Int4Scheme scheme, const uint8_t* nibbles,
                       const uint8_t* scales, int64_t N, const float* bias, float* y, Activation act, Stream stream);
-void dequantize_int4(bool symmetric, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K, float* out,
-                     Stream stream);
+void dequantize_int4(Int4Scheme scheme, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K,
+                     float* out, Stream stream);
 
 // ---- elementwise.cu -------------------------------------------------------------------------
 // Activations are kernels/cpu/activations.h's formulas, in f32; kNone is the identity.

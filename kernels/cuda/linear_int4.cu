@@ -1,7 +1,8 @@
-// 4-bit weight-only linear layer (Backend::linear_int4) on the nibble panels of
+// 4-bit (and 6-bit) weight-only linear layer (Backend::linear_int4) on the panels of
 // kernels/int4_layout.h; x and y f32. The CPU backend's twin, correct first and simple:
 //  - gemv (M <= kInt4GemvMaxRows): one warp per output column; lane l reads the column's 4
-//    nibbles of steps l, l + 32, ... (4 bytes each, one per input) and forms
+//    q values of steps l, l + 32, ... (4 nibble bytes each, one per input, and with kSixBit
+//    4 bytes of top bits) and forms
 //    w = s * q - m with the group's s and m exactly as the CPU's dequantize_int4 does, then
 //    f32 products with every x row of the launch. Warp-shuffle reduction, bias and activation
 //    by lane 0. x stays f32 here (the CPU quantizes it to 8 bits per group; its op test in
@@ -17,45 +18,59 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// Column c (< 32) of a panel's record `rec`: s and m of group g.
-__device__ __forceinline__ void group_scale(bool symmetric, const uint8_t* rec, int64_t g, int c, float* s,
+// Column c (< 32) of a panel's record `rec`: s and m of the weight group of input k.
+__device__ __forceinline__ void group_scale(Int4Scheme scheme, const uint8_t* rec, int64_t k, int c, float* s,
                                             float* m) {
-  if (symmetric) {
-    *s = __half2float(reinterpret_cast<const __half*>(rec)[g * kInt4PanelColumns + c]);
+  if (scheme == Int4Scheme::kSymmetric) {
+    *s = __half2float(reinterpret_cast<const __half*>(rec)[(k / kInt4Group) * kInt4PanelColumns + c]);
     *m = 8.0f * *s;
-    return;
+  } else if (scheme == Int4Scheme::kSuperBlock) {
+    const uint8_t* r = rec + (k / kInt4SuperBlock) * kInt4SuperRecordBytes;
+    const int64_t sub = (k / kInt4Group) % 8;
+    *s = __half2float(reinterpret_cast<const __half*>(r)[c]) * static_cast<float>(r[128 + sub * 32 + c]);
+    *m = __half2float(reinterpret_cast<const __half*>(r + 64)[c]) * static_cast<float>(r[384 + sub * 32 + c]);
+  } else {
+    const uint8_t* r = rec + (k / kInt4SuperBlock) * kSixBitRecordBytes;
+    const int64_t sub = (k / kSixBitGroup) % 16;
+    const int8_t sc = static_cast<int8_t>(r[64 + sub * 32 + c]);
+    *s = __half2float(reinterpret_cast<const __half*>(r)[c]) * static_cast<float>(sc);
+    *m = 32.0f * *s;
   }
-  const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
-  const int64_t sub = g % 8;
-  *s = __half2float(reinterpret_cast<const __half*>(r)[c]) * static_cast<float>(r[128 + sub * 32 + c]);
-  *m = __half2float(reinterpret_cast<const __half*>(r + 64)[c]) * static_cast<float>(r[384 + sub * 32 + c]);
 }
 
 // A launch's panels: where they are and how far apart (int4_panel_stride and
 // int4_record_stride, computed on the host).
 struct Panels {
-  bool symmetric;
+  Int4Scheme scheme;
   const uint8_t* nibbles;
   const uint8_t* scales;
-  int64_t panel_stride, record_stride;
+  int64_t step_bytes, panel_stride, record_stride;
 };
 
-Panels panels_of(bool symmetric, const uint8_t* nibbles, const uint8_t* scales, int64_t K) {
-  const Int4Scheme scheme = symmetric ? Int4Scheme::kSymmetric : Int4Scheme::kSuperBlock;
-  return Panels{symmetric, nibbles, scales, int4_panel_stride(K), int4_record_stride(scheme, K)};
+Panels panels_of(Int4Scheme scheme, const uint8_t* nibbles, const uint8_t* scales, int64_t K) {
+  return Panels{scheme,
+                nibbles,
+                scales,
+                int4_step_bytes(scheme),
+                int4_panel_stride(scheme, K),
+                int4_record_stride(scheme, K)};
 }
 
-// The 4 weights of column n at inputs 4t .. 4t + 3.
+// The 4 weights of column n at inputs 4t .. 4t + 3 (one weight group: groups are 16 or 32).
 __device__ __forceinline__ float4 weights4(const Panels& w, int64_t n, int64_t t) {
   const int64_t p = n / kInt4PanelColumns;
   const int c = static_cast<int>(n % kInt4PanelColumns);
-  const bool symmetric = w.symmetric;
   const uint8_t* rec = w.scales + p * w.record_stride;
-  const uint32_t bytes = *reinterpret_cast<const uint32_t*>(w.nibbles + p * w.panel_stride + t * 64 + 4 * (c % 16));
-  const int shift = c < 16 ? 0 : 4;
+  const uint8_t* step = w.nibbles + p * w.panel_stride + t * w.step_bytes;
+  const uint32_t bytes = *reinterpret_cast<const uint32_t*>(step + 4 * (c % 16));
+  const uint32_t top = w.scheme == Int4Scheme::kSixBit ? *reinterpret_cast<const uint32_t*>(step + 64 + 4 * (c % 8)) : 0u;
+  const int shift = c < 16 ? 0 : 4, top_shift = 2 * (c / 8);
   float s, m;
-  group_scale(symmetric, rec, t / 8, c, &s, &m);
-  auto value = [&](int i) { return s * static_cast<float>((bytes >> (8 * i + shift)) & 0x0f) - m; };
+  group_scale(w.scheme, rec, 4 * t, c, &s, &m);
+  auto value = [&](int i) {
+    const uint32_t q = ((bytes >> (8 * i + shift)) & 0x0f) | (((top >> (8 * i + top_shift)) & 0x03) << 4);
+    return s * static_cast<float>(q) - m;
+  };
   return make_float4(value(0), value(1), value(2), value(3));
 }
 
@@ -99,12 +114,12 @@ __global__ void dequantize_int4_kernel(Panels w, int64_t N, int64_t K, float* __
 
 namespace launch {
 
-void linear_int4_gemv(const float* x, int64_t M, int64_t K, bool symmetric, const uint8_t* nibbles,
+void linear_int4_gemv(const float* x, int64_t M, int64_t K, Int4Scheme scheme, const uint8_t* nibbles,
                       const uint8_t* scales, int64_t N, const float* bias, float* y, Activation act, Stream stream) {
   if (M == 0 || N == 0) return;
   const dim3 block(32 * kWarpsPerBlock);
   const dim3 grid(static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  const Panels w = panels_of(symmetric, nibbles, scales, K);
+  const Panels w = panels_of(scheme, nibbles, scales, K);
   if (M <= 1) {
     gemv_int4_kernel<1><<<grid, block, 0, stream>>>(x, M, K, w, N, bias, y, act);
   } else if (M <= 4) {
@@ -114,11 +129,11 @@ void linear_int4_gemv(const float* x, int64_t M, int64_t K, bool symmetric, cons
   }
 }
 
-void dequantize_int4(bool symmetric, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K, float* out,
-                     Stream stream) {
+void dequantize_int4(Int4Scheme scheme, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K,
+                     float* out, Stream stream) {
   const int64_t steps = N * (K / 4);
   if (steps == 0) return;
-  dequantize_int4_kernel<<<blocks_for(steps), kThreads, 0, stream>>>(panels_of(symmetric, nibbles, scales, K), N, K,
+  dequantize_int4_kernel<<<blocks_for(steps), kThreads, 0, stream>>>(panels_of(scheme, nibbles, scales, K), N, K,
                                                                      out);
 }
 

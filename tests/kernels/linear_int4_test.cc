@@ -1,7 +1,7 @@
 // The CPU 4-bit linear layer (kernels/cpu/linear_int4.h):
-//  - packing: panels made from random ggml q4_0 and q4_K rows decode to exactly ggml's own
-//    decoders' floats (common/gguf), and q4_0's rule applied to decoded q4_0 weights gives
-//    the same panels back;
+//  - packing: panels made from random ggml q4_0, q4_K and q6_K rows decode to exactly ggml's
+//    own decoders' floats (common/gguf), and q4_0's rule applied to decoded q4_0 weights
+//    gives the same panels back;
 //  - arithmetic: every instruction-set flavour gives the scalar reference's bits, over shapes
 //    that leave partial panels and every tile of rows, with bias and an activation;
 //  - accuracy: the result is within the 8-bit activations' bound of the double-precision
@@ -54,6 +54,24 @@ std::vector<uint8_t> random_q4_k_rows(std::mt19937& rng, int64_t N, int64_t K) {
   return rows;
 }
 
+// q6_K blocks with every byte random: scales of both signs, all 64 q values.
+std::vector<uint8_t> random_q6_k_rows(std::mt19937& rng, int64_t N, int64_t K) {
+  std::vector<uint8_t> rows(static_cast<size_t>(N * (K / kGgmlQKK)) * sizeof(BlockQ6_K));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.0f, 0.0005f);
+  for (size_t b = 0; b < rows.size() / sizeof(BlockQ6_K); ++b) {
+    BlockQ6_K block;
+    block.d = f32_to_f16(b % 9 == 4 ? 0.0f : scale(rng));
+    for (int8_t& s : block.scales) s = static_cast<int8_t>(byte(rng) - 128);
+    for (uint8_t& q : block.ql) q = static_cast<uint8_t>(byte(rng));
+    for (uint8_t& q : block.qh) q = static_cast<uint8_t>(byte(rng));
+    std::memcpy(rows.data() + b * sizeof(BlockQ6_K), &block, sizeof(block));
+  }
+  return rows;
+}
+
+constexpr Int4Scheme kAllSchemes[] = {Int4Scheme::kSymmetric, Int4Scheme::kSuperBlock, Int4Scheme::kSixBit};
+
 struct Packed {
   Int4Scheme scheme;
   int64_t N, K;
@@ -63,7 +81,7 @@ struct Packed {
 
 Packed pack(Int4Scheme scheme, int64_t N, int64_t K, uint32_t seed) {
   std::mt19937 rng(seed);
-  Packed p{scheme, N, K, std::vector<uint8_t>(static_cast<size_t>(int4_nibble_bytes(N, K)), 0xAA),
+  Packed p{scheme, N, K, std::vector<uint8_t>(static_cast<size_t>(int4_nibble_bytes(scheme, N, K)), 0xAA),
            std::vector<uint8_t>(static_cast<size_t>(int4_scale_bytes(scheme, N, K)), 0xAA),
            std::vector<float>(static_cast<size_t>(N * K))};
   if (scheme == Int4Scheme::kSymmetric) {
@@ -71,11 +89,16 @@ Packed pack(Int4Scheme scheme, int64_t N, int64_t K, uint32_t seed) {
     const int64_t row_bytes = K / kGgmlQK * static_cast<int64_t>(sizeof(BlockQ4_0));
     pack_int4_from_q4_0(rows.data(), row_bytes, N, K, p.nibbles.data(), p.scales.data());
     dequantize_q4_0_blocks(rows.data(), N * K / kGgmlQK, p.w.data());
-  } else {
+  } else if (scheme == Int4Scheme::kSuperBlock) {
     const std::vector<uint8_t> rows = random_q4_k_rows(rng, N, K);
     const int64_t row_bytes = K / kGgmlQKK * static_cast<int64_t>(sizeof(BlockQ4_K));
     pack_int4_from_q4_k(rows.data(), row_bytes, N, K, p.nibbles.data(), p.scales.data());
     dequantize_q4_k_blocks(rows.data(), N * K / kGgmlQKK, p.w.data());
+  } else {
+    const std::vector<uint8_t> rows = random_q6_k_rows(rng, N, K);
+    const int64_t row_bytes = K / kGgmlQKK * static_cast<int64_t>(sizeof(BlockQ6_K));
+    pack_int4_from_q6_k(rows.data(), row_bytes, N, K, p.nibbles.data(), p.scales.data());
+    dequantize_q6_k_blocks(rows.data(), N * K / kGgmlQKK, p.w.data());
   }
   return p;
 }
@@ -86,8 +109,8 @@ std::vector<float> unpack(const Packed& p) {
   return out;
 }
 
-TEST(Int4Packing, PanelsFromQ4_0AndQ4_KDecodeToGgmlsOwnValues) {
-  for (const Int4Scheme scheme : {Int4Scheme::kSymmetric, Int4Scheme::kSuperBlock}) {
+TEST(Int4Packing, PanelsFromQ4_0Q4_KAndQ6_KDecodeToGgmlsOwnValues) {
+  for (const Int4Scheme scheme : kAllSchemes) {
     for (const int64_t N : {1, 31, 32, 70}) {
       const Packed p = pack(scheme, N, 512, static_cast<uint32_t>(N));
       const std::vector<float> got = unpack(p);
@@ -116,7 +139,7 @@ TEST(Int4Packing, QuantizeInt4StaysWithinHalfAStepOfEachWeight) {
   const int64_t N = 33, K = 96;
   std::vector<float> w(static_cast<size_t>(N * K));
   for (float& v : w) v = normal(rng);
-  std::vector<uint8_t> nibbles(static_cast<size_t>(int4_nibble_bytes(N, K)));
+  std::vector<uint8_t> nibbles(static_cast<size_t>(int4_nibble_bytes(Int4Scheme::kSymmetric, N, K)));
   std::vector<uint8_t> scales(static_cast<size_t>(int4_scale_bytes(Int4Scheme::kSymmetric, N, K)));
   quantize_int4(w.data(), N, K, nibbles.data(), scales.data());
   std::vector<float> back(w.size());
@@ -156,7 +179,7 @@ std::vector<float> run(CpuIsa isa, const Packed& p, const std::vector<float>& x,
 }
 
 TEST_P(LinearInt4Test, EqualsTheScalarReferenceAndTheFloatProductWithinTheActivationBound) {
-  for (const Int4Scheme scheme : {Int4Scheme::kSymmetric, Int4Scheme::kSuperBlock}) {
+  for (const Int4Scheme scheme : kAllSchemes) {
     for (const int64_t N : {5, 32, 70, 161}) {
       const int64_t K = 512;
       const Packed p = pack(scheme, N, K, static_cast<uint32_t>(N * 3 + 1));

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "common/checkpoint.h"
 #include "common/gguf/gguf_file.h"
+#include "common/gguf/gguf_tensor_rows.h"
 #include "common/zmq/curve_keys.h"
 #include "common/logging.h"
 #include "common/private_temp_dir.h"
@@ -51,23 +53,29 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   // The weights' share of a rank, estimated before loading: every parameter in the model
   // dtype, or where the matrices become quantized (model.quantization int8 or int4, or auto on
   // a GGUF file of quantized blocks) the matrices but the embedding and LM head at a byte
-  // each and a float scale per 32 (int8), or half a byte and a half-precision scale per 32
-  // (4-bit: int4, and auto's q4_0 / q4_K matrices); divided by the ranks (replicated tensors
-  // make the real share a little larger).
+  // each and a float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's
+  // q4_0 / q4_K matrices; 6-bit: auto's q6_K ones); under auto an LM head stored in blocks
+  // is quantized too. Divided by the ranks (replicated tensors make the real share a little
+  // larger).
   const QuantizationOptions quant = resolve_quantization(quantization_options(c.model), *ckpt);
   const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
   const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
+  const bool auto_kind = quant.int4_from_blocks || quant.lm_head_as_stored;
   double bytes = 0;
   for (const std::string& name : ckpt->tensor_names()) {
     const TensorInfo& info = *ckpt->find(name);
     double n = 1;
     for (int64_t d : info.shape) n *= static_cast<double>(d);
-    const bool matrix = info.shape.size() == 2 && name != embed && name != head;
-    const auto type = static_cast<GgmlType>(info.ggml_type);
-    const bool q4_blocks = info.ggml_type >= 0 && (type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K);
+    const bool blocks = info.ggml_type >= 0 && stored_in_ggml_blocks(info);
+    const bool matrix = info.shape.size() == 2 && name != embed && (name != head || (quant.lm_head_as_stored && blocks));
+    const std::optional<Int4Scheme> panels =
+        blocks && quant.int4_from_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), auto_kind)
+                                         : std::nullopt;
     double per_weight = static_cast<double>(dtype_size(c.model.dtype));
-    if (matrix && (quant.kind == WeightQuantization::kInt4 || (quant.int4_from_blocks && q4_blocks))) {
-      per_weight = 0.5 + 2.0 / 32.0;
+    if (matrix && panels.has_value()) {
+      per_weight = panel_bytes_per_weight(*panels);
+    } else if (matrix && quant.kind == WeightQuantization::kInt4) {
+      per_weight = panel_bytes_per_weight(Int4Scheme::kSymmetric);
     } else if (matrix && quant.enabled()) {
       per_weight = 1.0 + 4.0 / 32.0;
     }
@@ -154,13 +162,6 @@ Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) 
   return Status::ok();
 }
 
-// The model's shape, the parallel plan, the tokenizer and the chat template.
-StatusOr<ServedModel> read_served_model(const TesseraConfig& c) {
-  ServedModel m;
-  TESSERA_ASSIGN_OR_RETURN(m.config, check_deployment(c));
-  TESSERA_RETURN_IF_ERROR(read_tokenizer_and_chat_template(c, m));
-  return m;
-}
 
 // The scheduler's settings; num_blocks is a placeholder until the pool is sized when
 // cache.num_blocks is auto.
@@ -302,7 +303,10 @@ Status serve(ServeOptions o) {
   // The local workers resolve worker.cpu under this environment: a bad TESSERA_CPU_* is one error here.
   TESSERA_RETURN_IF_ERROR(kernel_options_from_environment(c.worker.cpu).status());
   TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> api_keys, configured_api_keys(c.server.http));
-  TESSERA_ASSIGN_OR_RETURN(ServedModel model, read_served_model(c));
+  // The model's shape and the parallel plan now; its tokenizer and chat template below,
+  // while the workers load.
+  ServedModel model;
+  TESSERA_ASSIGN_OR_RETURN(model.config, check_deployment(c));
   if (signals.requested()) return interrupted_setup(signals, "reading the model");
 
   const ModelConfig& mc = model.config;
@@ -338,8 +342,18 @@ Status serve(ServeOptions o) {
   } handler_reset{signals};
   LocalWorkers workers;
   PrivateTempDir tmp;
-  TESSERA_ASSIGN_OR_RETURN(const bool workers_ready, start_and_await_workers(o, *group, workers, tmp, signals));
-  if (!workers_ready) return Status::ok();
+  // The tokenizer and the chat template are read on their own thread while the workers
+  // start and load the weights (a GGUF file's vocabulary takes a quarter of a second to
+  // build); an error there shuts the group down at once, so it still ends start-up early.
+  std::future<Status> text_side = std::async(std::launch::async, [&c, &model, g] {
+    Status read = read_tokenizer_and_chat_template(c, model);
+    if (!read.is_ok()) g->shutdown("the tokenizer or chat template failed");
+    return read;
+  });
+  StatusOr<bool> workers_ready = start_and_await_workers(o, *group, workers, tmp, signals);
+  TESSERA_RETURN_IF_ERROR(text_side.get());  // its own error rather than the group's shutdown
+  TESSERA_RETURN_IF_ERROR(workers_ready.status());
+  if (!*workers_ready) return Status::ok();
   const std::optional<KvPoolSize> pool = cluster.kv_pool->get();
   if (!pool) return internal_error("the worker group became ready without a KV pool size");
   if (c.cache.num_blocks) TESSERA_LOG_INFO("{}", pool->describe());
