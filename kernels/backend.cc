@@ -161,9 +161,25 @@ void Backend::linear_int8(const TensorView& x, const TensorView& w, const Tensor
   linear_int8_impl(x, w, scales, bias, out, act);
 }
 
-Int4Scheme int4_scheme_of(const TensorView& scales) {
-  if (scales.dtype == DType::kF16) return Int4Scheme::kSymmetric;
-  return scales.dtype == DType::kI8 ? Int4Scheme::kSixBit : Int4Scheme::kSuperBlock;
+DType int4_scales_dtype(Int4Scheme scheme) {
+  if (int4_super_block(scheme)) return DType::kU8;
+  return scheme == Int4Scheme::kSixBit ? DType::kI8 : DType::kF16;
+}
+
+int64_t int4_record_elements(Int4Scheme scheme) {
+  return int4_record_bytes(scheme) / static_cast<int64_t>(dtype_size(int4_scales_dtype(scheme)));
+}
+
+std::optional<Int4Scheme> int4_scheme_of(const TensorView& w, const TensorView& scales) {
+  if (w.ndim != 3 || scales.ndim != 3) return std::nullopt;
+  for (int i = 0; i < kInt4SchemeCount; ++i) {
+    const auto scheme = static_cast<Int4Scheme>(i);
+    if (scales.dtype == int4_scales_dtype(scheme) && scales.dim(2) == int4_record_elements(scheme) &&
+        w.dim(2) == int4_step_bytes(scheme)) {
+      return scheme;
+    }
+  }
+  return std::nullopt;
 }
 
 void Backend::linear_int4(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
@@ -177,22 +193,16 @@ void Backend::linear_int4(const TensorView& x, const TensorView& w, const Tensor
   check_f32_2d(out, "linear_int4 out");
   const int64_t N = out.dim(1), K = x.dim(1);
   TESSERA_CHECK_EQ(out.dim(0), x.dim(0)) << "linear_int4: x " << x.shape_string() << " out " << out.shape_string();
-  TESSERA_CHECK(scales.dtype == DType::kF16 || scales.dtype == DType::kU8 || scales.dtype == DType::kI8)
-      << "linear_int4: scales must be float16 (q4_0-style), uint8 (q4_K-style) or int8 (q6_K-style), got "
-      << dtype_name(scales.dtype);
-  const Int4Scheme scheme = int4_scheme_of(scales);
-  TESSERA_CHECK(w.ndim == 3 && w.dtype == DType::kU8 && w.contiguous() && w.dim(0) == int4_panel_count(N) &&
-                w.dim(1) * 4 == K && w.dim(2) == int4_step_bytes(scheme))
-      << "linear_int4: panels " << w.shape_string() << " " << dtype_name(w.dtype) << " for x " << x.shape_string()
-      << " and out " << out.shape_string() << " (" << int4_step_bytes(scheme) << " bytes a step for "
-      << dtype_name(scales.dtype) << " scales)";
-  const int64_t unit = int4_k_multiple(scheme);
-  // A record per group of 32 (kSymmetric: 32 f16, 2 bytes each) or per super-block.
-  const int64_t record = scheme == Int4Scheme::kSymmetric ? kInt4PanelColumns : int4_record_bytes(scheme);
-  TESSERA_CHECK(K % unit == 0 && scales.ndim == 3 && scales.contiguous() && scales.dim(0) == w.dim(0) &&
-                scales.dim(1) == K / unit && scales.dim(2) == record)
-      << "linear_int4: scales " << scales.shape_string() << " " << dtype_name(scales.dtype) << " for w "
-      << w.shape_string();
+  const std::optional<Int4Scheme> scheme = int4_scheme_of(w, scales);
+  TESSERA_CHECK(scheme.has_value()) << "linear_int4: panels " << w.shape_string() << " " << dtype_name(w.dtype)
+                                    << " with scales " << scales.shape_string() << " " << dtype_name(scales.dtype)
+                                    << " are no scheme of kernels/int4_layout.h";
+  const int64_t unit = int4_k_multiple(*scheme);
+  TESSERA_CHECK(w.dtype == DType::kU8 && w.contiguous() && w.dim(0) == int4_panel_count(N) && w.dim(1) * 4 == K &&
+                K % unit == 0 && scales.contiguous() && scales.dim(0) == w.dim(0) && scales.dim(1) == K / unit)
+      << "linear_int4: " << int4_scheme_name(*scheme) << " panels " << w.shape_string() << " "
+      << dtype_name(w.dtype) << " and scales " << scales.shape_string() << " for x " << x.shape_string()
+      << " and out " << out.shape_string();
   if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), N) << "linear_int4 bias";
   linear_int4_impl(x, w, scales, bias, out, act);
 }

@@ -114,11 +114,10 @@ class Backend {
   // column panels (w 3-D, kernels/cpu/linear_int8_panels.h), which only it produces.
   void linear_int8(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                    const TensorView& out, Activation act = Activation::kNone);
-  // 4-bit weight-only: out = act(x · dequant(w)^T + bias), w the nibble panels of
-  // kernels/int4_layout.h (u8 [ceil(N / 32), K / 4, 64]) and scales their records: f16
-  // [ceil(N / 32), K / 32, 32] for the q4_0-style scheme, u8 [ceil(N / 32), K / 256, 640] for
-  // the q4_K-style one; or 6-bit (q6_K-style): w u8 [ceil(N / 32), K / 4, 96], scales i8
-  // [ceil(N / 32), K / 256, 576] (the scales' dtype says which: int4_scheme_of).
+  // Low-bit weight-only (4-, 5- and 6-bit): out = act(x · dequant(w)^T + bias), w the panels
+  // of kernels/int4_layout.h (u8 [ceil(N / 32), K / 4, int4_step_bytes]) and scales their
+  // records ([ceil(N / 32), K / unit, int4_record_elements] of int4_scales_dtype); the
+  // scheme is read off the two (int4_scheme_of).
   void linear_int4(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                    const TensorView& out, Activation act = Activation::kNone);
   // In place: x = act(x).
@@ -211,9 +210,13 @@ class Backend {
                                        const std::vector<float>& scale, const TensorView& out) = 0;
 };
 
-// The scheme of a linear_int4 weight, from its scales' dtype (f16: q4_0-style, u8:
-// q4_K-style, i8: q6_K-style).
-Int4Scheme int4_scheme_of(const TensorView& scales);
+// The panels' schemes (kernels/int4_layout.h) as tensors: the scales' dtype (f16 for the
+// q4_0 / q5_0 / q4_1 / q5_1 styles, u8 for q4_K / q5_K, i8 for q6_K) and elements per record.
+DType int4_scales_dtype(Int4Scheme scheme);
+int64_t int4_record_elements(Int4Scheme scheme);
+// The scheme of a linear_int4 weight from its panels' step size and its scales' dtype and
+// record size; nullopt when they match none.
+std::optional<Int4Scheme> int4_scheme_of(const TensorView& w, const TensorView& scales);
 
 struct BackendOptions {
   int num_threads = 0;  // CPU threads; <= 0 keeps OpenMP's default (all cores, or OMP_NUM_THREADS)

@@ -204,15 +204,26 @@ std::optional<Int4Scheme> panel_scheme_of_blocks(GgmlType type, bool auto_kind) 
   switch (type) {
     case GgmlType::kQ4_0:
       return Int4Scheme::kSymmetric;
+    case GgmlType::kQ4_1:
+      return Int4Scheme::kAsymmetric;
     case GgmlType::kQ4_K:
       return Int4Scheme::kSuperBlock;
-    case GgmlType::kQ6_K:
-      if (auto_kind) return Int4Scheme::kSixBit;
-      break;
     default:
       break;
   }
-  return std::nullopt;
+  if (!auto_kind) return std::nullopt;  // `int4` asks for 4 bits
+  switch (type) {
+    case GgmlType::kQ5_0:
+      return Int4Scheme::kSymmetric5;
+    case GgmlType::kQ5_1:
+      return Int4Scheme::kAsymmetric5;
+    case GgmlType::kQ5_K:
+      return Int4Scheme::kSuperBlock5;
+    case GgmlType::kQ6_K:
+      return Int4Scheme::kSixBit;
+    default:
+      return std::nullopt;
+  }
 }
 
 double panel_bytes_per_weight(Int4Scheme scheme) {
@@ -244,7 +255,7 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   TESSERA_LOG_INFO("model.quantization auto: {} stores its matrices as {} blocks: {}int8 for the others "
                    "(model.quantization: none decodes them all to model.dtype instead)",
                    checkpoint.path(), types,
-                   q.int4_from_blocks ? "the q4_0 and q4_K ones kept as 4-bit weights and q6_K as 6-bit, " : "");
+                   q.int4_from_blocks ? "the q4_0, q4_1, q5_0, q5_1, q4_K, q5_K and q6_K ones kept in their bits, " : "");
   return q;
 }
 
@@ -257,8 +268,8 @@ Status decode_blocks(LinearWeights& l, DType dtype) {
   return Status::ok();
 }
 
-// l as panels (kernels/int4_layout.h): q4_0 / q4_K / q6_K blocks value for value, anything
-// else as 4-bit by q4_0's rule from its floats. `names` for the error of an input width that
+// l as panels (kernels/int4_layout.h): ggml blocks value for value, anything else as 4-bit
+// by q4_0's rule from its floats. `names` for the error of an input width that
 // is not a multiple of 32.
 Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names) {
   const int64_t N = l.w.dim(0);
@@ -277,34 +288,11 @@ Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names)
   }
   const int64_t P = int4_panel_count(N);
   Tensor nibbles = arena.zeros({P, K / 4, int4_step_bytes(scheme)}, DType::kU8);
-  Tensor scales;
-  switch (scheme) {
-    case Int4Scheme::kSymmetric:
-      scales = arena.zeros({P, K / kInt4Group, kInt4PanelColumns}, DType::kF16);
-      break;
-    case Int4Scheme::kSuperBlock:
-      scales = arena.zeros({P, K / kInt4SuperBlock, kInt4SuperRecordBytes}, DType::kU8);
-      break;
-    case Int4Scheme::kSixBit:
-      scales = arena.zeros({P, K / kInt4SuperBlock, kSixBitRecordBytes}, DType::kI8);
-      break;
-  }
+  Tensor scales =
+      arena.zeros({P, K / int4_k_multiple(scheme), int4_record_elements(scheme)}, int4_scales_dtype(scheme));
   if (blocks) {
-    const int64_t row_bytes = l.w.dim(1);
-    const uint8_t* rows = l.w.data<uint8_t>();
-    uint8_t* out = nibbles.data<uint8_t>();
-    uint8_t* records = static_cast<uint8_t*>(scales.view().data);
-    switch (scheme) {
-      case Int4Scheme::kSymmetric:
-        cpu::pack_int4_from_q4_0(rows, row_bytes, N, K, out, records);
-        break;
-      case Int4Scheme::kSuperBlock:
-        cpu::pack_int4_from_q4_k(rows, row_bytes, N, K, out, records);
-        break;
-      case Int4Scheme::kSixBit:
-        cpu::pack_int4_from_q6_k(rows, row_bytes, N, K, out, records);
-        break;
-    }
+    cpu::pack_int4_from_blocks(scheme, l.w.data<uint8_t>(), l.w.dim(1), N, K, nibbles.data<uint8_t>(),
+                               static_cast<uint8_t*>(scales.view().data));
   } else {
     std::vector<float> w(static_cast<size_t>(N * K));
     convert_elements(l.w.view().data, l.w.dtype(), w.data(), DType::kF32, w.size());

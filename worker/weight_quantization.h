@@ -22,13 +22,16 @@ namespace tessera {
 Status check_not_prequantized(const Checkpoint& checkpoint);
 
 // The panel scheme (kernels/int4_layout.h) that holds a ggml block type value for value:
-// q4_0, q4_K and (under auto only: `int4` asks for 4 bits) q6_K; nullopt for the others.
+// q4_0, q4_1, q4_K and (under auto only: `int4` asks for 4 bits) q5_0, q5_1, q5_K, q6_K;
+// nullopt for the others.
 std::optional<Int4Scheme> panel_scheme_of_blocks(GgmlType type, bool auto_kind);
-// Bytes per weight of a matrix in `scheme`'s panels, scales included (4.5, 4.5 and 6.5625 bits).
+// Bytes per weight of a matrix in `scheme`'s panels, scales included (q4_0-style 4.5 bits ...
+// q6_K-style 6.5625).
 double panel_bytes_per_weight(Int4Scheme scheme);
 
 // model.quantization auto made definite for `checkpoint`: for a GGUF file with a matrix
-// stored in quantized blocks, int8 with int4_from_blocks set when some are q4_0, q4_K or q6_K
+// stored in quantized blocks, int8 with int4_from_blocks set when some are of a type
+// panel_scheme_of_blocks takes
 // (logged once, naming the block types); none otherwise. Other kinds are returned as they are.
 QuantizationOptions resolve_quantization(const QuantizationOptions& options, const Checkpoint& checkpoint);
 
@@ -40,9 +43,9 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
 //  - options.rules (the first regex found in a weight's checkpoint name decides: int8, int4
 //    or none) override that, except that a tensor the plan keeps whole, the embedding and a
 //    tied LM head are never quantized, and a rule that matches no linear weight is an error.
-// A matrix the loader kept as q4_0 / q4_K / q6_K blocks (LinearWeights::ggml_blocks) becomes
-// 4-bit (q6_K: 6-bit) panels value for value when it is to be quantized (int4, or int8 with
-// int4_from_blocks), and is decoded to `dtype` otherwise. A packed matrix (fused QKV, gate|up) is quantized
+// A matrix the loader kept as ggml blocks (LinearWeights::ggml_blocks) becomes panels of as
+// many bits value for value when it is to be quantized (int4, or int8 with int4_from_blocks),
+// and is decoded to `dtype` otherwise. A packed matrix (fused QKV, gate|up) is quantized
 // only if all its sources are. Errors name the tensor: a group that does not divide this
 // rank's input dimension. int8 is stored in `layout` (Int8WeightLayout,
 // worker/model_weights.h), 4-bit weights in the one layout every backend reads. Returns the

@@ -219,7 +219,7 @@ void CpuBackend::linear_int4_impl(const TensorView& x, const TensorView& w, cons
                                   const TensorView& bias, const TensorView& out, Activation act) {
   Tensor bias_f32;
   const float* b = f32_bias(bias, &bias_f32);
-  cpu::linear_int4(cpu::Int4LinearOptions{usable_cpu_isa(options_.isa)}, int4_scheme_of(scales), x.as<float>(),
+  cpu::linear_int4(cpu::Int4LinearOptions{usable_cpu_isa(options_.isa)}, *int4_scheme_of(w, scales), x.as<float>(),
                    x.dim(0), x.dim(1), x.dim(1), w.as<uint8_t>(), scales.as<uint8_t>(), out.dim(1), b,
                    out.as<float>(), out.dim(1), act);
 }

@@ -1,8 +1,9 @@
 #pragma once
 // The 4-bit weight-only linear layer: y = x · dequant(W)^T (+ bias) (then an activation),
-// W [N, K] stored in 4-bit panels made once at load (from a GGUF file's q4_0 / q4_K blocks,
-// value for value, or by quantizing a float matrix: `--quantize int4`), or in the 6-bit
-// panels of a GGUF file's q6_K blocks (the same kernels with 2 more bits per weight).
+// W [N, K] stored in 4-bit panels made once at load (from a GGUF file's q4_0 / q4_1 / q4_K
+// blocks, value for value, or by quantizing a float matrix: `--quantize int4`), or in the 5-
+// and 6-bit panels of its q5_0 / q5_1 / q5_K / q6_K blocks (the same kernels with 1 or 2 more
+// bits per weight).
 //
 // Values and layout: kernels/int4_layout.h.
 //
@@ -21,19 +22,13 @@
 
 namespace tessera::cpu {
 
-const char* int4_scheme_name(Int4Scheme scheme);  // "q4_0-style", "q4_K-style", "q6_K-style"
 
 // Packing. Every packer writes int4_nibble_bytes(scheme, ...) into `nibbles` and int4_scale_bytes into
 // `scales`, zeroed first by the caller or not (every byte is written).
-// From ggml q4_0 rows (N rows of K / 32 blocks of 18 bytes, `row_bytes` apart): kSymmetric.
-void pack_int4_from_q4_0(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
-                         uint8_t* scales);
-// From ggml q4_K rows (K / 256 blocks of 144 bytes each): kSuperBlock.
-void pack_int4_from_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
-                         uint8_t* scales);
-// From ggml q6_K rows (K / 256 blocks of 210 bytes each): kSixBit.
-void pack_int4_from_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
-                         uint8_t* scales);
+// From ggml blocks of the type `scheme` holds (kernels/int4_layout.h: q4_0, q5_0, q4_1, q5_1,
+// q4_K, q5_K, q6_K), value for value: N rows of K / block_elems blocks, `row_bytes` apart.
+void pack_int4_from_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K,
+                           uint8_t* nibbles, uint8_t* scales);
 // Quantizes f32 W [N, K] (rows K apart) as kSymmetric by llama.cpp's q4_0 rule: per group,
 // d = v / -8 where v is the first value of largest magnitude, q = min(15, trunc(w / d + 8.5))
 // (w times the f32 reciprocal of d), then s = d rounded to f16; an all-zero group has s = 0.

@@ -1,13 +1,14 @@
-// AVX2 flavour of the 4-bit linear kernels: the AVX-512 scheme (linear_int4_avx512.cc) on
+// AVX2 flavour of the low-bit linear kernels: the AVX-512 scheme (linear_int4_avx512.cc) on
 // 8-lane vectors, without VNNI. A 64-byte step is two 32-byte halves (lanes of columns 0-7
 // and 8-15 in their low nibbles, 16-23 and 24-31 in their high ones); vpmaddubsw multiplies
 // the unsigned nibbles by x's signed bytes into pairs of 16-bit sums (at most 2 x 15 x 127,
 // never saturating) and vpmaddwd by ones adds the pairs into the 32-bit lanes, so the group
 // sums are the exact integers the other flavours compute. One row of x and one panel per
-// pass: 4 integer and 4 float accumulators of the 16 registers. kSixBit adds the step's 32
-// bytes of top bits: each 32-byte quarter of the 6-bit values (columns 0-7, 8-15, 16-23,
+// pass: 4 integer and 4 float accumulators of the 16 registers. The 6-bit scheme adds the
+// step's 32 bytes of top bits: each 32-byte quarter of the values (columns 0-7, 8-15, 16-23,
 // 24-31) takes its 2 bits from the same 32 bytes shifted by its own amount (0, 2, 4, 6) to
-// bits 4-5 (vpmaddubsw's sums stay exact: 2 x 63 x 127 < 32768).
+// bits 4-5 (vpmaddubsw's sums stay exact: 2 x 63 x 127 < 32768); the 5-bit ones add 16 bytes,
+// broadcast to both 128-bit lanes, each lane of each quarter shifting its own bit to bit 4.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,42 +21,40 @@
 namespace tessera::cpu::detail {
 namespace {
 
-// s and m of the panel's columns 8v .. 8v + 7 (v < 4) for group g.
+TESSERA_TARGET_AVX2 inline __m256 f16x8(const uint8_t* at) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+}
+TESSERA_TARGET_AVX2 inline __m256 u8x8(const uint8_t* at) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at))));
+}
+TESSERA_TARGET_AVX2 inline __m256 i8x8(const uint8_t* at) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at))));
+}
+
+// s and m of the panel's columns 8v .. 8v + 7 (v < 4) for weight group g: the values of
+// detail::int4_group_scale.
 template <Int4Scheme S>
 TESSERA_TARGET_AVX2 inline void group_scales(const uint8_t* rec, int64_t g, __m256 s[4], __m256 m[4]) {
-  if constexpr (S == Int4Scheme::kSymmetric) {
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(rec) + g * kInt4PanelColumns;
-    for (int v = 0; v < 4; ++v) {
-      s[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8 * v)));
-      m[v] = _mm256_mul_ps(_mm256_set1_ps(8.0f), s[v]);
-    }
-  } else if constexpr (S == Int4Scheme::kSixBit) {
-    const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
-    const int64_t sub = g % 16;
-    for (int v = 0; v < 4; ++v) {
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 16 * v)));
-      const __m256 sc = _mm256_cvtepi32_ps(
-          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 64 + sub * 32 + 8 * v))));
-      s[v] = _mm256_mul_ps(d, sc);
+  for (int v = 0; v < 4; ++v) {
+    if constexpr (S == Int4Scheme::kSymmetric || S == Int4Scheme::kSymmetric5) {
+      s[v] = f16x8(rec + g * 64 + 16 * v);
+      m[v] = _mm256_mul_ps(_mm256_set1_ps(S == Int4Scheme::kSymmetric ? 8.0f : 16.0f), s[v]);
+    } else if constexpr (int4_asymmetric(S)) {
+      s[v] = f16x8(rec + g * 128 + 16 * v);
+      m[v] = f16x8(rec + g * 128 + 64 + 16 * v);
+    } else if constexpr (S == Int4Scheme::kSixBit) {
+      const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
+      s[v] = _mm256_mul_ps(f16x8(r + 16 * v), i8x8(r + 64 + (g % 16) * 32 + 8 * v));
       m[v] = _mm256_mul_ps(_mm256_set1_ps(32.0f), s[v]);
-    }
-  } else {
-    const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
-    const int64_t sub = g % 8;
-    for (int v = 0; v < 4; ++v) {
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 16 * v)));
-      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 64 + 16 * v)));
-      const __m256 sc = _mm256_cvtepi32_ps(
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 128 + sub * 32 + 8 * v))));
-      const __m256 mn = _mm256_cvtepi32_ps(
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 384 + sub * 32 + 8 * v))));
-      s[v] = _mm256_mul_ps(d, sc);
-      m[v] = _mm256_mul_ps(dmin, mn);
+    } else {
+      const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
+      s[v] = _mm256_mul_ps(f16x8(r + 16 * v), u8x8(r + 128 + (g % 8) * 32 + 8 * v));
+      m[v] = _mm256_mul_ps(f16x8(r + 64 + 16 * v), u8x8(r + 384 + (g % 8) * 32 + 8 * v));
     }
   }
 }
 
-// The top 2 bits of a kSixBit quarter at bits 4-5 of each byte (the quarter's shift is
+// The top 2 bits of a 6-bit quarter at bits 4-5 of each byte (the quarter's shift is
 // SHIFT: 0, 2, 4 or 6), from a step's 32 bytes of top bits.
 template <int SHIFT>
 TESSERA_TARGET_AVX2 inline __m256i top_bits(__m256i bits) {
@@ -65,11 +64,26 @@ TESSERA_TARGET_AVX2 inline __m256i top_bits(__m256i bits) {
   return _mm256_and_si256(_mm256_srli_epi16(bits, SHIFT - 4), mask);
 }
 
+// The top bit of 5-bit quarter V at bit 4 of each byte: bit 2V of the 16 bytes (broadcast to
+// both 128-bit lanes) in the low lane, bit 2V + 1 in the high one.
+template <int V>
+TESSERA_TARGET_AVX2 inline __m256i top_bit(__m256i bits) {
+  const __m256i mask = _mm256_set1_epi8(0x10);
+  constexpr int b0 = 2 * V, b1 = 2 * V + 1;
+  if constexpr (V < 2) {
+    return _mm256_and_si256(_mm256_sllv_epi32(bits, _mm256_setr_epi32(4 - b0, 4 - b0, 4 - b0, 4 - b0, 4 - b1, 4 - b1,
+                                                                       4 - b1, 4 - b1)),
+                            mask);
+  }
+  return _mm256_and_si256(
+      _mm256_srlv_epi32(bits, _mm256_setr_epi32(b0 - 4, b0 - 4, b0 - 4, b0 - 4, b1 - 4, b1 - 4, b1 - 4, b1 - 4)), mask);
+}
+
 template <Int4Scheme S>
 TESSERA_TARGET_AVX2 void panel_row(const Int4Args& a, int64_t m, int64_t p) {
-  constexpr bool kSix = S == Int4Scheme::kSixBit;
+  constexpr int kTop = int4_top_bits(S);
   const int64_t K = a.K, G = int4_weight_group(S), groups = K / G, step = int4_step_bytes(S);
-  const int32_t* xsum = kSix ? a.xsum16 : a.xsum;
+  const int32_t* xsum = G == kSixBitGroup ? a.xsum16 : a.xsum;
   const uint8_t* panel = a.nibbles + p * int4_panel_stride(S, K);
   const uint8_t* rec = a.scales + p * int4_record_stride(S, K);
   const int8_t* x = a.xq + m * K;
@@ -93,12 +107,18 @@ TESSERA_TARGET_AVX2 void panel_row(const Int4Args& a, int64_t m, int64_t p) {
         q[half] = _mm256_and_si256(w, low);
         q[2 + half] = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
       }
-      if constexpr (kSix) {
+      if constexpr (kTop == 2) {
         const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 64));
         q[0] = _mm256_or_si256(q[0], top_bits<0>(bits));
         q[1] = _mm256_or_si256(q[1], top_bits<2>(bits));
         q[2] = _mm256_or_si256(q[2], top_bits<4>(bits));
         q[3] = _mm256_or_si256(q[3], top_bits<6>(bits));
+      } else if constexpr (kTop == 1) {
+        const __m256i bits = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 64)));
+        q[0] = _mm256_or_si256(q[0], top_bit<0>(bits));
+        q[1] = _mm256_or_si256(q[1], top_bit<1>(bits));
+        q[2] = _mm256_or_si256(q[2], top_bit<2>(bits));
+        q[3] = _mm256_or_si256(q[3], top_bit<3>(bits));
       }
       for (int v = 0; v < 4; ++v) {
         acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(_mm256_maddubs_epi16(q[v], xb), ones));
@@ -139,6 +159,14 @@ void int4_panels_avx2(const Int4Args& a, int64_t p0, int64_t p1) {
       return run<Int4Scheme::kSuperBlock>(a, p0, p1);
     case Int4Scheme::kSixBit:
       return run<Int4Scheme::kSixBit>(a, p0, p1);
+    case Int4Scheme::kSymmetric5:
+      return run<Int4Scheme::kSymmetric5>(a, p0, p1);
+    case Int4Scheme::kAsymmetric:
+      return run<Int4Scheme::kAsymmetric>(a, p0, p1);
+    case Int4Scheme::kAsymmetric5:
+      return run<Int4Scheme::kAsymmetric5>(a, p0, p1);
+    case Int4Scheme::kSuperBlock5:
+      return run<Int4Scheme::kSuperBlock5>(a, p0, p1);
   }
 }
 

@@ -1,4 +1,4 @@
-// AVX-512 VNNI flavour of the 4-bit linear kernels (linear_int4.h has the layout). One
+// AVX-512 VNNI flavour of the low-bit linear kernels (kernels/int4_layout.h has the layout). One
 // 64-byte step of a panel is 4 inputs of 32 columns: its low nibbles are the vpdpbusd lanes
 // of columns 0-15 (4 unsigned bytes each), its high nibbles those of columns 16-31, and 4
 // bytes of x broadcast to every lane are the signed operand. Per step and row of x: a load,
@@ -8,9 +8,9 @@
 // decode (1 row) streams 4 panels at once so that 8 independent dot-product chains hide the
 // instruction's latency; 4 rows of x reuse each unpacked step 4 times.
 //
-// kSixBit: the step's 32 bytes of top bits, broadcast to both halves of a 64-byte register,
-// are shifted per 32-byte half (columns 0-7 and 8-15 of the low nibbles, 16-23 and 24-31 of
-// the high ones: kernels/int4_layout.h) to bits 4-5 and merged into the nibbles.
+// Top bits (5- and 6-bit schemes): the step's 16 or 32 bytes of them, broadcast to every
+// 16- or 32-byte lane of a 64-byte register, are shifted per lane (kernels/int4_layout.h puts
+// each lane's bits at its own position) to bit 4 (and 5) and merged into the nibbles.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,71 +29,76 @@
 namespace tessera::cpu::detail {
 namespace {
 
-// The s and m of a panel's 32 columns for group g, as two halves of 16.
+TESSERA_TARGET_AVX512_VNNI inline __m512 f16x16(const uint8_t* at) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+}
+TESSERA_TARGET_AVX512_VNNI inline __m512 u8x16(const uint8_t* at) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))));
+}
+TESSERA_TARGET_AVX512_VNNI inline __m512 i8x16(const uint8_t* at) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))));
+}
+
+// The s and m of a panel's 32 columns for weight group g, as two halves of 16: the values of
+// detail::int4_group_scale.
 template <Int4Scheme S>
 TESSERA_TARGET_AVX512_VNNI inline void group_scales(const uint8_t* rec, int64_t g, __m512 s[2], __m512 m[2]) {
-  if constexpr (S == Int4Scheme::kSymmetric) {
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(rec) + g * kInt4PanelColumns;
-    const __m512 eight = _mm512_set1_ps(8.0f);
-    for (int half = 0; half < 2; ++half) {
-      s[half] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16 * half)));
-      m[half] = _mm512_mul_ps(eight, s[half]);
-    }
-  } else if constexpr (S == Int4Scheme::kSixBit) {
-    const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
-    const int64_t sub = g % 16;
-    for (int half = 0; half < 2; ++half) {
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32 * half)));
-      const __m512 sc = _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 64 + sub * 32 + 16 * half))));
-      s[half] = _mm512_mul_ps(d, sc);
+  for (int half = 0; half < 2; ++half) {
+    if constexpr (S == Int4Scheme::kSymmetric || S == Int4Scheme::kSymmetric5) {
+      s[half] = f16x16(rec + g * 64 + 32 * half);
+      m[half] = _mm512_mul_ps(_mm512_set1_ps(S == Int4Scheme::kSymmetric ? 8.0f : 16.0f), s[half]);
+    } else if constexpr (int4_asymmetric(S)) {
+      s[half] = f16x16(rec + g * 128 + 32 * half);
+      m[half] = f16x16(rec + g * 128 + 64 + 32 * half);
+    } else if constexpr (S == Int4Scheme::kSixBit) {
+      const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
+      s[half] = _mm512_mul_ps(f16x16(r + 32 * half), i8x16(r + 64 + (g % 16) * 32 + 16 * half));
       m[half] = _mm512_mul_ps(_mm512_set1_ps(32.0f), s[half]);
-    }
-  } else {
-    const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
-    const int64_t sub = g % 8;
-    for (int half = 0; half < 2; ++half) {
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32 * half)));
-      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 64 + 32 * half)));
-      const __m512 sc = _mm512_cvtepi32_ps(
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 128 + sub * 32 + 16 * half))));
-      const __m512 mn = _mm512_cvtepi32_ps(
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 384 + sub * 32 + 16 * half))));
-      s[half] = _mm512_mul_ps(d, sc);
-      m[half] = _mm512_mul_ps(dmin, mn);
+    } else {
+      const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
+      s[half] = _mm512_mul_ps(f16x16(r + 32 * half), u8x16(r + 128 + (g % 8) * 32 + 16 * half));
+      m[half] = _mm512_mul_ps(f16x16(r + 64 + 32 * half), u8x16(r + 384 + (g % 8) * 32 + 16 * half));
     }
   }
 }
 
-// A kSixBit step's top bits at bits 4-5 of the low nibbles' lanes (lo) and of the high
-// nibbles' lanes (hi): shifts of 4 and 2 to the left, and of 0 and 2 to the right, per
-// 32-byte half (16-bit lanes 0-15 and 16-31).
+// Where a step's top bits go: per 16-bit lane, the left shift that brings the low nibbles'
+// bit(s) to bit 4 and the right shift for the high nibbles', and the mask of the result.
+//  2 bits (32 bytes, broadcast to both 32-byte halves): left 4 and 2, right 0 and 2.
+//  1 bit (16 bytes, broadcast to the four 16-byte lanes L): left 4 - L, right L.
 struct TopBitShifts {
   __m512i lo_left, hi_right, mask;
 };
 
+template <int BITS>
 TESSERA_TARGET_AVX512_VNNI inline TopBitShifts top_bit_shifts() {
-  const __m512i upper = _mm512_mask_set1_epi16(_mm512_setzero_si512(), 0xffff0000u, 2);
-  return {_mm512_sub_epi16(_mm512_set1_epi16(4), upper), upper, _mm512_set1_epi8(0x30)};
+  alignas(64) uint16_t lane[32];
+  for (int i = 0; i < 32; ++i) lane[i] = static_cast<uint16_t>(BITS == 2 ? 2 * (i / 16) : i / 8);
+  const __m512i right = _mm512_load_si512(lane);
+  const __m512i left = _mm512_sub_epi16(_mm512_set1_epi16(4), right);
+  return {left, right, _mm512_set1_epi8(BITS == 2 ? 0x30 : 0x10)};
 }
 
 // lo | (top bits of lo's columns), hi likewise (ternary logic 0xF8: A | (B & C)).
-TESSERA_TARGET_AVX512_VNNI inline void merge_top_bits(const uint8_t* bits32, const TopBitShifts& sh, __m512i& lo,
+template <int BITS>
+TESSERA_TARGET_AVX512_VNNI inline void merge_top_bits(const uint8_t* top, const TopBitShifts& sh, __m512i& lo,
                                                       __m512i& hi) {
-  const __m512i bits = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits32)));
+  const __m512i bits =
+      BITS == 2 ? _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(top)))
+                : _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(top)));
   lo = _mm512_ternarylogic_epi32(lo, _mm512_sllv_epi16(bits, sh.lo_left), sh.mask, 0xF8);
   hi = _mm512_ternarylogic_epi32(hi, _mm512_srlv_epi16(bits, sh.hi_right), sh.mask, 0xF8);
 }
 
 template <Int4Scheme S, int MT, int PN>
 TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) {
-  constexpr bool kSix = S == Int4Scheme::kSixBit;
-  constexpr int64_t G = kSix ? kSixBitGroup : kInt4Group, kStep = kSix ? 96 : 64;
+  constexpr int kTop = int4_top_bits(S);
+  constexpr int64_t G = int4_weight_group(S), kStep = int4_step_bytes(S);
   const int64_t K = a.K, groups = K / G, x_groups = K / kInt4Group;
-  const int32_t* xsum = kSix ? a.xsum16 : a.xsum;
+  const int32_t* xsum = G == kSixBitGroup ? a.xsum16 : a.xsum;
   const int64_t panel_stride = int4_panel_stride(S, K), record_stride = int4_record_stride(S, K);
   const __m512i low = _mm512_set1_epi8(0x0f);
-  [[maybe_unused]] const TopBitShifts shifts = top_bit_shifts();
+  [[maybe_unused]] const TopBitShifts shifts = top_bit_shifts<kTop>();
   const uint8_t* panel[PN];
   for (int j = 0; j < PN; ++j) panel[j] = a.nibbles + (p0 + j) * panel_stride;
   const int8_t* x[MT];
@@ -116,7 +121,7 @@ TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) 
         const __m512i v = _mm512_loadu_si512(panel[j] + t * kStep);
         __m512i lo = _mm512_and_si512(v, low);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        if constexpr (kSix) merge_top_bits(panel[j] + t * kStep + 64, shifts, lo, hi);
+        if constexpr (kTop > 0) merge_top_bits<kTop>(panel[j] + t * kStep + 64, shifts, lo, hi);
 #pragma GCC unroll 4
         for (int i = 0; i < MT; ++i) {
           int32_t four;  // x[4t .. 4t + 4), to every lane
@@ -185,6 +190,14 @@ void int4_panels_avx512_vnni(const Int4Args& a, int64_t p0, int64_t p1) {
       return run<Int4Scheme::kSuperBlock>(a, p0, p1);
     case Int4Scheme::kSixBit:
       return run<Int4Scheme::kSixBit>(a, p0, p1);
+    case Int4Scheme::kSymmetric5:
+      return run<Int4Scheme::kSymmetric5>(a, p0, p1);
+    case Int4Scheme::kAsymmetric:
+      return run<Int4Scheme::kAsymmetric>(a, p0, p1);
+    case Int4Scheme::kAsymmetric5:
+      return run<Int4Scheme::kAsymmetric5>(a, p0, p1);
+    case Int4Scheme::kSuperBlock5:
+      return run<Int4Scheme::kSuperBlock5>(a, p0, p1);
   }
 }
 

@@ -1,16 +1,18 @@
-// The 4-bit (and 6-bit) panels of linear_int4.h: packing from ggml blocks and from floats,
-// and the float matrix they stand for. Load-time code: clear rather than fast, threaded over panels.
+// The low-bit panels of linear_int4.h: packing from ggml blocks and from floats, and the float
+// matrix they stand for. Load-time code: clear rather than fast, threaded over panels.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/check.h"
 #include "common/dtype.h"
 #include "common/gguf/ggml_dequant_blocks.h"
 #include "kernels/cpu/linear_int4.h"
+#include "kernels/cpu/linear_int4_kernels.h"
 
 namespace tessera::cpu {
 namespace {
@@ -33,32 +35,18 @@ void write_panel_steps(Int4Scheme scheme, int64_t K, const uint8_t* q, uint8_t* 
       const uint32_t v = (four(j, t) & 0x0f0f0f0fu) | ((four(kHalf + j, t) & 0x0f0f0f0fu) << 4);
       std::memcpy(s + 4 * j, &v, sizeof(v));
     }
-    if (scheme != Int4Scheme::kSixBit) continue;
-    for (int64_t e = 0; e < 8; ++e) {  // the word of columns e, 8 + e, 16 + e, 24 + e
-      uint32_t v = 0;
-      for (int64_t pair = 0; pair < 4; ++pair) v |= ((four(8 * pair + e, t) >> 4) & 0x03030303u) << (2 * pair);
-      std::memcpy(s + 64 + 4 * e, &v, sizeof(v));
-    }
-  }
-}
-
-// The q value (0..63) of bit-plane position (c, k) of a panel, as write_panel_steps stored it.
-int panel_q(Int4Scheme scheme, const uint8_t* panel, int64_t c, int64_t k) {
-  const uint8_t* s = panel + (k / 4) * int4_step_bytes(scheme);
-  const uint8_t byte = s[4 * (c % kHalf) + k % 4];
-  int q = c < kHalf ? byte & 0x0f : byte >> 4;
-  if (scheme == Int4Scheme::kSixBit) q |= ((s[64 + 4 * (c % 8) + k % 4] >> (2 * (c / 8))) & 0x03) << 4;
-  return q;
-}
-
-// One q4_0 row: its K q values (0..15) and its K / 32 f16 scales.
-void q4_0_column(const uint8_t* row, int64_t K, uint8_t* q, uint16_t* s) {
-  for (int64_t b = 0; b < K / kGgmlQK; ++b) {
-    const auto block = load_ggml_block<BlockQ4_0>(row, b);
-    s[b] = block.d;
-    for (int l = 0; l < kGgmlQK / 2; ++l) {
-      q[b * kGgmlQK + l] = block.qs[l] & 0x0f;
-      q[b * kGgmlQK + l + 16] = block.qs[l] >> 4;
+    if (int4_top_bits(scheme) == 2) {
+      for (int64_t e = 0; e < 8; ++e) {  // the word of columns e, 8 + e, 16 + e, 24 + e: bits 0, 2, 4, 6
+        uint32_t v = 0;
+        for (int64_t pair = 0; pair < 4; ++pair) v |= ((four(8 * pair + e, t) >> 4) & 0x03030303u) << (2 * pair);
+        std::memcpy(s + 64 + 4 * e, &v, sizeof(v));
+      }
+    } else if (int4_top_bits(scheme) == 1) {
+      for (int64_t e = 0; e < 4; ++e) {  // the word of columns e, 4 + e, ..., 28 + e: bits 0 .. 7
+        uint32_t v = 0;
+        for (int64_t bit = 0; bit < 8; ++bit) v |= ((four(4 * bit + e, t) >> 4) & 0x01010101u) << bit;
+        std::memcpy(s + 64 + 4 * e, &v, sizeof(v));
+      }
     }
   }
 }
@@ -83,7 +71,7 @@ void pack_panels(Int4Scheme scheme, int64_t N, int64_t K, uint8_t* nibbles, uint
   }
 }
 
-// Where column c's entries of a kSuperBlock record live.
+// Where column c's entries of a kSuperBlock* record live.
 struct SuperRecord {
   uint8_t* base;
   uint16_t* d(int64_t c) const { return reinterpret_cast<uint16_t*>(base) + c; }
@@ -110,47 +98,64 @@ void k_scale_min(const uint8_t packed[12], int s, uint8_t* scale, uint8_t* min) 
   }
 }
 
-}  // namespace
-
-const char* int4_scheme_name(Int4Scheme scheme) {
-  switch (scheme) {
-    case Int4Scheme::kSymmetric:
-      return "q4_0-style";
-    case Int4Scheme::kSuperBlock:
-      return "q4_K-style";
-    case Int4Scheme::kSixBit:
-      break;
+// The q values of one block of 32 of q4_0 / q4_1 / q5_0 / q5_1: byte j of qs holds element j
+// in its low nibble and j + 16 in its high one; qh (5-bit types) bit i is element i's bit 4.
+void q32_values(const uint8_t qs[16], const uint8_t* qh, uint8_t* q) {
+  uint32_t high = 0;
+  if (qh != nullptr) std::memcpy(&high, qh, sizeof(high));
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((high >> j) & 1) << 4));
+    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((high >> (j + 16)) & 1) << 4));
   }
-  return "q6_K-style";
 }
 
-void pack_int4_from_q4_0(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
-                         uint8_t* scales) {
-  TESSERA_CHECK(K % kInt4Group == 0) << "K=" << K;
-  const int64_t groups = K / kInt4Group;
-  pack_panels(Int4Scheme::kSymmetric, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
-    std::vector<uint16_t> s(static_cast<size_t>(groups));
-    q4_0_column(rows + n * row_bytes, K, q, s.data());
-    uint16_t* out = reinterpret_cast<uint16_t*>(rec);
-    for (int64_t g = 0; g < groups; ++g) out[g * kInt4PanelColumns + c] = s[static_cast<size_t>(g)];
+// The per-32 block types: q and the record entries of column c, block by block.
+template <typename Block>
+void pack_32_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
+                    uint8_t* scales) {
+  pack_panels(scheme, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
+    for (int64_t b = 0; b < K / kGgmlQK; ++b) {
+      const auto block = load_ggml_block<Block>(rows + n * row_bytes, b);
+      uint16_t* out = reinterpret_cast<uint16_t*>(rec + b * int4_record_bytes(scheme));
+      out[c] = block.d;
+      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+        q32_values(block.qs, nullptr, q + b * kGgmlQK);
+      } else if constexpr (std::is_same_v<Block, BlockQ5_0>) {
+        q32_values(block.qs, block.qh, q + b * kGgmlQK);
+      } else {
+        // m is minus ggml's min (w = s q - m): the f16's sign bit flipped, exactly.
+        out[kInt4PanelColumns + c] = static_cast<uint16_t>(block.m ^ 0x8000u);
+        if constexpr (std::is_same_v<Block, BlockQ4_1>) {
+          q32_values(block.qs, nullptr, q + b * kGgmlQK);
+        } else {
+          q32_values(block.qs, block.qh, q + b * kGgmlQK);
+        }
+      }
+    }
   });
 }
 
-void pack_int4_from_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
-                         uint8_t* scales) {
-  TESSERA_CHECK(K % kInt4SuperBlock == 0) << "K=" << K;
-  pack_panels(Int4Scheme::kSuperBlock, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
+// q4_K and q5_K: runs of 32 bytes of qs, sub-block 2i in the low nibbles of run i and 2i + 1
+// in the high ones; q5_K's bit 4 of element l of sub-block s is bit s of qh[l].
+template <typename Block>
+void pack_k_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
+                   uint8_t* scales) {
+  pack_panels(scheme, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
     for (int64_t b = 0; b < K / kInt4SuperBlock; ++b) {
-      const auto block = load_ggml_block<BlockQ4_K>(rows + n * row_bytes, b);
+      const auto block = load_ggml_block<Block>(rows + n * row_bytes, b);
       const SuperRecord r{rec + b * kInt4SuperRecordBytes};
       *r.d(c) = block.d;
       *r.dmin(c) = block.dmin;
       uint8_t* qb = q + b * kInt4SuperBlock;
-      // Run i of 32 bytes: sub-block 2i in the low nibbles, 2i + 1 in the high ones.
       for (int i = 0; i < 4; ++i) {
         for (int l = 0; l < 32; ++l) {
-          qb[64 * i + l] = block.qs[32 * i + l] & 0x0f;
-          qb[64 * i + 32 + l] = block.qs[32 * i + l] >> 4;
+          int low = block.qs[32 * i + l] & 0x0f, high = block.qs[32 * i + l] >> 4;
+          if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+            low |= ((block.qh[l] >> (2 * i)) & 1) << 4;
+            high |= ((block.qh[l] >> (2 * i + 1)) & 1) << 4;
+          }
+          qb[64 * i + l] = static_cast<uint8_t>(low);
+          qb[64 * i + 32 + l] = static_cast<uint8_t>(high);
         }
       }
       for (int s = 0; s < 8; ++s) k_scale_min(block.scales, s, r.sc(s, c), r.mn(s, c));
@@ -158,9 +163,10 @@ void pack_int4_from_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int6
   });
 }
 
-void pack_int4_from_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
-                         uint8_t* scales) {
-  TESSERA_CHECK(K % kInt4SuperBlock == 0) << "K=" << K;
+// q6_K: element 32k + l of each half of 128 takes its low bits from ql[l] or ql[l + 32] and
+// its top bits from bits 2k, 2k + 1 of qh[l] (BlockQ6_K).
+void pack_q6_k_blocks(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
+                      uint8_t* scales) {
   pack_panels(Int4Scheme::kSixBit, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
     for (int64_t b = 0; b < K / kInt4SuperBlock; ++b) {
       const auto block = load_ggml_block<BlockQ6_K>(rows + n * row_bytes, b);
@@ -168,8 +174,6 @@ void pack_int4_from_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int6
       *r.d(c) = block.d;
       for (int g = 0; g < 16; ++g) *r.sc(g, c) = block.scales[g];
       uint8_t* qb = q + b * kInt4SuperBlock;
-      // Element 32k + l of each half of 128 (BlockQ6_K's layout): low bits from ql[l] or
-      // ql[l + 32], top bits from bits 2k, 2k + 1 of qh[l].
       for (int half = 0; half < 2; ++half) {
         const uint8_t* ql = block.ql + 64 * half;
         const uint8_t* qh = block.qh + 32 * half;
@@ -183,6 +187,29 @@ void pack_int4_from_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t N, int6
       }
     }
   });
+}
+
+}  // namespace
+
+void pack_int4_from_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K,
+                           uint8_t* nibbles, uint8_t* scales) {
+  TESSERA_CHECK(K % int4_k_multiple(scheme) == 0) << "K=" << K << " for " << int4_scheme_name(scheme);
+  switch (scheme) {
+    case Int4Scheme::kSymmetric:
+      return pack_32_blocks<BlockQ4_0>(scheme, rows, row_bytes, N, K, nibbles, scales);
+    case Int4Scheme::kSymmetric5:
+      return pack_32_blocks<BlockQ5_0>(scheme, rows, row_bytes, N, K, nibbles, scales);
+    case Int4Scheme::kAsymmetric:
+      return pack_32_blocks<BlockQ4_1>(scheme, rows, row_bytes, N, K, nibbles, scales);
+    case Int4Scheme::kAsymmetric5:
+      return pack_32_blocks<BlockQ5_1>(scheme, rows, row_bytes, N, K, nibbles, scales);
+    case Int4Scheme::kSuperBlock:
+      return pack_k_blocks<BlockQ4_K>(scheme, rows, row_bytes, N, K, nibbles, scales);
+    case Int4Scheme::kSuperBlock5:
+      return pack_k_blocks<BlockQ5_K>(scheme, rows, row_bytes, N, K, nibbles, scales);
+    case Int4Scheme::kSixBit:
+      return pack_q6_k_blocks(rows, row_bytes, N, K, nibbles, scales);
+  }
 }
 
 void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8_t* scales) {
@@ -213,27 +240,15 @@ void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8
 void dequantize_int4(Int4Scheme scheme, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K,
                      float* out) {
   const int64_t panel_bytes = int4_panel_stride(scheme, K), record_bytes = int4_record_stride(scheme, K);
+  const int64_t G = int4_weight_group(scheme);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t p = n / kInt4PanelColumns, c = n % kInt4PanelColumns;
     const uint8_t* panel = nibbles + p * panel_bytes;
-    uint8_t* rec = const_cast<uint8_t*>(scales + p * record_bytes);
+    const uint8_t* rec = scales + p * record_bytes;
     for (int64_t k = 0; k < K; ++k) {
-      const int q = panel_q(scheme, panel, c, k);
-      float s, m;
-      if (scheme == Int4Scheme::kSymmetric) {
-        s = f16_to_f32(reinterpret_cast<const uint16_t*>(rec)[(k / kInt4Group) * kInt4PanelColumns + c]);
-        m = 8.0f * s;
-      } else if (scheme == Int4Scheme::kSuperBlock) {
-        const SuperRecord r{rec + (k / kInt4SuperBlock) * kInt4SuperRecordBytes};
-        const int64_t sub = (k / kInt4Group) % 8;
-        s = f16_to_f32(*r.d(c)) * static_cast<float>(*r.sc(sub, c));
-        m = f16_to_f32(*r.dmin(c)) * static_cast<float>(*r.mn(sub, c));
-      } else {
-        const SixBitRecord r{rec + (k / kInt4SuperBlock) * kSixBitRecordBytes};
-        s = f16_to_f32(*r.d(c)) * static_cast<float>(*r.sc((k / kSixBitGroup) % 16, c));
-        m = 32.0f * s;
-      }
-      out[n * K + k] = s * static_cast<float>(q) - m;
+      float s = 0.0f, m = 0.0f;
+      detail::int4_group_scale(scheme, rec, k / G, c, &s, &m);
+      out[n * K + k] = s * static_cast<float>(detail::int4_q_at(scheme, panel, c, k)) - m;
     }
   }
 }

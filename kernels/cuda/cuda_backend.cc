@@ -315,7 +315,7 @@ void CudaBackend::linear_int4_impl(const TensorView& x, const TensorView& w, con
   require_device({{&x, "x"}, {&out, "out"}}, "linear_int4");
   require_placed({{&w, "w"}, {&scales, "scales"}, {&bias, "bias"}}, "linear_int4");
   const int64_t M = x.dim(0), K = x.dim(1), N = out.dim(1);
-  const Int4Scheme scheme = int4_scheme_of(scales);
+  const Int4Scheme scheme = *int4_scheme_of(w, scales);  // checked by the front
   quantized_linear(
       x, bias, out, act, cuda::launch::kInt4GemvMaxRows, "linear_int4",
       [&](Activation a) {

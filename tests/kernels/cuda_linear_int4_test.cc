@@ -1,6 +1,6 @@
 // The CUDA 4-bit linear layer (kernels/cuda/linear_int4.cu) against the CPU one on the same
-// panels (every scheme: quantize_int4's q4_0-style, and q4_K-style and q6_K-style packed
-// from random ggml blocks), decode-sized M (the GEMV kernel) and larger M (dequantize + cuBLAS), with and
+// panels (every scheme: quantize_int4's q4_0-style, the others packed from random ggml
+// blocks), decode-sized M (the GEMV kernel) and larger M (dequantize + cuBLAS), with and
 // without bias and an activation. The weights are the same values on both; the CPU carries
 // x in 8 bits per group of 32 (kernels/cpu/linear_int4.h), CUDA in f32, so the bound per
 // output is that rounding, sum over groups of (max|x| / 254) sum |w|, plus f32 accumulation.
@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common/gguf/ggml_dequant_blocks.h"
+#include "tests/kernels/int4_test_blocks.h"
 #include "kernels/cpu/linear_int4.h"
 #include "tests/kernels/cuda_test_fixture.h"
 
@@ -24,47 +25,23 @@ struct HostPanels {
   std::vector<float> w;  // dequantized [N, K]
 };
 
-// N rows of random ggml blocks of type B (every byte random, then `fill` sets the scales).
-template <typename B, typename Fill>
-std::vector<uint8_t> random_blocks(int64_t N, int64_t K, Fill fill) {
-  std::mt19937 rng(static_cast<uint32_t>(N + K));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::vector<uint8_t> rows(static_cast<size_t>(N * (K / kGgmlQKK)) * sizeof(B));
-  for (uint8_t& v : rows) v = static_cast<uint8_t>(byte(rng));
-  for (size_t b = 0; b < rows.size() / sizeof(B); ++b) {
-    B block;
-    std::memcpy(&block, rows.data() + b * sizeof(B), sizeof(B));
-    fill(block, b);
-    std::memcpy(rows.data() + b * sizeof(B), &block, sizeof(B));
-  }
-  return rows;
-}
-
 HostPanels host_panels(Int4Scheme scheme, const Tensor& wf, int64_t N, int64_t K) {
   const int64_t P = int4_panel_count(N);
   HostPanels h;
   h.nibbles = Tensor::zeros({P, K / 4, int4_step_bytes(scheme)}, DType::kU8);
+  h.scales = Tensor::zeros({P, K / int4_k_multiple(scheme), int4_record_elements(scheme)}, int4_scales_dtype(scheme));
+  uint8_t* records = static_cast<uint8_t*>(h.scales.view().data);
   if (scheme == Int4Scheme::kSymmetric) {
-    h.scales = Tensor::zeros({P, K / kInt4Group, kInt4PanelColumns}, DType::kF16);
-    cpu::quantize_int4(wf.data<float>(), N, K, h.nibbles.data<uint8_t>(), h.scales.data<uint8_t>());
-  } else if (scheme == Int4Scheme::kSuperBlock) {
-    h.scales = Tensor::zeros({P, K / kInt4SuperBlock, kInt4SuperRecordBytes}, DType::kU8);
-    const std::vector<uint8_t> rows = random_blocks<BlockQ4_K>(N, K, [](BlockQ4_K& block, size_t b) {
-      block.d = f32_to_f16(0.002f + 0.001f * static_cast<float>(b % 3));
-      block.dmin = f32_to_f16(0.003f);
-    });
-    cpu::pack_int4_from_q4_k(rows.data(), K / kGgmlQKK * static_cast<int64_t>(sizeof(BlockQ4_K)), N, K,
-                             h.nibbles.data<uint8_t>(), h.scales.data<uint8_t>());
+    cpu::quantize_int4(wf.data<float>(), N, K, h.nibbles.data<uint8_t>(), records);
   } else {
-    h.scales = Tensor::zeros({P, K / kInt4SuperBlock, kSixBitRecordBytes}, DType::kI8);
-    const std::vector<uint8_t> rows = random_blocks<BlockQ6_K>(N, K, [](BlockQ6_K& block, size_t b) {
-      block.d = f32_to_f16(0.0001f + 0.0001f * static_cast<float>(b % 3));
-    });
-    cpu::pack_int4_from_q6_k(rows.data(), K / kGgmlQKK * static_cast<int64_t>(sizeof(BlockQ6_K)), N, K,
-                             h.nibbles.data<uint8_t>(), h.scales.data<uint8_t>());
+    std::mt19937 rng(static_cast<uint32_t>(N + K));
+    const std::vector<uint8_t> rows = random_block_rows(rng, scheme, N, K);
+    const BlockType bt = block_type_of(scheme);
+    cpu::pack_int4_from_blocks(scheme, rows.data(), K / bt.elems * bt.bytes, N, K, h.nibbles.data<uint8_t>(),
+                               records);
   }
   h.w.resize(static_cast<size_t>(N * K));
-  cpu::dequantize_int4(scheme, h.nibbles.data<uint8_t>(), h.scales.data<uint8_t>(), N, K, h.w.data());
+  cpu::dequantize_int4(scheme, h.nibbles.data<uint8_t>(), records, N, K, h.w.data());
   return h;
 }
 
@@ -72,7 +49,7 @@ TEST_F(CudaBackendTest, LinearInt4MatchesCpu) {
   struct Shape {
     int64_t M, K, N;
   };
-  for (const Int4Scheme scheme : {Int4Scheme::kSymmetric, Int4Scheme::kSuperBlock, Int4Scheme::kSixBit}) {
+  for (const Int4Scheme scheme : kAllSchemes) {
     for (Shape s : {Shape{1, 256, 1}, Shape{1, 512, 37}, Shape{3, 256, 129}, Shape{8, 768, 300}, Shape{9, 256, 77},
                     Shape{64, 512, 512}}) {
       Tensor x = random_host({s.M, s.K}, DType::kF32, -2.0f, 2.0f);
@@ -108,7 +85,7 @@ TEST_F(CudaBackendTest, LinearInt4MatchesCpu) {
           std::vector<double> t = tol;
           for (double& v : t) v *= 1.2;
           std::ostringstream tag;
-          tag << "linear_int4 " << cpu::int4_scheme_name(scheme) << " M=" << s.M << " K=" << s.K << " N=" << s.N
+          tag << "linear_int4 " << int4_scheme_name(scheme) << " M=" << s.M << " K=" << s.K << " N=" << s.N
               << " bias=" << bias_kind << (act == Activation::kSilu ? " silu" : "");
           expect_close(widen(ref), device_f32(out), 0, 0, tag.str(), &t);
         }

@@ -1,7 +1,7 @@
 // The CPU 4-bit linear layer (kernels/cpu/linear_int4.h):
-//  - packing: panels made from random ggml q4_0, q4_K and q6_K rows decode to exactly ggml's
-//    own decoders' floats (common/gguf), and q4_0's rule applied to decoded q4_0 weights
-//    gives the same panels back;
+//  - packing: panels made from random ggml q4_0, q5_0, q4_1, q5_1, q4_K, q5_K and q6_K rows
+//    decode to exactly ggml's own decoders' floats (common/gguf), and q4_0's rule applied to
+//    decoded q4_0 weights gives the same panels back;
 //  - arithmetic: every instruction-set flavour gives the scalar reference's bits, over shapes
 //    that leave partial panels and every tile of rows, with bias and an activation;
 //  - accuracy: the result is within the 8-bit activations' bound of the double-precision
@@ -17,60 +17,13 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/gguf/ggml_dequant.h"
 #include "common/gguf/ggml_dequant_blocks.h"
+#include "common/gguf/gguf_file.h"
+#include "tests/kernels/int4_test_blocks.h"
 
 namespace tessera::cpu {
 namespace {
-
-// N rows of K / 32 random q4_0 blocks (scales of both signs and widely different sizes),
-// each with a q of 0 somewhere, as llama.cpp's quantizer always makes (its largest value).
-std::vector<uint8_t> random_q4_0_rows(std::mt19937& rng, int64_t N, int64_t K) {
-  std::vector<uint8_t> rows(static_cast<size_t>(N * (K / kGgmlQK)) * sizeof(BlockQ4_0));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-  for (size_t b = 0; b < rows.size() / sizeof(BlockQ4_0); ++b) {
-    BlockQ4_0 block;
-    block.d = f32_to_f16(b % 7 == 3 ? 0.0f : scale(rng) * (b % 5 == 0 ? 100.0f : 1.0f));
-    for (uint8_t& q : block.qs) q = static_cast<uint8_t>(byte(rng));
-    const int at = byte(rng) % 32;
-    block.qs[at % 16] &= at < 16 ? 0xf0 : 0x0f;
-    std::memcpy(rows.data() + b * sizeof(BlockQ4_0), &block, sizeof(block));
-  }
-  return rows;
-}
-
-std::vector<uint8_t> random_q4_k_rows(std::mt19937& rng, int64_t N, int64_t K) {
-  std::vector<uint8_t> rows(static_cast<size_t>(N * (K / kGgmlQKK)) * sizeof(BlockQ4_K));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.0f, 0.004f);
-  for (size_t b = 0; b < rows.size() / sizeof(BlockQ4_K); ++b) {
-    BlockQ4_K block;
-    block.d = f32_to_f16(scale(rng));
-    block.dmin = f32_to_f16(scale(rng));
-    for (uint8_t& s : block.scales) s = static_cast<uint8_t>(byte(rng));
-    for (uint8_t& q : block.qs) q = static_cast<uint8_t>(byte(rng));
-    std::memcpy(rows.data() + b * sizeof(BlockQ4_K), &block, sizeof(block));
-  }
-  return rows;
-}
-
-// q6_K blocks with every byte random: scales of both signs, all 64 q values.
-std::vector<uint8_t> random_q6_k_rows(std::mt19937& rng, int64_t N, int64_t K) {
-  std::vector<uint8_t> rows(static_cast<size_t>(N * (K / kGgmlQKK)) * sizeof(BlockQ6_K));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.0f, 0.0005f);
-  for (size_t b = 0; b < rows.size() / sizeof(BlockQ6_K); ++b) {
-    BlockQ6_K block;
-    block.d = f32_to_f16(b % 9 == 4 ? 0.0f : scale(rng));
-    for (int8_t& s : block.scales) s = static_cast<int8_t>(byte(rng) - 128);
-    for (uint8_t& q : block.ql) q = static_cast<uint8_t>(byte(rng));
-    for (uint8_t& q : block.qh) q = static_cast<uint8_t>(byte(rng));
-    std::memcpy(rows.data() + b * sizeof(BlockQ6_K), &block, sizeof(block));
-  }
-  return rows;
-}
-
-constexpr Int4Scheme kAllSchemes[] = {Int4Scheme::kSymmetric, Int4Scheme::kSuperBlock, Int4Scheme::kSixBit};
 
 struct Packed {
   Int4Scheme scheme;
@@ -84,22 +37,10 @@ Packed pack(Int4Scheme scheme, int64_t N, int64_t K, uint32_t seed) {
   Packed p{scheme, N, K, std::vector<uint8_t>(static_cast<size_t>(int4_nibble_bytes(scheme, N, K)), 0xAA),
            std::vector<uint8_t>(static_cast<size_t>(int4_scale_bytes(scheme, N, K)), 0xAA),
            std::vector<float>(static_cast<size_t>(N * K))};
-  if (scheme == Int4Scheme::kSymmetric) {
-    const std::vector<uint8_t> rows = random_q4_0_rows(rng, N, K);
-    const int64_t row_bytes = K / kGgmlQK * static_cast<int64_t>(sizeof(BlockQ4_0));
-    pack_int4_from_q4_0(rows.data(), row_bytes, N, K, p.nibbles.data(), p.scales.data());
-    dequantize_q4_0_blocks(rows.data(), N * K / kGgmlQK, p.w.data());
-  } else if (scheme == Int4Scheme::kSuperBlock) {
-    const std::vector<uint8_t> rows = random_q4_k_rows(rng, N, K);
-    const int64_t row_bytes = K / kGgmlQKK * static_cast<int64_t>(sizeof(BlockQ4_K));
-    pack_int4_from_q4_k(rows.data(), row_bytes, N, K, p.nibbles.data(), p.scales.data());
-    dequantize_q4_k_blocks(rows.data(), N * K / kGgmlQKK, p.w.data());
-  } else {
-    const std::vector<uint8_t> rows = random_q6_k_rows(rng, N, K);
-    const int64_t row_bytes = K / kGgmlQKK * static_cast<int64_t>(sizeof(BlockQ6_K));
-    pack_int4_from_q6_k(rows.data(), row_bytes, N, K, p.nibbles.data(), p.scales.data());
-    dequantize_q6_k_blocks(rows.data(), N * K / kGgmlQKK, p.w.data());
-  }
+  const std::vector<uint8_t> rows = random_block_rows(rng, scheme, N, K);
+  const BlockType bt = block_type_of(scheme);
+  pack_int4_from_blocks(scheme, rows.data(), K / bt.elems * bt.bytes, N, K, p.nibbles.data(), p.scales.data());
+  EXPECT_TRUE(dequantize_ggml(static_cast<uint32_t>(bt.type), rows.data(), N * K, p.w.data()).is_ok());
   return p;
 }
 
@@ -109,7 +50,7 @@ std::vector<float> unpack(const Packed& p) {
   return out;
 }
 
-TEST(Int4Packing, PanelsFromQ4_0Q4_KAndQ6_KDecodeToGgmlsOwnValues) {
+TEST(Int4Packing, PanelsFromEveryBlockTypeDecodeToGgmlsOwnValues) {
   for (const Int4Scheme scheme : kAllSchemes) {
     for (const int64_t N : {1, 31, 32, 70}) {
       const Packed p = pack(scheme, N, 512, static_cast<uint32_t>(N));

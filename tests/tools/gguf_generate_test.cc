@@ -186,10 +186,10 @@ TEST(GgufGenerate, LlamaFilesAtTensorParallel2) {
   }
 }
 
-// The default, auto: q4_0 and q4_K matrices as 4-bit panels and q6_K ones as 6-bit panels,
-// value for value, x in 8 bits per group of 32 as llama.cpp carries it; the q5_K and q8_0
-// ones as int8. In a Q4_K_M file some layers' V is q6_K beside a q4_K Q and K: those layers
-// project q, k and v separately.
+// The default, auto: q4_0 / q4_1 / q4_K matrices as 4-bit panels, q5_0 / q5_1 / q5_K ones as
+// 5-bit and q6_K ones as 6-bit panels, value for value, x in 8 bits per group of 32 as
+// llama.cpp carries it; q8_0 ones as int8. In a Q4_K_M file some layers' V is q6_K beside a
+// q4_K Q and K: those layers project q, k and v separately.
 TEST(GgufGenerate, FourBitFilesWithTheDefaultQuantization) {
   TESSERA_REQUIRE_FIXTURES();
   if (gguf_fixtures().empty()) GTEST_SKIP() << "SKIPPED: no fixtures/gguf";
@@ -198,8 +198,8 @@ TEST(GgufGenerate, FourBitFilesWithTheDefaultQuantization) {
     return;
   }
   check_gguf_files(1,
-                   {"gguf-llama-Q4_0", "gguf-llama-Q4_K_M", "gguf-llama-Q5_K_M", "gguf-llama-Q6_K", "gguf-qwen2-Q4_K_M",
-                    "kjv-llama-Q4_0"},
+                   {"gguf-llama-Q4_0", "gguf-llama-Q4_1", "gguf-llama-Q5_0", "gguf-llama-Q4_K_M", "gguf-llama-Q5_K_M",
+                    "gguf-llama-Q6_K", "gguf-qwen2-Q4_K_M", "kjv-llama-Q4_0"},
                    "auto");
   // kjv-llama's row-parallel inputs split on q4_0's block boundaries (96 of 192); the tiny
   // Llama's split inside q4_K's 256-input blocks, so those matrices are decoded (int8).

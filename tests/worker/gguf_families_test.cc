@@ -31,6 +31,7 @@
 #include "worker/generator.h"
 #include "worker/model_checkpoint.h"
 #include "worker/transformer.h"
+#include "worker/weight_quantization.h"
 
 namespace tessera {
 namespace {
@@ -279,56 +280,62 @@ TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
   fs::remove_all(tmp);
 }
 
-// auto on a Q4_K_M file (llama.cpp's own): its q4_K matrices become 4-bit panels and its
-// q6_K ones (some layers' V and down projection, the LM head) 6-bit panels, each value for
-// value (their logits: GgufGenerate.FourBitFilesWithTheDefaultQuantization). A layer whose
-// V is q6_K beside a q4_K Q and K keeps three matrices rather than one decoded to int8.
-TEST(GgufAutoQuantization, Q4KMixKeepsEveryMatrixInItsOwnPanels) {
+// auto on K-quant mixes (llama.cpp's own Q4_K_M and Q5_K_M files): every quantized matrix
+// becomes panels of its own bits (q4_K 4-bit, q5_K 5-bit, q6_K 6-bit: some layers' V and
+// down projection, the LM head), each value for value (their logits:
+// GgufGenerate.FourBitFilesWithTheDefaultQuantization). A layer whose V is q6_K beside a Q
+// and K of another type keeps three matrices rather than one decoded to int8.
+TEST(GgufAutoQuantization, KQuantMixesKeepEveryMatrixInItsOwnPanels) {
   TESSERA_REQUIRE_FIXTURES();
-  const std::string path = testing::fixtures_dir() + "/gguf/gguf-llama-Q4_K_M.gguf";
-  if (!fs::exists(path)) GTEST_SKIP() << "SKIPPED: no " << path;
-  auto ckpt = open_model_checkpoint(path);
-  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
-  auto backend = make_backend("cpu");
-  ASSERT_TRUE(backend.is_ok());
-  ModelLoadOptions lo;
-  lo.quant.kind = WeightQuantization::kAuto;
-  auto model = Transformer::load(path, lo, **backend);
-  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-  const ModelWeights& w = (*model)->weights();
-  // The scales' dtype names the scheme (int4_scheme_of): u8 q4_K-style, i8 q6_K-style.
-  auto scheme_of = [](const LinearWeights& l) {
-    EXPECT_EQ(l.w.dtype(), DType::kU8);
-    return int4_scheme_of(l.scales.view());
-  };
-  auto stored = [&](const std::string& name) {
-    const TensorInfo* info = (*ckpt)->find(name);
-    EXPECT_NE(info, nullptr) << name;
-    return info == nullptr ? GgmlType::kF32 : static_cast<GgmlType>(info->ggml_type);
-  };
-  auto expected = [](GgmlType t) { return t == GgmlType::kQ6_K ? Int4Scheme::kSixBit : Int4Scheme::kSuperBlock; };
-  int mixed = 0;
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    SCOPED_TRACE("layer " + std::to_string(l));
-    const LayerWeights& lw = w.layers[l];
-    // The reader presents the file's tensors under Hugging Face names (blk.N.attn_q: q_proj).
-    const std::string blk = "model.layers." + std::to_string(l) + ".";
-    const GgmlType q = stored(blk + "self_attn.q_proj.weight"), k = stored(blk + "self_attn.k_proj.weight"),
-                   v = stored(blk + "self_attn.v_proj.weight");
-    if (q == k && k == v) {
-      EXPECT_EQ(scheme_of(lw.qkv), expected(q));
-    } else {
-      ++mixed;
-      EXPECT_TRUE(lw.qkv.w.empty());
-      EXPECT_EQ(scheme_of(lw.q), expected(q));
-      EXPECT_EQ(scheme_of(lw.k), expected(k));
-      EXPECT_EQ(scheme_of(lw.v), expected(v));
+  for (const std::string file : {"gguf-llama-Q4_K_M", "gguf-llama-Q5_K_M"}) {
+    SCOPED_TRACE(file);
+    const std::string path = testing::fixtures_dir() + "/gguf/" + file + ".gguf";
+    if (!fs::exists(path)) GTEST_SKIP() << "SKIPPED: no " << path;
+    auto ckpt = open_model_checkpoint(path);
+    ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+    auto backend = make_backend("cpu");
+    ASSERT_TRUE(backend.is_ok());
+    ModelLoadOptions lo;
+    lo.quant.kind = WeightQuantization::kAuto;
+    auto model = Transformer::load(path, lo, **backend);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    const ModelWeights& w = (*model)->weights();
+    // The panels' step size and the scales' dtype and record name the scheme.
+    auto scheme_of = [](const LinearWeights& l) {
+      EXPECT_EQ(l.w.dtype(), DType::kU8);
+      return int4_scheme_of(l.w.view(), l.scales.view());
+    };
+    // What the file stores, under the Hugging Face names the reader presents (blk.N.attn_q:
+    // model.layers.N.self_attn.q_proj), and the scheme that holds it.
+    auto expected = [&](const std::string& name) -> std::optional<Int4Scheme> {
+      const TensorInfo* info = (*ckpt)->find(name);
+      EXPECT_NE(info, nullptr) << name;
+      if (info == nullptr) return std::nullopt;
+      return panel_scheme_of_blocks(static_cast<GgmlType>(info->ggml_type), /*auto_kind=*/true);
+    };
+    int mixed = 0;
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      SCOPED_TRACE("layer " + std::to_string(l));
+      const LayerWeights& lw = w.layers[l];
+      const std::string blk = "model.layers." + std::to_string(l) + ".";
+      const auto q = expected(blk + "self_attn.q_proj.weight"), k = expected(blk + "self_attn.k_proj.weight"),
+                 v = expected(blk + "self_attn.v_proj.weight");
+      ASSERT_TRUE(q && k && v);
+      if (q == k && k == v) {
+        EXPECT_EQ(scheme_of(lw.qkv), q);
+      } else {
+        ++mixed;
+        EXPECT_TRUE(lw.qkv.w.empty());
+        EXPECT_EQ(scheme_of(lw.q), q);
+        EXPECT_EQ(scheme_of(lw.k), k);
+        EXPECT_EQ(scheme_of(lw.v), v);
+      }
+      EXPECT_EQ(scheme_of(lw.mlp.down), expected(blk + "mlp.down_proj.weight"));
+      EXPECT_EQ(scheme_of(lw.mlp.gate_up), expected(blk + "mlp.gate_proj.weight"));
     }
-    EXPECT_EQ(scheme_of(lw.mlp.down), expected(stored(blk + "mlp.down_proj.weight")));
-    EXPECT_EQ(scheme_of(lw.mlp.gate_up), Int4Scheme::kSuperBlock);
+    EXPECT_GT(mixed, 0) << "the file has no layer of mixed q, k, v types";
+    EXPECT_EQ(scheme_of(w.lm_head), expected("lm_head.weight"));
   }
-  EXPECT_GT(mixed, 0) << "the file has no layer of mixed q, k, v types";
-  EXPECT_EQ(scheme_of(w.lm_head), expected(stored("lm_head.weight")));
 }
 
 // The qwen3moe reader on a model the format can hold: tiny-qwen3-moe with its dense layer
