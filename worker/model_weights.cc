@@ -163,14 +163,8 @@ class WeightReader {
   // `add_bias`, before the partial sums are all-reduced.
   StatusOr<LinearWeights> linear(const std::string& weight_name, int64_t out, int64_t in, Slice slice = {},
                                  bool add_bias = true) {
-    LinearWeights l;
-    const int32_t blocks = q4_blocks(weight_name, slice);
-    if (blocks >= 0) {
-      TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(weight_name, out, in, slice));
-      l.ggml_blocks = blocks;
-    } else {
-      TESSERA_ASSIGN_OR_RETURN(l.w, matrix(weight_name, out, in, slice));
-    }
+    TESSERA_ASSIGN_OR_RETURN(LinearWeights l, blocks_or(weight_name, out, in, slice,
+                                                        [&] { return matrix(weight_name, out, in, slice); }));
     if (add_bias) {
       const Slice bias_slice = slice.axis == 0 ? slice : Slice{};
       TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {out}, bias_slice));
@@ -181,14 +175,8 @@ class WeightReader {
   // The LM head [vocab, hidden] (`slice` its vocabulary rows), stored so in every checkpoint
   // (GPT-2's is a Linear, not a Conv1D), kept as blocks as linear() keeps them.
   StatusOr<LinearWeights> lm_head(const std::string& weight_name, int64_t vocab, int64_t hidden, Slice slice) {
-    LinearWeights l;
-    const int32_t blocks = q4_blocks(weight_name, slice);
-    if (blocks >= 0) {
-      TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(weight_name, vocab, hidden, slice));
-      l.ggml_blocks = blocks;
-    } else {
-      TESSERA_ASSIGN_OR_RETURN(l.w, load(weight_name, {vocab, hidden}, slice));
-    }
+    TESSERA_ASSIGN_OR_RETURN(LinearWeights l, blocks_or(weight_name, vocab, hidden, slice,
+                                                        [&] { return load(weight_name, {vocab, hidden}, slice); }));
     TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {vocab}, slice));
     return l;
   }
@@ -259,6 +247,21 @@ class WeightReader {
   }
 
  private:
+  // A linear weight [out, in] (`slice` of it) as the blocks it is stored in when they are to
+  // be kept (q4_blocks), else as `load` reads it.
+  template <typename Load>
+  StatusOr<LinearWeights> blocks_or(const std::string& name, int64_t out, int64_t in, Slice slice, Load load) {
+    LinearWeights l;
+    const int32_t blocks = q4_blocks(name, slice);
+    if (blocks >= 0) {
+      TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(name, out, in, slice));
+      l.ggml_blocks = blocks;
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(l.w, load());
+    }
+    return l;
+  }
+
   // The ggml type of `name` when it is to be read as blocks (panels asked for, a matrix of a
   // type panel_scheme_of_blocks takes, not transposed on the way); -1 otherwise. A tensor-parallel split of its
   // inputs that falls inside a block is refused by the loader (Checkpoint::load_blocks) when

@@ -106,6 +106,20 @@ Block load_ggml_block(const uint8_t* src, int64_t b) {
   return block;
 }
 
+// The 6-bit scale and min of sub-block `s` (0..7) of a q4_K / q5_K super-block. Sub-blocks
+// 0..3 keep theirs whole in the low 6 bits of bytes s (scale) and s + 4 (min). Sub-blocks
+// 4..7 keep their low 4 bits in byte s + 4 (scale in the low nibble, min in the high) and
+// their top 2 bits in the otherwise unused top bits of bytes s - 4 (scale) and s (min).
+struct GgmlKScaleMin {
+  int scale;
+  int min;
+};
+GgmlKScaleMin ggml_k_scale_min(const uint8_t packed[12], int s);
+
+// The 256 unsigned q values (0..63, the element is d * scales[e / 16] * (q - 32)) of a q6_K
+// super-block, in element order.
+void ggml_q6_k_values(const BlockQ6_K& block, uint8_t q[kGgmlQKK]);
+
 // Decoders of `blocks` whole blocks from `src` (any alignment) into blocks * block-elements
 // floats. No checks: dequantize_ggml validates and dispatches.
 void dequantize_q4_0_blocks(const uint8_t* src, int64_t blocks, float* dst);

@@ -5,22 +5,28 @@
 
 namespace tessera {
 
-namespace {
-
-// The 6-bit scale and min of sub-block `s` (0..7) of a q4_K / q5_K super-block. Sub-blocks
-// 0..3 keep theirs whole in the low 6 bits of bytes s (scale) and s + 4 (min). Sub-blocks
-// 4..7 keep their low 4 bits in byte s + 4 (scale in the low nibble, min in the high) and
-// their top 2 bits in the otherwise unused top bits of bytes s - 4 (scale) and s (min).
-struct GgmlKScaleMin {
-  int scale;
-  int min;
-};
-
 GgmlKScaleMin ggml_k_scale_min(const uint8_t packed[12], int s) {
   if (s < 4) return {packed[s] & 0x3f, packed[s + 4] & 0x3f};
-  return {(packed[s + 4] & 0x0f) | ((packed[s - 4] >> 6) << 4),
-          (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4)};
+  return {(packed[s + 4] & 0x0f) | ((packed[s - 4] >> 6) << 4), (packed[s + 4] >> 4) | ((packed[s] >> 6) << 4)};
 }
+
+void ggml_q6_k_values(const BlockQ6_K& block, uint8_t q[kGgmlQKK]) {
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = block.ql + 64 * half;
+    const uint8_t* qh = block.qh + 32 * half;
+    // Element 32k + l of this half: low 4 bits from ql[l] (k = 0, 2) or ql[l + 32] (k = 1, 3),
+    // low nibble for k < 2 and high for k >= 2; top 2 bits from bits 2k, 2k + 1 of qh[l].
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const int low = (ql[l + 32 * (k % 2)] >> (4 * (k / 2))) & 0x0f;
+        const int high = (qh[l] >> (2 * k)) & 0x03;
+        q[128 * half + 32 * k + l] = static_cast<uint8_t>(low | (high << 4));
+      }
+    }
+  }
+}
+
+namespace {
 
 // Elements 64r .. 64r + 63 of a q4_K / q5_K super-block: sub-blocks 2r and 2r + 1, from the
 // low and the high nibbles of the same 32 bytes `qs`. `qh` (q5_K only, else nullptr) adds
@@ -68,24 +74,13 @@ void dequantize_q5_k_blocks(const uint8_t* src, int64_t blocks, float* dst) {
 }
 
 void dequantize_q6_k_blocks(const uint8_t* src, int64_t blocks, float* dst) {
+  uint8_t q[kGgmlQKK];
   for (int64_t b = 0; b < blocks; ++b, dst += kGgmlQKK) {
     const auto block = load_ggml_block<BlockQ6_K>(src, b);
     const float d = f16_to_f32(block.d);
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = block.ql + 64 * half;
-      const uint8_t* qh = block.qh + 32 * half;
-      // Element 32k + l of this half: low 4 bits from ql[l] (k = 0, 2) or ql[l + 32]
-      // (k = 1, 3), low nibble for k < 2 and high for k >= 2; top 2 bits from bits 2k, 2k + 1
-      // of qh[l].
-      for (int k = 0; k < 4; ++k) {
-        for (int l = 0; l < 32; ++l) {
-          const int low = (ql[l + 32 * (k % 2)] >> (4 * (k / 2))) & 0x0f;
-          const int high = (qh[l] >> (2 * k)) & 0x03;
-          const int e = 128 * half + 32 * k + l;
-          const int q = (low | (high << 4)) - 32;
-          dst[e] = d * static_cast<float>(block.scales[e / 16]) * static_cast<float>(q);
-        }
-      }
+    ggml_q6_k_values(block, q);
+    for (int e = 0; e < kGgmlQKK; ++e) {
+      dst[e] = d * static_cast<float>(block.scales[e / 16]) * static_cast<float>(int{q[e]} - 32);
     }
   }
 }

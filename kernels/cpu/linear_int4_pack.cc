@@ -87,17 +87,6 @@ struct SixBitRecord {
   int8_t* sc(int64_t g, int64_t c) const { return reinterpret_cast<int8_t*>(base + 64 + g * kInt4PanelColumns + c); }
 };
 
-// q4_K's 6-bit scale and min of sub-block s (ggml's packing of 12 bytes).
-void k_scale_min(const uint8_t packed[12], int s, uint8_t* scale, uint8_t* min) {
-  if (s < 4) {
-    *scale = packed[s] & 0x3f;
-    *min = packed[s + 4] & 0x3f;
-  } else {
-    *scale = static_cast<uint8_t>((packed[s + 4] & 0x0f) | ((packed[s - 4] >> 6) << 4));
-    *min = static_cast<uint8_t>((packed[s + 4] >> 4) | ((packed[s] >> 6) << 4));
-  }
-}
-
 // The q values of one block of 32 of q4_0 / q4_1 / q5_0 / q5_1: byte j of qs holds element j
 // in its low nibble and j + 16 in its high one; qh (5-bit types) bit i is element i's bit 4.
 void q32_values(const uint8_t qs[16], const uint8_t* qh, uint8_t* q) {
@@ -158,13 +147,16 @@ void pack_k_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, in
           qb[64 * i + 32 + l] = static_cast<uint8_t>(high);
         }
       }
-      for (int s = 0; s < 8; ++s) k_scale_min(block.scales, s, r.sc(s, c), r.mn(s, c));
+      for (int s = 0; s < 8; ++s) {
+        const GgmlKScaleMin sm = ggml_k_scale_min(block.scales, s);
+        *r.sc(s, c) = static_cast<uint8_t>(sm.scale);
+        *r.mn(s, c) = static_cast<uint8_t>(sm.min);
+      }
     }
   });
 }
 
-// q6_K: element 32k + l of each half of 128 takes its low bits from ql[l] or ql[l + 32] and
-// its top bits from bits 2k, 2k + 1 of qh[l] (BlockQ6_K).
+// q6_K: its q values as ggml_q6_k_values gives them, its d and 16 scales.
 void pack_q6_k_blocks(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
                       uint8_t* scales) {
   pack_panels(Int4Scheme::kSixBit, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
@@ -173,18 +165,7 @@ void pack_q6_k_blocks(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t
       const SixBitRecord r{rec + b * kSixBitRecordBytes};
       *r.d(c) = block.d;
       for (int g = 0; g < 16; ++g) *r.sc(g, c) = block.scales[g];
-      uint8_t* qb = q + b * kInt4SuperBlock;
-      for (int half = 0; half < 2; ++half) {
-        const uint8_t* ql = block.ql + 64 * half;
-        const uint8_t* qh = block.qh + 32 * half;
-        for (int k = 0; k < 4; ++k) {
-          for (int l = 0; l < 32; ++l) {
-            const int low = (ql[l + 32 * (k % 2)] >> (4 * (k / 2))) & 0x0f;
-            const int high = (qh[l] >> (2 * k)) & 0x03;
-            qb[128 * half + 32 * k + l] = static_cast<uint8_t>(low | (high << 4));
-          }
-        }
-      }
+      ggml_q6_k_values(block, q + b * kInt4SuperBlock);
     }
   });
 }
