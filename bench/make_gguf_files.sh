@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Makes the GGUF files bench/compare_llamacpp_4bit.sh compares on, with llama.cpp's own tools:
 # the generated ~1.1B Llama (bench/make_models.sh 1b-bf16) converted by convert_hf_to_gguf.py
-# to BF16, then llama-quantize to Q4_0 and Q4_K_M. Each file only when missing.
+# to BF16, then llama-quantize to Q4_0, Q4_K_M and Q5_K_M. Each file only when missing.
 #   LLAMA_CPP_DIR=DIR bench/make_gguf_files.sh HF_DIR OUT_DIR
-# Writes OUT_DIR/llama-1b-{BF16,Q4_0,Q4_K_M}.gguf.
+# Writes OUT_DIR/llama-1b-{BF16,Q4_0,Q4_K_M,Q5_K_M}.gguf.
 #
 # The generated checkpoint has random weights and no tokenizer, and the converter needs one:
 # a SentencePiece model of the checkpoint's vocabulary size is trained on random words (the
@@ -65,7 +65,7 @@ PY
 else
   echo "$bf16: present"
 fi
-for type in Q4_0 Q4_K_M; do
+for type in Q4_0 Q4_K_M Q5_K_M; do
   f=$out/llama-1b-$type.gguf
   if [[ -f $f ]]; then echo "$f: present"; continue; fi
   "$LLAMA_CPP_DIR/build/bin/llama-quantize" "$bf16" "$f" "$type" 2 >"$work/quantize.log" 2>&1 ||
