@@ -57,7 +57,7 @@ int64_t peak_rss_bytes() {
 std::string quantization_label(const QuantizationOptions& q) {
   if (q.kind == WeightQuantization::kInt4) return ", int4 weights";
   if (q.kind != WeightQuantization::kInt8) return "";
-  return q.int4_from_blocks ? ", 4-bit weights (its q4_0/q4_K matrices) and int8" : ", int8 weights";
+  return q.keep_blocks ? ", its quantized matrices in their own bits (int8 for q8_0)" : ", int8 weights";
 }
 
 Status run(const Options& o) {

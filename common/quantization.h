@@ -67,8 +67,9 @@ struct QuantizationOptions {
   int group = kDefaultQuantGroup;
   std::vector<QuantRuleConfig> rules;
   // Set by resolve_quantization for auto on a GGUF file of quantized blocks (kind is then
-  // kInt8): matrices stored as q4_0 or q4_K blocks become 4-bit panels instead, value for value.
-  bool int4_from_blocks = false;
+  // kInt8): matrices stored in blocks a kernel computes from are kept as they are, value for
+  // value (q4_* / q5_* / q6_K as panels of their bits, q8_0 as int8 with its own scales).
+  bool keep_blocks = false;
   // Also set there: an LM head the file stores in quantized blocks is quantized too (int8, or
   // 4-bit from q4 blocks), as the file's author chose; elsewhere only a rule quantizes it.
   bool lm_head_as_stored = false;

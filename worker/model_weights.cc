@@ -58,9 +58,10 @@ Tensor transpose(const Tensor& t) {
   return out;
 }
 
-// Which ggml-block matrices the reader keeps as blocks for panels (kernels/int4_layout.h):
-// none; every q4_0 / q4_K one (model.quantization int4); or the q4_0 / q4_K / q6_K ones whose
-// tensor-parallel split falls on block boundaries (auto on a GGUF file).
+// Which ggml-block matrices the reader keeps as blocks (kept_as_blocks): none; every 4-bit one
+// (model.quantization int4); or every kind a kernel computes from as stored (q4_*, q5_*, q6_K
+// as panels, q8_0 as int8) whose tensor-parallel split falls on block boundaries (auto on a
+// GGUF file).
 enum class Q4Blocks { kNo, kAlways, kWhereAligned };
 
 // Reads tensors (or this rank's slice of them) by name, checking each against the shape
@@ -272,7 +273,7 @@ class WeightReader {
     if (info == nullptr || info->shape.size() != 2 || info->value_offset != 0.0f) return -1;
     const auto type = static_cast<GgmlType>(info->ggml_type);
     const bool auto_kind = keep_q4_blocks_ == Q4Blocks::kWhereAligned;
-    if (info->ggml_type < 0 || !panel_scheme_of_blocks(type, auto_kind).has_value()) return -1;
+    if (info->ggml_type < 0 || !kept_as_blocks(type, auto_kind)) return -1;
     const int64_t block = ggml_type_traits(static_cast<uint32_t>(info->ggml_type))->block_elems;
     if (slice.axis == 1 && (slice.begin % block != 0 || slice.count % block != 0) &&
         keep_q4_blocks_ == Q4Blocks::kWhereAligned) {
@@ -627,7 +628,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   // are to be made of them.
   const QuantizationOptions quant = resolve_quantization(options.quant, checkpoint);
   const Q4Blocks q4_blocks = quant.kind == WeightQuantization::kInt4 ? Q4Blocks::kAlways
-                             : quant.int4_from_blocks              ? Q4Blocks::kWhereAligned
+                             : quant.keep_blocks              ? Q4Blocks::kWhereAligned
                                                                    : Q4Blocks::kNo;
   WeightReader r(checkpoint, options.dtype, a.conv1d_weights && !checkpoint.from_gguf(), options.own_copies,
                  q4_blocks);

@@ -1,8 +1,12 @@
 #include "worker/weight_quantization.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <vector>
 
+#include "common/dtype.h"
+#include "common/gguf/ggml_dequant_blocks.h"
 #include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_tensor_rows.h"
 #include "common/logging.h"
@@ -226,6 +230,10 @@ std::optional<Int4Scheme> panel_scheme_of_blocks(GgmlType type, bool auto_kind) 
   }
 }
 
+bool kept_as_blocks(GgmlType type, bool auto_kind) {
+  return panel_scheme_of_blocks(type, auto_kind).has_value() || (auto_kind && type == GgmlType::kQ8_0);
+}
+
 double panel_bytes_per_weight(Int4Scheme scheme) {
   const double scale_bytes = static_cast<double>(int4_record_stride(scheme, kInt4SuperBlock)) /
                              static_cast<double>(kInt4PanelColumns * kInt4SuperBlock);
@@ -242,7 +250,7 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
     if (!stored_in_ggml_blocks(*info) || info->shape.size() != 2) continue;
     block_types.insert(info->stored_dtype);
     const auto type = static_cast<GgmlType>(info->ggml_type);
-    q.int4_from_blocks |= panel_scheme_of_blocks(type, /*auto_kind=*/true).has_value();
+    q.keep_blocks |= kept_as_blocks(type, /*auto_kind=*/true);
   }
   if (block_types.empty()) return q;
   q.kind = WeightQuantization::kInt8;
@@ -252,10 +260,11 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   if (q.group == kAutoQuantGroup) q.group = kInt4Group;
   std::string types;
   for (const std::string& t : block_types) types += (types.empty() ? "" : ", ") + t;
-  TESSERA_LOG_INFO("model.quantization auto: {} stores its matrices as {} blocks: {}int8 for the others "
-                   "(model.quantization: none decodes them all to model.dtype instead)",
-                   checkpoint.path(), types,
-                   q.int4_from_blocks ? "the q4_0, q4_1, q5_0, q5_1, q4_K, q5_K and q6_K ones kept in their bits, " : "");
+  TESSERA_LOG_INFO("model.quantization auto: {} stores its matrices as {} blocks, each computed from as stored "
+                   "(q4_*, q5_* and q6_K in panels of their bits, q8_0 as int8 with its own scales; a matrix whose "
+                   "tensor-parallel slice cuts its blocks as int8); model.quantization: none decodes them all to "
+                   "model.dtype instead",
+                   checkpoint.path(), types);
   return q;
 }
 
@@ -304,27 +313,48 @@ Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names)
   return Status::ok();
 }
 
-// l as int8 in `layout` with groups of `group` (checked by the caller).
+// Row-major int8 weights and their scales ([N, K], [N, K / group]) stored in l in `layout`.
+void store_int8(LinearWeights& l, TensorArena& arena, const std::vector<int8_t>& rows,
+                const std::vector<float>& row_scales, int64_t N, int64_t K, int64_t group, Int8WeightLayout layout) {
+  if (layout == Int8WeightLayout::kCpuPanels) {
+    const int64_t panels = cpu::int8_panel_count(N);
+    l.w = arena.zeros({panels, K / 2, 2 * cpu::kInt8PanelColumns}, DType::kI8);
+    l.scales = arena.zeros({panels, K / group, cpu::kInt8PanelColumns}, DType::kF32);
+    cpu::pack_int8_panels(rows.data(), row_scales.data(), N, K, group, l.w.data<int8_t>(), l.scales.data<float>());
+  } else {
+    l.w = arena.zeros({N, K}, DType::kI8);
+    l.scales = arena.zeros({N, K / group}, DType::kF32);
+    std::memcpy(l.w.data<int8_t>(), rows.data(), rows.size());
+    std::memcpy(l.scales.data<float>(), row_scales.data(), row_scales.size() * sizeof(float));
+  }
+}
+
+// l as int8 in `layout` with groups of `group` (checked by the caller). Quantized row-major
+// into a scratch copy first: only one matrix's rows are ever held twice.
 void make_int8(LinearWeights& l, TensorArena& arena, int64_t group, Int8WeightLayout layout) {
   const int64_t N = l.w.dim(0), K = l.w.dim(1);
-  Tensor w8, scales;
-  if (layout == Int8WeightLayout::kCpuPanels) {
-    // Quantized row-major into a scratch copy, then moved into panels: only one matrix's
-    // rows are ever held twice.
-    std::vector<int8_t> rows(static_cast<size_t>(N * K));
-    std::vector<float> row_scales(static_cast<size_t>(N * (K / group)));
-    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, rows.data(), row_scales.data());
-    const int64_t panels = cpu::int8_panel_count(N);
-    w8 = arena.zeros({panels, K / 2, 2 * cpu::kInt8PanelColumns}, DType::kI8);
-    scales = arena.zeros({panels, K / group, cpu::kInt8PanelColumns}, DType::kF32);
-    cpu::pack_int8_panels(rows.data(), row_scales.data(), N, K, group, w8.data<int8_t>(), scales.data<float>());
-  } else {
-    w8 = arena.zeros({N, K}, DType::kI8);
-    scales = arena.zeros({N, K / group}, DType::kF32);
-    cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, w8.data<int8_t>(), scales.data<float>());
+  std::vector<int8_t> rows(static_cast<size_t>(N * K));
+  std::vector<float> row_scales(static_cast<size_t>(N * (K / group)));
+  cpu::quantize_int8(l.w.view().data, l.w.dtype(), N, K, group, rows.data(), row_scales.data());
+  store_int8(l, arena, rows, row_scales, N, K, group, layout);
+}
+
+// l, kept as q8_0 blocks, as int8 with the blocks' own values and scales (groups of 32):
+// q8_0 is int8 with an f16 scale per 32 inputs, so nothing is rounded again.
+void make_int8_from_q8_0(LinearWeights& l, TensorArena& arena, Int8WeightLayout layout) {
+  const int64_t N = l.w.dim(0), row_bytes = l.w.dim(1);
+  const int64_t blocks = row_bytes / static_cast<int64_t>(sizeof(BlockQ8_0)), K = blocks * kGgmlQK;
+  std::vector<int8_t> rows(static_cast<size_t>(N * K));
+  std::vector<float> row_scales(static_cast<size_t>(N * blocks));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const auto block = load_ggml_block<BlockQ8_0>(l.w.data<uint8_t>() + n * row_bytes, b);
+      std::memcpy(rows.data() + n * K + b * kGgmlQK, block.qs, kGgmlQK);
+      row_scales[static_cast<size_t>(n * blocks + b)] = f16_to_f32(block.d);
+    }
   }
-  l.w = std::move(w8);
-  l.scales = std::move(scales);
+  l.ggml_blocks = -1;
+  store_int8(l, arena, rows, row_scales, N, K, kGgmlQK, layout);
 }
 
 std::string quoted_names(const std::vector<std::string>& sources) {
@@ -363,13 +393,19 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
     if (q.enabled()) {
       TESSERA_ASSIGN_OR_RETURN(kind, s.kind_for(cand));
     }
-    // auto on a GGUF file: the q4_0 / q4_K / q6_K matrices it quantizes become panels.
-    if (kind == WeightQuantization::kInt8 && q.int4_from_blocks && l.ggml_blocks >= 0) kind = WeightQuantization::kInt4;
+    // auto on a GGUF file: the q4_* / q5_* / q6_K matrices it quantizes become panels of their
+    // bits; its q8_0 ones (with the file's groups of 32) int8 with their own scales.
+    const bool q8_0_blocks = l.ggml_blocks >= 0 && static_cast<GgmlType>(l.ggml_blocks) == GgmlType::kQ8_0;
+    if (kind == WeightQuantization::kInt8 && q.keep_blocks && l.ggml_blocks >= 0 && !q8_0_blocks) {
+      kind = WeightQuantization::kInt4;
+    }
     const int64_t before = bytes(l.w) + bytes(l.scales);
-    if (kind == WeightQuantization::kInt4) {
+    if (kind == WeightQuantization::kInt4 && !q8_0_blocks) {
       TESSERA_RETURN_IF_ERROR(make_int4(l, arena, quoted_names(cand.sources)));
+    } else if (kind == WeightQuantization::kInt8 && q8_0_blocks && q.group == kGgmlQK) {
+      make_int8_from_q8_0(l, arena, layout);
     } else {
-      // Blocks kept for 4-bit panels that are not to be 4-bit after all (a rule, a kept role).
+      // Blocks kept that are not to be computed from after all (a rule, a kept role, a group).
       if (l.ggml_blocks >= 0) TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));
       if (kind == WeightQuantization::kNone) {
         delta += bytes(l.w) - before;

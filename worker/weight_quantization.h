@@ -25,12 +25,15 @@ Status check_not_prequantized(const Checkpoint& checkpoint);
 // q4_0, q4_1, q4_K and (under auto only: `int4` asks for 4 bits) q5_0, q5_1, q5_K, q6_K;
 // nullopt for the others.
 std::optional<Int4Scheme> panel_scheme_of_blocks(GgmlType type, bool auto_kind);
+// Whether the loader keeps a matrix of this type as blocks for quantize_model_weights: the
+// panel types above, and under auto q8_0 (stored as int8 with the blocks' own scales).
+bool kept_as_blocks(GgmlType type, bool auto_kind);
 // Bytes per weight of a matrix in `scheme`'s panels, scales included (q4_0-style 4.5 bits ...
 // q6_K-style 6.5625).
 double panel_bytes_per_weight(Int4Scheme scheme);
 
 // model.quantization auto made definite for `checkpoint`: for a GGUF file with a matrix
-// stored in quantized blocks, int8 with int4_from_blocks set when some are of a type
+// stored in quantized blocks, int8 with keep_blocks set when some are of a type
 // panel_scheme_of_blocks takes
 // (logged once, naming the block types); none otherwise. Other kinds are returned as they are.
 QuantizationOptions resolve_quantization(const QuantizationOptions& options, const Checkpoint& checkpoint);
@@ -44,8 +47,9 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
 //    or none) override that, except that a tensor the plan keeps whole, the embedding and a
 //    tied LM head are never quantized, and a rule that matches no linear weight is an error.
 // A matrix the loader kept as ggml blocks (LinearWeights::ggml_blocks) becomes panels of as
-// many bits value for value when it is to be quantized (int4, or int8 with int4_from_blocks),
-// and is decoded to `dtype` otherwise. A packed matrix (fused QKV, gate|up) is quantized
+// many bits value for value when it is to be quantized (int4, or int8 with keep_blocks), a
+// q8_0 one int8 with its own values and scales (groups of 32), and is decoded to `dtype`
+// otherwise. A packed matrix (fused QKV, gate|up) is quantized
 // only if all its sources are. Errors name the tensor: a group that does not divide this
 // rank's input dimension. int8 is stored in `layout` (Int8WeightLayout,
 // worker/model_weights.h), 4-bit weights in the one layout every backend reads. Returns the

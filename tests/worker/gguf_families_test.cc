@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -27,9 +28,12 @@
 #include "kernels/backend.h"
 #include "tests/test_support.h"
 #include "tests/worker/gguf_from_hf.h"
+#include "common/gguf/ggml_dequant_blocks.h"
 #include "common/gguf/gguf_file.h"
 #include "worker/generator.h"
 #include "worker/model_checkpoint.h"
+#include "worker/model_config.h"
+#include "worker/model_weights.h"
 #include "worker/transformer.h"
 #include "worker/weight_quantization.h"
 
@@ -336,6 +340,46 @@ TEST(GgufAutoQuantization, KQuantMixesKeepEveryMatrixInItsOwnPanels) {
     EXPECT_GT(mixed, 0) << "the file has no layer of mixed q, k, v types";
     EXPECT_EQ(scheme_of(w.lm_head), expected("lm_head.weight"));
   }
+}
+
+// auto on a Q8_0 file: its matrices (and LM head) become int8 with the blocks' own values and
+// scales, nothing rounded again (the rows layout: what a device backend reads).
+TEST(GgufAutoQuantization, Q8_0MatricesKeepTheirOwnInt8ValuesAndScales) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string path = testing::fixtures_dir() + "/gguf/kjv-llama-Q8_0.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << "SKIPPED: no " << path;
+  auto ckpt = open_model_checkpoint(path);
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto config = parse_model_config((*ckpt)->config(), (*ckpt)->config_source());
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  WeightLoadOptions o;
+  o.quant.kind = WeightQuantization::kAuto;
+  o.int8_layout = Int8WeightLayout::kRows;
+  auto mw = load_model_weights(**ckpt, *config, o);
+  ASSERT_TRUE(mw.is_ok()) << mw.status().to_string();
+  // Every q8_0 block of the stored tensor against this rank's int8 rows [N, K] and scales.
+  auto check = [&](const std::string& name, const LinearWeights& l) {
+    SCOPED_TRACE(name);
+    const TensorInfo* info = (*ckpt)->find(name);
+    ASSERT_NE(info, nullptr);
+    ASSERT_EQ(static_cast<GgmlType>(info->ggml_type), GgmlType::kQ8_0);
+    ASSERT_EQ(l.w.dtype(), DType::kI8);
+    const int64_t N = l.w.dim(0), K = l.w.dim(1), blocks = K / kGgmlQK;
+    ASSERT_EQ(info->shape, (std::vector<int64_t>{N, K}));
+    ASSERT_EQ(l.scales.dim(1), blocks);
+    const auto* stored = static_cast<const uint8_t*>(info->data);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto block = load_ggml_block<BlockQ8_0>(stored + n * blocks * int64_t{sizeof(BlockQ8_0)}, b);
+        ASSERT_EQ(l.scales.data<float>()[n * blocks + b], f16_to_f32(block.d)) << "row " << n << " block " << b;
+        ASSERT_EQ(std::memcmp(l.w.data<int8_t>() + n * K + b * kGgmlQK, block.qs, kGgmlQK), 0)
+            << "row " << n << " block " << b;
+      }
+    }
+  };
+  check("model.layers.0.mlp.down_proj.weight", mw->layers[0].mlp.down);
+  check("model.layers.1.self_attn.o_proj.weight", mw->layers[1].o);
+  check("lm_head.weight", mw->lm_head);
 }
 
 // The qwen3moe reader on a model the format can hold: tiny-qwen3-moe with its dense layer

@@ -60,7 +60,7 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   const QuantizationOptions quant = resolve_quantization(quantization_options(c.model), *ckpt);
   const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
   const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
-  const bool auto_kind = quant.int4_from_blocks || quant.lm_head_as_stored;
+  const bool auto_kind = quant.keep_blocks || quant.lm_head_as_stored;
   double bytes = 0;
   for (const std::string& name : ckpt->tensor_names()) {
     const TensorInfo& info = *ckpt->find(name);
@@ -69,7 +69,7 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
     const bool blocks = info.ggml_type >= 0 && stored_in_ggml_blocks(info);
     const bool matrix = info.shape.size() == 2 && name != embed && (name != head || (quant.lm_head_as_stored && blocks));
     const std::optional<Int4Scheme> panels =
-        blocks && quant.int4_from_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), auto_kind)
+        blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), auto_kind)
                                          : std::nullopt;
     double per_weight = static_cast<double>(dtype_size(c.model.dtype));
     if (matrix && panels.has_value()) {
