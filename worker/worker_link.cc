@@ -183,15 +183,19 @@ class WorkerLink::Session {
       work_.pop_front();
       lock.unlock();
       StatusOr<wire::Header> h = wire::decode_header(view(msg));
+      bool leaving = false;
       if (h->type == wire::MessageType::kAssignment) {
         setup_status = run_setup(msg, setup);
       } else {
-        run_step(msg, step);
+        leaving = run_step(msg, step);
       }
       lock.lock();
       if (over_) break;  // stopped (maybe silently) meanwhile: say nothing
       dealer_.send(zmq::buffer(out_), zmq::send_flags::none);
       if (!setup_status.is_ok()) end_session(setup_status, false);
+      // Only once the reply saying so is queued (the housekeeping thread would otherwise end
+      // the session first, and the reply with it); the close lingers until it is sent.
+      if (leaving) shared_.stop.store(true);
     }
   }
 
@@ -211,7 +215,8 @@ class WorkerLink::Session {
   }
 
   // Encodes the StepResult reply into out_; a step's error goes to the coordinator in it.
-  void run_step(const zmq::message_t& msg, const WorkerStepFn& step) {
+  // Returns whether this rank leaves after replying.
+  bool run_step(const zmq::message_t& msg, const WorkerStepFn& step) {
     Status st = wire::decode(view(msg), &plan_);
     result_.tokens.clear();
     result_.error.clear();
@@ -229,12 +234,12 @@ class WorkerLink::Session {
         // A step that failed Unavailable broke the group's collective: this rank leaves, and
         // says so in the reply so that the coordinator need not wait for heartbeats to tell.
         result_.leaving = r.status().code() == StatusCode::kUnavailable;
-        if (result_.leaving) shared_.stop.store(true);
       }
       result_.step_id = plan_.step_id;
     }
     wire::encode(result_, &out_);
     steps_served_.fetch_add(1);
+    return result_.leaving;
   }
 
   // Under sock_mu_: waits up to `timeout` for the socket, reads what came, heartbeats when
