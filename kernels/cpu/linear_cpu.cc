@@ -41,13 +41,14 @@ CpuIsa usable_cpu_isa(std::optional<CpuIsa> limit) {
 int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype, bool bf16_dot) {
   if (isa != CpuIsa::kAvx512) return 8;
   if (w_dtype == DType::kF32) return 4;
-  // With bf16 dot products every batch above 1 goes to gemv_bf16_dot (linear_with below),
-  // which reads W in place like the GEMV but does 32 products per instruction and needs no
+  // With bf16 dot products every batch goes to gemv_bf16_dot (linear_with below), which
+  // reads W in place like the GEMV but does 32 products per instruction and needs no
   // widening: ~100M bf16 decode, tessera-bench, interleaved, 2026-12-02: batch 2 253-260
   // tok/s against 181-200 on the f32 GEMV, batch 3 283-326 against 239-270, batch 4 374-402
-  // against 255-313; ~1.1B batch 2 25-33 against 20-24. Batch 1 keeps the f32 GEMV (exact
-  // f32 arithmetic, and no faster through bf16: 123-137 against 119-146 tok/s).
-  if (w_dtype == DType::kBF16 && bf16_dot && detail::cpu_has_bf16_dot()) return 1;
+  // against 255-313; ~1.1B batch 2 25-33 against 20-24. Batch 1 too: on ~1.1B (rows 2048
+  // and 5632 wide) 23.1-23.5 tok/s against 18.3-20.8 on the f32 GEMV (three interleaved
+  // pairs, 2026-12-04); on ~100M no slower (123-137 against 119-146, 2026-12-02).
+  if (w_dtype == DType::kBF16 && bf16_dot && detail::cpu_has_bf16_dot()) return 0;
   return 12;
 }
 

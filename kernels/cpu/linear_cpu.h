@@ -50,7 +50,7 @@ CpuIsa usable_cpu_isa(std::optional<CpuIsa> limit);
 //  - AVX-512 (8 x 32 tiles, two threads): f32 4 rows (at 8 rows the packed GEMM is 1.23x
 //    faster, at 4 the GEMV 1.6x), f16/bf16 12 rows (the GEMV reads half the bytes: at 12
 //    rows it is 1.2x faster, at 16 the packed GEMM 1.16x); bf16 with bf16 dot products
-//    (bf16_dot, the default where the CPU has AVX512_BF16) 1 row: 2 to 16 rows take
+//    (bf16_dot, the default where the CPU has AVX512_BF16) 0 rows: 1 to 16 rows take
 //    gemv_bf16_dot, more the packed GEMM's bf16 dot kernel.
 int64_t gemv_rows_before_packed_gemm(CpuIsa isa, DType w_dtype, bool bf16_dot = false);
 

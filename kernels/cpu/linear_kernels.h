@@ -37,7 +37,7 @@ void gemv_avx512(const LinearArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_
 // the batched-decode kernel of the bf16 dot arithmetic (linear_gemv_bf16_dot.cc). AVX-512
 // BF16 CPUs only (cpu_has_bf16_dot()); K any. Applies bias and the activation.
 void gemv_bf16_dot(const LinearArgs& a);
-// From 2 rows (gemv_rows_before_packed_gemm) up to this many it runs instead of the f32
+// From 1 row (gemv_rows_before_packed_gemm) up to this many it runs instead of the f32
 // GEMV below and the packed GEMM's bf16 dot kernel above, which
 // repacks W every call: ~100M bf16 decode, tessera-bench, 2 threads, two interleaved runs:
 // batch 8 1.14-1.15x, batch 12 1.09-1.46x, batch 16 0.99-1.02x the packed GEMM's tok/s.
