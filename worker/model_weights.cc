@@ -62,7 +62,7 @@ Tensor transpose(const Tensor& t) {
 // (model.quantization int4); or every kind a kernel computes from as stored (q4_*, q5_*, q6_K
 // as panels, q8_0 as int8) whose tensor-parallel split falls on block boundaries (auto on a
 // GGUF file).
-enum class Q4Blocks { kNo, kAlways, kWhereAligned };
+enum class KeptBlocks { kNo, kAlways, kWhereAligned };
 
 // Reads tensors (or this rank's slice of them) by name, checking each against the shape
 // config.json implies, so a mismatched checkpoint fails with the tensor's name rather than
@@ -70,8 +70,8 @@ enum class Q4Blocks { kNo, kAlways, kWhereAligned };
 // their storage (conv1d: stored [in, out]).
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies, Q4Blocks keep_q4_blocks)
-      : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d), own_copies_(own_copies), keep_q4_blocks_(keep_q4_blocks) {}
+  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies, KeptBlocks keep_blocks)
+      : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d), own_copies_(own_copies), keep_blocks_(keep_blocks) {}
 
   // The first alternative of a "a|b" name the checkpoint has (the first one when none).
   std::string resolve(const std::string& names) const {
@@ -194,7 +194,7 @@ class WeightReader {
     const Reshaping stacked(this);
     // Kept as blocks only when every part is, of one type (a q4_K_M file stores some
     // layers' V as q6_K beside a q4_K Q and K: that QKV is decoded).
-    const KeepingBlocks keep(this, same_q4_blocks(segs));
+    const KeepingBlocks keep(this, same_kept_blocks(segs));
     for (const RowSegment& s : segs) {
       TESSERA_ASSIGN_OR_RETURN(LinearWeights p, linear(s.name, s.out, in, rows(s.begin, s.count)));
       if (!parts.empty() && p.b.empty() != parts[0].b.empty()) {
@@ -243,17 +243,17 @@ class WeightReader {
   // stacked into one matrix they would all be decoded.
   bool mixed_blocks(const std::vector<RowSegment>& segs) const {
     bool any = false;
-    for (const RowSegment& s : segs) any |= q4_blocks(s.name) >= 0;
-    return any && !same_q4_blocks(segs);
+    for (const RowSegment& s : segs) any |= kept_block_type(s.name) >= 0;
+    return any && !same_kept_blocks(segs);
   }
 
  private:
   // A linear weight [out, in] (`slice` of it) as the blocks it is stored in when they are to
-  // be kept (q4_blocks), else as `load` reads it.
+  // be kept (kept_block_type), else as `load` reads it.
   template <typename Load>
   StatusOr<LinearWeights> blocks_or(const std::string& name, int64_t out, int64_t in, Slice slice, Load load) {
     LinearWeights l;
-    const int32_t blocks = q4_blocks(name, slice);
+    const int32_t blocks = kept_block_type(name, slice);
     if (blocks >= 0) {
       TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(name, out, in, slice));
       l.ggml_blocks = blocks;
@@ -267,16 +267,16 @@ class WeightReader {
   // type panel_scheme_of_blocks takes, not transposed on the way); -1 otherwise. A tensor-parallel split of its
   // inputs that falls inside a block is refused by the loader (Checkpoint::load_blocks) when
   // int4 was asked for; under auto that matrix is decoded instead, and the log says so.
-  int32_t q4_blocks(const std::string& name, Slice slice = {}) const {
-    if (keep_q4_blocks_ == Q4Blocks::kNo || conv1d_) return -1;
+  int32_t kept_block_type(const std::string& name, Slice slice = {}) const {
+    if (keep_blocks_ == KeptBlocks::kNo || conv1d_) return -1;
     const TensorInfo* info = ckpt_.find(name);
     if (info == nullptr || info->shape.size() != 2 || info->value_offset != 0.0f) return -1;
     const auto type = static_cast<GgmlType>(info->ggml_type);
-    const bool auto_kind = keep_q4_blocks_ == Q4Blocks::kWhereAligned;
+    const bool auto_kind = keep_blocks_ == KeptBlocks::kWhereAligned;
     if (info->ggml_type < 0 || !kept_as_blocks(type, auto_kind)) return -1;
     const int64_t block = ggml_type_traits(static_cast<uint32_t>(info->ggml_type))->block_elems;
     if (slice.axis == 1 && (slice.begin % block != 0 || slice.count % block != 0) &&
-        keep_q4_blocks_ == Q4Blocks::kWhereAligned) {
+        keep_blocks_ == KeptBlocks::kWhereAligned) {
       TESSERA_LOG_WARN("model.quantization auto: \"{}\" is split at inputs [{}, {}), inside its {}-input {} blocks; "
                        "this rank decodes it (int8) instead of keeping its blocks as panels",
                        name, slice.begin, slice.begin + slice.count, block, ggml_type_name(info->ggml_type));
@@ -285,15 +285,15 @@ class WeightReader {
     return info->ggml_type;
   }
 
-  bool same_q4_blocks(const std::vector<RowSegment>& segs) const {
-    const int32_t first = q4_blocks(segs[0].name);
+  bool same_kept_blocks(const std::vector<RowSegment>& segs) const {
+    const int32_t first = kept_block_type(segs[0].name);
     for (const RowSegment& s : segs) {
-      if (q4_blocks(s.name) != first || first < 0) return false;
+      if (kept_block_type(s.name) != first || first < 0) return false;
     }
     return true;
   }
 
-  // A q4 matrix's rows as blocks, the shape checked as load_as does.
+  // A kept matrix's rows as blocks, the shape checked as load_as does.
   StatusOr<Tensor> blocks_matrix(const std::string& name, int64_t out, int64_t in, Slice slice) {
     const TensorInfo* info = ckpt_.find(name);
     if (info->shape != std::vector<int64_t>{out, in}) {
@@ -309,14 +309,14 @@ class WeightReader {
     return t;
   }
 
-  // While a KeepingBlocks(false) lives, q4 matrices are decoded like any other.
+  // While a KeepingBlocks(false) lives, kept types are decoded like any other.
   struct KeepingBlocks {
-    KeepingBlocks(WeightReader* r, bool keep) : r_(r), was_(r->keep_q4_blocks_) {
-      if (!keep) r->keep_q4_blocks_ = Q4Blocks::kNo;
+    KeepingBlocks(WeightReader* r, bool keep) : r_(r), was_(r->keep_blocks_) {
+      if (!keep) r->keep_blocks_ = KeptBlocks::kNo;
     }
-    ~KeepingBlocks() { r_->keep_q4_blocks_ = was_; }
+    ~KeepingBlocks() { r_->keep_blocks_ = was_; }
     WeightReader* r_;
-    Q4Blocks was_;
+    KeptBlocks was_;
   };
 
   // From this size on a tensor is given its own copy when own_copies_: any that would be
@@ -336,7 +336,7 @@ class WeightReader {
   DType dtype_;
   bool conv1d_;
   bool own_copies_;  // WeightLoadOptions::own_copies
-  Q4Blocks keep_q4_blocks_;
+  KeptBlocks keep_blocks_;
   int64_t total_bytes_ = 0;
 };
 
@@ -627,11 +627,11 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   // Resolved once here: the reader keeps q4_0 / q4_K matrices as blocks when 4-bit panels
   // are to be made of them.
   const QuantizationOptions quant = resolve_quantization(options.quant, checkpoint);
-  const Q4Blocks q4_blocks = quant.kind == WeightQuantization::kInt4 ? Q4Blocks::kAlways
-                             : quant.keep_blocks              ? Q4Blocks::kWhereAligned
-                                                                   : Q4Blocks::kNo;
+  const KeptBlocks kept_blocks = quant.kind == WeightQuantization::kInt4 ? KeptBlocks::kAlways
+                             : quant.keep_blocks              ? KeptBlocks::kWhereAligned
+                                                                   : KeptBlocks::kNo;
   WeightReader r(checkpoint, options.dtype, a.conv1d_weights && !checkpoint.from_gguf(), options.own_copies,
-                 q4_blocks);
+                 kept_blocks);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);

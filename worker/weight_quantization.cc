@@ -393,17 +393,21 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
     if (q.enabled()) {
       TESSERA_ASSIGN_OR_RETURN(kind, s.kind_for(cand));
     }
-    // auto on a GGUF file: the q4_* / q5_* / q6_K matrices it quantizes become panels of their
-    // bits; its q8_0 ones (with the file's groups of 32) int8 with their own scales.
-    const bool q8_0_blocks = l.ggml_blocks >= 0 && static_cast<GgmlType>(l.ggml_blocks) == GgmlType::kQ8_0;
-    if (kind == WeightQuantization::kInt8 && q.keep_blocks && l.ggml_blocks >= 0 && !q8_0_blocks) {
-      kind = WeightQuantization::kInt4;
-    }
+    // auto on a GGUF file: the matrices it quantizes by default are computed as stored: the
+    // q4_* / q5_* / q6_K ones as panels of their bits, the q8_0 ones (with the file's groups of
+    // 32) as int8 with their own scales. `int4` (or a rule asking it) keeps only 4-bit blocks;
+    // others are quantized to 4 bits from their floats.
+    const bool kept = l.ggml_blocks >= 0;
+    const auto type = static_cast<GgmlType>(l.ggml_blocks);
+    const bool as_stored = kept && q.keep_blocks && kind == WeightQuantization::kInt8;
     const int64_t before = bytes(l.w) + bytes(l.scales);
-    if (kind == WeightQuantization::kInt4 && !q8_0_blocks) {
-      TESSERA_RETURN_IF_ERROR(make_int4(l, arena, quoted_names(cand.sources)));
-    } else if (kind == WeightQuantization::kInt8 && q8_0_blocks && q.group == kGgmlQK) {
+    if (as_stored && type == GgmlType::kQ8_0 && q.group == kGgmlQK) {
       make_int8_from_q8_0(l, arena, layout);
+    } else if ((as_stored && type != GgmlType::kQ8_0) || kind == WeightQuantization::kInt4) {
+      if (kind == WeightQuantization::kInt4 && kept && !panel_scheme_of_blocks(type, /*auto_kind=*/false)) {
+        TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));
+      }
+      TESSERA_RETURN_IF_ERROR(make_int4(l, arena, quoted_names(cand.sources)));
     } else {
       // Blocks kept that are not to be computed from after all (a rule, a kept role, a group).
       if (l.ggml_blocks >= 0) TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));

@@ -380,6 +380,17 @@ TEST(GgufAutoQuantization, Q8_0MatricesKeepTheirOwnInt8ValuesAndScales) {
   check("model.layers.0.mlp.down_proj.weight", mw->layers[0].mlp.down);
   check("model.layers.1.self_attn.o_proj.weight", mw->layers[1].o);
   check("lm_head.weight", mw->lm_head);
+  // A rule asking 4 bits of a q8_0 matrix gets them (from its floats), not its int8.
+  QuantRuleConfig rule;
+  rule.match = "down_proj";
+  rule.quantize = WeightQuantization::kInt4;
+  ASSERT_TRUE(compile_quant_rule_regex(&rule).is_ok());
+  o.quant.rules.push_back(rule);
+  auto ruled = load_model_weights(**ckpt, *config, o);
+  ASSERT_TRUE(ruled.is_ok()) << ruled.status().to_string();
+  EXPECT_EQ(int4_scheme_of(ruled->layers[0].mlp.down.w.view(), ruled->layers[0].mlp.down.scales.view()),
+            Int4Scheme::kSymmetric);
+  EXPECT_EQ(ruled->layers[0].o.w.dtype(), DType::kI8);
 }
 
 // The qwen3moe reader on a model the format can hold: tiny-qwen3-moe with its dense layer

@@ -60,17 +60,17 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   const QuantizationOptions quant = resolve_quantization(quantization_options(c.model), *ckpt);
   const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
   const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
-  const bool auto_kind = quant.keep_blocks || quant.lm_head_as_stored;
   double bytes = 0;
   for (const std::string& name : ckpt->tensor_names()) {
     const TensorInfo& info = *ckpt->find(name);
     double n = 1;
     for (int64_t d : info.shape) n *= static_cast<double>(d);
-    const bool blocks = info.ggml_type >= 0 && stored_in_ggml_blocks(info);
+    const bool blocks = stored_in_ggml_blocks(info);
     const bool matrix = info.shape.size() == 2 && name != embed && (name != head || (quant.lm_head_as_stored && blocks));
+    // keep_blocks is auto's: every kind it keeps, not only int4's.
     const std::optional<Int4Scheme> panels =
-        blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), auto_kind)
-                                         : std::nullopt;
+        blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
+                                    : std::nullopt;
     double per_weight = static_cast<double>(dtype_size(c.model.dtype));
     if (matrix && panels.has_value()) {
       per_weight = panel_bytes_per_weight(*panels);
@@ -161,7 +161,6 @@ Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) 
   m.chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
   return Status::ok();
 }
-
 
 // The scheduler's settings; num_blocks is a placeholder until the pool is sized when
 // cache.num_blocks is auto.
