@@ -70,13 +70,15 @@ __device__ T block_sum(T v, T* shared) {
   return total;
 }
 
-// The activations, kernels/cpu/activations.h's formulas in f32 (no fast-math: tanhf, erff and
-// expf are the accurate versions, an ulp or two from glibc's).
+// The activations, kernels/cpu/activations.h's formulas in f32 (no fast-math: erfcf and expf are
+// the accurate versions, an ulp or two from glibc's). The gelus are written without `1 + tanh`
+// or `1 + erf`, which cancel for x below about -3 (activations.h says why, and the identities).
 __device__ __forceinline__ float gelu_tanh_f(float x) {
-  return x * 0.5f * (1.0f + tanhf(0.79788456f * x * (1.0f + 0.044715f * x * x)));
+  const float u = 0.79788456f * x * (1.0f + 0.044715f * x * x);
+  return x / (1.0f + expf(-2.0f * u));
 }
 
-__device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * erfcf(x * -0.70710678118654752f); }
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 

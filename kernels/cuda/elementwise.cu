@@ -1,7 +1,7 @@
 // Element-wise kernels: the GEMM input conversion and epilogue (bias + activation), the
 // in-place activation, the gated MLP product act(gate) * up, add, scale and soft-capping.
-// The activation formulas are kernels/cpu/activations.h's, in f32 (no fast-math: tanhf,
-// erff and expf are the accurate versions, an ulp or two from glibc's).
+// The activation formulas are kernels/cpu/activations.h's, in f32 (no fast-math: erfcf
+// and expf are the accurate versions, an ulp or two from glibc's).
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launchers.h"
 

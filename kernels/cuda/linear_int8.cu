@@ -7,7 +7,7 @@
 //    epilogue is not needed).
 //  - dequantize: w -> f32 [N, K] in the backend's workspace, for cuBLAS's f32 GEMM at larger M
 //    (compute bound; the f32 GEMM gives the CPU backend's numerics).
-// Compiled in CI; not run yet (no GPU lent): tests/gpu/run.sh checks it against the CPU.
+// tests/gpu/run.sh checks it against the CPU (passed on an H200, docs/gpu-status.md).
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launchers.h"
 
