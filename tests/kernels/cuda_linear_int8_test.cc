@@ -3,7 +3,7 @@
 // kernel) and larger M (dequantize + cuBLAS f32 GEMM), with and without bias (f32 and bf16)
 // and an activation. Both compute in f32 from the same dequantized values, so the bound is
 // f32 accumulation in a different order: 1e-5 * sum_k |x_k dequant(w)_k| + 1e-6 per element.
-// Skips without a device; tests/gpu/run.sh runs it (never run so far: no GPU lent).
+// Skips without a device; tests/gpu/run.sh runs it.
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/linear_int8.h"
