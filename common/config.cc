@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/step_plan.h"
 #include "common/string_util.h"
 #include "common/tokenizer/regex.h"
 
@@ -324,6 +325,8 @@ const std::vector<std::pair<const char*, DType>> kDtypes = {
 const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
     {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8},
     {"int4", WeightQuantization::kInt4}};
+const std::vector<std::pair<const char*, SpeculativeConfig::Method>> kSpeculativeMethods = {
+    {"none", SpeculativeConfig::Method::kNone}, {"ngram", SpeculativeConfig::Method::kNgram}};
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {
@@ -529,6 +532,10 @@ const std::vector<KeyDef>& schema() {
              },
              nullptr},
       TESSERA_ENUM_KEY("scheduler.mode", scheduler.mode, kModes),
+      TESSERA_ENUM_KEY("speculative.method", speculative.method, kSpeculativeMethods),
+      TESSERA_INT_KEY("speculative.num_tokens", speculative.num_tokens, 1, SeqStep::kMaxDraft),
+      TESSERA_INT_KEY("speculative.ngram_min", speculative.ngram_min, 1, 64),
+      TESSERA_INT_KEY("speculative.ngram_max", speculative.ngram_max, 1, 64),
       TESSERA_STRING_KEY("server.http.host", server.http.host, read_string),
       TESSERA_INT_KEY("server.http.port", server.http.port, 0, 65535),
       KeyDef{"server.http.api_keys", false,
@@ -826,6 +833,7 @@ Status validate_config(const TesseraConfig& c) {
     if (Status st = compile_quant_rule_regex(&rule); !st.is_ok())
       return invalid_argument(src + ": model.quantization_rules[" + std::to_string(i) + "].match: " + st.message());
   }
+  if (Status st = validate_speculative_config(c.speculative); !st.is_ok()) return invalid_argument(src + ": " + st.message());
   if (!c.model.quantization_rules.empty() && c.model.quantization != WeightQuantization::kInt8) {
     return invalid_argument(src + ": model.quantization_rules: given while model.quantization is " +
                             weight_quantization_name(c.model.quantization) +

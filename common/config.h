@@ -15,6 +15,7 @@
 #include "common/kernel_options.h"
 #include "common/parallel_roles.h"
 #include "common/quantization.h"
+#include "common/speculative_config.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -170,6 +171,7 @@ struct TesseraConfig {
   ParallelSection parallel;
   CacheSection cache;
   SchedulerSection scheduler;
+  SpeculativeConfig speculative;
   ServerSection server;
   WorkerSection worker;
   // Where the values came from, for messages: the file name, or "<defaults>".

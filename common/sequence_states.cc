@@ -30,7 +30,7 @@ Status SequenceStates::check(const StepPlan& plan) const {
         return invalid_argument(who(plan, s) + ": a step sampling from sequence " + std::to_string(sample_from) +
                                 " feeds no tokens and samples");
       if (parent == seen.end() || parent->second == &s || !parent->second->sample ||
-          parent->second->tokens.empty())
+          parent->second->tokens.empty() || parent->second->num_draft != 0)
         return invalid_argument(who(plan, s) + ": samples from sequence " + std::to_string(sample_from) +
                                 ", which is not an earlier step of this plan computing tokens and sampling");
       const int64_t parent_end = int64_t{parent->second->num_computed} + static_cast<int64_t>(parent->second->tokens.size());
@@ -41,6 +41,15 @@ Status SequenceStates::check(const StepPlan& plan) const {
       return invalid_argument(who(plan, s) + ": no tokens");
     }
     if (s.num_computed < 0) return invalid_argument(who(plan, s) + ": negative num_computed");
+    if (s.num_draft != 0) {
+      if (s.num_draft < 0 || s.num_draft > SeqStep::kMaxDraft ||
+          static_cast<size_t>(s.num_draft) >= s.tokens.size())
+        return invalid_argument(who(plan, s) + ": " + std::to_string(s.num_draft) + " proposals among " +
+                                std::to_string(s.tokens.size()) + " tokens (at most " +
+                                std::to_string(SeqStep::kMaxDraft) + ", and fewer than the tokens)");
+      if (!s.sample || !s.allowed_tokens.empty())
+        return invalid_argument(who(plan, s) + ": proposals need a sampling step without a token mask");
+    }
     size_t held_size = 0;
     int32_t held_released = 0;
     if (s.version == 1) {
@@ -124,6 +133,12 @@ StatusOr<std::vector<SeqView>> SequenceStates::apply(const StepPlan& plan) {
   views.reserve(plan.seqs.size());
   for (const SeqStep& s : plan.seqs) views.push_back(SeqView{&s, &states_.at(s.seq_id)});
   return views;
+}
+
+void SequenceStates::rewind(SeqId id, int32_t num_rejected) {
+  HeldSequence& st = states_.at(id);
+  st.num_fed -= num_rejected;
+  if (st.sampling.has_penalty()) st.history.resize(st.history.size() - static_cast<size_t>(num_rejected));
 }
 
 const HeldSequence* SequenceStates::find(SeqId id) const {

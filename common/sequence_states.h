@@ -38,8 +38,9 @@ struct HeldSequence {
 struct SeqView {
   const SeqStep* step = nullptr;
   const HeldSequence* state = nullptr;
-  // The index of the token this step samples: tokens generated before it.
-  int32_t num_generated() const { return state->num_fed - state->prompt_len; }
+  // The index of the token this step samples: tokens generated before it. With proposals,
+  // the index of the first one sampled (at the row before the proposals).
+  int32_t num_generated() const { return state->num_fed - step->num_draft - state->prompt_len; }
   // The sequence whose logits row this step samples from (its parent, on a forked choice's
   // first step), else 0: its own last token's row.
   SeqId sample_from() const { return step->start ? step->start->sample_from : 0; }
@@ -64,6 +65,9 @@ class SequenceStates {
   // in plan order and stay valid until the next apply().
   StatusOr<std::vector<SeqView>> apply(const StepPlan& plan);
 
+  // Forgets the last `num_rejected` tokens fed to a sequence of the last plan: proposals
+  // (SeqStep::num_draft) its step rejected, whose KV the next step overwrites.
+  void rewind(SeqId id, int32_t num_rejected);
   const HeldSequence* find(SeqId id) const;
   size_t size() const { return states_.size(); }
   void clear() { states_.clear(); }

@@ -52,6 +52,15 @@ struct SeqStep {
   // True when this step reaches the end of the known tokens, so a next token must be sampled
   // (false for all but the last chunk of a chunked prefill).
   bool sample = false;
+  // Speculative decoding: the last `num_draft` of `tokens` are proposed, not known. The
+  // executor samples at each of the last num_draft + 1 rows in turn, as if decoding one by one
+  // (same counter of the random draw, same penalty history), and keeps going while what it
+  // sampled equals the next proposal: the result holds the accepted proposals then the token
+  // sampled after them (1 to num_draft + 1 tokens), and the executor forgets the rejected
+  // proposals it was fed (the next step's num_computed counts only the accepted ones). Needs
+  // sample, no allowed_tokens, and fewer proposals than tokens.
+  int32_t num_draft = 0;
+  static constexpr int32_t kMaxDraft = 16;  // the most proposals one step may carry
   // The block table (every block the sequence owns, in order, covering num_computed +
   // tokens) as a change to the one the executors hold: entries from `table_from` on are
   // replaced by `new_blocks` (blocks appended, and a shared last block replaced by its
@@ -104,7 +113,9 @@ struct PromptLogprob {
 
 struct StepResult {
   uint64_t step_id = 0;
-  std::vector<SampledToken> tokens;  // one per SeqStep with sample == true, in plan order
+  // One per SeqStep with sample == true, in plan order; a step with proposals (num_draft > 0)
+  // has 1 to num_draft + 1, consecutive: the accepted proposals, then the next token.
+  std::vector<SampledToken> tokens;
   std::string error;                 // empty on success
   std::vector<float> logits;         // [tokens.size(), vocab] when the plan asked for them
   // For the steps whose sequence asks prompt logprobs: one per fed prompt position p + 1 < prompt_len

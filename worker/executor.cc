@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 #include <unordered_map>
 
 #include "worker/sampler.h"
@@ -44,6 +45,11 @@ Status Executor::validate(const StepPlan& plan) const {
                               " was released (-1), but the step reads from it (" + std::to_string(s.num_released) +
                               " leading entries released)");
     }
+  }
+  for (const SeqStep& s : plan.seqs) {
+    if (s.num_draft != 0 && plan.return_logits)
+      return invalid_argument("step " + std::to_string(plan.step_id) + ", sequence " + std::to_string(s.seq_id) +
+                              ": proposals (num_draft) in a plan that asks for its logits");
   }
   for (const auto& [src, dst] : plan.block_copies) {
     if (src < 0 || src >= cache_.num_blocks() || dst < 0 || dst >= cache_.num_blocks()) {
@@ -111,14 +117,19 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     batch.block_tables.insert(batch.block_tables.end(), table.begin(), table.end());
     batch.block_tables.insert(batch.block_tables.end(), batch.max_blocks_per_seq - table.size(), -1);
     if (s.sample) {
+      // Its last token's row, and with proposals the rows before them too: row i scores
+      // proposal i + 1 (num_draft + 1 rows in all, consecutive).
       row_of[s.seq_id] = logit_rows.size();
       sample_rows.push_back(logit_rows.size());
-      logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+      for (int32_t i = s.num_draft; i >= 0; --i) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1 - i);
     }
   }
 
   const int64_t vocab = model_.config().vocab;
   const size_t num_sampled = logit_rows.size();
+  const bool has_draft = std::any_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& s) { return s.num_draft > 0; });
+  if (has_draft && logits_out != nullptr)
+    return invalid_argument("step " + std::to_string(plan.step_id) + ": proposals (num_draft) while the caller asks for logits");
   logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
   TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch, cache_, logit_rows, logits.view()));
@@ -128,10 +139,11 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   host.resize(static_cast<size_t>(logits.numel()));
   backend_.copy_to_host(logits.view(), host.data());
   // One row per sampled token, in plan order (a forked choice repeats its parent's row); the
-  // prompt-scoring rows follow the sampled ones in `host`.
+  // prompt-scoring rows follow the sampled ones in `host`. (A plan with proposals returns no
+  // logits: validate() refuses it.)
   std::vector<float> per_sample;
   const float* sampled = host.data();
-  if (sample_rows.size() != num_sampled) {
+  if (sample_rows.size() != num_sampled && !has_draft) {
     per_sample.resize(sample_rows.size() * static_cast<size_t>(vocab));
     for (size_t k = 0; k < sample_rows.size(); ++k)
       std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(sample_rows[k] * vocab), vocab,
@@ -162,25 +174,47 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     if (v.step->sample) sampling.push_back(&v);
   }
   const auto num_sampling = static_cast<int64_t>(sampling.size());
-  result.tokens.resize(sampling.size());
+  // Each sampling sequence's tokens: one, or with proposals the accepted ones and the next.
+  std::vector<std::vector<SampledToken>> per_seq(sampling.size());
 #pragma omp parallel for schedule(dynamic, 1) if (num_sampling > 1)
   for (int64_t row = 0; row < num_sampling; ++row) {
-    const SeqView& v = *sampling[row];
-    const SeqStep& s = *v.step;
+    const float* first = has_draft ? host.data() + sample_rows[row] * vocab : sampled + row * vocab;
+    per_seq[row] = sample_verifying(*sampling[row], first, vocab);
+  }
+  for (int64_t row = 0; row < num_sampling; ++row) {
+    const SeqStep& s = *sampling[row]->step;
+    const auto accepted = static_cast<int32_t>(per_seq[row].size()) - 1;
+    if (accepted < s.num_draft) sequences_.rewind(s.seq_id, s.num_draft - accepted);
+    result.tokens.insert(result.tokens.end(), per_seq[row].begin(), per_seq[row].end());
+  }
+  return result;
+}
+
+std::vector<SampledToken> Executor::sample_verifying(const SeqView& v, const float* rows, int64_t vocab) const {
+  const SeqStep& s = *v.step;
+  // The fed tokens before the proposals: the penalties of row i read those and proposals 1..i.
+  const auto fed_before = static_cast<int32_t>(v.penalty_tokens().size()) - s.num_draft;
+  const std::span<const int32_t> proposals(s.tokens.data() + s.tokens.size() - s.num_draft, s.num_draft);
+  std::vector<SampledToken> out;
+  for (int32_t i = 0; i <= s.num_draft; ++i) {
     SampleRequest req;
-    req.logits = sampled + row * vocab;
+    req.logits = rows + static_cast<int64_t>(i) * vocab;
     req.vocab = vocab;
     req.params = &v.state->sampling;
     // Unseeded requests still get a reproducible stream per sequence.
     req.seed = v.state->sampling.seed.value_or(s.seq_id);
-    req.token_index = v.num_generated();
+    // The counter of the token decoded one by one: a proposal is kept exactly when the draw
+    // that would have produced it without speculation does, so the tokens do not change.
+    req.token_index = v.num_generated() + i;
     req.penalty_tokens = &v.penalty_tokens();
+    req.penalty_count = s.num_draft > 0 ? fed_before + i : -1;
     req.penalty_prompt_len = v.state->prompt_len;
     req.allowed_tokens = &s.allowed_tokens;
-    result.tokens[row] = sample_token(req);
-    result.tokens[row].seq_id = s.seq_id;
+    out.push_back(sample_token(req));
+    out.back().seq_id = s.seq_id;
+    if (i == s.num_draft || out.back().token != proposals[static_cast<size_t>(i)]) break;
   }
-  return result;
+  return out;
 }
 
 }  // namespace tessera

@@ -30,6 +30,10 @@ class Executor final : public StepExecutor {
   // What the sequence states cannot judge: token ids against the vocabulary, released
   // blocks against the model's window, copies against the pool.
   Status validate(const StepPlan& plan) const;
+  // The token(s) of one sampling sequence from its logits rows (`rows`: one, or with
+  // proposals num_draft + 1): sampled in turn as if decoded one by one, up to the first sample
+  // that is not the next proposal (SeqStep::num_draft).
+  std::vector<SampledToken> sample_verifying(const SeqView& v, const float* rows, int64_t vocab) const;
 
   Transformer& model_;
   Backend& backend_;

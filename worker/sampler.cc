@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <unordered_map>
 
 namespace tessera {
@@ -16,9 +17,12 @@ namespace {
 void apply_penalties(const SampleRequest& r, std::vector<float>& logits) {
   const SamplingParams& p = *r.params;
   if (r.penalty_tokens == nullptr || r.penalty_tokens->empty()) return;
+  const size_t count = r.penalty_count < 0 ? r.penalty_tokens->size()
+                                           : std::min(r.penalty_tokens->size(), static_cast<size_t>(r.penalty_count));
+  const std::span<const int32_t> tokens(r.penalty_tokens->data(), count);
   if (p.repetition_penalty != 1.0f) {
     std::vector<bool> seen(r.vocab, false);
-    for (int32_t t : *r.penalty_tokens) {
+    for (int32_t t : tokens) {
       if (t >= 0 && t < r.vocab && !seen[t]) {
         seen[t] = true;
         logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty : logits[t] * p.repetition_penalty;
@@ -27,9 +31,7 @@ void apply_penalties(const SampleRequest& r, std::vector<float>& logits) {
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int> counts;
-    for (size_t i = static_cast<size_t>(r.penalty_prompt_len); i < r.penalty_tokens->size(); ++i) {
-      ++counts[(*r.penalty_tokens)[i]];
-    }
+    for (size_t i = static_cast<size_t>(r.penalty_prompt_len); i < tokens.size(); ++i) ++counts[tokens[i]];
     for (const auto& [t, n] : counts) {
       if (t >= 0 && t < r.vocab) logits[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
     }

@@ -22,6 +22,9 @@ struct SampleRequest {
   int32_t token_index = 0;   // counter of the generator: how many tokens were generated before
   const std::vector<int32_t>* penalty_tokens = nullptr;  // prompt + output, when a penalty is set
   int32_t penalty_prompt_len = 0;
+  // Only the first penalty_count of penalty_tokens count (-1: all): a row verifying a
+  // speculative proposal sees the tokens before it, not the proposals after it.
+  int32_t penalty_count = -1;
   // Structured output: when set and not empty, only these ids may be chosen (a bitset, bit
   // t % 32 of word t / 32, common/step_plan.h SeqStep::allowed_tokens). A mask that allows no
   // id of the vocabulary is not applied (the coordinator then refuses the token it gets).

@@ -11,7 +11,7 @@ namespace {
 // Smallest encodings, used to bound element counts before allocating.
 // A SeqStep: seq_id, version, num_computed, sample, table_from, num_released, three array
 // lengths, has_start.
-constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 3 * 4 + 1;
+constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 4 + 3 * 4 + 1;
 constexpr size_t kMinSampledTokenBytes = 8 + 4 + 4 + 4;
 
 // What the shared codec (common/wire/frame_codec.h) needs to know about this protocol.
@@ -273,6 +273,7 @@ void encode(const StepPlan& m, std::string* out) {
       w.u32(s.version);
       w.i32(s.num_computed);
       w.u8(s.sample ? 1 : 0);
+      w.i32(s.num_draft);
       w.i32(s.table_from);
       w.i32(s.num_released);
       w.i32_array(s.tokens);
@@ -309,6 +310,7 @@ Status decode(std::string_view frame, StepPlan* m) {
       s.version = r.u32("seq.version");
       s.num_computed = r.i32("seq.num_computed");
       s.sample = r.boolean("seq.sample");
+      s.num_draft = r.i32("seq.num_draft");
       s.table_from = r.i32("seq.table_from");
       s.num_released = r.i32("seq.num_released");
       r.i32_array(&s.tokens, "seq.tokens");

@@ -26,8 +26,9 @@ inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
 // Assignment.worker_config_yaml; 5: SamplingParams.logit_bias, min_tokens(_stop_ids),
 // prompt_logprobs, SeqStart.prompt, SeqStart.sample_from (forked choices sample from their
 // parent's logits row), StepResult.prompt_logprobs; 6: SeqStep.allowed_tokens (structured
-// output's token mask); 7: StepResult.leaving (the rank leaves after a broken collective).
-inline constexpr uint16_t kProtocolVersion = 7;
+// output's token mask); 7: StepResult.leaving (the rank leaves after a broken collective);
+// 8: SeqStep.num_draft (speculative decoding's proposals).
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {

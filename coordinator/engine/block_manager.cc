@@ -188,6 +188,16 @@ void BlockManager::free(SeqId id) {
   seqs_.erase(it);
 }
 
+void BlockManager::truncate(SeqId id, int num_tokens) {
+  SeqBlocks& s = seq(id);
+  const int keep = std::max(blocks_needed(num_tokens), s.num_released);
+  TESSERA_CHECK_LE(s.num_filed, keep) << "sequence " << id << " truncates blocks it has filed";
+  while (static_cast<int>(s.table.size()) > keep) {
+    release(s.table.back());
+    s.table.pop_back();
+  }
+}
+
 int BlockManager::release_blocks_before(SeqId id, int first_token) {
   SeqBlocks& s = seq(id);
   const int upto = std::max(0, first_token) / block_size_;

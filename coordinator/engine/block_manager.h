@@ -95,6 +95,9 @@ class BlockManager {
   // Drops the sequence's blocks: owned-by-nobody blocks become free, or cached when they hold
   // a filed prefix block (tail blocks first in the eviction order).
   void free(SeqId id);
+  // Gives back the blocks past those `num_tokens` tokens need (the slots of rejected
+  // speculative proposals); they were never filed, so they go straight to the free stack.
+  void truncate(SeqId id, int num_tokens);
   // Gives back the blocks that hold only tokens before `first_token` (no later step reads
   // them: a sliding window has moved past); their table entries become -1. A block shared
   // with another sequence just loses this reference; a filed one stays cached for prefix

@@ -309,19 +309,35 @@ void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
     }
     ch.has_token = true;
     ch.last_token = now;
-    ch.completion_tokens += static_cast<int>(e.new_tokens.size());
-    if (ch.detok) {
-      // A choice the engine stopped on its EOS or a stop token id: that last token is not
-      // text (a completed grammar also ends with kStop, on a token that may be text).
-      size_t n = e.new_tokens.size();
-      if (e.finished && e.reason == FinishReason::kStop && !r.stop_token_in_text &&
-          is_stop_token(r.stop, e.new_tokens.back().token))
-        --n;
-      for (size_t i = 0; i < n; ++i) piece += ch.detok->push(e.new_tokens[i].token);
+  }
+  // Token by token, as if each came in its own event (speculative decoding brings several):
+  // a stop string ends the choice at the token that completes it, and the tokens after it
+  // are not the choice's.
+  // A choice the engine stopped on its EOS or a stop token id: that last token is not text
+  // (a completed grammar also ends with kStop, on a token that may be text).
+  size_t text_tokens = e.new_tokens.size();
+  if (ch.detok && text_tokens > 0 && e.finished && e.reason == FinishReason::kStop && !r.stop_token_in_text &&
+      is_stop_token(r.stop, e.new_tokens.back().token))
+    --text_tokens;
+  StopStringMatcher::Result m;
+  const size_t pushes = std::max<size_t>(1, e.new_tokens.size());
+  for (size_t i = 0; i < pushes; ++i) {
+    if (i < e.new_tokens.size()) ++ch.completion_tokens;
+    if (ch.detok && i < text_tokens) piece = ch.detok->push(e.new_tokens[i].token);
+    if (e.finished && ch.detok && i + 1 == pushes) piece += ch.detok->finish();
+    StopStringMatcher::Result part = ch.stop.push(piece, ch.completion_tokens >= r.min_tokens);
+    piece.clear();
+    m.text += part.text;
+    if (part.stopped) {
+      m.stopped = true;
+      if (i + 1 < ev.tokens.size()) {
+        std::lock_guard<std::mutex> lk(stats_mu);
+        stats.generation_tokens_total -= ev.tokens.size() - (i + 1);  // counted above, not the choice's
+        ev.tokens.resize(i + 1);
+      }
+      break;
     }
   }
-  if (e.finished && ch.detok) piece += ch.detok->finish();
-  StopStringMatcher::Result m = ch.stop.push(piece, ch.completion_tokens >= r.min_tokens);
   ev.text = std::move(m.text);
   ev.prompt_tokens = r.prompt_tokens;
   ev.completion_tokens = ch.completion_tokens;
@@ -367,6 +383,10 @@ void EngineService::Impl::publish_stats() {
   stats.kv_window_released_blocks = s.window_releases;
   stats.prefill_capped_steps = s.prefill_capped_steps;
   stats.prefill_token_cap = s.prefill_token_cap;
+  stats.spec_num_drafts = s.spec_num_drafts;
+  stats.spec_num_draft_tokens = s.spec_num_draft_tokens;
+  stats.spec_num_accepted_tokens = s.spec_num_accepted_tokens;
+  stats.spec_accepted_per_pos = s.spec_accepted_per_pos;
 }
 
 void EngineService::Impl::expire_waiting_for_executor(Clock::time_point now) {

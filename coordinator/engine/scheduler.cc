@@ -37,6 +37,7 @@ Status validate_scheduler_config(const SchedulerConfig& c) {
   if (!(c.max_tpot_slowdown == 0 || (c.max_tpot_slowdown > 1 && c.max_tpot_slowdown <= 1000)))
     return invalid_argument("scheduler: max_tpot_slowdown must be 0 or in (1, 1000], got " +
                             std::to_string(c.max_tpot_slowdown));
+  if (c.speculative.enabled()) TESSERA_RETURN_IF_ERROR(validate_speculative_config(c.speculative));
   return Status::ok();
 }
 
@@ -46,6 +47,8 @@ Scheduler::Scheduler(SchedulerConfig config)
       blocks_(config.block_size, config.num_blocks, config.prefix_caching) {
   const Status st = validate_scheduler_config(config_);
   TESSERA_CHECK(st.is_ok()) << st.to_string();
+  proposer_ = make_proposer(config_.speculative);
+  if (proposer_) spec_stats_.spec_accepted_per_pos.assign(static_cast<size_t>(config_.speculative.num_tokens), 0);
   const int64_t pool_tokens = int64_t{config_.num_blocks} * config_.block_size;
   max_len_ = static_cast<int>(std::min<int64_t>(config_.max_model_len, pool_tokens));
   if (!config_.chunked_prefill) max_len_ = std::min(max_len_, config_.max_num_batched_tokens);
@@ -243,15 +246,22 @@ int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
       continue;
     }
     const int from = e.seq.num_computed();
-    if (!blocks_.append_slots(e.seq.id(), from, from + 1, &plan.block_copies)) {
+    // Proposals ride along only where the pool has room for them as it is: they never
+    // preempt anyone.
+    std::vector<int32_t> draft = proposals_for(e, budget - 1);
+    if (!draft.empty()) {
+      const int end = from + 1 + static_cast<int>(draft.size());
+      if (!blocks_.append_slots(e.seq.id(), from, end, &plan.block_copies)) draft.clear();
+    }
+    if (draft.empty() && !blocks_.append_slots(e.seq.id(), from, from + 1, &plan.block_copies)) {
       if (!make_room(e, from, from + 1)) {
         preempt(e);  // it is the newest unscheduled one: running_[i] is now the next
         continue;
       }
       TESSERA_CHECK(blocks_.append_slots(e.seq.id(), from, from + 1, &plan.block_copies));
     }
-    add_step(e, 1, plan);
-    budget -= 1;
+    add_step(e, 1, plan, 0, draft);
+    budget -= 1 + static_cast<int>(draft.size());
     step_decodes_.push_back(&e);
     ++i;
   }
@@ -352,7 +362,49 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
   }
 }
 
-void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from) {
+void Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<const SampledToken> tokens,
+                                         SequenceEvent& event) {
+  const SeqId id = s.seq_id;
+  const auto accepted = static_cast<int>(tokens.size()) - 1;
+  ++spec_stats_.spec_num_drafts;
+  spec_stats_.spec_num_draft_tokens += static_cast<uint64_t>(s.num_draft);
+  spec_stats_.spec_num_accepted_tokens += static_cast<uint64_t>(accepted);
+  for (int i = 0; i < accepted && static_cast<size_t>(i) < spec_stats_.spec_accepted_per_pos.size(); ++i)
+    ++spec_stats_.spec_accepted_per_pos[static_cast<size_t>(i)];
+  // The known tokens fed are in the KV cache now; each accepted proposal joins them as it is
+  // appended (its KV was written by this step); the last token is the next to feed.
+  e.seq.advance(static_cast<int>(s.tokens.size()) - s.num_draft);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    e.seq.append_token(tokens[i].token);
+    event.new_tokens.push_back(tokens[i]);
+    const FinishReason reason = e.seq.stop_reason(max_len_);
+    if (reason != FinishReason::kNone) {
+      finish(e, reason);  // frees every block, the rejected proposals' too
+      event.finished = true;
+      event.reason = reason;
+      return;
+    }
+    if (i + 1 < tokens.size()) e.seq.advance(1);
+  }
+  // Blocks that only rejected proposals reached go back; the prefix cache learns only
+  // committed tokens (num_computed counts accepted proposals, never rejected ones).
+  blocks_.truncate(id, e.seq.num_tokens());
+  blocks_.commit(id, e.seq.token_ids(), e.seq.num_computed());
+  blocks_.release_blocks_before(id, first_needed_key(e.seq.num_computed()));
+}
+
+std::vector<int32_t> Scheduler::proposals_for(const Entry& e, int room) const {
+  const Sequence& seq = e.seq;
+  if (!proposer_ || seq.is_constrained() || seq.fork_pending() || seq.num_uncomputed() != 1) return {};
+  // No more than could still be output (the token after the proposals is one more), nor
+  // past the longest sequence.
+  const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 1;
+  const int most = std::min({config_.speculative.num_tokens, room, left});
+  if (most <= 0) return {};
+  return proposer_->propose(seq.token_ids(), most);
+}
+
+void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from, std::span<const int32_t> draft) {
   const Sequence& seq = e.seq;
   TESSERA_CHECK(num_tokens > 0 || sample_from != 0) << "sequence " << seq.id() << ": a step feeds tokens";
   const int from = seq.num_computed();
@@ -362,6 +414,10 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
   s.tokens.assign(tokens.begin() + from, tokens.begin() + from + num_tokens);
   s.num_computed = from;
   s.sample = from + num_tokens == seq.num_tokens();
+  TESSERA_CHECK(draft.empty() || s.sample) << "sequence " << seq.id() << ": proposals follow the last known token";
+  s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+  s.num_draft = static_cast<int32_t>(draft.size());
+  e.draft_in_flight = s.num_draft;
   if (s.sample) {
     if (const std::vector<uint32_t>* mask = e.seq.next_token_mask()) s.allowed_tokens = *mask;
   }
@@ -380,8 +436,9 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
     start.sample_from = sample_from;
     s.table_from = 0;
   } else {
-    size_t first = std::min(e.sent_table.size(), static_cast<size_t>(from / config_.block_size));
-    while (first < e.sent_table.size() && e.sent_table[first] == table[first]) ++first;
+    // (The table may be shorter than what was sent: the blocks of rejected proposals went back.)
+    size_t first = std::min({e.sent_table.size(), table.size(), static_cast<size_t>(from / config_.block_size)});
+    while (first < e.sent_table.size() && first < table.size() && e.sent_table[first] == table[first]) ++first;
     s.table_from = static_cast<int32_t>(first);
   }
   s.new_blocks.assign(table.begin() + s.table_from, table.end());
@@ -450,7 +507,15 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
         error = "step " + std::to_string(plan.step_id) + " returned no token for sequence " + std::to_string(s.seq_id);
         break;
       }
-      ++r;
+      // One token, or with proposals the accepted ones and the next: at most num_draft + 1.
+      size_t n = 1;
+      while (r + n < result.tokens.size() && result.tokens[r + n].seq_id == s.seq_id) ++n;
+      if (n > static_cast<size_t>(s.num_draft) + 1) {
+        error = "step " + std::to_string(plan.step_id) + " returned " + std::to_string(n) + " tokens for sequence " +
+                std::to_string(s.seq_id) + ", which fed " + std::to_string(s.num_draft) + " proposals";
+        break;
+      }
+      r += n;
     }
     if (error.empty() && r != result.tokens.size())
       error = "step " + std::to_string(plan.step_id) + " returned " + std::to_string(result.tokens.size()) +
@@ -475,6 +540,12 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   };
   for (const SeqStep& s : plan.seqs) {
     const SampledToken* token = s.sample && error.empty() ? &result.tokens[r++] : nullptr;
+    // With proposals, the step's other tokens (validated above: consecutive, same sequence).
+    size_t num_returned = token != nullptr ? 1 : 0;
+    while (token != nullptr && r < result.tokens.size() && result.tokens[r].seq_id == s.seq_id) {
+      ++r;
+      ++num_returned;
+    }
     std::vector<PromptLogprob> prompt_lps;
     while (error.empty() && lp < result.prompt_logprobs.size() && result.prompt_logprobs[lp].seq_id == s.seq_id)
       prompt_lps.push_back(result.prompt_logprobs[lp++]);
@@ -494,6 +565,14 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       continue;
     }
     TESSERA_CHECK_EQ(e.seq.num_computed(), s.num_computed) << "sequence " << s.seq_id << " changed under its step";
+    e.draft_in_flight = 0;
+    if (s.num_draft > 0) {
+      SequenceEvent event{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
+      apply_speculative_tokens(e, s, std::span<const SampledToken>(token, num_returned), event);
+      if (event.finished) entries_.erase(s.seq_id);
+      events.push_back(std::move(event));
+      continue;
+    }
     e.seq.advance(static_cast<int>(s.tokens.size()));
     blocks_.commit(s.seq_id, e.seq.token_ids(), e.seq.num_computed());
     // The window moved on: what only the tokens just passed read is free for anyone now.
@@ -579,6 +658,10 @@ SchedulerStats Scheduler::stats() const {
   s.tpot_capped_steps = tpot_capped_steps_;
   s.prefill_capped_steps = prefill_capped_steps_;
   s.window_releases = b.window_releases;
+  s.spec_num_drafts = spec_stats_.spec_num_drafts;
+  s.spec_num_draft_tokens = spec_stats_.spec_num_draft_tokens;
+  s.spec_num_accepted_tokens = spec_stats_.spec_num_accepted_tokens;
+  s.spec_accepted_per_pos = spec_stats_.spec_accepted_per_pos;
   return s;
 }
 
@@ -597,7 +680,8 @@ void Scheduler::check_invariants() const {
     TESSERA_CHECK(blocks_.has_sequence(s.id())) << "running sequence " << s.id() << " has no block table";
     const int table = static_cast<int>(blocks_.block_table(s.id()).size());
     TESSERA_CHECK_GE(table * config_.block_size, s.num_computed()) << "sequence " << s.id() << " KV not covered";
-    TESSERA_CHECK_LE(table, blocks_.blocks_needed(s.num_tokens())) << "sequence " << s.id() << " over-allocated";
+    TESSERA_CHECK_LE(table, blocks_.blocks_needed(s.num_tokens() + e.draft_in_flight))
+        << "sequence " << s.id() << " over-allocated";
     TESSERA_CHECK_EQ(table - blocks_.num_held_blocks(s.id()), first_needed_key(s.num_computed()) / config_.block_size)
         << "sequence " << s.id() << " holds blocks its window has left, or lost ones it reads";
     TESSERA_CHECK_GE(s.num_uncomputed(), 1) << "sequence " << s.id();

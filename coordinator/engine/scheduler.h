@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "common/step_plan.h"
 #include "coordinator/engine/block_manager.h"
+#include "coordinator/engine/proposer.h"
 #include "coordinator/engine/request.h"
 #include "coordinator/engine/sequence.h"
 #include "coordinator/engine/step_cost_model.h"
@@ -67,6 +68,10 @@ struct SchedulerConfig {
   // under load, where max_decode_slowdown bounds each step against its own decodes. Same
   // conditions as max_decode_slowdown. 0: off. YAML default in docs/scheduler.md.
   double max_tpot_slowdown = 0;
+  // Speculative decoding (coordinator/engine/proposer.h): decoding sequences feed up to
+  // num_tokens proposals after their last token, checked in the same step; the tokens are
+  // those decoding one by one would give. Not for constrained sequences (structured output).
+  SpeculativeConfig speculative;
 };
 
 // A user-reachable config is checked here (each bad field named) before it reaches the
@@ -76,7 +81,8 @@ Status validate_scheduler_config(const SchedulerConfig& config);
 // What one step did to one sequence.
 struct SequenceEvent {
   SeqId seq_id = 0;
-  std::vector<SampledToken> new_tokens;  // appended this step (at most one today)
+  // Appended this step: one, or with speculative decoding up to the proposals + 1.
+  std::vector<SampledToken> new_tokens;
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   std::string error;                     // for kError
@@ -109,6 +115,12 @@ struct SchedulerStats {
   uint64_t prefill_capped_steps = 0;
   // Of those, the steps where max_tpot_slowdown's cap was the tighter one.
   uint64_t tpot_capped_steps = 0;
+  // Speculative decoding, vLLM's spec_decode counters: sequence steps that carried proposals,
+  // the proposals, those accepted, and accepted per position (index i: proposal i + 1).
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
 };
 
 class Scheduler {
@@ -184,6 +196,8 @@ class Scheduler {
     // The steps it decoded in and their timed seconds (max_tpot_slowdown's credit).
     int decode_steps = 0;
     double decode_seconds = 0;
+    // Proposals of its step in flight (their slots are allocated until the result comes).
+    int draft_in_flight = 0;
   };
   struct RunsBefore {
     bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
@@ -214,9 +228,17 @@ class Scheduler {
   bool tpot_admits(int sequences) const;
   void schedule_prefills(StepPlan& plan, int& budget);
   void admit_waiting(StepPlan& plan, int& budget);
-  // Appends e's next step (`num_tokens` from its num_computed on) to the plan; a forked
-  // choice's first step feeds none and samples from its parent's (`sample_from`).
-  void add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from = 0);
+  // Appends e's next step (`num_tokens` from its num_computed on, then `draft`: proposals) to
+  // the plan; a forked choice's first step feeds none and samples from its parent's (`sample_from`).
+  void add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from = 0,
+                std::span<const int32_t> draft = {});
+  // The proposals for a decoding sequence's next step (at most `room`), empty when it does
+  // not speculate.
+  std::vector<int32_t> proposals_for(const Entry& e, int room) const;
+  // Applies a step's tokens to a sequence that fed proposals: the accepted ones are now in the
+  // KV cache, the last is the next to feed; stops at a token that ends the sequence.
+  void apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<const SampledToken> tokens,
+                                SequenceEvent& event);
   // The executors are to drop the sequence's state (the next plan lists it in `dropped`).
   void forget_on_executors(Entry& e);
   void remove_running(const Entry& e);
@@ -229,6 +251,7 @@ class Scheduler {
   void finish(Entry& e, FinishReason reason);  // frees blocks; the entry is erased by the caller
 
   SchedulerConfig config_;
+  std::unique_ptr<Proposer> proposer_;  // null: no speculation
   int max_len_;
   BlockManager blocks_;
   std::unordered_map<SeqId, std::unique_ptr<Entry>> entries_;
@@ -255,6 +278,7 @@ class Scheduler {
   int prefill_token_cap_ = 0;
   uint64_t prefill_capped_steps_ = 0;
   uint64_t tpot_capped_steps_ = 0;
+  SchedulerStats spec_stats_;  // only its spec_* fields
   // Computes the step's structured-output masks in parallel (on_step_result).
   structured::MaskPool mask_pool_;
 };

@@ -242,6 +242,23 @@ parallel:
   EXPECT_TRUE(fails_with(validate_config(coded), {"parallel.auto_tp.rules[0].match", "invalid regular expression"}));
 }
 
+TEST(ConfigTest, SpeculativeKeysAreReadAndCheckedNamingTheKey) {
+  auto c = parse_config_yaml("model: {path: m}\nspeculative: {method: ngram, num_tokens: 6, ngram_min: 2, ngram_max: 5}\n",
+                             "s.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->speculative.method, SpeculativeConfig::Method::kNgram);
+  EXPECT_EQ(c->speculative.num_tokens, 6);
+  EXPECT_TRUE(validate_config(*c).is_ok());
+  c = parse_config_yaml("model: {path: m}\nspeculative: {ngram_min: 5, ngram_max: 2}\n", "s.yaml");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(fails_with(validate_config(*c), {"s.yaml", "speculative.ngram_max (2) must be at least speculative.ngram_min (5)"}));
+  EXPECT_TRUE(fails_with(parse_config_yaml("speculative: {method: draft}\n", "s.yaml").status(),
+                         {"speculative.method", "none", "ngram"}));
+  EXPECT_TRUE(fails_with(parse_config_yaml("speculative: {num_tokens: 17}\n", "s.yaml").status(), {"speculative.num_tokens"}));
+  TesseraConfig d;
+  EXPECT_TRUE(fails_with(apply_override(d, "speculative.num_tokens", "0"), {"speculative.num_tokens"}));
+}
+
 TEST(ConfigTest, ValidateChecksAcrossKeys) {
   auto c = parse_config_yaml("model: {path: m}\nscheduler: {max_num_seqs: 64, max_num_batched_tokens: 32}\n", "v.yaml");
   ASSERT_TRUE(c.is_ok());
@@ -348,7 +365,7 @@ TEST(ConfigTest, OverrideErrorsNameFlagPathAndType) {
   EXPECT_TRUE(fails_with(apply_override(c, "server.http.api_keys", "[a"), {"server.http.api_keys", "not valid YAML"}));
   EXPECT_TRUE(fails_with(apply_override_arg(c, "tensor_parallel"), {"expected KEY=VALUE"}));
   EXPECT_TRUE(fails_with(apply_override(c, "tensor_parallel", "2"),
-                         {"tensor_parallel: unknown key", "model, parallel, cache, scheduler, server, worker"}));
+                         {"tensor_parallel: unknown key", "model, parallel, cache, scheduler, speculative, server, worker"}));
   EXPECT_EQ(c.parallel.tensor_parallel, 1);  // failed overrides change nothing
 }
 

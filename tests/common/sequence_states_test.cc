@@ -187,5 +187,44 @@ TEST(SequenceStates, AStartReplacesWhatWasHeld) {
   EXPECT_EQ(v->at(0).num_generated(), 2);
 }
 
+// Speculative proposals: the last num_draft tokens of a sampling step; the executor rewinds
+// the rejected ones, so the next step starts after the accepted ones, with the history cut.
+TEST(SequenceStates, ProposalsAreCheckedAndRejectedOnesAreRewound) {
+  SequenceStates states(kBlockSize, 16);
+  SamplingParams penalised;
+  penalised.repetition_penalty = 1.2f;
+  ASSERT_TRUE(states.apply(plan_of(1, {start_step(7, {1, 2, 3}, {0}, penalised)})).is_ok());
+  SeqStep spec = decode_step(7, 2, 3, 9, 1, {1});
+  spec.tokens = {9, 4, 5, 6};  // the last token, then three proposals
+  spec.num_draft = 3;
+  auto views = states.apply(plan_of(2, {spec}));
+  ASSERT_TRUE(views.is_ok()) << views.status().to_string();
+  EXPECT_EQ((*views)[0].num_generated(), 1);  // the token sampled at the last token's row
+  states.rewind(7, 2);                        // proposal 4 accepted, 5 and 6 rejected
+  EXPECT_EQ(states.find(7)->num_fed, 5);
+  EXPECT_EQ(states.find(7)->history, (std::vector<int32_t>{1, 2, 3, 9, 4}));
+  SeqStep stale = decode_step(7, 3, 7, 8, 2);
+  expect_refusal(states, plan_of(3, {stale}), "num_computed 7 but 5 tokens were fed here");
+  ASSERT_TRUE(states.apply(plan_of(3, {decode_step(7, 3, 5, 8, 2)})).is_ok());
+
+  SeqStep too_many = decode_step(7, 4, 6, 1, 2);
+  too_many.tokens = {1, 2};
+  too_many.num_draft = 2;
+  expect_refusal(states, plan_of(4, {too_many}), "2 proposals among 2 tokens");
+  SeqStep masked = decode_step(7, 4, 6, 1, 2);
+  masked.tokens = {1, 2};
+  masked.num_draft = 1;
+  masked.allowed_tokens = {0xffffffffu};
+  expect_refusal(states, plan_of(4, {masked}), "proposals need a sampling step without a token mask");
+  SeqStep unsampled = masked;
+  unsampled.allowed_tokens.clear();
+  unsampled.sample = false;
+  expect_refusal(states, plan_of(4, {unsampled}), "proposals need a sampling step");
+  SeqStep huge = decode_step(7, 4, 6, 1, 2, {2, 3, 4, 5, 6});
+  huge.tokens.assign(SeqStep::kMaxDraft + 2, 1);
+  huge.num_draft = SeqStep::kMaxDraft + 1;
+  expect_refusal(states, plan_of(4, {huge}), "at most 16");
+}
+
 }  // namespace
 }  // namespace tessera

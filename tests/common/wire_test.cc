@@ -49,6 +49,7 @@ StepPlan random_plan(Gen& g, int max_seqs = 20) {
     s.tokens = g.ints(40);
     s.num_computed = g.i32();
     s.sample = g.b();
+    s.num_draft = g.i32();
     s.table_from = g.i32();
     s.new_blocks = g.ints(30);
     s.num_released = g.i32();
@@ -140,6 +141,7 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
     EXPECT_EQ(x.tokens, y.tokens);
     EXPECT_EQ(x.num_computed, y.num_computed);
     EXPECT_EQ(x.sample, y.sample);
+    EXPECT_EQ(x.num_draft, y.num_draft);
     EXPECT_EQ(x.table_from, y.table_from);
     EXPECT_EQ(x.new_blocks, y.new_blocks);
     EXPECT_EQ(x.num_released, y.num_released);
@@ -291,7 +293,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 7);  // version, little-endian u16 (docs/wire.md: version 7)
+  EXPECT_EQ(f[4], 8);  // version, little-endian u16 (docs/wire.md: version 8)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length

@@ -176,6 +176,7 @@ SchedulerConfig scheduler_config(const TesseraConfig& c, const ModelConfig& mc, 
   sc.mode = c.scheduler.mode;
   sc.max_decode_slowdown = c.scheduler.max_decode_slowdown;
   sc.max_tpot_slowdown = c.scheduler.max_tpot_slowdown;
+  sc.speculative = c.speculative;
   sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
   return sc;
 }

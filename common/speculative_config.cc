@@ -1,0 +1,29 @@
+#include "common/speculative_config.h"
+
+#include <string>
+
+#include "common/step_plan.h"
+
+namespace tessera {
+
+Status validate_speculative_config(const SpeculativeConfig& config) {
+  if (config.num_tokens < 1 || config.num_tokens > SeqStep::kMaxDraft)
+    return invalid_argument("speculative.num_tokens must be in [1, " + std::to_string(SeqStep::kMaxDraft) + "], got " +
+                            std::to_string(config.num_tokens));
+  if (config.ngram_min < 1)
+    return invalid_argument("speculative.ngram_min must be at least 1, got " + std::to_string(config.ngram_min));
+  if (config.ngram_max < config.ngram_min)
+    return invalid_argument("speculative.ngram_max (" + std::to_string(config.ngram_max) +
+                            ") must be at least speculative.ngram_min (" + std::to_string(config.ngram_min) + ")");
+  return Status::ok();
+}
+
+const char* speculative_method_name(SpeculativeConfig::Method method) {
+  switch (method) {
+    case SpeculativeConfig::Method::kNone: return "none";
+    case SpeculativeConfig::Method::kNgram: return "ngram";
+  }
+  return "?";
+}
+
+}  // namespace tessera

@@ -1,0 +1,23 @@
+#pragma once
+// Speculative decoding's settings (YAML `speculative.*`, docs/configuration.md): which
+// proposer makes proposals (coordinator/engine/proposer.h) and how many a step may check.
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace tessera {
+
+struct SpeculativeConfig {
+  enum class Method : uint8_t { kNone, kNgram };
+  Method method = Method::kNone;
+  int num_tokens = 4;  // proposals per step, at most (k); 1..SeqStep::kMaxDraft
+  int ngram_min = 1;   // the shortest suffix matched
+  int ngram_max = 4;   // the longest suffix matched (tried first)
+  bool enabled() const { return method != Method::kNone; }
+};
+
+// An error naming the key that is wrong (speculative.num_tokens, ngram_min, ngram_max).
+Status validate_speculative_config(const SpeculativeConfig& config);
+const char* speculative_method_name(SpeculativeConfig::Method method);
+
+}  // namespace tessera
