@@ -55,6 +55,8 @@ struct Options {
   bool json = false;
   bool stop_at_eos = false;
   int threads = 0;
+  std::string speculative = "none";  // speculative.method
+  int speculative_tokens = 4;        // speculative.num_tokens
 };
 
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& what) {
@@ -197,6 +199,18 @@ Status run(const Options& o) {
   sc.num_blocks = o.kv_blocks > 0 ? o.kv_blocks : static_cast<int>(needed);
   sc.max_model_len = static_cast<int>(std::max<int64_t>(longest, config.max_positions));
   sc.sliding_window = config.kv_window();  // blocks the window has left are freed
+  if (o.speculative == "ngram") {
+    sc.speculative.method = SpeculativeConfig::Method::kNgram;
+  } else if (o.speculative != "none") {
+    return invalid_argument("--speculative: expected none or ngram, got '" + o.speculative + "'");
+  }
+  sc.speculative.num_tokens = o.speculative_tokens;
+  if (sc.speculative.enabled() && !o.dump_logits.empty())
+    return invalid_argument("--dump-logits needs --speculative none: a step checking proposals scores several rows "
+                            "per sequence, not one per generated token");
+  if (sc.speculative.enabled() && (o.speculative_tokens < 1 || o.speculative_tokens > SeqStep::kMaxDraft))
+    return invalid_argument("--speculative-tokens: expected 1 to " + std::to_string(SeqStep::kMaxDraft) + ", got " +
+                            std::to_string(o.speculative_tokens));
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
   // In this process (TP 1), or through the coordinator/worker runtime (TP > 1).
@@ -310,6 +324,11 @@ int main(int argc, char** argv) {
                  "write float32 LE logits: one vocab row per generated token (row 0 = last prompt position)");
   app.add_flag("--json", o.json, "print {\"prompt_ids\",\"output_ids\",\"text\"} as one JSON line");
   app.add_flag("--stop-at-eos", o.stop_at_eos, "stop when the model emits its EOS token");
+  app.add_option("--speculative", o.speculative,
+                 "speculative decoding: none, or ngram (prompt lookup); the tokens do not change (speculative.method)")
+      ->capture_default_str();
+  app.add_option("--speculative-tokens", o.speculative_tokens, "proposals checked per step, 1 to 16 (speculative.num_tokens)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.seed_given = seed_opt->count() > 0;
 

@@ -168,6 +168,62 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateFixturesTest, ::testing::ValuesIn(runs_for_this_build()), run_name);
 
+// Speculative decoding through the real program and, across ranks, through worker processes
+// (proposals on the wire, each rank verifying and rewinding alike): the greedy ids stay the
+// goldens'. Every golden model batched at TP 1, and at TP 2 where its shapes allow.
+class GenerateSpeculativeTest : public ::testing::TestWithParam<FixtureRun> {};
+
+std::vector<FixtureRun> speculative_runs() {
+  std::vector<FixtureRun> out;
+  for (const std::string& m : testing::golden_models()) {
+    if (!testing::kSanitizedBuild) out.push_back({m, 1, true, false});
+    if (tp_allowed(m, 2)) out.push_back({m, 2, true, false});
+  }
+  return out;
+}
+
+TEST_P(GenerateSpeculativeTest, NgramProposalsKeepTheGreedyIds) {
+  TESSERA_REQUIRE_FIXTURES();
+  const FixtureRun& p = GetParam();
+  const std::string model = testing::fixtures_dir() + "/" + p.model;
+  std::ifstream in(model + "/goldens/index.json");
+  const auto index = nlohmann::json::parse(in);
+  const auto& cases = index["cases"];
+  const std::string dir = testing::make_temp_dir("tessera-gen-spec");
+  testing::write_golden_prompts(cases, dir + "/prompts.txt");
+  const std::string cmd = testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(model) +
+                          " --prompt-ids-file " + testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens " +
+                          std::to_string(cases[0]["greedy_ids"].size()) +
+                          " --json --speculative ngram --speculative-tokens 5 --block-size 4 --max-num-batched-tokens 16"
+                          " --tensor-parallel " + std::to_string(p.world);
+  const auto r = testing::run_command(cmd);
+  fs::remove_all(dir);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+  std::stringstream out(r.out);
+  std::string line;
+  for (const auto& c : cases) {
+    ASSERT_TRUE(std::getline(out, line)) << r.out;
+    EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]) << c["name"];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateSpeculativeTest, ::testing::ValuesIn(speculative_runs()), run_name);
+
+TEST(GenerateSpeculativeFlags, BadValuesAreRefusedNamingTheFlag) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string gen = testing::bin_dir() + "/tessera-generate --model " +
+                          testing::shell_quote(testing::fixtures_dir() + "/tiny-llama") + " --prompt-ids 1,2,3";
+  auto r = testing::run_command(gen + " --speculative draft");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--speculative: expected none or ngram, got 'draft'"), std::string::npos) << r.err;
+  r = testing::run_command(gen + " --speculative ngram --speculative-tokens 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--speculative-tokens: expected 1 to 16, got 0"), std::string::npos) << r.err;
+  r = testing::run_command(gen + " --speculative ngram --dump-logits /dev/null");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--dump-logits needs --speculative none"), std::string::npos) << r.err;
+}
+
 // DeepSpeed's keep list applies to the new families as to the first ones: Falcon's MLP
 // output kept whole on both ranks (so its input is too) still gives the goldens.
 TEST(GenerateFixturesOverrides, DeepSpeedKeepListOnFalconStillMatches) {
