@@ -1,0 +1,108 @@
+// Speculative decoding over real HTTP: a server with n-gram proposals (two worker processes)
+// answers exactly what a plain one-rank server answers — text, tokens' logprobs, finish reason
+// and usage — for greedy and seeded requests, with a stop string, a max_tokens and EOS that
+// may fall inside a step's proposals, and streamed; its /metrics count the accepted proposals.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <regex>
+#include <string>
+
+#include "tests/test_support.h"
+#include "tests/tools/serve_process.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+json post(int port, const json& body) {
+  const std::string r = testing::http(port, "POST", "/v1/completions", body.dump());
+  EXPECT_EQ(testing::http_status(r), 200) << r;
+  return json::parse(testing::http_body(r), nullptr, false);
+}
+
+// The text of a streamed completion (SSE "data:" lines), and its finish reason.
+std::pair<std::string, std::string> post_streamed(int port, json body) {
+  body["stream"] = true;
+  const std::string r = testing::http(port, "POST", "/v1/completions", body.dump());
+  std::string text, reason;
+  const std::regex data("data: (\\{.*\\})");
+  for (auto it = std::sregex_iterator(r.begin(), r.end(), data); it != std::sregex_iterator(); ++it) {
+    const json chunk = json::parse((*it)[1].str(), nullptr, false);
+    if (!chunk.is_object() || chunk["choices"].empty()) continue;
+    text += chunk["choices"][0].value("text", "");
+    if (chunk["choices"][0]["finish_reason"].is_string()) reason = chunk["choices"][0]["finish_reason"];
+  }
+  return {text, reason};
+}
+
+void expect_same_choice(const json& spec, const json& plain, const std::string& what) {
+  ASSERT_TRUE(spec.is_object() && plain.is_object()) << what;
+  const json& a = spec["choices"][0];
+  const json& b = plain["choices"][0];
+  EXPECT_EQ(a["text"], b["text"]) << what;
+  EXPECT_EQ(a["finish_reason"], b["finish_reason"]) << what;
+  EXPECT_EQ(spec["usage"]["completion_tokens"], plain["usage"]["completion_tokens"]) << what;
+  if (b.contains("logprobs") && b["logprobs"].is_object()) {
+    const json& la = a["logprobs"]["token_logprobs"];
+    const json& lb = b["logprobs"]["token_logprobs"];
+    ASSERT_EQ(la.size(), lb.size()) << what;
+    for (size_t i = 0; i < lb.size(); ++i) EXPECT_NEAR(la[i].get<double>(), lb[i].get<double>(), 1e-3) << what << " token " << i;
+    EXPECT_EQ(a["logprobs"]["tokens"], b["logprobs"]["tokens"]) << what;
+  }
+}
+
+TEST(ServeSpeculative, NgramProposalsAnswerExactlyWhatPlainDecodingAnswers) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/kjv-llama";
+  const std::vector<std::string> common = {"--model", model, "--dtype", "float32", "--backend", "cpu", "--threads", "1",
+                                           "--set", "cache.num_blocks=256", "--set", "cache.block_size=4"};
+  testing::ServeProcess plain, spec;
+  ASSERT_TRUE(plain.start(common)) << plain.log();
+  std::vector<std::string> spec_args = common;
+  spec_args.insert(spec_args.end(), {"--tensor-parallel", "2", "--set", "speculative.method=ngram", "--set",
+                                     "speculative.num_tokens=5"});
+  ASSERT_TRUE(spec.start(spec_args)) << spec.log();
+
+  // A passage quoted, then begun again: the continuation repeats it, so proposals are taken.
+  const std::string verse =
+      "And God said, Let there be light: and there was light. And God saw the light, that it was good: "
+      "and God divided the light from the darkness.";
+  const json greedy = {{"prompt", verse + " " + verse.substr(0, 40)}, {"max_tokens", 48}, {"temperature", 0},
+                       {"logprobs", 2}};
+  const json plain_out = post(plain.port(), greedy);
+  expect_same_choice(post(spec.port(), greedy), plain_out, "greedy");
+
+  // A stop string from the middle of that answer, and a max_tokens short of it: each may end
+  // the choice inside a step's accepted proposals.
+  const std::string text = plain_out["choices"][0]["text"];
+  ASSERT_GT(text.size(), 30u) << text;
+  json stopped = greedy;
+  stopped["stop"] = json::array({text.substr(text.size() / 2, 6)});
+  expect_same_choice(post(spec.port(), stopped), post(plain.port(), stopped), "stop string");
+  json short_one = greedy;
+  short_one["max_tokens"] = 7;
+  expect_same_choice(post(spec.port(), short_one), post(plain.port(), short_one), "max_tokens 7");
+  json with_eos = greedy;
+  with_eos["prompt"] = "In the beginning";
+  with_eos["max_tokens"] = 200;
+  expect_same_choice(post(spec.port(), with_eos), post(plain.port(), with_eos), "to EOS");
+
+  // Seeded sampling draws the same tokens; streaming carries the same text.
+  json seeded = greedy;
+  seeded["temperature"] = 0.8;
+  seeded["seed"] = 11;
+  expect_same_choice(post(spec.port(), seeded), post(plain.port(), seeded), "seeded");
+  EXPECT_EQ(post_streamed(spec.port(), stopped), post_streamed(plain.port(), stopped));
+
+  const std::string metrics = testing::http_body(testing::http(spec.port(), "GET", "/metrics"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics, m, std::regex("vllm:spec_decode_num_accepted_tokens_total(\\{[^}]*\\})? (\\d+)")))
+      << metrics;
+  EXPECT_GT(std::stoll(m[2]), 0) << "no proposal was accepted";
+  EXPECT_NE(metrics.find("vllm:spec_decode_num_accepted_tokens_per_pos_total"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
