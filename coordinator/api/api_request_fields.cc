@@ -40,6 +40,7 @@ constexpr Field kImplemented[] = {
     {"stop_token_ids", kBoth},
     {"ignore_eos", kBoth},
     {"skip_special_tokens", kBoth},
+    {"speculative", kBoth},
     {"logit_bias", kBoth},
     {"min_tokens", kBoth},
     {"include_stop_str_in_output", kBoth},

@@ -332,6 +332,7 @@ struct RequestTemplate {
   StopConditions stop;
   std::vector<std::string> stop_strings;
   bool skip_special = true;
+  bool speculative = true;
   std::shared_ptr<const structured::TokenConstraint> constraint;
 };
 
@@ -456,6 +457,7 @@ bool read_stop_fields(FieldReader& f, const ApiContext& ctx, RequestTemplate* t,
     }
   }
   f.boolean("skip_special_tokens", &t->skip_special);
+  f.boolean("speculative", &t->speculative);
   return true;
 }
 
@@ -545,6 +547,7 @@ bool add_requests(std::vector<std::vector<int32_t>>* prompts, bool chat, const A
     r->include_stop_str_in_output = t.include_stop;
     r->priority = t.priority;
     r->skip_special_tokens = t.skip_special;
+    r->speculative = t.speculative;
     r->constraint = t.constraint;
     out->requests.push_back(std::move(r));
   }

@@ -67,6 +67,9 @@ struct Request {
   bool include_stop_str_in_output = false;  // vLLM: the matched stop string ends the text
   int priority = 0;                   // lower runs sooner
   bool skip_special_tokens = true;    // in the text deltas
+  // false: this request's choices never carry speculative proposals (speculative.method
+  // applies to the others); the tokens are the same either way.
+  bool speculative = true;
   // Structured output (compiled by coordinator/api/grammars/, matched by
   // coordinator/engine/structured/; docs/structured-output.md): every choice's output is a
   // string of this grammar — each sampled token is drawn from the tokens it allows, the end

@@ -395,7 +395,9 @@ void Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<c
 
 std::vector<int32_t> Scheduler::proposals_for(const Entry& e, int room) const {
   const Sequence& seq = e.seq;
-  if (!proposer_ || seq.is_constrained() || seq.fork_pending() || seq.num_uncomputed() != 1) return {};
+  if (!proposer_ || !seq.request().speculative || seq.is_constrained() || seq.fork_pending() ||
+      seq.num_uncomputed() != 1)
+    return {};
   // No more than could still be output (the token after the proposals is one more), nor
   // past the longest sequence.
   const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 1;

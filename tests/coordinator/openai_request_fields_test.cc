@@ -70,6 +70,12 @@ TEST(RequestFields, MinTokensAndStopStringOptions) {
   EXPECT_EQ(refused_with_400(R"({"prompt": [1], "min_tokens": -1})").param, "min_tokens");
 }
 
+TEST(RequestFields, SpeculativeOptOutIsABoolean) {
+  EXPECT_TRUE(accepted(R"({"prompt": [1]})").requests[0]->speculative);
+  EXPECT_FALSE(accepted(R"({"prompt": [1], "speculative": false})").requests[0]->speculative);
+  EXPECT_EQ(refused_with_400(R"({"prompt": [1], "speculative": "no"})").param, "speculative");
+}
+
 TEST(RequestFields, BestOfGeneratesMoreThanItReturns) {
   ApiRequest r = accepted(R"({"prompt": [1, 2], "n": 2, "best_of": 3})");
   EXPECT_EQ(r.n, 2);

@@ -44,7 +44,7 @@ struct EngineRun {
 
 // Adds case i at step i * `stagger` (max_tokens: its golden length), runs to completion.
 EngineRun run_engine(Transformer& model, Backend& backend, const std::vector<Case>& cases, const SchedulerConfig& sc,
-               int stagger, const SamplingParams& sampling) {
+               int stagger, const SamplingParams& sampling, bool speculative = true) {
   Executor executor(model, backend, sc.block_size, sc.num_blocks, model.dtype());
   Engine engine(sc, executor);
   EngineRun run;
@@ -56,8 +56,10 @@ EngineRun run_engine(Transformer& model, Backend& backend, const std::vector<Cas
       StopConditions stop;
       stop.ignore_eos = true;
       const RequestId id = next + 1;
-      const Status st = engine.add_request(
-          id, make_request(cases[next].prompt, static_cast<int>(cases[next].greedy.size()), sampling, stop));
+      auto request = std::make_shared<Request>(
+          *make_request(cases[next].prompt, static_cast<int>(cases[next].greedy.size()), sampling, stop));
+      request->speculative = speculative;  // the request's own opt-out
+      const Status st = engine.add_request(id, std::move(request));
       EXPECT_TRUE(st.is_ok()) << st.to_string();
       if (!st.is_ok()) return run;
       index_of[id] = next++;
@@ -177,6 +179,14 @@ TEST_P(SpeculativeEngineTest, PenaltiesAndSeededSamplingGiveThePlainRunsTokens) 
     for (size_t i = 0; i < cases_.size(); ++i)
       EXPECT_EQ(ids(spec.outputs[i]), ids(plain.outputs[i])) << "case " << i << (sampling.seed ? " seeded" : " penalised");
   }
+}
+
+// A request that opts out (the API's "speculative": false) carries no proposals.
+TEST_P(SpeculativeEngineTest, RequestsThatOptOutCarryNoProposals) {
+  const EngineRun run = run_engine(*model_, *backend_, cases_, with_ngram(base(blocks_for_all()), 4), /*stagger=*/0,
+                                   SamplingParams{}, /*speculative=*/false);
+  for (size_t i = 0; i < cases_.size(); ++i) EXPECT_EQ(ids(run.outputs[i]), cases_[i].greedy) << "case " << i;
+  EXPECT_EQ(run.stats.spec_num_drafts, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeEngineTest, ::testing::ValuesIn(testing::golden_models()),
