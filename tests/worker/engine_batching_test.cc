@@ -14,26 +14,15 @@
 #include "kernels/backend.h"
 #include "tests/scripted_executor.h"
 #include "tests/test_support.h"
+#include "tests/worker/golden_cases.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
 
 namespace tessera {
 namespace {
 
-struct Case {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> greedy;
-};
-
-std::vector<Case> read_cases(const std::string& dir) {
-  std::ifstream in(dir + "/goldens/index.json");
-  auto index = nlohmann::json::parse(in);
-  std::vector<Case> cases;
-  for (const auto& c : index["cases"]) {
-    cases.push_back({c["prompt_ids"].get<std::vector<int32_t>>(), c["greedy_ids"].get<std::vector<int32_t>>()});
-  }
-  return cases;
-}
+using Case = testing::GoldenIds;
+std::vector<Case> read_cases(const std::string& dir) { return testing::read_golden_ids(dir); }
 
 struct RunStats {
   uint64_t preemptions = 0;
