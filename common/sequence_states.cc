@@ -127,6 +127,7 @@ StatusOr<std::vector<SeqView>> SequenceStates::apply(const StepPlan& plan) {
     for (int32_t k = st.num_released; k < s.num_released; ++k) st.block_table[static_cast<size_t>(k)] = -1;
     st.num_released = s.num_released;
     st.num_fed = s.num_computed + static_cast<int32_t>(s.tokens.size());
+    st.num_draft = s.num_draft;
     if (st.sampling.has_penalty()) st.history.insert(st.history.end(), s.tokens.begin(), s.tokens.end());
   }
   std::vector<SeqView> views;
@@ -138,6 +139,7 @@ StatusOr<std::vector<SeqView>> SequenceStates::apply(const StepPlan& plan) {
 void SequenceStates::rewind(SeqId id, int32_t num_rejected) {
   HeldSequence& st = states_.at(id);
   st.num_fed -= num_rejected;
+  st.num_draft = 0;
   if (st.sampling.has_penalty()) st.history.resize(st.history.size() - static_cast<size_t>(num_rejected));
 }
 

@@ -24,6 +24,7 @@ namespace tessera {
 struct HeldSequence {
   uint32_t version = 0;           // of the last step applied
   int32_t num_fed = 0;            // tokens fed so far (num_computed + tokens of the last step)
+  int32_t num_draft = 0;          // of those, the last step's proposals (until rewind())
   std::vector<int32_t> block_table;  // -1 for the leading entries a sliding window released
   int32_t num_released = 0;
   SamplingParams sampling;
@@ -40,7 +41,7 @@ struct SeqView {
   const HeldSequence* state = nullptr;
   // The index of the token this step samples: tokens generated before it. With proposals,
   // the index of the first one sampled (at the row before the proposals).
-  int32_t num_generated() const { return state->num_fed - step->num_draft - state->prompt_len; }
+  int32_t num_generated() const { return state->num_fed - state->num_draft - state->prompt_len; }
   // The sequence whose logits row this step samples from (its parent, on a forked choice's
   // first step), else 0: its own last token's row.
   SeqId sample_from() const { return step->start ? step->start->sample_from : 0; }

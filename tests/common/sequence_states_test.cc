@@ -197,7 +197,8 @@ TEST(SequenceStates, ProposalsAreCheckedAndRejectedOnesAreRewound) {
   SeqStep spec = decode_step(7, 2, 3, 9, 1, {1});
   spec.tokens = {9, 4, 5, 6};  // the last token, then three proposals
   spec.num_draft = 3;
-  auto views = states.apply(plan_of(2, {spec}));
+  const StepPlan plan = plan_of(2, {spec});  // the views point into it
+  auto views = states.apply(plan);
   ASSERT_TRUE(views.is_ok()) << views.status().to_string();
   EXPECT_EQ((*views)[0].num_generated(), 1);  // the token sampled at the last token's row
   states.rewind(7, 2);                        // proposal 4 accepted, 5 and 6 rejected
