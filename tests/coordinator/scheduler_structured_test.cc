@@ -41,12 +41,13 @@ struct Outcome {
 };
 
 std::map<SeqId, Outcome> run_batch(const std::vector<std::shared_ptr<const TokenConstraint>>& constraints,
-                                   const char* mask_threads) {
+                                   const char* mask_threads, bool speculative = false) {
   setenv("TESSERA_MASK_THREADS", mask_threads, 1);
   SchedulerConfig config;
   config.block_size = 16;
   config.num_blocks = 256;
   config.max_model_len = 128;
+  if (speculative) config.speculative.method = SpeculativeConfig::Method::kNgram;
   Scheduler sched(config);
   unsetenv("TESSERA_MASK_THREADS");
   for (RequestId id = 1; id <= 24; ++id) {
@@ -65,6 +66,7 @@ std::map<SeqId, Outcome> run_batch(const std::vector<std::shared_ptr<const Token
     StepResult result;
     result.step_id = plan.step_id;
     for (const SeqStep& s : plan.seqs) {
+      EXPECT_EQ(s.num_draft, 0) << "sequence " << s.seq_id << ": proposals under a grammar";
       if (!s.sample) continue;
       // A fixed choice among the allowed tokens: a function of the sequence and its length.
       std::vector<int32_t> allowed;
@@ -124,6 +126,20 @@ TEST(SchedulerStructured, ParallelMasksGiveTheSerialEvents) {
   }
   EXPECT_GT(stopped, 10);
   EXPECT_EQ(dead_ends, 5) << "requests 4, 9, 14, 19 and 24 ask for \"az\"";
+}
+
+// With speculative decoding on, constrained sequences carry no proposals (their masks move
+// with each token) and give the same events.
+TEST(SchedulerStructured, SpeculationLeavesConstrainedSequencesAlone) {
+  auto vocab = std::make_shared<const TokenVocabulary>(scheduler_tokens());
+  std::vector<std::shared_ptr<const TokenConstraint>> plain, spec;
+  for (auto* list : {&plain, &spec}) {
+    list->push_back(std::make_shared<const TokenConstraint>(
+        structured::compile_constraint(ConstraintKind::kRegex, "(ab|x)+[12]").value(), vocab));
+    list->push_back(std::make_shared<const TokenConstraint>(
+        structured::compile_constraint(ConstraintKind::kJsonObject, nullptr).value(), vocab));
+  }
+  EXPECT_EQ(run_batch(spec, "1", /*speculative=*/true), run_batch(plain, "1"));
 }
 
 }  // namespace
