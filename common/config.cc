@@ -325,8 +325,7 @@ const std::vector<std::pair<const char*, DType>> kDtypes = {
 const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
     {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8},
     {"int4", WeightQuantization::kInt4}};
-const std::vector<std::pair<const char*, SpeculativeConfig::Method>> kSpeculativeMethods = {
-    {"none", SpeculativeConfig::Method::kNone}, {"ngram", SpeculativeConfig::Method::kNgram}};
+const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& kSpeculativeMethods = speculative_method_names();
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {

@@ -18,12 +18,10 @@ Status validate_speculative_config(const SpeculativeConfig& config) {
   return Status::ok();
 }
 
-const char* speculative_method_name(SpeculativeConfig::Method method) {
-  switch (method) {
-    case SpeculativeConfig::Method::kNone: return "none";
-    case SpeculativeConfig::Method::kNgram: return "ngram";
-  }
-  return "?";
+const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& speculative_method_names() {
+  static const std::vector<std::pair<const char*, SpeculativeConfig::Method>> names = {
+      {"none", SpeculativeConfig::Method::kNone}, {"ngram", SpeculativeConfig::Method::kNgram}};
+  return names;
 }
 
 }  // namespace tessera

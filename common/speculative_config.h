@@ -2,6 +2,8 @@
 // Speculative decoding's settings (YAML `speculative.*`, docs/configuration.md): which
 // proposer makes proposals (coordinator/engine/proposer.h) and how many a step may check.
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -18,6 +20,7 @@ struct SpeculativeConfig {
 
 // An error naming the key that is wrong (speculative.num_tokens, ngram_min, ngram_max).
 Status validate_speculative_config(const SpeculativeConfig& config);
-const char* speculative_method_name(SpeculativeConfig::Method method);
+// Each method's name, as `speculative.method` and --speculative spell it.
+const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& speculative_method_names();
 
 }  // namespace tessera

@@ -199,11 +199,10 @@ Status run(const Options& o) {
   sc.num_blocks = o.kv_blocks > 0 ? o.kv_blocks : static_cast<int>(needed);
   sc.max_model_len = static_cast<int>(std::max<int64_t>(longest, config.max_positions));
   sc.sliding_window = config.kv_window();  // blocks the window has left are freed
-  if (o.speculative == "ngram") {
-    sc.speculative.method = SpeculativeConfig::Method::kNgram;
-  } else if (o.speculative != "none") {
-    return invalid_argument("--speculative: expected none or ngram, got '" + o.speculative + "'");
-  }
+  const auto& methods = speculative_method_names();
+  const auto method = std::find_if(methods.begin(), methods.end(), [&](const auto& m) { return o.speculative == m.first; });
+  if (method == methods.end()) return invalid_argument("--speculative: expected none or ngram, got '" + o.speculative + "'");
+  sc.speculative.method = method->second;
   sc.speculative.num_tokens = o.speculative_tokens;
   if (sc.speculative.enabled() && !o.dump_logits.empty())
     return invalid_argument("--dump-logits needs --speculative none: a step checking proposals scores several rows "

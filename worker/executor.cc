@@ -46,11 +46,6 @@ Status Executor::validate(const StepPlan& plan) const {
                               " leading entries released)");
     }
   }
-  for (const SeqStep& s : plan.seqs) {
-    if (s.num_draft != 0 && plan.return_logits)
-      return invalid_argument("step " + std::to_string(plan.step_id) + ", sequence " + std::to_string(s.seq_id) +
-                              ": proposals (num_draft) in a plan that asks for its logits");
-  }
   for (const auto& [src, dst] : plan.block_copies) {
     if (src < 0 || src >= cache_.num_blocks() || dst < 0 || dst >= cache_.num_blocks()) {
       return invalid_argument("step " + std::to_string(plan.step_id) + ": block copy outside the pool");
@@ -61,6 +56,11 @@ Status Executor::validate(const StepPlan& plan) const {
 
 StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>* logits_out) {
   TESSERA_RETURN_IF_ERROR(validate(plan));
+  // The logits handed back are one row per sampled token; a step checking proposals samples
+  // several rows per sequence, kept or not as the draws go, so it hands back none.
+  const bool has_draft = std::any_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& s) { return s.num_draft > 0; });
+  if (has_draft && (logits_out != nullptr || plan.return_logits))
+    return invalid_argument("step " + std::to_string(plan.step_id) + ": proposals (num_draft) in a step whose logits are asked for");
   StatusOr<std::vector<SeqView>> applied = sequences_.apply(plan);
   if (!applied.is_ok()) return applied.status();
   const std::vector<SeqView>& views = applied.value();
@@ -127,9 +127,6 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
 
   const int64_t vocab = model_.config().vocab;
   const size_t num_sampled = logit_rows.size();
-  const bool has_draft = std::any_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& s) { return s.num_draft > 0; });
-  if (has_draft && logits_out != nullptr)
-    return invalid_argument("step " + std::to_string(plan.step_id) + ": proposals (num_draft) while the caller asks for logits");
   logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
   TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch, cache_, logit_rows, logits.view()));
@@ -138,21 +135,17 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   std::vector<float>& host = host_logits_;
   host.resize(static_cast<size_t>(logits.numel()));
   backend_.copy_to_host(logits.view(), host.data());
-  // One row per sampled token, in plan order (a forked choice repeats its parent's row); the
-  // prompt-scoring rows follow the sampled ones in `host`. (A plan with proposals returns no
-  // logits: validate() refuses it.)
-  std::vector<float> per_sample;
-  const float* sampled = host.data();
-  if (sample_rows.size() != num_sampled && !has_draft) {
-    per_sample.resize(sample_rows.size() * static_cast<size_t>(vocab));
+  // The prompt-scoring rows follow the sampled ones in `host`; each sampling sequence reads
+  // from its row in sample_rows (a forked choice its parent's). Logits asked for: one row per
+  // sampled token, in plan order (no proposals here: refused above).
+  if (logits_out != nullptr || plan.return_logits) {
+    std::vector<float> rows(sample_rows.size() * static_cast<size_t>(vocab));
     for (size_t k = 0; k < sample_rows.size(); ++k)
       std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(sample_rows[k] * vocab), vocab,
-                  per_sample.begin() + static_cast<std::ptrdiff_t>(k * vocab));
-    sampled = per_sample.data();
+                  rows.begin() + static_cast<std::ptrdiff_t>(k * vocab));
+    if (logits_out != nullptr) *logits_out = rows;
+    if (plan.return_logits) result.logits = std::move(rows);
   }
-  const float* sampled_end = sampled + sample_rows.size() * static_cast<size_t>(vocab);
-  if (logits_out != nullptr) logits_out->assign(sampled, sampled_end);
-  if (plan.return_logits) result.logits.assign(sampled, sampled_end);
   // Rows are independent and each costs a pass over the vocabulary (log-softmax, maybe a
   // top-k sort), so they are spread over the cores: done serially they left the other cores
   // idle for ~20% of a batch-32 decode step (perf, ~100M model, 2 cores).
@@ -178,8 +171,7 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   std::vector<std::vector<SampledToken>> per_seq(sampling.size());
 #pragma omp parallel for schedule(dynamic, 1) if (num_sampling > 1)
   for (int64_t row = 0; row < num_sampling; ++row) {
-    const float* first = has_draft ? host.data() + sample_rows[row] * vocab : sampled + row * vocab;
-    per_seq[row] = sample_verifying(*sampling[row], first, vocab);
+    per_seq[row] = sample_verifying(*sampling[row], host.data() + sample_rows[row] * vocab, vocab);
   }
   for (int64_t row = 0; row < num_sampling; ++row) {
     const SeqStep& s = *sampling[row]->step;

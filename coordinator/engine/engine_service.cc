@@ -383,10 +383,7 @@ void EngineService::Impl::publish_stats() {
   stats.kv_window_released_blocks = s.window_releases;
   stats.prefill_capped_steps = s.prefill_capped_steps;
   stats.prefill_token_cap = s.prefill_token_cap;
-  stats.spec_num_drafts = s.spec_num_drafts;
-  stats.spec_num_draft_tokens = s.spec_num_draft_tokens;
-  stats.spec_num_accepted_tokens = s.spec_num_accepted_tokens;
-  stats.spec_accepted_per_pos = s.spec_accepted_per_pos;
+  stats.spec = s.spec;
 }
 
 void EngineService::Impl::expire_waiting_for_executor(Clock::time_point now) {

@@ -79,10 +79,7 @@ struct EngineServiceStats {
   uint64_t kv_window_released_blocks = 0;  // given back because a sliding window moved past them
   uint64_t prefill_capped_steps = 0;  // steps whose prompt tokens max_decode_slowdown capped
   int prefill_token_cap = 0;          // that cap in the last step (0: none)
-  // Speculative decoding (SchedulerStats::spec_*): sequence steps with proposals, proposals,
-  // accepted ones, and accepted per position (index i: proposal i + 1).
-  uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
-  std::vector<uint64_t> spec_accepted_per_pos;
+  SpecDecodeStats spec;  // speculative decoding's counters
   // Latency histograms (seconds) since start, per request except itl:
   //   ttft    submit -> first token (every request that got one, aborted ones too);
   //   itl     between consecutive tokens of one choice;

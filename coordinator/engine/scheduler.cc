@@ -48,7 +48,7 @@ Scheduler::Scheduler(SchedulerConfig config)
   const Status st = validate_scheduler_config(config_);
   TESSERA_CHECK(st.is_ok()) << st.to_string();
   proposer_ = make_proposer(config_.speculative);
-  if (proposer_) spec_stats_.spec_accepted_per_pos.assign(static_cast<size_t>(config_.speculative.num_tokens), 0);
+  if (proposer_) spec_stats_.accepted_per_pos.assign(static_cast<size_t>(config_.speculative.num_tokens), 0);
   const int64_t pool_tokens = int64_t{config_.num_blocks} * config_.block_size;
   max_len_ = static_cast<int>(std::min<int64_t>(config_.max_model_len, pool_tokens));
   if (!config_.chunked_prefill) max_len_ = std::min(max_len_, config_.max_num_batched_tokens);
@@ -366,11 +366,11 @@ void Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<c
                                          SequenceEvent& event) {
   const SeqId id = s.seq_id;
   const auto accepted = static_cast<int>(tokens.size()) - 1;
-  ++spec_stats_.spec_num_drafts;
-  spec_stats_.spec_num_draft_tokens += static_cast<uint64_t>(s.num_draft);
-  spec_stats_.spec_num_accepted_tokens += static_cast<uint64_t>(accepted);
-  for (int i = 0; i < accepted && static_cast<size_t>(i) < spec_stats_.spec_accepted_per_pos.size(); ++i)
-    ++spec_stats_.spec_accepted_per_pos[static_cast<size_t>(i)];
+  ++spec_stats_.num_drafts;
+  spec_stats_.num_draft_tokens += static_cast<uint64_t>(s.num_draft);
+  spec_stats_.num_accepted_tokens += static_cast<uint64_t>(accepted);
+  for (int i = 0; i < accepted && static_cast<size_t>(i) < spec_stats_.accepted_per_pos.size(); ++i)
+    ++spec_stats_.accepted_per_pos[static_cast<size_t>(i)];
   // The known tokens fed are in the KV cache now; each accepted proposal joins them as it is
   // appended (its KV was written by this step); the last token is the next to feed.
   e.seq.advance(static_cast<int>(s.tokens.size()) - s.num_draft);
@@ -660,10 +660,7 @@ SchedulerStats Scheduler::stats() const {
   s.tpot_capped_steps = tpot_capped_steps_;
   s.prefill_capped_steps = prefill_capped_steps_;
   s.window_releases = b.window_releases;
-  s.spec_num_drafts = spec_stats_.spec_num_drafts;
-  s.spec_num_draft_tokens = spec_stats_.spec_num_draft_tokens;
-  s.spec_num_accepted_tokens = spec_stats_.spec_num_accepted_tokens;
-  s.spec_accepted_per_pos = spec_stats_.spec_accepted_per_pos;
+  s.spec = spec_stats_;
   return s;
 }
 

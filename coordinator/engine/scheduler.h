@@ -92,6 +92,14 @@ struct SequenceEvent {
   std::vector<PromptLogprob> prompt_logprobs;
 };
 
+// Speculative decoding, vLLM's spec_decode counters.
+struct SpecDecodeStats {
+  uint64_t num_drafts = 0;           // sequence steps that carried proposals
+  uint64_t num_draft_tokens = 0;     // proposals
+  uint64_t num_accepted_tokens = 0;  // of those, accepted
+  std::vector<uint64_t> accepted_per_pos;  // index i: proposal i + 1 accepted
+};
+
 struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;            // sequences (choices) waiting
@@ -115,12 +123,7 @@ struct SchedulerStats {
   uint64_t prefill_capped_steps = 0;
   // Of those, the steps where max_tpot_slowdown's cap was the tighter one.
   uint64_t tpot_capped_steps = 0;
-  // Speculative decoding, vLLM's spec_decode counters: sequence steps that carried proposals,
-  // the proposals, those accepted, and accepted per position (index i: proposal i + 1).
-  uint64_t spec_num_drafts = 0;
-  uint64_t spec_num_draft_tokens = 0;
-  uint64_t spec_num_accepted_tokens = 0;
-  std::vector<uint64_t> spec_accepted_per_pos;
+  SpecDecodeStats spec;
 };
 
 class Scheduler {
@@ -278,7 +281,7 @@ class Scheduler {
   int prefill_token_cap_ = 0;
   uint64_t prefill_capped_steps_ = 0;
   uint64_t tpot_capped_steps_ = 0;
-  SchedulerStats spec_stats_;  // only its spec_* fields
+  SpecDecodeStats spec_stats_;
   // Computes the step's structured-output masks in parallel (on_step_result).
   structured::MaskPool mask_pool_;
 };

@@ -77,15 +77,15 @@ std::string render_vllm_series(const EngineServiceStats& s, const std::string& l
       "Prefix cache queries, in terms of number of queried tokens.", u(s.prefix_cache_query_tokens));
   one("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
       u(s.prefix_cache_hit_tokens));
-  one("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", u(s.spec_num_drafts));
-  one("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", u(s.spec_num_draft_tokens));
+  one("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", u(s.spec.num_drafts));
+  one("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", u(s.spec.num_draft_tokens));
   one("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
-      u(s.spec_num_accepted_tokens));
+      u(s.spec.num_accepted_tokens));
   header(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
          "Accepted tokens per draft position.");
-  for (size_t i = 0; i < s.spec_accepted_per_pos.size(); ++i)
+  for (size_t i = 0; i < s.spec.accepted_per_pos.size(); ++i)
     sample(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-           labels + sep + "position=\"" + std::to_string(i) + "\"", u(s.spec_accepted_per_pos[i]));
+           labels + sep + "position=\"" + std::to_string(i) + "\"", u(s.spec.accepted_per_pos[i]));
   out += render_histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                           labels, s.ttft);
   out += render_histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",

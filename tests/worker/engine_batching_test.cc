@@ -14,7 +14,7 @@
 #include "kernels/backend.h"
 #include "tests/scripted_executor.h"
 #include "tests/test_support.h"
-#include "tests/worker/golden_cases.h"
+#include "tests/worker/golden_model_fixture.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
 
@@ -22,7 +22,6 @@ namespace tessera {
 namespace {
 
 using Case = testing::GoldenIds;
-std::vector<Case> read_cases(const std::string& dir) { return testing::read_golden_ids(dir); }
 
 struct RunStats {
   uint64_t preemptions = 0;
@@ -76,29 +75,7 @@ std::vector<std::vector<int32_t>> run_engine(Transformer& model, Backend& backen
   return outputs;
 }
 
-class EngineBatchingTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    TESSERA_REQUIRE_FIXTURES();
-    auto b = make_backend("cpu");
-    ASSERT_TRUE(b.is_ok());
-    backend_ = std::move(b).value();
-    auto m = Transformer::load(testing::fixtures_dir() + "/" + GetParam(), ModelLoadOptions{}, *backend_);
-    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-    model_ = std::move(m).value();
-    cases_ = read_cases(testing::fixtures_dir() + "/" + GetParam());
-  }
-
-  int blocks_for_all(int block_size) const {
-    int n = 0;
-    for (const Case& c : cases_) n += static_cast<int>((c.prompt.size() + c.greedy.size() + block_size - 1) / block_size);
-    return n;
-  }
-
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Transformer> model_;
-  std::vector<Case> cases_;
-};
+class EngineBatchingTest : public testing::GoldenModelTest {};
 
 TEST_P(EngineBatchingTest, StaggeredArrivalsWithSmallPrefillChunksMatchTheReference) {
   SchedulerConfig sc;

@@ -16,7 +16,7 @@
 #include "coordinator/engine/engine.h"
 #include "kernels/backend.h"
 #include "tests/test_support.h"
-#include "tests/worker/golden_cases.h"
+#include "tests/worker/golden_model_fixture.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
 
@@ -24,7 +24,6 @@ namespace tessera {
 namespace {
 
 using Case = testing::GoldenIds;
-std::vector<Case> read_cases(const std::string& dir) { return testing::read_golden_ids(dir); }
 
 struct EngineRun {
   std::vector<std::vector<SampledToken>> outputs;  // per case
@@ -80,19 +79,8 @@ SchedulerConfig with_ngram(SchedulerConfig sc, int k) {
   return sc;
 }
 
-class SpeculativeEngineTest : public ::testing::TestWithParam<std::string> {
+class SpeculativeEngineTest : public testing::GoldenModelTest {
  protected:
-  void SetUp() override {
-    TESSERA_REQUIRE_FIXTURES();
-    auto b = make_backend("cpu");
-    ASSERT_TRUE(b.is_ok());
-    backend_ = std::move(b).value();
-    auto m = Transformer::load(testing::fixtures_dir() + "/" + GetParam(), ModelLoadOptions{}, *backend_);
-    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-    model_ = std::move(m).value();
-    cases_ = read_cases(testing::fixtures_dir() + "/" + GetParam());
-  }
-
   SchedulerConfig base(int num_blocks) const {
     SchedulerConfig sc;
     sc.block_size = 4;
@@ -102,15 +90,8 @@ class SpeculativeEngineTest : public ::testing::TestWithParam<std::string> {
     sc.sliding_window = model_->config().kv_window();
     return sc;
   }
-  int blocks_for_all() const {
-    int n = 0;
-    for (const Case& c : cases_) n += static_cast<int>((c.prompt.size() + c.greedy.size() + 8 + 3) / 4);
-    return n;
-  }
-
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Transformer> model_;
-  std::vector<Case> cases_;
+  // Room for every case at once, proposals included.
+  int blocks_for_all() const { return GoldenModelTest::blocks_for_all(4, 8); }
 };
 
 // Every golden model, greedy: alone, staggered with 8-token chunks, and in a pool that forces
@@ -142,10 +123,10 @@ TEST_P(SpeculativeEngineTest, NgramProposalsGiveTheGreedyIdsAndLogprobsOfPlainDe
   if (model_->config().kv_window() == 0)
     EXPECT_GT(pressed.stats.num_preemptions, 0u) << "the pool was meant to force preemption";
 
-  EXPECT_GT(spec.stats.spec_num_drafts, 0u) << "no step carried proposals";
-  EXPECT_LE(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
-  std::cout << "[ REPORT   ] " << GetParam() << ": " << spec.stats.spec_num_accepted_tokens << " of "
-            << spec.stats.spec_num_draft_tokens << " proposals accepted in " << spec.stats.spec_num_drafts
+  EXPECT_GT(spec.stats.spec.num_drafts, 0u) << "no step carried proposals";
+  EXPECT_LE(spec.stats.spec.num_accepted_tokens, spec.stats.spec.num_draft_tokens);
+  std::cout << "[ REPORT   ] " << GetParam() << ": " << spec.stats.spec.num_accepted_tokens << " of "
+            << spec.stats.spec.num_draft_tokens << " proposals accepted in " << spec.stats.spec.num_drafts
             << " speculating steps; " << spec.stats.num_steps << " steps against " << plain.stats.num_steps
             << " without; tight pool: " << pressed.stats.num_preemptions << " preemptions" << std::endl;
 }
@@ -175,7 +156,7 @@ TEST_P(SpeculativeEngineTest, RequestsThatOptOutCarryNoProposals) {
   const EngineRun run = run_engine(*model_, *backend_, cases_, with_ngram(base(blocks_for_all()), 4), /*stagger=*/0,
                                    SamplingParams{}, /*speculative=*/false);
   for (size_t i = 0; i < cases_.size(); ++i) EXPECT_EQ(ids(run.outputs[i]), cases_[i].greedy) << "case " << i;
-  EXPECT_EQ(run.stats.spec_num_drafts, 0u);
+  EXPECT_EQ(run.stats.spec.num_drafts, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeEngineTest, ::testing::ValuesIn(testing::golden_models()),
