@@ -535,6 +535,7 @@ const std::vector<KeyDef>& schema() {
       TESSERA_INT_KEY("speculative.num_tokens", speculative.num_tokens, 1, SeqStep::kMaxDraft),
       TESSERA_INT_KEY("speculative.ngram_min", speculative.ngram_min, 1, 64),
       TESSERA_INT_KEY("speculative.ngram_max", speculative.ngram_max, 1, 64),
+      TESSERA_STRING_KEY("speculative.draft_model", speculative.draft_model, read_string),
       TESSERA_STRING_KEY("server.http.host", server.http.host, read_string),
       TESSERA_INT_KEY("server.http.port", server.http.port, 0, 65535),
       KeyDef{"server.http.api_keys", false,

@@ -15,12 +15,19 @@ Status validate_speculative_config(const SpeculativeConfig& config) {
   if (config.ngram_max < config.ngram_min)
     return invalid_argument("speculative.ngram_max (" + std::to_string(config.ngram_max) +
                             ") must be at least speculative.ngram_min (" + std::to_string(config.ngram_min) + ")");
+  const bool draft = config.method == SpeculativeConfig::Method::kDraft;
+  if (draft && config.draft_model.empty())
+    return invalid_argument("speculative.draft_model: required with speculative.method draft (the draft model's folder or file)");
+  if (!draft && !config.draft_model.empty())
+    return invalid_argument("speculative.draft_model: given while speculative.method is not draft (set "
+                            "speculative.method: draft, or drop the draft model)");
   return Status::ok();
 }
 
 const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& speculative_method_names() {
   static const std::vector<std::pair<const char*, SpeculativeConfig::Method>> names = {
-      {"none", SpeculativeConfig::Method::kNone}, {"ngram", SpeculativeConfig::Method::kNgram}};
+      {"none", SpeculativeConfig::Method::kNone}, {"ngram", SpeculativeConfig::Method::kNgram},
+      {"draft", SpeculativeConfig::Method::kDraft}};
   return names;
 }
 

@@ -61,6 +61,12 @@ struct SeqStep {
   // sample, no allowed_tokens, and fewer proposals than tokens.
   int32_t num_draft = 0;
   static constexpr int32_t kMaxDraft = 16;  // the most proposals one step may carry
+  // Proposals made on the executors (a draft model, common/speculative_config.h): after this
+  // step samples, propose up to `propose` tokens to follow the last sampled one; they come
+  // back in StepResult::proposals for the next step to feed as num_draft. The draft writes
+  // scratch KV for the sampled token and the first propose - 1 proposals, so the block table
+  // must cover `propose` positions past the step's tokens. Needs sample, at most kMaxDraft.
+  int32_t propose = 0;
   // The block table (every block the sequence owns, in order, covering num_computed +
   // tokens) as a change to the one the executors hold: entries from `table_from` on are
   // replaced by `new_blocks` (blocks appended, and a shared last block replaced by its
@@ -111,6 +117,13 @@ struct PromptLogprob {
   std::vector<TokenLogprob> top_logprobs;  // sampling.prompt_logprobs of them, best first
 };
 
+// What an executor's draft model proposes to follow a sequence's last sampled token
+// (SeqStep::propose): up to that many tokens, possibly none.
+struct Proposal {
+  SeqId seq_id = 0;
+  std::vector<int32_t> tokens;
+};
+
 struct StepResult {
   uint64_t step_id = 0;
   // One per SeqStep with sample == true, in plan order; a step with proposals (num_draft > 0)
@@ -125,6 +138,8 @@ struct StepResult {
   // so a peer is gone). The coordinator counts the rank lost at once instead of waiting for
   // heartbeats to tell, so the failed requests are reported as the workers' outage (503).
   bool leaving = false;
+  // One per SeqStep with propose > 0 that sampled, in plan order.
+  std::vector<Proposal> proposals;
 };
 
 }  // namespace tessera

@@ -57,6 +57,7 @@ struct Options {
   int threads = 0;
   std::string speculative = "none";  // speculative.method
   int speculative_tokens = 4;        // speculative.num_tokens
+  std::string draft_model;           // speculative.draft_model
 };
 
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& what) {
@@ -191,9 +192,12 @@ Status run(const Options& o) {
   sc.max_num_seqs = o.max_num_seqs;
   sc.max_num_batched_tokens = o.max_num_batched_tokens;
   int64_t needed = 0, longest = 0;
+  // Room for the proposals too (and the draft's scratch), so a pool sized for the run lets
+  // speculation go on to the last token.
+  const int64_t spec_slots = o.speculative != "none" ? o.speculative_tokens + 1 : 0;
   for (const auto& p : prompts) {
     const int64_t total = static_cast<int64_t>(p.size()) + o.max_new_tokens;
-    needed += (total + o.block_size - 1) / o.block_size;
+    needed += (total + spec_slots + o.block_size - 1) / o.block_size;
     longest = std::max(longest, total);
   }
   sc.num_blocks = o.kv_blocks > 0 ? o.kv_blocks : static_cast<int>(needed);
@@ -201,9 +205,15 @@ Status run(const Options& o) {
   sc.sliding_window = config.kv_window();  // blocks the window has left are freed
   const auto& methods = speculative_method_names();
   const auto method = std::find_if(methods.begin(), methods.end(), [&](const auto& m) { return o.speculative == m.first; });
-  if (method == methods.end()) return invalid_argument("--speculative: expected none or ngram, got '" + o.speculative + "'");
+  if (method == methods.end())
+    return invalid_argument("--speculative: expected none, ngram or draft, got '" + o.speculative + "'");
   sc.speculative.method = method->second;
   sc.speculative.num_tokens = o.speculative_tokens;
+  sc.speculative.draft_model = o.draft_model;
+  if (sc.speculative.method == SpeculativeConfig::Method::kDraft && o.draft_model.empty())
+    return invalid_argument("--speculative draft needs --draft-model PATH (speculative.draft_model)");
+  if (sc.speculative.method != SpeculativeConfig::Method::kDraft && !o.draft_model.empty())
+    return invalid_argument("--draft-model is given, but --speculative is " + o.speculative + " (use --speculative draft)");
   if (sc.speculative.enabled() && !o.dump_logits.empty())
     return invalid_argument("--dump-logits needs --speculative none: a step checking proposals scores several rows "
                             "per sequence, not one per generated token");
@@ -221,6 +231,7 @@ Status run(const Options& o) {
   lo.backend = o.backend;
   lo.threads = o.threads;
   lo.program = "tessera-gen";
+  lo.draft_model = o.draft_model;
   TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> local, LocalExecutor::start(lo, sc));
   std::unique_ptr<LogitRecorder> recorder;
@@ -324,8 +335,12 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print {\"prompt_ids\",\"output_ids\",\"text\"} as one JSON line");
   app.add_flag("--stop-at-eos", o.stop_at_eos, "stop when the model emits its EOS token");
   app.add_option("--speculative", o.speculative,
-                 "speculative decoding: none, or ngram (prompt lookup); the tokens do not change (speculative.method)")
+                 "speculative decoding: none, ngram (prompt lookup) or draft (a draft model, --draft-model); greedy "
+                 "tokens do not change (speculative.method)")
       ->capture_default_str();
+  app.add_option("--draft-model", o.draft_model,
+                 "the draft model for --speculative draft: a folder, DeepSpeed JSON or GGUF file sharing the model's "
+                 "vocabulary (speculative.draft_model)");
   app.add_option("--speculative-tokens", o.speculative_tokens, "proposals checked per step, 1 to 16 (speculative.num_tokens)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

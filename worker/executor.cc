@@ -5,15 +5,20 @@
 #include <span>
 #include <unordered_map>
 
+#include "worker/ragged_batch.h"
 #include "worker/sampler.h"
+#include "worker/speculative_sampling.h"
 
 namespace tessera {
 
-Executor::Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype)
+Executor::Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype,
+                   Transformer* draft)
     : model_(model),
       backend_(backend),
       cache_(model.cache_config(), block_size, num_blocks, kv_dtype, backend),
-      sequences_(block_size, num_blocks) {}
+      sequences_(block_size, num_blocks) {
+  if (draft != nullptr) draft_ = std::make_unique<DraftModel>(*draft, backend, block_size, num_blocks, kv_dtype);
+}
 
 Status Executor::validate(const StepPlan& plan) const {
   const int64_t vocab = model_.config().vocab;
@@ -46,6 +51,21 @@ Status Executor::validate(const StepPlan& plan) const {
                               " leading entries released)");
     }
   }
+  for (const SeqStep& s : plan.seqs) {
+    if (s.propose == 0) continue;
+    const std::string who = "step " + std::to_string(plan.step_id) + ", sequence " + std::to_string(s.seq_id);
+    if (!draft_) return invalid_argument(who + ": asks for proposals, but this executor has no draft model");
+    if (s.propose < 0 || s.propose > SeqStep::kMaxDraft || !s.sample || s.tokens.empty())
+      return invalid_argument(who + ": " + std::to_string(s.propose) + " proposals asked of a step " +
+                              (s.sample && !s.tokens.empty() ? "" : "that does not feed tokens and sample ") + "(at most " +
+                              std::to_string(SeqStep::kMaxDraft) + ")");
+    const int64_t table = s.table_from + static_cast<int64_t>(s.new_blocks.size());
+    // The sampled token's K/V and its first propose - 1 proposals', after the fed tokens.
+    const int64_t scratch_end = s.num_computed + static_cast<int64_t>(s.tokens.size()) + s.propose;
+    if (table * block_size < scratch_end)
+      return invalid_argument(who + ": a block table of " + std::to_string(table) + " blocks cannot hold the " +
+                              std::to_string(scratch_end) + " positions its proposals need");
+  }
   for (const auto& [src, dst] : plan.block_copies) {
     if (src < 0 || src >= cache_.num_blocks() || dst < 0 || dst >= cache_.num_blocks()) {
       return invalid_argument("step " + std::to_string(plan.step_id) + ": block copy outside the pool");
@@ -64,6 +84,12 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   StatusOr<std::vector<SeqView>> applied = sequences_.apply(plan);
   if (!applied.is_ok()) return applied.status();
   const std::vector<SeqView>& views = applied.value();
+  if (draft_) {
+    // Held proposals answer the sequence's next step only.
+    for (SeqId id : plan.dropped) draft_->forget(id);
+    for (const SeqStep& s : plan.seqs)
+      if (s.start) draft_->forget(s.seq_id);
+  }
   StepResult result;
   result.step_id = plan.step_id;
   int32_t highest_block = -1;  // the KV this step writes
@@ -72,9 +98,12 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     for (const int32_t b : s.new_blocks) highest_block = std::max(highest_block, b);
   cache_.in_use_below(highest_block + 1);
   for (const auto& [src, dst] : plan.block_copies) cache_.copy_block(src, dst, backend_);
+  if (draft_) {
+    draft_->in_use_below(highest_block + 1);
+    for (const auto& [src, dst] : plan.block_copies) draft_->copy_block(src, dst);
+  }
   if (plan.seqs.empty()) return result;
 
-  const int block_size = cache_.block_size();
   std::vector<int32_t> tokens, logit_rows;
   // Rows whose logits score a prompt token (sequences asking prompt logprobs only), after the
   // sampled rows in logit_rows: (row in the batch, sequence view, position of the token scored).
@@ -84,11 +113,9 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   };
   std::vector<PromptRow> prompt_rows;
   std::vector<int32_t> prompt_row_ids;
-  AttentionBatch batch;
-  batch.query_start.push_back(0);
-  for (const SeqView& v : views) {
-    batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int>(v.state->block_table.size()));
-  }
+  int max_blocks = 0;
+  for (const SeqView& v : views) max_blocks = std::max(max_blocks, static_cast<int>(v.state->block_table.size()));
+  RaggedBatchBuilder batch(cache_.block_size(), max_blocks);
   // Row of the logits each sampled sequence reads: its own last token's, or for a forked
   // choice's first step its parent's (which comes earlier in the plan).
   std::unordered_map<SeqId, size_t> row_of;
@@ -99,23 +126,17 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
       sample_rows.push_back(row_of.at(v.sample_from()));
       continue;
     }
-    const std::vector<int32_t>& table = v.state->block_table;
-    int32_t pos = s.num_computed;
-    const bool wants_prompt = v.state->sampling.prompt_logprobs >= 0;
-    for (int32_t t : s.tokens) {
-      batch.slot_mapping.push_back(table[pos / block_size] * block_size + pos % block_size);
-      // The row of the token at `pos` predicts the one at pos + 1: a prompt token when it is one.
-      if (wants_prompt && pos + 1 < v.state->prompt_len) {
-        prompt_row_ids.push_back(static_cast<int32_t>(tokens.size()));
+    batch.add(v.state->block_table, s.num_computed, static_cast<int32_t>(s.tokens.size()));
+    // The row of the token at `pos` predicts the one at pos + 1: a prompt token when it is one.
+    if (v.state->sampling.prompt_logprobs >= 0) {
+      for (int32_t i = 0; i < static_cast<int32_t>(s.tokens.size()); ++i) {
+        const int32_t pos = s.num_computed + i;
+        if (pos + 1 >= v.state->prompt_len) break;
+        prompt_row_ids.push_back(static_cast<int32_t>(tokens.size()) + i);
         prompt_rows.push_back(PromptRow{&v, pos + 1});
       }
-      tokens.push_back(t);
-      ++pos;
     }
-    batch.query_start.push_back(static_cast<int32_t>(tokens.size()));
-    batch.context_lens.push_back(pos);
-    batch.block_tables.insert(batch.block_tables.end(), table.begin(), table.end());
-    batch.block_tables.insert(batch.block_tables.end(), batch.max_blocks_per_seq - table.size(), -1);
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
     if (s.sample) {
       // Its last token's row, and with proposals the rows before them too: row i scores
       // proposal i + 1 (num_draft + 1 rows in all, consecutive).
@@ -129,8 +150,11 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   const size_t num_sampled = logit_rows.size();
   logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
-  TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch, cache_, logit_rows, logits.view()));
-  if (logit_rows.empty()) return result;
+  TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view()));
+  if (logit_rows.empty()) {
+    TESSERA_RETURN_IF_ERROR(run_draft(views, {}, result));
+    return result;
+  }
   // Reused across steps: a fresh [rows, vocab] vector per step page-faulted megabytes.
   std::vector<float>& host = host_logits_;
   host.resize(static_cast<size_t>(logits.numel()));
@@ -173,13 +197,45 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   for (int64_t row = 0; row < num_sampling; ++row) {
     per_seq[row] = sample_verifying(*sampling[row], host.data() + sample_rows[row] * vocab, vocab);
   }
+  std::unordered_map<SeqId, SampledRun> sampled;
   for (int64_t row = 0; row < num_sampling; ++row) {
     const SeqStep& s = *sampling[row]->step;
+    sampled[s.seq_id] = SampledRun{sampling[row]->num_generated(), static_cast<int32_t>(per_seq[row].size()),
+                                   per_seq[row].back().token};
     const auto accepted = static_cast<int32_t>(per_seq[row].size()) - 1;
     if (accepted < s.num_draft) sequences_.rewind(s.seq_id, s.num_draft - accepted);
     result.tokens.insert(result.tokens.end(), per_seq[row].begin(), per_seq[row].end());
   }
+  TESSERA_RETURN_IF_ERROR(run_draft(views, sampled, result));
   return result;
+}
+
+Status Executor::run_draft(const std::vector<SeqView>& views, const std::unordered_map<SeqId, SampledRun>& sampled,
+                           StepResult& result) {
+  if (!draft_) return Status::ok();
+  std::vector<DraftModel::Feed> feeds;
+  for (const SeqView& v : views) {
+    const SeqStep& s = *v.step;
+    if (s.tokens.empty()) continue;  // a forked choice's first step: its parent's tokens
+    auto run = sampled.find(s.seq_id);
+    // The committed tokens: those fed less the proposals the target rejected.
+    const int32_t accepted = run != sampled.end() && s.num_draft > 0 ? run->second.count - 1 : 0;
+    DraftModel::Feed& f = feeds.emplace_back();
+    f.seq_id = s.seq_id;
+    f.state = v.state;
+    f.position = s.num_computed;
+    f.tokens.assign(s.tokens.begin(), s.tokens.end() - s.num_draft + accepted);
+    if (s.propose > 0 && run != sampled.end()) {
+      f.tokens.push_back(run->second.last);
+      f.propose = s.propose;
+      f.token_index = run->second.first_index + run->second.count;
+      f.seed = v.state->sampling.seed.value_or(s.seq_id);
+    } else {
+      draft_->forget(s.seq_id);
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(result.proposals, draft_->run(feeds));
+  return Status::ok();
 }
 
 std::vector<SampledToken> Executor::sample_verifying(const SeqView& v, const float* rows, int64_t vocab) const {
@@ -187,6 +243,13 @@ std::vector<SampledToken> Executor::sample_verifying(const SeqView& v, const flo
   // The fed tokens before the proposals: the penalties of row i read those and proposals 1..i.
   const auto fed_before = static_cast<int32_t>(v.penalty_tokens().size()) - s.num_draft;
   const std::span<const int32_t> proposals(s.tokens.data() + s.tokens.size() - s.num_draft, s.num_draft);
+  // Proposals this executor's draft drew from q for a sampled request are checked by the
+  // speculative-sampling rule; any others (greedy, n-gram) are kept exactly when the target's
+  // own draw gives them.
+  const DraftModel::Held* held = draft_ ? draft_->held(s.seq_id) : nullptr;
+  const bool by_rule = held != nullptr && v.state->sampling.temperature > 0.0f &&
+                       held->q.size() >= proposals.size() && held->tokens.size() >= proposals.size() &&
+                       std::equal(proposals.begin(), proposals.end(), held->tokens.begin());
   std::vector<SampledToken> out;
   for (int32_t i = 0; i <= s.num_draft; ++i) {
     SampleRequest req;
@@ -202,6 +265,15 @@ std::vector<SampledToken> Executor::sample_verifying(const SeqView& v, const flo
     req.penalty_count = s.num_draft > 0 ? fed_before + i : -1;
     req.penalty_prompt_len = v.state->prompt_len;
     req.allowed_tokens = &s.allowed_tokens;
+    if (by_rule && i < s.num_draft) {
+      const ProposalVerdict verdict = verify_proposal(req, proposals[static_cast<size_t>(i)], held->q[static_cast<size_t>(i)]);
+      SampledToken& t = out.emplace_back();
+      t.token = verdict.token;
+      t.seq_id = s.seq_id;
+      fill_logprobs(req, t);
+      if (!verdict.accepted) break;
+      continue;
+    }
     out.push_back(sample_token(req));
     out.back().seq_id = s.seq_id;
     if (i == s.num_draft || out.back().token != proposals[static_cast<size_t>(i)]) break;

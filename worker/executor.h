@@ -2,11 +2,15 @@
 // Runs one StepPlan on this rank's model and KV cache: applies the plan's deltas to the
 // sequences' state held here (common/sequence_states.h), copies blocks the plan asks to copy
 // (copy-on-write), lays the plan out as one ragged batch, runs the transformer, and samples
-// one token for every sequence whose step ends its known tokens.
+// one token for every sequence whose step ends its known tokens (with speculative proposals,
+// checks them); with a draft model, the draft then sees the step's committed tokens and
+// proposes for the sequences that ask (worker/draft_model.h).
 #include <memory>
+#include <unordered_map>
 
 #include "common/sequence_states.h"
 #include "common/step_executor.h"
+#include "worker/draft_model.h"
 #include "worker/kv_cache.h"
 #include "worker/transformer.h"
 
@@ -14,8 +18,10 @@ namespace tessera {
 
 class Executor final : public StepExecutor {
  public:
-  // The KV pool holds `num_blocks` blocks of `block_size` tokens, in `kv_dtype`.
-  Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype = DType::kF32);
+  // The KV pool holds `num_blocks` blocks of `block_size` tokens, in `kv_dtype`; a draft
+  // model (speculative.method draft) gets a pool of the same blocks beside it.
+  Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype = DType::kF32,
+           Transformer* draft = nullptr);
 
   StatusOr<StepResult> execute(const StepPlan& plan) override { return execute(plan, nullptr); }
   // Also hands back the raw logits of the sampled rows ([sampled seqs, vocab], plan order)
@@ -34,12 +40,24 @@ class Executor final : public StepExecutor {
   // proposals num_draft + 1): sampled in turn as if decoded one by one, up to the first sample
   // that is not the next proposal (SeqStep::num_draft).
   std::vector<SampledToken> sample_verifying(const SeqView& v, const float* rows, int64_t vocab) const;
+  // What one sampling sequence's step gave: the index of its first sampled token, how many
+  // tokens it sampled (accepted proposals + 1), and the last of them.
+  struct SampledRun {
+    int32_t first_index = 0;
+    int32_t count = 0;
+    int32_t last = 0;
+  };
+  // The draft model's share of the step (none without one): every sequence's committed
+  // tokens, then proposals where the step asks (SeqStep::propose), into result.proposals.
+  Status run_draft(const std::vector<SeqView>& views, const std::unordered_map<SeqId, SampledRun>& sampled,
+                   StepResult& result);
 
   Transformer& model_;
   Backend& backend_;
   KvCache cache_;
   SequenceStates sequences_;
   std::vector<float> host_logits_;  // the step's logits on the host (execute)
+  std::unique_ptr<DraftModel> draft_;  // speculative.method draft only
 };
 
 }  // namespace tessera

@@ -52,11 +52,11 @@ void apply_bias_and_min_tokens(const SampleRequest& r, std::vector<float>& logit
   }
 }
 
+}  // namespace
+
 void fill_logprobs(const SampleRequest& r, SampledToken& out) {
   out.logprob = raw_logprobs(r.logits, r.vocab, out.token, r.params->logprobs, &out.top_logprobs);
 }
-
-}  // namespace
 
 float raw_logprobs(const float* l, int64_t vocab, int32_t token, int top_k, std::vector<TokenLogprob>* top) {
   const float mx = *std::max_element(l, l + vocab);
@@ -103,79 +103,102 @@ std::vector<int32_t> allowed_ids(const SampleRequest& r) {
 
 }  // namespace
 
-SampledToken sample_token(const SampleRequest& r) {
+namespace {
+
+// The logits sampling sees: the raw ones, or a copy with logit_bias, the min_tokens mask and
+// the penalties applied (in `adjusted`).
+const float* adjusted_logits(const SampleRequest& r, std::vector<float>& adjusted) {
   const SamplingParams& p = *r.params;
-  SampledToken out;
+  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool masked = r.token_index < p.min_tokens && !p.min_tokens_stop_ids.empty();
+  if (!penalised && !masked && p.logit_bias.empty()) return r.logits;
+  adjusted.assign(r.logits, r.logits + r.vocab);
+  apply_bias_and_min_tokens(r, adjusted);
+  apply_penalties(r, adjusted);
+  return adjusted.data();
+}
+
+}  // namespace
+
+int32_t greedy_token(const SampleRequest& r) {
   // Structured output: the candidates are the allowed ids only (in id order, as the full
   // vocabulary would be), so greedy and seeded draws behave as on an unmasked row whose other
   // logits are -inf.
   const std::vector<int32_t> candidates = allowed_ids(r);
-  const bool constrained = !candidates.empty();
-  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  const bool masked = r.token_index < p.min_tokens && !p.min_tokens_stop_ids.empty();
   std::vector<float> adjusted;
-  const float* logits = r.logits;
-  if (penalised || masked || !p.logit_bias.empty()) {
-    adjusted.assign(r.logits, r.logits + r.vocab);
-    apply_bias_and_min_tokens(r, adjusted);
-    apply_penalties(r, adjusted);
-    logits = adjusted.data();
+  const float* logits = adjusted_logits(r, adjusted);
+  if (candidates.empty()) return argmax(logits, r.vocab);
+  int32_t best = candidates[0];
+  for (int32_t id : candidates)
+    if (logits[id] > logits[best]) best = id;
+  return best;
+}
+
+TokenDistribution token_distribution(const SampleRequest& r) {
+  const SamplingParams& p = *r.params;
+  std::vector<float> adjusted;
+  const float* logits = adjusted_logits(r, adjusted);
+  TokenDistribution d;
+  std::vector<int32_t>& order = d.ids;
+  order = allowed_ids(r);
+  if (order.empty()) {
+    order.resize(static_cast<size_t>(r.vocab));
+    std::iota(order.begin(), order.end(), 0);
   }
-  if (p.temperature <= 0.0f) {
-    if (constrained) {
-      out.token = candidates[0];
-      for (int32_t id : candidates)
-        if (logits[id] > logits[out.token]) out.token = id;
-    } else {
-      out.token = argmax(logits, r.vocab);
-    }
+  const auto num_candidates = static_cast<int64_t>(order.size());
+  int64_t keep = num_candidates;
+  if (p.top_k > 0 && p.top_k < num_candidates) keep = p.top_k;
+  // Highest first; equal logits in id order, so a seed fully determines the draw.
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  if (keep < num_candidates) {
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
+    order.resize(keep);
   } else {
-    std::vector<int32_t> order;
-    if (constrained) {
-      order = candidates;
-    } else {
-      order.resize(static_cast<size_t>(r.vocab));
-      std::iota(order.begin(), order.end(), 0);
-    }
-    const auto num_candidates = static_cast<int64_t>(order.size());
-    int64_t keep = num_candidates;
-    if (p.top_k > 0 && p.top_k < num_candidates) keep = p.top_k;
-    // Highest first; equal logits in id order, so a seed fully determines the draw.
-    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-    if (keep < num_candidates) {
-      std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
-      order.resize(keep);
-    } else {
-      std::sort(order.begin(), order.end(), by_logit);
-    }
-    std::vector<double> prob(keep);
-    const double mx = logits[order[0]];
-    double sum = 0;
-    for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp((logits[order[i]] - mx) / p.temperature);
-    if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
-      double mass = 0;
-      int64_t n = 0;
-      while (n < keep && mass < p.top_p * sum) mass += prob[n++];
-      keep = std::max<int64_t>(n, 1);
-    }
-    if (p.min_p > 0.0f) {  // prob[0] is the top token's
-      int64_t n = 1;
-      while (n < keep && prob[n] >= p.min_p * prob[0]) ++n;
-      keep = n;
-    }
-    double total = 0;
-    for (int64_t i = 0; i < keep; ++i) total += prob[i];
-    const double target = counter_uniform(r.seed, static_cast<uint64_t>(r.token_index)) * total;
-    double acc = 0;
-    out.token = order[keep - 1];
-    for (int64_t i = 0; i < keep; ++i) {
-      acc += prob[i];
-      if (target < acc) {
-        out.token = order[i];
-        break;
-      }
-    }
+    std::sort(order.begin(), order.end(), by_logit);
   }
+  std::vector<double>& prob = d.weights;
+  prob.resize(static_cast<size_t>(keep));
+  const double mx = logits[order[0]];
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp((logits[order[i]] - mx) / p.temperature);
+  if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+    double mass = 0;
+    int64_t n = 0;
+    while (n < keep && mass < p.top_p * sum) mass += prob[n++];
+    keep = std::max<int64_t>(n, 1);
+  }
+  if (p.min_p > 0.0f) {  // prob[0] is the top token's
+    int64_t n = 1;
+    while (n < keep && prob[n] >= p.min_p * prob[0]) ++n;
+    keep = n;
+  }
+  order.resize(static_cast<size_t>(keep));
+  prob.resize(static_cast<size_t>(keep));
+  for (int64_t i = 0; i < keep; ++i) d.total += prob[i];
+  return d;
+}
+
+double TokenDistribution::prob(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == id) return weights[i] / total;
+  return 0.0;
+}
+
+int32_t draw_token(const TokenDistribution& d, double u) {
+  const double target = u * d.total;
+  double acc = 0;
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    acc += d.weights[i];
+    if (target < acc) return d.ids[i];
+  }
+  return d.ids.back();
+}
+
+SampledToken sample_token(const SampleRequest& r) {
+  SampledToken out;
+  out.token = r.params->temperature <= 0.0f
+                  ? greedy_token(r)
+                  : draw_token(token_distribution(r), counter_uniform(r.seed, static_cast<uint64_t>(r.token_index)));
   fill_logprobs(r, out);
   return out;
 }

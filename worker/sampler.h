@@ -41,4 +41,22 @@ double counter_uniform(uint64_t seed, uint64_t counter);
 // the top `params->logprobs` alternatives.
 SampledToken sample_token(const SampleRequest& request);
 
+// What a temperature > 0 request draws from: the candidates top-k, top-p and min-p keep
+// (after the mask, logit_bias, min_tokens and penalties), highest logit first (ties to the
+// lower id), with unnormalised weights exp((logit - max) / temperature).
+struct TokenDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> weights;
+  double total = 0;  // sum of weights
+  // The probability of `id` (0 when it is not a candidate); a scan of the candidates.
+  double prob(int32_t id) const;
+};
+TokenDistribution token_distribution(const SampleRequest& request);
+// The candidate a uniform draw u in [0, 1) lands on (cumulative weights in candidate order).
+int32_t draw_token(const TokenDistribution& d, double u);
+// The token a temperature-0 request takes: the highest adjusted logit (ties to the lowest id).
+int32_t greedy_token(const SampleRequest& request);
+// Fills token.logprob and the top alternatives from the raw logits of `request`.
+void fill_logprobs(const SampleRequest& request, SampledToken& token);
+
 }  // namespace tessera

@@ -15,6 +15,7 @@
 #include "kernels/cuda/nccl_communicator.h"
 #endif
 #include "worker/auto_tp.h"
+#include "worker/draft_model.h"
 #include "worker/executor.h"
 #include "worker/model_weights.h"
 #include "worker/shm_communicator.h"
@@ -103,7 +104,14 @@ StatusOr<ModelConfig> check_deployment(const TesseraConfig& config) {
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
   TESSERA_RETURN_IF_ERROR(plan_for_config(config, *ckpt, mc, /*use_env=*/false).status());
   TESSERA_RETURN_IF_ERROR(ShardSpec::make(mc, 0, config.parallel.tensor_parallel).status());
+  if (config.speculative.method == SpeculativeConfig::Method::kDraft)
+    TESSERA_RETURN_IF_ERROR(
+        check_draft_model(config.speculative.draft_model, mc, configured_max_model_len(config, mc)).status());
   return mc;
+}
+
+int64_t configured_max_model_len(const TesseraConfig& config, const ModelConfig& model) {
+  return config.scheduler.max_model_len.value_or(model.max_positions > 0 ? model.max_positions : int64_t{4096});
 }
 
 StatusOr<std::string> describe_tp_plan(const TesseraConfig& config) {
@@ -182,6 +190,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
   // Built by setup, used by every step.
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Transformer> model;
+  std::unique_ptr<Transformer> draft;  // speculative.method draft
   std::unique_ptr<Executor> executor;
 
   auto setup = [&](const wire::Assignment& a) -> Status {
@@ -212,7 +221,13 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.plan = &plan;
     mo.quant = quantization_options(config.model);
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
-    executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype);
+    if (config.speculative.method == SpeculativeConfig::Method::kDraft) {
+      TESSERA_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative.draft_model, mo, *backend));
+      TESSERA_LOG_INFO("rank {}/{} loaded the draft {} ({} MB of weights, {})", a.rank, a.world_size,
+                       config.speculative.draft_model, draft->weights().total_bytes / 1000000,
+                       draft->shard().world > 1 ? "split like the target" : "whole on every rank");
+    }
+    executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype, draft.get());
     TESSERA_LOG_INFO("rank {}/{} loaded {} ({} MB of weights, {} KV blocks)", a.rank, a.world_size, a.model_path,
                      model->weights().total_bytes / 1000000, a.kv_num_blocks);
     return Status::ok();

@@ -23,9 +23,13 @@ StatusOr<TpPlan> plan_for_config(const TesseraConfig& config, const Checkpoint& 
 Status merge_deepspeed_env(TesseraConfig& config);
 
 // Everything a deployment can be refused for before any worker starts: the checkpoint and
-// its config.json, the TP plan, and whether the model divides across the ranks. Returns the
-// model's config.
+// its config.json, the TP plan, whether the model divides across the ranks, and a draft
+// model (speculative.draft_model) that cannot serve it. Returns the model's config.
 StatusOr<ModelConfig> check_deployment(const TesseraConfig& config);
+
+// The longest sequence served: scheduler.max_model_len, else the model's context (4096 when
+// it states none).
+int64_t configured_max_model_len(const TesseraConfig& config, const ModelConfig& model);
 
 // The table `tessera-worker --print-tp-plan` prints.
 StatusOr<std::string> describe_tp_plan(const TesseraConfig& config);

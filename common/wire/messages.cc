@@ -9,9 +9,9 @@ namespace tessera::wire {
 namespace {
 
 // Smallest encodings, used to bound element counts before allocating.
-// A SeqStep: seq_id, version, num_computed, sample, table_from, num_released, three array
-// lengths, has_start.
-constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 4 + 3 * 4 + 1;
+// A SeqStep: seq_id, version, num_computed, sample, num_draft, propose, table_from, num_released,
+// three array lengths, has_start.
+constexpr size_t kMinSeqStepBytes = 8 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + 3 * 4 + 1;
 constexpr size_t kMinSampledTokenBytes = 8 + 4 + 4 + 4;
 
 // What the shared codec (common/wire/frame_codec.h) needs to know about this protocol.
@@ -274,6 +274,7 @@ void encode(const StepPlan& m, std::string* out) {
       w.i32(s.num_computed);
       w.u8(s.sample ? 1 : 0);
       w.i32(s.num_draft);
+      w.i32(s.propose);
       w.i32(s.table_from);
       w.i32(s.num_released);
       w.i32_array(s.tokens);
@@ -311,6 +312,7 @@ Status decode(std::string_view frame, StepPlan* m) {
       s.num_computed = r.i32("seq.num_computed");
       s.sample = r.boolean("seq.sample");
       s.num_draft = r.i32("seq.num_draft");
+      s.propose = r.i32("seq.propose");
       s.table_from = r.i32("seq.table_from");
       s.num_released = r.i32("seq.num_released");
       r.i32_array(&s.tokens, "seq.tokens");
@@ -361,6 +363,11 @@ void encode(const StepResult& m, std::string* out) {
       write_top_logprobs(w, p.top_logprobs);
     }
     w.u8(m.leaving ? 1 : 0);
+    w.u32(static_cast<uint32_t>(m.proposals.size()));
+    for (const Proposal& p : m.proposals) {
+      w.u64(p.seq_id);
+      w.i32_array(p.tokens);
+    }
   });
 }
 Status decode(std::string_view frame, StepResult* m) {
@@ -388,6 +395,12 @@ Status decode(std::string_view frame, StepResult* m) {
       read_top_logprobs(r, &p.top_logprobs);
     }
     m->leaving = r.boolean("leaving");
+    const uint32_t nprop = r.count(8 + 4, "proposals.count");
+    m->proposals.resize(nprop);
+    for (uint32_t i = 0; i < nprop && r.ok(); ++i) {
+      m->proposals[i].seq_id = r.u64("proposal.seq_id");
+      r.i32_array(&m->proposals[i].tokens, "proposal.tokens");
+    }
   });
 }
 

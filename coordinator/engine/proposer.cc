@@ -5,7 +5,8 @@
 
 namespace tessera {
 
-std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int max_tokens) const {
+std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, std::span<const int32_t>,
+                                            int max_tokens) const {
   const auto len = static_cast<int64_t>(tokens.size());
   if (max_tokens <= 0) return {};
   for (int64_t n = std::min<int64_t>(ngram_max_, len - 1); n >= ngram_min_; --n) {
@@ -21,10 +22,17 @@ std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int
   return {};
 }
 
+std::vector<int32_t> ExecutorProposer::propose(std::span<const int32_t>, std::span<const int32_t> from_executors,
+                                               int max_tokens) const {
+  const size_t n = std::min(from_executors.size(), static_cast<size_t>(std::max(max_tokens, 0)));
+  return {from_executors.begin(), from_executors.begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config) {
   switch (config.method) {
     case SpeculativeConfig::Method::kNone: return nullptr;
     case SpeculativeConfig::Method::kNgram: return std::make_unique<NgramProposer>(config.ngram_min, config.ngram_max);
+    case SpeculativeConfig::Method::kDraft: return std::make_unique<ExecutorProposer>();
   }
   return nullptr;
 }

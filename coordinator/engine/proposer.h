@@ -19,8 +19,13 @@ class Proposer {
  public:
   virtual ~Proposer() = default;
   // Up to `max_tokens` tokens that may follow `tokens` (a sequence's prompt then output);
-  // none when it has no guess.
-  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) const = 0;
+  // none when it has no guess. `from_executors`: what the executors proposed after the
+  // sequence's last step (SeqStep::propose), for proposers whose proposals are made there.
+  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, std::span<const int32_t> from_executors,
+                                       int max_tokens) const = 0;
+  // True when the executors make the proposals (a draft model; later EAGLE heads, MTP
+  // layers): the scheduler then asks for them on each step that samples (SeqStep::propose).
+  virtual bool made_on_executors() const { return false; }
 };
 
 // Prompt lookup: the longest suffix of n tokens (n from ngram_max down to ngram_min) that
@@ -29,10 +34,20 @@ class Proposer {
 class NgramProposer final : public Proposer {
  public:
   NgramProposer(int ngram_min, int ngram_max) : ngram_min_(ngram_min), ngram_max_(ngram_max) {}
-  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) const override;
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, std::span<const int32_t> from_executors,
+                               int max_tokens) const override;
 
  private:
   int ngram_min_, ngram_max_;
+};
+
+// The executors' draft model (worker/draft_model.h): hands on what it proposed after the
+// sequence's last step.
+class ExecutorProposer final : public Proposer {
+ public:
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, std::span<const int32_t> from_executors,
+                               int max_tokens) const override;
+  bool made_on_executors() const override { return true; }
 };
 
 // The configured proposer; null for method none.

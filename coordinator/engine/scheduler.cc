@@ -260,7 +260,8 @@ int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
       }
       TESSERA_CHECK(blocks_.append_slots(e.seq.id(), from, from + 1, &plan.block_copies));
     }
-    add_step(e, 1, plan, 0, draft);
+    const int propose = ask_executor_proposals(e, from + 1 + static_cast<int>(draft.size()), plan);
+    add_step(e, 1, plan, 0, draft, propose);
     budget -= 1 + static_cast<int>(draft.size());
     step_decodes_.push_back(&e);
     ++i;
@@ -288,7 +289,7 @@ void Scheduler::schedule_prefills(StepPlan& plan, int& budget) {
       if (chunk == 0) continue;
       TESSERA_CHECK(blocks_.append_slots(id, from, from + chunk, &plan.block_copies));
     }
-    add_step(e, chunk, plan);
+    add_step(e, chunk, plan, 0, {}, ask_executor_proposals(e, from + chunk, plan));
     budget -= chunk;
   }
 }
@@ -356,7 +357,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       ++static_members_left_;
     }
     if (chunk > 0) {
-      add_step(e, chunk, plan);
+      add_step(e, chunk, plan, 0, {}, ask_executor_proposals(e, cached + chunk, plan));
       budget -= chunk;
     }
   }
@@ -403,10 +404,25 @@ std::vector<int32_t> Scheduler::proposals_for(const Entry& e, int room) const {
   const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 1;
   const int most = std::min({config_.speculative.num_tokens, room, left});
   if (most <= 0) return {};
-  return proposer_->propose(seq.token_ids(), most);
+  return proposer_->propose(seq.token_ids(), e.executor_proposals, most);
 }
 
-void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from, std::span<const int32_t> draft) {
+int Scheduler::ask_executor_proposals(Entry& e, int end, StepPlan& plan) {
+  const Sequence& seq = e.seq;
+  if (!proposer_ || !proposer_->made_on_executors() || end < seq.num_tokens() || !seq.request().speculative ||
+      seq.is_constrained() || seq.fork_pending())
+    return 0;
+  // What the next step can still use: proposals before the last token the choice may output
+  // (this step samples one more).
+  const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 2;
+  const int k = std::min(config_.speculative.num_tokens, left);
+  // The draft's scratch slots, only where the pool has room as it is (never preempting).
+  if (k <= 0 || !blocks_.append_slots(seq.id(), seq.num_computed(), end + k, &plan.block_copies)) return 0;
+  return k;
+}
+
+void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from, std::span<const int32_t> draft,
+                         int propose) {
   const Sequence& seq = e.seq;
   TESSERA_CHECK(num_tokens > 0 || sample_from != 0) << "sequence " << seq.id() << ": a step feeds tokens";
   const int from = seq.num_computed();
@@ -419,7 +435,8 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
   TESSERA_CHECK(draft.empty() || s.sample) << "sequence " << seq.id() << ": proposals follow the last known token";
   s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
   s.num_draft = static_cast<int32_t>(draft.size());
-  e.draft_in_flight = s.num_draft;
+  s.propose = s.sample ? propose : 0;
+  e.draft_in_flight = s.num_draft + s.propose;
   if (s.sample) {
     if (const std::vector<uint32_t>* mask = e.seq.next_token_mask()) s.allowed_tokens = *mask;
   }
@@ -533,6 +550,9 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     size_t event;  // its index in `events`
   };
   std::vector<PendingMask> masks_pending;
+  std::unordered_map<SeqId, const std::vector<int32_t>*> proposals_of;  // made on the executors
+  if (error.empty())
+    for (const Proposal& p : result.proposals) proposals_of[p.seq_id] = &p.tokens;
   // A sequence whose grammar or stop condition ended it: its event says so and it leaves.
   auto end_sequence = [&](Entry& e, SequenceEvent& event, FinishReason reason) {
     finish(e, reason);
@@ -568,6 +588,10 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     }
     TESSERA_CHECK_EQ(e.seq.num_computed(), s.num_computed) << "sequence " << s.seq_id << " changed under its step";
     e.draft_in_flight = 0;
+    // Proposals answer the next step only (they follow the token this one sampled).
+    const auto made = proposals_of.find(s.seq_id);
+    e.executor_proposals = made != proposals_of.end() && s.propose > 0 ? *made->second : std::vector<int32_t>{};
+    if (e.executor_proposals.size() > static_cast<size_t>(s.propose)) e.executor_proposals.resize(static_cast<size_t>(s.propose));
     if (s.num_draft > 0) {
       SequenceEvent event{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
       apply_speculative_tokens(e, s, std::span<const SampledToken>(token, num_returned), event);
@@ -584,6 +608,8 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       continue;
     }
     e.seq.append_token(token->token);
+    // The draft's scratch slots past the known tokens go back.
+    if (s.propose > 0) blocks_.truncate(s.seq_id, e.seq.num_tokens());
     SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
     // Structured output first: a completed grammar ends the choice ("stop") whatever the
     // length; a broken one ends it with the error.

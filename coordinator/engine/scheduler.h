@@ -199,8 +199,11 @@ class Scheduler {
     // The steps it decoded in and their timed seconds (max_tpot_slowdown's credit).
     int decode_steps = 0;
     double decode_seconds = 0;
-    // Proposals of its step in flight (their slots are allocated until the result comes).
+    // Slots past its known tokens that its step in flight holds until the result comes: its
+    // proposals', and the executors' draft's scratch (SeqStep::propose).
     int draft_in_flight = 0;
+    // What the executors proposed after its last step (speculative.method draft), for the next.
+    std::vector<int32_t> executor_proposals;
   };
   struct RunsBefore {
     bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
@@ -233,8 +236,13 @@ class Scheduler {
   void admit_waiting(StepPlan& plan, int& budget);
   // Appends e's next step (`num_tokens` from its num_computed on, then `draft`: proposals) to
   // the plan; a forked choice's first step feeds none and samples from its parent's (`sample_from`).
+  // `propose`: proposals the executors' draft makes after the step (SeqStep::propose).
   void add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_from = 0,
-                std::span<const int32_t> draft = {});
+                std::span<const int32_t> draft = {}, int propose = 0);
+  // With a proposer on the executors: how many proposals to ask of a step of `e` feeding up to
+  // position `end` (0 unless it samples and speculates), after allocating the draft's scratch
+  // slots [end, end + k) when the pool has room for them.
+  int ask_executor_proposals(Entry& e, int end, StepPlan& plan);
   // The proposals for a decoding sequence's next step (at most `room`), empty when it does
   // not speculate.
   std::vector<int32_t> proposals_for(const Entry& e, int room) const;

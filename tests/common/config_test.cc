@@ -252,8 +252,18 @@ TEST(ConfigTest, SpeculativeKeysAreReadAndCheckedNamingTheKey) {
   c = parse_config_yaml("model: {path: m}\nspeculative: {ngram_min: 5, ngram_max: 2}\n", "s.yaml");
   ASSERT_TRUE(c.is_ok());
   EXPECT_TRUE(fails_with(validate_config(*c), {"s.yaml", "speculative.ngram_max (2) must be at least speculative.ngram_min (5)"}));
-  EXPECT_TRUE(fails_with(parse_config_yaml("speculative: {method: draft}\n", "s.yaml").status(),
-                         {"speculative.method", "none", "ngram"}));
+  EXPECT_TRUE(fails_with(parse_config_yaml("speculative: {method: eagle}\n", "s.yaml").status(),
+                         {"speculative.method", "none", "ngram", "draft"}));
+  c = parse_config_yaml("model: {path: m}\nspeculative: {method: draft, draft_model: /d}\n", "s.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->speculative.draft_model, "/d");
+  EXPECT_TRUE(validate_config(*c).is_ok());
+  c = parse_config_yaml("model: {path: m}\nspeculative: {method: draft}\n", "s.yaml");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(fails_with(validate_config(*c), {"s.yaml", "speculative.draft_model: required"}));
+  c = parse_config_yaml("model: {path: m}\nspeculative: {draft_model: /d}\n", "s.yaml");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(fails_with(validate_config(*c), {"s.yaml", "speculative.draft_model: given while"}));
   EXPECT_TRUE(fails_with(parse_config_yaml("speculative: {num_tokens: 17}\n", "s.yaml").status(), {"speculative.num_tokens"}));
   TesseraConfig d;
   EXPECT_TRUE(fails_with(apply_override(d, "speculative.num_tokens", "0"), {"speculative.num_tokens"}));

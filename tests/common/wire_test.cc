@@ -50,6 +50,7 @@ StepPlan random_plan(Gen& g, int max_seqs = 20) {
     s.num_computed = g.i32();
     s.sample = g.b();
     s.num_draft = g.i32();
+    s.propose = g.i32();
     s.table_from = g.i32();
     s.new_blocks = g.ints(30);
     s.num_released = g.i32();
@@ -85,6 +86,11 @@ StepResult random_result(Gen& g) {
   r.step_id = g.u64();
   r.error = g.bytes(30);
   r.leaving = g.n(2) == 1;
+  r.proposals.resize(g.n(5));
+  for (Proposal& p : r.proposals) {
+    p.seq_id = g.u64();
+    p.tokens = g.ints(17);
+  }
   r.tokens.resize(g.n(20));
   for (SampledToken& t : r.tokens) {
     t.seq_id = g.u64();
@@ -142,6 +148,7 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
     EXPECT_EQ(x.num_computed, y.num_computed);
     EXPECT_EQ(x.sample, y.sample);
     EXPECT_EQ(x.num_draft, y.num_draft);
+    EXPECT_EQ(x.propose, y.propose);
     EXPECT_EQ(x.table_from, y.table_from);
     EXPECT_EQ(x.new_blocks, y.new_blocks);
     EXPECT_EQ(x.num_released, y.num_released);
@@ -161,6 +168,11 @@ void expect_eq(const StepResult& a, const StepResult& b) {
   EXPECT_EQ(a.step_id, b.step_id);
   EXPECT_EQ(a.error, b.error);
   EXPECT_EQ(a.leaving, b.leaving);
+  ASSERT_EQ(a.proposals.size(), b.proposals.size());
+  for (size_t i = 0; i < a.proposals.size(); ++i) {
+    EXPECT_EQ(a.proposals[i].seq_id, b.proposals[i].seq_id);
+    EXPECT_EQ(a.proposals[i].tokens, b.proposals[i].tokens);
+  }
   ASSERT_EQ(a.tokens.size(), b.tokens.size());
   for (size_t i = 0; i < a.tokens.size(); ++i) {
     EXPECT_EQ(a.tokens[i].seq_id, b.tokens[i].seq_id);
@@ -293,7 +305,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 8);  // version, little-endian u16 (docs/wire.md: version 8)
+  EXPECT_EQ(f[4], 9);  // version, little-endian u16 (docs/wire.md: version 9)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length

@@ -176,15 +176,15 @@ class GenerateSpeculativeTest : public ::testing::TestWithParam<FixtureRun> {};
 std::vector<FixtureRun> speculative_runs() {
   std::vector<FixtureRun> out;
   for (const std::string& m : testing::golden_models()) {
-    if (!testing::kSanitizedBuild) out.push_back({m, 1, true, false});
+    // TP 1 on the plain op sequence, TP 2 on the fused kernels.
+    if (!testing::kSanitizedBuild) out.push_back({m, 1, false, false});
     if (tp_allowed(m, 2)) out.push_back({m, 2, true, false});
   }
   return out;
 }
 
-TEST_P(GenerateSpeculativeTest, NgramProposalsKeepTheGreedyIds) {
-  TESSERA_REQUIRE_FIXTURES();
-  const FixtureRun& p = GetParam();
+// Runs the model's golden prompts batched with `flags` and checks every greedy id.
+void expect_goldens_with(const FixtureRun& p, const std::string& flags) {
   const std::string model = testing::fixtures_dir() + "/" + p.model;
   std::ifstream in(model + "/goldens/index.json");
   const auto index = nlohmann::json::parse(in);
@@ -193,9 +193,9 @@ TEST_P(GenerateSpeculativeTest, NgramProposalsKeepTheGreedyIds) {
   testing::write_golden_prompts(cases, dir + "/prompts.txt");
   const std::string cmd = testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(model) +
                           " --prompt-ids-file " + testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens " +
-                          std::to_string(cases[0]["greedy_ids"].size()) +
-                          " --json --speculative ngram --speculative-tokens 5 --block-size 4 --max-num-batched-tokens 16"
-                          " --tensor-parallel " + std::to_string(p.world);
+                          std::to_string(cases[0]["greedy_ids"].size()) + " --json " + flags +
+                          " --block-size 4 --max-num-batched-tokens 16 --tensor-parallel " + std::to_string(p.world) +
+                          (p.inject ? "" : " --no-kernel-inject");
   const auto r = testing::run_command(cmd);
   fs::remove_all(dir);
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
@@ -203,8 +203,23 @@ TEST_P(GenerateSpeculativeTest, NgramProposalsKeepTheGreedyIds) {
   std::string line;
   for (const auto& c : cases) {
     ASSERT_TRUE(std::getline(out, line)) << r.out;
-    EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]) << c["name"];
+    EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]) << c["name"] << " (" << flags << ")";
   }
+}
+
+TEST_P(GenerateSpeculativeTest, NgramProposalsKeepTheGreedyIds) {
+  TESSERA_REQUIRE_FIXTURES();
+  expect_goldens_with(GetParam(), "--speculative ngram --speculative-tokens 5");
+}
+
+// A draft model in the same processes (each rank runs it, split like the target or whole):
+// the model itself, and for kjv-llama its trained draft fixture; fused and plain kernels.
+TEST_P(GenerateSpeculativeTest, DraftModelProposalsKeepTheGreedyIds) {
+  TESSERA_REQUIRE_FIXTURES();
+  const FixtureRun& p = GetParam();
+  const std::string draft = p.model == "kjv-llama" ? "kjv-llama-draft" : p.model;
+  expect_goldens_with(p, "--speculative draft --speculative-tokens 4 --draft-model " +
+                             testing::shell_quote(testing::fixtures_dir() + "/" + draft));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateSpeculativeTest, ::testing::ValuesIn(speculative_runs()), run_name);
@@ -213,9 +228,23 @@ TEST(GenerateSpeculativeFlags, BadValuesAreRefusedNamingTheFlag) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string gen = testing::bin_dir() + "/tessera-generate --model " +
                           testing::shell_quote(testing::fixtures_dir() + "/tiny-llama") + " --prompt-ids 1,2,3";
-  auto r = testing::run_command(gen + " --speculative draft");
+  auto r = testing::run_command(gen + " --speculative eagle");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("--speculative: expected none or ngram, got 'draft'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--speculative: expected none, ngram or draft, got 'eagle'"), std::string::npos) << r.err;
+  r = testing::run_command(gen + " --speculative draft");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--speculative draft needs --draft-model PATH"), std::string::npos) << r.err;
+  r = testing::run_command(gen + " --speculative ngram --draft-model /nowhere");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--draft-model is given, but --speculative is ngram"), std::string::npos) << r.err;
+  r = testing::run_command(gen + " --speculative draft --draft-model /nowhere/draft");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("speculative.draft_model /nowhere/draft"), std::string::npos) << r.err;
+  // A draft of another vocabulary: both sizes named.
+  r = testing::run_command(gen + " --speculative draft --draft-model " +
+                           testing::shell_quote(testing::fixtures_dir() + "/kjv-llama"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("a draft must share the target's vocabulary"), std::string::npos) << r.err;
   r = testing::run_command(gen + " --speculative ngram --speculative-tokens 0");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--speculative-tokens: expected 1 to 16, got 0"), std::string::npos) << r.err;

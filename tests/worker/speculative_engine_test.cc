@@ -31,9 +31,10 @@ struct EngineRun {
 };
 
 // Adds case i at step i * `stagger` (max_tokens: its golden length), runs to completion.
+// `draft`: the executor's draft model (speculative.method draft).
 EngineRun run_engine(Transformer& model, Backend& backend, const std::vector<Case>& cases, const SchedulerConfig& sc,
-               int stagger, const SamplingParams& sampling, bool speculative = true) {
-  Executor executor(model, backend, sc.block_size, sc.num_blocks, model.dtype());
+                     int stagger, const SamplingParams& sampling, bool speculative = true, Transformer* draft = nullptr) {
+  Executor executor(model, backend, sc.block_size, sc.num_blocks, model.dtype(), draft);
   Engine engine(sc, executor);
   EngineRun run;
   run.outputs.resize(cases.size());
@@ -76,6 +77,13 @@ SchedulerConfig with_ngram(SchedulerConfig sc, int k) {
   sc.speculative.num_tokens = k;
   sc.speculative.ngram_min = 1;
   sc.speculative.ngram_max = 3;
+  return sc;
+}
+
+SchedulerConfig with_draft(SchedulerConfig sc, int k) {
+  sc.speculative.method = SpeculativeConfig::Method::kDraft;
+  sc.speculative.num_tokens = k;
+  sc.speculative.draft_model = "(in process)";
   return sc;
 }
 
@@ -149,6 +157,70 @@ TEST_P(SpeculativeEngineTest, PenaltiesAndSeededSamplingGiveThePlainRunsTokens) 
     for (size_t i = 0; i < cases_.size(); ++i)
       EXPECT_EQ(ids(spec.outputs[i]), ids(plain.outputs[i])) << "case " << i << (sampling.seed ? " seeded" : " penalised");
   }
+}
+
+// The model as its own draft (worker/draft_model.h): the draft sees every committed token,
+// proposes after each step, and the target checks; greedy ids equal the goldens and logprobs
+// the plain run's — staggered with 8-token chunks, and in a pool that forces preemption —
+// and nearly every proposal is accepted (the draft computes what the target does).
+TEST_P(SpeculativeEngineTest, SelfDraftGivesTheGreedyIdsAndLogprobsOfPlainDecoding) {
+  auto loaded = Transformer::load(testing::fixtures_dir() + "/" + GetParam(), ModelLoadOptions{}, *backend_);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  Transformer& draft = **loaded;
+  SamplingParams greedy;
+  greedy.logprobs = 2;
+  const SchedulerConfig roomy = base(blocks_for_all());
+  const EngineRun plain = run_engine(*model_, *backend_, cases_, roomy, /*stagger=*/3, greedy);
+  const EngineRun spec = run_engine(*model_, *backend_, cases_, with_draft(roomy, 4), /*stagger=*/3, greedy, true, &draft);
+  for (size_t i = 0; i < cases_.size(); ++i) {
+    EXPECT_EQ(ids(spec.outputs[i]), cases_[i].greedy) << "case " << i;
+    ASSERT_EQ(spec.outputs[i].size(), plain.outputs[i].size()) << "case " << i;
+    for (size_t t = 0; t < plain.outputs[i].size(); ++t)
+      EXPECT_NEAR(spec.outputs[i][t].logprob, plain.outputs[i][t].logprob, 1e-3) << "case " << i << " token " << t;
+  }
+  EXPECT_GT(spec.stats.spec.num_drafts, 0u) << "no step carried proposals";
+  EXPECT_GE(spec.stats.spec.num_accepted_tokens * 10, spec.stats.spec.num_draft_tokens * 9)
+      << spec.stats.spec.num_accepted_tokens << " of " << spec.stats.spec.num_draft_tokens << " accepted";
+  int longest = 0;
+  for (const Case& c : cases_)
+    longest = std::max<int>(longest, static_cast<int>((c.prompt.size() + c.greedy.size() + 3) / 4));
+  SchedulerConfig tight = with_draft(base(longest + 4), 4);
+  tight.max_num_batched_tokens = 16;
+  const EngineRun pressed = run_engine(*model_, *backend_, cases_, tight, /*stagger=*/0, SamplingParams{}, true, &draft);
+  for (size_t i = 0; i < cases_.size(); ++i) EXPECT_EQ(ids(pressed.outputs[i]), cases_[i].greedy) << "case " << i << " tight pool";
+  if (model_->config().kv_window() == 0)
+    EXPECT_GT(pressed.stats.num_preemptions, 0u) << "the pool was meant to force preemption";
+  std::cout << "[ REPORT   ] " << GetParam() << " self-draft: " << spec.stats.spec.num_accepted_tokens << " of "
+            << spec.stats.spec.num_draft_tokens << " proposals accepted; " << spec.stats.num_steps << " steps against "
+            << plain.stats.num_steps << " without; tight pool: " << pressed.stats.num_preemptions << " preemptions"
+            << std::endl;
+}
+
+// Seeded sampling with a draft follows the speculative-sampling rule on counter-based
+// streams: the same seed gives the same tokens when run the same way (how many proposals a
+// step checks decides which draws are used, so another batch mix may give another, equally
+// distributed, sample), and penalised greedy requests still give the plain run's tokens.
+TEST_P(SpeculativeEngineTest, SelfDraftSeededRunsRepeatAndPenalisedGreedyMatchesPlain) {
+  auto loaded = Transformer::load(testing::fixtures_dir() + "/" + GetParam(), ModelLoadOptions{}, *backend_);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  const SchedulerConfig sc = with_draft(base(blocks_for_all()), 3);
+  SamplingParams seeded;
+  seeded.temperature = 0.9f;
+  seeded.top_p = 0.95f;
+  seeded.seed = 1234;
+  const EngineRun a = run_engine(*model_, *backend_, cases_, sc, /*stagger=*/2, seeded, true, loaded->get());
+  const EngineRun b = run_engine(*model_, *backend_, cases_, sc, /*stagger=*/2, seeded, true, loaded->get());
+  for (size_t i = 0; i < cases_.size(); ++i) {
+    EXPECT_EQ(ids(a.outputs[i]), ids(b.outputs[i])) << "case " << i;
+    EXPECT_EQ(a.outputs[i].size(), cases_[i].greedy.size()) << "case " << i;
+  }
+  EXPECT_GT(a.stats.spec.num_accepted_tokens, 0u);
+  SamplingParams penalised;
+  penalised.repetition_penalty = 1.3f;
+  penalised.frequency_penalty = 0.4f;
+  const EngineRun plain = run_engine(*model_, *backend_, cases_, base(blocks_for_all()), 2, penalised);
+  const EngineRun spec = run_engine(*model_, *backend_, cases_, sc, 2, penalised, true, loaded->get());
+  for (size_t i = 0; i < cases_.size(); ++i) EXPECT_EQ(ids(spec.outputs[i]), ids(plain.outputs[i])) << "case " << i;
 }
 
 // A request that opts out (the API's "speculative": false) carries no proposals.

@@ -11,6 +11,7 @@
 #include "coordinator/cluster/cluster.h"
 #include "coordinator/cluster/local_workers.h"
 #include "kernels/backend.h"
+#include "worker/draft_model.h"
 #include "worker/executor.h"
 #include "worker/transformer.h"
 #include "worker/worker_runtime.h"
@@ -24,6 +25,7 @@ class InProcessExecutor final : public LocalExecutor {
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> model_;
+  std::unique_ptr<Transformer> draft_;  // before executor_: the executor's draft pool uses it
   std::unique_ptr<Executor> executor_;
 };
 
@@ -52,8 +54,12 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOpt
   lo.kernel_inject = o.kernel_inject;
   lo.quant = o.quant;
   TESSERA_ASSIGN_OR_RETURN(rt->model_, Transformer::load(o.model, lo, *rt->backend_));
+  if (!o.draft_model.empty()) {
+    TESSERA_RETURN_IF_ERROR(check_draft_model(o.draft_model, rt->model_->config(), sc.max_model_len).status());
+    TESSERA_ASSIGN_OR_RETURN(rt->draft_, load_draft_model(o.draft_model, lo, *rt->backend_));
+  }
   rt->executor_ = std::make_unique<Executor>(*rt->model_, *rt->backend_, sc.block_size, sc.num_blocks,
-                                             rt->model_->dtype());
+                                             rt->model_->dtype(), rt->draft_.get());
   return std::unique_ptr<LocalExecutor>(std::move(rt));
 }
 
@@ -72,6 +78,11 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.model.quantization_group = o.quant.group;
   c.model.quantization_rules = o.quant.rules;
   c.parallel.tensor_parallel = o.tensor_parallel;
+  if (!o.draft_model.empty()) {
+    c.speculative.method = SpeculativeConfig::Method::kDraft;
+    c.speculative.draft_model = std::filesystem::absolute(o.draft_model).string();
+    c.scheduler.max_model_len = sc.max_model_len;
+  }
   c.cache.block_size = sc.block_size;
   c.cache.num_blocks = sc.num_blocks;
   c.server.control = "ipc://" + rt->dir_.path() + "/control.ipc";

@@ -23,6 +23,8 @@ struct LocalExecutorOptions {
   std::string backend = "cpu";  // "cpu" | "cuda"
   int threads = 0;              // CPU threads per process; 0 = all cores
   QuantizationOptions quant;
+  // speculative.draft_model when the draft method is on: loaded beside the model (worker/draft_model.h).
+  std::string draft_model;
   std::string program = "tessera";  // names the workers' private temporary folder
 };
 

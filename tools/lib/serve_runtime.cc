@@ -32,6 +32,7 @@
 #include "coordinator/cluster/local_workers.h"
 #include "coordinator/server/zmq_client_server.h"
 #include "tools/lib/shutdown_signals.h"
+#include "worker/draft_model.h"
 #include "worker/kv_cache.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
@@ -81,7 +82,23 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
     }
     bytes += n * per_weight;
   }
-  const int64_t weights = static_cast<int64_t>(bytes) / world;
+  int64_t weights = static_cast<int64_t>(bytes) / world;
+  // A draft model's blocks lie beside the target's in the same pool (same block ids), and
+  // its weights (in the model dtype) take their share of the budget too.
+  int64_t draft_block_bytes = 0;
+  if (c.speculative.method == SpeculativeConfig::Method::kDraft) {
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> draft_ckpt, open_model_checkpoint(c.speculative.draft_model));
+    TESSERA_ASSIGN_OR_RETURN(ModelConfig draft, parse_model_config(draft_ckpt->config(), draft_ckpt->config_source()));
+    draft_block_bytes = draft_kv_bytes_per_block(draft, world, c.cache.block_size, c.model.dtype);
+    double draft_params = 0;
+    for (const std::string& name : draft_ckpt->tensor_names()) {
+      double n = 1;
+      for (int64_t d : draft_ckpt->find(name)->shape) n *= static_cast<double>(d);
+      draft_params += n;
+    }
+    weights += static_cast<int64_t>(draft_params * static_cast<double>(dtype_size(c.model.dtype))) /
+               (draft_splits(draft, world) ? world : 1);
+  }
   KvPoolModel m;
   m.block_size = c.cache.block_size;
   m.max_model_len = max_model_len;
@@ -90,7 +107,7 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
     TESSERA_ASSIGN_OR_RETURN(ShardSpec shard, ShardSpec::make(mc, r, world));
     ModelConfig local = mc;
     local.kv_heads = attn_split ? shard.kv_heads : mc.kv_heads;
-    m.bytes_per_block.push_back(KvCache::bytes_per_block(local, c.cache.block_size, c.model.dtype));
+    m.bytes_per_block.push_back(KvCache::bytes_per_block(local, c.cache.block_size, c.model.dtype) + draft_block_bytes);
     m.weight_bytes.push_back(weights);
   }
   return m;
@@ -311,7 +328,7 @@ Status serve(ServeOptions o) {
 
   const ModelConfig& mc = model.config;
   const int64_t max_model_len =
-      c.scheduler.max_model_len.value_or(mc.max_positions > 0 ? mc.max_positions : int64_t{4096});
+      configured_max_model_len(c, mc);
   SchedulerConfig sc = scheduler_config(c, mc, max_model_len);
   // A fixed pool is checked before any worker starts; an automatic one once it is sized.
   if (c.cache.num_blocks) TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
