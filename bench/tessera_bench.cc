@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <random>
 
@@ -24,6 +25,9 @@
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/cuda/cuda_probe.h"
 #endif
+#include "bench/engine_run.h"
+#include "tools/lib/prompt_ids.h"
+#include "worker/draft_model.h"
 #include "worker/generator.h"
 #include "worker/model_checkpoint.h"
 #include "worker/transformer.h"
@@ -45,7 +49,33 @@ struct Options {
   std::string backend = "cpu";
   bool no_kernel_inject = false;
   bool json = false;
+  // The serving path (bench/engine_run.h): --engine, or any --speculative method.
+  bool engine = false;
+  std::string speculative = "none";  // speculative.method
+  int speculative_tokens = 4;        // speculative.num_tokens
+  std::string draft_model;           // speculative.draft_model
+  std::string prompt_ids_file;       // real prompts instead of random ids (batch at a time)
 };
+
+// The speculative settings the flags give; an error names the flag.
+StatusOr<SpeculativeConfig> speculative_from_flags(const Options& o) {
+  SpeculativeConfig sc;
+  const auto& methods = speculative_method_names();
+  const auto m = std::find_if(methods.begin(), methods.end(), [&](const auto& p) { return o.speculative == p.first; });
+  if (m == methods.end()) return invalid_argument("--speculative: expected none, ngram or draft, got '" + o.speculative + "'");
+  sc.method = m->second;
+  sc.num_tokens = o.speculative_tokens;
+  sc.draft_model = o.draft_model;
+  if (sc.method == SpeculativeConfig::Method::kDraft && o.draft_model.empty())
+    return invalid_argument("--speculative draft needs --draft-model PATH");
+  if (sc.method != SpeculativeConfig::Method::kDraft && !o.draft_model.empty())
+    return invalid_argument("--draft-model is given, but --speculative is " + o.speculative);
+  if (sc.enabled()) {
+    const Status st = validate_speculative_config(sc);
+    if (!st.is_ok()) return invalid_argument("--speculative-tokens: " + st.message());
+  }
+  return sc;
+}
 
 int64_t peak_rss_bytes() {
   rusage ru{};
@@ -87,23 +117,53 @@ Status run(const Options& o) {
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(std::min<int64_t>(3, c.vocab - 1), static_cast<int32_t>(c.vocab - 1));
-  std::vector<GenerationRequest> reqs(o.batch);
-  for (auto& r : reqs) {
-    for (int i = 0; i < o.prompt_len; ++i) r.prompt.push_back(id(rng));
-    r.max_new_tokens = o.gen_len;
+  std::vector<std::vector<int32_t>> prompts;
+  if (!o.prompt_ids_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(prompts, read_prompt_file(o.prompt_ids_file));
+  } else {
+    prompts.resize(static_cast<size_t>(o.batch));
+    for (auto& p : prompts)
+      for (int i = 0; i < o.prompt_len; ++i) p.push_back(id(rng));
   }
-  Generator gen(*model, *backend);
-  // Warm-up with the timed run's own shape (every prompt, 2 new tokens), as llama-bench
-  // warms up each test: it pages in the weights, and the activation buffers and per-thread
-  // GEMM scratch of this prompt length and batch. An 8-token warm-up left those cold (8
-  // rows take the GEMV), so the timed prefill paid their page faults.
-  {
+  TESSERA_ASSIGN_OR_RETURN(const SpeculativeConfig spec, speculative_from_flags(o));
+  const bool via_engine = o.engine || spec.enabled() || !o.prompt_ids_file.empty();
+  std::unique_ptr<Transformer> draft;
+  if (spec.method == SpeculativeConfig::Method::kDraft) {
+    TESSERA_RETURN_IF_ERROR(check_draft_model(spec.draft_model, c, c.max_positions > 0 ? c.max_positions : 4096).status());
+    TESSERA_ASSIGN_OR_RETURN(draft, load_draft_model(spec.draft_model, lo, *backend));
+  }
+  GenerationTimings t;
+  SpecDecodeStats spec_stats;
+  if (via_engine) {
+    EngineRunOptions eo;
+    eo.batch = o.batch;
+    eo.gen_len = o.gen_len;
+    eo.speculative = spec;
+    // Warm-up: the first group, 2 new tokens (pages in the weights and the buffers).
+    EngineRunOptions warm = eo;
+    warm.gen_len = 2;
+    const std::vector<std::vector<int32_t>> first(prompts.begin(),
+                                                  prompts.begin() + std::min<size_t>(prompts.size(), o.batch));
+    TESSERA_RETURN_IF_ERROR(run_through_engine(*model, draft.get(), *backend, first, warm).status());
+    TESSERA_ASSIGN_OR_RETURN(const EngineRunResult run, run_through_engine(*model, draft.get(), *backend, prompts, eo));
+    t = run.timings;
+    spec_stats = run.spec;
+  } else {
+    std::vector<GenerationRequest> reqs(prompts.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].prompt = prompts[i];
+      reqs[i].max_new_tokens = o.gen_len;
+    }
+    Generator gen(*model, *backend);
+    // Warm-up with the timed run's own shape (every prompt, 2 new tokens), as llama-bench
+    // warms up each test: it pages in the weights, and the activation buffers and per-thread
+    // GEMM scratch of this prompt length and batch. An 8-token warm-up left those cold (8
+    // rows take the GEMV), so the timed prefill paid their page faults.
     std::vector<GenerationRequest> warm = reqs;
     for (GenerationRequest& r : warm) r.max_new_tokens = 2;
     TESSERA_RETURN_IF_ERROR(gen.generate(warm, false).status());
+    TESSERA_RETURN_IF_ERROR(gen.generate(reqs, false, &t).status());
   }
-  GenerationTimings t;
-  TESSERA_RETURN_IF_ERROR(gen.generate(reqs, false, &t).status());
   // Peak RSS of loading + generating, taken before the bandwidth probe allocates its arrays.
   const int64_t peak_rss = peak_rss_bytes();
   // The roofline's bandwidth: on the CPU, what a large read-and-sum achieves here (decode
@@ -126,8 +186,11 @@ Status run(const Options& o) {
   const double fma_gflop_s = cpu ? measure_peak_fma_gflop_s() : 0.0;
   const double peak_gflop_s = bf16_dot ? measure_peak_bf16_dot_gflop_s() : fma_gflop_s;
   const ModelFlops flops = model_flops(model->weights(), c, model->shard().q_heads);
-  const double prefill_gflop_s = prefill_flops(flops, o.batch, o.prompt_len) / t.prefill_seconds / 1e9;
-  const double decode_gflop_s = decode_flops(flops, o.batch, o.prompt_len, t.decode_steps) / t.decode_seconds / 1e9;
+  // (With a prompt file, its mean length; with speculation the decode steps also score the
+  // proposals, which these figures leave out.)
+  const int mean_prompt = static_cast<int>(t.prefill_tokens / static_cast<int64_t>(prompts.size()));
+  const double prefill_gflop_s = prefill_flops(flops, o.batch, mean_prompt) / t.prefill_seconds / 1e9;
+  const double decode_gflop_s = decode_flops(flops, o.batch, mean_prompt, t.decode_steps) / t.decode_seconds / 1e9;
   auto of_peak = [&](double gflop_s) { return peak_gflop_s > 0 ? gflop_s / peak_gflop_s : 0.0; };
 
   const double prefill_tok_s = t.prefill_tokens / t.prefill_seconds;
@@ -154,13 +217,31 @@ Status run(const Options& o) {
   j["decode_gflop_s"] = decode_gflop_s;
   j["decode_compute_fraction"] = of_peak(decode_gflop_s);
   j["batch"] = o.batch;
+  // The serving path's and speculative decoding's figures (bench/engine_run.h).
+  j["path"] = via_engine ? "engine" : "generator";
+  j["speculative"] = o.speculative;
+  j["speculative_tokens"] = spec.enabled() ? spec.num_tokens : 0;
+  j["draft_model"] = spec.draft_model;
+  j["decode_tokens"] = t.decode_tokens;
+  j["decode_steps"] = t.decode_steps;
+  j["spec_num_drafts"] = spec_stats.num_drafts;
+  j["spec_num_draft_tokens"] = spec_stats.num_draft_tokens;
+  j["spec_num_accepted_tokens"] = spec_stats.num_accepted_tokens;
+  // Accepted proposals of those checked, and tokens a speculating step yields (1 + accepted).
+  j["acceptance_rate"] = spec_stats.num_draft_tokens > 0 ? static_cast<double>(spec_stats.num_accepted_tokens) /
+                                                               static_cast<double>(spec_stats.num_draft_tokens)
+                                                         : 0.0;
+  j["mean_accepted_length"] = spec_stats.num_drafts > 0 ? 1.0 + static_cast<double>(spec_stats.num_accepted_tokens) /
+                                                                    static_cast<double>(spec_stats.num_drafts)
+                                                        : 0.0;
   if (o.json) {
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << "model " << o.model << " (" << c.model_type << ", " << dtype_name(*dtype)
               << quantization_label(lo.quant) << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
               << "prefill: " << prefill_tok_s << " tok/s (" << t.prefill_tokens << " tokens)\n"
-              << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps)\n"
+              << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps"
+              << (via_engine ? ", serving path" : "") << ")\n"
               << "weights read per step: " << weight_bytes / 1e6 << " MB; bandwidth " << bandwidth
               << (backend->kind() == BackendKind::kCuda ? " GB/s (device peak)" : " GB/s (host read)")
               << "; roofline fraction " << roofline << "\n";
@@ -198,6 +279,17 @@ int main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");
   app.add_flag("--json", o.json, "print one JSON object");
+  app.add_flag("--engine", o.engine,
+               "run through the serving path (Engine + Scheduler + Executor) instead of the bare generation loop");
+  app.add_option("--speculative", o.speculative,
+                 "speculative decoding on the serving path: none, ngram or draft (--draft-model)")
+      ->capture_default_str();
+  app.add_option("--speculative-tokens", o.speculative_tokens, "proposals checked per step, 1 to 16")
+      ->capture_default_str();
+  app.add_option("--draft-model", o.draft_model, "the draft model of --speculative draft (default: none)");
+  app.add_option("--prompt-ids-file", o.prompt_ids_file,
+                 "prompts as token ids, one comma-separated list per line, run --batch at a time on the serving "
+                 "path (default: none: --batch random prompts of --prompt-len)");
   CLI11_PARSE(app, argc, argv);
   tessera::init_logging("bench", spdlog::level::warn);
   tessera::Status st = tessera::run(o);

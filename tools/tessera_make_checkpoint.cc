@@ -23,6 +23,7 @@
 #include "common/checkpoint/torch_writer.h"
 #include "common/safetensors_writer.h"
 #include "common/status.h"
+#include "tools/lib/padded_checkpoint.h"
 #include "worker/arch_spec.h"
 #include "worker/arch_tensors.h"
 #include "worker/model_config.h"
@@ -298,7 +299,14 @@ int main(int argc, char** argv) {
   std::string preset = "tiny", dtype = "float32";
   std::vector<std::string> names;
   for (const ArchSpec& spec : arch_specs()) names.push_back(spec.name);
-  app.add_option("--arch", m.arch, "architecture (a row of the table)")->required()->check(CLI::IsMember(names));
+  auto* arch_opt = app.add_option("--arch", m.arch, "architecture (a row of the table); required unless --pad-from (default: none)")
+                       ->check(CLI::IsMember(names));
+  PaddingOptions pad;
+  auto* pad_from = app.add_option("--pad-from", pad.from,
+                                  "instead of random weights, a padded copy of this trained model: --layers decoder "
+                                  "layers whose attention output and MLP down projections are zero and an MLP --ffn "
+                                  "wide whose extra units feed zero weights, so it computes the same logits at any size "
+                                  "(dense models with gate/up/down MLPs); with --out, --dtype and --seed only (default: none)");
   app.add_option("--out", opt.out, "output folder (created if missing)")->required();
   app.add_option("--preset", preset,
                  "tiny (hidden 64, 2 layers, 4 heads, 2 KV heads, ffn 128, vocab 512, 2048 positions, 4 experts, "
@@ -343,6 +351,35 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
+  if (pad_from->count() > 0) {
+    for (const CLI::Option* o : app.get_options()) {
+      const std::string n = o->get_name();
+      if (o->count() > 0 && n != "--pad-from" && n != "--out" && n != "--layers" && n != "--ffn" && n != "--dtype" &&
+          n != "--seed") {
+        TESSERA_LOG_ERROR("{} does not apply to --pad-from (which takes --out, --layers, --ffn, --dtype, --seed)", n);
+        return 2;
+      }
+    }
+    if (layers->count() == 0 || ffn->count() == 0) {
+      TESSERA_LOG_ERROR("--pad-from needs --layers and --ffn (the copy's depth and MLP width)");
+      return 2;
+    }
+    pad.out = opt.out;
+    pad.layers = m.layers;
+    pad.ffn = m.ffn;
+    pad.dtype = *parse_dtype(dtype);
+    pad.seed = opt.seed;
+    const Status padded = write_padded_copy(pad);
+    if (!padded.is_ok()) {
+      TESSERA_LOG_ERROR("{}", padded.to_string());
+      return 1;
+    }
+    return 0;
+  }
+  if (arch_opt->count() == 0) {
+    TESSERA_LOG_ERROR("--arch is required (or --pad-from MODEL for a padded copy)");
+    return 2;
+  }
   // The preset gives defaults; explicit flags win.
   ModelShape given = m;
   const ArchSpec& arch = *find_row(m.arch);

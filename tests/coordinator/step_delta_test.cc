@@ -20,9 +20,9 @@ namespace {
 using testing::KvCheckingExecutor;
 
 // Largest encoding of a one-token decode step that opens at most one block: seq_id,
-// version, num_computed, sample, num_draft, table_from, num_released, the token array (length + one
+// version, num_computed, sample, num_draft, propose, table_from, num_released, the token array (length + one
 // token), the new-block array (length + at most one block), has_start.
-constexpr size_t kMaxDecodeSeqBytes = 8 + 4 + 4 + 1 + 4 + 4 + 4 + (4 + 4) + (4 + 4) + 1;
+constexpr size_t kMaxDecodeSeqBytes = 8 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + (4 + 4) + (4 + 4) + 1;
 // Header, step_id, the dropped / seqs / copies counts, return_logits.
 constexpr size_t kPlanOverheadBytes = wire::kHeaderBytes + 8 + 4 + 4 + 4 + 1;
 
