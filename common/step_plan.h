@@ -140,6 +140,12 @@ struct StepResult {
   bool leaving = false;
   // One per SeqStep with propose > 0 that sampled, in plan order.
   std::vector<Proposal> proposals;
+  // What the step cost this executor: its target model (forward and sampling) and its draft
+  // model (draft_forwards forwards, in draft_seconds) — the scheduler weighs a proposal's
+  // cost by them (coordinator/engine/speculation_depth.h). 0 where not measured.
+  float target_seconds = 0.0f;
+  float draft_seconds = 0.0f;
+  int32_t draft_forwards = 0;
 };
 
 }  // namespace tessera

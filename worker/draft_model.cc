@@ -57,10 +57,12 @@ StatusOr<std::vector<Proposal>> DraftModel::run(const std::vector<Feed>& feeds) 
     }
   }
   std::vector<Proposal> out(proposing.size());
+  last_forwards_ = 0;
   if (tokens.empty()) return out;
   auto forward = [&](const std::vector<int32_t>& toks, const AttentionBatch& batch) -> Status {
     Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
     TESSERA_RETURN_IF_ERROR(model_.forward(toks, batch, cache_, logit_rows, logits.view()));
+    ++last_forwards_;
     if (logit_rows.empty()) return Status::ok();
     host_logits_.resize(static_cast<size_t>(logits.numel()));
     backend_.copy_to_host(logits.view(), host_logits_.data());

@@ -58,6 +58,8 @@ class DraftModel {
   void copy_block(int src, int dst) { cache_.copy_block(src, dst, backend_); }
   void in_use_below(int end) { cache_.in_use_below(end); }
   const Transformer& model() const { return model_; }
+  // Forwards the last run() made (1 + the longest proposal chain less one; 0 when it fed nothing).
+  int32_t last_forwards() const { return last_forwards_; }
 
  private:
   // Chooses proposal `j` (0-based) of `f` from its logits row and records it.
@@ -68,6 +70,7 @@ class DraftModel {
   KvCache cache_;
   std::unordered_map<SeqId, Held> held_;
   std::vector<float> host_logits_;
+  int32_t last_forwards_ = 0;
 };
 
 // What may be refused before loading: a draft whose vocabulary differs from the target's

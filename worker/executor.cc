@@ -1,6 +1,7 @@
 #include "worker/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <span>
 #include <unordered_map>
@@ -81,6 +82,7 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   const bool has_draft = std::any_of(plan.seqs.begin(), plan.seqs.end(), [](const SeqStep& s) { return s.num_draft > 0; });
   if (has_draft && (logits_out != nullptr || plan.return_logits))
     return invalid_argument("step " + std::to_string(plan.step_id) + ": proposals (num_draft) in a step whose logits are asked for");
+  const auto started = std::chrono::steady_clock::now();
   StatusOr<std::vector<SeqView>> applied = sequences_.apply(plan);
   if (!applied.is_ok()) return applied.status();
   const std::vector<SeqView>& views = applied.value();
@@ -151,7 +153,11 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
   TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view()));
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<float>(std::chrono::steady_clock::now() - t).count();
+  };
   if (logit_rows.empty()) {
+    result.target_seconds = seconds_since(started);
     TESSERA_RETURN_IF_ERROR(run_draft(views, {}, result));
     return result;
   }
@@ -206,6 +212,7 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     if (accepted < s.num_draft) sequences_.rewind(s.seq_id, s.num_draft - accepted);
     result.tokens.insert(result.tokens.end(), per_seq[row].begin(), per_seq[row].end());
   }
+  result.target_seconds = seconds_since(started);
   TESSERA_RETURN_IF_ERROR(run_draft(views, sampled, result));
   return result;
 }
@@ -234,7 +241,10 @@ Status Executor::run_draft(const std::vector<SeqView>& views, const std::unorder
       draft_->forget(s.seq_id);
     }
   }
+  const auto started = std::chrono::steady_clock::now();
   TESSERA_ASSIGN_OR_RETURN(result.proposals, draft_->run(feeds));
+  result.draft_seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - started).count();
+  result.draft_forwards = draft_->last_forwards();
   return Status::ok();
 }
 

@@ -368,6 +368,9 @@ void encode(const StepResult& m, std::string* out) {
       w.u64(p.seq_id);
       w.i32_array(p.tokens);
     }
+    w.f32(m.target_seconds);
+    w.f32(m.draft_seconds);
+    w.i32(m.draft_forwards);
   });
 }
 Status decode(std::string_view frame, StepResult* m) {
@@ -401,6 +404,9 @@ Status decode(std::string_view frame, StepResult* m) {
       m->proposals[i].seq_id = r.u64("proposal.seq_id");
       r.i32_array(&m->proposals[i].tokens, "proposal.tokens");
     }
+    m->target_seconds = r.f32("target_seconds");
+    m->draft_seconds = r.f32("draft_seconds");
+    m->draft_forwards = r.i32("draft_forwards");
   });
 }
 

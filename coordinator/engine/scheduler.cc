@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "common/check.h"
@@ -372,6 +373,7 @@ void Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<c
   spec_stats_.num_accepted_tokens += static_cast<uint64_t>(accepted);
   for (int i = 0; i < accepted && static_cast<size_t>(i) < spec_stats_.accepted_per_pos.size(); ++i)
     ++spec_stats_.accepted_per_pos[static_cast<size_t>(i)];
+  e.acceptance.record(s.num_draft, accepted);
   // The known tokens fed are in the KV cache now; each accepted proposal joins them as it is
   // appended (its KV was written by this step); the last token is the next to feed.
   e.seq.advance(static_cast<int>(s.tokens.size()) - s.num_draft);
@@ -394,15 +396,34 @@ void Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<c
   blocks_.release_blocks_before(id, first_needed_key(e.seq.num_computed()));
 }
 
-std::vector<int32_t> Scheduler::proposals_for(const Entry& e, int room) const {
+int Scheduler::next_speculation_depth(Entry& e) {
+  // A proposal costs nothing to make by lookup; a draft model's costs its measured share —
+  // except for a seeded sampled request, whose tokens depend on the depths taken (which
+  // draws are used), so they follow its acceptance alone and the seed repeats its output.
+  const SamplingParams& sp = e.seq.sampling();
+  const bool seeded_draws = sp.temperature > 0.0f && sp.seed.has_value();
+  const double cost = proposer_->made_on_executors() && !seeded_draws ? std::max(0.0, draft_cost_) : 0.0;
+  const int k = best_speculation_depth(e.acceptance.rate(), cost, config_.speculative.num_tokens);
+  if (k > 0) {
+    e.spec_rest = 0;
+    return k;
+  }
+  // Backed off to none: one proposal now and then tells whether the guesses got better.
+  if (++e.spec_rest < kSpeculationProbeEvery) return 0;
+  e.spec_rest = 0;
+  return 1;
+}
+
+std::vector<int32_t> Scheduler::proposals_for(Entry& e, int room) {
   const Sequence& seq = e.seq;
   if (!proposer_ || !seq.request().speculative || seq.is_constrained() || seq.fork_pending() ||
       seq.num_uncomputed() != 1)
     return {};
   // No more than could still be output (the token after the proposals is one more), nor
-  // past the longest sequence.
+  // past the longest sequence; the executors' proposals were sized when asked for.
   const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 1;
-  const int most = std::min({config_.speculative.num_tokens, room, left});
+  const int depth = proposer_->made_on_executors() ? config_.speculative.num_tokens : next_speculation_depth(e);
+  const int most = std::min({depth, room, left});
   if (most <= 0) return {};
   return proposer_->propose(seq.token_ids(), e.executor_proposals, most);
 }
@@ -415,7 +436,7 @@ int Scheduler::ask_executor_proposals(Entry& e, int end, StepPlan& plan) {
   // What the next step can still use: proposals before the last token the choice may output
   // (this step samples one more).
   const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 2;
-  const int k = std::min(config_.speculative.num_tokens, left);
+  const int k = std::min(next_speculation_depth(e), left);
   // The draft's scratch slots, only where the pool has room as it is (never preempting).
   if (k <= 0 || !blocks_.append_slots(seq.id(), seq.num_computed(), end + k, &plan.block_copies)) return 0;
   return k;
@@ -551,8 +572,14 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   };
   std::vector<PendingMask> masks_pending;
   std::unordered_map<SeqId, const std::vector<int32_t>*> proposals_of;  // made on the executors
-  if (error.empty())
+  if (error.empty()) {
     for (const Proposal& p : result.proposals) proposals_of[p.seq_id] = &p.tokens;
+    // What a draft forward costs next to the target's step, as measured (a moving average).
+    if (result.draft_forwards > 0 && result.target_seconds > 0) {
+      const double ratio = result.draft_seconds / result.draft_forwards / result.target_seconds;
+      draft_cost_ = draft_cost_ < 0 ? ratio : 0.9 * draft_cost_ + 0.1 * ratio;
+    }
+  }
   // A sequence whose grammar or stop condition ended it: its event says so and it leaves.
   auto end_sequence = [&](Entry& e, SequenceEvent& event, FinishReason reason) {
     finish(e, reason);

@@ -33,6 +33,7 @@
 #include "common/step_plan.h"
 #include "coordinator/engine/block_manager.h"
 #include "coordinator/engine/proposer.h"
+#include "coordinator/engine/speculation_depth.h"
 #include "coordinator/engine/request.h"
 #include "coordinator/engine/sequence.h"
 #include "coordinator/engine/step_cost_model.h"
@@ -204,6 +205,8 @@ class Scheduler {
     int draft_in_flight = 0;
     // What the executors proposed after its last step (speculative.method draft), for the next.
     std::vector<int32_t> executor_proposals;
+    AcceptanceEstimate acceptance;  // of its proposals so far
+    int spec_rest = 0;              // steps backed off to depth 0 since the last probe
   };
   struct RunsBefore {
     bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
@@ -245,7 +248,13 @@ class Scheduler {
   int ask_executor_proposals(Entry& e, int end, StepPlan& plan);
   // The proposals for a decoding sequence's next step (at most `room`), empty when it does
   // not speculate.
-  std::vector<int32_t> proposals_for(const Entry& e, int room) const;
+  std::vector<int32_t> proposals_for(Entry& e, int room);
+  // Speculation depth per sequence (coordinator/engine/speculation_depth.h): the proposals
+  // its next step may carry, from its recent acceptance and a proposal's measured cost; 0 =
+  // backed off, with a single proposal every kSpeculationProbeEvery steps to notice when
+  // guessing pays again.
+  static constexpr int kSpeculationProbeEvery = 8;
+  int next_speculation_depth(Entry& e);
   // Applies a step's tokens to a sequence that fed proposals: the accepted ones are now in the
   // KV cache, the last is the next to feed; stops at a token that ends the sequence.
   void apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<const SampledToken> tokens,
@@ -290,6 +299,9 @@ class Scheduler {
   uint64_t prefill_capped_steps_ = 0;
   uint64_t tpot_capped_steps_ = 0;
   SpecDecodeStats spec_stats_;
+  // A draft forward's time over the target step's, averaged over the steps that measured it
+  // (StepResult::draft_seconds); -1 until one did.
+  double draft_cost_ = -1.0;
   // Computes the step's structured-output masks in parallel (on_step_result).
   structured::MaskPool mask_pool_;
 };

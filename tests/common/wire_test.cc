@@ -86,6 +86,9 @@ StepResult random_result(Gen& g) {
   r.step_id = g.u64();
   r.error = g.bytes(30);
   r.leaving = g.n(2) == 1;
+  r.target_seconds = g.f();
+  r.draft_seconds = g.f();
+  r.draft_forwards = g.i32();
   r.proposals.resize(g.n(5));
   for (Proposal& p : r.proposals) {
     p.seq_id = g.u64();
@@ -168,6 +171,9 @@ void expect_eq(const StepResult& a, const StepResult& b) {
   EXPECT_EQ(a.step_id, b.step_id);
   EXPECT_EQ(a.error, b.error);
   EXPECT_EQ(a.leaving, b.leaving);
+  EXPECT_EQ(a.target_seconds, b.target_seconds);
+  EXPECT_EQ(a.draft_seconds, b.draft_seconds);
+  EXPECT_EQ(a.draft_forwards, b.draft_forwards);
   ASSERT_EQ(a.proposals.size(), b.proposals.size());
   for (size_t i = 0; i < a.proposals.size(); ++i) {
     EXPECT_EQ(a.proposals[i].seq_id, b.proposals[i].seq_id);
