@@ -26,7 +26,8 @@ StatusOr<EngineRunResult> run_through_engine(Transformer& model, Transformer* dr
   sc.sliding_window = model.config().kv_window();
   sc.speculative = o.speculative;
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
-  Executor executor(model, backend, sc.block_size, sc.num_blocks, model.dtype(), draft);
+  Executor executor(model, backend, sc.block_size, sc.num_blocks, model.dtype(), draft,
+                    o.speculative.draft_min_probability);
   Engine engine(sc, executor);
 
   EngineRunResult result;

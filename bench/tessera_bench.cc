@@ -54,6 +54,7 @@ struct Options {
   std::string speculative = "none";  // speculative.method
   int speculative_tokens = 4;        // speculative.num_tokens
   std::string draft_model;           // speculative.draft_model
+  double draft_min_probability = SpeculativeConfig{}.draft_min_probability;
   std::string prompt_ids_file;       // real prompts instead of random ids (batch at a time)
 };
 
@@ -66,13 +67,14 @@ StatusOr<SpeculativeConfig> speculative_from_flags(const Options& o) {
   sc.method = m->second;
   sc.num_tokens = o.speculative_tokens;
   sc.draft_model = o.draft_model;
+  sc.draft_min_probability = o.draft_min_probability;
   if (sc.method == SpeculativeConfig::Method::kDraft && o.draft_model.empty())
     return invalid_argument("--speculative draft needs --draft-model PATH");
   if (sc.method != SpeculativeConfig::Method::kDraft && !o.draft_model.empty())
     return invalid_argument("--draft-model is given, but --speculative is " + o.speculative);
   if (sc.enabled()) {
     const Status st = validate_speculative_config(sc);
-    if (!st.is_ok()) return invalid_argument("--speculative-tokens: " + st.message());
+    if (!st.is_ok()) return invalid_argument("--speculative-tokens / --draft-min-probability: " + st.message());
   }
   return sc;
 }
@@ -287,6 +289,10 @@ int main(int argc, char** argv) {
   app.add_option("--speculative-tokens", o.speculative_tokens, "proposals checked per step, 1 to 16")
       ->capture_default_str();
   app.add_option("--draft-model", o.draft_model, "the draft model of --speculative draft (default: none)");
+  app.add_option("--draft-min-probability", o.draft_min_probability,
+                 "proposals end at the first the draft gives less than this probability "
+                 "(speculative.draft_min_probability)")
+      ->capture_default_str();
   app.add_option("--prompt-ids-file", o.prompt_ids_file,
                  "prompts as token ids, one comma-separated list per line, run --batch at a time on the serving "
                  "path (default: none: --batch random prompts of --prompt-len)");

@@ -536,6 +536,13 @@ const std::vector<KeyDef>& schema() {
       TESSERA_INT_KEY("speculative.ngram_min", speculative.ngram_min, 1, 64),
       TESSERA_INT_KEY("speculative.ngram_max", speculative.ngram_max, 1, 64),
       TESSERA_STRING_KEY("speculative.draft_model", speculative.draft_model, read_string),
+      KeyDef{"speculative.draft_min_probability", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               return read_number(n, w, "a number in [0, 1)", [](double v) { return v >= 0.0 && v < 1.0; },
+                                  &c.speculative.draft_min_probability);
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.speculative.draft_min_probability); },
+             nullptr},
       TESSERA_STRING_KEY("server.http.host", server.http.host, read_string),
       TESSERA_INT_KEY("server.http.port", server.http.port, 0, 65535),
       KeyDef{"server.http.api_keys", false,

@@ -15,6 +15,9 @@ Status validate_speculative_config(const SpeculativeConfig& config) {
   if (config.ngram_max < config.ngram_min)
     return invalid_argument("speculative.ngram_max (" + std::to_string(config.ngram_max) +
                             ") must be at least speculative.ngram_min (" + std::to_string(config.ngram_min) + ")");
+  if (!(config.draft_min_probability >= 0.0 && config.draft_min_probability < 1.0))
+    return invalid_argument("speculative.draft_min_probability must be in [0, 1), got " +
+                            std::to_string(config.draft_min_probability));
   const bool draft = config.method == SpeculativeConfig::Method::kDraft;
   if (draft && config.draft_model.empty())
     return invalid_argument("speculative.draft_model: required with speculative.method draft (the draft model's folder or file)");

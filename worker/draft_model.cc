@@ -1,6 +1,8 @@
 #include "worker/draft_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "worker/model_checkpoint.h"
 #include "worker/model_weights.h"
@@ -9,15 +11,19 @@
 
 namespace tessera {
 
-DraftModel::DraftModel(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype)
-    : model_(model), backend_(backend), cache_(model.cache_config(), block_size, num_blocks, kv_dtype, backend) {}
+DraftModel::DraftModel(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype,
+                       double min_probability)
+    : model_(model),
+      backend_(backend),
+      cache_(model.cache_config(), block_size, num_blocks, kv_dtype, backend),
+      min_probability_(min_probability) {}
 
 const DraftModel::Held* DraftModel::held(SeqId id) const {
   auto it = held_.find(id);
   return it == held_.end() ? nullptr : &it->second;
 }
 
-int32_t DraftModel::choose(const Feed& f, const float* logits, int32_t j, Held& held) const {
+std::optional<int32_t> DraftModel::choose(const Feed& f, const float* logits, int32_t j, Held& held) const {
   SampleRequest req;
   req.logits = logits;
   req.vocab = model_.config().vocab;
@@ -26,11 +32,17 @@ int32_t DraftModel::choose(const Feed& f, const float* logits, int32_t j, Held& 
   req.token_index = f.token_index + j;  // min_tokens masks by it, as the target will
   // (No penalty history: q may be any distribution the proposal is really drawn from.)
   int32_t token = 0;
+  double confidence = 1.0;  // the draft's probability of what it proposes
   if (f.state->sampling.temperature <= 0.0f) {
     token = greedy_token(req);
+    if (min_probability_ > 0) confidence = std::exp(raw_logprobs(logits, req.vocab, token, 0, nullptr));
+    if (confidence < min_probability_) return std::nullopt;
   } else {
-    held.q.push_back(token_distribution(req));
-    token = draw_token(held.q.back(), counter_uniform(req.seed, static_cast<uint64_t>(req.token_index)));
+    TokenDistribution q = token_distribution(req);
+    token = draw_token(q, counter_uniform(req.seed, static_cast<uint64_t>(req.token_index)));
+    // (Stopping on the draft's own draw leaves the target's check of the proposals made exact.)
+    if (q.prob(token) < min_probability_) return std::nullopt;
+    held.q.push_back(std::move(q));
   }
   held.tokens.push_back(token);
   return token;
@@ -69,9 +81,13 @@ StatusOr<std::vector<Proposal>> DraftModel::run(const std::vector<Feed>& feeds) 
     return Status::ok();
   };
   TESSERA_RETURN_IF_ERROR(forward(tokens, first.batch()));
+  // A feed stops proposing at the first token its draft is less sure of than min_probability.
+  std::vector<bool> stopped(proposing.size(), false);
   for (size_t i = 0; i < proposing.size(); ++i) {
     out[i].seq_id = proposing[i]->seq_id;
-    out[i].tokens.push_back(choose(*proposing[i], host_logits_.data() + i * vocab, 0, held_[proposing[i]->seq_id]));
+    const std::optional<int32_t> t = choose(*proposing[i], host_logits_.data() + i * vocab, 0, held_[proposing[i]->seq_id]);
+    if (t) out[i].tokens.push_back(*t);
+    stopped[i] = !t.has_value();
   }
 
   // Steps 2..: each proposal still wanted is fed to give the next (its K/V is scratch past
@@ -79,7 +95,7 @@ StatusOr<std::vector<Proposal>> DraftModel::run(const std::vector<Feed>& feeds) 
   for (int32_t j = 1;; ++j) {
     std::vector<size_t> more;
     for (size_t i = 0; i < proposing.size(); ++i)
-      if (proposing[i]->propose > j) more.push_back(i);
+      if (proposing[i]->propose > j && !stopped[i]) more.push_back(i);
     if (more.empty()) break;
     RaggedBatchBuilder next(block_size, static_cast<int>(max_table));
     tokens.clear();
@@ -93,7 +109,9 @@ StatusOr<std::vector<Proposal>> DraftModel::run(const std::vector<Feed>& feeds) 
     TESSERA_RETURN_IF_ERROR(forward(tokens, next.batch()));
     for (size_t r = 0; r < more.size(); ++r) {
       const size_t i = more[r];
-      out[i].tokens.push_back(choose(*proposing[i], host_logits_.data() + r * vocab, j, held_[proposing[i]->seq_id]));
+      const std::optional<int32_t> t = choose(*proposing[i], host_logits_.data() + r * vocab, j, held_[proposing[i]->seq_id]);
+      if (t) out[i].tokens.push_back(*t);
+      stopped[i] = !t.has_value();
     }
   }
   return out;

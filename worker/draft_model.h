@@ -12,6 +12,7 @@
 //   DraftModel draft(*draft_transformer, backend, block_size, num_blocks, kv_dtype);
 //   after each target step: draft.run(feeds) -> proposals; next step: draft.held(id)->q
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,7 +28,11 @@ namespace tessera {
 
 class DraftModel {
  public:
-  DraftModel(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype);
+  // A proposal the draft gives less than `min_probability` (speculative.draft_min_probability)
+  // ends its sequence's proposals there: unlikely guesses are rarely accepted, and a draft that
+  // agrees with nothing then costs one forward per step, not k.
+  DraftModel(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype,
+             double min_probability = 0.0);
 
   // One sequence's share of the draft's work after a target step.
   struct Feed {
@@ -62,8 +67,9 @@ class DraftModel {
   int32_t last_forwards() const { return last_forwards_; }
 
  private:
-  // Chooses proposal `j` (0-based) of `f` from its logits row and records it.
-  int32_t choose(const Feed& f, const float* logits, int32_t j, Held& held) const;
+  // Chooses proposal `j` (0-based) of `f` from its logits row and records it; none when the
+  // draft gives it less than min_probability_.
+  std::optional<int32_t> choose(const Feed& f, const float* logits, int32_t j, Held& held) const;
 
   Transformer& model_;
   Backend& backend_;
@@ -71,6 +77,7 @@ class DraftModel {
   std::unordered_map<SeqId, Held> held_;
   std::vector<float> host_logits_;
   int32_t last_forwards_ = 0;
+  double min_probability_;
 };
 
 // What may be refused before loading: a draft whose vocabulary differs from the target's

@@ -13,12 +13,13 @@
 namespace tessera {
 
 Executor::Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype,
-                   Transformer* draft)
+                   Transformer* draft, double draft_min_probability)
     : model_(model),
       backend_(backend),
       cache_(model.cache_config(), block_size, num_blocks, kv_dtype, backend),
       sequences_(block_size, num_blocks) {
-  if (draft != nullptr) draft_ = std::make_unique<DraftModel>(*draft, backend, block_size, num_blocks, kv_dtype);
+  if (draft != nullptr)
+    draft_ = std::make_unique<DraftModel>(*draft, backend, block_size, num_blocks, kv_dtype, draft_min_probability);
 }
 
 Status Executor::validate(const StepPlan& plan) const {

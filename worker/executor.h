@@ -21,7 +21,7 @@ class Executor final : public StepExecutor {
   // The KV pool holds `num_blocks` blocks of `block_size` tokens, in `kv_dtype`; a draft
   // model (speculative.method draft) gets a pool of the same blocks beside it.
   Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype = DType::kF32,
-           Transformer* draft = nullptr);
+           Transformer* draft = nullptr, double draft_min_probability = 0.0);
 
   StatusOr<StepResult> execute(const StepPlan& plan) override { return execute(plan, nullptr); }
   // Also hands back the raw logits of the sampled rows ([sampled seqs, vocab], plan order)

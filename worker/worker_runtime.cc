@@ -227,7 +227,8 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
                        config.speculative.draft_model, draft->weights().total_bytes / 1000000,
                        draft->shard().world > 1 ? "split like the target" : "whole on every rank");
     }
-    executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype, draft.get());
+    executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype, draft.get(),
+                                          config.speculative.draft_min_probability);
     TESSERA_LOG_INFO("rank {}/{} loaded {} ({} MB of weights, {} KV blocks)", a.rank, a.world_size, a.model_path,
                      model->weights().total_bytes / 1000000, a.kv_num_blocks);
     return Status::ok();

@@ -265,6 +265,11 @@ TEST(ConfigTest, SpeculativeKeysAreReadAndCheckedNamingTheKey) {
   ASSERT_TRUE(c.is_ok());
   EXPECT_TRUE(fails_with(validate_config(*c), {"s.yaml", "speculative.draft_model: given while"}));
   EXPECT_TRUE(fails_with(parse_config_yaml("speculative: {num_tokens: 17}\n", "s.yaml").status(), {"speculative.num_tokens"}));
+  EXPECT_TRUE(fails_with(parse_config_yaml("speculative: {draft_min_probability: 1}\n", "s.yaml").status(),
+                         {"speculative.draft_min_probability", "[0, 1)"}));
+  c = parse_config_yaml("model: {path: m}\nspeculative: {draft_min_probability: 0.25}\n", "s.yaml");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->speculative.draft_min_probability, 0.25);
   TesseraConfig d;
   EXPECT_TRUE(fails_with(apply_override(d, "speculative.num_tokens", "0"), {"speculative.num_tokens"}));
 }

@@ -2,6 +2,7 @@
 // answers exactly what a plain one-rank server answers — text, tokens' logprobs, finish reason
 // and usage — for greedy and seeded requests, with a stop string, a max_tokens and EOS that
 // may fall inside a step's proposals, and streamed; its /metrics count the accepted proposals.
+// Then the same with a draft model proposing.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -102,6 +103,62 @@ TEST(ServeSpeculative, NgramProposalsAnswerExactlyWhatPlainDecodingAnswers) {
       << metrics;
   EXPECT_GT(std::stoll(m[2]), 0) << "no proposal was accepted";
   EXPECT_NE(metrics.find("vllm:spec_decode_num_accepted_tokens_per_pos_total"), std::string::npos);
+}
+
+// A draft model in the two worker processes (kjv-llama's trained draft fixture, split across
+// the ranks with the target): greedy answers equal the plain server's, also where a stop
+// string, max_tokens or EOS falls inside a step; a seeded sampled request repeats itself; the
+// metrics count accepted proposals. A draft of another vocabulary stops start-up naming the
+// key and both sizes.
+TEST(ServeSpeculative, DraftModelAnswersGreedyExactlyAndSeededRepeatably) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/kjv-llama";
+  const std::vector<std::string> common = {"--model", model, "--dtype", "float32", "--backend", "cpu", "--threads", "1",
+                                           "--set", "cache.num_blocks=256", "--set", "cache.block_size=4"};
+  testing::ServeProcess plain, spec;
+  ASSERT_TRUE(plain.start(common)) << plain.log();
+  std::vector<std::string> spec_args = common;
+  spec_args.insert(spec_args.end(), {"--tensor-parallel", "2", "--set", "speculative.method=draft", "--set",
+                                     "speculative.draft_model=" + testing::fixtures_dir() + "/kjv-llama-draft"});
+  ASSERT_TRUE(spec.start(spec_args)) << spec.log();
+
+  const json greedy = {{"prompt", "And it came to pass, when the king"}, {"max_tokens", 40}, {"temperature", 0},
+                       {"logprobs", 2}};
+  const json plain_out = post(plain.port(), greedy);
+  expect_same_choice(post(spec.port(), greedy), plain_out, "greedy");
+  const std::string text = plain_out["choices"][0]["text"];
+  ASSERT_GT(text.size(), 30u) << text;
+  json stopped = greedy;
+  stopped["stop"] = json::array({text.substr(text.size() / 2, 6)});
+  expect_same_choice(post(spec.port(), stopped), post(plain.port(), stopped), "stop string");
+  json short_one = greedy;
+  short_one["max_tokens"] = 6;
+  expect_same_choice(post(spec.port(), short_one), post(plain.port(), short_one), "max_tokens 6");
+  json with_eos = greedy;
+  with_eos["prompt"] = "In the beginning";
+  with_eos["max_tokens"] = 200;
+  expect_same_choice(post(spec.port(), with_eos), post(plain.port(), with_eos), "to EOS");
+  EXPECT_EQ(post_streamed(spec.port(), stopped), post_streamed(plain.port(), stopped));
+
+  json seeded = greedy;
+  seeded["temperature"] = 0.9;
+  seeded["seed"] = 5;
+  const json first = post(spec.port(), seeded);
+  expect_same_choice(post(spec.port(), seeded), first, "seeded, twice");
+
+  const std::string metrics = testing::http_body(testing::http(spec.port(), "GET", "/metrics"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics, m, std::regex("vllm:spec_decode_num_accepted_tokens_total(\\{[^}]*\\})? (\\d+)")))
+      << metrics;
+  EXPECT_GT(std::stoll(m[2]), 0) << "no proposal was accepted";
+
+  // tiny-llama's vocabulary has 512 ids, kjv-llama's 1,024.
+  const auto bad = testing::run_command(testing::bin_dir() + "/tessera-serve --model '" + model + "' --port 0 --set " +
+                                        "speculative.method=draft --set 'speculative.draft_model=" +
+                                        testing::fixtures_dir() + "/tiny-llama'");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("speculative.draft_model"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("its vocabulary has 512 ids, the target's 1024"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -59,7 +59,8 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOpt
     TESSERA_ASSIGN_OR_RETURN(rt->draft_, load_draft_model(o.draft_model, lo, *rt->backend_));
   }
   rt->executor_ = std::make_unique<Executor>(*rt->model_, *rt->backend_, sc.block_size, sc.num_blocks,
-                                             rt->model_->dtype(), rt->draft_.get());
+                                             rt->model_->dtype(), rt->draft_.get(),
+                                             sc.speculative.draft_min_probability);
   return std::unique_ptr<LocalExecutor>(std::move(rt));
 }
 
@@ -81,6 +82,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   if (!o.draft_model.empty()) {
     c.speculative.method = SpeculativeConfig::Method::kDraft;
     c.speculative.draft_model = std::filesystem::absolute(o.draft_model).string();
+    c.speculative.draft_min_probability = sc.speculative.draft_min_probability;
     c.scheduler.max_model_len = sc.max_model_len;
   }
   c.cache.block_size = sc.block_size;
