@@ -23,7 +23,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="$(cd "${1:?usage: pack_prebuilt.sh BUILD_DIR OUT.tar.xz [FIXTURES_DIR]}" && pwd)"
 archive="${2:?usage: pack_prebuilt.sh BUILD_DIR OUT.tar.xz [FIXTURES_DIR]}"
 fixtures="${3:-$(grep '^TESSERA_FIXTURES_DIR:' "$build/CMakeCache.txt" | cut -d= -f2-)}"
-programs=(tessera_kernels_tests tessera_worker_tests tessera-bench tessera-make-checkpoint tessera-worker tessera-perplexity)
+programs=(tessera_kernels_tests tessera_worker_tests tessera-bench tessera-make-checkpoint tessera-worker tessera-perplexity
+  tessera-generate)
 
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
@@ -55,7 +56,7 @@ EOF
 # The archive must travel beside the checkout within a transfer limit, so the weights the
 # checkout already has are named, not packed.
 if [ -d "$fixtures" ]; then
-  (cd "$fixtures" && find tiny-* kjv-llama -type f) | while read -r f; do
+  (cd "$fixtures" && find tiny-* kjv-llama kjv-llama-draft -type f) | while read -r f; do
     mkdir -p "$stage/fixtures/$(dirname "$f")"
     twin="models/$f"
     if [ -f "$root/$twin" ] && cmp -s "$fixtures/$f" "$root/$twin"; then
@@ -67,5 +68,8 @@ if [ -d "$fixtures" ]; then
 else
   echo "pack_prebuilt: no fixtures at '$fixtures': the golden tests will skip there" >&2
 fi
-XZ_OPT="-T0 -6" tar -C "$stage" -cJf "$archive" .
+# Symbols are not needed to run them, and the archive must fit the transfer limit.
+strip "$stage"/build/bin/* 2>/dev/null || true
+strip --strip-unneeded "$stage"/lib/* 2>/dev/null || true
+XZ_OPT="-T0 -9" tar -C "$stage" -cJf "$archive" .
 echo "pack_prebuilt: $(du -h "$archive" | cut -f1) in $archive ($(ls "$stage/lib" | wc -l) libraries)"

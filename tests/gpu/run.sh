@@ -6,7 +6,8 @@
 # `timeout`, and no step gets more than what is left of a total budget, so the whole script
 # ends within BUDGET_S seconds (default 450; a prebuilt run took 82 s on one H200 with 16
 # cores). Without a GPU it still runs: the GPU tests report SKIPPED and
-# the benchmark is not run; the summary says so.
+# the benchmark is not run; the summary says so. Speculative decoding on CUDA (a draft model's
+# greedy ids on kjv-llama's goldens, and its decode speed-up) runs with the benchmark.
 #
 # A GPU host without Tessera's build dependencies runs a build made elsewhere instead:
 # tests/gpu/pack_prebuilt.sh packs one (programs, ctest files, the libraries they link,
@@ -178,7 +179,8 @@ else
   [ -n "$archs" ] && cfg+=("-DCMAKE_CUDA_ARCHITECTURES=$archs")
   run_step configure 90 cmake "${cfg[@]}" || { log "overall: FAIL (configure)"; exit 1; }
   run_step build 300 cmake --build "$build" -j "$jobs" --target tessera_kernels_tests tessera_worker_tests \
-    tessera-bench tessera-make-checkpoint tessera-worker tessera-perplexity || { log "overall: FAIL (build)"; exit 1; }
+    tessera-bench tessera-make-checkpoint tessera-worker tessera-perplexity tessera-generate ||
+    { log "overall: FAIL (build)"; exit 1; }
 fi
 
 # ---- the benchmark's models, made on the CPU while the GPU tests run ---------------------------
@@ -240,6 +242,53 @@ perplexity_case float32 1e-4
 perplexity_case float16 ""
 unset TESSERA_CUDA_SYNC
 
+# Speculative decoding on CUDA (worker/draft_model.h): kjv-llama's golden prompts, batched, with
+# its trained draft fixture proposing, must give the goldens' greedy ids; then batch-1 decode on
+# kjv-llama padded to 310 MB (tessera-make-checkpoint --pad-from, made here) with kjv-llama
+# itself and the draft fixture as drafts, against plain decoding (f16, serving path).
+speculative_cuda() {
+  local draft="${kjv}-draft" tmp="$out/speculative" padded=/tmp/tessera-kjv-padded
+  if [ -z "$gpu" ] || [ ! -x "$build/bin/tessera-generate" ] || [ ! -f "$draft/config.json" ]; then
+    log "speculative: SKIPPED (no GPU, no tessera-generate or no $draft)"
+    return
+  fi
+  mkdir -p "$tmp"
+  python3 -c 'import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+open(sys.argv[2], "w").write("".join(",".join(map(str, c["prompt_ids"])) + "\n" for c in cases))
+print(len(cases[0]["greedy_ids"]))' "$kjv/goldens/index.json" "$tmp/prompts.txt" >"$tmp/gen_len" || return
+  if run_step speculative_goldens 60 "$build/bin/tessera-generate" --backend cuda --model "$kjv" \
+    --prompt-ids-file "$tmp/prompts.txt" --max-new-tokens "$(cat "$tmp/gen_len")" --json --block-size 4 \
+    --speculative draft --draft-model "$draft"; then
+    if python3 -c 'import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+got = [json.loads(l)["output_ids"] for l in open(sys.argv[2]) if l.startswith("{")]
+same = sum(g == c["greedy_ids"] for g, c in zip(got, cases))
+print(f"{same} of {len(cases)} cases")
+sys.exit(same != len(cases))' "$kjv/goldens/index.json" "$step_dir/speculative_goldens.log" >"$tmp/verdict"; then
+      log "  speculative (draft fixture) on cuda: goldens' greedy ids in $(cat "$tmp/verdict")"
+    else
+      log "  speculative on cuda: FAILED, goldens' greedy ids in $(cat "$tmp/verdict")"
+      failed=1
+    fi
+  fi
+  [ -f "$padded/config.json" ] || run_step make_padded 60 "$build/bin/tessera-make-checkpoint" --pad-from "$kjv" \
+    --out "$padded" --layers 32 --ffn 8192 --dtype float16 || return
+  local kind line
+  for kind in plain self draft; do
+    local flags=()
+    [ "$kind" = self ] && flags=(--speculative draft --draft-model "$kjv")
+    [ "$kind" = draft ] && flags=(--speculative draft --draft-model "$draft")
+    run_step "bench_spec_$kind" 60 "$build/bin/tessera-bench" --backend cuda --model "$padded" --dtype float16 \
+      --engine --batch 1 --prompt-len 48 --gen-len 256 --json "${flags[@]}" || continue
+    line=$(grep '^{' "$step_dir/bench_spec_$kind.log" | tail -1)
+    echo "{\"case\": \"speculative_$kind\", \"batch\": 1, \"result\": $line}" >>"$out/bench.jsonl"
+    eval "spec_$kind=$(json_field "$line" decode_tok_s)"
+    log "  speculative $kind on cuda: decode $(json_field "$line" decode_tok_s) tok/s, acceptance" \
+        "$(json_field "$line" acceptance_rate), mean accepted length $(json_field "$line" mean_accepted_length)"
+  done
+}
+
 # ---- benchmark --------------------------------------------------------------------------------
 # The issue's GPU benchmark: a generated ~1.1B Llama (TinyLlama's shape: GQA 32/4 heads) and a
 # ~1.3B BLOOM-shaped model, f16 weights: batch-1 decode (latency per token, and weight bandwidth
@@ -267,6 +316,9 @@ else
     [ -f "$m/config.json" ] || { log "bench model $m: not made"; failed=1; }
   done
   : >"$out/bench.jsonl"
+  speculative_cuda
+  log "  speculative / plain decode on cuda, batch 1: self-draft $(ratio "${spec_self:-}" "${spec_plain:-}")x," \
+      "draft fixture $(ratio "${spec_draft:-}" "${spec_plain:-}")x"
   bench_case llama_b1 "$llama" 1 128
   bench_case llama_b1_plain "$llama" 1 128 --no-kernel-inject
   bench_case llama_b32 "$llama" 32 32
