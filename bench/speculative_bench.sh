@@ -101,7 +101,7 @@ run_case() {  # CASE: its plain run, then its speculative run
   esac
 }
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); batch 1, bf16, $threads threads, k = $k, $gen generated" \
-  "tokens, $nprompts prompts per run; padded target $(du -sm "$padded" | cut -f1) MB"
+  "tokens, $nprompts prompts per run; padded target $(($(stat -c %s "$padded/model.safetensors") / 1000000)) MB"
 for _ in $(seq "$rounds"); do
   for c in "${cases[@]}"; do run_case "$c"; done
 done

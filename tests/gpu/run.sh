@@ -244,7 +244,7 @@ unset TESSERA_CUDA_SYNC
 
 # Speculative decoding on CUDA (worker/draft_model.h): kjv-llama's golden prompts, batched, with
 # its trained draft fixture proposing, must give the goldens' greedy ids; then batch-1 decode on
-# kjv-llama padded to 310 MB (tessera-make-checkpoint --pad-from, made here) with kjv-llama
+# kjv-llama padded to 309 MB (tessera-make-checkpoint --pad-from, made here) with kjv-llama
 # itself and the draft fixture as drafts, against plain decoding (f16, serving path).
 speculative_cuda() {
   local draft="${kjv}-draft" tmp="$out/speculative" padded=/tmp/tessera-kjv-padded
