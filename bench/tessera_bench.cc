@@ -27,6 +27,7 @@
 #endif
 #include "bench/engine_run.h"
 #include "tools/lib/prompt_ids.h"
+#include "tools/lib/speculative_flags.h"
 #include "worker/draft_model.h"
 #include "worker/generator.h"
 #include "worker/model_checkpoint.h"
@@ -51,33 +52,9 @@ struct Options {
   bool json = false;
   // The serving path (bench/engine_run.h): --engine, or any --speculative method.
   bool engine = false;
-  std::string speculative = "none";  // speculative.method
-  int speculative_tokens = 4;        // speculative.num_tokens
-  std::string draft_model;           // speculative.draft_model
-  double draft_min_probability = SpeculativeConfig{}.draft_min_probability;
+  SpeculativeFlags speculative;  // --speculative, --speculative-tokens, --draft-model, --draft-min-probability
   std::string prompt_ids_file;       // real prompts instead of random ids (batch at a time)
 };
-
-// The speculative settings the flags give; an error names the flag.
-StatusOr<SpeculativeConfig> speculative_from_flags(const Options& o) {
-  SpeculativeConfig sc;
-  const auto& methods = speculative_method_names();
-  const auto m = std::find_if(methods.begin(), methods.end(), [&](const auto& p) { return o.speculative == p.first; });
-  if (m == methods.end()) return invalid_argument("--speculative: expected none, ngram or draft, got '" + o.speculative + "'");
-  sc.method = m->second;
-  sc.num_tokens = o.speculative_tokens;
-  sc.draft_model = o.draft_model;
-  sc.draft_min_probability = o.draft_min_probability;
-  if (sc.method == SpeculativeConfig::Method::kDraft && o.draft_model.empty())
-    return invalid_argument("--speculative draft needs --draft-model PATH");
-  if (sc.method != SpeculativeConfig::Method::kDraft && !o.draft_model.empty())
-    return invalid_argument("--draft-model is given, but --speculative is " + o.speculative);
-  if (sc.enabled()) {
-    const Status st = validate_speculative_config(sc);
-    if (!st.is_ok()) return invalid_argument("--speculative-tokens / --draft-min-probability: " + st.message());
-  }
-  return sc;
-}
 
 int64_t peak_rss_bytes() {
   rusage ru{};
@@ -127,7 +104,7 @@ Status run(const Options& o) {
     for (auto& p : prompts)
       for (int i = 0; i < o.prompt_len; ++i) p.push_back(id(rng));
   }
-  TESSERA_ASSIGN_OR_RETURN(const SpeculativeConfig spec, speculative_from_flags(o));
+  TESSERA_ASSIGN_OR_RETURN(const SpeculativeConfig spec, speculative_from_flags(o.speculative));
   const bool via_engine = o.engine || spec.enabled() || !o.prompt_ids_file.empty();
   std::unique_ptr<Transformer> draft;
   if (spec.method == SpeculativeConfig::Method::kDraft) {
@@ -221,7 +198,7 @@ Status run(const Options& o) {
   j["batch"] = o.batch;
   // The serving path's and speculative decoding's figures (bench/engine_run.h).
   j["path"] = via_engine ? "engine" : "generator";
-  j["speculative"] = o.speculative;
+  j["speculative"] = o.speculative.method;
   j["speculative_tokens"] = spec.enabled() ? spec.num_tokens : 0;
   j["draft_model"] = spec.draft_model;
   j["decode_tokens"] = t.decode_tokens;
@@ -283,13 +260,13 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--engine", o.engine,
                "run through the serving path (Engine + Scheduler + Executor) instead of the bare generation loop");
-  app.add_option("--speculative", o.speculative,
+  app.add_option("--speculative", o.speculative.method,
                  "speculative decoding on the serving path: none, ngram or draft (--draft-model)")
       ->capture_default_str();
-  app.add_option("--speculative-tokens", o.speculative_tokens, "proposals checked per step, 1 to 16")
+  app.add_option("--speculative-tokens", o.speculative.num_tokens, "proposals checked per step, 1 to 16")
       ->capture_default_str();
-  app.add_option("--draft-model", o.draft_model, "the draft model of --speculative draft (default: none)");
-  app.add_option("--draft-min-probability", o.draft_min_probability,
+  app.add_option("--draft-model", o.speculative.draft_model, "the draft model of --speculative draft (default: none)");
+  app.add_option("--draft-min-probability", o.speculative.draft_min_probability,
                  "proposals end at the first the draft gives less than this probability "
                  "(speculative.draft_min_probability)")
       ->capture_default_str();

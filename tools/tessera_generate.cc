@@ -25,6 +25,7 @@
 #include "coordinator/engine/engine.h"
 #include "tools/lib/local_executor.h"
 #include "tools/lib/prompt_ids.h"
+#include "tools/lib/speculative_flags.h"
 #include "common/quantization_flags.h"
 
 namespace tessera {
@@ -56,9 +57,7 @@ struct Options {
   bool json = false;
   bool stop_at_eos = false;
   int threads = 0;
-  std::string speculative = "none";  // speculative.method
-  int speculative_tokens = 4;        // speculative.num_tokens
-  std::string draft_model;           // speculative.draft_model
+  SpeculativeFlags speculative;  // --speculative, --speculative-tokens, --draft-model
 };
 
 Status write_logits(const std::string& path, const std::vector<float>& logits) {
@@ -158,7 +157,7 @@ Status run(const Options& o) {
   int64_t needed = 0, longest = 0;
   // Room for the proposals too (and the draft's scratch), so a pool sized for the run lets
   // speculation go on to the last token.
-  const int64_t spec_slots = o.speculative != "none" ? o.speculative_tokens + 1 : 0;
+  const int64_t spec_slots = o.speculative.method != "none" ? o.speculative.num_tokens + 1 : 0;
   for (const auto& p : prompts) {
     const int64_t total = static_cast<int64_t>(p.size()) + o.max_new_tokens;
     needed += (total + spec_slots + o.block_size - 1) / o.block_size;
@@ -167,23 +166,10 @@ Status run(const Options& o) {
   sc.num_blocks = o.kv_blocks > 0 ? o.kv_blocks : static_cast<int>(needed);
   sc.max_model_len = static_cast<int>(std::max<int64_t>(longest, config.max_positions));
   sc.sliding_window = config.kv_window();  // blocks the window has left are freed
-  const auto& methods = speculative_method_names();
-  const auto method = std::find_if(methods.begin(), methods.end(), [&](const auto& m) { return o.speculative == m.first; });
-  if (method == methods.end())
-    return invalid_argument("--speculative: expected none, ngram or draft, got '" + o.speculative + "'");
-  sc.speculative.method = method->second;
-  sc.speculative.num_tokens = o.speculative_tokens;
-  sc.speculative.draft_model = o.draft_model;
-  if (sc.speculative.method == SpeculativeConfig::Method::kDraft && o.draft_model.empty())
-    return invalid_argument("--speculative draft needs --draft-model PATH (speculative.draft_model)");
-  if (sc.speculative.method != SpeculativeConfig::Method::kDraft && !o.draft_model.empty())
-    return invalid_argument("--draft-model is given, but --speculative is " + o.speculative + " (use --speculative draft)");
+  TESSERA_ASSIGN_OR_RETURN(sc.speculative, speculative_from_flags(o.speculative));
   if (sc.speculative.enabled() && !o.dump_logits.empty())
     return invalid_argument("--dump-logits needs --speculative none: a step checking proposals scores several rows "
                             "per sequence, not one per generated token");
-  if (sc.speculative.enabled() && (o.speculative_tokens < 1 || o.speculative_tokens > SeqStep::kMaxDraft))
-    return invalid_argument("--speculative-tokens: expected 1 to " + std::to_string(SeqStep::kMaxDraft) + ", got " +
-                            std::to_string(o.speculative_tokens));
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
 
   // In this process (TP 1), or through the coordinator/worker runtime (TP > 1).
@@ -195,7 +181,7 @@ Status run(const Options& o) {
   lo.backend = o.backend;
   lo.threads = o.threads;
   lo.program = "tessera-gen";
-  lo.draft_model = o.draft_model;
+  lo.draft_model = o.speculative.draft_model;
   TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> local, LocalExecutor::start(lo, sc));
   std::unique_ptr<LogitRecorder> recorder;
@@ -298,14 +284,14 @@ int main(int argc, char** argv) {
                  "write float32 LE logits: one vocab row per generated token (row 0 = last prompt position)");
   app.add_flag("--json", o.json, "print {\"prompt_ids\",\"output_ids\",\"text\"} as one JSON line");
   app.add_flag("--stop-at-eos", o.stop_at_eos, "stop when the model emits its EOS token");
-  app.add_option("--speculative", o.speculative,
+  app.add_option("--speculative", o.speculative.method,
                  "speculative decoding: none, ngram (prompt lookup) or draft (a draft model, --draft-model); greedy "
                  "tokens do not change (speculative.method)")
       ->capture_default_str();
-  app.add_option("--draft-model", o.draft_model,
+  app.add_option("--draft-model", o.speculative.draft_model,
                  "the draft model for --speculative draft: a folder, DeepSpeed JSON or GGUF file sharing the model's "
                  "vocabulary (speculative.draft_model) (default: none)");
-  app.add_option("--speculative-tokens", o.speculative_tokens, "proposals checked per step, 1 to 16 (speculative.num_tokens)")
+  app.add_option("--speculative-tokens", o.speculative.num_tokens, "proposals checked per step, 1 to 16 (speculative.num_tokens)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.seed_given = seed_opt->count() > 0;

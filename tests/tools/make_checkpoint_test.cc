@@ -380,5 +380,59 @@ TEST_F(MakeCheckpointTest, BadFlagsFailWithClearMessages) {
   EXPECT_FALSE(fs::exists(dir_ + "/bad/model.safetensors")) << "nothing written on bad flags";
 }
 
+// A padded copy computes the original's logits: kjv-llama grown from 6 to 8 layers and from
+// FFN 512 to 640 has the same held-out perplexity (tessera-perplexity, f32), the new layers'
+// output projections are zero, and the original's rows are kept as they were.
+TEST_F(MakeCheckpointTest, PaddedCopyHasTheOriginalsPerplexity) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string kjv = ::tessera::testing::fixtures_dir() + "/kjv-llama";
+  auto r = make("padded", "--pad-from '" + kjv + "' --layers 8 --ffn 640 --seed 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto c = open("padded");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(shape(*c, "model.layers.7.mlp.down_proj.weight"), (std::vector<int64_t>{192, 640}));
+  EXPECT_EQ(shape(*c, "model.layers.0.mlp.gate_proj.weight"), (std::vector<int64_t>{640, 192}));
+  auto down = c->load("model.layers.7.mlp.down_proj.weight", DType::kF32);
+  auto o = c->load("model.layers.6.self_attn.o_proj.weight", DType::kF32);
+  auto q = c->load("model.layers.6.self_attn.q_proj.weight", DType::kF32);
+  ASSERT_TRUE(down.is_ok() && o.is_ok() && q.is_ok());
+  double zero_sum = 0, q_sum = 0;
+  for (int64_t i = 0; i < down->numel(); ++i) zero_sum += std::fabs(down->data<float>()[i]);
+  for (int64_t i = 0; i < o->numel(); ++i) zero_sum += std::fabs(o->data<float>()[i]);
+  for (int64_t i = 0; i < q->numel(); ++i) q_sum += std::fabs(q->data<float>()[i]);
+  EXPECT_EQ(zero_sum, 0.0) << "a new layer's output projections must be zero";
+  EXPECT_GT(q_sum, 0.0) << "its other weights are random";
+  auto perplexity = [&](const std::string& model) {
+    const auto p = run_command(::tessera::testing::bin_dir() + "/tessera-perplexity --model '" + model +
+                               "' --text-file '" + kjv + "/heldout.txt' --json");
+    EXPECT_EQ(p.exit_code, 0) << p.err;
+    return nlohmann::json::parse(p.out.substr(p.out.find('{'))).value("perplexity", 0.0);
+  };
+  const double original = perplexity(kjv), padded = perplexity(dir_ + "/padded");
+  EXPECT_NEAR(padded, original, 1e-6 * original);
+  std::cout << "[ REPORT   ] kjv-llama perplexity " << original << ", padded copy " << padded << std::endl;
+}
+
+TEST_F(MakeCheckpointTest, PaddingRefusesWhatItCannotPadNamingIt) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixtures = ::tessera::testing::fixtures_dir();
+  auto moe = make("bad", "--pad-from '" + fixtures + "/tiny-mixtral' --layers 4 --ffn 256");
+  EXPECT_NE(moe.exit_code, 0);
+  EXPECT_NE(moe.err.find("only dense models can be padded"), std::string::npos) << moe.err;
+  auto fewer = make("bad", "--pad-from '" + fixtures + "/kjv-llama' --layers 4 --ffn 640");
+  EXPECT_NE(fewer.exit_code, 0);
+  EXPECT_NE(fewer.err.find("--layers 4 is fewer than the 6 layers"), std::string::npos) << fewer.err;
+  auto shape_flag = make("bad", "--pad-from '" + fixtures + "/kjv-llama' --layers 8 --ffn 640 --hidden 64");
+  EXPECT_NE(shape_flag.exit_code, 0);
+  EXPECT_NE(shape_flag.err.find("--hidden does not apply to --pad-from"), std::string::npos) << shape_flag.err;
+  auto no_depth = make("bad", "--pad-from '" + fixtures + "/kjv-llama' --ffn 640");
+  EXPECT_NE(no_depth.exit_code, 0);
+  EXPECT_NE(no_depth.err.find("--pad-from needs --layers and --ffn"), std::string::npos) << no_depth.err;
+  auto windows = make("bad", "--pad-from '" + fixtures + "/tiny-gemma2' --layers 4 --ffn 256");
+  EXPECT_NE(windows.exit_code, 0);
+  EXPECT_NE(windows.err.find("its layers differ"), std::string::npos) << windows.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/bad/model.safetensors")) << "nothing written on refusals";
+}
+
 }  // namespace
 }  // namespace tessera
