@@ -190,6 +190,9 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
 
   // Only the rows whose logits are wanted go through the final norm and LM head.
   const int64_t R = static_cast<int64_t>(logit_rows.size());
+  // No logits wanted (a prefill chunk, a draft model catching up): no norm, no LM head, and
+  // no all-gather — every rank of the group gets the same plan, so all skip it alike.
+  if (R == 0) return comm_error_;
   if (pending != nullptr) backend_.add(x.view(), *pending, x.view());
   Tensor picked = backend_.alloc({R, H}, DType::kF32);
   Tensor normed = backend_.alloc({R, H}, DType::kF32);
