@@ -32,11 +32,11 @@ std::optional<int32_t> DraftModel::choose(const Feed& f, const float* logits, in
   req.token_index = f.token_index + j;  // min_tokens masks by it, as the target will
   // (No penalty history: q may be any distribution the proposal is really drawn from.)
   int32_t token = 0;
-  double confidence = 1.0;  // the draft's probability of what it proposes
   if (f.state->sampling.temperature <= 0.0f) {
     token = greedy_token(req);
-    if (min_probability_ > 0) confidence = std::exp(raw_logprobs(logits, req.vocab, token, 0, nullptr));
-    if (confidence < min_probability_) return std::nullopt;
+    // (The draft's probability of it: the softmax of its raw logits.)
+    if (min_probability_ > 0 && std::exp(raw_logprobs(logits, req.vocab, token, 0, nullptr)) < min_probability_)
+      return std::nullopt;
   } else {
     TokenDistribution q = token_distribution(req);
     token = draw_token(q, counter_uniform(req.seed, static_cast<uint64_t>(req.token_index)));
@@ -80,14 +80,18 @@ StatusOr<std::vector<Proposal>> DraftModel::run(const std::vector<Feed>& feeds) 
     backend_.copy_to_host(logits.view(), host_logits_.data());
     return Status::ok();
   };
-  TESSERA_RETURN_IF_ERROR(forward(tokens, first.batch()));
-  // A feed stops proposing at the first token its draft is less sure of than min_probability.
+  // Proposal j of proposing feed i from logits row `row` of the last forward; a feed stops
+  // proposing at the first token its draft is less sure of than min_probability.
   std::vector<bool> stopped(proposing.size(), false);
-  for (size_t i = 0; i < proposing.size(); ++i) {
-    out[i].seq_id = proposing[i]->seq_id;
-    const std::optional<int32_t> t = choose(*proposing[i], host_logits_.data() + i * vocab, 0, held_[proposing[i]->seq_id]);
+  auto take = [&](size_t i, size_t row, int32_t j) {
+    const std::optional<int32_t> t = choose(*proposing[i], host_logits_.data() + row * vocab, j, held_[out[i].seq_id]);
     if (t) out[i].tokens.push_back(*t);
     stopped[i] = !t.has_value();
+  };
+  TESSERA_RETURN_IF_ERROR(forward(tokens, first.batch()));
+  for (size_t i = 0; i < proposing.size(); ++i) {
+    out[i].seq_id = proposing[i]->seq_id;
+    take(i, i, 0);
   }
 
   // Steps 2..: each proposal still wanted is fed to give the next (its K/V is scratch past
@@ -107,12 +111,7 @@ StatusOr<std::vector<Proposal>> DraftModel::run(const std::vector<Feed>& feeds) 
       logit_rows.push_back(next.num_rows() - 1);
     }
     TESSERA_RETURN_IF_ERROR(forward(tokens, next.batch()));
-    for (size_t r = 0; r < more.size(); ++r) {
-      const size_t i = more[r];
-      const std::optional<int32_t> t = choose(*proposing[i], host_logits_.data() + r * vocab, j, held_[proposing[i]->seq_id]);
-      if (t) out[i].tokens.push_back(*t);
-      stopped[i] = !t.has_value();
-    }
+    for (size_t r = 0; r < more.size(); ++r) take(more[r], r, j);
   }
   return out;
 }
@@ -156,7 +155,8 @@ StatusOr<std::unique_ptr<Transformer>> load_draft_model(const std::string& path,
 
 int64_t draft_kv_bytes_per_block(const ModelConfig& draft, int world, int block_size, DType dtype) {
   ModelConfig local = draft;
-  if (draft_splits(draft, world)) local.kv_heads = ShardSpec::make(draft, 0, world)->kv_heads;
+  if (world > 1)
+    if (StatusOr<ShardSpec> shard = ShardSpec::make(draft, 0, world); shard.is_ok()) local.kv_heads = shard->kv_heads;
   return KvCache::bytes_per_block(local, block_size, dtype);
 }
 

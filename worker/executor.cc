@@ -52,10 +52,7 @@ Status Executor::validate(const StepPlan& plan) const {
                               " was released (-1), but the step reads from it (" + std::to_string(s.num_released) +
                               " leading entries released)");
     }
-  }
-  for (const SeqStep& s : plan.seqs) {
     if (s.propose == 0) continue;
-    const std::string who = "step " + std::to_string(plan.step_id) + ", sequence " + std::to_string(s.seq_id);
     if (!draft_) return invalid_argument(who + ": asks for proposals, but this executor has no draft model");
     if (s.propose < 0 || s.propose > SeqStep::kMaxDraft || !s.sample || s.tokens.empty())
       return invalid_argument(who + ": " + std::to_string(s.propose) + " proposals asked of a step " +

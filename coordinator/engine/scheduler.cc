@@ -414,14 +414,20 @@ int Scheduler::next_speculation_depth(Entry& e) {
   return 1;
 }
 
+bool Scheduler::may_speculate(const Sequence& seq) const {
+  return proposer_ && seq.request().speculative && !seq.is_constrained() && !seq.fork_pending();
+}
+
+int Scheduler::tokens_left(const Sequence& seq) const {
+  return std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens());
+}
+
 std::vector<int32_t> Scheduler::proposals_for(Entry& e, int room) {
   const Sequence& seq = e.seq;
-  if (!proposer_ || !seq.request().speculative || seq.is_constrained() || seq.fork_pending() ||
-      seq.num_uncomputed() != 1)
-    return {};
+  if (!may_speculate(seq) || seq.num_uncomputed() != 1) return {};
   // No more than could still be output (the token after the proposals is one more), nor
   // past the longest sequence; the executors' proposals were sized when asked for.
-  const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 1;
+  const int left = tokens_left(seq) - 1;
   const int depth = proposer_->made_on_executors() ? config_.speculative.num_tokens : next_speculation_depth(e);
   const int most = std::min({depth, room, left});
   if (most <= 0) return {};
@@ -430,12 +436,10 @@ std::vector<int32_t> Scheduler::proposals_for(Entry& e, int room) {
 
 int Scheduler::ask_executor_proposals(Entry& e, int end, StepPlan& plan) {
   const Sequence& seq = e.seq;
-  if (!proposer_ || !proposer_->made_on_executors() || end < seq.num_tokens() || !seq.request().speculative ||
-      seq.is_constrained() || seq.fork_pending())
-    return 0;
+  if (!may_speculate(seq) || !proposer_->made_on_executors() || end < seq.num_tokens()) return 0;
   // What the next step can still use: proposals before the last token the choice may output
   // (this step samples one more).
-  const int left = std::min(seq.max_new_tokens() - seq.num_output(), max_len_ - seq.num_tokens()) - 2;
+  const int left = tokens_left(seq) - 2;
   const int k = std::min(next_speculation_depth(e), left);
   // The draft's scratch slots, only where the pool has room as it is (never preempting).
   if (k <= 0 || !blocks_.append_slots(seq.id(), seq.num_computed(), end + k, &plan.block_copies)) return 0;

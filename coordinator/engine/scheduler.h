@@ -249,6 +249,11 @@ class Scheduler {
   // The proposals for a decoding sequence's next step (at most `room`), empty when it does
   // not speculate.
   std::vector<int32_t> proposals_for(Entry& e, int room);
+  // Whether proposals may ride on a sequence's steps: speculation on, the request not opting
+  // out, no grammar constraining it, no choices left to fork.
+  bool may_speculate(const Sequence& seq) const;
+  // Tokens the sequence may still output: the fewer of max_tokens and the room to max_len.
+  int tokens_left(const Sequence& seq) const;
   // Speculation depth per sequence (coordinator/engine/speculation_depth.h): the proposals
   // its next step may carry, from its recent acceptance and a proposal's measured cost; 0 =
   // backed off, with a single proposal every kSpeculationProbeEvery steps to notice when

@@ -42,28 +42,21 @@
 #include "worker/tp_plan.h"
 
 namespace tessera {
-StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_len) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
-  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
-  const int world = c.parallel.tensor_parallel;
-  TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(c, *ckpt, mc, /*use_env=*/false));
-  // As the loader decides (worker/model_weights.cc): attention is split by heads unless the
-  // plan keeps its output projection whole, and then every rank caches every KV head.
-  const std::string o_name = tensor_name(mc.arch->name_of(TensorRole::kO), 0);
-  const bool attn_split = world > 1 && plan.role_of(o_name) != TpRole::kKeep;
-  // The weights' share of a rank, estimated before loading: every parameter in the model
-  // dtype, or where the matrices become quantized (model.quantization int8 or int4, or auto on
-  // a GGUF file of quantized blocks) the matrices but the embedding and LM head at a byte
-  // each and a float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's
-  // q4_0 / q4_K matrices; 6-bit: auto's q6_K ones); under auto an LM head stored in blocks
-  // is quantized too. Divided by the ranks (replicated tensors make the real share a little
-  // larger).
-  const QuantizationOptions quant = resolve_quantization(quantization_options(c.model), *ckpt);
+namespace {
+
+// A checkpoint's weights as loaded, estimated before loading: every parameter in `dtype`, or
+// where the matrices become quantized (model.quantization int8 or int4, or auto on a GGUF
+// file of quantized blocks) the matrices but the embedding and LM head at a byte each and a
+// float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's q4_0 / q4_K
+// matrices; 6-bit: auto's q6_K ones); under auto an LM head stored in blocks is quantized too.
+double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, const QuantizationOptions& options,
+                              DType dtype) {
+  const QuantizationOptions quant = resolve_quantization(options, ckpt);
   const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
   const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
   double bytes = 0;
-  for (const std::string& name : ckpt->tensor_names()) {
-    const TensorInfo& info = *ckpt->find(name);
+  for (const std::string& name : ckpt.tensor_names()) {
+    const TensorInfo& info = *ckpt.find(name);
     double n = 1;
     for (int64_t d : info.shape) n *= static_cast<double>(d);
     const bool blocks = stored_in_ggml_blocks(info);
@@ -72,7 +65,7 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
     const std::optional<Int4Scheme> panels =
         blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
                                     : std::nullopt;
-    double per_weight = static_cast<double>(dtype_size(c.model.dtype));
+    double per_weight = static_cast<double>(dtype_size(dtype));
     if (matrix && panels.has_value()) {
       per_weight = panel_bytes_per_weight(*panels);
     } else if (matrix && quant.kind == WeightQuantization::kInt4) {
@@ -82,21 +75,35 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
     }
     bytes += n * per_weight;
   }
-  int64_t weights = static_cast<int64_t>(bytes) / world;
+  return bytes;
+}
+
+}  // namespace
+
+StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_len) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
+  const int world = c.parallel.tensor_parallel;
+  TESSERA_ASSIGN_OR_RETURN(TpPlan plan, plan_for_config(c, *ckpt, mc, /*use_env=*/false));
+  // As the loader decides (worker/model_weights.cc): attention is split by heads unless the
+  // plan keeps its output projection whole, and then every rank caches every KV head.
+  const std::string o_name = tensor_name(mc.arch->name_of(TensorRole::kO), 0);
+  const bool attn_split = world > 1 && plan.role_of(o_name) != TpRole::kKeep;
+  // The weights' share of a rank: divided by the ranks (replicated tensors make the real
+  // share a little larger).
+  const QuantizationOptions quant = quantization_options(c.model);
+  int64_t weights = static_cast<int64_t>(estimated_weight_bytes(*ckpt, mc, quant, c.model.dtype)) / world;
   // A draft model's blocks lie beside the target's in the same pool (same block ids), and
-  // its weights (in the model dtype) take their share of the budget too.
+  // its weights (loaded as load_draft_model does: the target's options, no rules) take their
+  // share of the budget too: all of them on every rank when it is not split.
   int64_t draft_block_bytes = 0;
   if (c.speculative.method == SpeculativeConfig::Method::kDraft) {
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> draft_ckpt, open_model_checkpoint(c.speculative.draft_model));
     TESSERA_ASSIGN_OR_RETURN(ModelConfig draft, parse_model_config(draft_ckpt->config(), draft_ckpt->config_source()));
     draft_block_bytes = draft_kv_bytes_per_block(draft, world, c.cache.block_size, c.model.dtype);
-    double draft_params = 0;
-    for (const std::string& name : draft_ckpt->tensor_names()) {
-      double n = 1;
-      for (int64_t d : draft_ckpt->find(name)->shape) n *= static_cast<double>(d);
-      draft_params += n;
-    }
-    weights += static_cast<int64_t>(draft_params * static_cast<double>(dtype_size(c.model.dtype))) /
+    QuantizationOptions draft_quant = quant;
+    draft_quant.rules.clear();
+    weights += static_cast<int64_t>(estimated_weight_bytes(*draft_ckpt, draft, draft_quant, c.model.dtype)) /
                (draft_splits(draft, world) ? world : 1);
   }
   KvPoolModel m;
