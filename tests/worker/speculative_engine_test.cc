@@ -161,7 +161,8 @@ TEST_P(SpeculativeEngineTest, PenaltiesAndSeededSamplingGiveThePlainRunsTokens) 
 
 // The model as its own draft (worker/draft_model.h): the draft sees every committed token,
 // proposes after each step, and the target checks; greedy ids equal the goldens and logprobs
-// the plain run's — staggered with 8-token chunks, and in a pool that forces preemption —
+// the plain run's — staggered with 8-token chunks, one at a time, and in a pool that forces
+// preemption —
 // and nearly every proposal is accepted (the draft computes what the target does).
 TEST_P(SpeculativeEngineTest, SelfDraftGivesTheGreedyIdsAndLogprobsOfPlainDecoding) {
   auto loaded = Transformer::load(testing::fixtures_dir() + "/" + GetParam(), ModelLoadOptions{}, *backend_);
@@ -178,6 +179,9 @@ TEST_P(SpeculativeEngineTest, SelfDraftGivesTheGreedyIdsAndLogprobsOfPlainDecodi
     for (size_t t = 0; t < plain.outputs[i].size(); ++t)
       EXPECT_NEAR(spec.outputs[i][t].logprob, plain.outputs[i][t].logprob, 1e-3) << "case " << i << " token " << t;
   }
+  // One at a time: each case alone in the engine (the next arrives long after it finished).
+  const EngineRun alone = run_engine(*model_, *backend_, cases_, with_draft(roomy, 4), /*stagger=*/500, greedy, true, &draft);
+  for (size_t i = 0; i < cases_.size(); ++i) EXPECT_EQ(ids(alone.outputs[i]), cases_[i].greedy) << "case " << i << " alone";
   EXPECT_GT(spec.stats.spec.num_drafts, 0u) << "no step carried proposals";
   EXPECT_GE(spec.stats.spec.num_accepted_tokens * 10, spec.stats.spec.num_draft_tokens * 9)
       << spec.stats.spec.num_accepted_tokens << " of " << spec.stats.spec.num_draft_tokens << " accepted";
