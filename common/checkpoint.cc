@@ -11,6 +11,7 @@
 #include "common/checkpoint/torch_checkpoint.h"
 #include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_tensor_rows.h"
+#include "common/input_file.h"
 #include "common/string_util.h"
 
 namespace tessera {
@@ -28,12 +29,9 @@ bool is_torch_name(const fs::path& p) {
 }
 
 StatusOr<nlohmann::json> read_json(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path.string() + ": cannot read " + what);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  TESSERA_ASSIGN_OR_RETURN(std::string text, read_input_file(path.string(), what));
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     return invalid_argument(path.string() + ": " + what + " is not valid JSON: " + e.what());
   }
@@ -46,12 +44,10 @@ StatusOr<std::shared_ptr<WeightFile>> open_weight_file(const std::string& path) 
     TESSERA_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(path));
     return std::shared_ptr<WeightFile>(std::move(f));
   }
-  char head[16] = {};
   {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return not_found(path + ": cannot read the checkpoint file");
-    in.read(head, sizeof(head));
-    const size_t got = static_cast<size_t>(in.gcount());
+    TESSERA_ASSIGN_OR_RETURN(const std::string first, read_input_file_head(path, "the checkpoint file", 16));
+    const char* head = first.data();
+    const size_t got = first.size();
     if (looks_like_torch_checkpoint(head, got)) {
       TESSERA_ASSIGN_OR_RETURN(auto f, TorchCheckpointFile::open(path));
       return std::shared_ptr<WeightFile>(std::move(f));
@@ -69,7 +65,8 @@ StatusOr<std::shared_ptr<WeightFile>> open_weight_file(const std::string& path) 
 
 Status Checkpoint::load_config(const std::string& dir) {
   fs::path config = fs::path(dir) / "config.json";
-  if (!fs::exists(config)) return not_found(config.string() + ": no such file (a model folder needs config.json)");
+  TESSERA_ASSIGN_OR_RETURN(bool present, input_path_exists(config.string()));
+  if (!present) return not_found(config.string() + ": no such file (a model folder needs config.json)");
   TESSERA_ASSIGN_OR_RETURN(config_, read_json(config, "config.json"));
   if (!config_.is_object()) return invalid_argument(config.string() + ": config.json is not a JSON object");
   config_dir_ = dir;
@@ -111,7 +108,8 @@ Status Checkpoint::add_indexed_files(const std::string& dir, const std::string& 
     std::string shard = file.get<std::string>();
     if (shard_names.insert(shard).second) {
       fs::path shard_path = fs::path(dir) / shard;
-      if (!fs::exists(shard_path)) {
+      TESSERA_ASSIGN_OR_RETURN(bool present, input_path_exists(shard_path.string()));
+      if (!present) {
         return not_found(index.string() + " names " + shard + " (for tensor '" + tensor + "'), but " +
                          shard_path.string() + " does not exist");
       }
@@ -139,8 +137,10 @@ Status Checkpoint::open_deepspeed_json(const std::string& path) {
   for (const auto& f : ds.tp_files) TESSERA_RETURN_IF_ERROR(add_file(f, true));
   const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   const fs::path base(ds.base_dir);
-  const fs::path config_dir = fs::exists(base / "config.json") ? base : parent;
-  if (!fs::exists(config_dir / "config.json")) {
+  TESSERA_ASSIGN_OR_RETURN(bool in_base, input_path_exists((base / "config.json").string()));
+  TESSERA_ASSIGN_OR_RETURN(bool in_parent, input_path_exists((parent / "config.json").string()));
+  const fs::path config_dir = in_base ? base : parent;
+  if (!in_base && !in_parent) {
     return not_found(path + ": no config.json in " + base.string() +
                      (base == parent ? "" : " or " + parent.string()) + " (the architecture is read from it)");
   }
@@ -151,19 +151,27 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->path_ = path;
   std::error_code ec;
+  TESSERA_ASSIGN_OR_RETURN(bool present, input_path_exists(path));
+  if (!present) return not_found(path + ": no such file or directory");
   fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) return not_found(path + ": no such file or directory");
+  if (ec) return invalid_argument(path + ": cannot look it up (" + ec.message() + ")");
 
   if (fs::is_directory(st)) {
     // Hugging Face folder: safetensors first (the same weights, and no pickle to read) when
     // a folder has both, as transformers prefers them.
     TESSERA_RETURN_IF_ERROR(ckpt->load_config(path));
     const fs::path dir(path);
-    if (fs::exists(dir / kSafetensorsIndex)) {
+    // Each lookup may fail (a symlink loop, no permission): an error then, not "absent".
+    auto has = [&dir](const char* name) { return input_path_exists((dir / name).string()); };
+    TESSERA_ASSIGN_OR_RETURN(bool has_index, has(kSafetensorsIndex));
+    TESSERA_ASSIGN_OR_RETURN(bool has_single, has("model.safetensors"));
+    TESSERA_ASSIGN_OR_RETURN(bool has_torch_index, has(kTorchIndex));
+    TESSERA_ASSIGN_OR_RETURN(bool has_torch_single, has(kTorchSingle));
+    if (has_index) {
       TESSERA_RETURN_IF_ERROR(ckpt->add_indexed_files(path, kSafetensorsIndex));
       return ckpt;
     }
-    if (fs::exists(dir / "model.safetensors")) {
+    if (has_single) {
       TESSERA_RETURN_IF_ERROR(ckpt->add_file((dir / "model.safetensors").string()));
       return ckpt;
     }
@@ -178,11 +186,11 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
       for (const auto& f : found) TESSERA_RETURN_IF_ERROR(ckpt->add_file(f));
       return ckpt;
     }
-    if (fs::exists(dir / kTorchIndex)) {
+    if (has_torch_index) {
       TESSERA_RETURN_IF_ERROR(ckpt->add_indexed_files(path, kTorchIndex));
       return ckpt;
     }
-    if (fs::exists(dir / kTorchSingle)) {
+    if (has_torch_single) {
       TESSERA_RETURN_IF_ERROR(ckpt->add_file((dir / kTorchSingle).string()));
       return ckpt;
     }

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/input_file.h"
 #include "common/step_plan.h"
 #include "common/string_util.h"
 #include "common/tokenizer/regex.h"
@@ -17,6 +18,13 @@ namespace tessera {
 namespace {
 
 // ---- error context --------------------------------------------------------------------
+
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  return "'" + n.Scalar() + "'";
+}
 
 // Where a value came from: "cfg.yaml:4:5: server.http.port" or "--set server.http.port".
 struct Where {
@@ -32,18 +40,16 @@ struct Where {
   Where child(const std::string& key, const YAML::Node& node) const {
     return Where{source, path + key, node.Mark().is_null() ? mark : node.Mark()};
   }
+  // What was given, for "expected X, got Y"; a secret's value is never shown, only its shape.
+  std::string got(const YAML::Node& n) const {
+    if (!is_secret_config_path(path) || !n.IsScalar()) return describe(n);
+    return "a string of " + std::to_string(n.Scalar().size()) + " characters (not shown: " + path + " holds secrets)";
+  }
 };
-
-std::string describe(const YAML::Node& n) {
-  if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
-  if (n.IsMap()) return "a map";
-  if (n.IsSequence()) return "a list";
-  return "'" + n.Scalar() + "'";
-}
 
 Status expect_scalar(const YAML::Node& n, const Where& w, const std::string& expected) {
   if (n.IsScalar()) return Status::ok();
-  return w.error("expected " + expected + ", got " + describe(n));
+  return w.error("expected " + expected + ", got " + w.got(n));
 }
 
 // ---- scalar readers ---------------------------------------------------------------------
@@ -55,7 +61,7 @@ Status read_int(const YAML::Node& n, const Where& w, int64_t lo, int64_t hi, int
   int64_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
-    return w.error("expected " + expected + ", got " + describe(n));
+    return w.error("expected " + expected + ", got " + w.got(n));
   }
   *out = v;
   return Status::ok();
@@ -76,7 +82,7 @@ Status read_number(const YAML::Node& n, const Where& w, const std::string& expec
   double v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !accepts(v)) {
-    return w.error("expected " + expected + ", got " + describe(n));
+    return w.error("expected " + expected + ", got " + w.got(n));
   }
   *out = v;
   return Status::ok();
@@ -101,7 +107,7 @@ Status read_bool(const YAML::Node& n, const Where& w, bool* out) {
   } else if (s == "false" || s == "no" || s == "off") {
     *out = false;
   } else {
-    return w.error("expected true or false, got " + describe(n));
+    return w.error("expected true or false, got " + w.got(n));
   }
   return Status::ok();
 }
@@ -117,7 +123,7 @@ Status read_endpoint(const YAML::Node& n, const Where& w, std::string* out) {
   TESSERA_RETURN_IF_ERROR(read_string(n, w, &s));
   if (s.rfind("tcp://", 0) != 0 && s.rfind("ipc://", 0) != 0 && s.rfind("inproc://", 0) != 0) {
     return w.error("expected a ZeroMQ endpoint (tcp://host:port, ipc://path or inproc://name), got " +
-                   describe(n));
+                   w.got(n));
   }
   *out = s;
   return Status::ok();
@@ -144,11 +150,11 @@ Status read_enum(const YAML::Node& n, const Where& w, const std::vector<std::pai
       return Status::ok();
     }
   }
-  return w.error("expected " + expected + ", got " + describe(n));
+  return w.error("expected " + expected + ", got " + w.got(n));
 }
 
 Status read_string_list(const YAML::Node& n, const Where& w, bool non_empty, std::vector<std::string>* out) {
-  if (!n.IsSequence()) return w.error("expected a list of strings, got " + describe(n));
+  if (!n.IsSequence()) return w.error("expected a list of strings, got " + w.got(n));
   if (non_empty && n.size() == 0) return w.error("expected a non-empty list of strings");
   std::vector<std::string> v;
   for (size_t i = 0; i < n.size(); ++i) {
@@ -166,7 +172,7 @@ Status read_string_map(const YAML::Node& n, const Where& w, std::map<std::string
     out->clear();
     return Status::ok();
   }
-  if (!n.IsMap()) return w.error("expected a map of linear name -> model_type, got " + describe(n));
+  if (!n.IsMap()) return w.error("expected a map of linear name -> model_type, got " + w.got(n));
   std::map<std::string, std::string> m;
   for (const auto& kv : n) {
     std::string key;
@@ -186,7 +192,7 @@ Status read_policy(const YAML::Node& n, const Where& w, std::map<std::string, st
     out->clear();
     return Status::ok();
   }
-  if (!n.IsMap()) return w.error("expected a map of block name -> list of linear names, got " + describe(n));
+  if (!n.IsMap()) return w.error("expected a map of block name -> list of linear names, got " + w.got(n));
   std::map<std::string, std::vector<std::string>> m;
   for (const auto& kv : n) {
     std::string key;
@@ -204,12 +210,12 @@ Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>
     out->clear();
     return Status::ok();
   }
-  if (!n.IsSequence()) return w.error("expected a list of {match: REGEX, role: row|column|keep}, got " + describe(n));
+  if (!n.IsSequence()) return w.error("expected a list of {match: REGEX, role: row|column|keep}, got " + w.got(n));
   std::vector<TpRuleConfig> rules;
   for (size_t i = 0; i < n.size(); ++i) {
     const YAML::Node& r = n[i];
     const Where rw = w.child("[" + std::to_string(i) + "]", r);
-    if (!r.IsMap()) return rw.error("expected {match: REGEX, role: row|column|keep}, got " + describe(r));
+    if (!r.IsMap()) return rw.error("expected {match: REGEX, role: row|column|keep}, got " + rw.got(r));
     TpRuleConfig rule;
     bool has_match = false, has_role = false;
     for (const auto& kv : r) {
@@ -241,12 +247,12 @@ Status read_quant_rules(const YAML::Node& n, const Where& w, std::vector<QuantRu
     out->clear();
     return Status::ok();
   }
-  if (!n.IsSequence()) return w.error("expected a list of " + shape + ", got " + describe(n));
+  if (!n.IsSequence()) return w.error("expected a list of " + shape + ", got " + w.got(n));
   std::vector<QuantRuleConfig> rules;
   for (size_t i = 0; i < n.size(); ++i) {
     const YAML::Node& r = n[i];
     const Where rw = w.child("[" + std::to_string(i) + "]", r);
-    if (!r.IsMap()) return rw.error("expected " + shape + ", got " + describe(r));
+    if (!r.IsMap()) return rw.error("expected " + shape + ", got " + rw.got(r));
     QuantRuleConfig rule;
     bool has_match = false, has_quantize = false;
     for (const auto& kv : r) {
@@ -396,11 +402,30 @@ const std::vector<KeyDef>& schema() {
       KeyDef{"model.quantization_group", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                const std::optional<int> v = n.IsScalar() ? parse_quant_group(n.Scalar()) : std::nullopt;
-               if (!v) return w.error("expected \"auto\" or a multiple of 32 in [32, 256], got " + describe(n));
+               if (!v) return w.error("expected \"auto\" or a multiple of 32 in [32, 256], got " + w.got(n));
                c.model.quantization_group = *v;
                return Status::ok();
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << quant_group_name(c.model.quantization_group); },
+             nullptr},
+      KeyDef{"model.check_weights", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (n.IsScalar() && n.Scalar() == "auto") {
+                 c.model.check_weights.reset();
+                 return Status::ok();
+               }
+               bool v = false;
+               if (!read_bool(n, w, &v).is_ok()) return w.error("expected auto, true or false, got " + w.got(n));
+               c.model.check_weights = v;
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) {
+               if (c.model.check_weights) {
+                 out << (*c.model.check_weights ? "true" : "false");
+               } else {
+                 out << "auto";
+               }
+             },
              nullptr},
       KeyDef{"model.quantization_rules", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
@@ -456,7 +481,7 @@ const std::vector<KeyDef>& schema() {
                }
                int64_t v = 0;
                Status st = read_int(n, w, 1, int64_t{1} << 40, &v);
-               if (!st.is_ok()) return w.error("expected \"auto\" or an integer >= 1, got " + describe(n));
+               if (!st.is_ok()) return w.error("expected \"auto\" or an integer >= 1, got " + w.got(n));
                c.cache.num_blocks = v;
                return Status::ok();
              },
@@ -482,7 +507,7 @@ const std::vector<KeyDef>& schema() {
                int64_t v = 0;
                Status st = read_int(n, w, 1, int64_t{1} << 50, &v);
                if (!st.is_ok()) {
-                 return w.error("expected \"auto\" or a byte count from 1 to 2^50 (an integer), got " + describe(n));
+                 return w.error("expected \"auto\" or a byte count from 1 to 2^50 (an integer), got " + w.got(n));
                }
                c.cache.cpu_kv_bytes = v;
                return Status::ok();
@@ -511,6 +536,7 @@ const std::vector<KeyDef>& schema() {
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.scheduler.max_tpot_slowdown); },
              nullptr},
+      TESSERA_INT_KEY("scheduler.structured_mask_budget_ms", scheduler.structured_mask_budget_ms, 0, 60000),
       KeyDef{"scheduler.max_model_len", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                if (n.IsNull()) {
@@ -678,11 +704,11 @@ Status walk(TesseraConfig& config, const YAML::Node& node, const std::string& se
   if (!node.IsMap()) {
     std::string keys;
     for (const auto& c : children_of(section)) keys += (keys.empty() ? "" : ", ") + c;
-    return w.error("expected a map with keys " + keys + ", got " + describe(node));
+    return w.error("expected a map with keys " + keys + ", got " + w.got(node));
   }
   std::set<std::string> seen;
   for (const auto& kv : node) {
-    if (!kv.first.IsScalar()) return w.error("expected scalar keys, got " + describe(kv.first));
+    if (!kv.first.IsScalar()) return w.error("expected scalar keys, got " + w.got(kv.first));
     const std::string key = kv.first.Scalar();
     const std::string path = section.empty() ? key : section + "." + key;
     Where kw{w.source, path, kv.first.Mark()};
@@ -722,15 +748,13 @@ StatusOr<TesseraConfig> parse_config_yaml(const std::string& text, const std::st
 }
 
 StatusOr<TesseraConfig> load_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot open the configuration file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config_yaml(ss.str(), path);
+  TESSERA_ASSIGN_OR_RETURN(std::string text, read_input_file(path, "the configuration file"));
+  return parse_config_yaml(text, path);
 }
 
 Status apply_override(TesseraConfig& config, const std::string& dotted_key, const std::string& value) {
-  const std::string source = "--set " + dotted_key + "=" + value;
+  // Not the value: it may be a secret; the key path (every error names it) says which flag.
+  const std::string source = "--set";
   Where w{source, dotted_key, YAML::Mark::null_mark()};
   auto parse_value = [&](bool raw, YAML::Node* out) -> Status {
     if (raw) {  // a string: YAML quoting is honoured, anything else is taken verbatim
@@ -817,7 +841,9 @@ QuantizationOptions quantization_options(const ModelSection& model) {
 Status apply_override_arg(TesseraConfig& config, const std::string& key_equals_value) {
   size_t eq = key_equals_value.find('=');
   if (eq == std::string::npos || eq == 0) {
-    return invalid_argument("--set " + key_equals_value + ": expected KEY=VALUE (e.g. parallel.tensor_parallel=2)");
+    // Not echoed: an argument without '=' may be a misplaced secret.
+    return invalid_argument("--set: expected KEY=VALUE (e.g. parallel.tensor_parallel=2), got an argument of " +
+                            std::to_string(key_equals_value.size()) + " characters without '='");
   }
   return apply_override(config, key_equals_value.substr(0, eq), key_equals_value.substr(eq + 1));
 }
@@ -908,6 +934,12 @@ std::string dump_config_yaml(const TesseraConfig& config) {
   }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+bool is_secret_config_path(const std::string& path) {
+  const std::string p = ascii_lower(path);
+  return p.find("key") != std::string::npos || p.find("secret") != std::string::npos ||
+         p.find("password") != std::string::npos;
 }
 
 std::vector<std::string> config_key_paths() {

@@ -31,6 +31,10 @@ struct ModelSection {
   WeightQuantization quantization = WeightQuantization::kAuto;
   int quantization_group = kDefaultQuantGroup;   // input elements per scale; kAutoQuantGroup = "auto"
   std::vector<QuantRuleConfig> quantization_rules;  // first match wins, over the default choice
+  // Refuse weights holding NaN or Inf at load, naming the tensor; nullopt = auto: for
+  // checkpoints up to kCheckWeightsAutoBytes (worker/model_weights.h; the scan reads every
+  // weight once more).
+  std::optional<bool> check_weights;
 };
 // The loader's view of the model section's quantization keys.
 QuantizationOptions quantization_options(const ModelSection& model);
@@ -95,6 +99,10 @@ struct SchedulerSection {
   // Admission and prompt tokens so that no running sequence's mean time per output token is
   // predicted to exceed this many times a lone decode step; 0 = off.
   double max_tpot_slowdown = 1.75;
+  // Engine time one step may spend computing structured-output masks (ms): a sequence whose
+  // mask is not done by then sits out the step and its mask goes on in the next ones, so one
+  // costly grammar cannot stall every other sequence; 0 = no limit (every step waits).
+  int structured_mask_budget_ms = 50;
 };
 
 struct HttpSection {
@@ -201,5 +209,9 @@ Status validate_config(const TesseraConfig& config);
 std::string dump_config_yaml(const TesseraConfig& config);
 // All leaf key paths ("model.path", ...), in file order — for docs and `--help`.
 std::vector<std::string> config_key_paths();
+// Whether a key path's values are secrets that no error or log line may show: any component
+// naming a key, secret or password ("server.http.api_keys", "server.curve.server_secret_key_file",
+// a mistyped "server.http.api_key"). Errors about them give the value's shape, never the value.
+bool is_secret_config_path(const std::string& path);
 
 }  // namespace tessera

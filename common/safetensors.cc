@@ -1,5 +1,7 @@
 #include "common/safetensors.h"
 
+#include "common/input_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -55,7 +57,7 @@ const char* safetensors_dtype_name(DType dtype) {
 }
 
 StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block the open
   if (fd < 0) {
     if (errno == ENOENT) return not_found(path + ": no such file");
     return invalid_argument(path + ": cannot open: " + safetensors_errno_text());
@@ -68,7 +70,7 @@ StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return invalid_argument(path + ": not a regular file");
+    return invalid_argument(path + ": is " + describe_non_regular(st.st_mode) + ", not a regular file");
   }
   size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {

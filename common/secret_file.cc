@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/input_file.h"
+
 namespace tessera {
 namespace {
 
@@ -48,7 +50,8 @@ Status check_secret_file_mode(const struct stat& st, uid_t euid, const std::stri
 
 StatusOr<std::string> read_secret_file(const std::string& path, const std::string& what) {
   if (path.empty()) return invalid_argument(what + ": no file given");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  // O_NONBLOCK: a FIFO must not block the open (it is refused below as not a regular file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     return not_found(what + " " + path + ": cannot open: " + std::strerror(errno) + " (is the Secret mounted?)");
   }
@@ -58,10 +61,15 @@ StatusOr<std::string> read_secret_file(const std::string& path, const std::strin
     ::close(fd);
     return internal_error(what + " " + path + ": cannot stat: " + why);
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument(what + " " + path + ": is " + describe_non_regular(st.st_mode) + ", not a regular file");
+  }
   if (Status s = check_secret_file_mode(st, geteuid(), what, path); !s.is_ok()) {
     ::close(fd);
     return s;
   }
+  constexpr size_t kMaxSecretFileBytes = size_t{1} << 20;  // a million keys' worth
   std::string text;
   char buf[4096];
   for (;;) {
@@ -74,6 +82,10 @@ StatusOr<std::string> read_secret_file(const std::string& path, const std::strin
     }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxSecretFileBytes) {
+      ::close(fd);
+      return invalid_argument(what + " " + path + ": larger than the 1 MiB limit for a secret file");
+    }
   }
   ::close(fd);
   return text;

@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
+#include "common/input_file.h"
 #include "common/logging.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
@@ -49,8 +51,8 @@ struct Options {
 
 // One document per line (a trailing '\r' dropped); blank lines are not documents.
 StatusOr<std::vector<std::string>> read_documents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("--text-file: cannot open " + path);
+  TESSERA_ASSIGN_OR_RETURN(const std::string text, read_input_file(path, "--text-file", size_t{1} << 30));
+  std::istringstream in(text);
   std::vector<std::string> docs;
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();

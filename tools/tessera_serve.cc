@@ -27,7 +27,7 @@ std::string default_model() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path, model, host, backend, dtype, quantize;
+  std::string config_path, model, host, backend, dtype, quantize, check_weights;
   int port = -1, tensor_parallel = 0, threads = -1;
   std::vector<std::string> overrides;
   CLI::App app{"tessera-serve: OpenAI-compatible server with its local tensor-parallel workers"};
@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
                  "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4 "
                  "(model.quantization; docs/quantization.md) (default: auto)")
       ->check(CLI::IsMember({"auto", "none", "int8", "int4"}));
+  app.add_option("--check-weights", check_weights,
+                 "refuse NaN/Inf weights at load, naming the tensor: auto (checkpoints up to 8 GiB), true or false "
+                 "(model.check_weights) (default: auto)")
+      ->check(CLI::IsMember({"auto", "true", "false"}));
   app.add_option("--host", host, "HTTP host (server.http.host) (default: 127.0.0.1)");
   app.add_option("--port", port, "HTTP port, 0 = any free port (server.http.port) (default: 8000)")
       ->check(CLI::Range(0, 65535));
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
   if (!model.empty()) flags.push_back("model.path=" + model);
   if (!dtype.empty()) flags.push_back("model.dtype=" + dtype);
   if (!quantize.empty()) flags.push_back("model.quantization=" + quantize);
+  if (!check_weights.empty()) flags.push_back("model.check_weights=" + check_weights);
   if (threads >= 0) flags.push_back("worker.threads=" + std::to_string(threads));
   if (!host.empty()) flags.push_back("server.http.host=" + host);
   if (port >= 0) flags.push_back("server.http.port=" + std::to_string(port));

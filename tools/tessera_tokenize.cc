@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/gguf/gguf_file.h"
+#include "common/input_file.h"
 #include "common/logging.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
@@ -99,11 +100,9 @@ int main(int argc, char** argv) {
                              : tok.value()->decode(ids.value(), skip_special);
   } else {
     if (file_opt->count() > 0) {
-      std::ifstream in(text_file, std::ios::binary);
-      if (!in) return fail(text_file + ": cannot open file");
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
+      auto read = tessera::read_input_file(text_file, "--text-file", size_t{1} << 30);
+      if (!read.is_ok()) return fail(read.status().message());
+      text = std::move(read).value();
     }
     out["ids"] = tok.value()->encode(text, add_special);
   }

@@ -172,15 +172,25 @@ Status parse_rotary(const nlohmann::json& config, const std::string& source, Mod
   return Status::ok();
 }
 
-void read_token_id(const nlohmann::json& config, const char* key, int32_t* out) {
+// bos_token_id / eos_token_id: an id, a list of ids (Llama 3 lists several end-of-sequence
+// ids; the first is the one a plain completion ends on) or null. An id outside the
+// vocabulary could never be produced: a stop that never fires, refused at load.
+Status read_token_id(const nlohmann::json& config, const std::string& source, const char* key, int64_t vocab,
+                     int32_t* out) {
   auto it = config.find(key);
-  if (it == config.end()) return;
-  // Llama 3 lists several end-of-sequence ids; the first is the one a plain completion ends on.
-  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
-    *out = (*it)[0].get<int32_t>();
-  } else if (it->is_number_integer()) {
-    *out = it->get<int32_t>();
+  if (it == config.end() || it->is_null()) return Status::ok();
+  const nlohmann::json ids = it->is_array() ? *it : nlohmann::json::array({*it});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string where = source + ": " + key + (it->is_array() ? "[" + std::to_string(i) + "]" : "");
+    if (!ids[i].is_number_integer()) return invalid_argument(where + ": expected a token id (an integer), got " + ids[i].dump());
+    const int64_t id = ids[i].get<int64_t>();
+    if (id < 0 || id >= vocab) {
+      return invalid_argument(where + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+    }
   }
+  if (!ids.empty()) *out = ids[0].get<int32_t>();
+  return Status::ok();
 }
 
 }  // namespace
@@ -237,8 +247,8 @@ StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config, const std
   TESSERA_RETURN_IF_ERROR(parse_windows(config, source, &c));
   c.tie_embeddings = a.tie_embeddings_default;
   TESSERA_RETURN_IF_ERROR(cf::read_bool(config, source, {"tie_word_embeddings"}, &c.tie_embeddings));
-  read_token_id(config, "bos_token_id", &c.bos_id);
-  read_token_id(config, "eos_token_id", &c.eos_id);
+  TESSERA_RETURN_IF_ERROR(read_token_id(config, source, "bos_token_id", c.vocab, &c.bos_id));
+  TESSERA_RETURN_IF_ERROR(read_token_id(config, source, "eos_token_id", c.vocab, &c.eos_id));
   if (a.adapt != nullptr) TESSERA_RETURN_IF_ERROR(a.adapt(config, source, &c));
   // Checked after the family's own fields, which may set the KV heads (Falcon).
   if (c.heads % c.kv_heads != 0) {

@@ -58,6 +58,29 @@ Tensor transpose(const Tensor& t) {
   return out;
 }
 
+// The index of the first NaN or Inf (all exponent bits set) of a float tensor; -1 when it
+// has none or is not a float32/16 or bfloat16 tensor.
+int64_t first_non_finite(const Tensor& t) {
+  auto scan = [&t](auto bits_of, auto mask) -> int64_t {
+    const auto* p = t.data<const decltype(mask)>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+      if ((bits_of(p[i]) & mask) == mask) return i;
+    }
+    return -1;
+  };
+  if (!t.view().contiguous()) return -1;
+  switch (t.dtype()) {
+    case DType::kF32:
+      return scan([](uint32_t b) { return b; }, uint32_t{0x7f800000});
+    case DType::kF16:
+      return scan([](uint16_t b) { return b; }, uint16_t{0x7c00});
+    case DType::kBF16:
+      return scan([](uint16_t b) { return b; }, uint16_t{0x7f80});
+    default:
+      return -1;
+  }
+}
+
 // Which ggml-block matrices the reader keeps as blocks (kept_as_blocks): none; every 4-bit one
 // (model.quantization int4); or every kind a kernel computes from as stored (q4_*, q5_*, q6_K
 // as panels, q8_0 as int8) whose tensor-parallel split falls on block boundaries (auto on a
@@ -70,8 +93,14 @@ enum class KeptBlocks { kNo, kAlways, kWhereAligned };
 // their storage (conv1d: stored [in, out]).
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies, KeptBlocks keep_blocks)
-      : ckpt_(ckpt), dtype_(dtype), conv1d_(conv1d), own_copies_(own_copies), keep_blocks_(keep_blocks) {}
+  WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies, KeptBlocks keep_blocks,
+               bool check_finite)
+      : ckpt_(ckpt),
+        dtype_(dtype),
+        conv1d_(conv1d),
+        own_copies_(own_copies),
+        check_finite_(check_finite),
+        keep_blocks_(keep_blocks) {}
 
   // The first alternative of a "a|b" name the checkpoint has (the first one when none).
   std::string resolve(const std::string& names) const {
@@ -121,6 +150,13 @@ class WeightReader {
     // RSS near this rank's share. Copies are also made of strided PyTorch tensors and of
     // storages the legacy format left unaligned, so the test is where the data lives.
     if (info->dtype != dtype || slice.axis == 1 || got < mapped || got >= mapped + info->nbytes) ckpt_.release(name);
+    if (check_finite_) {
+      if (const int64_t bad = first_non_finite(*t); bad >= 0) {
+        return invalid_argument("tensor \"" + name + "\" holds a non-finite value (NaN or Inf) at element " +
+                                std::to_string(bad) + (slice.axis < 0 ? "" : " of this rank's slice") + " as " +
+                                dtype_name(t->dtype()) + " (model.check_weights)");
+      }
+    }
     total_bytes_ += static_cast<int64_t>(t->nbytes());
     return t;
   }
@@ -336,6 +372,7 @@ class WeightReader {
   DType dtype_;
   bool conv1d_;
   bool own_copies_;  // WeightLoadOptions::own_copies
+  bool check_finite_;  // WeightLoadOptions::check_finite
   KeptBlocks keep_blocks_;
   int64_t total_bytes_ = 0;
 };
@@ -631,7 +668,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
                              : quant.keep_blocks              ? KeptBlocks::kWhereAligned
                                                                    : KeptBlocks::kNo;
   WeightReader r(checkpoint, options.dtype, a.conv1d_weights && !checkpoint.from_gguf(), options.own_copies,
-                 kept_blocks);
+                 kept_blocks, options.check_finite);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);

@@ -123,7 +123,12 @@ struct WeightLoadOptions {
   // model dtype), and are read whole every step, into this process's memory on huge pages:
   // the CPU backend computes from them (a device backend uploads them, so it leaves this off).
   bool own_copies = false;
+  // Refuse a tensor holding NaN or Inf (float32/16 and bfloat16 ones; block-quantized ones
+  // are not scanned), naming it: such a weight serves silently wrong or empty text.
+  bool check_finite = false;
 };
+// model.check_weights auto: the scan is on for checkpoints up to this size.
+inline constexpr int64_t kCheckWeightsAutoBytes = int64_t{8} << 30;
 
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config,
                                           const WeightLoadOptions& options);

@@ -50,6 +50,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.plan = options.plan;
   wo.quant = options.quant;
   wo.own_copies = backend.kind() == BackendKind::kCpu;
+  wo.check_finite = options.check_weights.value_or(ckpt->total_bytes() <= kCheckWeightsAutoBytes);
   const auto* cpu_backend = dynamic_cast<const CpuBackend*>(&backend);
   wo.int8_layout =
       cpu_backend != nullptr && cpu_backend->prefers_int8_panels() ? Int8WeightLayout::kCpuPanels : Int8WeightLayout::kRows;

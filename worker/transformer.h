@@ -6,6 +6,7 @@
 // forward() runs one ragged batch of new tokens (prefill chunks and decode tokens mixed)
 // against the paged KV cache and returns logits for the rows asked for.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct ModelLoadOptions {
   Communicator* comm = nullptr;
   const TpPlan* plan = nullptr;
   QuantizationOptions quant;  // int8 weight-only (docs/quantization.md); none by default
+  // model.check_weights: refuse NaN/Inf weights; nullopt = auto (checkpoints up to
+  // kCheckWeightsAutoBytes).
+  std::optional<bool> check_weights;
 };
 
 class Transformer {

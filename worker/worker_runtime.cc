@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "common/communicator.h"
@@ -15,6 +16,7 @@
 #include "kernels/cuda/nccl_communicator.h"
 #endif
 #include "worker/auto_tp.h"
+#include "worker/cpu_share.h"
 #include "worker/draft_model.h"
 #include "worker/executor.h"
 #include "worker/model_weights.h"
@@ -28,25 +30,6 @@ namespace {
 
 // Largest message one shared-memory slot holds; bigger collectives are chunked.
 constexpr size_t kShmSlotBytes = size_t{4} << 20;
-
-// CPU ranks on one host share its cores: rank r keeps an equal, disjoint share, so the
-// ranks' thread teams never fight over a core (the CPU backend then pins one thread per
-// core of that share).
-void restrict_to_core_share(int rank, int world) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (world <= 1 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
-  const int per_rank = static_cast<int>(cpus.size()) / world;
-  if (per_rank < 1) return;  // more ranks than cores: leave it to the OS
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  for (int i = 0; i < per_rank; ++i) CPU_SET(cpus[rank * per_rank + i], &mine);
-  sched_setaffinity(0, sizeof(mine), &mine);
-}
 
 }  // namespace
 
@@ -163,11 +146,22 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
   // it; a coordinator whose worker.backend names another backend refuses the rank). CPU
   // ranks take their share of the cores first: the CPU backend pins its threads when made.
   const std::optional<BackendKind> choice = local_config.worker.backend;
-  if (choice.value_or(auto_backend_kind()) == BackendKind::kCpu) restrict_to_core_share(rank, lo.world_size);
+  int threads = local_config.worker.threads;
+  if (choice.value_or(auto_backend_kind()) == BackendKind::kCpu) {
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    const CpuShare share = take_cpu_share(rank, lo.world_size, threads, omp != nullptr && *omp != '\0');
+    threads = share.threads;
+    TESSERA_LOG_INFO("rank {}: {} CPU thread(s): {}", rank, threads > 0 ? std::to_string(threads) : std::string(omp ? omp : "?"),
+                     share.reason);
+    if (share.oversubscribed) {
+      TESSERA_LOG_WARN("rank {}: worker.threads {} is more than the cores this rank has ({}): its threads will "
+                       "share cores and wait on each other at every step (0 = one per core)",
+                       rank, threads, share.reason);
+    }
+  }
   // Kernel choices: worker.cpu, then the TESSERA_CPU_* variables of this process over it.
   TESSERA_ASSIGN_OR_RETURN(const KernelOptions kernels, kernel_options_from_environment(local_config.worker.cpu));
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                           make_backend(choice, BackendOptions{local_config.worker.threads, rank, kernels}));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(choice, BackendOptions{threads, rank, kernels}));
   TESSERA_ASSIGN_OR_RETURN(MemoryInfo memory, backend->memory_info());
   int64_t offered = memory.free_bytes;
   const int64_t limit = local_config.worker.memory_limit_bytes;
@@ -220,6 +214,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.comm = comm.get();
     mo.plan = &plan;
     mo.quant = quantization_options(config.model);
+    mo.check_weights = config.model.check_weights;
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
     if (config.speculative.method == SpeculativeConfig::Method::kDraft) {
       TESSERA_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative.draft_model, mo, *backend));

@@ -1,5 +1,7 @@
 #include "common/checkpoint/deepspeed_json.h"
 
+#include "common/input_file.h"
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -42,13 +44,10 @@ StatusOr<int64_t> tp_size_of(const json& ds, const std::string& where) {
 }  // namespace
 
 StatusOr<DeepSpeedCheckpoint> read_deepspeed_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot read the DeepSpeed checkpoint JSON");
-  std::stringstream text;
-  text << in.rdbuf();
+  TESSERA_ASSIGN_OR_RETURN(const std::string text, read_input_file(path, "the DeepSpeed checkpoint JSON"));
   json ds;
   try {
-    ds = json::parse(text.str());
+    ds = json::parse(text);
   } catch (const json::parse_error& e) {
     return invalid_argument(path + ": DeepSpeed checkpoint JSON is not valid JSON: " + e.what());
   }
@@ -108,7 +107,8 @@ StatusOr<DeepSpeedCheckpoint> read_deepspeed_json(const std::string& path) {
   if (ds.contains("base_dir")) {
     if (!ds["base_dir"].is_string()) return invalid_argument(path + ": \"base_dir\" must be a string");
     base = parent / ds["base_dir"].get<std::string>();  // an absolute base_dir replaces parent
-    if (!fs::is_directory(base)) return not_found(path + ": base_dir " + base.string() + " is not a directory");
+    std::error_code ec;
+    if (!fs::is_directory(base, ec)) return not_found(path + ": base_dir " + base.string() + " is not a directory");
   }
   out.base_dir = base.string();
   std::set<std::string> seen;
@@ -116,7 +116,8 @@ StatusOr<DeepSpeedCheckpoint> read_deepspeed_json(const std::string& path) {
     for (const auto& name : *list) {
       const fs::path f = base / name;
       if (!seen.insert(f.lexically_normal().string()).second) continue;
-      if (!fs::exists(f)) return not_found(path + ": checkpoint file " + f.string() + " does not exist");
+      TESSERA_ASSIGN_OR_RETURN(bool present, input_path_exists(f.string()));
+      if (!present) return not_found(path + ": checkpoint file " + f.string() + " does not exist");
       resolved->push_back(f.string());
     }
   }

@@ -1,5 +1,7 @@
 #include "common/checkpoint/mapped_file.h"
 
+#include "common/input_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,7 +13,7 @@
 namespace tessera {
 
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block the open
   if (fd < 0) {
     if (errno == ENOENT) return not_found(path + ": no such file");
     return invalid_argument(path + ": cannot open: " + std::strerror(errno));
@@ -24,7 +26,7 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) 
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return invalid_argument(path + ": not a regular file");
+    return invalid_argument(path + ": is " + describe_non_regular(st.st_mode) + ", not a regular file");
   }
   if (st.st_size == 0) {
     ::close(fd);

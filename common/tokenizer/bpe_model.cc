@@ -15,6 +15,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::from_json(const Json& j, const std
     return invalid_argument(where + ".vocab: expected an object mapping token -> id");
   }
   int32_t max_id = -1;
+  std::string max_token;
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() > INT32_MAX) {
@@ -22,7 +23,17 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::from_json(const Json& j, const std
     }
     const auto id = static_cast<int32_t>(it.value().get<int64_t>());
     m->vocab_[it.key()] = id;
-    max_id = std::max(max_id, id);
+    if (id > max_id) {
+      max_id = id;
+      max_token = it.key();
+    }
+  }
+  // The id tables are sized by the largest id, so one absurd id would allocate gigabytes.
+  if (max_id >= 0 && static_cast<uint64_t>(max_id) >= max_token_id_bound(m->vocab_.size())) {
+    return invalid_argument(where + ".vocab['" + max_token + "']: id " + std::to_string(max_id) +
+                            " is far past the vocabulary's " + std::to_string(m->vocab_.size()) +
+                            " tokens (ids must stay below " + std::to_string(max_token_id_bound(m->vocab_.size())) +
+                            ", twice the token count plus 65536)");
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m->has_token_.assign(static_cast<size_t>(max_id + 1), false);

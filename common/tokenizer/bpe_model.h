@@ -18,6 +18,11 @@
 
 namespace tessera::tok {
 
+// Token ids index tables sized by the largest id. Real vocabularies number their tokens
+// 0..n-1 with few holes; an id at or past this bound (for `tokens` entries) is a corrupt
+// file, refused rather than allocated.
+inline uint64_t max_token_id_bound(uint64_t tokens) { return 2 * tokens + 65536; }
+
 struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/gguf/gguf_file.h"
+#include "common/input_file.h"
 #include "common/logging.h"
 #include "common/tokenizer/gguf_vocab.h"
 
@@ -10,9 +11,9 @@ namespace tessera {
 
 StatusOr<std::unique_ptr<Tokenizer>> load_model_tokenizer(const std::string& model_path, const std::string& config_dir) {
   if (!is_gguf_path(model_path)) return Tokenizer::load(config_dir);
-  std::error_code ec;
   const std::filesystem::path beside = std::filesystem::path(config_dir) / "tokenizer.json";
-  if (std::filesystem::exists(beside, ec)) {
+  TESSERA_ASSIGN_OR_RETURN(const bool has_beside, input_path_exists(beside.string()));
+  if (has_beside) {
     TESSERA_LOG_INFO("tokenizer: {} (beside the GGUF file: it overrides the file's own vocabulary)", beside.string());
     return Tokenizer::load(config_dir);
   }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "common/input_file.h"
 #include "common/tokenizer/added_vocabulary.h"
 #include "common/tokenizer/bpe_model.h"
 #include "common/tokenizer/decoder.h"
@@ -22,12 +23,7 @@ using tok::Json;
 namespace {
 
 StatusOr<std::string> read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return data_loss(path + ": read error");
-  return ss.str();
+  return read_input_file(path, std::filesystem::path(path).filename().string());
 }
 
 StatusOr<Json> parse_json(const std::string& text) {
@@ -86,7 +82,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& dir) {
   TESSERA_ASSIGN_OR_RETURN(std::string tokenizer_json, read_whole_file(tokenizer_path));
   const std::string config_path = (root / "tokenizer_config.json").string();
   std::string config_json;
-  if (std::filesystem::exists(config_path, ec)) {
+  TESSERA_ASSIGN_OR_RETURN(const bool has_config, input_path_exists(config_path));
+  if (has_config) {
     TESSERA_ASSIGN_OR_RETURN(config_json, read_whole_file(config_path));
     if (config_json.find_first_not_of(" \t\r\n") == std::string::npos) config_json.clear();
     // Checked here so that an error names the right file.
@@ -156,7 +153,15 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_json(const std::string& tok
   auto added = parse_added_tokens(j);
   if (!added.is_ok()) return fail(added.status());
   int32_t max_id = t->model_->max_id();
-  for (const auto& a : added.value()) max_id = std::max(max_id, a.id);
+  const uint64_t id_bound = tok::max_token_id_bound(t->model_->vocab_size() + added.value().size());
+  for (const auto& a : added.value()) {
+    if (static_cast<uint64_t>(a.id) >= id_bound) {
+      return fail(invalid_argument("added_tokens: '" + a.content + "' has id " + std::to_string(a.id) +
+                                   ", far past the vocabulary's tokens (ids must stay below " +
+                                   std::to_string(id_bound) + ", twice the token count plus 65536)"));
+    }
+    max_id = std::max(max_id, a.id);
+  }
   const size_t n_ids = static_cast<size_t>(max_id + 1);
   t->added_content_.assign(n_ids, std::string());
   t->is_added_.assign(n_ids, false);

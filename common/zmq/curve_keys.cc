@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/input_file.h"
+
 namespace tessera {
 namespace {
 
@@ -28,11 +30,10 @@ Status check_key(const std::string& key, const std::string& where) {
 
 StatusOr<std::string> read_text(const std::string& path, const std::string& what) {
   if (path.empty()) return invalid_argument(what + ": no file given");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(what + ": cannot read '" + path + "' (is the Secret mounted?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  StatusOr<std::string> text = read_input_file(path, what, 1 << 20);
+  if (text.status().code() == StatusCode::kNotFound)
+    return not_found(what + ": cannot read '" + path + "' (is the Secret mounted?)");
+  return text;
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/input_file.h"
+
 namespace tessera {
 namespace {
 
@@ -61,16 +63,13 @@ StatusOr<ChatTemplate> ChatTemplate::from_setting(const Tokenizer& tokenizer, co
   if (setting == "llama2" || setting == "chatml") {
     t = builtin(setting);
   } else {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(setting, ec))
+    StatusOr<std::string> text = read_input_file(setting, "server.chat_template");
+    if (text.status().code() == StatusCode::kNotFound)
       return not_found("server.chat_template: '" + setting +
                        "' is neither a built-in template (llama2, chatml) nor a readable file");
-    std::ifstream in(setting, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in.good() && !in.eof()) return not_found("server.chat_template: " + setting + ": cannot read the file");
-    if (text.str().empty()) return invalid_argument("server.chat_template: " + setting + ": the file is empty");
-    t = parse(text.str());
+    if (!text.is_ok()) return text.status();
+    if (text->empty()) return invalid_argument("server.chat_template: " + setting + ": the file is empty");
+    t = parse(*text);
   }
   if (!t.is_ok()) return t.status().with_context("server.chat_template " + setting);
   std::optional<std::string> bos, eos;

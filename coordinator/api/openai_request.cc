@@ -11,6 +11,7 @@
 #include "coordinator/api/api_request_fields.h"
 #include "coordinator/api/chat_request.h"
 #include "coordinator/api/grammars/request_constraint.h"
+#include "coordinator/api/request_body.h"
 #include "coordinator/api/tool_calls/tool_call_grammar.h"
 
 namespace tessera {
@@ -279,12 +280,7 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
 // order: the template prints tool schemas and arguments with tojson, in the client's order
 // (Python dict order), so they are read as ordered_json; `j` is the same body unordered.
 bool parse_body(std::string_view body, nlohmann::ordered_json* ordered, json* j, ApiError* error) {
-  // Values are copied and converted recursively below: a body nested deeper than any real
-  // request is refused before it is parsed.
-  if (json_nesting_depth(body) > kMaxJsonDepth) {
-    *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    return false;
-  }
+  if (!check_request_body(body, error)) return false;
   *ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (ordered->is_discarded()) {
     *error = bad_request("", "the request body is not valid JSON");

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "coordinator/api/chat_request.h"
+#include "coordinator/api/request_body.h"
 #include "coordinator/api/response_json.h"
 
 namespace tessera {
@@ -25,11 +26,7 @@ ApiError not_found_model(const ApiContext& ctx, const std::string& model, const 
 // given) is the served one.
 bool read_object(const ApiContext& ctx, const std::string& body, const std::set<std::string>& known, json* out,
                  ApiError* error) {
-  // Messages are copied into the template's context recursively: refuse absurd nesting first.
-  if (json_nesting_depth(body) > kMaxJsonDepth) {
-    *error = bad_request("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    return false;
-  }
+  if (!check_request_body(body, error)) return false;
   *out = json::parse(body, nullptr, false);
   if (out->is_discarded() || !out->is_object()) {
     *error = bad_request("", "the request body must be a JSON object");

@@ -42,6 +42,7 @@ struct Slot {
   bool ready = false;
   bool setup_failed = false;
   bool assigned = false;  // its current registration got an Assignment
+  bool silent = false;    // declared dead for missed heartbeats (its connection may still be open)
   int registrations = 0;
   wire::Register info;
   std::string error;
@@ -297,6 +298,7 @@ struct WorkerGroup::Impl {
       s.identity = identity;
       s.registered = true;
       s.alive = true;
+      s.silent = false;
       s.ready = false;
       s.setup_failed = false;
       s.assigned = false;
@@ -486,9 +488,10 @@ struct WorkerGroup::Impl {
     {
       std::lock_guard<std::mutex> lock(state_mu);
       for (size_t r = 0; r < slots.size(); ++r) {
-        const Slot& s = slots[r];
-        if (s.alive && now - s.last_heard > limit)
-          dead.emplace_back(static_cast<int>(r), "no heartbeat for " + std::to_string(ms_between(s.last_heard, now)) +
+        Slot& s = slots[r];
+        if (!s.alive || now - s.last_heard <= limit) continue;
+        s.silent = true;
+        dead.emplace_back(static_cast<int>(r), "no heartbeat for " + std::to_string(ms_between(s.last_heard, now)) +
                                                      " ms (limit: " + std::to_string(opts.heartbeat_misses) +
                                                      " intervals of " +
                                                      std::to_string(opts.heartbeat_interval.count()) + " ms)");
@@ -679,6 +682,7 @@ std::vector<RankStatus> WorkerGroup::status() const {
     st.host = s.info.host;
     st.pid = s.info.pid;
     st.error = s.error;
+    st.silent = !s.alive && s.silent;
     st.ms_since_heard = s.registered ? ms_between(s.last_heard, now) : -1;
     out.push_back(std::move(st));
   }

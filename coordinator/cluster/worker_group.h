@@ -76,6 +76,9 @@ struct RankStatus {
   std::string host;
   int64_t pid = 0;
   std::string error;        // why it is dead or not ready; empty otherwise
+  // Dead because it missed server.heartbeat_misses heartbeats (not because its connection
+  // closed): its process may still be there, stopped or hung.
+  bool silent = false;
   // Since the last message from this rank (heartbeat, reply, ...); -1 when never heard from.
   int64_t ms_since_heard = -1;
 };

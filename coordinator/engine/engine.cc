@@ -17,10 +17,12 @@ std::vector<SequenceEvent> Engine::step() {
     scheduler_.on_kv_cache_lost();
   }
   last_step_unavailable_ = false;
+  // Masks that outran earlier steps' budget go on first: their sequences may rejoin this step.
+  std::vector<SequenceEvent> mask_events = scheduler_.advance_deferred_masks();
   StepPlan plan = scheduler_.schedule();
   if (plan.seqs.empty() && plan.block_copies.empty()) {
     last_step_end_.reset();
-    return {};
+    return mask_events;
   }
   ++steps_;
   const auto started = std::chrono::steady_clock::now();
@@ -39,9 +41,12 @@ std::vector<SequenceEvent> Engine::step() {
     failed.step_id = plan.step_id;
     failed.error = result.status().to_string();
     last_step_end_.reset();
-    return scheduler_.on_step_result(plan, failed);
+    std::vector<SequenceEvent> events = scheduler_.on_step_result(plan, failed);
+    events.insert(events.begin(), mask_events.begin(), mask_events.end());
+    return events;
   }
   std::vector<SequenceEvent> events = scheduler_.on_step_result(plan, result.value());
+  events.insert(events.begin(), mask_events.begin(), mask_events.end());
   // Idle time before the next step is not a wait of any stream.
   if (scheduler_.has_work()) {
     last_step_end_ = ended;

@@ -382,6 +382,7 @@ void EngineService::Impl::publish_stats() {
   stats.preemptions = s.num_preemptions;
   stats.kv_window_released_blocks = s.window_releases;
   stats.prefill_capped_steps = s.prefill_capped_steps;
+  stats.deferred_masks = s.deferred_masks;
   stats.prefill_token_cap = s.prefill_token_cap;
   stats.spec = s.spec;
 }

@@ -79,6 +79,7 @@ struct EngineServiceStats {
   uint64_t kv_window_released_blocks = 0;  // given back because a sliding window moved past them
   uint64_t prefill_capped_steps = 0;  // steps whose prompt tokens max_decode_slowdown capped
   int prefill_token_cap = 0;          // that cap in the last step (0: none)
+  uint64_t deferred_masks = 0;  // structured-output masks past scheduler.structured_mask_budget_ms
   SpecDecodeStats spec;  // speculative decoding's counters
   // Latency histograms (seconds) since start, per request except itl:
   //   ttft    submit -> first token (every request that got one, aborted ones too);

@@ -82,9 +82,23 @@ Status Scheduler::add_request(RequestId id, std::shared_ptr<const Request> reque
     return invalid_argument(request_name(id) + ": " + st.message());
   SamplingParams sampling = choice_sampling(*request, id);
   auto entry = std::make_unique<Entry>(Entry{Sequence(id, std::move(request), std::move(sampling), next_arrival_++)});
+  Entry& e = *entry;
   waiting_.insert(entry.get());
   entries_.emplace(id, std::move(entry));
+  // A constrained request's first mask: from the grammar's cache, else on the warmer while the
+  // request waits and its prompt is computed (all but the last prompt token, which samples).
+  // A grammar's first walk never runs on the engine thread: it may take seconds (and cannot
+  // be cut short), and the warmer learns from it whether the grammar is costly.
+  if (config_.structured_mask_budget_ms > 0 && e.seq.is_constrained() && !e.seq.take_cached_token_mask()) defer_mask(e);
   return Status::ok();
+}
+
+int Scheduler::chunk_before_mask(const Entry& e, int remaining, int chunk) const {
+  if (!e.mask_deferred) return chunk;
+  // The chunk that completes the prompt samples: it waits for the mask. Only chunked,
+  // continuous batching can take the rest of the prompt first.
+  if (!config_.chunked_prefill || config_.mode == BatchingMode::kStatic) return 0;
+  return std::min(chunk, remaining - 1);
 }
 
 void Scheduler::fork(Entry& parent, StepPlan& plan) {
@@ -157,6 +171,7 @@ void Scheduler::on_step_time(uint64_t step_id, double seconds, double interval) 
   last_plan_.timed = true;
   cost_model_.observe(last_plan_.decodes, last_plan_.prefill_tokens, seconds);
   if (!(seconds >= 0) || !std::isfinite(seconds)) return;
+  recent_step_seconds_ = recent_step_seconds_ == 0 ? seconds : recent_step_seconds_ + (seconds - recent_step_seconds_) / 8;
   // The gap beside the executor's time: at 8 requests/s on 2 cores the coordinator's HTTP
   // streams, new prompts' tokenization and the clients share the cores with the workers, and
   // a stream's time per token is the interval, not the executor's part of it.
@@ -242,7 +257,7 @@ int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
   step_decodes_.clear();
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Entry& e = *running_[i];
-    if (e.seq.state() != SequenceState::kDecode) {
+    if (e.seq.state() != SequenceState::kDecode || e.mask_deferred) {
       ++i;
       continue;
     }
@@ -277,7 +292,8 @@ void Scheduler::schedule_prefills(StepPlan& plan, int& budget) {
     // (A choice forked in this plan is already in it: it samples from its parent's step.)
     if (e.seq.state() != SequenceState::kPrefill || scheduled_now(e)) continue;
     const int remaining = e.seq.num_tokens() - e.seq.num_computed();
-    int chunk = std::min(remaining, budget);
+    int chunk = chunk_before_mask(e, remaining, std::min(remaining, budget));
+    if (chunk == 0) continue;
     if (!config_.chunked_prefill && chunk < remaining) continue;  // waits for a step with room
     const int from = e.seq.num_computed();
     const SeqId id = e.seq.id();
@@ -327,6 +343,10 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       ++it;  // not part of the running batch: waits for the next one
       continue;
     }
+    if (e.mask_deferred && (is_static || !config_.chunked_prefill)) {
+      ++it;  // its first mask is still being computed: the others go first
+      continue;
+    }
     const SeqId id = e.seq.id();
     const std::span<const int32_t> tokens = e.seq.token_ids();
     const int len = e.seq.num_tokens();
@@ -335,7 +355,11 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     // At least one token is computed, so the step yields logits to sample from.
     const int cached = std::min(hit.num_tokens(config_.block_size), len - 1);
     const int remaining = len - cached;
-    int chunk = std::min(remaining, budget);
+    int chunk = chunk_before_mask(e, remaining, std::min(remaining, budget));
+    if (chunk == 0) {
+      ++it;  // only its last prompt token is left, and that one samples: it waits for its mask
+      continue;
+    }
     if (!config_.chunked_prefill && chunk < remaining) {
       if (!is_static) break;  // FCFS: the head waits for a step with room for its prompt
       chunk = 0;
@@ -642,9 +666,31 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     // The draft's scratch slots past the known tokens go back.
     if (s.propose > 0) blocks_.truncate(s.seq_id, e.seq.num_tokens());
     SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
+    // A grammar that proved costly steps on the warmer: the token goes out now, its verdict
+    // (and the next mask) when advance_deferred_masks takes them up.
+    if (config_.structured_mask_budget_ms > 0 && e.seq.is_constrained() &&
+        (e.slow_grammar || e.seq.mask_grammar()->costly())) {
+      if (const FinishReason length = e.seq.stop_reason(max_len_); length != FinishReason::kNone) {
+        end_sequence(e, event, length);
+      } else {
+        defer_step(e);
+      }
+      events.push_back(std::move(event));
+      continue;
+    }
     // Structured output first: a completed grammar ends the choice ("stop") whatever the
     // length; a broken one ends it with the error.
-    FinishReason reason = e.seq.apply_constraint(&event.error);
+    const auto grammar_start = std::chrono::steady_clock::now();
+    const std::optional<FinishReason> applied = e.seq.apply_constraint_until(mask_deadline(), &event.error);
+    if (!applied) {  // its grammar is busy on another thread (the warmer): step it there too
+      e.slow_grammar = true;
+      defer_step(e);
+      events.push_back(std::move(event));
+      continue;
+    }
+    FinishReason reason = *applied;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - grammar_start).count() > mask_budget_seconds())
+      e.slow_grammar = true;
     if (reason == FinishReason::kNone && e.seq.is_constrained()) {
       // Its grammar goes on: the next mask is computed below, with the step's other ones.
       masks_pending.push_back({&e, events.size()});
@@ -662,13 +708,112 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   // carries the masks to rank 0's sampler (docs/wire.md), and on the CPU backend the forward
   // pass already uses every core, so overlapping would only take cores from it, whereas
   // between two steps the workers wait and the cores are free (docs/structured-output.md).
-  mask_pool_.run(masks_pending.size(), [&](size_t i) { masks_pending[i].entry->seq.prepare_token_mask(); });
-  for (const PendingMask& p : masks_pending) {
-    Entry& e = *p.entry;
-    SequenceEvent& event = events[p.event];
-    FinishReason reason = e.seq.check_token_mask(&event.error);
-    if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
-    if (reason != FinishReason::kNone) end_sequence(e, event, reason);
+  std::vector<Entry*> constrained;
+  for (const PendingMask& p : masks_pending) constrained.push_back(p.entry);
+  const std::vector<char> ready = prepare_masks(constrained);
+  for (size_t i = 0; i < masks_pending.size(); ++i) {
+    Entry& e = *masks_pending[i].entry;
+    SequenceEvent& event = events[masks_pending[i].event];
+    if (ready[i]) {
+      end_if_mask_or_length_stops(e, event);
+      continue;
+    }
+    // Over the budget: the other sequences go on; this one waits for its mask unless its
+    // length already ends it.
+    if (const FinishReason reason = e.seq.stop_reason(max_len_); reason != FinishReason::kNone) {
+      end_sequence(e, event, reason);
+      continue;
+    }
+    defer_mask(e);
+  }
+  return events;
+}
+
+void Scheduler::defer_mask(Entry& e) {
+  e.mask_deferred = true;
+  e.warm = std::make_shared<structured::WarmResult>();
+  mask_warmer_.submit_mask(e.seq.mask_grammar(), e.seq.mask_state(), e.warm);
+  deferred_masks_.push_back(e.seq.id());
+  ++deferred_masks_total_;
+}
+
+void Scheduler::defer_step(Entry& e) {
+  e.mask_deferred = true;
+  e.warm = std::make_shared<structured::WarmResult>();
+  mask_warmer_.submit_step(e.seq.mask_grammar(), e.seq.mask_state(), e.seq.constraint_end_tokens(),
+                           e.seq.token_ids().back(), e.warm);
+  deferred_masks_.push_back(e.seq.id());
+  ++deferred_masks_total_;
+}
+
+double Scheduler::mask_budget_seconds() const {
+  if (config_.structured_mask_budget_ms <= 0) return std::numeric_limits<double>::infinity();
+  double budget = config_.structured_mask_budget_ms / 1000.0;
+  // Before any step was timed the configured budget holds; a floor keeps warm-cache lookups
+  // and small walks on the step path however short the steps.
+  if (recent_step_seconds_ > 0) budget = std::min(budget, std::max(recent_step_seconds_, 0.0005));
+  return budget;
+}
+
+std::chrono::steady_clock::time_point Scheduler::mask_deadline() const {
+  const double budget = mask_budget_seconds();
+  if (!std::isfinite(budget)) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(budget));
+}
+
+std::vector<char> Scheduler::prepare_masks(const std::vector<Entry*>& entries) {
+  std::vector<char> ready(entries.size(), 0);
+  if (entries.empty()) return ready;
+  const auto deadline = mask_deadline();
+  mask_pool_.run(entries.size(), [&](size_t i) { ready[i] = entries[i]->seq.prepare_token_mask_until(deadline); });
+  return ready;
+}
+
+void Scheduler::end_if_mask_or_length_stops(Entry& e, SequenceEvent& event) {
+  FinishReason reason = e.seq.check_token_mask(&event.error);
+  if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
+  if (reason == FinishReason::kNone) return;
+  finish(e, reason);
+  event.finished = true;
+  event.reason = reason;
+  entries_.erase(e.seq.id());
+}
+
+std::vector<SequenceEvent> Scheduler::advance_deferred_masks() {
+  std::vector<SequenceEvent> events;
+  std::vector<SeqId> waiting;
+  waiting.swap(deferred_masks_);
+  for (SeqId id : waiting) {
+    auto it = entries_.find(id);
+    if (it == entries_.end() || !it->second->mask_deferred) continue;  // ended meanwhile
+    Entry& e = *it->second;
+    if (!e.warm->done.load(std::memory_order_acquire)) {
+      deferred_masks_.push_back(id);
+      continue;
+    }
+    SequenceEvent event{e.seq.id(), {}, false, FinishReason::kNone, {}, {}};
+    if (e.warm->step) {
+      // The grammar's step by the token sent earlier: its verdict now.
+      const FinishReason reason = e.seq.apply_constraint_step(std::move(*e.warm->step), &event.error);
+      e.warm->step.reset();
+      if (reason != FinishReason::kNone) {
+        finish(e, reason);
+        event.finished = true;
+        event.reason = reason;
+        entries_.erase(id);
+        events.push_back(std::move(event));
+        continue;
+      }
+    }
+    if (!e.seq.take_cached_token_mask()) {
+      defer_mask(e);  // done, yet gone from the grammar's cache again (over its memory bound)
+      continue;
+    }
+    e.mask_deferred = false;
+    e.warm.reset();
+    end_if_mask_or_length_stops(e, event);
+    if (event.finished) events.push_back(std::move(event));
   }
   return events;
 }
@@ -715,6 +860,7 @@ SchedulerStats Scheduler::stats() const {
   s.cow_copies = b.cow_copies;
   s.prefill_token_cap = prefill_token_cap_;
   s.tpot_capped_steps = tpot_capped_steps_;
+  s.deferred_masks = deferred_masks_total_;
   s.prefill_capped_steps = prefill_capped_steps_;
   s.window_releases = b.window_releases;
   s.spec = spec_stats_;

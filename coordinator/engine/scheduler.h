@@ -38,6 +38,7 @@
 #include "coordinator/engine/sequence.h"
 #include "coordinator/engine/step_cost_model.h"
 #include "coordinator/engine/structured/mask_pool.h"
+#include "coordinator/engine/structured/mask_warmer.h"
 
 namespace tessera {
 
@@ -73,6 +74,10 @@ struct SchedulerConfig {
   // num_tokens proposals after their last token, checked in the same step; the tokens are
   // those decoding one by one would give. Not for constrained sequences (structured output).
   SpeculativeConfig speculative;
+  // > 0: the engine time (ms) one step spends on structured-output masks; a sequence whose mask
+  // is not done by then sits out the steps until it is (advance_deferred_masks goes on with
+  // it), so a costly grammar slows only its own sequence. 0: every step waits for every mask.
+  int structured_mask_budget_ms = 0;
 };
 
 // A user-reachable config is checked here (each bad field named) before it reaches the
@@ -124,6 +129,9 @@ struct SchedulerStats {
   uint64_t prefill_capped_steps = 0;
   // Of those, the steps where max_tpot_slowdown's cap was the tighter one.
   uint64_t tpot_capped_steps = 0;
+  // Structured-output masks that outran a step's budget (structured_mask_budget_ms): each
+  // time, the sequence sat out steps while the others went on.
+  uint64_t deferred_masks = 0;
   SpecDecodeStats spec;
 };
 
@@ -150,6 +158,11 @@ class Scheduler {
   // Applies the step's sampled tokens. A result with an error, or that does not match the
   // plan, finishes every sequence of the plan with kError.
   std::vector<SequenceEvent> on_step_result(const StepPlan& plan, const StepResult& result);
+  // Takes up the masks that outran earlier steps' budget (structured_mask_budget_ms) once the
+  // warmer has finished them (never waiting for one): each such sequence is scheduled again,
+  // or ends (its event) when no token can continue its grammar. The engine calls it before
+  // every schedule().
+  std::vector<SequenceEvent> advance_deferred_masks();
   // How long the executor took for the plan `step_id` (the last one schedule() returned;
   // others are ignored): the data of the step cost model behind max_decode_slowdown.
   // `interval`, when the engine knows it: the time since the previous step ended, when
@@ -207,6 +220,13 @@ class Scheduler {
     std::vector<int32_t> executor_proposals;
     AcceptanceEstimate acceptance;  // of its proposals so far
     int spec_rest = 0;              // steps backed off to depth 0 since the last probe
+    // Its next structured-output mask outran a step's budget: it sits out steps while the
+    // warmer computes the mask (warm: that job), until advance_deferred_masks takes it up.
+    bool mask_deferred = false;
+    std::shared_ptr<structured::WarmResult> warm;
+    // Its grammar's step by one token outran a step's budget once: every later step of its
+    // grammar goes to the warmer too.
+    bool slow_grammar = false;
   };
   struct RunsBefore {
     bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
@@ -303,12 +323,32 @@ class Scheduler {
   int prefill_token_cap_ = 0;
   uint64_t prefill_capped_steps_ = 0;
   uint64_t tpot_capped_steps_ = 0;
+  uint64_t deferred_masks_total_ = 0;
   SpecDecodeStats spec_stats_;
   // A draft forward's time over the target step's, averaged over the steps that measured it
   // (StepResult::draft_seconds); -1 until one did.
   double draft_cost_ = -1.0;
   // Computes the step's structured-output masks in parallel (on_step_result).
   structured::MaskPool mask_pool_;
+  std::vector<SeqId> deferred_masks_;  // sequences whose Entry::mask_deferred is set
+  structured::MaskWarmer mask_warmer_;  // computes deferred masks off the engine thread
+  double recent_step_seconds_ = 0;      // executor time of the recent steps (moving average)
+  // The end of the time a step's masks may take: the smaller of structured_mask_budget_ms and
+  // the recent step time, so a step with masks takes at most about twice one without.
+  std::chrono::steady_clock::time_point mask_deadline() const;
+  // Hands `e`'s next mask to the warmer (or, defer_step, the step of its grammar by its last
+  // token and then the mask); `e` sits out steps until advance_deferred_masks takes it up.
+  void defer_mask(Entry& e);
+  void defer_step(Entry& e);
+  double mask_budget_seconds() const;
+  // How much of a `chunk` of `e`'s prompt (`remaining` tokens left) may run: all of it, or,
+  // while its mask is deferred, none of the last token, which samples.
+  int chunk_before_mask(const Entry& e, int remaining, int chunk) const;
+  // Computes the masks of `entries` within one budget; true for each one that is done.
+  std::vector<char> prepare_masks(const std::vector<Entry*>& entries);
+  // After its mask: ends `e` (event filled, entry erased) when no token can continue its
+  // grammar or it is at its length limit.
+  void end_if_mask_or_length_stops(Entry& e, SequenceEvent& event);
 };
 
 }  // namespace tessera

@@ -65,8 +65,39 @@ FinishReason Sequence::apply_constraint(std::string* error) {
   return reason_of(constraint_->advance(token_ids_.back(), error));
 }
 
+std::optional<FinishReason> Sequence::apply_constraint_until(std::chrono::steady_clock::time_point deadline,
+                                                             std::string* error) {
+  if (!constraint_ || num_output() == 0) return FinishReason::kNone;
+  const std::optional<structured::ConstraintVerdict> verdict = constraint_->advance_until(token_ids_.back(), deadline, error);
+  if (!verdict) return std::nullopt;
+  return reason_of(*verdict);
+}
+
 void Sequence::prepare_token_mask() {
   if (constraint_) constraint_->prepare_mask();
+}
+
+bool Sequence::prepare_token_mask_until(std::chrono::steady_clock::time_point deadline) {
+  return !constraint_ || constraint_->prepare_mask_until(deadline);
+}
+
+bool Sequence::take_cached_token_mask() { return !constraint_ || constraint_->take_cached_mask(); }
+
+FinishReason Sequence::apply_constraint_step(structured::ConstraintStep step, std::string* error) {
+  if (!constraint_) return FinishReason::kNone;
+  return reason_of(constraint_->apply(std::move(step), error));
+}
+
+std::vector<int32_t> Sequence::constraint_end_tokens() const {
+  return constraint_ ? constraint_->end_tokens() : std::vector<int32_t>{};
+}
+
+std::shared_ptr<const structured::TokenConstraint> Sequence::mask_grammar() const {
+  return constraint_ ? constraint_->grammar() : nullptr;
+}
+
+structured::MatchState Sequence::mask_state() const {
+  return constraint_ ? constraint_->state() : structured::MatchState{};
 }
 
 FinishReason Sequence::check_token_mask(std::string* error) {

@@ -103,8 +103,25 @@ class Sequence {
   // kNone the next mask is still to compute: prepare_token_mask() (safe to run for different
   // sequences on different threads at once), then check_token_mask().
   FinishReason apply_constraint(std::string* error);
+  // apply_constraint, unless its grammar is busy (another thread's walk) past `deadline`:
+  // nullopt, and nothing changed.
+  std::optional<FinishReason> apply_constraint_until(std::chrono::steady_clock::time_point deadline,
+                                                     std::string* error);
   bool is_constrained() const { return constraint_.has_value(); }
   void prepare_token_mask();
+  // prepare_token_mask, unless `deadline` passes first: false, and the mask is not ready (a
+  // later call goes on from what this one cached).
+  bool prepare_token_mask_until(std::chrono::steady_clock::time_point deadline);
+  // The next mask from its grammar's cache when a MaskWarmer has finished it; never waits.
+  bool take_cached_token_mask();
+  // apply_constraint with the grammar's step by the last token computed elsewhere (a
+  // MaskWarmer's step_constraint from mask_state(), before this sequence's grammar moved on).
+  FinishReason apply_constraint_step(structured::ConstraintStep step, std::string* error);
+  std::vector<int32_t> constraint_end_tokens() const;
+  // Its grammar and the state whose mask is next (null grammar when unconstrained): what a
+  // MaskWarmer computes off the engine thread.
+  std::shared_ptr<const structured::TokenConstraint> mask_grammar() const;
+  structured::MatchState mask_state() const;
   // kError when no token can continue the grammar (a dead end for this vocabulary), else kNone.
   FinishReason check_token_mask(std::string* error);
 

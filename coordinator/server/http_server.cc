@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "common/thread_priority.h"
 #include "coordinator/api/api_submission.h"
 #include "coordinator/server/http_server_impl.h"
 #include "coordinator/server/http_session.h"
@@ -196,6 +197,16 @@ Status HttpServer::start() {
   s.work.emplace(asio::make_work_guard(s.ioc));
   s.accept();
   const int threads = std::max(1, s.options.threads);
+  for (Impl::PrepPool* pool : {&s.prep_small, &s.prep_large}) {
+    pool->work.emplace(asio::make_work_guard(pool->ioc));
+    const bool large = pool == &s.prep_large;
+    for (int i = 0; i < threads; ++i) {
+      pool->threads.emplace_back([pool, large]() {
+        if (large) lower_this_thread_priority();
+        pool->ioc.run();
+      });
+    }
+  }
   for (int i = 0; i < threads; ++i) s.threads.emplace_back([&s]() { s.ioc.run(); });
   s.started = true;
   return Status::ok();
@@ -252,6 +263,13 @@ void HttpServer::stop() {
   {
     std::lock_guard<std::mutex> lock(s.liveness->mu);
     s.liveness->alive = false;
+  }
+  // Requests still being prepared finish first: their results are posted to the io_context,
+  // which must still run them (each finds its connection closed and drops it).
+  for (Impl::PrepPool* pool : {&s.prep_small, &s.prep_large}) {
+    pool->work.reset();
+    for (auto& t : pool->threads) t.join();
+    pool->threads.clear();
   }
   s.work.reset();
   s.ioc.stop();

@@ -66,6 +66,21 @@ struct HttpServer::Impl {
   std::chrono::steady_clock::time_point last_fd_warning{};
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   std::vector<std::thread> threads;
+  // Where requests are prepared (tokenization, chat templates, grammar compilation; /tokenize
+  // and /detokenize): off the I/O threads, so that a heavy request never delays /health,
+  // /ready or another connection's stream (HttpSession::off_io). Bodies over
+  // kLargeBodyBytes go to threads of their own at a lower CPU priority, so that a few huge
+  // ones never queue the ordinary requests behind them.
+  struct PrepPool {
+    boost::asio::io_context ioc;
+    std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
+    std::vector<std::thread> threads;
+  };
+  static constexpr size_t kLargeBodyBytes = size_t{256} << 10;
+  PrepPool prep_small, prep_large;
+  boost::asio::io_context& prep_for(size_t body_bytes) {
+    return body_bytes > kLargeBodyBytes ? prep_large.ioc : prep_small.ioc;
+  }
   std::atomic<bool> draining{false};
   std::atomic<int> port{0};
   bool started = false;

@@ -55,7 +55,8 @@ void HttpSession::start() {
 
 void HttpSession::finish_and_close() {
   keep_alive_ = false;  // every answer from now on ends its connection
-  if (closed_ || gen_) return;  // a generation closes the connection when it ends
+  // A generation closes the connection when it ends; a request being prepared gets its answer.
+  if (closed_ || gen_ || preparing_) return;
   if (writing_) {
     after_write_ = AfterWrite::kClose;  // nothing else will be written: close after the flush
     return;

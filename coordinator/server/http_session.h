@@ -99,8 +99,28 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void answer_options(const Request& req, const std::string& path, const char* allowed);
   bool authorized(const Request& req) const;
 
+  // Runs `work` on the server's preparation threads (those for large bodies when
+  // `body_bytes` is one), then `then(result)` on this connection's strand (dropped when the
+  // connection closed meanwhile): tokenizing a 10 MB body or compiling a grammar never holds
+  // an I/O thread.
+  template <class Work, class Then>
+  void off_io(size_t body_bytes, Work work, Then then) {
+    preparing_ = true;
+    boost::asio::post(server_.prep_for(body_bytes), [self = shared_from_this(), work = std::move(work), then = std::move(then)]() mutable {
+      auto result = work();
+      boost::asio::post(self->stream_.get_executor(),
+                        [self, then = std::move(then), result = std::move(result)]() mutable {
+                          self->preparing_ = false;
+                          if (self->closed_) return;
+                          then(std::move(result));
+                        });
+    });
+  }
+
   // ---- generation (http_session_generation.cc) ---------------------------------------------
-  void start_generation(ApiEndpoint endpoint, const std::string& body);
+  // Parses the body off the I/O threads, then submits it (submit_generation).
+  void start_generation(ApiEndpoint endpoint, std::string body);
+  void submit_generation(ApiRequest request);
   ChoiceCallback make_callback(uint64_t serial);
   void on_event(uint64_t serial, size_t index, const GenerateEvent& ev);
   static bool echo_waits_for_logprobs(const ApiRequest& r);
@@ -146,6 +166,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   char scratch_[4096];
   bool writing_ = false;
   bool closed_ = false;
+  bool preparing_ = false;  // off_io work in flight: its answer is still to come
   AfterWrite after_write_ = AfterWrite::kNone;
 };
 

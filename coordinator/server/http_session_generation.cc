@@ -10,12 +10,35 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
-void HttpSession::start_generation(ApiEndpoint endpoint, const std::string& body) {
-  auto g = std::make_unique<Generation>();
+namespace {
+
+struct ParsedRequest {
+  bool ok = false;
+  ApiRequest request;
   ApiError error;
-  if (!parse_api_request(endpoint, body, server_.api, &g->request, &error)) return send_error(error);
+};
+
+}  // namespace
+
+void HttpSession::start_generation(ApiEndpoint endpoint, std::string body) {
+  const size_t bytes = body.size();
+  off_io(
+      bytes, [this, endpoint, body = std::move(body)]() {
+        ParsedRequest p;
+        p.ok = parse_api_request(endpoint, body, server_.api, &p.request, &p.error);
+        return p;
+      },
+      [this](ParsedRequest p) {
+        if (!p.ok) return send_error(p.error);
+        submit_generation(std::move(p.request));
+      });
+}
+
+void HttpSession::submit_generation(ApiRequest request) {
+  auto g = std::make_unique<Generation>();
+  g->request = std::move(request);
+  g->id = make_response_id(g->request.endpoint);
   g->serial = ++serial_;
-  g->id = make_response_id(endpoint);
   g->created = unix_now();
   const size_t n = g->request.num_choices();
   g->done.assign(n, false);

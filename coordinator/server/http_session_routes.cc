@@ -28,6 +28,12 @@ void HttpSession::handle(const Request& req) {
   const http::verb method = req.method();
   const char* allowed = route_methods(path);
   if (method == http::verb::options) return answer_options(req, path, allowed);
+  // Two keys leave it unclear which one the client meant (a proxy may add its own): refused
+  // rather than one of them picked.
+  if (req.count(http::field::authorization) > 1) {
+    return send_error(api_error(400, "invalid_request_error", "duplicate_authorization",
+                                "the request has more than one Authorization header; send one"));
+  }
   // HEAD is GET without the body (RFC 9110 9.3.2): same status and headers.
   head_ = method == http::verb::head;
   auto route = [&](http::verb want, const char* allow) -> bool {
@@ -62,11 +68,19 @@ void HttpSession::handle(const Request& req) {
   const bool is_get = std::string_view(allowed) != "POST";
   if (!route(is_get ? http::verb::get : http::verb::post, allowed)) return;
   if (path == "/tokenize" || path == "/detokenize") {  // outside /v1, unguarded, as vLLM has them
-    std::string out;
-    ApiError error;
-    const bool ok = path == "/tokenize" ? tokenize_body(server_.api, req.body(), &out, &error)
-                                        : detokenize_body(server_.api, req.body(), &out, &error);
-    return ok ? send(200, "application/json", std::move(out)) : send_error(error);
+    struct Answer {
+      bool ok = false;
+      std::string out;
+      ApiError error;
+    };
+    return off_io(
+        req.body().size(), [this, tokenize = path == "/tokenize", body = req.body()]() {
+          Answer a;
+          a.ok = tokenize ? tokenize_body(server_.api, body, &a.out, &a.error)
+                          : detokenize_body(server_.api, body, &a.out, &a.error);
+          return a;
+        },
+        [this](Answer a) { a.ok ? send(200, "application/json", std::move(a.out)) : send_error(a.error); });
   }
   const bool is_models = path == "/v1/models";
   const bool is_chat = path == "/v1/chat/completions";
@@ -90,7 +104,7 @@ void HttpSession::handle(const Request& req) {
     return send_error(api_error(503, "service_unavailable", "draining", "the server is draining"),
                       {{"Retry-After", kRetryAfterSeconds}});
   }
-  start_generation(is_chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions, req.body());
+  start_generation(is_chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions, std::string(req.body()));
 }
 
 // OPTIONS (RFC 9110 9.3.7): what the route allows; a CORS preflight from an allowed origin

@@ -163,6 +163,10 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
           static_cast<double>(s.prefill_capped_steps));
   gauge("tessera:prefill_token_cap", "The last step's cap on prompt tokens beside decodes (0: none).",
         s.prefill_token_cap);
+  counter("tessera:structured_mask_deferrals_total",
+          "Structured-output masks not done within a step's budget (scheduler.structured_mask_budget_ms): "
+          "their sequence sat out steps while the others went on.",
+          static_cast<double>(s.deferred_masks));
 
   out += render_histogram("tessera:time_to_first_token_seconds", "Time to first token in seconds.", m,
                           s.ttft);

@@ -190,7 +190,7 @@ TEST(ConfigTest, WrongTypesAndValuesNameThePathAndExpectation) {
       {"scheduler: {mode: batch}", {"scheduler.mode", "continuous | static"}},
       {"scheduler: {max_model_len: -1}", {"scheduler.max_model_len", "integer"}},
       {"server: {http: {port: 70000}}", {"server.http.port", "[0, 65535]"}},
-      {"server: {http: {api_keys: key}}", {"server.http.api_keys", "expected a list of strings, got 'key'"}},
+      {"server: {http: {api_keys: key}}", {"server.http.api_keys", "expected a list of strings, got a string of 3 characters (not shown"}},
       {"server: {zmq_client: localhost:5555}", {"server.zmq_client", "ZeroMQ endpoint"}},
       {"server: {heartbeat_misses: 0}", {"server.heartbeat_misses", "[1, 1000]"}},
       {"server: {max_queued_requests: 0}", {"server.max_queued_requests", "[1, 16777216]", "got '0'"}},
@@ -369,10 +369,35 @@ worker: {backend: cpu, threads: 3}
   EXPECT_EQ(dump_config_yaml(c), dump_config_yaml(*src));
 }
 
+TEST(ConfigTest, SecretValuesAreDescribedNeverShown) {
+  TesseraConfig c;
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"server.http.api_keys", "sk-live-SECRET1"},            // a scalar where a list belongs
+           {"server.http.api_keys", "[sk-live-SECRET1, [x]]"},     // a list inside the list
+           {"server.http.api_key", "sk-live-SECRET1"},             // a mistyped key
+           {"server.http.api_keys", "{a: sk-live-SECRET1}"}}) {
+    const Status st = apply_override(c, key, value);
+    ASSERT_FALSE(st.is_ok()) << key << "=" << value;
+    EXPECT_EQ(st.message().find("SECRET1"), std::string::npos) << st.message();
+  }
+  const Status no_equals = apply_override_arg(c, "sk-live-SECRET1");
+  ASSERT_FALSE(no_equals.is_ok());
+  EXPECT_EQ(no_equals.message().find("SECRET1"), std::string::npos) << no_equals.message();
+  auto from_file = parse_config_yaml("server:\n  http:\n    api_keys: sk-live-SECRET1\n", "keys.yaml");
+  ASSERT_FALSE(from_file.is_ok());
+  EXPECT_TRUE(fails_with(from_file.status(), {"keys.yaml:3:15: server.http.api_keys", "15 characters", "not shown"}));
+  EXPECT_EQ(from_file.status().message().find("SECRET1"), std::string::npos) << from_file.status().message();
+  // Other keys still show what they were given.
+  EXPECT_TRUE(fails_with(apply_override(c, "server.http.port", "eighty"), {"got 'eighty'"}));
+  EXPECT_TRUE(is_secret_config_path("server.http.api_keys"));
+  EXPECT_TRUE(is_secret_config_path("server.curve.client_secret_key_file"));
+  EXPECT_FALSE(is_secret_config_path("scheduler.max_num_batched_tokens"));
+}
+
 TEST(ConfigTest, OverrideErrorsNameFlagPathAndType) {
   TesseraConfig c;
   EXPECT_TRUE(fails_with(apply_override(c, "parallel.tensor_parallel", "two"),
-                         {"--set parallel.tensor_parallel=two", "parallel.tensor_parallel: expected an integer"}));
+                         {"--set: parallel.tensor_parallel: expected an integer", "got 'two'"}));
   EXPECT_TRUE(fails_with(apply_override(c, "server.htp.port", "1"), {"server.htp: unknown key (did you mean 'http'?)"}));
   EXPECT_TRUE(fails_with(apply_override(c, "server.http", "1"), {"server.http: is a section", "host, port"}));
   EXPECT_TRUE(fails_with(apply_override(c, "model.path.x", "1"), {"model.path: is not a section"}));

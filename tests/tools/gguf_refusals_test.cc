@@ -103,7 +103,15 @@ TEST_F(GgufRefusalTest, TensorNoRoleClaims) {
 TEST_F(GgufRefusalTest, Int4SplitInsideAQ4KBlock) {
   GgufTestWriter::Tensor& t = tensor("blk.0.attn_output.weight");  // [256, 256]: row-parallel, 128 inputs a rank
   t.type = static_cast<uint32_t>(GgmlType::kQ4_K);
-  t.data.reset();
+  // 256 blocks of 144 bytes: d and dmin 1.0 (f16), then filler; finite, as model.check_weights wants.
+  std::string blocks;
+  for (int b = 0; b < 256; ++b) {
+    std::string block(144, '\0');
+    for (int j = 4; j < 144; ++j) block[j] = static_cast<char>(GgufTestWriter::data_byte(b, j));
+    block[1] = block[3] = '\x3c';  // 0x3c00 little-endian
+    blocks += block;
+  }
+  t.data = blocks;
   const std::string path = write("q4_k-o", writer_.build());
   const testing::CommandResult strict = generate(path, "--quantize int4 --tensor-parallel 2");
   EXPECT_NE(strict.exit_code, 0) << strict.out;

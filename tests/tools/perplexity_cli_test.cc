@@ -157,7 +157,7 @@ TEST(PerplexityCliTest, BadInputsAreOneLineErrors) {
       EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
       EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     };
-    run_kjv(dir + "/missing.txt", "", "--text-file: cannot open");
+    run_kjv(dir + "/missing.txt", "", "--text-file: no such file");
     run_kjv(dir + "/text.txt", "--context 1", "--context must be at least 2");
     run_kjv(dir + "/text.txt", "--context 600", "exceeds the model's context of 512");
     run_kjv(dir + "/text.txt", "--dtype float64", "--dtype: unsupported");

@@ -109,6 +109,34 @@ TEST_F(ServeHttpEdges, Http11RequiresExactlyOneHost) {
   EXPECT_EQ(old.status, 200) << old.body;
 }
 
+TEST_F(ServeHttpEdges, ABodyIsParsedWholeAndANulByteIsNotItsEnd) {
+  // Before the fix the parser stopped at the NUL and the rest was ignored: 200.
+  for (const auto& [path, value] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/completions", R"({"prompt":"In","max_tokens":3})"}, {"/tokenize", R"({"prompt":"In the beginning"})"}}) {
+    const RawResponse r = one(post(path, value + '\0' + R"({"bogus":1})"));
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_NE(r.body.find("NUL byte at offset " + std::to_string(value.size())), std::string::npos) << r.body;
+    // Anything after the value other than whitespace is refused; whitespace is fine.
+    EXPECT_EQ(one(post(path, value + " x")).status, 400) << path;
+    EXPECT_EQ(one(post(path, value + " \r\n\t")).status, 200) << path;
+  }
+  const std::string chat = std::string(R"({"messages":[{"role":"user","content":"In"}],"max_tokens":2})") + '\0';
+  EXPECT_EQ(one(post("/v1/chat/completions", chat)).status, 400);
+}
+
+TEST_F(ServeHttpEdges, TwoAuthorizationHeadersAre400) {
+  // Before the fix the first one won.
+  for (const std::string path : {"/v1/models", "/health"}) {
+    const RawResponse r = one("GET " + path +
+                              " HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer a\r\n"
+                              "Authorization: Bearer b\r\n\r\n");
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"]["code"], "duplicate_authorization") << r.body;
+  }
+  EXPECT_EQ(one("GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer a\r\n\r\n").status,
+            200);
+}
+
 TEST_F(ServeHttpEdges, CorsHeadersOnlyForAllowedOriginsAndPreflightAnswered) {
   const RawResponse allowed = one(std::string("GET /health HTTP/1.1\r\nHost: t\r\nOrigin: ") + kAllowed +
                                   "\r\nConnection: close\r\n\r\n");

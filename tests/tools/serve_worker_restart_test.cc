@@ -6,9 +6,13 @@
 //   is down both complete, with the tokens of a fault-free run, once it is back.
 // - A worker stalled (SIGSTOP) for 5 s under server.heartbeat_misses 10 and 1 s heartbeats
 //   is not declared dead: the requests in flight complete with the same tokens as before.
+// - A worker stopped for good (SIGSTOP, never continued) is declared dead after its missed
+//   heartbeats, killed and started again by the supervisor: service is back within
+//   heartbeat_misses intervals plus the restart time a kill -9 takes, and no request hangs.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -249,6 +253,113 @@ TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNo
   EXPECT_EQ(tokens(during), tokens(reference));
   EXPECT_EQ(testing::http_status(queued_during), 200) << queued_during;
   EXPECT_EQ(tokens_of(queued_during), tokens_of(queued_reference));
+}
+
+// Polls /ready until it answers `status` or `limit_ms` pass; the ms it took, or -1.
+double ms_until_ready_is(const testing::ServeProcess& server, int status, Clock::time_point since, double limit_ms) {
+  while (ms_since(since) < limit_ms) {
+    if (testing::http_status(testing::http(server.port(), "GET", "/ready")) == status) return ms_since(since);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return -1;
+}
+
+TEST(ServeWorkerRestart, AWorkerStoppedForGoodIsKilledAndReplacedWithoutSigcont) {
+  TESSERA_REQUIRE_FIXTURES();
+  constexpr int kHeartbeatMs = 200, kMisses = 3;
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--tensor-parallel", "2", "--set",
+                            "worker.threads=1", "--set", "cache.num_blocks=256", "--set",
+                            "server.heartbeat_ms=" + std::to_string(kHeartbeatMs), "--set",
+                            "server.heartbeat_misses=" + std::to_string(kMisses), "--set",
+                            "server.worker_restart_wait_s=60"}))
+      << server.log();
+  constexpr int kMaxTokens = 64;
+  const std::string reference = testing::http(server.port(), "POST", "/v1/completions", completion(0, kMaxTokens).dump());
+  ASSERT_EQ(testing::http_status(reference), 200) << reference;
+
+  // The restart time of this host: a kill -9 of rank 1 until /ready says 200 again.
+  const pid_t first = worker_of(server, 1);
+  ASSERT_GT(first, 0);
+  const Clock::time_point killed = Clock::now();
+  kill(first, SIGKILL);
+  ASSERT_GE(ms_until_ready_is(server, 503, killed, 5000), 0) << server.log();
+  const double restart_ms = ms_until_ready_is(server, 200, killed, 60000);
+  ASSERT_GE(restart_ms, 0) << server.log();
+
+  // Clients keep requests and streams going while rank 0 is stopped for good.
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::atomic<int> ok{0}, retryable{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.emplace_back([&, c] {
+      while (!stop.load()) {
+        if (c == 0) {  // a stream: whole with the reference tokens, or ended by an error event
+          json request = completion(0, kMaxTokens);
+          request["stream"] = true;
+          const testing::RawSseStream st = testing::read_raw_sse(server.port(), "/v1/completions", request.dump());
+          json streamed = json::array();
+          bool error_event = false;
+          for (const std::string& e : st.events) {
+            const json j = json::parse(e, nullptr, false);
+            if (!j.is_discarded() && j.contains("error")) error_event = true;
+            if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+            for (const json& t : j["choices"][0]["logprobs"]["tokens"]) streamed.push_back(t);
+          }
+          const bool whole = st.status == 200 && st.terminated && !st.events.empty() && st.events.back() == "[DONE]";
+          if (whole && !error_event && streamed == tokens_of(reference)) {
+            ++ok;
+          } else if ((st.status == 200 && st.terminated && error_event) ||
+                     (st.status == 503 && st.head.find("Retry-After") != std::string::npos)) {
+            ++retryable;
+          } else {
+            std::lock_guard<std::mutex> lock(mu);
+            failures.push_back("stream: " + st.head + " " + st.transport_error + st.framing_error);
+          }
+          continue;
+        }
+        const std::string r = testing::http(server.port(), "POST", "/v1/completions", completion(0, kMaxTokens).dump());
+        if (testing::http_status(r) == 200 && tokens_of(r) == tokens_of(reference)) {
+          ++ok;
+        } else if (testing::http_status(r) == 503 && r.find("\r\nRetry-After: ") != std::string::npos) {
+          ++retryable;
+        } else {
+          std::lock_guard<std::mutex> lock(mu);
+          failures.push_back(r.empty() ? std::string("(no response)") : r.substr(0, 600));
+        }
+      }
+    });
+  }
+  while (ok.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  const pid_t stopped = worker_of(server, 0);
+  ASSERT_GT(stopped, 0);
+  const Clock::time_point stopped_at = Clock::now();
+  kill(stopped, SIGSTOP);
+  const double lost_ms = ms_until_ready_is(server, 503, stopped_at, 10000);
+  const double back_ms = ms_until_ready_is(server, 200, stopped_at, 60000);
+  const int ok_at_return = ok.load();
+  while (ok.load() < ok_at_return + 3 && ms_since(stopped_at) < 90000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop.store(true);
+  for (auto& t : clients) t.join();
+
+  EXPECT_GE(lost_ms, 0) << "/ready never said 503 for the stopped rank\n" << server.log();
+  ASSERT_GE(back_ms, 0) << "service never came back without SIGCONT\n" << server.log();
+  // Declared dead after kMisses silent intervals, killed at once, restarted as after a kill -9.
+  const double bound = (kMisses * kHeartbeatMs + restart_ms + 700) * testing::kSlowdown;
+  EXPECT_LE(back_ms, bound) << "restart after kill -9 took " << restart_ms << " ms\n" << server.log();
+  EXPECT_NE(kill(stopped, 0), 0) << "the stopped worker " << stopped << " is still there";
+  EXPECT_NE(worker_of(server, 0), stopped);
+  EXPECT_GT(ok.load(), ok_at_return) << "nothing completed after the group returned";
+  EXPECT_TRUE(failures.empty()) << failures.size() << " bad responses; the first:\n"
+                                << (failures.empty() ? "" : failures[0]) << "\n"
+                                << server.log();
+  std::cout << "[ REPORT   ] kill -9 restart " << restart_ms << " ms; SIGSTOP: /ready 503 after " << lost_ms
+            << " ms, back after " << back_ms << " ms (bound " << bound << "); " << ok.load() << " completed, "
+            << retryable.load() << " retryable errors" << std::endl;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "common/checkpoint.h"
 #include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_tensor_rows.h"
+#include "common/input_file.h"
 #include "common/zmq/curve_keys.h"
 #include "common/logging.h"
 #include "common/private_temp_dir.h"
@@ -152,6 +153,19 @@ Status interrupted_setup(const ShutdownSignals& signals, const char* during) {
 }
 
 // What the coordinator reads of the model itself, checked before any worker starts.
+// The tokenizer's own bos/eos ids (from tokenizer_config.json or the GGUF file) name rows
+// of the model's vocabulary: one past it could never be generated (a stop that never fires).
+Status check_tokenizer_fits_model(const Tokenizer& t, const ModelConfig& mc) {
+  for (auto [id, name] : {std::pair{t.eos_id(), "eos_token"}, std::pair{t.bos_id(), "bos_token"}}) {
+    if (id >= mc.vocab) {
+      return invalid_argument("the tokenizer's " + std::string(name) + " '" + t.id_to_token(id) + "' is id " +
+                              std::to_string(id) + ", outside the model's vocabulary [0, " + std::to_string(mc.vocab) +
+                              ")");
+    }
+  }
+  return Status::ok();
+}
+
 struct ServedModel {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;  // null: only token-id prompts are accepted
@@ -159,16 +173,22 @@ struct ServedModel {
   std::optional<ToolCallFormat> tool_calls;
 };
 
-// The tokenizer (its absence is a warning, not an error), and the chat template: one that
-// does not parse (the model's, or server.chat_template's) stops start-up with its error
-// (construct and line), never a silent fallback; a model without one gets the documented
-// built-in.
+// The tokenizer and the chat template. A model without tokenizer.json (and not a GGUF
+// file, which holds its vocabulary) is served for token-id prompts only, with a warning; one
+// that is present but cannot be used stops start-up, as does a template that does not parse
+// (the model's, or server.chat_template's: construct and line), never a silent fallback; a
+// model without a template gets the documented built-in.
 Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
-  if (auto tok = load_model_tokenizer(c.model.path, ckpt->config_dir()); tok.is_ok()) {
-    m.tokenizer = std::move(tok).value();
+  const std::string tokenizer_json = (std::filesystem::path(ckpt->config_dir()) / "tokenizer.json").string();
+  TESSERA_ASSIGN_OR_RETURN(const bool has_tokenizer_json, input_path_exists(tokenizer_json));
+  if (!has_tokenizer_json && !is_gguf_path(c.model.path)) {
+    TESSERA_LOG_WARN("no tokenizer: {} does not exist; only token-id prompts will be accepted", tokenizer_json);
   } else {
-    TESSERA_LOG_WARN("no usable tokenizer ({}); only token-id prompts will be accepted", tok.status().to_string());
+    StatusOr<std::unique_ptr<Tokenizer>> tok = load_model_tokenizer(c.model.path, ckpt->config_dir());
+    if (!tok.is_ok()) return tok.status().with_context("the tokenizer");
+    m.tokenizer = std::move(tok).value();
+    TESSERA_RETURN_IF_ERROR(check_tokenizer_fits_model(*m.tokenizer, m.config));
   }
   TESSERA_ASSIGN_OR_RETURN(m.tool_calls, tool_call_format_from_name(c.server.tool_call_parser));
   if (!m.tokenizer) return Status::ok();
@@ -201,6 +221,7 @@ SchedulerConfig scheduler_config(const TesseraConfig& c, const ModelConfig& mc, 
   sc.max_decode_slowdown = c.scheduler.max_decode_slowdown;
   sc.max_tpot_slowdown = c.scheduler.max_tpot_slowdown;
   sc.speculative = c.speculative;
+  sc.structured_mask_budget_ms = c.scheduler.structured_mask_budget_ms;
   sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
   return sc;
 }
@@ -278,21 +299,39 @@ StatusOr<std::unique_ptr<ZmqClientServer>> start_zmq_clients(const TesseraConfig
 }
 
 // Supervises the local ranks while it lives: a rank that exits (crash, or a broken
-// collective group) is started again; the coordinator stays up and the group becomes whole.
+// collective group) is started again; so is one whose process is still there although the
+// group declared it dead: at once when it missed its heartbeats (stopped, or hung in a kernel
+// or a deadlock), else (told to restart with the group) when it has not gone on its own within
+// the heartbeat limit. It is killed and started again, as after a crash. Only the process
+// that registered is killed, never a fresh one still loading.
 class WorkerSupervisor {
  public:
-  explicit WorkerSupervisor(LocalWorkers& workers) : thread_([this, &workers] {
-    while (!stopping_.load()) {
-      if (int n = workers.restart_exited(); n > 0) TESSERA_LOG_WARN("restarted {} worker process(es)", n);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  }) {}
+  WorkerSupervisor(LocalWorkers& workers, const WorkerGroup& group, std::chrono::milliseconds silence_limit)
+      : thread_([this, &workers, &group, silence_limit] {
+          while (!stopping_.load()) {
+            kill_silent(workers, group, silence_limit);
+            if (int n = workers.restart_exited(); n > 0) TESSERA_LOG_WARN("restarted {} worker process(es)", n);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        }) {}
   ~WorkerSupervisor() {
     stopping_.store(true);
     thread_.join();
   }
 
  private:
+  static void kill_silent(LocalWorkers& workers, const WorkerGroup& group, std::chrono::milliseconds limit) {
+    for (const RankStatus& st : group.status()) {
+      if (st.alive || !st.registered || st.pid <= 0 || st.pid != workers.pid(st.rank)) continue;
+      if ((!st.silent && st.ms_since_heard < limit.count()) || !workers.running(st.rank)) continue;
+      TESSERA_LOG_WARN("rank {} (pid {}) is dead to the group ({}) but its process is still there, silent for {} ms: "
+                       "killing it to start it again",
+                       st.rank, st.pid, st.error, st.ms_since_heard);
+      if (Status r = workers.restart(st.rank); !r.is_ok())
+        TESSERA_LOG_ERROR("rank {}: restart failed: {}", st.rank, r.to_string());
+    }
+  }
+
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
@@ -322,8 +361,8 @@ Status serve(ServeOptions o) {
 
   TesseraConfig& c = o.config;
   TESSERA_RETURN_IF_ERROR(merge_deepspeed_env(c));
+  TESSERA_RETURN_IF_ERROR(validate_config(c));  // first: it names an empty model.path
   c.model.path = std::filesystem::absolute(c.model.path).lexically_normal().string();
-  TESSERA_RETURN_IF_ERROR(validate_config(c));
   // The local workers resolve worker.cpu under this environment: a bad TESSERA_CPU_* is one error here.
   TESSERA_RETURN_IF_ERROR(kernel_options_from_environment(c.worker.cpu).status());
   TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> api_keys, configured_api_keys(c.server.http));
@@ -413,7 +452,10 @@ Status serve(ServeOptions o) {
 
   {
     std::optional<WorkerSupervisor> supervisor;
-    if (o.spawn_workers) supervisor.emplace(workers);
+    // A rank told to restart with the group gets as long as the group allows a silence to
+    // exit on its own before it is killed.
+    const auto silence_limit = std::chrono::milliseconds(int64_t{c.server.heartbeat_ms} * c.server.heartbeat_misses);
+    if (o.spawn_workers) supervisor.emplace(workers, *group, silence_limit);
     // Serving. The first signal drains, a second one cuts the drain short.
     const int drain_seconds = c.server.drain_timeout_s;
     signals.set_handler([&service](int sig, int count) {

@@ -8,8 +8,25 @@ SequenceConstraint::SequenceConstraint(std::shared_ptr<const TokenConstraint> co
     : constraint_(std::move(constraint)), end_tokens_(std::move(end_tokens)), state_(constraint_->initial()) {}
 
 const std::vector<uint32_t>& SequenceConstraint::next_mask() {
-  if (mask_ready_) return mask_;
-  constraint_->fill_mask(state_, &mask_);
+  prepare_mask_until(std::chrono::steady_clock::time_point::max());
+  return mask_;
+}
+
+bool SequenceConstraint::prepare_mask_until(std::chrono::steady_clock::time_point deadline) {
+  if (mask_ready_) return true;
+  if (!constraint_->fill_mask_until(state_, &mask_, deadline)) return false;
+  finish_mask();
+  return true;
+}
+
+bool SequenceConstraint::take_cached_mask() {
+  if (mask_ready_) return true;
+  if (!constraint_->cached_mask(state_, &mask_)) return false;
+  finish_mask();
+  return true;
+}
+
+void SequenceConstraint::finish_mask() {
   if (constraint_->can_end(state_)) {
     for (int32_t t : end_tokens_) {
       if (t < 0) continue;
@@ -19,7 +36,6 @@ const std::vector<uint32_t>& SequenceConstraint::next_mask() {
     }
   }
   mask_ready_ = true;
-  return mask_;
 }
 
 ConstraintVerdict SequenceConstraint::on_token(int32_t token, std::string* error) {
@@ -29,22 +45,62 @@ ConstraintVerdict SequenceConstraint::on_token(int32_t token, std::string* error
   return check_mask(error);
 }
 
+ConstraintStep step_constraint(const TokenConstraint& grammar, const MatchState& state,
+                               const std::vector<int32_t>& end_tokens, int32_t token) {
+  return *step_constraint_until(grammar, state, end_tokens, token, std::chrono::steady_clock::time_point::max());
+}
+
+std::optional<ConstraintStep> step_constraint_until(const TokenConstraint& grammar, const MatchState& state,
+                                                    const std::vector<int32_t>& end_tokens, int32_t token,
+                                                    std::chrono::steady_clock::time_point deadline) {
+  ConstraintStep step;
+  if (std::find(end_tokens.begin(), end_tokens.end(), token) != end_tokens.end()) {
+    if (grammar.can_end(state)) {
+      step.verdict = ConstraintVerdict::kComplete;
+    } else {
+      step.verdict = ConstraintVerdict::kViolated;
+      step.error = "structured output: token " + std::to_string(token) + " ends the output where the grammar cannot end";
+    }
+    return step;
+  }
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    step.next = grammar.advance_token(state, token);
+  } else {
+    std::optional<MatchState> next = grammar.advance_token_until(state, token, deadline);
+    if (!next) return std::nullopt;
+    step.next = std::move(*next);
+  }
+  if (grammar.is_dead(step.next)) {
+    step.verdict = ConstraintVerdict::kViolated;
+    step.error = "structured output: token " + std::to_string(token) + " is not allowed by the grammar here" +
+                 (grammar.exhausted() ? " (the grammar's parse stacks outgrew their memory bound)" : "");
+  } else if (grammar.must_end(step.next)) {
+    step.verdict = ConstraintVerdict::kComplete;
+  }
+  return step;
+}
+
 ConstraintVerdict SequenceConstraint::advance(int32_t token, std::string* error) {
+  return apply(step_constraint(*constraint_, state_, end_tokens_, token), error);
+}
+
+std::optional<ConstraintVerdict> SequenceConstraint::advance_until(int32_t token,
+                                                                   std::chrono::steady_clock::time_point deadline,
+                                                                   std::string* error) {
+  std::optional<ConstraintStep> step = step_constraint_until(*constraint_, state_, end_tokens_, token, deadline);
+  if (!step) return std::nullopt;
+  return apply(std::move(*step), error);
+}
+
+ConstraintVerdict SequenceConstraint::apply(ConstraintStep step, std::string* error) {
   mask_ready_ = false;
-  if (std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end()) {
-    if (constraint_->can_end(state_)) return ConstraintVerdict::kComplete;
-    *error = "structured output: token " + std::to_string(token) + " ends the output where the grammar cannot end";
-    return ConstraintVerdict::kViolated;
+  if (step.verdict == ConstraintVerdict::kViolated) {
+    *error = std::move(step.error);
+    return step.verdict;
   }
-  MatchState next = constraint_->advance_token(state_, token);
-  if (constraint_->is_dead(next)) {
-    *error = "structured output: token " + std::to_string(token) + " is not allowed by the grammar here" +
-             (constraint_->exhausted() ? " (the grammar's parse stacks outgrew their memory bound)" : "");
-    return ConstraintVerdict::kViolated;
-  }
-  state_ = std::move(next);
-  if (constraint_->must_end(state_)) return ConstraintVerdict::kComplete;
-  return ConstraintVerdict::kContinue;
+  // A completing end token leaves the state as it was (nothing follows it).
+  if (!step.next.stacks.empty()) state_ = std::move(step.next);
+  return step.verdict;
 }
 
 ConstraintVerdict SequenceConstraint::check_mask(std::string* error) {

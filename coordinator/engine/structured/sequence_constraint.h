@@ -10,8 +10,10 @@
 // (a few memoized byte steps), prepare_mask() on any thread (the trie walk when the state is
 // new; different SequenceConstraints may run it at once), then check_mask() on the engine
 // thread. on_token() does the three in a row.
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,20 @@
 namespace tessera::structured {
 
 enum class ConstraintVerdict { kContinue, kComplete, kViolated };
+
+// What one token does to a grammar state: computed anywhere (it reads only the grammar, which
+// is thread-safe), applied to the sequence's constraint on the engine thread.
+struct ConstraintStep {
+  MatchState next;
+  ConstraintVerdict verdict = ConstraintVerdict::kContinue;
+  std::string error;  // for kViolated
+};
+ConstraintStep step_constraint(const TokenConstraint& grammar, const MatchState& state,
+                               const std::vector<int32_t>& end_tokens, int32_t token);
+// step_constraint, unless another thread's walk of the grammar holds it past `deadline`.
+std::optional<ConstraintStep> step_constraint_until(const TokenConstraint& grammar, const MatchState& state,
+                                                    const std::vector<int32_t>& end_tokens, int32_t token,
+                                                    std::chrono::steady_clock::time_point deadline);
 
 class SequenceConstraint {
  public:
@@ -30,10 +46,23 @@ class SequenceConstraint {
   // Bitset of the tokens allowed next (common/step_plan.h SeqStep::allowed_tokens); computed
   // now unless prepare_mask() already did.
   const std::vector<uint32_t>& next_mask();
+  // Computes the next mask unless `deadline` passes first (false; call again to go on).
+  bool prepare_mask_until(std::chrono::steady_clock::time_point deadline);
+  // Takes the next mask from the grammar's cache when it is there (a MaskWarmer finished it);
+  // never waits for a walk.
+  bool take_cached_mask();
+  bool mask_ready() const { return mask_ready_; }
+  const std::shared_ptr<const TokenConstraint>& grammar() const { return constraint_; }
   ConstraintVerdict on_token(int32_t token, std::string* error);
 
   // on_token() in parts. kContinue from advance() means the grammar goes on, pending its mask.
   ConstraintVerdict advance(int32_t token, std::string* error);
+  // advance, unless the grammar is busy past `deadline` (nullopt: nothing changed).
+  std::optional<ConstraintVerdict> advance_until(int32_t token, std::chrono::steady_clock::time_point deadline,
+                                                 std::string* error);
+  // advance() with its step computed elsewhere (step_constraint from this state).
+  ConstraintVerdict apply(ConstraintStep step, std::string* error);
+  const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
   void prepare_mask() { (void)next_mask(); }
   // kViolated when no token of the vocabulary can continue (and the grammar may not end).
   ConstraintVerdict check_mask(std::string* error);
@@ -43,6 +72,9 @@ class SequenceConstraint {
   std::shared_ptr<const TokenConstraint> constraint_;
   std::vector<int32_t> end_tokens_;
   MatchState state_;
+  // Adds the end tokens (where the grammar may end) to a mask just filled; marks it ready.
+  void finish_mask();
+
   std::vector<uint32_t> mask_;
   bool mask_ready_ = false;
 };

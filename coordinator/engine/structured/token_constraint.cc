@@ -73,6 +73,10 @@ TokenConstraint::TokenConstraint(Grammar grammar, std::shared_ptr<const TokenVoc
   size_t longest = 0;
   for (int64_t i = 0; i < vocabulary_->size(); ++i) longest = std::max(longest, vocabulary_->bytes(static_cast<int32_t>(i)).size());
   scratch_.resize(longest + 2);
+  // Once, here: initial() then never takes the automaton's lock (a request's constraint is
+  // made on the engine thread, which must not wait for another thread's walk).
+  closure(grammar_.rule_start(grammar_.root()), kEnd, initial_.stacks);
+  sort_unique(initial_.stacks);
 }
 
 uint32_t TokenConstraint::intern(int32_t state, uint32_t parent) const {
@@ -256,28 +260,40 @@ void TokenConstraint::trim_caches() const {
   cache_bytes_ = 0;
 }
 
-MatchState TokenConstraint::initial() const {
-  std::lock_guard<std::mutex> lock(automaton_mu_);
-  MatchState s;
-  closure(grammar_.rule_start(grammar_.root()), kEnd, s.stacks);
-  sort_unique(s.stacks);
-  return s;
-}
+MatchState TokenConstraint::initial() const { return initial_; }
 
 MatchState TokenConstraint::advance_bytes(const MatchState& state, std::string_view bytes) const {
-  std::lock_guard<std::mutex> lock(automaton_mu_);
+  std::lock_guard<std::timed_mutex> lock(automaton_mu_);
+  const auto started = std::chrono::steady_clock::now();
   MatchState cur = state, next;
   for (char c : bytes) {
     if (cur.stacks.empty()) break;
     advance_set(cur.stacks, static_cast<uint8_t>(c), next.stacks);
     std::swap(cur, next);
   }
+  note_work_time(started);
   return cur;
 }
 
 MatchState TokenConstraint::advance_token(const MatchState& state, int32_t token) const {
   if (token < 0 || token >= vocabulary_->size() || vocabulary_->bytes(token).empty()) return MatchState{};
   return advance_bytes(state, vocabulary_->bytes(token));
+}
+
+std::optional<MatchState> TokenConstraint::advance_token_until(const MatchState& state, int32_t token,
+                                                               std::chrono::steady_clock::time_point deadline) const {
+  if (token < 0 || token >= vocabulary_->size() || vocabulary_->bytes(token).empty()) return MatchState{};
+  std::unique_lock<std::timed_mutex> lock(automaton_mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) return std::nullopt;
+  const auto started = std::chrono::steady_clock::now();
+  MatchState cur = state, next;
+  for (char c : vocabulary_->bytes(token)) {
+    if (cur.stacks.empty()) break;
+    advance_set(cur.stacks, static_cast<uint8_t>(c), next.stacks);
+    std::swap(cur, next);
+  }
+  note_work_time(started);
+  return cur;
 }
 
 bool TokenConstraint::can_end(const MatchState& state) const {
@@ -288,10 +304,7 @@ bool TokenConstraint::must_end(const MatchState& state) const {
   return state.stacks.size() == 1 && state.stacks[0] == kAccept;
 }
 
-bool TokenConstraint::exhausted() const {
-  std::lock_guard<std::mutex> lock(automaton_mu_);
-  return exhausted_;
-}
+bool TokenConstraint::exhausted() const { return exhausted_.load(); }
 
 bool TokenConstraint::find_mask(const MatchState& state, std::vector<uint32_t>* mask) const {
   std::shared_lock<std::shared_mutex> read(masks_mu_);
@@ -340,16 +353,30 @@ const TokenIdSet& TokenConstraint::pop_tokens(uint32_t n, const FrameMask& fm) c
   return pop_tokens_.emplace(n, std::move(out)).first->second;
 }
 
-void TokenConstraint::fill_mask(const MatchState& state, std::vector<uint32_t>* mask) const {
-  if (find_mask(state, mask)) return;  // warm: never waits for a walk
-  std::lock_guard<std::mutex> lock(automaton_mu_);
+bool TokenConstraint::fill_mask_until(const MatchState& state, std::vector<uint32_t>* mask,
+                                      std::chrono::steady_clock::time_point deadline) const {
+  if (find_mask(state, mask)) return true;  // warm: never waits for a walk
+  const bool timed = deadline != std::chrono::steady_clock::time_point::max();
+  std::unique_lock<std::timed_mutex> lock(automaton_mu_, std::defer_lock);
+  if (!timed) {
+    lock.lock();
+  } else if (!lock.try_lock_until(deadline)) {
+    return false;  // another thread's walk of this grammar holds it past the deadline
+  }
   // Another sequence of this grammar may have walked the same state while this one waited.
-  if (find_mask(state, mask)) return;
+  if (find_mask(state, mask)) return true;
+  const auto started = std::chrono::steady_clock::now();
   trim_caches();
   std::vector<uint32_t>& bits = mask_scratch_;
   bits.resize(vocabulary_->mask_words(), 0);
   for (uint32_t s : state.stacks) {
     if (s < kFirstNode) continue;
+    // Between two stacks every cache is whole: stopping here loses only this call's OR.
+    if (timed && std::chrono::steady_clock::now() > deadline) {
+      std::fill(bits.begin(), bits.end(), 0u);  // the scratch is kept all zero between walks
+      note_work_time(started);
+      return false;
+    }
     const StackNode node = nodes_[s];
     const FrameMask& fm = frame_mask(node.state);
     fm.tokens.or_into(bits);
@@ -363,6 +390,8 @@ void TokenConstraint::fill_mask(const MatchState& state, std::vector<uint32_t>* 
   cache_bytes_ += entry.bytes() + 4 * state.stacks.size() + 64;
   std::unique_lock<std::shared_mutex> write(masks_mu_);
   mask_cache_.emplace(state.stacks, std::move(entry));
+  note_work_time(started);
+  return true;
 }
 
 }  // namespace tessera::structured

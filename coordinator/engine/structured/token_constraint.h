@@ -26,9 +26,12 @@
 // (a cold walk of one grammar waits for another of the same grammar, and then usually finds
 // its mask already filled). Memory is bounded (caches are dropped when over budget; a
 // grammar whose stacks outgrow kMaxStackNodes fails the sequence).
+#include <chrono>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -71,6 +74,10 @@ class TokenConstraint {
   // The state after `bytes`; dead when they leave the grammar.
   MatchState advance_bytes(const MatchState& state, std::string_view bytes) const;
   MatchState advance_token(const MatchState& state, int32_t token) const;
+  // advance_token, unless another thread's walk of this grammar holds it past `deadline`
+  // (nullopt then; the advance itself, once begun, runs to its end).
+  std::optional<MatchState> advance_token_until(const MatchState& state, int32_t token,
+                                                std::chrono::steady_clock::time_point deadline) const;
   // The grammar may end here (an end-of-sequence token is allowed).
   bool can_end(const MatchState& state) const;
   // The grammar has ended: nothing but the end may follow.
@@ -82,12 +89,26 @@ class TokenConstraint {
   // The tokens allowed next, as a bitset over the vocabulary (bit i of word i / 32 = token i;
   // vocabulary().mask_words() words). End-of-sequence tokens are the caller's (can_end).
   // Safe to call from several threads at once (as every public member is).
-  void fill_mask(const MatchState& state, std::vector<uint32_t>* mask) const;
+  void fill_mask(const MatchState& state, std::vector<uint32_t>* mask) const {
+    (void)fill_mask_until(state, mask, std::chrono::steady_clock::time_point::max());
+  }
+  // fill_mask, but it gives up (false, *mask unchanged) once `deadline` has passed: while it
+  // waits for another thread's walk of this grammar, or between two stacks' walks of its own
+  // (what those cached stays, so calling it again goes on from there).
+  bool fill_mask_until(const MatchState& state, std::vector<uint32_t>* mask,
+                       std::chrono::steady_clock::time_point deadline) const;
+  // The mask of `state` when it is cached (a finished walk); never waits for a walk.
+  bool cached_mask(const MatchState& state, std::vector<uint32_t>* mask) const { return find_mask(state, mask); }
 
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   // The stack space ran out (kMaxStackNodes): states from then on may be dead.
   bool exhausted() const;
+  // One walk or step of this grammar has taken longer than kCostlyWork: the engine then leaves
+  // all of its work to the MaskWarmer rather than try it on the step path, since a single
+  // walk cannot be cut short.
+  bool costly() const { return costly_.load(std::memory_order_relaxed); }
+  static constexpr std::chrono::milliseconds kCostlyWork{20};
 
   static constexpr size_t kMaxStackNodes = 1u << 20;
   static constexpr size_t kMaxCacheBytes = size_t{256} << 20;
@@ -142,7 +163,7 @@ class TokenConstraint {
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   // automaton_mu_ guards every mutable member below but mask_cache_, which is read under a
   // shared lock of masks_mu_ and written (and cleared) under both, automaton_mu_ first.
-  mutable std::mutex automaton_mu_;
+  mutable std::timed_mutex automaton_mu_;  // timed: fill_mask_until waits for it only so long
   mutable std::shared_mutex masks_mu_;
   std::vector<ByteSet> state_bytes_;  // per grammar state: the bytes its edges read
   mutable std::vector<StackNode> nodes_;
@@ -159,7 +180,13 @@ class TokenConstraint {
   mutable std::vector<uint32_t> walk_scratch_, mask_scratch_;
   mutable std::vector<uint32_t> pop_next_;
   mutable size_t cache_bytes_ = 0;
-  mutable bool exhausted_ = false;
+  mutable std::atomic<bool> exhausted_{false};  // read without the automaton's lock
+  mutable std::atomic<bool> costly_{false};
+  // Marks the grammar costly when the work begun at `start` took longer than kCostlyWork.
+  void note_work_time(std::chrono::steady_clock::time_point start) const {
+    if (std::chrono::steady_clock::now() - start > kCostlyWork) costly_.store(true, std::memory_order_relaxed);
+  }
+  MatchState initial_;                           // set by the constructor, then read only
   mutable std::vector<std::vector<uint32_t>> scratch_;  // per trie depth
 };
 
