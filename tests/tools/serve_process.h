@@ -204,6 +204,27 @@ inline std::vector<std::string> curve_client_api_args(const std::string& dir) {
 }
 
 // The arguments that serve tiny-llama in float32 on the CPU backend with one thread, then `extra`.
+// The running worker process of `server` for `rank` (its child started with --rank R).
+inline pid_t worker_pid(const ServeProcess& server, int rank) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_file(entry.path().string() + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(paren + 1));
+    std::string state;
+    pid_t ppid = 0;
+    if (!(rest >> state >> ppid) || ppid != server.pid() || state == "Z") continue;
+    // argv, NUL-separated: "... --rank R ...".
+    const std::string cmdline = read_file(entry.path().string() + "/cmdline") + std::string(1, '\0');
+    const std::string want = std::string("--rank") + '\0' + std::to_string(rank) + '\0';
+    if (cmdline.find(want) != std::string::npos) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
 inline std::vector<std::string> tiny_llama_cpu_args(std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"--model", fixtures_dir() + "/tiny-llama", "--dtype", "float32",
                                    "--backend", "cpu", "--threads", "1"};

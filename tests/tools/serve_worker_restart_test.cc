@@ -52,27 +52,6 @@ json tokens_of(const std::string& response) {
   return j["choices"][0]["logprobs"]["tokens"];
 }
 
-// The running worker process of `server` for `rank` (its child started with --rank R).
-pid_t worker_of(const testing::ServeProcess& server, int rank) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = testing::read_file(entry.path().string() + "/stat");
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(stat.substr(paren + 1));
-    std::string state;
-    pid_t ppid = 0;
-    if (!(rest >> state >> ppid) || ppid != server.pid() || state == "Z") continue;
-    // argv, NUL-separated: "... --rank R ...".
-    const std::string cmdline = testing::read_file(entry.path().string() + "/cmdline") + std::string(1, '\0');
-    const std::string want = std::string("--rank") + '\0' + std::to_string(rank) + '\0';
-    if (cmdline.find(want) != std::string::npos) return static_cast<pid_t>(std::stol(name));
-  }
-  return -1;
-}
-
 TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequestsRunWhenItIsBack) {
   TESSERA_REQUIRE_FIXTURES();
   constexpr int kHeartbeatMs = 200;
@@ -125,7 +104,7 @@ TEST(ServeWorkerRestart, AKilledWorkerGivesRetryable503sNever500AndQueuedRequest
   // Rank 0 (which samples), then rank 1: each loss brings the whole group down and back.
   std::string report;
   for (int rank : {0, 1}) {
-    const pid_t worker = worker_of(server, rank);
+    const pid_t worker = testing::worker_pid(server, rank);
     ASSERT_GT(worker, 0) << "rank " << rank << "\n" << server.log();
     ASSERT_EQ(testing::http_status(testing::http(server.port(), "GET", "/ready")), 200);
     group_back.store(false);
@@ -221,7 +200,7 @@ TEST(ServeWorkerRestart, AWorkerStalledFiveSecondsUnderTenHeartbeatMissesFailsNo
   testing::RawSseStream during;
   std::thread streamer([&] { during = testing::read_raw_sse(server.port(), "/v1/completions", stream.dump(), &started); });
   while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const pid_t worker = worker_of(server, 0);
+  const pid_t worker = testing::worker_pid(server, 0);
   ASSERT_GT(worker, 0);
   kill(worker, SIGSTOP);
   // A request arriving during the stall waits for it.
@@ -279,7 +258,7 @@ TEST(ServeWorkerRestart, AWorkerStoppedForGoodIsKilledAndReplacedWithoutSigcont)
   ASSERT_EQ(testing::http_status(reference), 200) << reference;
 
   // The restart time of this host: a kill -9 of rank 1 until /ready says 200 again.
-  const pid_t first = worker_of(server, 1);
+  const pid_t first = testing::worker_pid(server, 1);
   ASSERT_GT(first, 0);
   const Clock::time_point killed = Clock::now();
   kill(first, SIGKILL);
@@ -334,7 +313,7 @@ TEST(ServeWorkerRestart, AWorkerStoppedForGoodIsKilledAndReplacedWithoutSigcont)
   }
   while (ok.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 
-  const pid_t stopped = worker_of(server, 0);
+  const pid_t stopped = testing::worker_pid(server, 0);
   ASSERT_GT(stopped, 0);
   const Clock::time_point stopped_at = Clock::now();
   kill(stopped, SIGSTOP);
@@ -352,7 +331,7 @@ TEST(ServeWorkerRestart, AWorkerStoppedForGoodIsKilledAndReplacedWithoutSigcont)
   const double bound = (kMisses * kHeartbeatMs + restart_ms + 700) * testing::kSlowdown;
   EXPECT_LE(back_ms, bound) << "restart after kill -9 took " << restart_ms << " ms\n" << server.log();
   EXPECT_NE(kill(stopped, 0), 0) << "the stopped worker " << stopped << " is still there";
-  EXPECT_NE(worker_of(server, 0), stopped);
+  EXPECT_NE(testing::worker_pid(server, 0), stopped);
   EXPECT_GT(ok.load(), ok_at_return) << "nothing completed after the group returned";
   EXPECT_TRUE(failures.empty()) << failures.size() << " bad responses; the first:\n"
                                 << (failures.empty() ? "" : failures[0]) << "\n"
