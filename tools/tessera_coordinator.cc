@@ -7,9 +7,12 @@
 
 #include "common/config.h"
 #include "common/logging.h"
+#include "tools/lib/main_guard.h"
 #include "tools/lib/serve_runtime.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int coordinator_main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   CLI::App app{"tessera-coordinator: scheduler, KV block manager and API of a Tessera deployment"};
@@ -32,4 +35,10 @@ int main(int argc, char** argv) {
   tessera::Status st = tessera::serve(options);
   if (!st.is_ok()) return fail(st);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::run_guarded("tessera-coordinator", [&] { return coordinator_main(argc, argv); });
 }

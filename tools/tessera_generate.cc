@@ -16,17 +16,18 @@
 #include <filesystem>
 #include <map>
 
-#include "worker/model_checkpoint.h"
-#include "worker/model_config.h"
+#include "common/config.h"
 #include "common/logging.h"
+#include "common/quantization_flags.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
-#include "common/config.h"
 #include "coordinator/engine/engine.h"
 #include "tools/lib/local_executor.h"
+#include "tools/lib/main_guard.h"
 #include "tools/lib/prompt_ids.h"
 #include "tools/lib/speculative_flags.h"
-#include "common/quantization_flags.h"
+#include "worker/model_checkpoint.h"
+#include "worker/model_config.h"
 
 namespace tessera {
 namespace {
@@ -247,7 +248,9 @@ Status run(const Options& o) {
 }  // namespace
 }  // namespace tessera
 
-int main(int argc, char** argv) {
+namespace {
+
+int generate_main(int argc, char** argv) {
   tessera::Options o;
   CLI::App app{"tessera-generate: run a model on prompts in this process (no server)"};
   app.add_option("--model", o.model, "Hugging Face model folder, DeepSpeed checkpoint JSON or GGUF file")->required();
@@ -303,4 +306,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::run_guarded("tessera-generate", [&] { return generate_main(argc, argv); });
 }

@@ -19,12 +19,13 @@
 
 #include "common/input_file.h"
 #include "common/logging.h"
+#include "common/quantization_flags.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/engine/engine.h"
-#include "tools/lib/local_executor.h"
 #include "coordinator/engine/perplexity_chunks.h"
-#include "common/quantization_flags.h"
+#include "tools/lib/local_executor.h"
+#include "tools/lib/main_guard.h"
 #include "worker/model_checkpoint.h"
 #include "worker/model_config.h"
 
@@ -214,7 +215,9 @@ Status run(const Options& o) {
 }  // namespace
 }  // namespace tessera
 
-int main(int argc, char** argv) {
+namespace {
+
+int perplexity_main(int argc, char** argv) {
   tessera::Options o;
   CLI::App app{"tessera-perplexity: score a text file (one document per line) with a model, through the serving engine"};
   app.add_option("--model", o.model, "Hugging Face model folder, DeepSpeed checkpoint JSON or GGUF file")->required();
@@ -244,4 +247,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::run_guarded("tessera-perplexity", [&] { return perplexity_main(argc, argv); });
 }

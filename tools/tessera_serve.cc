@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "coordinator/cluster/local_workers.h"
 #include "tools/lib/local_endpoints.h"
+#include "tools/lib/main_guard.h"
 #include "tools/lib/serve_runtime.h"
 
 namespace {
@@ -26,7 +27,9 @@ std::string default_model() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int serve_main(int argc, char** argv) {
   std::string config_path, model, host, backend, dtype, quantize, check_weights;
   int port = -1, tensor_parallel = 0, threads = -1;
   std::vector<std::string> overrides;
@@ -98,4 +101,10 @@ int main(int argc, char** argv) {
   tessera::Status st = tessera::serve(options);
   if (!st.is_ok()) return fail(st);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::run_guarded("tessera-serve", [&] { return serve_main(argc, argv); });
 }

@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
+#include "tools/lib/main_guard.h"
 
 namespace {
 
@@ -48,7 +49,9 @@ tessera::StatusOr<std::vector<int32_t>> parse_ids(const std::string& list) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int tokenize_main(int argc, char** argv) {
   CLI::App app{"Encode text to token ids or decode ids to text (Hugging Face tokenizer.json, or a GGUF file's vocabulary)"};
   std::string dir, text, text_file, decode_list;
   bool json = false, add_special = false, skip_special = false, no_cleanup = false;
@@ -108,4 +111,10 @@ int main(int argc, char** argv) {
   }
   std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::run_guarded("tessera-tokenize", [&] { return tokenize_main(argc, argv); });
 }

@@ -9,10 +9,13 @@
 
 #include "common/config.h"
 #include "common/logging.h"
+#include "tools/lib/main_guard.h"
 #include "worker/pod_identity.h"
 #include "worker/worker_runtime.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int worker_main(int argc, char** argv) {
   std::string config_path;
   std::string rank_flag;  // "" = not given
   std::vector<std::string> overrides;
@@ -53,4 +56,10 @@ int main(int argc, char** argv) {
   tessera::Status st = tessera::run_worker(config.value(), rank);
   if (!st.is_ok()) return fail(st);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::run_guarded("tessera-worker", [&] { return worker_main(argc, argv); });
 }

@@ -93,14 +93,6 @@ Status Scheduler::add_request(RequestId id, std::shared_ptr<const Request> reque
   return Status::ok();
 }
 
-int Scheduler::chunk_before_mask(const Entry& e, int remaining, int chunk) const {
-  if (!e.mask_deferred) return chunk;
-  // The chunk that completes the prompt samples: it waits for the mask. Only chunked,
-  // continuous batching can take the rest of the prompt first.
-  if (!config_.chunked_prefill || config_.mode == BatchingMode::kStatic) return 0;
-  return std::min(chunk, remaining - 1);
-}
-
 void Scheduler::fork(Entry& parent, StepPlan& plan) {
   const Sequence& p = parent.seq;
   for (int c = 1; c < p.request().n; ++c) {
@@ -725,95 +717,6 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       continue;
     }
     defer_mask(e);
-  }
-  return events;
-}
-
-void Scheduler::defer_mask(Entry& e) {
-  e.mask_deferred = true;
-  e.warm = std::make_shared<structured::WarmResult>();
-  mask_warmer_.submit_mask(e.seq.mask_grammar(), e.seq.mask_state(), e.warm);
-  deferred_masks_.push_back(e.seq.id());
-  ++deferred_masks_total_;
-}
-
-void Scheduler::defer_step(Entry& e) {
-  e.mask_deferred = true;
-  e.warm = std::make_shared<structured::WarmResult>();
-  mask_warmer_.submit_step(e.seq.mask_grammar(), e.seq.mask_state(), e.seq.constraint_end_tokens(),
-                           e.seq.token_ids().back(), e.warm);
-  deferred_masks_.push_back(e.seq.id());
-  ++deferred_masks_total_;
-}
-
-double Scheduler::mask_budget_seconds() const {
-  if (config_.structured_mask_budget_ms <= 0) return std::numeric_limits<double>::infinity();
-  double budget = config_.structured_mask_budget_ms / 1000.0;
-  // Before any step was timed the configured budget holds; a floor keeps warm-cache lookups
-  // and small walks on the step path however short the steps.
-  if (recent_step_seconds_ > 0) budget = std::min(budget, std::max(recent_step_seconds_, 0.0005));
-  return budget;
-}
-
-std::chrono::steady_clock::time_point Scheduler::mask_deadline() const {
-  const double budget = mask_budget_seconds();
-  if (!std::isfinite(budget)) return std::chrono::steady_clock::time_point::max();
-  return std::chrono::steady_clock::now() +
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(budget));
-}
-
-std::vector<char> Scheduler::prepare_masks(const std::vector<Entry*>& entries) {
-  std::vector<char> ready(entries.size(), 0);
-  if (entries.empty()) return ready;
-  const auto deadline = mask_deadline();
-  mask_pool_.run(entries.size(), [&](size_t i) { ready[i] = entries[i]->seq.prepare_token_mask_until(deadline); });
-  return ready;
-}
-
-void Scheduler::end_if_mask_or_length_stops(Entry& e, SequenceEvent& event) {
-  FinishReason reason = e.seq.check_token_mask(&event.error);
-  if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
-  if (reason == FinishReason::kNone) return;
-  finish(e, reason);
-  event.finished = true;
-  event.reason = reason;
-  entries_.erase(e.seq.id());
-}
-
-std::vector<SequenceEvent> Scheduler::advance_deferred_masks() {
-  std::vector<SequenceEvent> events;
-  std::vector<SeqId> waiting;
-  waiting.swap(deferred_masks_);
-  for (SeqId id : waiting) {
-    auto it = entries_.find(id);
-    if (it == entries_.end() || !it->second->mask_deferred) continue;  // ended meanwhile
-    Entry& e = *it->second;
-    if (!e.warm->done.load(std::memory_order_acquire)) {
-      deferred_masks_.push_back(id);
-      continue;
-    }
-    SequenceEvent event{e.seq.id(), {}, false, FinishReason::kNone, {}, {}};
-    if (e.warm->step) {
-      // The grammar's step by the token sent earlier: its verdict now.
-      const FinishReason reason = e.seq.apply_constraint_step(std::move(*e.warm->step), &event.error);
-      e.warm->step.reset();
-      if (reason != FinishReason::kNone) {
-        finish(e, reason);
-        event.finished = true;
-        event.reason = reason;
-        entries_.erase(id);
-        events.push_back(std::move(event));
-        continue;
-      }
-    }
-    if (!e.seq.take_cached_token_mask()) {
-      defer_mask(e);  // done, yet gone from the grammar's cache again (over its memory bound)
-      continue;
-    }
-    e.mask_deferred = false;
-    e.warm.reset();
-    end_if_mask_or_length_stops(e, event);
-    if (event.finished) events.push_back(std::move(event));
   }
   return events;
 }
