@@ -57,7 +57,8 @@ int serve_main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--backend", backend, "auto, cpu or cuda (worker.backend) (default: auto: CUDA when there is a GPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--threads", threads, "CPU threads per worker, 0 = all cores (worker.threads) (default: 0)")
+  app.add_option("--threads", threads,
+                 "CPU threads per worker, 0 = one per core of its share of this host's cores (worker.threads) (default: 0)")
       ->check(CLI::Range(0, 4096));
   app.add_option("--set", overrides, "override any config key: --set scheduler.max_num_seqs=64 (repeatable)");
   app.footer("A flag's default is the configuration's (--config, else the defaults above); flags and --set win over "

@@ -9,6 +9,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -111,6 +113,20 @@ inline RawSseStream read_raw_sse(int port, const std::string& path, const std::s
   if (first_event) first_event->store(true);  // never leave a waiter hanging
   parse_raw_sse(raw, &out);
   return out;
+}
+
+// The token ids of choice 0's logprobs ("token_id:N" strings) over a stream's events, in
+// order; *error_event is set when an event carried an error.
+inline nlohmann::json streamed_logprob_tokens(const RawSseStream& s, bool* error_event) {
+  nlohmann::json tokens = nlohmann::json::array();
+  *error_event = false;
+  for (const std::string& e : s.events) {
+    const nlohmann::json j = nlohmann::json::parse(e, nullptr, false);
+    if (!j.is_discarded() && j.contains("error")) *error_event = true;
+    if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+    for (const nlohmann::json& t : j["choices"][0]["logprobs"]["tokens"]) tokens.push_back(t);
+  }
+  return tokens;
 }
 
 }  // namespace tessera::testing

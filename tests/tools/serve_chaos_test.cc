@@ -114,14 +114,8 @@ void stream_request(int port, int prompt, const json& reference, Tally& tally) {
     ++tally.retryable;
     return;
   }
-  json tokens = json::array();
   bool error_event = false;
-  for (const std::string& e : s.events) {
-    const json j = json::parse(e, nullptr, false);
-    if (!j.is_discarded() && j.contains("error")) error_event = true;
-    if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
-    for (const json& t : j["choices"][0]["logprobs"]["tokens"]) tokens.push_back(t);
-  }
+  const json tokens = testing::streamed_logprob_tokens(s, &error_event);
   if (s.status != 200 || !s.terminated || !s.transport_error.empty() || !s.framing_error.empty()) {
     return tally.fail("stream: status " + std::to_string(s.status) + ", cut (" + s.transport_error +
                       s.framing_error + "), " + std::to_string(s.events.size()) + " events");

@@ -279,14 +279,8 @@ TEST(ServeWorkerRestart, AWorkerStoppedForGoodIsKilledAndReplacedWithoutSigcont)
           json request = completion(0, kMaxTokens);
           request["stream"] = true;
           const testing::RawSseStream st = testing::read_raw_sse(server.port(), "/v1/completions", request.dump());
-          json streamed = json::array();
           bool error_event = false;
-          for (const std::string& e : st.events) {
-            const json j = json::parse(e, nullptr, false);
-            if (!j.is_discarded() && j.contains("error")) error_event = true;
-            if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
-            for (const json& t : j["choices"][0]["logprobs"]["tokens"]) streamed.push_back(t);
-          }
+          const json streamed = testing::streamed_logprob_tokens(st, &error_event);
           const bool whole = st.status == 200 && st.terminated && !st.events.empty() && st.events.back() == "[DONE]";
           if (whole && !error_event && streamed == tokens_of(reference)) {
             ++ok;
