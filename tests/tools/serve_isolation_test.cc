@@ -125,8 +125,11 @@ TEST(ServeIsolation, HealthAndOtherStreamsKeepTheirPaceBesideHugeTokenizationsAn
   EXPECT_GE(health_ms.size(), 50u);
   EXPECT_LT(p99, 100 * testing::kSlowdown) << "/health waited behind the load";
   EXPECT_TRUE(loaded.whole);
-  // Its pace: within twice the unloaded one (plus scheduling noise of a loaded 2-core host).
-  EXPECT_LT(loaded.total_ms, (2 * unloaded.total_ms + 250) * testing::kSlowdown);
+  // Its pace: alone on 2 cores this stream takes about 1.4x its unloaded time (the REPORT line;
+  // docs/structured-output.md), 2.1x beside another test's server. The bound leaves room for
+  // a busier host and still fails what this guards against: 30-50x, the stream's first token
+  // waiting seconds behind the grammars' walks.
+  EXPECT_LT(loaded.total_ms, 4 * unloaded.total_ms + 500);
   EXPECT_NE(metrics.find("tessera:structured_mask_deferrals_total"), std::string::npos);
 }
 
