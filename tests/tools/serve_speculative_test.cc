@@ -2,12 +2,15 @@
 // answers exactly what a plain one-rank server answers — text, tokens' logprobs, finish reason
 // and usage — for greedy and seeded requests, with a stop string, a max_tokens and EOS that
 // may fall inside a step's proposals, and streamed; its /metrics count the accepted proposals.
-// Then the same with a draft model proposing.
+// Then the same with a draft model proposing, also after one of its ranks was killed.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <signal.h>
 
+#include <chrono>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "tests/test_support.h"
 #include "tests/tools/serve_process.h"
@@ -156,6 +159,43 @@ TEST(ServeSpeculative, DraftModelAnswersGreedyExactlyAndSeededRepeatably) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("speculative.draft_model"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("its vocabulary has 512 ids, the target's 1024"), std::string::npos) << bad.err;
+}
+
+// A rank of a draft-speculating server killed (kill -9): the group restarts, both ranks load
+// target and draft again, and the server answers as before — the plain server's greedy text,
+// with proposals accepted after the restart too.
+TEST(ServeSpeculative, DraftServerAnswersAsBeforeAfterARankIsKilled) {
+  TESSERA_REQUIRE_FIXTURES();
+  testing::ServeProcess plain, spec;
+  start_pair(plain, spec, {"--set", "speculative.method=draft", "--set",
+                           "speculative.draft_model=" + testing::fixtures_dir() + "/kjv-llama-draft", "--set",
+                           "server.heartbeat_ms=200", "--set", "server.worker_restart_wait_s=60"});
+  if (HasFatalFailure()) return;
+  const json greedy = {{"prompt", "And it came to pass, when the king"}, {"max_tokens", 40}, {"temperature", 0},
+                       {"logprobs", 2}};
+  const json reference = post(plain.port(), greedy);
+  expect_same_choice(post(spec.port(), greedy), reference, "before the kill");
+  const long long accepted_before = accepted_proposals(spec.port()).second;
+
+  const pid_t rank1 = testing::worker_pid(spec, 1);
+  ASSERT_GT(rank1, 0) << spec.log();
+  kill(rank1, SIGKILL);
+  auto ready_is = [&](int status) {
+    for (int i = 0; i < 6000; ++i) {
+      if (testing::http_status(testing::http(spec.port(), "GET", "/ready")) == status) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(ready_is(503)) << "the kill was never noticed\n" << spec.log();
+  ASSERT_TRUE(ready_is(200)) << "the group never came back\n" << spec.log();
+  EXPECT_NE(testing::worker_pid(spec, 1), rank1);
+
+  expect_same_choice(post(spec.port(), greedy), reference, "after the restart");
+  json other = greedy;
+  other["prompt"] = "And God said unto Moses";
+  expect_same_choice(post(spec.port(), other), post(plain.port(), other), "a new prompt after the restart");
+  EXPECT_GT(accepted_proposals(spec.port()).second, accepted_before) << "no proposal accepted after the restart";
 }
 
 }  // namespace
