@@ -32,7 +32,7 @@ std::vector<int> restrict_to_share(const std::vector<int>& cpus, int rank, int w
   CPU_ZERO(&mine);
   std::vector<int> share;
   for (int i = 0; i < per_rank; ++i) {
-    const int cpu = cpus[static_cast<size_t>(rank * per_rank + i) % cpus.size()];
+    const int cpu = cpus[static_cast<size_t>(rank * per_rank + i)];  // rank < world: inside cpus
     CPU_SET(cpu, &mine);
     share.push_back(cpu);
   }

@@ -538,6 +538,14 @@ void Scheduler::remove_running(const Entry& e) {
   running_.erase(it);
 }
 
+void Scheduler::end_sequence(Entry& e, SequenceEvent& event, FinishReason reason) {
+  // A sequence whose grammar or stop condition ended it: its event says so and it leaves.
+  finish(e, reason);
+  event.finished = true;
+  event.reason = reason;
+  entries_.erase(e.seq.id());
+}
+
 void Scheduler::finish(Entry& e, FinishReason reason) {
   forget_on_executors(e);
   if (e.seq.is_running()) {
@@ -600,13 +608,6 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       draft_cost_ = draft_cost_ < 0 ? ratio : 0.9 * draft_cost_ + 0.1 * ratio;
     }
   }
-  // A sequence whose grammar or stop condition ended it: its event says so and it leaves.
-  auto end_sequence = [&](Entry& e, SequenceEvent& event, FinishReason reason) {
-    finish(e, reason);
-    event.finished = true;
-    event.reason = reason;
-    entries_.erase(e.seq.id());
-  };
   for (const SeqStep& s : plan.seqs) {
     const SampledToken* token = s.sample && error.empty() ? &result.tokens[r++] : nullptr;
     // With proposals, the step's other tokens (validated above: consecutive, same sequence).
@@ -661,7 +662,7 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     // A grammar that proved costly steps on the warmer: the token goes out now, its verdict
     // (and the next mask) when advance_deferred_masks takes them up.
     if (config_.structured_mask_budget_ms > 0 && e.seq.is_constrained() &&
-        (e.slow_grammar || e.seq.mask_grammar()->costly())) {
+        (e.slow_grammar || e.seq.grammar_costly())) {
       if (const FinishReason length = e.seq.stop_reason(max_len_); length != FinishReason::kNone) {
         end_sequence(e, event, length);
       } else {

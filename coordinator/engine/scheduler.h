@@ -294,6 +294,8 @@ class Scheduler {
   // The request's sampling for the choice `seq` is, seeded from the sequence id when unseeded.
   static SamplingParams choice_sampling(const Request& request, SeqId seq);
   void finish(Entry& e, FinishReason reason);  // frees blocks; the entry is erased by the caller
+  // finish, the event marked finished with `reason`, and the entry erased.
+  void end_sequence(Entry& e, SequenceEvent& event, FinishReason reason);
 
   SchedulerConfig config_;
   std::unique_ptr<Proposer> proposer_;  // null: no speculation

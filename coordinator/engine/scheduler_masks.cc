@@ -63,11 +63,7 @@ std::vector<char> Scheduler::prepare_masks(const std::vector<Entry*>& entries) {
 void Scheduler::end_if_mask_or_length_stops(Entry& e, SequenceEvent& event) {
   FinishReason reason = e.seq.check_token_mask(&event.error);
   if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
-  if (reason == FinishReason::kNone) return;
-  finish(e, reason);
-  event.finished = true;
-  event.reason = reason;
-  entries_.erase(e.seq.id());
+  if (reason != FinishReason::kNone) end_sequence(e, event, reason);
 }
 
 std::vector<SequenceEvent> Scheduler::advance_deferred_masks() {
@@ -88,10 +84,7 @@ std::vector<SequenceEvent> Scheduler::advance_deferred_masks() {
       const FinishReason reason = e.seq.apply_constraint_step(std::move(*e.warm->step), &event.error);
       e.warm->step.reset();
       if (reason != FinishReason::kNone) {
-        finish(e, reason);
-        event.finished = true;
-        event.reason = reason;
-        entries_.erase(id);
+        end_sequence(e, event, reason);
         events.push_back(std::move(event));
         continue;
       }

@@ -121,6 +121,8 @@ class Sequence {
   // Its grammar and the state whose mask is next (null grammar when unconstrained): what a
   // MaskWarmer computes off the engine thread.
   std::shared_ptr<const structured::TokenConstraint> mask_grammar() const;
+  // Its grammar was found costly (TokenConstraint::costly); false when unconstrained.
+  bool grammar_costly() const { return constraint_ && constraint_->grammar()->costly(); }
   structured::MatchState mask_state() const;
   // kError when no token can continue the grammar (a dead end for this vocabulary), else kNone.
   FinishReason check_token_mask(std::string* error);

@@ -416,21 +416,18 @@ TEST_F(MakeCheckpointTest, PaddedCopyHasTheOriginalsPerplexity) {
 TEST_F(MakeCheckpointTest, PaddingRefusesWhatItCannotPadNamingIt) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string fixtures = ::tessera::testing::fixtures_dir();
-  auto moe = make("bad", "--pad-from '" + fixtures + "/tiny-mixtral' --layers 4 --ffn 256");
-  EXPECT_NE(moe.exit_code, 0);
-  EXPECT_NE(moe.err.find("only dense models can be padded"), std::string::npos) << moe.err;
-  auto fewer = make("bad", "--pad-from '" + fixtures + "/kjv-llama' --layers 4 --ffn 640");
-  EXPECT_NE(fewer.exit_code, 0);
-  EXPECT_NE(fewer.err.find("--layers 4 is fewer than the 6 layers"), std::string::npos) << fewer.err;
-  auto shape_flag = make("bad", "--pad-from '" + fixtures + "/kjv-llama' --layers 8 --ffn 640 --hidden 64");
-  EXPECT_NE(shape_flag.exit_code, 0);
-  EXPECT_NE(shape_flag.err.find("--hidden does not apply to --pad-from"), std::string::npos) << shape_flag.err;
-  auto no_depth = make("bad", "--pad-from '" + fixtures + "/kjv-llama' --ffn 640");
-  EXPECT_NE(no_depth.exit_code, 0);
-  EXPECT_NE(no_depth.err.find("--pad-from needs --layers and --ffn"), std::string::npos) << no_depth.err;
-  auto windows = make("bad", "--pad-from '" + fixtures + "/tiny-gemma2' --layers 4 --ffn 256");
-  EXPECT_NE(windows.exit_code, 0);
-  EXPECT_NE(windows.err.find("its layers differ"), std::string::npos) << windows.err;
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"tiny-mixtral' --layers 4 --ffn 256", "only dense models can be padded"},
+      {"kjv-llama' --layers 4 --ffn 640", "--layers 4 is fewer than the 6 layers"},
+      {"kjv-llama' --layers 8 --ffn 640 --hidden 64", "--hidden does not apply to --pad-from"},
+      {"kjv-llama' --ffn 640", "--pad-from needs --layers and --ffn"},
+      {"tiny-gemma2' --layers 4 --ffn 256", "its layers differ"},
+  };
+  for (const auto& [args, needle] : refusals) {
+    auto r = make("bad", "--pad-from '" + fixtures + "/" + args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << ": " << r.err;
+  }
   EXPECT_FALSE(fs::exists(dir_ + "/bad/model.safetensors")) << "nothing written on refusals";
 }
 

@@ -123,13 +123,16 @@ TEST(ServeIsolation, HealthAndOtherStreamsKeepTheirPaceBesideHugeTokenizationsAn
             << " ms loaded (" << loaded.total_ms / unloaded.total_ms << "x); " << tokenized.load()
             << " 10 MB tokenizations, " << heavy_done.load() << " heavy-regex streams done" << std::endl;
   EXPECT_GE(health_ms.size(), 50u);
-  EXPECT_LT(p99, 100 * testing::kSlowdown) << "/health waited behind the load";
+  // Measured alone: p99 about 10 ms (the REPORT line). The bound leaves room for a CI host
+  // running another test's server beside this one and still fails what this guards against:
+  // /health waiting seconds behind tokenizations on the I/O threads (17 s before).
+  EXPECT_LT(p99, 250 * testing::kSlowdown) << "/health waited behind the load";
   EXPECT_TRUE(loaded.whole);
   // Its pace: alone on 2 cores this stream takes about 1.4x its unloaded time (the REPORT line;
   // docs/structured-output.md), 2.1x beside another test's server. The bound leaves room for
-  // a busier host and still fails what this guards against: 30-50x, the stream's first token
-  // waiting seconds behind the grammars' walks.
-  EXPECT_LT(loaded.total_ms, 4 * unloaded.total_ms + 500);
+  // a busier host and still fails what this guards against: 4-7 s (30-50x), the stream's first
+  // token waiting behind the grammars' walks.
+  EXPECT_LT(loaded.total_ms, 4 * unloaded.total_ms + 2000);
   EXPECT_NE(metrics.find("tessera:structured_mask_deferrals_total"), std::string::npos);
 }
 

@@ -152,7 +152,6 @@ Status interrupted_setup(const ShutdownSignals& signals, const char* during) {
   return Status::ok();
 }
 
-// What the coordinator reads of the model itself, checked before any worker starts.
 // The tokenizer's own bos/eos ids (from tokenizer_config.json or the GGUF file) name rows
 // of the model's vocabulary: one past it could never be generated (a stop that never fires).
 Status check_tokenizer_fits_model(const Tokenizer& t, const ModelConfig& mc) {
@@ -166,6 +165,7 @@ Status check_tokenizer_fits_model(const Tokenizer& t, const ModelConfig& mc) {
   return Status::ok();
 }
 
+// What the coordinator reads of the model itself, checked before any worker starts.
 struct ServedModel {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;  // null: only token-id prompts are accepted

@@ -264,6 +264,10 @@ MatchState TokenConstraint::initial() const { return initial_; }
 
 MatchState TokenConstraint::advance_bytes(const MatchState& state, std::string_view bytes) const {
   std::lock_guard<std::timed_mutex> lock(automaton_mu_);
+  return advance_bytes_locked(state, bytes);
+}
+
+MatchState TokenConstraint::advance_bytes_locked(const MatchState& state, std::string_view bytes) const {
   const auto started = std::chrono::steady_clock::now();
   MatchState cur = state, next;
   for (char c : bytes) {
@@ -285,15 +289,7 @@ std::optional<MatchState> TokenConstraint::advance_token_until(const MatchState&
   if (token < 0 || token >= vocabulary_->size() || vocabulary_->bytes(token).empty()) return MatchState{};
   std::unique_lock<std::timed_mutex> lock(automaton_mu_, std::defer_lock);
   if (!lock.try_lock_until(deadline)) return std::nullopt;
-  const auto started = std::chrono::steady_clock::now();
-  MatchState cur = state, next;
-  for (char c : vocabulary_->bytes(token)) {
-    if (cur.stacks.empty()) break;
-    advance_set(cur.stacks, static_cast<uint8_t>(c), next.stacks);
-    std::swap(cur, next);
-  }
-  note_work_time(started);
-  return cur;
+  return advance_bytes_locked(state, vocabulary_->bytes(token));
 }
 
 bool TokenConstraint::can_end(const MatchState& state) const {

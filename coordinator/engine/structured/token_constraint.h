@@ -133,6 +133,8 @@ class TokenConstraint {
     size_t operator()(const std::vector<uint32_t>& v) const;
   };
 
+  // advance_bytes with automaton_mu_ held by the caller.
+  MatchState advance_bytes_locked(const MatchState& state, std::string_view bytes) const;
   uint32_t intern(int32_t state, uint32_t parent) const;
   // Appends the stack tops reachable from (state, parent) without reading a byte.
   void closure(int32_t state, uint32_t parent, std::vector<uint32_t>& out) const;
