@@ -5,6 +5,7 @@
 #include <map>
 
 #include "coordinator/engine/engine.h"
+#include "coordinator/engine/engine_warm_up.h"
 #include "worker/executor.h"
 
 namespace tessera {
@@ -28,9 +29,16 @@ StatusOr<EngineRunResult> run_through_engine(Transformer& model, Transformer* dr
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
   Executor executor(model, backend, sc.block_size, sc.num_blocks, model.dtype(), draft,
                     o.speculative.draft_min_probability);
+  if (o.speculative.enabled()) {
+    sc.row_costs = o.row_costs;
+    if (sc.row_costs.empty()) {
+      TESSERA_ASSIGN_OR_RETURN(sc.row_costs, measure_row_costs(sc, executor, model.config().vocab));
+    }
+  }
   Engine engine(sc, executor);
 
   EngineRunResult result;
+  result.row_costs = sc.row_costs;
   GenerationTimings& t = result.timings;
   RequestId next_id = 1;
   for (size_t first = 0; first < prompts.size(); first += static_cast<size_t>(o.batch)) {

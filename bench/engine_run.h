@@ -19,11 +19,15 @@ struct EngineRunOptions {
   int batch = 1;     // sequences run together (a group); groups run one after another
   int gen_len = 32;  // tokens generated per sequence (EOS ignored)
   SpeculativeConfig speculative;
+  // With speculation: a step's time by its rows (SchedulerConfig::row_costs); measured on
+  // this executor first (measure_row_costs) when empty, as the server does at start-up.
+  RowCostCurve row_costs;
 };
 
 struct EngineRunResult {
   GenerationTimings timings;
   SpecDecodeStats spec;
+  RowCostCurve row_costs;  // the one the run used
 };
 
 // `draft`: the executor's draft model (speculative.method draft), else null.

@@ -113,6 +113,7 @@ Status run(const Options& o) {
   }
   GenerationTimings t;
   SpecDecodeStats spec_stats;
+  RowCostCurve row_costs;  // with speculation (bench/engine_run.h)
   if (via_engine) {
     EngineRunOptions eo;
     eo.batch = o.batch;
@@ -123,10 +124,12 @@ Status run(const Options& o) {
     warm.gen_len = 2;
     const std::vector<std::vector<int32_t>> first(prompts.begin(),
                                                   prompts.begin() + std::min<size_t>(prompts.size(), o.batch));
-    TESSERA_RETURN_IF_ERROR(run_through_engine(*model, draft.get(), *backend, first, warm).status());
+    TESSERA_ASSIGN_OR_RETURN(const EngineRunResult warmed, run_through_engine(*model, draft.get(), *backend, first, warm));
+    eo.row_costs = warmed.row_costs;  // measured once, after the weights were paged in
     TESSERA_ASSIGN_OR_RETURN(const EngineRunResult run, run_through_engine(*model, draft.get(), *backend, prompts, eo));
     t = run.timings;
     spec_stats = run.spec;
+    row_costs = run.row_costs;
   } else {
     std::vector<GenerationRequest> reqs(prompts.size());
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -213,6 +216,10 @@ Status run(const Options& o) {
   j["mean_accepted_length"] = spec_stats.num_drafts > 0 ? 1.0 + static_cast<double>(spec_stats.num_accepted_tokens) /
                                                                     static_cast<double>(spec_stats.num_drafts)
                                                         : 0.0;
+  // A step's time by its rows, as the speculation back-off read it: [[rows, seconds], ...].
+  j["row_costs"] = nlohmann::json::array();
+  for (const auto& [rows, seconds] : row_costs.points()) j["row_costs"].push_back({rows, seconds});
+  j["nearly_free_rows"] = row_costs.nearly_free_rows();
   if (o.json) {
     std::cout << j.dump() << std::endl;
   } else {

@@ -47,8 +47,11 @@ Status SequenceStates::check(const StepPlan& plan) const {
         return invalid_argument(who(plan, s) + ": " + std::to_string(s.num_draft) + " proposals among " +
                                 std::to_string(s.tokens.size()) + " tokens (at most " +
                                 std::to_string(SeqStep::kMaxDraft) + ", and fewer than the tokens)");
-      if (!s.sample || !s.allowed_tokens.empty())
-        return invalid_argument(who(plan, s) + ": proposals need a sampling step without a token mask");
+      if (!s.sample) return invalid_argument(who(plan, s) + ": proposals need a sampling step");
+      if (s.allowed_tokens.size() % static_cast<size_t>(s.num_draft + 1) != 0)
+        return invalid_argument(who(plan, s) + ": " + std::to_string(s.allowed_tokens.size()) +
+                                " mask words do not split into a mask for each of the " +
+                                std::to_string(s.num_draft + 1) + " checked rows");
     }
     size_t held_size = 0;
     int32_t held_released = 0;

@@ -4,6 +4,7 @@
 // by reference; between processes they are encoded by the wire protocol.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,7 +59,7 @@ struct SeqStep {
   // sampled equals the next proposal: the result holds the accepted proposals then the token
   // sampled after them (1 to num_draft + 1 tokens), and the executor forgets the rejected
   // proposals it was fed (the next step's num_computed counts only the accepted ones). Needs
-  // sample, no allowed_tokens, and fewer proposals than tokens.
+  // sample and fewer proposals than tokens; with allowed_tokens, one mask per checked row.
   int32_t num_draft = 0;
   static constexpr int32_t kMaxDraft = 16;  // the most proposals one step may carry
   // Proposals made on the executors (a draft model, common/speculative_config.h): after this
@@ -78,8 +79,17 @@ struct SeqStep {
   std::optional<SeqStart> start;     // present exactly when version == 1
   // Structured output (coordinator/engine/structured/): when not empty, the sampled token must be one
   // of these ids — a bitset, bit t % 32 of word t / 32; ids past the last word are not
-  // allowed. Sent on every step that samples, since each token moves the grammar on.
+  // allowed. Sent on every step that samples, since each token moves the grammar on. With
+  // proposals, num_draft + 1 masks of equal length one after another: row i's (the token after
+  // proposal i, row 0 the token after the known ones) is the grammar's mask once proposals
+  // 1..i are taken.
   std::vector<uint32_t> allowed_tokens;
+  // Row i's mask (empty when there is none); the rows' masks are allowed_tokens split evenly.
+  std::span<const uint32_t> row_mask(int32_t row) const {
+    if (allowed_tokens.empty()) return {};
+    const size_t words = allowed_tokens.size() / static_cast<size_t>(num_draft + 1);
+    return std::span<const uint32_t>(allowed_tokens).subspan(static_cast<size_t>(row) * words, words);
+  }
 };
 
 struct StepPlan {

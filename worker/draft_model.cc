@@ -23,7 +23,9 @@ const DraftModel::Held* DraftModel::held(SeqId id) const {
   return it == held_.end() ? nullptr : &it->second;
 }
 
-std::optional<int32_t> DraftModel::choose(const Feed& f, const float* logits, int32_t j, Held& held) const {
+std::optional<int32_t> DraftModel::choose(const Feed& f, const float* logits, int32_t j, Held& held,
+                                          bool* last) const {
+  *last = false;
   SampleRequest req;
   req.logits = logits;
   req.vocab = model_.config().vocab;
@@ -40,8 +42,12 @@ std::optional<int32_t> DraftModel::choose(const Feed& f, const float* logits, in
   } else {
     TokenDistribution q = token_distribution(req);
     token = draw_token(q, counter_uniform(req.seed, static_cast<uint64_t>(req.token_index)));
-    // (Stopping on the draft's own draw leaves the target's check of the proposals made exact.)
-    if (q.prob(token) < min_probability_) return std::nullopt;
+    // An unlikely draw is still proposed, and ends the proposals after it: leaving it out would
+    // make whether this position is checked by the rule depend on the draw itself, and the
+    // output would lean away from tokens the draft rarely draws (q = (0.95, 0.05), p = (0.5,
+    // 0.5), threshold 0.1: 0.525 / 0.475 instead of 0.5 / 0.5). Later positions may depend on
+    // it: they are only checked once it has been accepted.
+    *last = q.prob(token) < min_probability_;
     held.q.push_back(std::move(q));
   }
   held.tokens.push_back(token);
@@ -81,12 +87,15 @@ StatusOr<std::vector<Proposal>> DraftModel::run(const std::vector<Feed>& feeds) 
     return Status::ok();
   };
   // Proposal j of proposing feed i from logits row `row` of the last forward; a feed stops
-  // proposing at the first token its draft is less sure of than min_probability.
+  // proposing at the first token its draft is less sure of than min_probability (greedy:
+  // before it; sampled: after it, see choose).
   std::vector<bool> stopped(proposing.size(), false);
   auto take = [&](size_t i, size_t row, int32_t j) {
-    const std::optional<int32_t> t = choose(*proposing[i], host_logits_.data() + row * vocab, j, held_[out[i].seq_id]);
+    bool last = false;
+    const std::optional<int32_t> t =
+        choose(*proposing[i], host_logits_.data() + row * vocab, j, held_[out[i].seq_id], &last);
     if (t) out[i].tokens.push_back(*t);
-    stopped[i] = !t.has_value();
+    stopped[i] = !t.has_value() || last;
   };
   TESSERA_RETURN_IF_ERROR(forward(tokens, first.batch()));
   for (size_t i = 0; i < proposing.size(); ++i) {

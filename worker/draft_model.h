@@ -29,8 +29,9 @@ namespace tessera {
 class DraftModel {
  public:
   // A proposal the draft gives less than `min_probability` (speculative.draft_min_probability)
-  // ends its sequence's proposals there: unlikely guesses are rarely accepted, and a draft that
-  // agrees with nothing then costs one forward per step, not k.
+  // ends its sequence's proposals there (a sampled one after it, see choose): unlikely guesses
+  // are rarely accepted, and a draft that agrees with nothing then costs one forward per step,
+  // not k.
   DraftModel(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype,
              double min_probability = 0.0);
 
@@ -67,9 +68,12 @@ class DraftModel {
   int32_t last_forwards() const { return last_forwards_; }
 
  private:
-  // Chooses proposal `j` (0-based) of `f` from its logits row and records it; none when the
-  // draft gives it less than min_probability_.
-  std::optional<int32_t> choose(const Feed& f, const float* logits, int32_t j, Held& held) const;
+  // Chooses proposal `j` (0-based) of `f` from its logits row and records it. A greedy
+  // request's is none when the draft gives it less than min_probability_; a sampled request's
+  // draw is always proposed, and *last says it is under min_probability_ (proposals end after
+  // it: the speculative-sampling rule stays exact only if whether a draw is checked does not
+  // depend on that draw).
+  std::optional<int32_t> choose(const Feed& f, const float* logits, int32_t j, Held& held, bool* last) const;
 
   Transformer& model_;
   Backend& backend_;

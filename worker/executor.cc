@@ -272,7 +272,7 @@ std::vector<SampledToken> Executor::sample_verifying(const SeqView& v, const flo
     req.penalty_tokens = &v.penalty_tokens();
     req.penalty_count = s.num_draft > 0 ? fed_before + i : -1;
     req.penalty_prompt_len = v.state->prompt_len;
-    req.allowed_tokens = &s.allowed_tokens;
+    req.allowed_tokens = s.row_mask(i);
     if (by_rule && i < s.num_draft) {
       const ProposalVerdict verdict = verify_proposal(req, proposals[static_cast<size_t>(i)], held->q[static_cast<size_t>(i)]);
       SampledToken& t = out.emplace_back();

@@ -90,8 +90,8 @@ namespace {
 // The ids the mask allows within the vocabulary; empty when there is no mask or it allows none.
 std::vector<int32_t> allowed_ids(const SampleRequest& r) {
   std::vector<int32_t> ids;
-  if (r.allowed_tokens == nullptr || r.allowed_tokens->empty()) return ids;
-  const std::vector<uint32_t>& mask = *r.allowed_tokens;
+  const std::span<const uint32_t> mask = r.allowed_tokens;
+  if (mask.empty()) return ids;
   for (size_t w = 0; w < mask.size() && static_cast<int64_t>(w) * 32 < r.vocab; ++w) {
     for (uint32_t bits = mask[w]; bits != 0; bits &= bits - 1) {
       const int64_t id = static_cast<int64_t>(w) * 32 + __builtin_ctz(bits);

@@ -7,6 +7,7 @@
 // (seed, index of the token being generated), so a seeded request yields the same tokens
 // whatever else shares its batch and whether or not it was preempted.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/sampling_params.h"
@@ -25,10 +26,10 @@ struct SampleRequest {
   // Only the first penalty_count of penalty_tokens count (-1: all): a row verifying a
   // speculative proposal sees the tokens before it, not the proposals after it.
   int32_t penalty_count = -1;
-  // Structured output: when set and not empty, only these ids may be chosen (a bitset, bit
+  // Structured output: when not empty, only these ids may be chosen (a bitset, bit
   // t % 32 of word t / 32, common/step_plan.h SeqStep::allowed_tokens). A mask that allows no
   // id of the vocabulary is not applied (the coordinator then refuses the token it gets).
-  const std::vector<uint32_t>* allowed_tokens = nullptr;
+  std::span<const uint32_t> allowed_tokens;
 };
 
 int32_t argmax(const float* logits, int64_t vocab);

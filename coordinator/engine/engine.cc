@@ -33,7 +33,9 @@ std::vector<SequenceEvent> Engine::step() {
     // what this step's streams waited for their token.
     const double interval =
         last_step_end_ ? std::chrono::duration<double>(ended - *last_step_end_).count() : -1.0;
-    scheduler_.on_step_time(plan.step_id, std::chrono::duration<double>(ended - started).count(), interval);
+    const double seconds = std::chrono::duration<double>(ended - started).count();
+    scheduler_.on_step_time(plan.step_id, seconds, interval);
+    last_step_target_seconds_ = result->target_seconds > 0 ? result->target_seconds : seconds;
   }
   last_step_unavailable_ = !result.is_ok() && result.status().code() == StatusCode::kUnavailable;
   if (!result.is_ok()) {

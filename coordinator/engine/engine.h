@@ -38,6 +38,9 @@ class Engine {
 
   const Scheduler& scheduler() const { return scheduler_; }
   uint64_t steps() const { return steps_; }
+  // What the last step that ran cost the executor's target model (StepResult::target_seconds;
+  // the step's whole time where the executor did not say); 0 before any.
+  double last_step_target_seconds() const { return last_step_target_seconds_; }
 
  private:
   Scheduler scheduler_;
@@ -45,6 +48,7 @@ class Engine {
   uint64_t steps_ = 0;
   uint64_t kv_epoch_ = 0;
   bool last_step_unavailable_ = false;
+  double last_step_target_seconds_ = 0;
   // When the last step ended, while work was left after it (Scheduler::on_step_time's interval).
   std::optional<std::chrono::steady_clock::time_point> last_step_end_;
 };

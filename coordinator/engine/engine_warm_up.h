@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "common/step_executor.h"
+#include "coordinator/engine/row_cost_curve.h"
 #include "coordinator/engine/scheduler.h"
 
 namespace tessera {
@@ -30,5 +31,12 @@ struct WarmUpReport {
 // (4 prompt tokens, 3 generated) where they fit.
 // `vocab` bounds the (arbitrary) prompt ids. An executor error ends it with that error.
 StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab);
+
+// The time of a plain step of 1, 2, 4, ... rows on the executor (its target model's time,
+// StepResult::target_seconds), for speculative decoding's back-off (SchedulerConfig::row_costs).
+// Up to 256 rows, the pool, the token budget and the model's length allow, stopping once a
+// step takes 4x a one-row step's (compute-bound: rows beyond cost what the last ones did).
+// Like warm_up_executor it runs in an engine of its own and leaves nothing behind.
+StatusOr<RowCostCurve> measure_row_costs(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab);
 
 }  // namespace tessera

@@ -247,6 +247,10 @@ std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
 int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
   // Decodes first: one token each, the cheapest way to keep every stream moving.
   step_decodes_.clear();
+  step_decoding_ = static_cast<int>(std::count_if(running_.begin(), running_.end(), [](const Entry* e) {
+    return e->seq.state() == SequenceState::kDecode && !e->mask_deferred;
+  }));
+  step_proposal_rows_ = 0;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Entry& e = *running_[i];
     if (e.seq.state() != SequenceState::kDecode || e.mask_deferred) {
@@ -271,6 +275,9 @@ int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
     const int propose = ask_executor_proposals(e, from + 1 + static_cast<int>(draft.size()), plan);
     add_step(e, 1, plan, 0, draft, propose);
     budget -= 1 + static_cast<int>(draft.size());
+    // The rows the depths chosen so far add: this step's proposals by lookup, or the ones the
+    // executors' draft is asked for (the next step's, the depth being chosen one step ahead).
+    step_proposal_rows_ += propose > 0 ? propose : static_cast<int>(draft.size());
     step_decodes_.push_back(&e);
     ++i;
   }
@@ -380,7 +387,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
   }
 }
 
-void Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<const SampledToken> tokens,
+bool Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<const SampledToken> tokens,
                                          SequenceEvent& event) {
   const SeqId id = s.seq_id;
   const auto accepted = static_cast<int>(tokens.size()) - 1;
@@ -393,32 +400,46 @@ void Scheduler::apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<c
   // The known tokens fed are in the KV cache now; each accepted proposal joins them as it is
   // appended (its KV was written by this step); the last token is the next to feed.
   e.seq.advance(static_cast<int>(s.tokens.size()) - s.num_draft);
+  const bool constrained = e.seq.is_constrained();
+  TESSERA_CHECK(!constrained || e.proposal_steps.size() + 1 >= tokens.size())
+      << "sequence " << id << ": " << tokens.size() - 1 << " proposals accepted, " << e.proposal_steps.size()
+      << " stepped through its grammar";
   for (size_t i = 0; i < tokens.size(); ++i) {
     e.seq.append_token(tokens[i].token);
     event.new_tokens.push_back(tokens[i]);
-    const FinishReason reason = e.seq.stop_reason(max_len_);
+    const bool last = i + 1 == tokens.size();
+    // The last token's grammar step and next mask are the caller's, as for any sampled token.
+    if (constrained && last) break;
+    // An accepted proposal moves the grammar by the step taken when it was proposed; the
+    // grammar goes first, as for a token sampled alone (a completed grammar ends the choice).
+    FinishReason reason = FinishReason::kNone;
+    if (constrained) reason = e.seq.apply_constraint_step(std::move(e.proposal_steps[i]), &event.error);
+    if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
     if (reason != FinishReason::kNone) {
       finish(e, reason);  // frees every block, the rejected proposals' too
       event.finished = true;
       event.reason = reason;
-      return;
+      return false;
     }
-    if (i + 1 < tokens.size()) e.seq.advance(1);
+    if (!last) e.seq.advance(1);
   }
   // Blocks that only rejected proposals reached go back; the prefix cache learns only
   // committed tokens (num_computed counts accepted proposals, never rejected ones).
   blocks_.truncate(id, e.seq.num_tokens());
   blocks_.commit(id, e.seq.token_ids(), e.seq.num_computed());
   blocks_.release_blocks_before(id, first_needed_key(e.seq.num_computed()));
+  return constrained;
 }
 
 int Scheduler::next_speculation_depth(Entry& e) {
-  // A proposal costs nothing to make by lookup; a draft model's costs its measured share —
-  // except for a seeded sampled request, whose tokens depend on the depths taken (which
-  // draws are used), so they follow its acceptance alone and the seed repeats its output.
+  // A proposal costs nothing to make by lookup; a draft model's costs its measured share;
+  // checking it costs its row in the step (verify_cost_per_proposal) — except for a seeded
+  // sampled request, whose tokens depend on the depths taken (which draws are used), so they
+  // follow its acceptance alone and the seed repeats its output.
   const SamplingParams& sp = e.seq.sampling();
   const bool seeded_draws = sp.temperature > 0.0f && sp.seed.has_value();
-  const double cost = proposer_->made_on_executors() && !seeded_draws ? std::max(0.0, draft_cost_) : 0.0;
+  const double draft = proposer_->made_on_executors() ? std::max(0.0, draft_cost_) : 0.0;
+  const double cost = seeded_draws ? 0.0 : draft + verify_cost_per_proposal();
   const int k = best_speculation_depth(e.acceptance.rate(), cost, config_.speculative.num_tokens);
   if (k > 0) {
     e.spec_rest = 0;
@@ -430,8 +451,18 @@ int Scheduler::next_speculation_depth(Entry& e) {
   return 1;
 }
 
-bool Scheduler::may_speculate(const Sequence& seq) const {
-  return proposer_ && seq.request().speculative && !seq.is_constrained() && !seq.fork_pending();
+double Scheduler::verify_cost_per_proposal() const {
+  const RowCostCurve& curve = config_.row_costs;
+  const int decoding = std::max(1, step_decoding_);
+  const double step = curve.seconds(decoding);
+  if (!(step > 0)) return 0.0;
+  return curve.marginal_seconds(decoding + step_proposal_rows_) * decoding / step;
+}
+
+bool Scheduler::may_speculate(const Entry& e) const {
+  const Sequence& seq = e.seq;
+  const bool grammar_stepped_here = !seq.is_constrained() || (!e.slow_grammar && !seq.grammar_costly());
+  return proposer_ && seq.request().speculative && grammar_stepped_here && !seq.fork_pending();
 }
 
 int Scheduler::tokens_left(const Sequence& seq) const {
@@ -440,19 +471,21 @@ int Scheduler::tokens_left(const Sequence& seq) const {
 
 std::vector<int32_t> Scheduler::proposals_for(Entry& e, int room) {
   const Sequence& seq = e.seq;
-  if (!may_speculate(seq) || seq.num_uncomputed() != 1) return {};
+  if (!may_speculate(e) || seq.num_uncomputed() != 1) return {};
   // No more than could still be output (the token after the proposals is one more), nor
   // past the longest sequence; the executors' proposals were sized when asked for.
   const int left = tokens_left(seq) - 1;
   const int depth = proposer_->made_on_executors() ? config_.speculative.num_tokens : next_speculation_depth(e);
   const int most = std::min({depth, room, left});
   if (most <= 0) return {};
-  return proposer_->propose(seq.token_ids(), e.executor_proposals, most);
+  std::vector<int32_t> draft = proposer_->propose(seq.token_ids(), e.executor_proposals, most);
+  fit_proposals_to_grammar(e, &draft);
+  return draft;
 }
 
 int Scheduler::ask_executor_proposals(Entry& e, int end, StepPlan& plan) {
   const Sequence& seq = e.seq;
-  if (!may_speculate(seq) || !proposer_->made_on_executors() || end < seq.num_tokens()) return 0;
+  if (!may_speculate(e) || !proposer_->made_on_executors() || end < seq.num_tokens()) return 0;
   // What the next step can still use: proposals before the last token the choice may output
   // (this step samples one more).
   const int left = tokens_left(seq) - 2;
@@ -479,7 +512,18 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
   s.propose = s.sample ? propose : 0;
   e.draft_in_flight = s.num_draft + s.propose;
   if (s.sample) {
-    if (const std::vector<uint32_t>* mask = e.seq.next_token_mask()) s.allowed_tokens = *mask;
+    if (const std::vector<uint32_t>* mask = e.seq.next_token_mask()) {
+      // With proposals, a mask per checked row, all of one length (SeqStep::allowed_tokens).
+      TESSERA_CHECK(e.proposal_masks.size() >= static_cast<size_t>(s.num_draft))
+          << "sequence " << seq.id() << ": " << s.num_draft << " proposals, " << e.proposal_masks.size() << " masks";
+      const std::span<const std::vector<uint32_t>> after(e.proposal_masks.data(), static_cast<size_t>(s.num_draft));
+      size_t words = mask->size();
+      for (const auto& m : after) words = std::max(words, m.size());
+      s.allowed_tokens.assign(words * (after.size() + 1), 0);
+      std::copy(mask->begin(), mask->end(), s.allowed_tokens.begin());
+      for (size_t i = 0; i < after.size(); ++i)
+        std::copy(after[i].begin(), after[i].end(), s.allowed_tokens.begin() + static_cast<std::ptrdiff_t>((i + 1) * words));
+    }
   }
   // Only the block-table entries the executors do not hold yet travel: a step writes from
   // `from` on, so entries before from / block_size never change again (a sliding window
@@ -594,10 +638,6 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   if (!error.empty()) dropped_.insert(dropped_.end(), plan.dropped.begin(), plan.dropped.end());
   size_t r = 0;
   size_t lp = 0;  // result.prompt_logprobs is in plan order
-  struct PendingMask {
-    Entry* entry;
-    size_t event;  // its index in `events`
-  };
   std::vector<PendingMask> masks_pending;
   std::unordered_map<SeqId, const std::vector<int32_t>*> proposals_of;  // made on the executors
   if (error.empty()) {
@@ -642,9 +682,13 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     if (e.executor_proposals.size() > static_cast<size_t>(s.propose)) e.executor_proposals.resize(static_cast<size_t>(s.propose));
     if (s.num_draft > 0) {
       SequenceEvent event{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
-      apply_speculative_tokens(e, s, std::span<const SampledToken>(token, num_returned), event);
+      const bool grammar_left = apply_speculative_tokens(e, s, std::span<const SampledToken>(token, num_returned), event);
       if (event.finished) entries_.erase(s.seq_id);
-      events.push_back(std::move(event));
+      if (grammar_left) {
+        finish_sampled_token(e, std::move(event), events, masks_pending);
+      } else {
+        events.push_back(std::move(event));
+      }
       continue;
     }
     e.seq.advance(static_cast<int>(s.tokens.size()));
@@ -658,41 +702,8 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     e.seq.append_token(token->token);
     // The draft's scratch slots past the known tokens go back.
     if (s.propose > 0) blocks_.truncate(s.seq_id, e.seq.num_tokens());
-    SequenceEvent event{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
-    // A grammar that proved costly steps on the warmer: the token goes out now, its verdict
-    // (and the next mask) when advance_deferred_masks takes them up.
-    if (config_.structured_mask_budget_ms > 0 && e.seq.is_constrained() &&
-        (e.slow_grammar || e.seq.grammar_costly())) {
-      if (const FinishReason length = e.seq.stop_reason(max_len_); length != FinishReason::kNone) {
-        end_sequence(e, event, length);
-      } else {
-        defer_step(e);
-      }
-      events.push_back(std::move(event));
-      continue;
-    }
-    // Structured output first: a completed grammar ends the choice ("stop") whatever the
-    // length; a broken one ends it with the error.
-    const auto grammar_start = std::chrono::steady_clock::now();
-    const std::optional<FinishReason> applied = e.seq.apply_constraint_until(mask_deadline(), &event.error);
-    if (!applied) {  // its grammar is busy on another thread (the warmer): step it there too
-      e.slow_grammar = true;
-      defer_step(e);
-      events.push_back(std::move(event));
-      continue;
-    }
-    FinishReason reason = *applied;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - grammar_start).count() > mask_budget_seconds())
-      e.slow_grammar = true;
-    if (reason == FinishReason::kNone && e.seq.is_constrained()) {
-      // Its grammar goes on: the next mask is computed below, with the step's other ones.
-      masks_pending.push_back({&e, events.size()});
-      events.push_back(std::move(event));
-      continue;
-    }
-    if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
-    if (reason != FinishReason::kNone) end_sequence(e, event, reason);
-    events.push_back(std::move(event));
+    finish_sampled_token(e, SequenceEvent{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps)},
+                         events, masks_pending);
   }
   // The next masks, in parallel over the step's constrained sequences: one whose grammar
   // state is new walks the vocabulary trie (up to milliseconds), and done one after another
@@ -720,6 +731,44 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     defer_mask(e);
   }
   return events;
+}
+
+void Scheduler::finish_sampled_token(Entry& e, SequenceEvent event, std::vector<SequenceEvent>& events,
+                                     std::vector<PendingMask>& masks_pending) {
+  // A grammar that proved costly steps on the warmer: the token goes out now, its verdict
+  // (and the next mask) when advance_deferred_masks takes them up.
+  if (config_.structured_mask_budget_ms > 0 && e.seq.is_constrained() &&
+      (e.slow_grammar || e.seq.grammar_costly())) {
+    if (const FinishReason length = e.seq.stop_reason(max_len_); length != FinishReason::kNone) {
+      end_sequence(e, event, length);
+    } else {
+      defer_step(e);
+    }
+    events.push_back(std::move(event));
+    return;
+  }
+  // Structured output first: a completed grammar ends the choice ("stop") whatever the
+  // length; a broken one ends it with the error.
+  const auto grammar_start = std::chrono::steady_clock::now();
+  const std::optional<FinishReason> applied = e.seq.apply_constraint_until(mask_deadline(), &event.error);
+  if (!applied) {  // its grammar is busy on another thread (the warmer): step it there too
+    e.slow_grammar = true;
+    defer_step(e);
+    events.push_back(std::move(event));
+    return;
+  }
+  FinishReason reason = *applied;
+  if (std::chrono::duration<double>(std::chrono::steady_clock::now() - grammar_start).count() > mask_budget_seconds())
+    e.slow_grammar = true;
+  if (reason == FinishReason::kNone && e.seq.is_constrained()) {
+    // Its grammar goes on: on_step_result computes the next mask with the step's other ones.
+    masks_pending.push_back({&e, events.size()});
+    events.push_back(std::move(event));
+    return;
+  }
+  if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);
+  if (reason != FinishReason::kNone) end_sequence(e, event, reason);
+  events.push_back(std::move(event));
 }
 
 bool Scheduler::abort(RequestId id) {

@@ -33,6 +33,7 @@
 #include "common/step_plan.h"
 #include "coordinator/engine/block_manager.h"
 #include "coordinator/engine/proposer.h"
+#include "coordinator/engine/row_cost_curve.h"
 #include "coordinator/engine/speculation_depth.h"
 #include "coordinator/engine/request.h"
 #include "coordinator/engine/sequence.h"
@@ -74,6 +75,10 @@ struct SchedulerConfig {
   // num_tokens proposals after their last token, checked in the same step; the tokens are
   // those decoding one by one would give. Not for constrained sequences (structured output).
   SpeculativeConfig speculative;
+  // Measured, not configured: a plain step's time by its rows (measure_row_costs, at start-up
+  // where speculation is on). What a proposal's verification row costs is read from it, so
+  // speculation backs off as steps turn compute-bound. Empty: verification rows count as free.
+  RowCostCurve row_costs;
   // > 0: the engine time (ms) one step spends on structured-output masks; a sequence whose mask
   // is not done by then sits out the steps until it is (advance_deferred_masks goes on with
   // it), so a costly grammar slows only its own sequence. 0: every step waits for every mask.
@@ -227,6 +232,15 @@ class Scheduler {
     // Its grammar's step by one token outran a step's budget once: every later step of its
     // grammar goes to the warmer too.
     bool slow_grammar = false;
+    // Proposals under its grammar (fit_proposals_to_grammar), for the step in flight: the
+    // grammar's step by each proposal, and the mask of the row after each.
+    std::vector<structured::ConstraintStep> proposal_steps;
+    std::vector<std::vector<uint32_t>> proposal_masks;
+  };
+  // A sequence of the step's result whose next mask is computed with the others (on_step_result).
+  struct PendingMask {
+    Entry* entry;
+    size_t event;  // its index in the step's events
   };
   struct RunsBefore {
     bool operator()(const Entry* a, const Entry* b) const { return a->seq.runs_before(b->seq); }
@@ -270,8 +284,9 @@ class Scheduler {
   // not speculate.
   std::vector<int32_t> proposals_for(Entry& e, int room);
   // Whether proposals may ride on a sequence's steps: speculation on, the request not opting
-  // out, no grammar constraining it, no choices left to fork.
-  bool may_speculate(const Sequence& seq) const;
+  // out, no grammar that proved costly (those step one token at a time on the warmer), no
+  // choices left to fork.
+  bool may_speculate(const Entry& e) const;
   // Tokens the sequence may still output: the fewer of max_tokens and the room to max_len.
   int tokens_left(const Sequence& seq) const;
   // Speculation depth per sequence (coordinator/engine/speculation_depth.h): the proposals
@@ -280,10 +295,26 @@ class Scheduler {
   // guessing pays again.
   static constexpr int kSpeculationProbeEvery = 8;
   int next_speculation_depth(Entry& e);
+  // What one more proposal's verification row costs, relative to a decoding sequence's share
+  // of the step: at B sequences decoding and N rows so far, r(N)·B / T(B) with T and r (its
+  // slope) from config_.row_costs. A sequence's tokens per unit time with k proposals are then
+  // E(k) / (T/B + k·r) = (B/T)·E(k) / (1 + k·r·B/T): near free while the step is bound by
+  // reading the weights (r << T/B), and about 1 once every row costs its full share, when
+  // only proposals accepted nearly always pay.
+  double verify_cost_per_proposal() const;
   // Applies a step's tokens to a sequence that fed proposals: the accepted ones are now in the
-  // KV cache, the last is the next to feed; stops at a token that ends the sequence.
-  void apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<const SampledToken> tokens,
+  // KV cache, the last is the next to feed; stops at a token that ends the sequence. True when
+  // the last token's grammar step is left to finish_sampled_token (a constrained sequence).
+  bool apply_speculative_tokens(Entry& e, const SeqStep& s, std::span<const SampledToken> tokens,
                                 SequenceEvent& event);
+  // A sampled token just appended (the last of `event`): its grammar's step, then the
+  // sequence's end or, when its grammar goes on, its next mask (queued in masks_pending to be
+  // computed with the step's others, or handed to the warmer). `event` goes to `events`.
+  void finish_sampled_token(Entry& e, SequenceEvent event, std::vector<SequenceEvent>& events,
+                            std::vector<PendingMask>& masks_pending);
+  // Cuts a constrained sequence's proposals where its grammar stops them and keeps, in e, the
+  // grammar's step by each and the mask of each row after them (scheduler_masks.cc).
+  void fit_proposals_to_grammar(Entry& e, std::vector<int32_t>* draft);
   // The executors are to drop the sequence's state (the next plan lists it in `dropped`).
   void forget_on_executors(Entry& e);
   void remove_running(const Entry& e);
@@ -322,6 +353,10 @@ class Scheduler {
   };
   PlanLoad last_plan_;
   std::vector<Entry*> step_decodes_;  // the decodes of the plan schedule() is building
+  // The plan being built: the sequences it may decode and the proposal rows added so far
+  // (verify_cost_per_proposal).
+  int step_decoding_ = 0;
+  int step_proposal_rows_ = 0;
   int prefill_token_cap_ = 0;
   uint64_t prefill_capped_steps_ = 0;
   uint64_t tpot_capped_steps_ = 0;

@@ -60,6 +60,69 @@ std::vector<char> Scheduler::prepare_masks(const std::vector<Entry*>& entries) {
   return ready;
 }
 
+namespace {
+
+bool mask_allows(const std::vector<uint32_t>& mask, int32_t token) {
+  const auto id = static_cast<size_t>(token);
+  return token >= 0 && id / 32 < mask.size() && ((mask[id / 32] >> (id % 32)) & 1u) != 0;
+}
+
+bool allows_any(const std::vector<uint32_t>& mask) {
+  return std::any_of(mask.begin(), mask.end(), [](uint32_t w) { return w != 0; });
+}
+
+}  // namespace
+
+void Scheduler::fit_proposals_to_grammar(Entry& e, std::vector<int32_t>* draft) {
+  e.proposal_steps.clear();
+  e.proposal_masks.clear();
+  Sequence& seq = e.seq;
+  if (!seq.is_constrained() || draft->empty()) return;
+  const structured::TokenConstraint& grammar = *seq.mask_grammar();
+  const std::vector<int32_t> end_tokens = seq.constraint_end_tokens();
+  // Greedy requests and lookup proposals keep a proposal exactly when the target's own draw
+  // gives it, so a cut anywhere changes no token: proposals end before the first the grammar
+  // forbids, ends or completes on, or whose next mask is not ready within the step's mask
+  // budget. A sampled request checking the executors' draft by the speculative-sampling rule
+  // is exact only if whether a position is checked does not depend on the proposal there: so
+  // the first proposal the grammar stops on is still sent, as the last (a forbidden one is
+  // surely rejected, p being 0 under the mask; an ending one ends the choice if accepted), and
+  // its masks are computed however long they take (costly grammars never speculate).
+  const bool by_rule = proposer_->made_on_executors() && seq.sampling().temperature > 0.0f;
+  const auto deadline = by_rule ? std::chrono::steady_clock::time_point::max() : mask_deadline();
+  structured::MatchState state = seq.mask_state();
+  size_t kept = 0;
+  for (; kept < draft->size(); ++kept) {
+    const int32_t token = (*draft)[kept];
+    const std::vector<uint32_t>& row = kept == 0 ? *seq.next_token_mask() : e.proposal_masks.back();
+    std::optional<structured::ConstraintStep> step;
+    if (mask_allows(row, token)) step = structured::step_constraint_until(grammar, state, end_tokens, token, deadline);
+    std::vector<uint32_t> next;
+    if (step && step->verdict == structured::ConstraintVerdict::kContinue &&
+        structured::mask_after_until(grammar, step->next, end_tokens, &next, deadline) && allows_any(next)) {
+      state = step->next;
+      e.proposal_steps.push_back(std::move(*step));
+      e.proposal_masks.push_back(std::move(next));
+      continue;
+    }
+    if (!by_rule) break;
+    // (No deadline here.) The grammar stops on this proposal: forbidden, ending the output,
+    // completing the grammar, or leaving no token to follow — the last three end the choice
+    // when it is accepted, so the row after it is never sampled from.
+    if (!step) step = structured::step_constraint(grammar, state, end_tokens, token);
+    if (step->verdict == structured::ConstraintVerdict::kContinue) {
+      step->verdict = structured::ConstraintVerdict::kViolated;
+      step->error = structured::kNoTokenContinues;
+    }
+    std::vector<uint32_t> unused = row;
+    e.proposal_steps.push_back(std::move(*step));
+    e.proposal_masks.push_back(std::move(unused));
+    ++kept;
+    break;
+  }
+  draft->resize(kept);
+}
+
 void Scheduler::end_if_mask_or_length_stops(Entry& e, SequenceEvent& event) {
   FinishReason reason = e.seq.check_token_mask(&event.error);
   if (reason == FinishReason::kNone) reason = e.seq.stop_reason(max_len_);

@@ -215,8 +215,8 @@ TEST(SequenceStates, ProposalsAreCheckedAndRejectedOnesAreRewound) {
   SeqStep masked = decode_step(7, 4, 6, 1, 2);
   masked.tokens = {1, 2};
   masked.num_draft = 1;
-  masked.allowed_tokens = {0xffffffffu};
-  expect_refusal(states, plan_of(4, {masked}), "proposals need a sampling step without a token mask");
+  masked.allowed_tokens = {0xffffffffu, 0xffffffffu, 0xffffffffu};
+  expect_refusal(states, plan_of(4, {masked}), "3 mask words do not split into a mask for each of the 2 checked rows");
   SeqStep unsampled = masked;
   unsampled.allowed_tokens.clear();
   unsampled.sample = false;

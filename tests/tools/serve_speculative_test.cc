@@ -69,6 +69,31 @@ void start_pair(testing::ServeProcess& plain, testing::ServeProcess& spec, const
   ASSERT_TRUE(spec.start(spec_args)) << spec.log();
 }
 
+// The server's /metrics text and its count of accepted proposals (-1 when absent).
+std::pair<std::string, long long> accepted_proposals(int port) {
+  const std::string metrics = testing::http_body(testing::http(port, "GET", "/metrics"));
+  std::smatch m;
+  if (!std::regex_search(metrics, m, std::regex("vllm:spec_decode_num_accepted_tokens_total(\\{[^}]*\\})? (\\d+)")))
+    return {metrics, -1};
+  return {metrics, std::stoll(m[2])};
+}
+
+// Under a JSON schema, proposals are cut where the grammar stops them and each checked row is
+// masked by the grammar after the proposals before it: the plain server's answer, with
+// proposals accepted for it. `prompt` shows the document so that its text is worth proposing.
+json verse_schema() {
+  return {{"type", "object"}, {"properties", {{"verse", {{"type", "string"}}}}}, {"required", json::array({"verse"})}};
+}
+
+void expect_constrained_matches(int spec_port, int plain_port, const std::string& prompt) {
+  const json constrained = {{"prompt", prompt}, {"max_tokens", 48}, {"temperature", 0}, {"logprobs", 2},
+                            {"guided_json", verse_schema()}};
+  const long long before = accepted_proposals(spec_port).second;
+  const json plain_out = post(plain_port, constrained);
+  expect_same_choice(post(spec_port, constrained), plain_out, "JSON schema");
+  EXPECT_GT(accepted_proposals(spec_port).second, before) << "no proposal accepted under the grammar";
+}
+
 // The greedy request, then with a stop string from the middle of its answer, a max_tokens of
 // `short_max` and run to EOS — each may end the choice inside a step's accepted proposals —
 // and streamed with the stop string: the speculating server answers as the plain one.
@@ -90,15 +115,6 @@ void expect_endings_match(int spec_port, int plain_port, const json& greedy, int
   EXPECT_EQ(post_streamed(spec_port, stopped), post_streamed(plain_port, stopped));
 }
 
-// The server's /metrics text and its count of accepted proposals (-1 when absent).
-std::pair<std::string, long long> accepted_proposals(int port) {
-  const std::string metrics = testing::http_body(testing::http(port, "GET", "/metrics"));
-  std::smatch m;
-  if (!std::regex_search(metrics, m, std::regex("vllm:spec_decode_num_accepted_tokens_total(\\{[^}]*\\})? (\\d+)")))
-    return {metrics, -1};
-  return {metrics, std::stoll(m[2])};
-}
-
 TEST(ServeSpeculative, NgramProposalsAnswerExactlyWhatPlainDecodingAnswers) {
   TESSERA_REQUIRE_FIXTURES();
   testing::ServeProcess plain, spec;
@@ -112,6 +128,7 @@ TEST(ServeSpeculative, NgramProposalsAnswerExactlyWhatPlainDecodingAnswers) {
   const json greedy = {{"prompt", verse + " " + verse.substr(0, 40)}, {"max_tokens", 48}, {"temperature", 0},
                        {"logprobs", 2}};
   expect_endings_match(spec.port(), plain.port(), greedy, 7);
+  expect_constrained_matches(spec.port(), plain.port(), "{\"verse\": \"" + verse + "\"}\n");
 
   // Seeded sampling draws the same tokens.
   json seeded = greedy;
@@ -140,12 +157,24 @@ TEST(ServeSpeculative, DraftModelAnswersGreedyExactlyAndSeededRepeatably) {
   const json greedy = {{"prompt", "And it came to pass, when the king"}, {"max_tokens", 40}, {"temperature", 0},
                        {"logprobs", 2}};
   expect_endings_match(spec.port(), plain.port(), greedy, 6);
+  expect_constrained_matches(spec.port(), plain.port(), "And it came to pass, when the king");
 
   json seeded = greedy;
   seeded["temperature"] = 0.9;
   seeded["seed"] = 5;
   const json first = post(spec.port(), seeded);
   expect_same_choice(post(spec.port(), seeded), first, "seeded, twice");
+  // Sampled under a grammar (the rule's path: the first proposal the grammar stops on is sent
+  // as the last): it repeats itself, and a complete answer is a document of the schema.
+  json seeded_doc = seeded;
+  seeded_doc["guided_json"] = verse_schema();
+  seeded_doc["max_tokens"] = 120;
+  const json doc = post(spec.port(), seeded_doc);
+  expect_same_choice(post(spec.port(), seeded_doc), doc, "seeded under a grammar, twice");
+  if (doc["choices"][0]["finish_reason"] == "stop") {
+    const json parsed = json::parse(doc["choices"][0]["text"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(parsed.is_object() && parsed.contains("verse")) << doc.dump();
+  }
 
   const auto [metrics, accepted] = accepted_proposals(spec.port());
   ASSERT_GE(accepted, 0) << metrics;

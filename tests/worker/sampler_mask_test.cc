@@ -21,7 +21,7 @@ SampledToken masked_draw(const std::vector<float>& logits, const SamplingParams&
   r.params = &p;
   r.seed = p.seed.value_or(0);
   r.token_index = index;
-  r.allowed_tokens = mask;
+  if (mask != nullptr) r.allowed_tokens = *mask;
   return sample_token(r);
 }
 

@@ -154,6 +154,17 @@ Status interrupted_setup(const ShutdownSignals& signals, const char* during) {
 
 // The tokenizer's own bos/eos ids (from tokenizer_config.json or the GGUF file) name rows
 // of the model's vocabulary: one past it could never be generated (a stop that never fires).
+// Speculative decoding's back-off reads what a verification row costs from a plain step's
+// time by its rows (SchedulerConfig::row_costs), measured here on the workers.
+Status measure_speculation_row_costs(SchedulerConfig& sc, StepExecutor& executor, int64_t vocab) {
+  StatusOr<RowCostCurve> curve = measure_row_costs(sc, executor, vocab);
+  if (!curve.is_ok()) return Status(curve.status().code(), "measuring step costs: " + curve.status().message());
+  sc.row_costs = curve.value();
+  TESSERA_LOG_INFO("speculation: a step's time by its rows {}; up to {} rows take at most 1.25x one row's",
+                   sc.row_costs.describe(), sc.row_costs.nearly_free_rows());
+  return Status::ok();
+}
+
 Status check_tokenizer_fits_model(const Tokenizer& t, const ModelConfig& mc) {
   for (auto [id, name] : {std::pair{t.eos_id(), "eos_token"}, std::pair{t.bos_id(), "bos_token"}}) {
     if (id >= mc.vocab) {
@@ -429,6 +440,10 @@ Status serve(ServeOptions o) {
     if (!warm.is_ok()) return Status(warm.status().code(), "warm-up (server.warm_up): " + warm.status().message());
     TESSERA_LOG_INFO("warm-up: {} steps ({}-token prefill, then {} sequences decoding) in {:.2f} s", warm->steps,
                      warm->prompt_tokens, warm->decode_batch, warm->seconds);
+  }
+  if (sc.speculative.enabled()) {
+    TESSERA_RETURN_IF_ERROR(measure_speculation_row_costs(sc, *group, mc.vocab));
+    if (signals.requested()) return interrupted_setup(signals, "measuring step costs");
   }
 
   EngineServiceOptions eo;

@@ -12,30 +12,41 @@ const std::vector<uint32_t>& SequenceConstraint::next_mask() {
   return mask_;
 }
 
+namespace {
+
+// Where the grammar may end, the end tokens join a mask the grammar filled.
+void add_end_tokens(const TokenConstraint& grammar, const MatchState& state, const std::vector<int32_t>& end_tokens,
+                    std::vector<uint32_t>* mask) {
+  if (!grammar.can_end(state)) return;
+  for (int32_t t : end_tokens) {
+    if (t < 0) continue;
+    const auto id = static_cast<size_t>(t);
+    if (mask->size() <= id / 32) mask->resize(id / 32 + 1, 0);
+    (*mask)[id / 32] |= 1u << (id % 32);
+  }
+}
+
+}  // namespace
+
+bool mask_after_until(const TokenConstraint& grammar, const MatchState& state, const std::vector<int32_t>& end_tokens,
+                      std::vector<uint32_t>* mask, std::chrono::steady_clock::time_point deadline) {
+  if (!grammar.fill_mask_until(state, mask, deadline)) return false;
+  add_end_tokens(grammar, state, end_tokens, mask);
+  return true;
+}
+
 bool SequenceConstraint::prepare_mask_until(std::chrono::steady_clock::time_point deadline) {
   if (mask_ready_) return true;
-  if (!constraint_->fill_mask_until(state_, &mask_, deadline)) return false;
-  finish_mask();
-  return true;
+  mask_ready_ = mask_after_until(*constraint_, state_, end_tokens_, &mask_, deadline);
+  return mask_ready_;
 }
 
 bool SequenceConstraint::take_cached_mask() {
   if (mask_ready_) return true;
   if (!constraint_->cached_mask(state_, &mask_)) return false;
-  finish_mask();
-  return true;
-}
-
-void SequenceConstraint::finish_mask() {
-  if (constraint_->can_end(state_)) {
-    for (int32_t t : end_tokens_) {
-      if (t < 0) continue;
-      const auto id = static_cast<size_t>(t);
-      if (mask_.size() <= id / 32) mask_.resize(id / 32 + 1, 0);
-      mask_[id / 32] |= 1u << (id % 32);
-    }
-  }
+  add_end_tokens(*constraint_, state_, end_tokens_, &mask_);
   mask_ready_ = true;
+  return true;
 }
 
 ConstraintVerdict SequenceConstraint::on_token(int32_t token, std::string* error) {
@@ -108,7 +119,7 @@ ConstraintVerdict SequenceConstraint::check_mask(std::string* error) {
   // is an error now, not a token drawn outside the mask later.
   const std::vector<uint32_t>& mask = next_mask();
   if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
-    *error = "structured output: no token of the vocabulary can continue the grammar here";
+    *error = kNoTokenContinues;
     return ConstraintVerdict::kViolated;
   }
   return ConstraintVerdict::kContinue;

@@ -23,6 +23,9 @@ namespace tessera::structured {
 
 enum class ConstraintVerdict { kContinue, kComplete, kViolated };
 
+// The error of a grammar state no token of the vocabulary can continue (where it may not end).
+inline constexpr const char* kNoTokenContinues = "structured output: no token of the vocabulary can continue the grammar here";
+
 // What one token does to a grammar state: computed anywhere (it reads only the grammar, which
 // is thread-safe), applied to the sequence's constraint on the engine thread.
 struct ConstraintStep {
@@ -36,6 +39,12 @@ ConstraintStep step_constraint(const TokenConstraint& grammar, const MatchState&
 std::optional<ConstraintStep> step_constraint_until(const TokenConstraint& grammar, const MatchState& state,
                                                     const std::vector<int32_t>& end_tokens, int32_t token,
                                                     std::chrono::steady_clock::time_point deadline);
+
+// The mask of the token after `state`: the grammar's tokens, plus `end_tokens` where it may end.
+// False, the mask unfinished, when `deadline` passes first (another call goes on from what the
+// grammar cached). For proposals checked ahead of the sequence's own state (speculative decoding).
+bool mask_after_until(const TokenConstraint& grammar, const MatchState& state, const std::vector<int32_t>& end_tokens,
+                      std::vector<uint32_t>* mask, std::chrono::steady_clock::time_point deadline);
 
 class SequenceConstraint {
  public:
@@ -72,8 +81,6 @@ class SequenceConstraint {
   std::shared_ptr<const TokenConstraint> constraint_;
   std::vector<int32_t> end_tokens_;
   MatchState state_;
-  // Adds the end tokens (where the grammar may end) to a mask just filled; marks it ready.
-  void finish_mask();
 
   std::vector<uint32_t> mask_;
   bool mask_ready_ = false;
