@@ -216,9 +216,9 @@ Status run(const Options& o) {
   j["mean_accepted_length"] = spec_stats.num_drafts > 0 ? 1.0 + static_cast<double>(spec_stats.num_accepted_tokens) /
                                                                     static_cast<double>(spec_stats.num_drafts)
                                                         : 0.0;
-  // A step's time by its rows, as the speculation back-off read it: [[rows, seconds], ...].
+  // A step's time by its rows as measured for the speculation back-off: [[rows, seconds], ...].
   j["row_costs"] = nlohmann::json::array();
-  for (const auto& [rows, seconds] : row_costs.points()) j["row_costs"].push_back({rows, seconds});
+  for (const auto& [rows, seconds] : row_costs.measured()) j["row_costs"].push_back({rows, seconds});
   j["nearly_free_rows"] = row_costs.nearly_free_rows();
   if (o.json) {
     std::cout << j.dump() << std::endl;

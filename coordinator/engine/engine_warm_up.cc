@@ -19,10 +19,11 @@ constexpr int kLongestWarmUpPrompt = 128;
 
 // measure_row_costs: steps of 1, 2, 4, ... rows up to kMostMeasuredRows, or until a step
 // takes kComputeBoundFactor times a one-row step's; each the median of kRowCostRepeats
-// (a 2-core host's steps vary by ±10%). On a ~300 MB model on 2 CPU cores it takes ~0.6 s.
+// (a 2-core host's steps vary by ±10%, and now and then by 2x). On the ~300 MB padded
+// kjv-llama on 2 CPU cores it takes about a second.
 constexpr int kMostMeasuredRows = 256;
 constexpr double kComputeBoundFactor = 4.0;
-constexpr int kRowCostRepeats = 3;
+constexpr int kRowCostRepeats = 5;
 
 // Arbitrary but fixed ids spread over the vocabulary.
 std::vector<int32_t> warm_prompt(int length, int64_t vocab, int salt) {
@@ -134,16 +135,32 @@ StatusOr<RowCostCurve> measure_row_costs(const SchedulerConfig& config, StepExec
   StopConditions no_stop;
   no_stop.ignore_eos = true;
   int salt = 1000;
+  auto time_step = [&](int rows) -> StatusOr<double> {
+    TESSERA_RETURN_IF_ERROR(runner.run({make_request(warm_prompt(rows, vocab, ++salt), 1, scored, no_stop)}).status());
+    return engine.last_step_target_seconds();
+  };
+  // A first pass finds the sizes: doubling until a step takes kComputeBoundFactor times one
+  // row's (past that every row costs its full share; the curve's last slope says the rest).
+  std::vector<int> sizes;
+  std::vector<std::vector<double>> times;
   for (int rows = 1; rows <= most_rows; rows *= 2) {
-    std::vector<double> times;
-    for (int rep = 0; rep < kRowCostRepeats; ++rep) {
-      TESSERA_RETURN_IF_ERROR(runner.run({make_request(warm_prompt(rows, vocab, ++salt), 1, scored, no_stop)}).status());
-      times.push_back(engine.last_step_target_seconds());
+    TESSERA_ASSIGN_OR_RETURN(const double t, time_step(rows));
+    sizes.push_back(rows);
+    times.push_back({t});
+    if (t >= kComputeBoundFactor * times.front().front()) break;
+  }
+  // Further rounds over every size in turn, so that a disturbance of the host lands on one
+  // sample of several sizes rather than on every sample of one.
+  for (int round = 1; round < kRowCostRepeats; ++round) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(const double t, time_step(sizes[i]));
+      times[i].push_back(t);
     }
-    std::nth_element(times.begin(), times.begin() + kRowCostRepeats / 2, times.end());
-    curve.add(rows, times[kRowCostRepeats / 2]);
-    // Past this every row costs its full share: the last segment's slope says the rest.
-    if (curve.seconds(rows) >= kComputeBoundFactor * curve.seconds(1)) break;
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<double>& v = times[i];
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    curve.add(sizes[i], v[v.size() / 2]);
   }
   TESSERA_RETURN_IF_ERROR(runner.drop_all(executor));
   return curve;

@@ -35,7 +35,8 @@ StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecu
 // The time of a plain step of 1, 2, 4, ... rows on the executor (its target model's time,
 // StepResult::target_seconds), for speculative decoding's back-off (SchedulerConfig::row_costs).
 // Up to 256 rows, the pool, the token budget and the model's length allow, stopping once a
-// step takes 4x a one-row step's (compute-bound: rows beyond cost what the last ones did).
+// step takes 4x a one-row step's (compute-bound: rows beyond cost what the last ones did);
+// the median of 5 each, taken in interleaved rounds.
 // Like warm_up_executor it runs in an engine of its own and leaves nothing behind.
 StatusOr<RowCostCurve> measure_row_costs(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab);
 

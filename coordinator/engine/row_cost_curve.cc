@@ -8,15 +8,30 @@ namespace tessera {
 
 void RowCostCurve::add(int rows, double seconds) {
   if (rows <= 0 || !std::isfinite(seconds) || seconds < 0) return;
-  auto at = std::lower_bound(points_.begin(), points_.end(), rows,
+  auto at = std::lower_bound(measured_.begin(), measured_.end(), rows,
                              [](const std::pair<int, double>& p, int r) { return p.first < r; });
-  if (at != points_.end() && at->first == rows) {
+  if (at != measured_.end() && at->first == rows) {
     at->second = seconds;
   } else {
-    points_.insert(at, {rows, seconds});
+    measured_.insert(at, {rows, seconds});
   }
-  // Non-decreasing from the first point on: a larger step measured faster than a smaller one
-  // was noise, and a negative marginal cost would make proposals look better than free.
+  // The lower convex hull (monotone chain), then no slope below 0: a larger step measured
+  // faster than a smaller one was noise, and a negative marginal cost would make proposals
+  // look better than free.
+  points_.clear();
+  for (const auto& p : measured_) {
+    while (points_.size() >= 2) {
+      const auto& [r0, t0] = points_[points_.size() - 2];
+      const auto& [r1, t1] = points_.back();
+      // Drop the middle point when it lies on or above the line from r0 to p.
+      if ((t1 - t0) * (p.first - r0) >= (p.second - t0) * (r1 - r0)) {
+        points_.pop_back();
+      } else {
+        break;
+      }
+    }
+    points_.push_back(p);
+  }
   for (size_t i = 1; i < points_.size(); ++i) points_[i].second = std::max(points_[i].second, points_[i - 1].second);
 }
 
@@ -42,15 +57,15 @@ double RowCostCurve::marginal_seconds(double rows) const {
 
 int RowCostCurve::nearly_free_rows() const {
   int rows = 0;
-  for (const auto& [r, t] : points_) {
-    if (t <= kNearlyFree * points_.front().second) rows = r;
+  for (const auto& point : measured_) {
+    if (seconds(point.first) <= kNearlyFree * points_.front().second) rows = point.first;
   }
   return rows;
 }
 
 std::string RowCostCurve::describe() const {
   std::string out;
-  for (const auto& [r, t] : points_) {
+  for (const auto& [r, t] : measured_) {
     char item[48];
     std::snprintf(item, sizeof item, "%s%d: %.1f ms", out.empty() ? "" : ", ", r, t * 1e3);
     out += item;

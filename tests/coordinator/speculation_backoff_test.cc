@@ -79,25 +79,36 @@ RowCostCurve curve_of(double base_ms, double per_row_ms, int free_rows) {
   return curve;
 }
 
-TEST(RowCostCurve, InterpolatesKeepsItselfNonDecreasingAndFindsWhereRowsStopBeingFree) {
+TEST(RowCostCurve, InterpolatesTheLowerHullAndFindsWhereRowsStopBeingFree) {
   RowCostCurve curve;
+  EXPECT_TRUE(curve.empty());
   EXPECT_EQ(curve.seconds(4), 0.0);
   EXPECT_EQ(curve.marginal_seconds(4), 0.0);
   EXPECT_EQ(curve.nearly_free_rows(), 0);
-  curve.add(4, 0.012);
+  curve.add(4, 0.014);
   curve.add(1, 0.010);
   curve.add(16, 0.030);
-  curve.add(8, 0.011);  // noise below the 4-row step: raised to it
-  ASSERT_EQ(curve.points().size(), 4u);
-  EXPECT_DOUBLE_EQ(curve.points()[2].second, 0.012);
+  curve.add(8, 0.012);
+  curve.add(2, 0.0125);  // above the line from 1 to 8 rows: noise, off the hull
+  using Points = std::vector<std::pair<int, double>>;
+  EXPECT_EQ(curve.points(), (Points{{1, 0.010}, {8, 0.012}, {16, 0.030}}));
+  EXPECT_EQ(curve.measured().size(), 5u);
   EXPECT_DOUBLE_EQ(curve.seconds(0.5), 0.010);
-  EXPECT_DOUBLE_EQ(curve.seconds(2), 0.010 + 0.002 / 3);
+  EXPECT_DOUBLE_EQ(curve.seconds(4.5), 0.011);
   EXPECT_DOUBLE_EQ(curve.seconds(12), 0.021);
   EXPECT_DOUBLE_EQ(curve.seconds(32), 0.030 + 16 * 0.018 / 8);  // the last slope, extended
+  EXPECT_DOUBLE_EQ(curve.marginal_seconds(2), 0.002 / 7);
   EXPECT_DOUBLE_EQ(curve.marginal_seconds(8), 0.018 / 8);
   EXPECT_DOUBLE_EQ(curve.marginal_seconds(100), 0.018 / 8);
   EXPECT_EQ(curve.nearly_free_rows(), 8);
-  EXPECT_EQ(curve.describe(), "1: 10.0 ms, 4: 12.0 ms, 8: 12.0 ms, 16: 30.0 ms");
+  EXPECT_EQ(curve.describe(), "1: 10.0 ms, 2: 12.5 ms, 4: 14.0 ms, 8: 12.0 ms, 16: 30.0 ms");
+  // A larger step measured faster than the first: no negative slope.
+  RowCostCurve dip;
+  dip.add(1, 0.012);
+  dip.add(2, 0.010);
+  dip.add(4, 0.016);
+  EXPECT_GE(dip.marginal_seconds(1), 0.0);
+  EXPECT_GE(dip.seconds(2), dip.seconds(1));
 }
 
 TEST(SpeculationBackoff, ProposalsRideWhileRowsAreNearlyFreeAndStopWhenEachCostsItsShare) {
