@@ -46,3 +46,11 @@ stop_pid() {  # PID: SIGTERM and wait (an already finished process is fine)
   [[ -n ${1:-} ]] || return 0
   if kill -TERM "$1" 2>/dev/null; then wait "$1" 2>/dev/null || true; fi
 }
+
+# kjv-llama padded to 32 layers and FFN 8192 in bf16 (309 MB, the same logits: models.md), the
+# speculative-decoding benchmarks' target; made once.
+# Usage: make_padded_kjv_llama BIN_DIR KJV_DIR OUT_DIR
+make_padded_kjv_llama() {
+  [[ -f $3/config.json ]] || "$1/tessera-make-checkpoint" --pad-from "$2" --out "$3" \
+    --layers 32 --ffn 8192 --dtype bfloat16 >/dev/null
+}

@@ -46,8 +46,7 @@ mkdir -p "$work"
 
 # The models: made once, kept in $work.
 padded=$work/kjv-llama-padded
-[[ -f $padded/config.json ]] || "$build/bin/tessera-make-checkpoint" --pad-from "$kjv" --out "$padded" \
-  --layers 32 --ffn 8192 --dtype bfloat16 >/dev/null
+make_padded_kjv_llama "$build/bin" "$kjv" "$padded"
 big=$work/llama-1b-bf16
 big_draft=$work/llama-1b-random-draft
 if [[ " ${cases[*]} " == *" random "* ]]; then

@@ -37,8 +37,7 @@ need_model "$kjv"
 need_model "$fixtures/kjv-llama-draft"
 mkdir -p "$work"
 padded=$work/kjv-llama-padded
-[[ -f $padded/config.json ]] || "$build/bin/tessera-make-checkpoint" --pad-from "$kjv" --out "$padded" \
-  --layers 32 --ffn 8192 --dtype bfloat16 >/dev/null
+make_padded_kjv_llama "$build/bin" "$kjv" "$padded"
 
 # The trace: each held-out chapter's first 240 characters, cut at a word.
 python3 - "$kjv/heldout.txt" "$work/prompts.jsonl" "$output_len" <<'PY'
