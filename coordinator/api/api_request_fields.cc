@@ -59,6 +59,7 @@ constexpr Field kImplemented[] = {
     {"tools", kChat},
     {"tool_choice", kChat},
     {"parallel_tool_calls", kChat},
+    {"chat_template_kwargs", kChat},
     // Structured output (coordinator/api/grammars/request_constraint.h): at most one of them.
     {"response_format", kBoth},
     {"guided_json", kBoth},
@@ -97,7 +98,7 @@ const char* refusal_reason(std::string_view name) {
       name == "reasoning_effort" || name == "modalities" || name == "audio" || name == "web_search_options")
     return "is not implemented by this server";
   if (name == "truncate_prompt_tokens" || name == "add_special_tokens" || name == "spaces_between_special_tokens" ||
-      name == "return_tokens_as_token_ids" || name == "chat_template" || name == "chat_template_kwargs" ||
+      name == "return_tokens_as_token_ids" || name == "chat_template" ||
       name == "add_generation_prompt" || name == "continue_final_message" || name == "documents")
     return "is not implemented by this server";
   return nullptr;

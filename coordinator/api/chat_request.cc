@@ -1,6 +1,7 @@
 #include "coordinator/api/chat_request.h"
 
 #include <algorithm>
+#include <cctype>
 #include <initializer_list>
 #include <set>
 #include <string_view>
@@ -243,18 +244,41 @@ bool read_tool_choice(const ojson& body, bool has_tools, ChatRequestParts* out, 
   return fail(error, "tool_choice", "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
 }
 
+// "chat_template_kwargs": {name: any JSON value}; null or absent = none.
+bool read_template_kwargs(const ojson& body, ojson* out, ApiError* error) {
+  const ojson* kwargs = find_present(body, "chat_template_kwargs");
+  if (kwargs == nullptr) return true;
+  if (!kwargs->is_object())
+    return fail(error, "chat_template_kwargs", "must be an object of template variables, e.g. {\"enable_thinking\": false}");
+  static constexpr const char* kContextOwn[] = {"messages", "tools", "documents", "add_generation_prompt",
+                                                "bos_token", "eos_token", "chat_template_kwargs"};
+  for (const auto& [name, value] : kwargs->items()) {
+    const bool identifier = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+                            std::all_of(name.begin(), name.end(), [](char c) {
+                              return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+                            });
+    if (!identifier) return fail(error, "chat_template_kwargs." + name, "is not a template variable name");
+    if (std::find(std::begin(kContextOwn), std::end(kContextOwn), name) != std::end(kContextOwn))
+      return fail(error, "chat_template_kwargs." + name, "is set by the request itself, not by chat_template_kwargs");
+  }
+  *out = *kwargs;
+  return true;
+}
+
 }  // namespace
 
 bool read_chat_messages_and_tools(const ojson& body, ChatRequestParts* out, ApiError* error) {
-  ojson messages, tools;
+  ojson messages, tools, kwargs;
   if (!read_messages(body, &messages, error)) return false;
   if (!read_tools(body, &tools, &out->strict_tool, error)) return false;
+  if (!read_template_kwargs(body, &kwargs, error)) return false;
   out->has_tools = !tools.is_null();
   out->context = ojson::object();
   out->context["messages"] = std::move(messages);
   out->context["tools"] = std::move(tools);
   out->context["documents"] = nullptr;
   out->context["add_generation_prompt"] = true;
+  if (!kwargs.is_null()) out->context["chat_template_kwargs"] = std::move(kwargs);
   return true;
 }
 
@@ -272,6 +296,13 @@ bool read_chat_request(const ojson& body, ChatRequestParts* out, ApiError* error
     out->parallel_tool_calls = p->get<bool>();
   }
   return true;
+}
+
+ApiError chat_render_error(const Status& status) {
+  const std::string message = "chat template: " + status.message();
+  if (status.code() != StatusCode::kInvalidArgument) return api_server_error(message);
+  const bool kwargs = status.message().rfind("chat_template_kwargs", 0) == 0;
+  return bad_request(kwargs ? "chat_template_kwargs" : "messages", message);
 }
 
 }  // namespace tessera

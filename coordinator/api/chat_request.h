@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/status.h"
 #include "coordinator/api/api_error.h"
 
 namespace tessera {
@@ -18,7 +19,8 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct ChatRequestParts {
   // The chat template's context: "messages", "tools" (null when none), "documents" (null),
-  // "add_generation_prompt" (true). bos_token / eos_token are the template's own.
+  // "add_generation_prompt" (true), "chat_template_kwargs" when the request has them.
+  // bos_token / eos_token are the template's own.
   nlohmann::ordered_json context;
   bool has_tools = false;               // a non-empty "tools"
   ToolChoice tool_choice = ToolChoice::kAuto;
@@ -27,8 +29,8 @@ struct ChatRequestParts {
   int strict_tool = -1;                 // the first tool with "strict": true (-1: none)
 };
 
-// Reads "messages", "tools", "tool_choice" and "parallel_tool_calls" of a chat body (the
-// other fields are the caller's). False with *error a 400 whose param names the field:
+// Reads "messages", "tools", "chat_template_kwargs", "tool_choice" and "parallel_tool_calls"
+// of a chat body (the other fields are the caller's). False with *error a 400 whose param names the field:
 // "messages[2].tool_calls[0].function.arguments", "tools[0].function.name", "tool_choice".
 //  - content: a string, a list of {"type": "text", "text"} parts (their texts joined with no
 //    separator; image, audio and file parts are refused, naming the part), or null / absent
@@ -39,9 +41,19 @@ struct ChatRequestParts {
 //  - tool_call_id (tool messages, required there); name (any message);
 //  - the "developer" role is given to the template as "system" (OpenAI's newer name for it;
 //    chat templates know only "system").
+//  - chat_template_kwargs: an object of extra template variables (vLLM's; e.g.
+//    {"enable_thinking": false}), names that are identifiers other than the context's own
+//    (messages, tools, documents, add_generation_prompt, bos_token, eos_token); kept in the
+//    context under "chat_template_kwargs" for ChatTemplate::render to spread (it refuses a
+//    name the template never reads);
 //  - tool_choice "required" needs tools; a named function must be one of them (400 naming
 //    tool_choice otherwise). The grammar that forces the call is the caller's (openai_request.cc).
 bool read_chat_request(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
+
+// A chat template's render error as the API answers it: the template raising, or a type error
+// on the request's values, is the client's 400 (param "chat_template_kwargs" for a variable the
+// template never reads, else "messages"); any other error is the server's 500.
+ApiError chat_render_error(const Status& status);
 
 // The same for /tokenize, whose body has only "messages" and (optionally) "tools".
 bool read_chat_messages_and_tools(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);

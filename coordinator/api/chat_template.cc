@@ -1,5 +1,7 @@
 #include "coordinator/api/chat_template.h"
 
+#include <cctype>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -105,7 +107,26 @@ StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& context
   if (!ctx.contains("add_generation_prompt")) ctx["add_generation_prompt"] = false;
   if (!ctx.contains("bos_token") && bos_token_) ctx["bos_token"] = *bos_token_;
   if (!ctx.contains("eos_token") && eos_token_) ctx["eos_token"] = *eos_token_;
+  if (auto kwargs = ctx.find("chat_template_kwargs"); kwargs != ctx.end()) {
+    const nlohmann::ordered_json extra = std::move(*kwargs);
+    ctx.erase("chat_template_kwargs");
+    for (const auto& [name, value] : extra.items()) {
+      if (!mentions(name))
+        return invalid_argument("chat_template_kwargs: the chat template never reads '" + name + "'");
+      ctx[name] = value;
+    }
+  }
   return template_->render(ctx, limits_);
+}
+
+bool ChatTemplate::mentions(std::string_view name) const {
+  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  if (name.empty()) return false;
+  for (size_t at = source_.find(name); at != std::string::npos; at = source_.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if ((at == 0 || !is_word(source_[at - 1])) && (end == source_.size() || !is_word(source_[end]))) return true;
+  }
+  return false;
 }
 
 }  // namespace tessera

@@ -47,7 +47,14 @@ class ChatTemplate {
   // absent), `bos_token` / `eos_token` (this template's when absent) and any extra variables.
   // Objects keep their key order (tojson prints tool schemas in the client's order), so
   // parse request bodies as ordered_json; a plain json context renders its keys sorted.
+  // A "chat_template_kwargs" object in the context (a request's, read by chat_request.h) is
+  // spread into template variables, as transformers' apply_chat_template(**kwargs) does — each
+  // must be a name the template's text mentions, else InvalidArgument beginning
+  // "chat_template_kwargs" and naming it (a misspelt "enable_thinkng" would otherwise change
+  // nothing, silently).
   StatusOr<std::string> render(const nlohmann::ordered_json& context) const;
+  // Whether the template's text mentions `name` as a whole identifier.
+  bool mentions(std::string_view name) const;
   StatusOr<std::string> render(const nlohmann::json& context) const;
 
   void set_special_tokens(std::optional<std::string> bos_token, std::optional<std::string> eos_token) {

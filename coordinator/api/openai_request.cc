@@ -260,11 +260,7 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
   }
   StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
   if (!rendered.is_ok()) {
-    if (rendered.status().code() == StatusCode::kInvalidArgument) {
-      *error = bad_request("messages", "chat template: " + rendered.status().message());
-    } else {
-      *error = api_server_error("chat template: " + rendered.status().message());
-    }
+    *error = chat_render_error(rendered.status());
     return false;
   }
   out->prompt_texts.push_back(std::move(rendered).value());

@@ -68,7 +68,7 @@ bool read_bool(const json& j, const char* name, bool* out, ApiError* error) {
 bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error) {
   json j;
   if (!read_object(ctx, body, {"model", "prompt", "messages", "tools", "add_special_tokens", "add_generation_prompt",
-                               "return_token_strs"},
+                               "chat_template_kwargs", "return_token_strs"},
                    &j, error))
     return false;
   const bool has_prompt = j.contains("prompt") && !j["prompt"].is_null();
@@ -89,9 +89,11 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
       *error = bad_request("prompt", "'prompt' must be a string");
       return false;
     }
-    if (j.contains("add_generation_prompt")) {
-      *error = bad_request("add_generation_prompt", "'add_generation_prompt' applies to 'messages' only");
-      return false;
+    for (const char* chat_only : {"add_generation_prompt", "chat_template_kwargs"}) {
+      if (j.contains(chat_only)) {
+        *error = bad_request(chat_only, std::string("'") + chat_only + "' applies to 'messages' only");
+        return false;
+      }
     }
     bool special = true;  // vLLM's default for a prompt
     if (!read_bool(j, "add_special_tokens", &special, error)) return false;
@@ -117,9 +119,7 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
     }
     StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
     if (!rendered.is_ok()) {
-      *error = rendered.status().code() == StatusCode::kInvalidArgument
-                   ? bad_request("messages", "chat template: " + rendered.status().message())
-                   : api_server_error("chat template: " + rendered.status().message());
+      *error = chat_render_error(rendered.status());
       return false;
     }
     const std::string text = std::move(rendered).value();

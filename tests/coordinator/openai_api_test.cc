@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "coordinator/api/chat_template.h"
 #include "tests/test_support.h"
 
 namespace tessera {
@@ -338,6 +339,51 @@ TEST_F(OpenAiApiTokenizer, ChatMessages) {
     EXPECT_EQ(e.http_status, 400) << c.body;
     EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
   }
+}
+
+// chat_template_kwargs reach the template as variables (DeepSeek-V3.1's real template from the
+// fixtures' corpus reads "thinking" / "enable_thinking" to leave its think block open); a name
+// the template never reads, one the request sets itself, or a non-object is a 400 naming it.
+TEST_F(OpenAiApiTokenizer, ChatTemplateKwargsReachTheTemplateAndUnreadOnesAreRefused) {
+  const auto corpus = nlohmann::ordered_json::parse(
+      ::tessera::testing::read_file(::tessera::testing::fixtures_dir() + "/chat_templates/templates/deepseek-v3.1.json"));
+  auto parsed = ChatTemplate::parse(corpus["template"].get<std::string>());
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  auto tmpl = std::make_shared<const ChatTemplate>(std::move(parsed).value());
+  ApiContext ctx = ctx_;
+  std::vector<std::string> rendered;
+  ctx.chat_renderer = [tmpl, &rendered](const nlohmann::ordered_json& c) -> StatusOr<std::string> {
+    StatusOr<std::string> text = tmpl->render(c);
+    if (text.is_ok()) rendered.push_back(*text);
+    return text;
+  };
+  const std::string messages = R"("messages": [{"role": "user", "content": "Why?"}])";
+  expect_ok("{" + messages + "}", ApiEndpoint::kChatCompletions, ctx);
+  expect_ok("{" + messages + R"(, "chat_template_kwargs": {"thinking": true}})", ApiEndpoint::kChatCompletions, ctx);
+  expect_ok("{" + messages + R"(, "chat_template_kwargs": {"enable_thinking": true}})", ApiEndpoint::kChatCompletions,
+            ctx);
+  ASSERT_EQ(rendered.size(), 3u);
+  // (DeepSeek's markers hold U+FF5C, the fullwidth vertical line.)
+  EXPECT_TRUE(rendered[0].ends_with("<\uff5cAssistant\uff5c><think></think>")) << rendered[0];
+  EXPECT_TRUE(rendered[1].ends_with("<\uff5cAssistant\uff5c><think>")) << rendered[1];
+  EXPECT_EQ(rendered[2], rendered[1]);
+
+  const ErrorCase cases[] = {
+      {R"(, "chat_template_kwargs": {"enable_thinkng": true}})", "chat_template_kwargs"},
+      {R"(, "chat_template_kwargs": {"add_generation_prompt": false}})", "chat_template_kwargs.add_generation_prompt"},
+      {R"(, "chat_template_kwargs": {"not a name": 1}})", "chat_template_kwargs.not a name"},
+      {R"(, "chat_template_kwargs": [true]})", "chat_template_kwargs"},
+  };
+  for (const ErrorCase& c : cases) {
+    const ApiError e = expect_error("{" + messages + c.body, ApiEndpoint::kChatCompletions, ctx);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body << ": " << e.message;
+  }
+  EXPECT_NE(expect_error("{" + messages + cases[0].body, ApiEndpoint::kChatCompletions, ctx).message.find("enable_thinkng"),
+            std::string::npos);
+  // The completions endpoint has no template: the field is unknown there.
+  EXPECT_EQ(expect_error(R"({"prompt": "x", "chat_template_kwargs": {}})", ApiEndpoint::kCompletions, ctx_).param,
+            "chat_template_kwargs");
 }
 
 TEST_F(OpenAiApiTokenizer, ChatResponseAndChunks) {

@@ -339,6 +339,29 @@ TEST_F(ToolCallsHttpTest, PromptIsTheTemplatesRenderingWithToolsAndToolMessages)
   EXPECT_EQ(json::parse(t->body)["tokens"].get<std::vector<int32_t>>(), tokenizer_->encode(expected, false));
 }
 
+// chat_template_kwargs over HTTP: DeepSeek-V3.1's template leaves its think block open with
+// {"thinking": true} (the prompt ends "<think>" instead of "<think></think>"), and /tokenize
+// renders the same; a name the template never reads is a 400 naming the field.
+TEST_F(ToolCallsHttpTest, ChatTemplateKwargsReachTheTemplate) {
+  start("deepseek-v3.1");
+  script("Because.");
+  const std::string kwargs = R"("chat_template_kwargs": {"thinking": true})";
+  const json closed = post(body());
+  const json open = post(body(kwargs));
+  const int closed_tokens = closed["usage"]["prompt_tokens"];
+  const int open_tokens = open["usage"]["prompt_tokens"];
+  EXPECT_GT(closed_tokens, open_tokens);
+  json tok = body(kwargs);
+  tok.erase("max_tokens");
+  auto t = client_->post_json("/tokenize", tok.dump());
+  ASSERT_TRUE(t.is_ok());
+  ASSERT_EQ(t->status, 200) << t->body;
+  EXPECT_EQ(json::parse(t->body)["count"], open_tokens) << t->body;
+  const json misspelt = post(body(R"("chat_template_kwargs": {"enable_thinkng": true})"), 400);
+  EXPECT_EQ(misspelt["error"]["param"], "chat_template_kwargs") << misspelt;
+  EXPECT_NE(misspelt["error"]["message"].get<std::string>().find("enable_thinkng"), std::string::npos) << misspelt;
+}
+
 TEST_F(ToolCallsHttpTest, TemplateRaiseIsA400WithItsMessage) {
   start("gemma-7b-it");
   const json r = post(json::parse(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]})"),
