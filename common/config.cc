@@ -336,6 +336,9 @@ const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {
     {"auto", "auto"}, {"hermes", "hermes"}, {"llama3_json", "llama3_json"}, {"mistral", "mistral"}, {"none", "none"}};
+// gpt_oss (harmony channels) is not read yet: not a value.
+const std::vector<std::pair<const char*, std::string>> kReasoningParsers = {
+    {"auto", "auto"}, {"deepseek_r1", "deepseek_r1"}, {"qwen3", "qwen3"}, {"none", "none"}};
 const std::vector<std::pair<const char*, std::optional<BackendKind>>> kBackends = {
     {"auto", std::nullopt}, {"cpu", BackendKind::kCpu}, {"cuda", BackendKind::kCuda}};
 
@@ -618,6 +621,7 @@ const std::vector<KeyDef>& schema() {
       TESSERA_BOOL_KEY("server.warm_up", server.warm_up),
       TESSERA_STRING_KEY("server.chat_template", server.chat_template, read_string),
       TESSERA_ENUM_KEY("server.tool_call_parser", server.tool_call_parser, kToolCallParsers),
+      TESSERA_ENUM_KEY("server.reasoning_parser", server.reasoning_parser, kReasoningParsers),
       TESSERA_BOOL_KEY("server.curve.enabled", server.curve.enabled),
       TESSERA_STRING_KEY("server.curve.server_public_key_file", server.curve.server_public_key_file, read_string),
       TESSERA_STRING_KEY("server.curve.server_secret_key_file", server.curve.server_secret_key_file, read_string),

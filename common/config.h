@@ -156,6 +156,10 @@ struct ServerSection {
   // How tool calls are read out of generated text: auto (decided from the chat template) |
   // hermes | llama3_json | mistral | none.
   std::string tool_call_parser = "auto";
+  // How a reasoning model's thoughts are told from its answer (chat reasoning_content):
+  // auto (think tags when the chat template mentions <think> or </think>) | deepseek_r1 | qwen3 | none
+  // (coordinator/api/reasoning/reasoning_parser.h).
+  std::string reasoning_parser = "auto";
   CurveSection curve;
 };
 

@@ -60,6 +60,7 @@ constexpr Field kImplemented[] = {
     {"tool_choice", kChat},
     {"parallel_tool_calls", kChat},
     {"chat_template_kwargs", kChat},
+    {"include_reasoning", kChat},
     // Structured output (coordinator/api/grammars/request_constraint.h): at most one of them.
     {"response_format", kBoth},
     {"guided_json", kBoth},

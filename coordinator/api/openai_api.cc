@@ -191,9 +191,18 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
     json choice = {{"index", i}};
     json finish = finish_json(c.finish_reason);
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-      if (request.tool_call_parser) {
-        ParsedToolCalls parsed = parse_tool_calls(*request.tool_call_parser, c.text, request.parallel_tool_calls);
+      // A reasoning model's thoughts apart; an output cut inside them has no answer (null).
+      std::optional<std::string> answer = c.text;
+      if (request.reasoning) {
+        SplitReasoning split = split_reasoning(c.text, request.starts_in_reasoning);
+        answer = std::move(split.content);
+        choice["message"] = {{"role", "assistant"}, {"content", answer ? json(*answer) : json(nullptr)}};
+        if (request.include_reasoning && split.reasoning) choice["message"]["reasoning_content"] = *split.reasoning;
+      } else {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      }
+      if (request.tool_call_parser && answer) {
+        ParsedToolCalls parsed = parse_tool_calls(*request.tool_call_parser, *answer, request.parallel_tool_calls);
         if (!parsed.calls.empty()) {
           choice["message"]["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
           json calls = json::array();
@@ -259,21 +268,44 @@ std::vector<std::string> stream_event_chunks(const ApiRequest& request, const st
                                              int index, const GenerateEvent& ev, const Tokenizer* tokenizer,
                                              ChoiceOutput* out) {
   const FinishReason finish = ev.finished ? ev.finish_reason : FinishReason::kNone;
-  if (!request.tool_call_parser) {
+  if (!request.tool_call_parser && !request.reasoning) {
     if (ev.text.empty() && !ev.finished && (request.logprobs < 0 || ev.tokens.empty())) return {};
     return {stream_chunk_body(request, id, created, index, ev.text, ev.tokens, finish, false, tokenizer,
                               &out->stream_text_offset)};
   }
-  if (!out->tool_stream)
-    out->tool_stream = std::make_shared<ToolCallStream>(request.tool_call_parser.get(), request.parallel_tool_calls);
-  ToolCallStream& stream = *out->tool_stream;
-  std::vector<ToolCallDelta> deltas = stream.feed(ev.text);
-  if (ev.finished)
-    for (ToolCallDelta& d : stream.finish()) deltas.push_back(std::move(d));
   // Tokens whose text is held back wait for the next chunk, so every token's logprobs are sent once.
   out->stream_held_tokens.insert(out->stream_held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
   std::vector<std::string> chunks;
   auto take_tokens = [&]() { return std::exchange(out->stream_held_tokens, {}); };
+  // A reasoning model's thoughts first, as reasoning_content deltas; the answer goes on below.
+  std::string answer = ev.text;
+  if (request.reasoning) {
+    if (!out->reasoning_stream) out->reasoning_stream = std::make_shared<ReasoningStream>(request.starts_in_reasoning);
+    ReasoningDelta split = out->reasoning_stream->feed(ev.text);
+    if (ev.finished) {
+      ReasoningDelta rest = out->reasoning_stream->finish();
+      split.reasoning += rest.reasoning;
+      split.content += rest.content;
+    }
+    if (request.include_reasoning && !split.reasoning.empty())
+      chunks.push_back(chat_chunk(request, id, created, index, {{"reasoning_content", split.reasoning}}, take_tokens(),
+                                  nullptr, tokenizer));
+    answer = std::move(split.content);
+  }
+  if (!request.tool_call_parser) {
+    if (!answer.empty())
+      chunks.push_back(chat_chunk(request, id, created, index, {{"content", answer}}, take_tokens(), nullptr, tokenizer));
+    if (ev.finished)
+      chunks.push_back(chat_chunk(request, id, created, index, json::object(), take_tokens(), finish_json(finish),
+                                  tokenizer));
+    return chunks;
+  }
+  if (!out->tool_stream)
+    out->tool_stream = std::make_shared<ToolCallStream>(request.tool_call_parser.get(), request.parallel_tool_calls);
+  ToolCallStream& stream = *out->tool_stream;
+  std::vector<ToolCallDelta> deltas = stream.feed(answer);
+  if (ev.finished)
+    for (ToolCallDelta& d : stream.finish()) deltas.push_back(std::move(d));
   for (const ToolCallDelta& d : deltas) {
     if (!d.is_call) {
       chunks.push_back(chat_chunk(request, id, created, index, {{"content", d.content}}, take_tokens(), nullptr,
@@ -339,7 +371,8 @@ std::string models_body(const std::string& model_name, int max_model_len, int64_
 std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
 
 ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, int max_model_len,
-                            ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls) {
+                            ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls,
+                            std::optional<ReasoningFormat> reasoning) {
   ApiContext api;
   api.tokenizer = tokenizer;
   if (tokenizer != nullptr) api.token_vocabulary = structured::TokenVocabulary::from_tokenizer(*tokenizer);
@@ -362,6 +395,7 @@ ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, 
       api.chat_renderer = [st](const nlohmann::ordered_json&) -> StatusOr<std::string> { return st; };
     }
   }
+  api.reasoning = reasoning ? *reasoning : reasoning_format_for_template(template_source);
   const ToolCallFormat format = tool_calls ? *tool_calls : tool_call_format_for_template(template_source);
   api.tool_call_parser = make_tool_call_parser(format);
   api.tool_call_format = format;

@@ -19,6 +19,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/api_error.h"
 #include "coordinator/api/chat_template.h"
+#include "coordinator/api/reasoning/reasoning_parser.h"
 #include "coordinator/api/tool_calls/tool_call_format.h"
 #include "coordinator/engine/engine_service.h"
 #include "coordinator/engine/structured/token_vocabulary.h"
@@ -35,6 +36,7 @@ enum class ApiEndpoint { kCompletions, kChatCompletions };
 using ChatRenderer = std::function<StatusOr<std::string>(const nlohmann::ordered_json& context)>;
 
 class ToolCallStream;
+class ReasoningStream;
 
 // What the API layer needs to know about the served model.
 struct ApiContext {
@@ -59,6 +61,8 @@ struct ApiContext {
   // Whether this front end returns tool_calls (the ZeroMQ API does not: it refuses requests
   // whose tool calls would be read).
   bool tool_calls_out = true;
+  // How a chat answer's thoughts are told apart (reasoning_content); kNone: they stay content.
+  ReasoningFormat reasoning = ReasoningFormat::kNone;
 };
 
 // The context a front end (HTTP, ZeroMQ) serves with: `renderer` when given, else the
@@ -66,9 +70,10 @@ struct ApiContext {
 // when it has none; one that does not parse answers chat requests with a 500 naming the
 // error — tessera-serve refuses it at start-up). `tool_calls`: the tool-call format;
 // nullopt = auto, decided from the template's text when make_api_context loads it, none
-// with a given `renderer`.
+// with a given `renderer`. `reasoning` likewise.
 ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, int max_model_len,
-                            ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls = std::nullopt);
+                            ChatRenderer renderer, std::optional<ToolCallFormat> tool_calls = std::nullopt,
+                            std::optional<ReasoningFormat> reasoning = std::nullopt);
 
 // A decoded request: one engine Request per prompt, each with best_of (= n unless asked)
 // choices; a response's choice index is prompt_index × n + choice.
@@ -89,6 +94,12 @@ struct ApiRequest {
   // null = the text is the content.
   std::shared_ptr<const ToolCallParser> tool_call_parser;
   bool parallel_tool_calls = true;  // false: at most one call is read
+  // Chat on a reasoning model (ApiContext::reasoning): its thoughts go to reasoning_content
+  // (dropped with include_reasoning false), the rest is the answer; the output starts inside
+  // the thoughts when the rendered prompt left a <think> open.
+  bool reasoning = false;
+  bool starts_in_reasoning = false;
+  bool include_reasoning = true;
 
   // Choices generated (requests × best_of): what the transports gather, by generated index
   // prompt_index × best_of + choice. Without best_of > n these are the response's indexes.
@@ -118,6 +129,8 @@ struct ChoiceOutput {
   // held back (their logprobs go with the next chunk that is sent).
   std::shared_ptr<ToolCallStream> tool_stream;
   std::vector<SampledToken> stream_held_tokens;
+  // Streaming a reasoning model's chat (ApiRequest::reasoning): where its thoughts end.
+  std::shared_ptr<ReasoningStream> reasoning_stream;
 };
 
 struct Usage {

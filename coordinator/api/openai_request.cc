@@ -264,6 +264,8 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
     return false;
   }
   out->prompt_texts.push_back(std::move(rendered).value());
+  out->reasoning = ctx.reasoning == ReasoningFormat::kThinkTags;
+  out->starts_in_reasoning = out->reasoning && prompt_opens_reasoning(out->prompt_texts.back());
   prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), false));
   if (prompts->back().empty()) {
     *error = bad_request("messages", "'messages' render to an empty prompt");
@@ -407,6 +409,7 @@ void read_logprobs(FieldReader& f, bool chat, ApiRequest* out, SamplingParams* s
   if (chat) {
     bool want = false;
     f.boolean("logprobs", &want);
+    f.boolean("include_reasoning", &out->include_reasoning);
     int top = 0;
     const bool has_top = f.integer("top_logprobs", &top, 0, kMaxLogprobs);
     if (has_top && !want && !f.failed()) f.fail("top_logprobs", "'top_logprobs' requires 'logprobs': true");
@@ -575,6 +578,9 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   if (chat ? !parse_messages(ordered, ctx, out, &prompts, &forced, error) : !parse_prompt(j, ctx, out, &prompts, error))
     return false;
   if (!apply_tool_call_fields(ordered, j, ctx, *out, forced, &t, error)) return false;
+  // Under a grammar (structured output, a forced call) the output follows it from its first
+  // token: there are no thoughts, and all of it is the answer.
+  if (t.constraint) out->reasoning = out->starts_in_reasoning = false;
   return add_requests(&prompts, chat, ctx, t, out, error);
 }
 

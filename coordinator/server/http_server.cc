@@ -173,7 +173,7 @@ Status HttpServer::start() {
   if (s.started) return Status(StatusCode::kInternal, "HttpServer::start called twice");
   TESSERA_ASSIGN_OR_RETURN(s.limits, http_limits(s.options));
   s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer,
-                           s.options.tool_call_format);
+                           s.options.tool_call_format, s.options.reasoning_format);
   s.cors = CorsPolicy(s.options.cors_origins);
   s.api.max_model_len_limit = s.service.max_model_len_limit();
   beast::error_code ec;

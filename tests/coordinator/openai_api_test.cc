@@ -381,6 +381,19 @@ TEST_F(OpenAiApiTokenizer, ChatTemplateKwargsReachTheTemplateAndUnreadOnesAreRef
   }
   EXPECT_NE(expect_error("{" + messages + cases[0].body, ApiEndpoint::kChatCompletions, ctx).message.find("enable_thinkng"),
             std::string::npos);
+  // A reasoning model's thoughts are read where the rendered prompt leaves <think> open, unless
+  // a grammar decodes the output from its first token.
+  ctx.reasoning = ReasoningFormat::kThinkTags;
+  ctx.token_vocabulary = structured::TokenVocabulary::from_tokenizer(*tokenizer_);
+  const ApiRequest open = expect_ok("{" + messages + R"(, "chat_template_kwargs": {"thinking": true}})",
+                                    ApiEndpoint::kChatCompletions, ctx);
+  EXPECT_TRUE(open.reasoning && open.starts_in_reasoning && open.include_reasoning);
+  const ApiRequest closed = expect_ok("{" + messages + R"(, "include_reasoning": false})", ApiEndpoint::kChatCompletions, ctx);
+  EXPECT_TRUE(closed.reasoning && !closed.starts_in_reasoning && !closed.include_reasoning);
+  const ApiRequest constrained =
+      expect_ok("{" + messages + R"(, "chat_template_kwargs": {"thinking": true}, "response_format": {"type": "json_object"}})",
+                ApiEndpoint::kChatCompletions, ctx);
+  EXPECT_FALSE(constrained.reasoning || constrained.starts_in_reasoning);
   // The completions endpoint has no template: the field is unknown there.
   EXPECT_EQ(expect_error(R"({"prompt": "x", "chat_template_kwargs": {}})", ApiEndpoint::kCompletions, ctx_).param,
             "chat_template_kwargs");

@@ -83,8 +83,9 @@ class ToolCallsHttpTest : public ::testing::Test {
     if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_);
   }
 
-  // Serves with the fixture template `id`; the tool-call format is what `auto` decides from it.
-  void start(const std::string& id) {
+  // Serves with the fixture template `id`; the tool-call and reasoning formats are what
+  // `auto` decides from it unless `reasoning` says.
+  void start(const std::string& id, std::optional<ReasoningFormat> reasoning = std::nullopt) {
     const std::string path = testing::fixtures_dir() + "/chat_templates/templates/" + id + ".json";
     const json spec = json::parse(testing::read_file(path));
     auto tmpl = ChatTemplate::parse(spec["template"].get<std::string>());
@@ -105,6 +106,7 @@ class ToolCallsHttpTest : public ::testing::Test {
     auto shared = template_;
     o.chat_renderer = [shared](const ojson& c) { return shared->render(c); };
     o.tool_call_format = tool_call_format_for_template(template_->source());
+    o.reasoning_format = reasoning ? *reasoning : reasoning_format_for_template(template_->source());
     server_ = std::make_unique<HttpServer>(o, *service_, tokenizer_.get());
     ASSERT_TRUE(server_->start().is_ok());
     auto client = HttpClient::create("http://127.0.0.1:" + std::to_string(server_->port()));
@@ -139,6 +141,7 @@ class ToolCallsHttpTest : public ::testing::Test {
 
   // A stream folded as a client folds it: content joined, tool calls assembled by index.
   struct Folded {
+    json reasoning = nullptr;  // reasoning_content deltas joined; null when there were none
     json content = nullptr;
     json tool_calls = json::array();
     std::string finish_reason;
@@ -146,12 +149,16 @@ class ToolCallsHttpTest : public ::testing::Test {
   Folded stream(json b) {
     b["stream"] = true;
     Folded f;
-    std::string content;
-    bool any_content = false;
+    std::string content, reasoning;
+    bool any_content = false, any_reasoning = false;
     auto r = client_->post_stream("/v1/chat/completions", b.dump(), [&](std::string_view payload) {
       const json ev = json::parse(payload);
       const json& choice = ev["choices"][0];
       const json& delta = choice["delta"];
+      if (delta.contains("reasoning_content")) {
+        reasoning += delta["reasoning_content"].get<std::string>();
+        any_reasoning = true;
+      }
       if (delta.contains("content") && !delta["content"].get<std::string>().empty()) {
         content += delta["content"].get<std::string>();
         any_content = true;
@@ -176,6 +183,7 @@ class ToolCallsHttpTest : public ::testing::Test {
     });
     EXPECT_TRUE(r.is_ok() && r->done) << (r.is_ok() ? r->response.body : r.status().to_string());
     if (any_content) f.content = content;
+    if (any_reasoning) f.reasoning = reasoning;
     return f;
   }
 
@@ -360,6 +368,74 @@ TEST_F(ToolCallsHttpTest, ChatTemplateKwargsReachTheTemplate) {
   const json misspelt = post(body(R"("chat_template_kwargs": {"enable_thinkng": true})"), 400);
   EXPECT_EQ(misspelt["error"]["param"], "chat_template_kwargs") << misspelt;
   EXPECT_NE(misspelt["error"]["message"].get<std::string>().find("enable_thinkng"), std::string::npos) << misspelt;
+}
+
+// A reasoning model through the chat API (the scripted model, DeepSeek-V3.1's real template; the
+// kjv tokenizer spells </think> in several tokens, so the marker comes split): with thinking on
+// (chat_template_kwargs) the prompt leaves <think> open and the thoughts go to
+// reasoning_content, the answer to content — streaming and not; with it off the prompt closes the
+// block and all is answer; include_reasoning false drops the thoughts; a reply cut inside them
+// has no answer.
+TEST_F(ToolCallsHttpTest, ThoughtsGoToReasoningContentAndTheAnswerToContent) {
+  start("deepseek-v3.1");
+  script("Which city is meant?</think>\n\nParis is sunny.");  // thinking off: all of it is content
+  const size_t close = written_.find("</think>");
+  ASSERT_NE(close, std::string::npos) << written_;
+  const std::string thoughts = written_.substr(0, close);
+  const std::string answer = "Paris is sunny.";
+  const std::string thinking = R"("chat_template_kwargs": {"thinking": true})";
+
+  const json on = post(body(thinking))["choices"][0];
+  EXPECT_EQ(on["message"]["reasoning_content"], thoughts) << on;
+  EXPECT_EQ(on["message"]["content"], answer) << on;
+  EXPECT_EQ(on["finish_reason"], "stop") << on;
+  const Folded s = stream(body(thinking));
+  EXPECT_EQ(s.reasoning, thoughts);
+  EXPECT_EQ(s.content, answer);
+
+  const json off = post(body())["choices"][0];
+  EXPECT_FALSE(off["message"].contains("reasoning_content")) << off;
+  EXPECT_EQ(off["message"]["content"], written_) << off;
+
+  const std::string dropped = thinking + R"(, "include_reasoning": false)";
+  const json quiet = post(body(dropped))["choices"][0];
+  EXPECT_FALSE(quiet["message"].contains("reasoning_content")) << quiet;
+  EXPECT_EQ(quiet["message"]["content"], answer) << quiet;
+  EXPECT_EQ(stream(body(dropped)).reasoning, nullptr);
+
+  json cut = body(thinking);
+  cut["max_tokens"] = 2;
+  const json short_one = post(cut)["choices"][0];
+  EXPECT_EQ(short_one["finish_reason"], "length") << short_one;
+  EXPECT_TRUE(short_one["message"]["content"].is_null()) << short_one;
+  EXPECT_TRUE(thoughts.starts_with(short_one["message"]["reasoning_content"].get<std::string>())) << short_one;
+  const Folded cut_stream = stream(cut);
+  EXPECT_EQ(cut_stream.content, nullptr);
+  EXPECT_EQ(cut_stream.finish_reason, "length");
+}
+
+// Tool calls are read from the answer, after the thoughts (Qwen's hermes calls, reasoning on).
+TEST_F(ToolCallsHttpTest, ToolCallsAfterTheThoughtsAreReadFromTheAnswer) {
+  start("qwen2.5-7b-instruct", ReasoningFormat::kThinkTags);
+  const std::string text =
+      "<think>The user wants the weather.</think>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Paris\"}}\n</tool_call>";
+  model_.set_tokens(model_writing(tokenizer_->encode(text, false)));
+  const json b = body(std::string("\"tools\": ") + kWeatherTools);
+  const json choice = post(b)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  EXPECT_NE(choice["message"]["reasoning_content"].get<std::string>().find("The user wants the weather."),
+            std::string::npos) << choice;
+  EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
+  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}));
+  const Folded s = stream(b);
+  EXPECT_EQ(s.finish_reason, "tool_calls");
+  EXPECT_EQ(s.reasoning, choice["message"]["reasoning_content"]);
+  EXPECT_EQ(s.content, nullptr);
+  ASSERT_EQ(s.tool_calls.size(), 1u);
+  EXPECT_EQ(s.tool_calls[0]["function"]["arguments"], choice["message"]["tool_calls"][0]["function"]["arguments"]);
 }
 
 TEST_F(ToolCallsHttpTest, TemplateRaiseIsA400WithItsMessage) {

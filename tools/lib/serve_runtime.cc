@@ -182,6 +182,7 @@ struct ServedModel {
   std::unique_ptr<Tokenizer> tokenizer;  // null: only token-id prompts are accepted
   ChatRenderer chat_renderer;            // empty without a tokenizer
   std::optional<ToolCallFormat> tool_calls;
+  std::optional<ReasoningFormat> reasoning;
 };
 
 // The tokenizer and the chat template. A model without tokenizer.json (and not a GGUF
@@ -202,17 +203,19 @@ Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) 
     TESSERA_RETURN_IF_ERROR(check_tokenizer_fits_model(*m.tokenizer, m.config));
   }
   TESSERA_ASSIGN_OR_RETURN(m.tool_calls, tool_call_format_from_name(c.server.tool_call_parser));
+  TESSERA_ASSIGN_OR_RETURN(m.reasoning, reasoning_format_from_setting(c.server.reasoning_parser));
   if (!m.tokenizer) return Status::ok();
   StatusOr<ChatTemplate> tmpl = ChatTemplate::from_setting(*m.tokenizer, c.server.chat_template);
   // The model's template is named by the model's folder; server.chat_template's errors name the key.
   if (!tmpl.is_ok()) return c.server.chat_template.empty() ? tmpl.status().with_context(c.model.path) : tmpl.status();
   auto shared = std::make_shared<const ChatTemplate>(std::move(tmpl).value());
   if (!m.tool_calls) m.tool_calls = tool_call_format_for_template(shared->source());
-  TESSERA_LOG_INFO("chat template: {}; tool calls read as {}",
+  if (!m.reasoning) m.reasoning = reasoning_format_for_template(shared->source());
+  TESSERA_LOG_INFO("chat template: {}; tool calls read as {}; reasoning read as {}",
                    !c.server.chat_template.empty() ? c.server.chat_template
                    : m.tokenizer->chat_template().empty() ? std::string("the built-in llama2 (the model has none)")
                                                           : std::string("the model's"),
-                   tool_call_format_name(*m.tool_calls));
+                   tool_call_format_name(*m.tool_calls), reasoning_format_name(*m.reasoning));
   m.chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
   return Status::ok();
 }
@@ -283,6 +286,7 @@ HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<
   ho.zmq_replies = std::move(zmq_replies);  // /metrics shows the ZeroMQ API's replies
   ho.chat_renderer = model.chat_renderer;
   ho.tool_call_format = model.tool_calls;
+  ho.reasoning_format = model.reasoning;
   return ho;
 }
 
