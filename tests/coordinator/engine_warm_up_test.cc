@@ -96,5 +96,31 @@ TEST_F(EngineWarmUpTest, FitsATinyKvPool) {
   EXPECT_EQ(executor.sequences().size(), 0u);
 }
 
+// The step-cost curve speculative decoding's back-off reads: plain steps of 1, 2, 4, ... rows
+// (up to the token budget, 128 here, unless a step takes 4x a one-row step's first), each
+// timed five times (the times themselves are the host's); nothing is left on the executor, and a
+// request served after it gets the fresh executor's tokens.
+TEST_F(EngineWarmUpTest, MeasuresAStepsTimeByItsRowsAndLeavesNothingBehind) {
+  SchedulerConfig c = config(64);
+  c.speculative.method = SpeculativeConfig::Method::kNgram;
+  Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+  testing::ScriptedExecutor counting(executor);
+  StatusOr<RowCostCurve> curve = measure_row_costs(c, counting, model_->config().vocab);
+  ASSERT_TRUE(curve.is_ok()) << curve.status().to_string();
+  const auto& measured = curve->measured();
+  ASSERT_GE(measured.size(), 2u) << curve->describe();
+  int64_t fed = 0;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    EXPECT_EQ(measured[i].first, 1 << i) << curve->describe();
+    EXPECT_GT(measured[i].second, 0.0) << curve->describe();
+    fed += 5 * measured[i].first;
+  }
+  EXPECT_LE(measured.back().first, 128);
+  EXPECT_EQ(counting.fed(), fed);  // each size five times, one prompt step each
+  EXPECT_EQ(executor.sequences().size(), 0u);
+  Executor fresh(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+  EXPECT_EQ(serve_one(executor, c), serve_one(fresh, c));
+}
+
 }  // namespace
 }  // namespace tessera
