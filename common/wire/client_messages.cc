@@ -109,11 +109,12 @@ Status decode(std::string_view frame, Abort* m) {
 
 // ---- Delta
 void encode(const Delta& m, std::string* out) {
-  out->reserve(kHeaderBytes + 20 + m.text.size() + m.token_ids.size() * kMinTokenBytes);
+  out->reserve(kHeaderBytes + 24 + m.text.size() + m.reasoning.size() + m.token_ids.size() * kMinTokenBytes);
   encode_frame(MessageType::kDelta, out, [&](WireWriter& w) {
     w.u64(m.id);
     w.u32(m.index);
     w.bytes(m.text);
+    w.bytes(m.reasoning);
     w.u32(static_cast<uint32_t>(m.token_ids.size()));
     for (size_t i = 0; i < m.token_ids.size(); ++i) {
       w.i32(m.token_ids[i]);
@@ -126,6 +127,7 @@ Status decode(std::string_view frame, Delta* m) {
     m->id = r.u64("id");
     m->index = r.u32("index");
     r.bytes(&m->text, "text");
+    r.bytes(&m->reasoning, "reasoning");
     const uint32_t n = r.count(kMinTokenBytes, "tokens.count");
     m->token_ids.resize(n);
     m->logprobs.resize(n);

@@ -24,7 +24,8 @@
 namespace tessera::wire::client {
 
 inline constexpr uint32_t kMagic = 0x50435354;  // "TSCP" as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: Delta.reasoning (a reasoning model's thoughts apart from the answer).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {
@@ -54,6 +55,9 @@ struct Delta {
   uint64_t id = 0;
   uint32_t index = 0;  // choice index (prompt_index * n + i, as in REST)
   std::string text;    // new text (may be empty while a character's bytes are incomplete)
+  // Chat on a reasoning model (docs/api.md, "Reasoning models"): new thought text; `text` then
+  // carries only the answer. Empty otherwise.
+  std::string reasoning;
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;  // one per token id (the sampled token's logprob)
 };

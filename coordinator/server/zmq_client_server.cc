@@ -110,6 +110,9 @@ struct ClientRequest {
   std::vector<bool> done;              // per choice
   std::vector<wc::FinalChoice> finals;
   int remaining = 0;
+  // Chat on a reasoning model: where each choice's thoughts end (as the HTTP stream's).
+  std::vector<std::unique_ptr<ReasoningStream>> reasoning;
+  bool include_reasoning = true;
 };
 
 }  // namespace
@@ -221,6 +224,10 @@ struct ZmqClientServer::Impl {
     r.done.assign(n, false);
     r.finals.assign(n, wc::FinalChoice{});
     r.remaining = static_cast<int>(n);
+    if (req.reasoning) {
+      for (size_t i = 0; i < n; ++i) r.reasoning.push_back(std::make_unique<ReasoningStream>(req.starts_in_reasoning));
+      r.include_reasoning = req.include_reasoning;
+    }
     std::shared_ptr<EventQueue> q = queue;
     StatusOr<std::vector<RequestId>> ids =
         submit_api_request(service, req, [q, serial](size_t index, const GenerateEvent& ev) {
@@ -288,11 +295,24 @@ struct ZmqClientServer::Impl {
     ClientRequest& r = it->second;
     if (qe.index >= r.done.size() || r.done[qe.index]) return;
     const GenerateEvent& ev = qe.event;
-    if (!ev.text.empty() || !ev.tokens.empty()) {
+    std::string text = ev.text, reasoning;
+    if (!r.reasoning.empty()) {
+      ReasoningStream& split = *r.reasoning[qe.index];
+      ReasoningDelta d = split.feed(ev.text);
+      if (ev.finished) {
+        ReasoningDelta rest = split.finish();
+        d.reasoning += rest.reasoning;
+        d.content += rest.content;
+      }
+      text = std::move(d.content);
+      if (r.include_reasoning) reasoning = std::move(d.reasoning);
+    }
+    if (!text.empty() || !reasoning.empty() || !ev.tokens.empty()) {
       wc::Delta d;
       d.id = r.client_id;
       d.index = static_cast<uint32_t>(qe.index);
-      d.text = ev.text;
+      d.text = std::move(text);
+      d.reasoning = std::move(reasoning);
       d.token_ids.reserve(ev.tokens.size());
       d.logprobs.reserve(ev.tokens.size());
       for (const SampledToken& t : ev.tokens) {
@@ -430,7 +450,8 @@ Status ZmqClientServer::start() {
   if (ep.rfind("tcp://", 0) != 0 && ep.rfind("ipc://", 0) != 0 && ep.rfind("inproc://", 0) != 0)
     return invalid_argument("server.zmq_client: expected tcp://HOST:PORT or ipc://PATH, got '" + ep + "'");
   if (s.options.heartbeat_interval.count() < 1) return invalid_argument("heartbeat_interval must be >= 1 ms");
-  s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer);
+  s.api = make_api_context(s.tokenizer, s.options.model_name, s.service.max_model_len(), s.options.chat_renderer,
+                           std::nullopt, s.options.reasoning_format);
   s.api.tool_calls_out = false;  // replies carry text only: requests whose tool calls would be read are refused
   s.api.max_model_len_limit = s.service.max_model_len_limit();
   const bool curve = !s.options.curve_server_secret_key.empty();

@@ -44,6 +44,7 @@ Delta random_delta(Gen& g) {
   m.id = g.u64();
   m.index = static_cast<uint32_t>(g.i32());
   m.text = g.bytes(50);
+  m.reasoning = g.bytes(30);
   const int n = g.n(10);
   for (int i = 0; i < n; ++i) {
     m.token_ids.push_back(g.i32());
@@ -118,6 +119,7 @@ TEST(ClientMessagesTest, EveryMessageRoundTripsManySeeds) {
       EXPECT_EQ(got.id, m.id);
       EXPECT_EQ(got.index, m.index);
       EXPECT_EQ(got.text, m.text);
+      EXPECT_EQ(got.reasoning, m.reasoning);
       EXPECT_EQ(got.token_ids, m.token_ids);
       EXPECT_EQ(got.logprobs, m.logprobs);  // bit-exact floats
     }
@@ -167,11 +169,11 @@ TEST(ClientMessagesTest, DecodeMessageDispatchesOnType) {
 }
 
 TEST(ClientMessagesTest, LayoutIsLittleEndianAndDocumented) {
-  // docs/api.md: header magic "TSCP", version 1, type, body length; Abort = u64 id.
+  // docs/api.md: header magic "TSCP", version 2, type, body length; Abort = u64 id.
   const std::string f = encode(Abort{0x0102030405060708ULL});
   ASSERT_EQ(f.size(), kHeaderBytes + 8);
   EXPECT_EQ(f.substr(0, 4), "TSCP");
-  EXPECT_EQ(f[4], 1);
+  EXPECT_EQ(f[4], 2);
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], 2);  // Abort
   EXPECT_EQ(f[8], 8);  // body length
@@ -246,7 +248,7 @@ TEST(ClientMessagesTest, HugeCountsAndLengthsAreRejectedWithoutAllocating) {
   Delta d;
   d.id = 1;
   std::string f = encode(d);
-  const size_t count_at = kHeaderBytes + 8 + 4 + 4;
+  const size_t count_at = kHeaderBytes + 8 + 4 + 4 + 4;  // id, index, empty text, empty reasoning
   const uint32_t huge = 0xffffffffu;
   std::memcpy(f.data() + count_at, &huge, 4);
   Status st = decode(f, &d);
@@ -270,15 +272,15 @@ TEST(ClientMessagesTest, HugeCountsAndLengthsAreRejectedWithoutAllocating) {
 
 TEST(ClientMessagesTest, WrongVersionMagicTypeAndKindAreRejected) {
   std::string f = encode(Abort{3});
-  f[4] = 2;  // version 2
+  f[4] = 3;  // version 3
   Abort a;
   Status st = decode(f, &a);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("version 2 is not supported (this build speaks version 1)"), std::string::npos)
+  EXPECT_NE(st.message().find("version 3 is not supported (this build speaks version 2)"), std::string::npos)
       << st.message();
   StatusOr<Header> h = decode_header(f);
   ASSERT_TRUE(h.is_ok());  // so the server can answer with a Reject
-  EXPECT_EQ(h->version, 2);
+  EXPECT_EQ(h->version, 3);
   EXPECT_FALSE(peek_request_id(f).has_value());
   EXPECT_FALSE(decode_message(f).is_ok());
 
@@ -291,7 +293,7 @@ TEST(ClientMessagesTest, WrongVersionMagicTypeAndKindAreRejected) {
   EXPECT_EQ(rj.reason, "old client");
   ASSERT_TRUE(decode_message(r).is_ok());
   std::string future = encode(Abort{3});
-  future[4] = 2;
+  future[4] = 3;
   future[6] = 77;
   EXPECT_TRUE(decode_header(future).is_ok());
   EXPECT_EQ(decode_message(future).status().code(), StatusCode::kUnimplemented);

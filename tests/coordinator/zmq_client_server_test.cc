@@ -34,6 +34,7 @@ float fake_logprob(int index) { return -0.5f - 0.25f * static_cast<float>(index 
 // Everything one request produced, gathered from its events.
 struct Outcome {
   std::map<int, std::string> text;              // by choice
+  std::map<int, std::string> reasoning;         // by choice (Delta.reasoning joined)
   std::map<int, std::vector<int32_t>> tokens;   // by choice
   std::map<int, std::vector<float>> logprobs;   // by choice
   bool final_seen = false, error_seen = false;
@@ -64,6 +65,7 @@ Outcome collect(ZmqClient& client, uint64_t id, std::chrono::milliseconds timeou
     if (ev->kind == ZmqClientEvent::Kind::kDelta) {
       ++o->deltas;
       o->text[ev->index] += ev->text;
+      if (!ev->reasoning.empty()) o->reasoning[ev->index] += ev->reasoning;
       o->tokens[ev->index].insert(o->tokens[ev->index].end(), ev->token_ids.begin(), ev->token_ids.end());
       o->logprobs[ev->index].insert(o->logprobs[ev->index].end(), ev->logprobs.begin(), ev->logprobs.end());
     } else {
@@ -266,6 +268,47 @@ TEST_F(ZmqClientServerTest, TwoChoicesEchoAndChat) {
   ZmqClientEvent e = expect_error(*c, ZmqRequestKind::kCompletion, R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.error_param, "prompt");
+}
+
+// A chat on a reasoning model (a template that leaves <think> open, think tags read): its
+// Deltas carry the thoughts in `reasoning` and only the answer in `text`, as REST splits them;
+// include_reasoning false leaves `reasoning` empty; a completion is never split.
+TEST_F(ZmqClientServerTest, ReasoningModelsThoughtsComeApartFromTheAnswer) {
+  ZmqClientServerOptions o;
+  o.chat_renderer = [](const nlohmann::ordered_json& c) -> StatusOr<std::string> {
+    return "<s>" + c["messages"].back()["content"].get<std::string>() + "\n<think>\n";
+  };
+  o.reasoning_format = ReasoningFormat::kThinkTags;
+  start(o);
+  const std::vector<int32_t> written = tokenizer_->encode("Who asks?</think>\n\nIn the beginning", false);
+  executor_.set_tokens(testing::script_then(written, 2));
+  auto c = client();
+  ASSERT_TRUE(c);
+  // A completion is never split: its text is what the model wrote.
+  auto id = c->submit(ZmqRequestKind::kCompletion, R"({"prompt": "x", "max_tokens": 40})");
+  ASSERT_TRUE(id.is_ok());
+  Outcome out = collect(*c, id.value());
+  ASSERT_TRUE(out.final_seen) << out.last.error_message;
+  EXPECT_EQ(out.reasoning.count(0), 0u);
+  const std::string full = out.text[0];
+  const size_t close = full.find("</think>");
+  ASSERT_NE(close, std::string::npos) << full;
+
+  const std::string chat = R"({"messages": [{"role": "user", "content": "Who made the heaven?"}], "max_tokens": 40)";
+  id = c->submit(ZmqRequestKind::kChat, chat + "}");
+  ASSERT_TRUE(id.is_ok());
+  out = collect(*c, id.value());
+  ASSERT_TRUE(out.final_seen) << out.last.error_message;
+  EXPECT_EQ(out.reasoning[0], full.substr(0, close));
+  EXPECT_EQ(out.text[0], "In the beginning");
+  EXPECT_EQ(out.tokens[0].size(), written.size() + 1);  // every token once, EOS too
+
+  id = c->submit(ZmqRequestKind::kChat, chat + R"(, "include_reasoning": false})");
+  ASSERT_TRUE(id.is_ok());
+  out = collect(*c, id.value());
+  ASSERT_TRUE(out.final_seen) << out.last.error_message;
+  EXPECT_EQ(out.reasoning.count(0), 0u);
+  EXPECT_EQ(out.text[0], "In the beginning");
 }
 
 // Deltas stream each choice as it comes: best_of > n (ranked at the end) and echo + logprobs
@@ -498,12 +541,14 @@ TEST_F(ZmqClientServerTest, RawFramesDuplicateIdsAndGarbage) {
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.param, "id");
 
-  std::string v2 = wc::encode(s);
-  v2[4] = 2;
-  raw.send(v2);
+  std::string other = wc::encode(s);
+  other[4] = static_cast<char>(wc::kProtocolVersion + 1);
+  raw.send(other);
   wc::Reject reject;
   ASSERT_TRUE(wc::decode(raw.recv(), &reject).is_ok());
-  EXPECT_NE(reject.reason.find("version 2 is not supported"), std::string::npos) << reject.reason;
+  EXPECT_NE(reject.reason.find("version " + std::to_string(wc::kProtocolVersion + 1) + " is not supported"),
+            std::string::npos)
+      << reject.reason;
 
   raw.send(wc::encode(wc::Abort{12345}));  // unknown id: ignored
 

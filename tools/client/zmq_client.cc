@@ -202,6 +202,7 @@ StatusOr<ZmqClientEvent> ZmqClient::next_event(std::chrono::milliseconds timeout
     ev.request_id = d->id;
     ev.index = static_cast<int>(d->index);
     ev.text = std::move(d->text);
+    ev.reasoning = std::move(d->reasoning);
     ev.token_ids = std::move(d->token_ids);
     ev.logprobs = std::move(d->logprobs);
   } else if (auto* f = std::get_if<wc::Final>(&m)) {

@@ -34,6 +34,7 @@ struct ZmqClientEvent {
   // kDelta: new output of choice `index` (text may be empty while bytes of a character wait).
   int index = 0;
   std::string text;
+  std::string reasoning;  // chat on a reasoning model: new thought text (text is the answer's)
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;  // one per token id
 

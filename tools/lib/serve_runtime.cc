@@ -303,6 +303,7 @@ StatusOr<std::unique_ptr<ZmqClientServer>> start_zmq_clients(const TesseraConfig
   zo.model_name = ho.model_name;
   zo.replies = std::move(replies);
   zo.chat_renderer = ho.chat_renderer;
+  zo.reasoning_format = ho.reasoning_format;
   if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
     TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
     zo.curve_server_secret_key = keys.server.secret_key;
