@@ -44,6 +44,7 @@ struct Options {
 // What one completion produced, however it travelled.
 struct Outcome {
   std::string text;
+  std::optional<std::string> reasoning;  // a reasoning model's thoughts (chat); none when it had none
   std::string finish_reason;
   json usage;  // null when the server sent none
 };
@@ -87,6 +88,12 @@ void print_piece(const Options& o, const std::string& text) {
   printed_text = true;
 }
 
+// A reasoning model's thoughts go to stderr as they come, so stdout holds the answer alone.
+void print_thoughts(const Options& o, const std::string& thoughts) {
+  if (o.json || thoughts.empty()) return;
+  std::cerr << thoughts << std::flush;
+}
+
 std::string string_or_empty(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -110,7 +117,13 @@ void absorb(const Options& o, const json& j, Outcome* out, bool print) {
     std::string text;
     if (is_chat(o)) {
       const char* part = choice.contains("delta") ? "delta" : "message";
-      if (auto m = choice.find(part); m != choice.end() && m->is_object()) text = string_or_empty(*m, "content");
+      if (auto m = choice.find(part); m != choice.end() && m->is_object()) {
+        text = string_or_empty(*m, "content");
+        if (auto r = m->find("reasoning_content"); r != m->end() && r->is_string()) {
+          out->reasoning = out->reasoning.value_or("") + r->get<std::string>();
+          if (print) print_thoughts(o, r->get<std::string>());
+        }
+      }
     } else {
       text = string_or_empty(choice, "text");
     }
@@ -186,6 +199,10 @@ StatusOr<Outcome> complete_zmq(const Options& o) {
         if (ev->index == 0) {
           out.text += ev->text;
           if (!o.no_stream) print_piece(o, ev->text);
+          if (!ev->reasoning.empty()) {
+            out.reasoning = out.reasoning.value_or("") + ev->reasoning;
+            if (!o.no_stream) print_thoughts(o, ev->reasoning);
+          }
         }
         break;
       case ZmqClientEvent::Kind::kFinal: {
@@ -194,7 +211,10 @@ StatusOr<Outcome> complete_zmq(const Options& o) {
         out.usage = {{"prompt_tokens", ev->prompt_tokens},
                      {"completion_tokens", completion},
                      {"total_tokens", ev->prompt_tokens + completion}};
-        if (o.no_stream) print_piece(o, out.text);
+        if (o.no_stream) {
+          print_thoughts(o, out.reasoning.value_or(""));
+          print_piece(o, out.text);
+        }
         return out;
       }
       case ZmqClientEvent::Kind::kError: {
@@ -212,6 +232,7 @@ Status run_completion(const Options& o) {
   TESSERA_ASSIGN_OR_RETURN(Outcome out, o.zmq.empty() ? complete_http(o) : complete_zmq(o));
   if (o.json) {
     json j = {{"text", out.text},
+              {"reasoning", out.reasoning ? json(*out.reasoning) : json(nullptr)},
               {"finish_reason", out.finish_reason.empty() ? json(nullptr) : json(out.finish_reason)},
               {"usage", out.usage}};
     std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;

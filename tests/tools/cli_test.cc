@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 
@@ -269,6 +270,35 @@ TEST(CliAuth, ApiKeyFromFlagOrEnvironment) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err.find("401"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tokenizer"), std::string::npos) << r.err;
+}
+
+// A reasoning model's thoughts (server.chat_template leaves <think> open, so auto reads think
+// tags): kjv-llama never closes them, so every reply is thoughts and no answer — over HTTP and
+// ZeroMQ, --json holds them as "reasoning" beside an empty "text"; streamed, they go to stderr
+// and stdout holds the (empty) answer alone.
+TEST(CliReasoning, ThoughtsAreApartFromTheAnswerOverHttpAndZmq) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = testing::make_temp_dir("cli-reasoning");
+  const std::string tmpl = dir + "/think.jinja";
+  testing::write_file(tmpl, "{{ bos_token }}{{ messages[-1]['content'] }}\n<think>\n");
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/kjv-llama", "--set", "server.chat_template=" + tmpl,
+                            "--set", "cache.num_blocks=64"}))
+      << server.log();
+  for (const std::string where : {" --url " + server.url(), " --zmq " + shell_quote(server.zmq_endpoint())}) {
+    auto r = cli("chat" + where + " --max-tokens 8 --temperature 0 --json " + shell_quote(kMessage));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["text"], "") << where << ": " << r.out;
+    ASSERT_TRUE(j["reasoning"].is_string()) << where << ": " << r.out;
+    EXPECT_FALSE(j["reasoning"].get<std::string>().empty()) << where;
+    EXPECT_EQ(j["finish_reason"], "length") << where;
+    r = cli("chat" + where + " --max-tokens 8 --temperature 0 " + shell_quote(kMessage));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "\n") << where;
+    EXPECT_EQ(r.err, j["reasoning"].get<std::string>()) << where;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // server.curve.client_api: the ZeroMQ client API is CURVE-encrypted; tessera-cli gets the
