@@ -409,7 +409,6 @@ void read_logprobs(FieldReader& f, bool chat, ApiRequest* out, SamplingParams* s
   if (chat) {
     bool want = false;
     f.boolean("logprobs", &want);
-    f.boolean("include_reasoning", &out->include_reasoning);
     int top = 0;
     const bool has_top = f.integer("top_logprobs", &top, 0, kMaxLogprobs);
     if (has_top && !want && !f.failed()) f.fail("top_logprobs", "'top_logprobs' requires 'logprobs': true");
@@ -421,6 +420,11 @@ void read_logprobs(FieldReader& f, bool chat, ApiRequest* out, SamplingParams* s
     if (out->echo && out->logprobs >= 0) sp->prompt_logprobs = out->logprobs;
   }
   if (out->logprobs >= 0) sp->logprobs = out->logprobs;
+}
+
+// Chat: "include_reasoning" (vLLM's; a reasoning model's thoughts in reasoning_content).
+void read_reasoning_fields(FieldReader& f, bool chat, ApiRequest* out) {
+  if (chat) f.boolean("include_reasoning", &out->include_reasoning);
 }
 
 // "stop": a string or an array of strings; empty strings stop nothing and are dropped.
@@ -570,6 +574,7 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   if (!read_request_options(f, ctx, &t, out, error)) return false;
   read_max_tokens(f, chat, &t);
   read_logprobs(f, chat, out, &t.sampling);
+  read_reasoning_fields(f, chat, out);
   if (!read_stop_fields(f, ctx, &t, error) || f.failed()) return false;
   if (!read_output_constraint(ordered, ctx, &t.constraint, error)) return false;
 
