@@ -201,6 +201,30 @@ TEST(DocsNames, CommandLineFlags) {
   EXPECT_TRUE(undocumented.empty()) << "flags no page of docs/ or README.md names: " << listed(undocumented);
 }
 
+// Request fields: every field the OpenAI layer implements (kImplemented in
+// coordinator/api/api_request_fields.cc, read from its source) is named in docs/api.md, in
+// backquotes as the page writes field names.
+TEST(DocsNames, RequestFields) {
+  const std::string source = testing::read_file(testing::source_dir() + "/coordinator/api/api_request_fields.cc");
+  const size_t table = source.find("constexpr Field kImplemented[]");
+  ASSERT_NE(table, std::string::npos) << "the implemented-fields table moved";
+  const size_t end = source.find("};", table);
+  const std::string entries = source.substr(table, end - table);
+  const std::regex entry(R"re(\{"([a-z_]+)", k(Both|Chat|Completions)\})re");
+  const std::string api = testing::read_file(testing::source_dir() + "/docs/api.md");
+  std::set<std::string> found, undocumented;
+  for (auto it = std::sregex_iterator(entries.begin(), entries.end(), entry); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1];
+    found.insert(name);
+    // (An object field may be named by its members: `stream_options.include_usage`.)
+    if (api.find("`" + name + "`") == std::string::npos && api.find("`" + name + ".") == std::string::npos)
+      undocumented.insert(name);
+  }
+  EXPECT_GE(found.size(), 40u) << "found too few fields: " << listed(found);
+  EXPECT_TRUE(found.count("chat_template_kwargs") && found.count("include_reasoning")) << listed(found);
+  EXPECT_TRUE(undocumented.empty()) << "request fields docs/api.md never names: " << listed(undocumented);
+}
+
 // The scanners above find what they are for, on text written here.
 TEST(DocsNames, TheScannersFindNamesInCommandsAndCode) {
   const auto flags = documented_command_flags(
