@@ -281,12 +281,7 @@ std::vector<std::string> stream_event_chunks(const ApiRequest& request, const st
   std::string answer = ev.text;
   if (request.reasoning) {
     if (!out->reasoning_stream) out->reasoning_stream = std::make_shared<ReasoningStream>(request.starts_in_reasoning);
-    ReasoningDelta split = out->reasoning_stream->feed(ev.text);
-    if (ev.finished) {
-      ReasoningDelta rest = out->reasoning_stream->finish();
-      split.reasoning += rest.reasoning;
-      split.content += rest.content;
-    }
+    ReasoningDelta split = out->reasoning_stream->feed(ev.text, /*last=*/ev.finished);
     if (request.include_reasoning && !split.reasoning.empty())
       chunks.push_back(chat_chunk(request, id, created, index, {{"reasoning_content", split.reasoning}}, take_tokens(),
                                   nullptr, tokenizer));

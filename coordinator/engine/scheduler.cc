@@ -247,7 +247,8 @@ std::optional<int> Scheduler::prefill_cap(int decodes, bool* tpot_bound) const {
 int Scheduler::schedule_decodes(StepPlan& plan, int& budget) {
   // Decodes first: one token each, the cheapest way to keep every stream moving.
   step_decodes_.clear();
-  step_decoding_ = static_cast<int>(std::count_if(running_.begin(), running_.end(), [](const Entry* e) {
+  // (Read by the speculation depth only.)
+  step_decoding_ = !proposer_ ? 0 : static_cast<int>(std::count_if(running_.begin(), running_.end(), [](const Entry* e) {
     return e->seq.state() == SequenceState::kDecode && !e->mask_deferred;
   }));
   step_proposal_rows_ = 0;

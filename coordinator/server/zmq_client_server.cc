@@ -297,13 +297,7 @@ struct ZmqClientServer::Impl {
     const GenerateEvent& ev = qe.event;
     std::string text = ev.text, reasoning;
     if (!r.reasoning.empty()) {
-      ReasoningStream& split = *r.reasoning[qe.index];
-      ReasoningDelta d = split.feed(ev.text);
-      if (ev.finished) {
-        ReasoningDelta rest = split.finish();
-        d.reasoning += rest.reasoning;
-        d.content += rest.content;
-      }
+      ReasoningDelta d = r.reasoning[qe.index]->feed(ev.text, /*last=*/ev.finished);
       text = std::move(d.content);
       if (r.include_reasoning) reasoning = std::move(d.reasoning);
     }

@@ -160,8 +160,8 @@ Status measure_speculation_row_costs(SchedulerConfig& sc, StepExecutor& executor
   StatusOr<RowCostCurve> curve = measure_row_costs(sc, executor, vocab);
   if (!curve.is_ok()) return Status(curve.status().code(), "measuring step costs: " + curve.status().message());
   sc.row_costs = curve.value();
-  TESSERA_LOG_INFO("speculation: a step's time by its rows {}; up to {} rows take at most 1.25x one row's",
-                   sc.row_costs.describe(), sc.row_costs.nearly_free_rows());
+  TESSERA_LOG_INFO("speculation: a step's time by its rows {}; up to {} rows take at most {:.2f}x one row's",
+                   sc.row_costs.describe(), sc.row_costs.nearly_free_rows(), RowCostCurve::kNearlyFree);
   return Status::ok();
 }
 

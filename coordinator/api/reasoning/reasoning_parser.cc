@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "coordinator/api/tool_calls/tool_call_format.h"  // partial_marker_suffix
+
 namespace tessera {
 namespace {
 
@@ -15,15 +17,6 @@ size_t leading_think_space(std::string_view s) {
   size_t n = 0;
   while (n < s.size() && is_think_space(s[n])) ++n;
   return n;
-}
-
-// The length of the longest suffix of `text` that is a proper prefix of `marker`: text that
-// may be the marker's start, held back until the next piece says.
-size_t think_marker_held(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
-    if (marker.starts_with(text.substr(text.size() - n))) return n;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -57,12 +50,10 @@ bool prompt_opens_reasoning(std::string_view prompt) {
 ReasoningStream::ReasoningStream(bool starts_in_reasoning)
     : state_(State::kUndecided), starts_in_(starts_in_reasoning), had_reasoning_(starts_in_reasoning) {}
 
-ReasoningDelta ReasoningStream::feed(std::string_view text) {
+ReasoningDelta ReasoningStream::feed(std::string_view text, bool last) {
   pending_.append(text);
-  return decide(false);
+  return decide(last);
 }
-
-ReasoningDelta ReasoningStream::finish() { return decide(true); }
 
 ReasoningDelta ReasoningStream::decide(bool final) {
   ReasoningDelta out;
@@ -89,7 +80,7 @@ ReasoningDelta ReasoningStream::decide(bool final) {
           state_ = State::kAfterReasoning;
           continue;
         }
-        const size_t held = final ? 0 : think_marker_held(pending_, kThinkClose);
+        const size_t held = final ? 0 : partial_marker_suffix(pending_, kThinkClose);
         out.reasoning.append(pending_, 0, pending_.size() - held);
         pending_.erase(0, pending_.size() - held);
         return out;
@@ -109,11 +100,10 @@ ReasoningDelta ReasoningStream::decide(bool final) {
 
 SplitReasoning split_reasoning(std::string_view text, bool starts_in_reasoning) {
   ReasoningStream stream(starts_in_reasoning);
-  ReasoningDelta a = stream.feed(text);
-  ReasoningDelta b = stream.finish();
+  ReasoningDelta all = stream.feed(text, /*last=*/true);
   SplitReasoning split;
-  if (stream.had_reasoning()) split.reasoning = a.reasoning + b.reasoning;
-  if (!stream.in_reasoning()) split.content = a.content + b.content;
+  if (stream.had_reasoning()) split.reasoning = std::move(all.reasoning);
+  if (!stream.in_reasoning()) split.content = std::move(all.content);
   return split;
 }
 

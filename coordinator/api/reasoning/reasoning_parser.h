@@ -45,8 +45,9 @@ struct ReasoningDelta {
 class ReasoningStream {
  public:
   explicit ReasoningStream(bool starts_in_reasoning);
-  ReasoningDelta feed(std::string_view text);
-  ReasoningDelta finish();
+  // `last`: the output ends with this piece, so nothing is held back (as finish()).
+  ReasoningDelta feed(std::string_view text, bool last = false);
+  ReasoningDelta finish() { return feed({}, true); }
   // The output so far is inside the thoughts (at the end: it was cut before </think>).
   bool in_reasoning() const { return state_ == State::kReasoning; }
   // Any thought text was seen.
