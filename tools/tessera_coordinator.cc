@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "common/config.h"
+#include "common/crash_report.h"
 #include "common/logging.h"
 #include "tools/lib/main_guard.h"
 #include "tools/lib/serve_runtime.h"
@@ -20,6 +21,7 @@ int coordinator_main(int argc, char** argv) {
   app.add_option("--set", overrides, "override any config key (repeatable)");
   CLI11_PARSE(app, argc, argv);
   tessera::init_logging("coord");
+  tessera::install_crash_report("coord");
   auto fail = [](const tessera::Status& st) {
     std::cerr << "tessera-coordinator: " << st.to_string() << std::endl;
     return 1;

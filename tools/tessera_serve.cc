@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "common/config.h"
+#include "common/crash_report.h"
 #include "common/logging.h"
 #include "coordinator/cluster/local_workers.h"
 #include "tools/lib/local_endpoints.h"
@@ -65,6 +66,7 @@ int serve_main(int argc, char** argv) {
              "the file.");
   CLI11_PARSE(app, argc, argv);
   tessera::init_logging("coord");
+  tessera::install_crash_report("coord");
 
   auto fail = [](const tessera::Status& st) {
     std::cerr << "tessera-serve: " << st.to_string() << std::endl;

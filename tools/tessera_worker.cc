@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "common/config.h"
+#include "common/crash_report.h"
 #include "common/logging.h"
 #include "tools/lib/main_guard.h"
 #include "worker/pod_identity.h"
@@ -51,6 +52,7 @@ int worker_main(int argc, char** argv) {
   const int rank = identity->rank;
   config.value().worker.control_address = identity->control_address;
   tessera::init_logging("w" + std::to_string(rank));
+  tessera::install_crash_report("w" + std::to_string(rank));
   TESSERA_LOG_INFO("rank {} of {} (from {}); coordinator at {} (from {})", rank, identity->world_size,
                    identity->rank_source, identity->control_address, identity->address_source);
   tessera::Status st = tessera::run_worker(config.value(), rank);

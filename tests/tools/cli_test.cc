@@ -285,7 +285,7 @@ TEST(CliReasoning, ThoughtsAreApartFromTheAnswerOverHttpAndZmq) {
   ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/kjv-llama", "--set", "server.chat_template=" + tmpl,
                             "--set", "cache.num_blocks=64"}))
       << server.log();
-  for (const std::string where : {" --url " + server.url(), " --zmq " + shell_quote(server.zmq_endpoint())}) {
+  for (const std::string& where : {" --url " + server.url(), " --zmq " + shell_quote(server.zmq_endpoint())}) {
     auto r = cli("chat" + where + " --max-tokens 8 --temperature 0 --json " + shell_quote(kMessage));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json j = json::parse(r.out);

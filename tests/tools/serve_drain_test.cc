@@ -172,7 +172,7 @@ TEST(ServeDrain, SigtermDuringTwentyStreamsEndsEveryOneProperlyTwentyRunsInARow)
     EXPECT_EQ(answers[late.value()].status, 503);
 
     const int status = server.wait_exit(std::chrono::seconds(30));
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
+    EXPECT_EQ(testing::ServeProcess::describe_exit(status), "exit 0") << server.log();
     if (::testing::Test::HasFailure()) break;  // one failing run tells it all
   }
   // The drain has to finish streams, not only find them finished.
@@ -203,7 +203,7 @@ TEST(ServeDrain, ASecondSignalEndsTheDrainAtOnce) {
   EXPECT_EQ(check_stream_end(stream, &cut), "");
   EXPECT_TRUE(cut) << "the stream was not cut by the second signal";
   const int status = server.wait_exit(std::chrono::seconds(30));
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
+  EXPECT_EQ(testing::ServeProcess::describe_exit(status), "exit 0") << server.log();
   EXPECT_NE(server.log().find("again: ending the drain now"), std::string::npos) << server.log();
 }
 
@@ -264,7 +264,7 @@ TEST(ServeDrain, SigtermDuringSetUpStopsAtOnceAndReapsTheWorkers) {
     const int status = server.wait_exit(std::chrono::seconds(20));
     const double took = std::chrono::duration<double>(Clock::now() - signalled).count();
     ASSERT_NE(status, -1) << "still in set-up 20 s after the signal\n" << server.log();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
+    EXPECT_EQ(testing::ServeProcess::describe_exit(status), "exit 0") << server.log();
     EXPECT_NE(server.log().find("during set-up (waiting for the workers): stopped before serving"), std::string::npos)
         << server.log();
     for (pid_t w : workers) EXPECT_TRUE(reaped_by_its_parent(w)) << "worker " << w << " was left behind";

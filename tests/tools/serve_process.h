@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -157,6 +158,15 @@ class ServeProcess {
     }
     pid_ = -1;
     return status;
+  }
+  // A wait_exit() status in words: "exit 0", "exit 3", "killed by signal 11 (Segmentation fault)", "still running".
+  static std::string describe_exit(int status) {
+    if (status == -1) return "still running";
+    if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) {
+      return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+    }
+    return "status " + std::to_string(status);
   }
   // RLIMIT_NOFILE (soft and hard) of the server child started next; 0 = inherited.
   void set_fd_limit(rlim_t limit) { fd_limit_ = limit; }
