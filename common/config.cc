@@ -339,6 +339,10 @@ const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {
 // gpt_oss (harmony channels) is not read yet: not a value.
 const std::vector<std::pair<const char*, std::string>> kReasoningParsers = {
     {"auto", "auto"}, {"deepseek_r1", "deepseek_r1"}, {"qwen3", "qwen3"}, {"none", "none"}};
+const std::vector<std::pair<const char*, std::string>> kPoolings = {
+    {"auto", "auto"}, {"last", "last"}, {"mean", "mean"}, {"cls", "cls"}};
+const std::vector<std::pair<const char*, std::string>> kNormalize = {{"auto", "auto"}, {"true", "true"}, {"false", "false"}};
+const std::vector<std::pair<const char*, std::string>> kTasks = {{"generate", "generate"}, {"embed", "embed"}, {"both", "both"}};
 const std::vector<std::pair<const char*, std::optional<BackendKind>>> kBackends = {
     {"auto", std::nullopt}, {"cpu", BackendKind::kCpu}, {"cuda", BackendKind::kCuda}};
 
@@ -401,6 +405,8 @@ const std::vector<KeyDef>& schema() {
       TESSERA_STRING_KEY("model.path", model.path, read_string),
       TESSERA_ENUM_KEY("model.dtype", model.dtype, kDtypes),
       TESSERA_BOOL_KEY("model.kernel_inject", model.kernel_inject),
+      TESSERA_ENUM_KEY("model.pooling", model.pooling, kPoolings),
+      TESSERA_ENUM_KEY("model.normalize", model.normalize, kNormalize),
       TESSERA_ENUM_KEY("model.quantization", model.quantization, kQuantizations),
       KeyDef{"model.quantization_group", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
@@ -622,6 +628,7 @@ const std::vector<KeyDef>& schema() {
       TESSERA_STRING_KEY("server.chat_template", server.chat_template, read_string),
       TESSERA_ENUM_KEY("server.tool_call_parser", server.tool_call_parser, kToolCallParsers),
       TESSERA_ENUM_KEY("server.reasoning_parser", server.reasoning_parser, kReasoningParsers),
+      TESSERA_ENUM_KEY("server.task", server.task, kTasks),
       TESSERA_BOOL_KEY("server.curve.enabled", server.curve.enabled),
       TESSERA_STRING_KEY("server.curve.server_public_key_file", server.curve.server_public_key_file, read_string),
       TESSERA_STRING_KEY("server.curve.server_secret_key_file", server.curve.server_secret_key_file, read_string),
@@ -871,6 +878,9 @@ Status validate_config(const TesseraConfig& c) {
       return invalid_argument(src + ": model.quantization_rules[" + std::to_string(i) + "].match: " + st.message());
   }
   if (Status st = validate_speculative_config(c.speculative); !st.is_ok()) return invalid_argument(src + ": " + st.message());
+  if (c.server.task == "embed" && c.speculative.enabled())
+    return invalid_argument(src + ": speculative.method: speculative decoding needs generation, and server.task is embed "
+                                  "(set speculative.method: none, or server.task: both)");
   if (!c.model.quantization_rules.empty() && c.model.quantization != WeightQuantization::kInt8) {
     return invalid_argument(src + ": model.quantization_rules: given while model.quantization is " +
                             weight_quantization_name(c.model.quantization) +

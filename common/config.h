@@ -35,6 +35,12 @@ struct ModelSection {
   // checkpoints up to kCheckWeightsAutoBytes (worker/model_weights.h; the scan reads every
   // weight once more).
   std::optional<bool> check_weights;
+  // Embeddings (/v1/embeddings, docs/api.md#embeddings): how the final hidden states are pooled,
+  // last | mean | cls, and whether the vector is L2-normalised, true | false; "auto" = as the
+  // folder's sentence-transformers files say (modules.json, 1_Pooling/config.json,
+  // 2_Normalize), else last and normalised.
+  std::string pooling = "auto";
+  std::string normalize = "auto";
 };
 // The loader's view of the model section's quantization keys.
 QuantizationOptions quantization_options(const ModelSection& model);
@@ -160,6 +166,9 @@ struct ServerSection {
   // auto (think tags when the chat template mentions <think> or </think>) | deepseek_r1 | qwen3 | none
   // (coordinator/api/reasoning/reasoning_parser.h).
   std::string reasoning_parser = "auto";
+  // What the server answers: generate (completions, chat, responses) | embed (/v1/embeddings
+  // only; the workers load no LM head) | both.
+  std::string task = "both";
   CurveSection curve;
 };
 

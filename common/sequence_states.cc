@@ -55,10 +55,12 @@ Status SequenceStates::check(const StepPlan& plan) const {
     }
     size_t held_size = 0;
     int32_t held_released = 0;
+    Pooling pooling = Pooling::kNone;
     if (s.version == 1) {
       if (!s.start) return invalid_argument(who(plan, s) + ": version 1 starts the sequence but carries no state");
       if (s.table_from != 0) return invalid_argument(who(plan, s) + ": a starting step must send the whole block table");
       const SeqStart& st = *s.start;
+      pooling = st.pooling;
       // (A chunked prefill's first chunk may end before the prompt does.)
       if (st.prompt_len < 0) return invalid_argument(who(plan, s) + ": negative prompt_len");
       if (st.sampling.has_penalty() && st.history.size() != static_cast<size_t>(s.num_computed))
@@ -86,7 +88,10 @@ Status SequenceStates::check(const StepPlan& plan) const {
       }
       held_size = h.block_table.size();
       held_released = h.num_released;
+      pooling = h.pooling;
     }
+    if (pooling != Pooling::kNone && (s.sample || s.propose != 0 || s.tokens.empty()))
+      return invalid_argument(who(plan, s) + ": an embedding sequence only feeds tokens (it never samples)");
     if (s.table_from < 0 || static_cast<size_t>(s.table_from) > held_size)
       return invalid_argument(who(plan, s) + ": table change from entry " + std::to_string(s.table_from) +
                               " of a " + std::to_string(held_size) + "-entry table");
@@ -123,6 +128,7 @@ StatusOr<std::vector<SeqView>> SequenceStates::apply(const StepPlan& plan) {
       st.prompt_len = s.start->prompt_len;
       if (st.sampling.has_penalty()) st.history = s.start->history;
       if (st.sampling.prompt_logprobs >= 0) st.prompt = s.start->prompt;
+      st.pooling = s.start->pooling;
     }
     st.version = s.version;
     st.block_table.resize(static_cast<size_t>(s.table_from));

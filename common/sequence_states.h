@@ -33,6 +33,7 @@ struct HeldSequence {
   std::vector<int32_t> history;
   // The whole prompt, kept only when sampling.prompt_logprobs >= 0 (the targets of its rows).
   std::vector<int32_t> prompt;
+  Pooling pooling = Pooling::kNone;  // an embedding sequence's (SeqStart::pooling)
 };
 
 // One step of a plan with the state of its sequence (after the step was applied).

@@ -15,6 +15,12 @@ namespace tessera {
 
 using SeqId = uint64_t;
 
+// How an embedding sequence's final hidden states (after the final norm) become its one vector:
+// the last token's row, the mean of every row, or the first row (CLS). kNone: a sequence that
+// generates. The executors return each step's share (StepResult::pooled); the scheduler
+// finishes the pooling when the prompt is done (coordinator/engine/embedding_pool.h).
+enum class Pooling : uint8_t { kNone = 0, kLast = 1, kMean = 2, kCls = 3 };
+
 // Steps carry deltas (docs/wire.md, "Step deltas"): a sequence's state travels in full once,
 // on the step that starts it on the executors (new, resumed after preemption, or after the
 // executors lost their KV caches); every later step carries only what changed — the tokens
@@ -39,6 +45,9 @@ struct SeqStart {
   // The whole prompt, sent only when sampling.prompt_logprobs >= 0: a prefill chunk's last row
   // predicts the first token of the next chunk, which the executor has not been fed yet.
   std::vector<int32_t> prompt;
+  // Not kNone: an embedding sequence. Its steps never sample (`sample` stays false); each step
+  // returns the pooled share of its rows in StepResult::pooled instead.
+  Pooling pooling = Pooling::kNone;
 };
 
 // One sequence's share of a step: a prefill chunk or one decode token.
@@ -134,6 +143,15 @@ struct Proposal {
   std::vector<int32_t> tokens;
 };
 
+// An embedding sequence's share of one step (SeqStart::pooling): the sum of the final hidden
+// states of the rows this step fed that its pooling takes — every row (mean), the row of
+// position 0 (CLS, only on the step that feeds it), the step's last row (last) — and how many.
+struct PooledHidden {
+  SeqId seq_id = 0;
+  int32_t rows = 0;
+  std::vector<float> sum;  // [hidden]
+};
+
 struct StepResult {
   uint64_t step_id = 0;
   // One per SeqStep with sample == true, in plan order; a step with proposals (num_draft > 0)
@@ -156,6 +174,8 @@ struct StepResult {
   float target_seconds = 0.0f;
   float draft_seconds = 0.0f;
   int32_t draft_forwards = 0;
+  // One per SeqStep of an embedding sequence whose pooling took a row this step, in plan order.
+  std::vector<PooledHidden> pooled;
 };
 
 }  // namespace tessera

@@ -13,3 +13,10 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
 std::string ascii_lower(std::string_view text);
 
 }  // namespace tessera
+
+namespace tessera {
+
+// Standard base64 (RFC 4648, with '=' padding) of `bytes`.
+std::string base64_encode(std::string_view bytes);
+
+}  // namespace tessera

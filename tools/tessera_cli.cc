@@ -1,6 +1,6 @@
 // tessera-cli: talk to a running Tessera server from the shell. Completions and chat over the
-// OpenAI-compatible HTTP API (streamed by default) or the ZeroMQ client API (--zmq), plus
-// `models` and `health`. Exit codes: 0 ok, 1 an error (server error, unreachable server, bad
+// OpenAI-compatible HTTP API (streamed by default) or the ZeroMQ client API (--zmq), `embed`
+// (one vector per text, either way), plus `models` and `health`. Exit codes: 0 ok, 1 an error (server error, unreachable server, bad
 // value), 2 a usage error (unknown flag, missing argument).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -21,7 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-enum class Command { kComplete, kChat, kModels, kHealth };
+enum class Command { kComplete, kChat, kEmbed, kModels, kHealth };
 
 struct Options {
   Command command = Command::kComplete;
@@ -39,6 +39,8 @@ struct Options {
   std::optional<double> temperature, top_p;
   std::optional<int64_t> seed;
   std::vector<std::string> stop;
+  std::vector<std::string> texts;  // embed: TEXT...
+  std::optional<int> dimensions;   // embed: --dimensions
 };
 
 // What one completion produced, however it travelled.
@@ -177,6 +179,15 @@ StatusOr<Outcome> complete_http(const Options& o) {
   return out;
 }
 
+// One line from a ZeroMQ Error event.
+std::string zmq_error_text(const Options& o, const ZmqClientEvent& ev) {
+  std::string msg = o.zmq + ": error " + std::to_string(ev.status);
+  if (!ev.error_type.empty()) msg += " " + ev.error_type;
+  if (!ev.error_code.empty()) msg += " [" + ev.error_code + "]";
+  if (!ev.error_param.empty()) msg += " (param " + ev.error_param + ")";
+  return msg + ": " + ev.error_message;
+}
+
 StatusOr<Outcome> complete_zmq(const Options& o) {
   ZmqClientOptions zo;
   zo.api_key = o.api_key;
@@ -218,11 +229,7 @@ StatusOr<Outcome> complete_zmq(const Options& o) {
         return out;
       }
       case ZmqClientEvent::Kind::kError: {
-        std::string msg = o.zmq + ": error " + std::to_string(ev->status);
-        if (!ev->error_type.empty()) msg += " " + ev->error_type;
-        if (!ev->error_code.empty()) msg += " [" + ev->error_code + "]";
-        if (!ev->error_param.empty()) msg += " (param " + ev->error_param + ")";
-        return invalid_argument(msg + ": " + ev->error_message);
+        return invalid_argument(zmq_error_text(o, *ev));
       }
     }
   }
@@ -239,6 +246,61 @@ Status run_completion(const Options& o) {
   } else {
     std::cout << std::endl;
   }
+  return Status::ok();
+}
+
+json embeddings_body(const Options& o) {
+  json body = {{"input", o.texts}};
+  if (!o.model.empty()) body["model"] = o.model;
+  if (o.dimensions) body["dimensions"] = *o.dimensions;
+  return body;
+}
+
+// The vectors of o.texts, in order, and the prompt tokens they took.
+StatusOr<std::pair<std::vector<std::vector<float>>, int>> embed(const Options& o) {
+  std::vector<std::vector<float>> vectors;
+  if (o.zmq.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<HttpClient> client, http_client(o));
+    const std::string where = "POST " + o.url + "/v1/embeddings";
+    TESSERA_ASSIGN_OR_RETURN(HttpResponse r, client->post_json("/v1/embeddings", embeddings_body(o).dump()));
+    if (r.status != 200) return invalid_argument(where + ": " + describe_error_response(r));
+    const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("data") || !j["data"].is_array())
+      return internal_error(where + ": the answer has no 'data' list: " + r.body.substr(0, 200));
+    for (const json& item : j["data"]) vectors.push_back(item.value("embedding", std::vector<float>{}));
+    return std::make_pair(std::move(vectors), j.contains("usage") ? j["usage"].value("prompt_tokens", 0) : 0);
+  }
+  ZmqClientOptions zo;
+  zo.api_key = o.api_key;
+  if (!o.curve_server_key_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(zo.curve_server_public_key,
+                             read_curve_key_file(o.curve_server_key_file, "--curve-server-key-file"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClient> client, ZmqClient::connect(o.zmq, zo));
+  auto submitted = client->submit(ZmqRequestKind::kEmbeddings, embeddings_body(o).dump());
+  if (!submitted.is_ok()) return submitted.status().with_context(o.zmq);
+  while (true) {
+    auto ev = client->next_event(timeout_of(o));
+    if (!ev.is_ok()) return ev.status().with_context(o.zmq);
+    if (ev->request_id != submitted.value()) continue;
+    if (ev->kind == ZmqClientEvent::Kind::kError) return invalid_argument(zmq_error_text(o, *ev));
+    if (ev->kind == ZmqClientEvent::Kind::kFinal) return std::make_pair(std::move(ev->embeddings), ev->prompt_tokens);
+  }
+}
+
+// One line of space-separated values per text (--json: {"embeddings": [[...]], "prompt_tokens"}).
+Status run_embed(const Options& o) {
+  TESSERA_ASSIGN_OR_RETURN(auto result, embed(o));
+  const auto& [vectors, prompt_tokens] = result;
+  if (o.json) {
+    std::cout << json{{"embeddings", vectors}, {"prompt_tokens", prompt_tokens}}.dump() << std::endl;
+    return Status::ok();
+  }
+  for (const std::vector<float>& v : vectors) {
+    for (size_t i = 0; i < v.size(); ++i) std::cout << (i > 0 ? " " : "") << v[i];
+    std::cout << "\n";
+  }
+  std::cout << std::flush;
   return Status::ok();
 }
 
@@ -285,7 +347,7 @@ int main(int argc, char** argv) {
   for (const char* var : {"TESSERA_API_KEY", "OPENAI_API_KEY"}) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0' && o.api_key.empty()) o.api_key = v;
   }
-  CLI::App app{"tessera-cli: completions, chat, models and health of a running Tessera server"};
+  CLI::App app{"tessera-cli: completions, chat, embeddings, models and health of a running Tessera server"};
   app.require_subcommand(1);
   app.fallthrough();
   auto* url = app.add_option("--url", o.url, "server URL, http://HOST:PORT")->capture_default_str();
@@ -312,6 +374,12 @@ int main(int argc, char** argv) {
     sub->fallthrough();
     tessera::add_generation_options(sub, o);
   }
+  auto* embed = app.add_subcommand("embed", "one embedding per TEXT, a line of numbers each (POST /v1/embeddings)");
+  embed->add_option("TEXT", o.texts, "the texts to embed")->required();
+  embed->add_option("--model", o.model, "model name (default: the served model)");
+  embed->add_option("--dimensions", o.dimensions, "keep the first N values, then normalise (default: all)")
+      ->check(CLI::PositiveNumber);
+  embed->fallthrough();
   auto* models = app.add_subcommand("models", "list the served models (GET /v1/models)");
   auto* health = app.add_subcommand("health", "the server's health (GET /health)");
   models->fallthrough();
@@ -325,6 +393,7 @@ int main(int argc, char** argv) {
   }
   if (complete->parsed()) o.command = Command::kComplete;
   if (chat->parsed()) o.command = Command::kChat;
+  if (embed->parsed()) o.command = Command::kEmbed;
   if (models->parsed()) o.command = Command::kModels;
   if (health->parsed()) o.command = Command::kHealth;
   if (!o.zmq.empty() && (o.command == Command::kModels || o.command == Command::kHealth)) {
@@ -333,7 +402,9 @@ int main(int argc, char** argv) {
   }
 
   const bool completion = o.command == Command::kComplete || o.command == Command::kChat;
-  const tessera::Status st = completion ? tessera::run_completion(o) : tessera::run_get(o);
+  const tessera::Status st = completion                       ? tessera::run_completion(o)
+                             : o.command == Command::kEmbed ? tessera::run_embed(o)
+                                                            : tessera::run_get(o);
   if (!st.is_ok()) {
     if (tessera::printed_text) std::cout << std::endl;
     std::cerr << "tessera-cli: " << st.message() << std::endl;

@@ -40,6 +40,7 @@ struct Options {
   std::string zmq, api_key, model;
   std::string curve_server_key_file;
   bool chat = false;
+  std::string endpoint = "completions";  // --endpoint completions | chat | embeddings (--chat = chat)
   std::optional<double> rate;
   std::string sweep;
   std::optional<int> concurrency;
@@ -115,7 +116,7 @@ json config_json(const Options& o, const RequestFormat& format) {
   json c = {{"url", o.zmq.empty() || o.url_given ? json(o.url) : json(nullptr)},
             {"zmq", o.zmq.empty() ? json(nullptr) : json(o.zmq)},
             {"model", format.model.empty() ? json(nullptr) : json(format.model)},
-            {"endpoint", o.chat ? "chat" : "completions"},
+            {"endpoint", o.endpoint},
             {"arrival", o.concurrency ? "closed" : o.arrival},
             {"burst", o.burst},
             {"requests", o.requests},
@@ -254,6 +255,7 @@ Status run_main(const Options& o) {
   target.request_timeout_s = o.request_timeout_s;
   target.max_inflight = o.max_inflight;
   target.format.chat = o.chat;
+  target.format.embeddings = o.endpoint == "embeddings";
   target.format.model = o.model;
   target.format.ignore_eos = !o.no_ignore_eos;
   target.format.logprobs = o.logprobs;
@@ -361,7 +363,12 @@ int main(int argc, char** argv) {
                  "server.curve.client_api encrypts the ZeroMQ client API")
       ->needs(zmq);
   app.add_option("--model", o.model, "the request's model (default: the first of GET /v1/models; absent over --zmq)");
-  app.add_flag("--chat", o.chat, "use /v1/chat/completions (text prompts) instead of /v1/completions");
+  auto* chat = app.add_flag("--chat", o.chat, "use /v1/chat/completions (text prompts) instead of /v1/completions");
+  app.add_option("--endpoint", o.endpoint,
+                 "completions, chat (= --chat) or embeddings (each prompt one /v1/embeddings input; --output-len unused)")
+      ->check(CLI::IsMember({"completions", "chat", "embeddings"}))
+      ->capture_default_str()
+      ->excludes(chat);
   auto* rate = app.add_option("--rate", o.rate, "open loop at this mean request rate (req/s)")->check(CLI::PositiveNumber);
   auto* sweep = app.add_option("--sweep", o.sweep, "one open-loop run per rate, e.g. 2,4,8 (same requests each)");
   auto* conc = app.add_option("--concurrency", o.concurrency, "closed loop: N users, each sending its next request when "
@@ -409,6 +416,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.url_given = url->count() > 0;
+  if (o.chat) o.endpoint = "chat";
+  o.chat = o.endpoint == "chat";
   auto usage = [](const std::string& m) {
     std::cerr << "tessera-loadgen: " << m << " (see tessera-loadgen --help)" << std::endl;
     return 2;

@@ -120,6 +120,14 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   // choice's first step its parent's (which comes earlier in the plan).
   std::unordered_map<SeqId, size_t> row_of;
   std::vector<size_t> sample_rows;
+  // Embedding sequences: the rows their pooling takes (hidden_rows), `count` of them from `first`.
+  struct PoolTake {
+    SeqId seq_id;
+    size_t first;
+    int32_t count;
+  };
+  std::vector<PoolTake> pool_takes;
+  std::vector<int32_t> hidden_rows;
   for (const SeqView& v : views) {
     const SeqStep& s = *v.step;
     if (s.tokens.empty()) {  // SequenceStates let it through: it samples from its parent's row
@@ -136,6 +144,21 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
         prompt_rows.push_back(PromptRow{&v, pos + 1});
       }
     }
+    if (v.state->pooling != Pooling::kNone) {
+      // Mean takes every fed row, CLS the row of position 0, last the step's last row (the
+      // scheduler keeps the share of the step that ends the prompt).
+      const auto first = static_cast<int32_t>(tokens.size());
+      const auto fed = static_cast<int32_t>(s.tokens.size());
+      PoolTake take{s.seq_id, hidden_rows.size(), 0};
+      if (v.state->pooling == Pooling::kMean) {
+        for (int32_t i = 0; i < fed; ++i) hidden_rows.push_back(first + i);
+        take.count = fed;
+      } else if (v.state->pooling == Pooling::kLast || s.num_computed == 0) {
+        hidden_rows.push_back(v.state->pooling == Pooling::kLast ? first + fed - 1 : first);
+        take.count = 1;
+      }
+      if (take.count > 0) pool_takes.push_back(take);
+    }
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
     if (s.sample) {
       // Its last token's row, and with proposals the rows before them too: row i scores
@@ -150,7 +173,25 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   const size_t num_sampled = logit_rows.size();
   logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
-  TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view()));
+  const int64_t hidden_size = model_.config().hidden;
+  Tensor hidden = backend_.alloc({static_cast<int64_t>(hidden_rows.size()), hidden_size}, DType::kF32);
+  TESSERA_RETURN_IF_ERROR(
+      model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view(), hidden_rows, &hidden.view()));
+  if (!pool_takes.empty()) {
+    std::vector<float> rows(static_cast<size_t>(hidden.numel()));
+    backend_.copy_to_host(hidden.view(), rows.data());
+    for (const PoolTake& take : pool_takes) {
+      PooledHidden& p = result.pooled.emplace_back();
+      p.seq_id = take.seq_id;
+      p.rows = take.count;
+      std::vector<double> sum(static_cast<size_t>(hidden_size), 0.0);  // a long prompt's mean keeps its digits
+      for (int32_t r = 0; r < take.count; ++r) {
+        const float* row = rows.data() + (take.first + static_cast<size_t>(r)) * static_cast<size_t>(hidden_size);
+        for (int64_t k = 0; k < hidden_size; ++k) sum[static_cast<size_t>(k)] += row[k];
+      }
+      p.sum.assign(sum.begin(), sum.end());
+    }
+  }
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<float>(std::chrono::steady_clock::now() - t).count();
   };
@@ -222,6 +263,7 @@ Status Executor::run_draft(const std::vector<SeqView>& views, const std::unorder
   for (const SeqView& v : views) {
     const SeqStep& s = *v.step;
     if (s.tokens.empty()) continue;  // a forked choice's first step: its parent's tokens
+    if (v.state->pooling != Pooling::kNone) continue;  // an embedding: nothing follows it
     auto run = sampled.find(s.seq_id);
     // The committed tokens: those fed less the proposals the target rejected.
     const int32_t accepted = run != sampled.end() && s.num_draft > 0 ? run->second.count - 1 : 0;

@@ -710,7 +710,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
                        "\" and config.json does not set tie_word_embeddings");
     }
     mw.lm_head.w = mw.embed;  // shares the buffer (and the vocabulary split)
-  } else {
+  } else if (options.lm_head) {
     TESSERA_ASSIGN_OR_RETURN(mw.lm_head, r.lm_head(head_name, c.vocab, c.hidden, vocab_rows));
   }
   TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta,

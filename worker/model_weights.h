@@ -126,6 +126,9 @@ struct WeightLoadOptions {
   // Refuse a tensor holding NaN or Inf (float32/16 and bfloat16 ones; block-quantized ones
   // are not scanned), naming it: such a weight serves silently wrong or empty text.
   bool check_finite = false;
+  // false: no LM head is loaded (server.task embed: nothing is sampled); a tied one is the
+  // embedding table, which is loaded anyway.
+  bool lm_head = true;
 };
 // model.check_weights auto: the scan is on for checkpoints up to this size.
 inline constexpr int64_t kCheckWeightsAutoBytes = int64_t{8} << 30;

@@ -51,6 +51,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.quant = options.quant;
   wo.own_copies = backend.kind() == BackendKind::kCpu;
   wo.check_finite = options.check_weights.value_or(ckpt->total_bytes() <= kCheckWeightsAutoBytes);
+  wo.lm_head = options.lm_head;
   const auto* cpu_backend = dynamic_cast<const CpuBackend*>(&backend);
   wo.int8_layout =
       cpu_backend != nullptr && cpu_backend->prefers_int8_panels() ? Int8WeightLayout::kCpuPanels : Int8WeightLayout::kRows;
@@ -146,7 +147,8 @@ void Transformer::add_and_norm(const TensorView& residual, const TensorView* del
 }
 
 Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
-                            const std::vector<int32_t>& logit_rows, const TensorView& logits) {
+                            const std::vector<int32_t>& logit_rows, const TensorView& logits,
+                            const std::vector<int32_t>& hidden_rows, const TensorView* hidden) {
   if (!comm_error_.is_ok()) return comm_error_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t H = config_.hidden;
@@ -189,12 +191,21 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
     pending = &delta.view();
   }
 
-  // Only the rows whose logits are wanted go through the final norm and LM head.
+  // Only the rows whose logits or hidden states are wanted go through the final norm.
   const int64_t R = static_cast<int64_t>(logit_rows.size());
   // No logits wanted (a prefill chunk, a draft model catching up): no norm, no LM head, and
   // no all-gather — every rank of the group gets the same plan, so all skip it alike.
-  if (R == 0) return comm_error_;
+  if (R == 0 && hidden_rows.empty()) return comm_error_;
   if (pending != nullptr) backend_.add(x.view(), *pending, x.view());
+  if (!hidden_rows.empty()) {
+    TESSERA_CHECK(hidden != nullptr);
+    Tensor picked = backend_.alloc({static_cast<int64_t>(hidden_rows.size()), H}, DType::kF32);
+    backend_.gather_rows(x.view(), hidden_rows, picked.view());
+    add_and_norm(picked.view(), nullptr, weights_.final_norm_w, weights_.final_norm_b, *hidden);
+  }
+  if (R == 0) return comm_error_;
+  if (weights_.lm_head.w.empty())
+    return invalid_argument("logits asked of a model loaded without its LM head (server.task embed)");
   Tensor picked = backend_.alloc({R, H}, DType::kF32);
   Tensor normed = backend_.alloc({R, H}, DType::kF32);
   backend_.gather_rows(x.view(), logit_rows, picked.view());

@@ -31,6 +31,7 @@ struct ModelLoadOptions {
   // model.check_weights: refuse NaN/Inf weights; nullopt = auto (checkpoints up to
   // kCheckWeightsAutoBytes).
   std::optional<bool> check_weights;
+  bool lm_head = true;  // false: no LM head (server.task embed; forward() then gives no logits)
 };
 
 class Transformer {
@@ -56,8 +57,11 @@ class Transformer {
   // Every rank of a tensor-parallel group must call it with the same arguments; every
   // rank gets the full logits. Fails (Unavailable) only when a collective failed — a peer
   // rank is gone — and from then on always: the group is broken and must be rebuilt.
+  // `hidden_rows` / `hidden` [hidden_rows.size(), hidden]: rows whose final hidden states
+  // (after the final norm, before the LM head) are wanted too — embedding sequences.
   Status forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
-               const std::vector<int32_t>& logit_rows, const TensorView& logits);
+                 const std::vector<int32_t>& logit_rows, const TensorView& logits,
+                 const std::vector<int32_t>& hidden_rows = {}, const TensorView* hidden = nullptr);
 
  private:
   Transformer(ModelConfig config, ModelWeights weights, std::string config_dir, bool kernel_inject,

@@ -383,7 +383,7 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
   // The LM head: quantized only when a rule asks; never when it is the embedding itself.
   const std::string embed = s.resolve(TensorRole::kEmbed, -1);
   const bool tied = mw.lm_head.w.view().data == mw.embed.view().data;
-  if (!tied) list.push_back({&mw.lm_head, {s.resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
+  if (!tied && !mw.lm_head.w.empty()) list.push_back({&mw.lm_head, {s.resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
 
   int64_t delta = 0;
   TensorArena arena;  // most quantized matrices are under a huge page (Tensor::zeros, TensorArena)

@@ -215,6 +215,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.plan = &plan;
     mo.quant = quantization_options(config.model);
     mo.check_weights = config.model.check_weights;
+    mo.lm_head = config.server.task != "embed";
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
     if (config.speculative.method == SpeculativeConfig::Method::kDraft) {
       TESSERA_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative.draft_model, mo, *backend));

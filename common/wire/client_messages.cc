@@ -9,7 +9,7 @@ namespace tessera::wire::client {
 namespace {
 
 constexpr size_t kMinTokenBytes = 4 + 4;          // i32 token, f32 logprob
-constexpr size_t kMinFinalChoiceBytes = 4 + 4;    // bytes finish_reason (empty), i32 count
+constexpr size_t kMinFinalChoiceBytes = 4 + 4 + 4;  // bytes finish_reason (empty), i32 count, f32[] (empty)
 
 // What the shared codec (common/wire/frame_codec.h) needs to know about this protocol.
 struct ClientProtocol {
@@ -91,7 +91,7 @@ Status decode(std::string_view frame, Submit* m) {
     m->id = r.u64("id");
     const uint8_t kind = r.u8("kind");
     if (r.ok() && kind != static_cast<uint8_t>(RequestKind::kCompletion) &&
-        kind != static_cast<uint8_t>(RequestKind::kChat))
+        kind != static_cast<uint8_t>(RequestKind::kChat) && kind != static_cast<uint8_t>(RequestKind::kEmbeddings))
       r.fail("kind");
     m->kind = static_cast<RequestKind>(kind);
     r.bytes(&m->api_key, "api_key");
@@ -147,6 +147,7 @@ void encode(const Final& m, std::string* out) {
     for (const FinalChoice& c : m.choices) {
       w.bytes(c.finish_reason);
       w.i32(c.completion_tokens);
+      w.f32_array(c.embedding);
     }
   });
 }
@@ -159,6 +160,7 @@ Status decode(std::string_view frame, Final* m) {
     for (uint32_t i = 0; i < n && r.ok(); ++i) {
       r.bytes(&m->choices[i].finish_reason, "choice.finish_reason");
       m->choices[i].completion_tokens = r.i32("choice.completion_tokens");
+      r.f32_array(&m->choices[i].embedding, "choice.embedding");
     }
   });
 }

@@ -24,8 +24,9 @@
 namespace tessera::wire::client {
 
 inline constexpr uint32_t kMagic = 0x50435354;  // "TSCP" as little-endian bytes
-// 2: Delta.reasoning (a reasoning model's thoughts apart from the answer).
-inline constexpr uint16_t kProtocolVersion = 2;
+// 2: Delta.reasoning (a reasoning model's thoughts apart from the answer); 3: RequestKind
+// kEmbeddings and FinalChoice.embedding.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {
@@ -38,13 +39,13 @@ enum class MessageType : uint16_t {
 };
 const char* message_type_name(MessageType type);
 
-enum class RequestKind : uint8_t { kCompletion = 1, kChat = 2 };
+enum class RequestKind : uint8_t { kCompletion = 1, kChat = 2, kEmbeddings = 3 };
 
 struct Submit {
   uint64_t id = 0;  // chosen by the client, unique among its live requests; 0 is reserved
   RequestKind kind = RequestKind::kCompletion;
   std::string api_key;       // checked when the server has api_keys; may be empty otherwise
-  std::string request_json;  // the body of POST /v1/completions or /v1/chat/completions
+  std::string request_json;  // the body of POST /v1/completions, /v1/chat/completions or /v1/embeddings
 };
 
 struct Abort {
@@ -65,6 +66,8 @@ struct Delta {
 struct FinalChoice {
   std::string finish_reason;  // "stop" | "length" | "abort"
   int32_t completion_tokens = 0;
+  // kEmbeddings: the input's vector (cut to `dimensions` and normalised as REST returns it).
+  std::vector<float> embedding;
 };
 
 struct Final {

@@ -287,6 +287,7 @@ void encode(const StepPlan& m, std::string* out) {
         w.i32_array(s.start->history);
         w.i32_array(s.start->prompt);
         w.u64(s.start->sample_from);
+        w.u8(static_cast<uint8_t>(s.start->pooling));
       }
     }
     w.u32(static_cast<uint32_t>(m.block_copies.size()));
@@ -325,6 +326,9 @@ Status decode(std::string_view frame, StepPlan* m) {
         r.i32_array(&start.history, "seq.start.history");
         r.i32_array(&start.prompt, "seq.start.prompt");
         start.sample_from = r.u64("seq.start.sample_from");
+        const uint8_t pooling = r.u8("seq.start.pooling");
+        if (pooling > static_cast<uint8_t>(Pooling::kCls)) r.fail("seq.start.pooling");
+        start.pooling = static_cast<Pooling>(pooling);
       } else {
         s.start.reset();
       }
@@ -371,6 +375,12 @@ void encode(const StepResult& m, std::string* out) {
     w.f32(m.target_seconds);
     w.f32(m.draft_seconds);
     w.i32(m.draft_forwards);
+    w.u32(static_cast<uint32_t>(m.pooled.size()));
+    for (const PooledHidden& p : m.pooled) {
+      w.u64(p.seq_id);
+      w.i32(p.rows);
+      w.f32_array(p.sum);
+    }
   });
 }
 Status decode(std::string_view frame, StepResult* m) {
@@ -407,6 +417,13 @@ Status decode(std::string_view frame, StepResult* m) {
     m->target_seconds = r.f32("target_seconds");
     m->draft_seconds = r.f32("draft_seconds");
     m->draft_forwards = r.i32("draft_forwards");
+    const uint32_t npool = r.count(8 + 4 + 4, "pooled.count");
+    m->pooled.resize(npool);
+    for (uint32_t i = 0; i < npool && r.ok(); ++i) {
+      m->pooled[i].seq_id = r.u64("pooled.seq_id");
+      m->pooled[i].rows = r.i32("pooled.rows");
+      r.f32_array(&m->pooled[i].sum, "pooled.sum");
+    }
   });
 }
 

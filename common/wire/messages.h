@@ -29,8 +29,9 @@ inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
 // output's token mask); 7: StepResult.leaving (the rank leaves after a broken collective);
 // 8: SeqStep.num_draft (speculative decoding's proposals); 9: SeqStep.propose and
 // StepResult.proposals (proposals made by the executors' draft model); 10: SeqStep.allowed_tokens
-// may hold a mask per checked row (proposals under a grammar).
-inline constexpr uint16_t kProtocolVersion = 10;
+// may hold a mask per checked row (proposals under a grammar); 11: SeqStart.pooling and
+// StepResult.pooled (embedding sequences).
+inline constexpr uint16_t kProtocolVersion = 11;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {

@@ -33,4 +33,13 @@ std::string error_body(const ApiError& error) {
   return response_json(json{{"error", e}});
 }
 
+ApiError model_not_found(const std::string& asked, const std::string& served, std::string param) {
+  ApiError e;
+  e.http_status = 404;
+  e.param = std::move(param);
+  e.code = "model_not_found";
+  e.message = "The model '" + asked + "' does not exist (this server serves '" + served + "')";
+  return e;
+}
+
 }  // namespace tessera

@@ -21,5 +21,7 @@ ApiError bad_request(std::string param, std::string message);
 // A 500 server_error / internal_error: the server cannot serve the request (no usable chat
 // template).
 ApiError api_server_error(std::string message);
+// A 404 model_not_found: the request's "model" (param `param`) is not the one this server serves.
+ApiError model_not_found(const std::string& asked, const std::string& served, std::string param = "model");
 
 }  // namespace tessera

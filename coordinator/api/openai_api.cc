@@ -172,11 +172,15 @@ std::string make_response_id(ApiEndpoint endpoint) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%016llx%04llx", static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(counter.fetch_add(1) & 0xffff));
-  return std::string(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-") + buf;
+  const char* prefix = endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-"
+                       : endpoint == ApiEndpoint::kEmbeddings    ? "embd-"
+                                                                 : "cmpl-";
+  return std::string(prefix) + buf;
 }
 
 std::string response_body(const ApiRequest& request, const std::string& id, int64_t created,
                           const std::vector<ChoiceOutput>& choices, const Tokenizer* tokenizer) {
+  if (request.endpoint == ApiEndpoint::kEmbeddings) return embeddings_response_body(request, id, created, choices);
   const bool chat = is_chat(request);
   json out = {{"id", id},
               {"object", chat ? "chat.completion" : "text_completion"},

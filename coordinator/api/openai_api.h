@@ -19,6 +19,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/api_error.h"
 #include "coordinator/api/chat_template.h"
+#include "coordinator/api/embedding_pooling.h"
 #include "coordinator/api/reasoning/reasoning_parser.h"
 #include "coordinator/api/tool_calls/tool_call_format.h"
 #include "coordinator/engine/engine_service.h"
@@ -26,7 +27,7 @@
 
 namespace tessera {
 
-enum class ApiEndpoint { kCompletions, kChatCompletions };
+enum class ApiEndpoint { kCompletions, kChatCompletions, kEmbeddings };
 
 // Renders a chat template's context — "messages", "tools", "documents",
 // "add_generation_prompt" (coordinator/api/chat_request.h builds it) — into the prompt text,
@@ -63,6 +64,10 @@ struct ApiContext {
   bool tool_calls_out = true;
   // How a chat answer's thoughts are told apart (reasoning_content); kNone: they stay content.
   ReasoningFormat reasoning = ReasoningFormat::kNone;
+  // server.task: whether completions and chat are answered, and (set) how embeddings are
+  // pooled — unset: /v1/embeddings is refused.
+  bool generation = true;
+  std::optional<EmbeddingPooling> embeddings;
 };
 
 // The context a front end (HTTP, ZeroMQ) serves with: `renderer` when given, else the
@@ -100,6 +105,11 @@ struct ApiRequest {
   bool reasoning = false;
   bool starts_in_reasoning = false;
   bool include_reasoning = true;
+  // Embeddings: the vectors as base64 of little-endian float32 (encoding_format "base64"),
+  // cut to the first `dimensions` values (0 = all) before normalisation.
+  bool embedding_base64 = false;
+  int dimensions = 0;
+  bool normalize_embedding = true;
 
   // Choices generated (requests × best_of): what the transports gather, by generated index
   // prompt_index × best_of + choice. Without best_of > n these are the response's indexes.
@@ -113,6 +123,10 @@ struct ApiRequest {
 bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& context, ApiRequest* out,
                        ApiError* error);
 
+// /v1/embeddings (coordinator/api/embeddings_request.cc): "input" (a string, strings, token ids
+// or arrays of them), encoding_format, dimensions, user, truncate_prompt_tokens; one engine
+// Request per input, pooled as context.embeddings says. Called by parse_api_request.
+bool parse_embeddings_request(std::string_view body, const ApiContext& context, ApiRequest* out, ApiError* error);
 // OpenAI's "finish_reason" text: "stop", "length", "abort", "error"; "" (JSON null) for kNone.
 const char* api_finish_reason(FinishReason reason);
 
@@ -131,6 +145,7 @@ struct ChoiceOutput {
   std::vector<SampledToken> stream_held_tokens;
   // Streaming a reasoning model's chat (ApiRequest::reasoning): where its thoughts end.
   std::shared_ptr<ReasoningStream> reasoning_stream;
+  std::vector<float> embedding;  // an embedding request's vector, as pooled (not normalised)
 };
 
 struct Usage {
@@ -140,6 +155,14 @@ struct Usage {
 
 // Usage of a whole request: each prompt counted once, every choice's completion tokens.
 Usage usage_of(const ApiRequest& request, const std::vector<ChoiceOutput>& choices);
+
+// An embedding as the client gets it: the pooled vector cut to its first `dimensions` values
+// (0: all), then scaled to unit L2 norm when `normalize` (a zero vector stays zero).
+std::vector<float> finish_embedding(const std::vector<float>& pooled, int dimensions, bool normalize);
+// The /v1/embeddings response: {"object": "list", "data": [{"object": "embedding", "index",
+// "embedding"}], "model", "usage"}, each vector cut to `dimensions` and normalised as asked.
+std::string embeddings_response_body(const ApiRequest& request, const std::string& id, int64_t created,
+                                     const std::vector<ChoiceOutput>& choices);
 
 // "cmpl-<random hex>" / "chatcmpl-<random hex>".
 std::string make_response_id(ApiEndpoint endpoint);

@@ -11,6 +11,7 @@
 #include "coordinator/api/api_request_fields.h"
 #include "coordinator/api/chat_request.h"
 #include "coordinator/api/grammars/request_constraint.h"
+#include "coordinator/api/prompt_input.h"
 #include "coordinator/api/request_body.h"
 #include "coordinator/api/tool_calls/tool_call_grammar.h"
 
@@ -112,30 +113,6 @@ class FieldReader {
   bool failed_ = false;
 };
 
-bool all_of_kind(const json& array, bool (json::*pred)() const noexcept) {
-  for (const json& e : array)
-    if (!(e.*pred)()) return false;
-  return true;
-}
-
-bool token_ids_from(const json& array, const std::string& param, const Tokenizer* tokenizer,
-                    std::vector<int32_t>* ids, ApiError* error) {
-  const int64_t vocab = tokenizer != nullptr ? tokenizer->vocab_size() : INT32_MAX;
-  for (size_t i = 0; i < array.size(); ++i) {
-    const json& e = array[i];
-    const int64_t id = e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                           ? INT64_MAX
-                           : e.get<int64_t>();
-    if (id < 0 || id >= vocab) {
-      *error = bad_request(param, "token id " + std::to_string(id) + " at " + param + "[" + std::to_string(i) +
-                                      "] is out of range [0, " + std::to_string(vocab) + ")");
-      return false;
-    }
-    ids->push_back(static_cast<int32_t>(id));
-  }
-  return true;
-}
-
 // "prompt": a string, an array of strings (a batch), an array of token ids, or an array of
 // token-id arrays (a batch).
 bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, std::vector<std::vector<int32_t>>* prompts,
@@ -145,52 +122,7 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, std:
     *error = bad_request("prompt", "'prompt' is required");
     return false;
   }
-  const json& p = *it;
-  const char* kShape =
-      "'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays";
-  auto need_tokenizer = [&]() {
-    *error = bad_request("prompt", "this server has no tokenizer: send 'prompt' as token ids");
-    return false;
-  };
-  if (p.is_string()) {
-    if (ctx.tokenizer == nullptr) return need_tokenizer();
-    out->prompt_texts.push_back(p.get<std::string>());
-    prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
-  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_number_integer)) {
-    std::vector<int32_t> ids;
-    if (!token_ids_from(p, "prompt", ctx.tokenizer, &ids, error)) return false;
-    prompts->push_back(std::move(ids));
-    out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(prompts->back(), false) : "");
-  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_string)) {
-    if (ctx.tokenizer == nullptr) return need_tokenizer();
-    for (const json& s : p) {
-      out->prompt_texts.push_back(s.get<std::string>());
-      prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), true));
-    }
-  } else if (p.is_array() && !p.empty() && all_of_kind(p, &json::is_array)) {
-    for (size_t i = 0; i < p.size(); ++i) {
-      const std::string param = "prompt[" + std::to_string(i) + "]";
-      if (p[i].empty() || !all_of_kind(p[i], &json::is_number_integer)) {
-        *error = bad_request(param, "'" + param + "' must be a non-empty array of token ids");
-        return false;
-      }
-      std::vector<int32_t> ids;
-      if (!token_ids_from(p[i], param, ctx.tokenizer, &ids, error)) return false;
-      prompts->push_back(std::move(ids));
-      out->prompt_texts.push_back(ctx.tokenizer != nullptr ? ctx.tokenizer->decode(prompts->back(), false)
-                                                           : "");
-    }
-  } else {
-    *error = bad_request("prompt", kShape);
-    return false;
-  }
-  for (const auto& ids : *prompts) {
-    if (ids.empty()) {
-      *error = bad_request("prompt", "'prompt' is empty (no tokens)");
-      return false;
-    }
-  }
-  return true;
+  return read_prompt_input(*it, "prompt", ctx.tokenizer, prompts, &out->prompt_texts, error);
 }
 
 // tool_choice "required" or a named function: the reply is decoded under the grammar of the
@@ -300,11 +232,7 @@ bool check_model_and_fields(ApiEndpoint endpoint, const json& j, const ApiContex
   f.string("model", &model);
   if (f.failed()) return false;
   if (!model.empty() && model != ctx.model_name) {
-    error->http_status = 404;
-    error->type = "invalid_request_error";
-    error->param = "model";
-    error->code = "model_not_found";
-    error->message = "The model '" + model + "' does not exist (this server serves '" + ctx.model_name + "')";
+    *error = model_not_found(model, ctx.model_name);
     return false;
   }
   const char* required = endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
@@ -557,9 +485,14 @@ bool add_requests(std::vector<std::vector<int32_t>>* prompts, bool chat, const A
 
 bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiContext& ctx, ApiRequest* out,
                        ApiError* error) {
+  if (endpoint == ApiEndpoint::kEmbeddings) return parse_embeddings_request(body, ctx, out, error);
   *out = ApiRequest();
   out->endpoint = endpoint;
   out->model = ctx.model_name;
+  if (!ctx.generation) {
+    *error = bad_request("", "this server only answers /v1/embeddings (server.task is embed)");
+    return false;
+  }
   nlohmann::ordered_json ordered;
   json j;
   if (!parse_body(body, &ordered, &j, error)) return false;

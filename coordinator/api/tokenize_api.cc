@@ -14,12 +14,7 @@ namespace {
 using nlohmann::json;
 
 ApiError not_found_model(const ApiContext& ctx, const std::string& model, const std::string& param) {
-  ApiError e;
-  e.http_status = 404;
-  e.param = param;
-  e.code = "model_not_found";
-  e.message = "The model '" + model + "' does not exist (this server serves '" + ctx.model_name + "')";
-  return e;
+  return model_not_found(model, ctx.model_name, param);
 }
 
 // The body as a JSON object whose every field is in `known`, and whose "model" (when

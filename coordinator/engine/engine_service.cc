@@ -348,6 +348,11 @@ void EngineService::Impl::handle(const SequenceEvent& e, bool unavailable) {
   }
   if (e.finished) {
     ev.text += ch.stop.finish();
+    if (!e.embedding.empty()) {
+      ev.embedding = e.embedding;
+      std::lock_guard<std::mutex> lk(stats_mu);
+      stats.prompt_tokens_total += static_cast<uint64_t>(r.prompt_tokens);
+    }
     ev.unavailable = unavailable && e.reason == FinishReason::kError;
     finish(r, c, std::move(ev), e.reason, e.reason == FinishReason::kError ? e.error : "");
     return;

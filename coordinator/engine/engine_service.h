@@ -40,6 +40,8 @@ struct GenerateEvent {
   bool unavailable = false;
   int prompt_tokens = 0;
   int completion_tokens = 0;         // of this choice, so far
+  // An embedding request's (Request::pooling) one event: the pooled vector, not normalised.
+  std::vector<float> embedding;
 };
 
 using GenerateCallback = std::function<void(const GenerateEvent&)>;

@@ -73,7 +73,8 @@ class EngineRequests {
 
 }  // namespace
 
-StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab) {
+StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab,
+                                        Pooling embeddings_only) {
   WarmUpReport report;
   if (vocab <= 0) return report;
   const auto started = std::chrono::steady_clock::now();
@@ -95,7 +96,14 @@ StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecu
   StopConditions no_stop;
   no_stop.ignore_eos = true;
   EngineRequests runner(engine);
-  auto run = [&](const std::vector<std::shared_ptr<const Request>>& requests) -> Status {
+  auto run = [&](std::vector<std::shared_ptr<const Request>> requests) -> Status {
+    if (embeddings_only != Pooling::kNone) {
+      for (auto& r : requests) {
+        auto embedding = std::make_shared<Request>(*r);
+        embedding->pooling = embeddings_only;
+        r = std::move(embedding);
+      }
+    }
     TESSERA_ASSIGN_OR_RETURN(const int steps, runner.run(requests));
     report.steps += steps;
     return Status::ok();

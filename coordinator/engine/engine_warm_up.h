@@ -30,7 +30,10 @@ struct WarmUpReport {
 // max_model_len and the KV pool), then a decode batch of min(max_num_seqs, 8) short requests
 // (4 prompt tokens, 3 generated) where they fit.
 // `vocab` bounds the (arbitrary) prompt ids. An executor error ends it with that error.
-StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab);
+// `embeddings_only` (a pooling): a server that only embeds (its workers have no LM head) warms
+// up with embedding requests of the same prompts instead, so nothing is sampled.
+StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab,
+                                        Pooling embeddings_only = Pooling::kNone);
 
 // The time of a plain step of 1, 2, 4, ... rows on the executor (its target model's time,
 // StepResult::target_seconds), for speculative decoding's back-off (SchedulerConfig::row_costs).

@@ -81,12 +81,18 @@ Status validate_request(const Request& r, const RequestLimits& l) {
     return invalid_argument("n must be in [1, " + std::to_string(kMaxChoices) + "], got " + std::to_string(r.n));
   const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
   const std::string len = std::to_string(prompt_len);
-  if (l.max_tokens_must_fit && l.max_sequence_len > 0 && prompt_len + r.max_tokens > l.max_sequence_len) {
+  if (l.max_tokens_must_fit && r.pooling == Pooling::kNone && l.max_sequence_len > 0 &&
+      prompt_len + r.max_tokens > l.max_sequence_len) {
     return invalid_argument("prompt (" + len + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
                             ") = " + std::to_string(prompt_len + r.max_tokens) + " exceeds " +
                             sequence_limit_name(l));
   }
-  const int64_t need = prompt_len + 1;  // the prompt plus one generated token
+  const bool embedding = r.pooling != Pooling::kNone;
+  if (embedding && r.n != 1) return invalid_argument("an embedding request has one choice, got n = " + std::to_string(r.n));
+  // The prompt plus one generated token; an embedding generates none.
+  const int64_t need = prompt_len + (embedding ? 0 : 1);
+  if (embedding && l.max_model_len > 0 && need > l.max_model_len)
+    return invalid_argument("input of " + len + " tokens exceeds max_model_len " + std::to_string(l.max_model_len));
   if (l.max_model_len > 0 && need > l.max_model_len)
     return invalid_argument("prompt of " + len + " tokens leaves no room to generate within max_model_len " +
                             std::to_string(l.max_model_len));

@@ -76,6 +76,10 @@ struct Request {
   // tokens only where it may end, and the choice stops ("stop") when it is complete. Null =
   // unconstrained.
   std::shared_ptr<const structured::TokenConstraint> constraint;
+  // Not kNone: an embedding request — its prompt is computed (prefill only, batched with the
+  // generating ones) and it ends with the pooled final hidden state (SequenceEvent::embedding)
+  // and no output tokens; n is 1 and max_tokens is not used.
+  Pooling pooling = Pooling::kNone;
 
   // Choice c of a seeded request draws with seed + c (what separate requests seeded
   // seed, seed + 1, ... would draw); an unseeded one is seeded by the scheduler per sequence.

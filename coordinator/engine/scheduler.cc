@@ -350,8 +350,13 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     const SeqId id = e.seq.id();
     const std::span<const int32_t> tokens = e.seq.token_ids();
     const int len = e.seq.num_tokens();
-    // A sequence asking prompt logprobs computes its whole prompt: a cached prefix has no logits.
-    PrefixHit hit = e.seq.sampling().prompt_logprobs >= 0 ? PrefixHit{} : blocks_.find_cached_prefix(tokens);
+    // A sequence asking prompt logprobs computes its whole prompt: a cached prefix has no
+    // logits; nor hidden states, which mean and CLS pooling read (last pooling reads only the
+    // last row, which is always computed).
+    const Pooling pooling = e.seq.request().pooling;
+    const bool whole_prompt =
+        e.seq.sampling().prompt_logprobs >= 0 || pooling == Pooling::kMean || pooling == Pooling::kCls;
+    PrefixHit hit = whole_prompt ? PrefixHit{} : blocks_.find_cached_prefix(tokens);
     // At least one token is computed, so the step yields logits to sample from.
     const int cached = std::min(hit.num_tokens(config_.block_size), len - 1);
     const int remaining = len - cached;
@@ -376,6 +381,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     TESSERA_CHECK(blocks_.append_slots(id, cached, reserve_end, &plan.block_copies));
     it = waiting_.erase(it);
     e.seq.start(cached);
+    e.pooled_sum.clear();  // a resumed embedding pools its prompt again
+    e.pooled_rows = 0;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), &e, RunsBefore{}), &e);
     if (forming) {
       e.batch_member = true;
@@ -398,7 +405,8 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
   s.seq_id = seq.id();
   s.tokens.assign(tokens.begin() + from, tokens.begin() + from + num_tokens);
   s.num_computed = from;
-  s.sample = from + num_tokens == seq.num_tokens();
+  // An embedding sequence never samples: its last chunk ends it (on_step_result).
+  s.sample = from + num_tokens == seq.num_tokens() && seq.request().pooling == Pooling::kNone;
   TESSERA_CHECK(draft.empty() || s.sample) << "sequence " << seq.id() << ": proposals follow the last known token";
   s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
   s.num_draft = static_cast<int32_t>(draft.size());
@@ -431,6 +439,7 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
     if (seq.sampling().has_penalty()) start.history.assign(tokens.begin(), tokens.begin() + from);
     if (seq.sampling().prompt_logprobs >= 0) start.prompt.assign(tokens.begin(), tokens.begin() + seq.prompt_len());
     start.sample_from = sample_from;
+    start.pooling = seq.request().pooling;
     s.table_from = 0;
   } else {
     // (The table may be shorter than what was sent: the blocks of rejected proposals went back.)
@@ -533,8 +542,10 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
   size_t lp = 0;  // result.prompt_logprobs is in plan order
   std::vector<PendingMask> masks_pending;
   std::unordered_map<SeqId, const std::vector<int32_t>*> proposals_of;  // made on the executors
+  std::unordered_map<SeqId, const PooledHidden*> pooled_of;            // embedding sequences' shares
   if (error.empty()) {
     for (const Proposal& p : result.proposals) proposals_of[p.seq_id] = &p.tokens;
+    for (const PooledHidden& p : result.pooled) pooled_of[p.seq_id] = &p;
     // What a draft forward costs next to the target's step, as measured (a moving average).
     if (result.draft_forwards > 0 && result.target_seconds > 0) {
       const double ratio = result.draft_seconds / result.draft_forwards / result.target_seconds;
@@ -563,7 +574,7 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
       finish(e, FinishReason::kError);
       for (int c = 0; c < unforked; ++c)
         events.push_back(SequenceEvent{choice_seq_id(e.seq.request_id(), c == 0 ? e.seq.choice() : c),
-                                       {}, true, FinishReason::kError, error, {}});
+                                       {}, true, FinishReason::kError, error, {}, {}});
       entries_.erase(it);
       continue;
     }
@@ -574,7 +585,7 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     e.executor_proposals = made != proposals_of.end() && s.propose > 0 ? *made->second : std::vector<int32_t>{};
     if (e.executor_proposals.size() > static_cast<size_t>(s.propose)) e.executor_proposals.resize(static_cast<size_t>(s.propose));
     if (s.num_draft > 0) {
-      SequenceEvent event{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps)};
+      SequenceEvent event{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps), {}};
       const bool grammar_left = apply_speculative_tokens(e, s, std::span<const SampledToken>(token, num_returned), event);
       if (event.finished) entries_.erase(s.seq_id);
       if (grammar_left) {
@@ -588,14 +599,29 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     blocks_.commit(s.seq_id, e.seq.token_ids(), e.seq.num_computed());
     // The window moved on: what only the tokens just passed read is free for anyone now.
     blocks_.release_blocks_before(s.seq_id, first_needed_key(e.seq.num_computed()));
+    if (e.seq.request().pooling != Pooling::kNone) {
+      const auto share = pooled_of.find(s.seq_id);
+      take_pooled_share(e, share == pooled_of.end() ? nullptr : share->second);
+      if (e.seq.num_computed() < e.seq.num_tokens()) continue;
+      SequenceEvent event{s.seq_id, {}, false, FinishReason::kNone, {}, {}, {}};
+      event.embedding = pooled_embedding(e);
+      if (event.embedding.empty()) {
+        event.error = "the executors returned no hidden state for embedding " + std::to_string(s.seq_id);
+        end_sequence(e, event, FinishReason::kError);
+      } else {
+        end_sequence(e, event, FinishReason::kStop);
+      }
+      events.push_back(std::move(event));
+      continue;
+    }
     if (token == nullptr) {
-      if (!prompt_lps.empty()) events.push_back(SequenceEvent{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps)});
+      if (!prompt_lps.empty()) events.push_back(SequenceEvent{s.seq_id, {}, false, FinishReason::kNone, {}, std::move(prompt_lps), {}});
       continue;
     }
     e.seq.append_token(token->token);
     // The draft's scratch slots past the known tokens go back.
     if (s.propose > 0) blocks_.truncate(s.seq_id, e.seq.num_tokens());
-    finish_sampled_token(e, SequenceEvent{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps)},
+    finish_sampled_token(e, SequenceEvent{s.seq_id, {*token}, false, FinishReason::kNone, {}, std::move(prompt_lps), {}},
                          events, masks_pending);
   }
   // The next masks, in parallel over the step's constrained sequences: one whose grammar
@@ -624,6 +650,25 @@ std::vector<SequenceEvent> Scheduler::on_step_result(const StepPlan& plan, const
     defer_mask(e);
   }
   return events;
+}
+
+void Scheduler::take_pooled_share(Entry& e, const PooledHidden* share) {
+  if (share == nullptr || share->rows <= 0) return;
+  const bool add = e.seq.request().pooling == Pooling::kMean;
+  if (!add || e.pooled_sum.size() != share->sum.size()) {
+    // Last: the latest step's row; CLS: the row of position 0 (its step alone returns one).
+    e.pooled_sum.assign(share->sum.size(), 0.0);
+    e.pooled_rows = 0;
+  }
+  for (size_t k = 0; k < share->sum.size(); ++k) e.pooled_sum[k] += share->sum[k];
+  e.pooled_rows += share->rows;
+}
+
+std::vector<float> Scheduler::pooled_embedding(const Entry& e) {
+  std::vector<float> out(e.pooled_sum.size());
+  if (e.pooled_rows == 0) return {};
+  for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<float>(e.pooled_sum[k] / e.pooled_rows);
+  return out;
 }
 
 void Scheduler::finish_sampled_token(Entry& e, SequenceEvent event, std::vector<SequenceEvent>& events,
@@ -734,7 +779,9 @@ void Scheduler::check_invariants() const {
         << "sequence " << s.id() << " holds blocks its window has left, or lost ones it reads";
     TESSERA_CHECK_GE(s.num_uncomputed(), 1) << "sequence " << s.id();
     if (s.state() == SequenceState::kDecode) TESSERA_CHECK_EQ(s.num_uncomputed(), 1) << "decode sequence " << s.id();
-    TESSERA_CHECK_LT(s.num_tokens(), max_len_) << "sequence " << s.id() << " should have finished";
+    // (An embedding's input may take the whole context: it generates nothing.)
+    TESSERA_CHECK_LT(s.num_tokens(), max_len_ + (s.request().pooling != Pooling::kNone ? 1 : 0))
+        << "sequence " << s.id() << " should have finished";
     TESSERA_CHECK_LT(s.num_output(), s.max_new_tokens()) << "sequence " << s.id() << " should have finished";
     members += e.batch_member;
     if (config_.mode == BatchingMode::kStatic) TESSERA_CHECK(e.batch_member) << "non-member " << s.id() << " runs";

@@ -101,6 +101,9 @@ struct SequenceEvent {
   // event may carry only these (a prefill chunk samples nothing). A recomputed prompt
   // (preemption) sends positions again, with the same values.
   std::vector<PromptLogprob> prompt_logprobs;
+  // An embedding request's one event (finished, kStop): its pooled final hidden state — the
+  // mean of the rows, or the last or first row, as its pooling says; not normalised.
+  std::vector<float> embedding;
 };
 
 // Speculative decoding, vLLM's spec_decode counters.
@@ -236,6 +239,9 @@ class Scheduler {
     // grammar's step by each proposal, and the mask of the row after each.
     std::vector<structured::ConstraintStep> proposal_steps;
     std::vector<std::vector<uint32_t>> proposal_masks;
+    // An embedding sequence's pooled shares so far (StepResult::pooled), from its admission on.
+    std::vector<double> pooled_sum;
+    int pooled_rows = 0;
   };
   // A sequence of the step's result whose next mask is computed with the others (on_step_result).
   struct PendingMask {
@@ -310,6 +316,10 @@ class Scheduler {
   // A sampled token just appended (the last of `event`): its grammar's step, then the
   // sequence's end or, when its grammar goes on, its next mask (queued in masks_pending to be
   // computed with the step's others, or handed to the warmer). `event` goes to `events`.
+  // An embedding sequence's share of a step (null: its pooling took no row of it).
+  static void take_pooled_share(Entry& e, const PooledHidden* share);
+  // Its pooled vector once the prompt is done: the mean of the rows taken; empty if none came.
+  static std::vector<float> pooled_embedding(const Entry& e);
   void finish_sampled_token(Entry& e, SequenceEvent event, std::vector<SequenceEvent>& events,
                             std::vector<PendingMask>& masks_pending);
   // Cuts a constrained sequence's proposals where its grammar stops them and keeps, in e, the

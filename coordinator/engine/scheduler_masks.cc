@@ -141,7 +141,7 @@ std::vector<SequenceEvent> Scheduler::advance_deferred_masks() {
       deferred_masks_.push_back(id);
       continue;
     }
-    SequenceEvent event{e.seq.id(), {}, false, FinishReason::kNone, {}, {}};
+    SequenceEvent event{e.seq.id(), {}, false, FinishReason::kNone, {}, {}, {}};
     if (e.warm->step) {
       // The grammar's step by the token sent earlier: its verdict now.
       const FinishReason reason = e.seq.apply_constraint_step(std::move(*e.warm->step), &event.error);

@@ -176,6 +176,8 @@ Status HttpServer::start() {
                            s.options.tool_call_format, s.options.reasoning_format);
   s.cors = CorsPolicy(s.options.cors_origins);
   s.api.max_model_len_limit = s.service.max_model_len_limit();
+  s.api.generation = s.options.generation;
+  s.api.embeddings = s.options.embeddings;
   beast::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
   if (ec) return invalid_argument("server.http.host: '" + s.options.host + "' is not an IP address");

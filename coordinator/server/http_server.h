@@ -79,6 +79,9 @@ struct HttpServerOptions {
   ChatRenderer chat_renderer;         // chat template context -> prompt text; empty = the tokenizer's template
   std::optional<ToolCallFormat> tool_call_format;  // how tool calls are read; nullopt = auto (openai_api.h)
   std::optional<ReasoningFormat> reasoning_format;  // how chat thoughts are told apart; nullopt = auto (ditto)
+  // server.task: completions and chat answered; embeddings answered, pooled so (unset: refused).
+  bool generation = true;
+  std::optional<EmbeddingPooling> embeddings;
   int idle_timeout_s = 120;           // HttpLimits::idle_timeout, >= 1
   int header_timeout_s = 10;          // HttpLimits::header_timeout, >= 1
   // HttpLimits::max_connections; 0 = as many as the file-descriptor limit (RLIMIT_NOFILE)

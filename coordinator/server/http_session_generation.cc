@@ -80,6 +80,7 @@ void HttpSession::on_event(uint64_t serial, size_t index, const GenerateEvent& e
   out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
   if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = ev.prompt_logprobs;
   out.completion_tokens = ev.completion_tokens;
+  if (!ev.embedding.empty()) out.embedding = ev.embedding;
   if (ev.finished) {
     out.finish_reason = ev.finish_reason;
     if (ev.finish_reason == FinishReason::kError && g.error.empty()) {

@@ -15,7 +15,8 @@ namespace {
 const char* route_methods(const std::string& path) {
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") return "GET, HEAD";
   if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "GET, HEAD";
-  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize")
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings" || path == "/tokenize" ||
+      path == "/detokenize")
     return "POST";
   return "";
 }
@@ -104,7 +105,10 @@ void HttpSession::handle(const Request& req) {
     return send_error(api_error(503, "service_unavailable", "draining", "the server is draining"),
                       {{"Retry-After", kRetryAfterSeconds}});
   }
-  start_generation(is_chat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions, std::string(req.body()));
+  const ApiEndpoint endpoint = is_chat                       ? ApiEndpoint::kChatCompletions
+                               : path == "/v1/embeddings" ? ApiEndpoint::kEmbeddings
+                                                          : ApiEndpoint::kCompletions;
+  start_generation(endpoint, std::string(req.body()));
 }
 
 // OPTIONS (RFC 9110 9.3.7): what the route allows; a CORS preflight from an allowed origin

@@ -109,6 +109,8 @@ struct ClientRequest {
   std::vector<RequestId> request_ids;  // one per prompt
   std::vector<bool> done;              // per choice
   std::vector<wc::FinalChoice> finals;
+  int dimensions = 0;  // embeddings: as ApiRequest's
+  bool normalize_embedding = true;
   int remaining = 0;
   // Chat on a reasoning model: where each choice's thoughts end (as the HTTP stream's).
   std::vector<std::unique_ptr<ReasoningStream>> reasoning;
@@ -201,8 +203,9 @@ struct ZmqClientServer::Impl {
                         api_error(400, "invalid_request_error", "duplicate_request_id",
                                   "request id " + std::to_string(s.id) + " is already in flight on this connection",
                                   "id"));
-    const ApiEndpoint endpoint =
-        s.kind == wc::RequestKind::kChat ? ApiEndpoint::kChatCompletions : ApiEndpoint::kCompletions;
+    const ApiEndpoint endpoint = s.kind == wc::RequestKind::kChat         ? ApiEndpoint::kChatCompletions
+                                 : s.kind == wc::RequestKind::kEmbeddings ? ApiEndpoint::kEmbeddings
+                                                                          : ApiEndpoint::kCompletions;
     ApiRequest req;
     ApiError error;
     if (!parse_api_request(endpoint, s.request_json, api, &req, &error)) return send_error(identity, s.id, error);
@@ -223,6 +226,8 @@ struct ZmqClientServer::Impl {
     const size_t n = req.num_choices();
     r.done.assign(n, false);
     r.finals.assign(n, wc::FinalChoice{});
+    r.dimensions = req.dimensions;
+    r.normalize_embedding = req.normalize_embedding;
     r.remaining = static_cast<int>(n);
     if (req.reasoning) {
       for (size_t i = 0; i < n; ++i) r.reasoning.push_back(std::make_unique<ReasoningStream>(req.starts_in_reasoning));
@@ -331,7 +336,9 @@ struct ZmqClientServer::Impl {
                                        : api_error(500, "server_error", "internal_error", why));
     }
     r.done[qe.index] = true;
-    r.finals[qe.index] = wc::FinalChoice{api_finish_reason(ev.finish_reason), ev.completion_tokens};
+    r.finals[qe.index] = wc::FinalChoice{api_finish_reason(ev.finish_reason), ev.completion_tokens, {}};
+    if (!ev.embedding.empty())
+      r.finals[qe.index].embedding = finish_embedding(ev.embedding, r.dimensions, r.normalize_embedding);
     if (--r.remaining > 0) return;
     wc::Final f;
     f.id = r.client_id;
@@ -448,6 +455,8 @@ Status ZmqClientServer::start() {
                            std::nullopt, s.options.reasoning_format);
   s.api.tool_calls_out = false;  // replies carry text only: requests whose tool calls would be read are refused
   s.api.max_model_len_limit = s.service.max_model_len_limit();
+  s.api.generation = s.options.generation;
+  s.api.embeddings = s.options.embeddings;
   const bool curve = !s.options.curve_server_secret_key.empty();
   if (curve && !zmq_has("curve")) return unimplemented("a CURVE key was given but libzmq was built without CURVE");
   try {

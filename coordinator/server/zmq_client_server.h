@@ -31,6 +31,8 @@ struct ZmqClientServerOptions {
   std::string model_name;                         // what "model" must equal when given
   ChatRenderer chat_renderer;  // empty = the tokenizer's chat template (as HttpServer)
   std::optional<ReasoningFormat> reasoning_format;  // as HttpServerOptions: nullopt = auto
+  bool generation = true;                          // as HttpServerOptions (server.task)
+  std::optional<EmbeddingPooling> embeddings;
   // ZMTP heartbeats: a PING every interval; a peer silent for 3 intervals is disconnected.
   std::chrono::milliseconds heartbeat_interval{1000};
   // Counts every reply (Final = 200, Error = its status) for /metrics; made when null.

@@ -33,7 +33,7 @@ class Gen {
 Submit random_submit(Gen& g) {
   Submit m;
   m.id = g.u64();
-  m.kind = g.n(1) ? RequestKind::kChat : RequestKind::kCompletion;
+  m.kind = static_cast<RequestKind>(1 + g.n(2));  // completion, chat or embeddings
   m.api_key = g.bytes(40);
   m.request_json = g.bytes(300);
   return m;
@@ -58,7 +58,11 @@ Final random_final(Gen& g) {
   m.id = g.u64();
   m.prompt_tokens = g.i32();
   const int n = g.n(6);
-  for (int i = 0; i < n; ++i) m.choices.push_back({g.bytes(8), g.i32()});
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> embedding(static_cast<size_t>(g.n(5)));
+    for (float& v : embedding) v = g.f();
+    m.choices.push_back({g.bytes(8), g.i32(), std::move(embedding)});
+  }
   return m;
 }
 
@@ -133,6 +137,7 @@ TEST(ClientMessagesTest, EveryMessageRoundTripsManySeeds) {
       for (size_t i = 0; i < m.choices.size(); ++i) {
         EXPECT_EQ(got.choices[i].finish_reason, m.choices[i].finish_reason);
         EXPECT_EQ(got.choices[i].completion_tokens, m.choices[i].completion_tokens);
+        EXPECT_EQ(got.choices[i].embedding, m.choices[i].embedding);
       }
     }
     {
@@ -169,11 +174,11 @@ TEST(ClientMessagesTest, DecodeMessageDispatchesOnType) {
 }
 
 TEST(ClientMessagesTest, LayoutIsLittleEndianAndDocumented) {
-  // docs/api.md: header magic "TSCP", version 2, type, body length; Abort = u64 id.
+  // docs/api.md: header magic "TSCP", version 3, type, body length; Abort = u64 id.
   const std::string f = encode(Abort{0x0102030405060708ULL});
   ASSERT_EQ(f.size(), kHeaderBytes + 8);
   EXPECT_EQ(f.substr(0, 4), "TSCP");
-  EXPECT_EQ(f[4], 2);
+  EXPECT_EQ(f[4], 3);
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], 2);  // Abort
   EXPECT_EQ(f[8], 8);  // body length
@@ -272,15 +277,15 @@ TEST(ClientMessagesTest, HugeCountsAndLengthsAreRejectedWithoutAllocating) {
 
 TEST(ClientMessagesTest, WrongVersionMagicTypeAndKindAreRejected) {
   std::string f = encode(Abort{3});
-  f[4] = 3;  // version 3
+  f[4] = 4;  // version 4
   Abort a;
   Status st = decode(f, &a);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("version 3 is not supported (this build speaks version 2)"), std::string::npos)
+  EXPECT_NE(st.message().find("version 4 is not supported (this build speaks version 3)"), std::string::npos)
       << st.message();
   StatusOr<Header> h = decode_header(f);
   ASSERT_TRUE(h.is_ok());  // so the server can answer with a Reject
-  EXPECT_EQ(h->version, 3);
+  EXPECT_EQ(h->version, 4);
   EXPECT_FALSE(peek_request_id(f).has_value());
   EXPECT_FALSE(decode_message(f).is_ok());
 
@@ -293,7 +298,7 @@ TEST(ClientMessagesTest, WrongVersionMagicTypeAndKindAreRejected) {
   EXPECT_EQ(rj.reason, "old client");
   ASSERT_TRUE(decode_message(r).is_ok());
   std::string future = encode(Abort{3});
-  future[4] = 3;
+  future[4] = 4;
   future[6] = 77;
   EXPECT_TRUE(decode_header(future).is_ok());
   EXPECT_EQ(decode_message(future).status().code(), StatusCode::kUnimplemented);
@@ -316,7 +321,7 @@ TEST(ClientMessagesTest, WrongVersionMagicTypeAndKindAreRejected) {
   Submit s;
   s.id = 4;
   std::string sf = encode(s);
-  sf[kHeaderBytes + 8] = 3;  // kind must be 1 or 2
+  sf[kHeaderBytes + 8] = 4;  // kind must be 1, 2 or 3
   st = decode(sf, &s);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("'kind'"), std::string::npos) << st.message();

@@ -223,6 +223,21 @@ TEST(DocsNames, RequestFields) {
   EXPECT_GE(found.size(), 40u) << "found too few fields: " << listed(found);
   EXPECT_TRUE(found.count("chat_template_kwargs") && found.count("include_reasoning")) << listed(found);
   EXPECT_TRUE(undocumented.empty()) << "request fields docs/api.md never names: " << listed(undocumented);
+
+  // /v1/embeddings reads its own fields (kFields in coordinator/api/embeddings_request.cc).
+  const std::string embeddings = testing::read_file(testing::source_dir() + "/coordinator/api/embeddings_request.cc");
+  const size_t list = embeddings.find("kFields = {");
+  ASSERT_NE(list, std::string::npos) << "the embeddings fields list moved";
+  const std::string names = embeddings.substr(list, embeddings.find("};", list) - list);
+  const std::regex quoted("\"([a-z_]+)\"");
+  std::set<std::string> embedding_fields, embedding_undocumented;
+  for (auto it = std::sregex_iterator(names.begin(), names.end(), quoted); it != std::sregex_iterator(); ++it) {
+    embedding_fields.insert((*it)[1]);
+    if (api.find("`" + (*it)[1].str() + "`") == std::string::npos) embedding_undocumented.insert((*it)[1]);
+  }
+  EXPECT_TRUE(embedding_fields.count("input") && embedding_fields.count("dimensions")) << listed(embedding_fields);
+  EXPECT_TRUE(embedding_undocumented.empty()) << "embeddings fields docs/api.md never names: "
+                                              << listed(embedding_undocumented);
 }
 
 // The scanners above find what they are for, on text written here.

@@ -74,6 +74,7 @@ StepPlan random_plan(Gen& g, int max_seqs = 20) {
       st.history = g.ints(10);
       st.prompt = g.ints(12);
       if (g.b()) st.sample_from = g.u64();
+      st.pooling = static_cast<Pooling>(g.n(3));
     }
   }
   p.block_copies.resize(g.n(5));
@@ -93,6 +94,13 @@ StepResult random_result(Gen& g) {
   for (Proposal& p : r.proposals) {
     p.seq_id = g.u64();
     p.tokens = g.ints(17);
+  }
+  r.pooled.resize(g.n(4));
+  for (PooledHidden& p : r.pooled) {
+    p.seq_id = g.u64();
+    p.rows = g.i32();
+    p.sum.resize(g.n(9));
+    for (float& v : p.sum) v = g.f();
   }
   r.tokens.resize(g.n(20));
   for (SampledToken& t : r.tokens) {
@@ -162,6 +170,7 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
       EXPECT_EQ(x.start->history, y.start->history);
       EXPECT_EQ(x.start->prompt, y.start->prompt);
       EXPECT_EQ(x.start->sample_from, y.start->sample_from);
+      EXPECT_EQ(x.start->pooling, y.start->pooling);
     }
   }
   EXPECT_EQ(a.block_copies, b.block_copies);
@@ -178,6 +187,12 @@ void expect_eq(const StepResult& a, const StepResult& b) {
   for (size_t i = 0; i < a.proposals.size(); ++i) {
     EXPECT_EQ(a.proposals[i].seq_id, b.proposals[i].seq_id);
     EXPECT_EQ(a.proposals[i].tokens, b.proposals[i].tokens);
+  }
+  ASSERT_EQ(a.pooled.size(), b.pooled.size());
+  for (size_t i = 0; i < a.pooled.size(); ++i) {
+    EXPECT_EQ(a.pooled[i].seq_id, b.pooled[i].seq_id);
+    EXPECT_EQ(a.pooled[i].rows, b.pooled[i].rows);
+    EXPECT_EQ(a.pooled[i].sum, b.pooled[i].sum);
   }
   ASSERT_EQ(a.tokens.size(), b.tokens.size());
   for (size_t i = 0; i < a.tokens.size(); ++i) {
@@ -311,7 +326,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 10);  // version, little-endian u16 (docs/wire.md: version 10)
+  EXPECT_EQ(f[4], 11);  // version, little-endian u16 (docs/wire.md: version 11)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length

@@ -334,3 +334,53 @@ TEST(CliCurve, ZmqClientApiWithCurveNeedsTheServerKey) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// tessera-cli embed: the vectors /v1/embeddings returns, over HTTP and ZeroMQ alike (the
+// ZeroMQ API cuts and normalises as REST does), one line of numbers per text or --json.
+TEST(CliEmbed, TheVectorsOfTheRestApiOverHttpAndZmq) {
+  TESSERA_REQUIRE_FIXTURES();
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/kjv-llama", "--dtype", "float32", "--set",
+                            "cache.num_blocks=64"}))
+      << server.log();
+  const json body = {{"input", {"In the beginning", "And God said"}}, {"dimensions", 16}};
+  const std::string rest = testing::http(server.port(), "POST", "/v1/embeddings", body.dump());
+  ASSERT_EQ(testing::http_status(rest), 200) << rest;
+  const json want = json::parse(testing::http_body(rest));
+  for (const std::string& where : {" --url " + server.url(), " --zmq " + shell_quote(server.zmq_endpoint())}) {
+    auto r = cli("embed" + where + " --dimensions 16 --json 'In the beginning' 'And God said'");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = json::parse(r.out);
+    ASSERT_EQ(j["embeddings"].size(), 2u) << r.out;
+    EXPECT_EQ(j["prompt_tokens"], want["usage"]["prompt_tokens"]) << where;
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(j["embeddings"][i].size(), 16u) << where;
+      for (size_t k = 0; k < 16; ++k)
+        EXPECT_FLOAT_EQ(j["embeddings"][i][k].get<float>(), want["data"][i]["embedding"][k].get<float>()) << where;
+    }
+    r = cli("embed" + where + " --dimensions 4 'In the beginning' 'And God said'");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    int count = 0;
+    while (std::getline(lines, line)) {
+      std::istringstream values(line);
+      double v = 0, sq = 0;
+      int n = 0;
+      while (values >> v) sq += v * v, ++n;
+      EXPECT_EQ(n, 4) << where << ": " << line;
+      EXPECT_NEAR(sq, 1.0, 1e-4) << where << ": normalised";
+      ++count;
+    }
+    EXPECT_EQ(count, 2) << where << ": " << r.out;
+  }
+  auto bad = cli("embed --url " + server.url() + " --model other 'x'");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("model_not_found"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace tessera

@@ -147,7 +147,7 @@ StatusOr<std::unique_ptr<ZmqClient>> ZmqClient::connect(const std::string& endpo
 }
 
 StatusOr<uint64_t> ZmqClient::submit(ZmqRequestKind kind, const std::string& request_json) {
-  if (kind != ZmqRequestKind::kCompletion && kind != ZmqRequestKind::kChat)
+  if (kind != ZmqRequestKind::kCompletion && kind != ZmqRequestKind::kChat && kind != ZmqRequestKind::kEmbeddings)
     return invalid_argument("zmq client: unknown request kind " + std::to_string(static_cast<int>(kind)));
   wc::Submit m;
   m.id = impl_->next_id++;
@@ -212,6 +212,7 @@ StatusOr<ZmqClientEvent> ZmqClient::next_event(std::chrono::milliseconds timeout
     for (wc::FinalChoice& c : f->choices) {
       ev.finish_reasons.push_back(std::move(c.finish_reason));
       ev.completion_tokens.push_back(c.completion_tokens);
+      ev.embeddings.push_back(std::move(c.embedding));
     }
   } else if (auto* e = std::get_if<wc::Error>(&m)) {
     ev.kind = ZmqClientEvent::Kind::kError;

@@ -15,7 +15,7 @@
 
 namespace tessera {
 
-enum class ZmqRequestKind : uint8_t { kCompletion = 1, kChat = 2 };
+enum class ZmqRequestKind : uint8_t { kCompletion = 1, kChat = 2, kEmbeddings = 3 };
 
 struct ZmqClientOptions {
   // Z85 (40 characters) public key of a CURVE server; empty = no encryption.
@@ -42,6 +42,8 @@ struct ZmqClientEvent {
   std::vector<std::string> finish_reasons;  // "stop" | "length" | "abort"
   std::vector<int> completion_tokens;
   int prompt_tokens = 0;  // each prompt counted once
+  // Embeddings: one vector per input (as /v1/embeddings returns them); empty vectors otherwise.
+  std::vector<std::vector<float>> embeddings;
 
   // kError: the request failed and is over. `status` is the HTTP status the REST API would
   // have answered (400 bad field, 404 unknown model, 429 queue full, 503 draining, 500 ...).

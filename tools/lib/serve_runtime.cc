@@ -26,6 +26,7 @@
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/chat_template.h"
+#include "coordinator/api/embedding_pooling.h"
 #include "coordinator/cluster/cluster.h"
 #include "coordinator/engine/engine_service.h"
 #include "coordinator/engine/engine_warm_up.h"
@@ -183,6 +184,7 @@ struct ServedModel {
   ChatRenderer chat_renderer;            // empty without a tokenizer
   std::optional<ToolCallFormat> tool_calls;
   std::optional<ReasoningFormat> reasoning;
+  std::optional<EmbeddingPooling> embeddings;  // unset: server.task generate
 };
 
 // The tokenizer and the chat template. A model without tokenizer.json (and not a GGUF
@@ -217,6 +219,21 @@ Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) 
                                                           : std::string("the model's"),
                    tool_call_format_name(*m.tool_calls), reasoning_format_name(*m.reasoning));
   m.chat_renderer = [shared](const nlohmann::ordered_json& context) { return shared->render(context); };
+  return Status::ok();
+}
+
+// How embeddings are pooled (server.task embed or both), from model.pooling / model.normalize
+// or the folder's sentence-transformers files; said at start-up with where each came from.
+Status read_embedding_pooling(const TesseraConfig& c, ServedModel& m) {
+  if (c.server.task == "generate") return Status::ok();
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
+  TESSERA_ASSIGN_OR_RETURN(EmbeddingPooling pooling,
+                           embedding_pooling(ckpt->config_dir(), c.model.pooling, c.model.normalize));
+  pooling.embedding_size = static_cast<int>(m.config.hidden);
+  TESSERA_LOG_INFO("embeddings (server.task {}): {} pooling ({}), {} ({}), {} values", c.server.task,
+                   pooling_name(pooling.pooling), pooling.pooling_source,
+                   pooling.normalize ? "normalised" : "not normalised", pooling.normalize_source, pooling.embedding_size);
+  m.embeddings = std::move(pooling);
   return Status::ok();
 }
 
@@ -287,6 +304,8 @@ HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<
   ho.chat_renderer = model.chat_renderer;
   ho.tool_call_format = model.tool_calls;
   ho.reasoning_format = model.reasoning;
+  ho.generation = c.server.task != "embed";
+  ho.embeddings = model.embeddings;
   return ho;
 }
 
@@ -304,6 +323,8 @@ StatusOr<std::unique_ptr<ZmqClientServer>> start_zmq_clients(const TesseraConfig
   zo.replies = std::move(replies);
   zo.chat_renderer = ho.chat_renderer;
   zo.reasoning_format = ho.reasoning_format;
+  zo.generation = ho.generation;
+  zo.embeddings = ho.embeddings;
   if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
     TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
     zo.curve_server_secret_key = keys.server.secret_key;
@@ -387,6 +408,7 @@ Status serve(ServeOptions o) {
   ServedModel model;
   TESSERA_ASSIGN_OR_RETURN(model.config, check_deployment(c));
   if (signals.requested()) return interrupted_setup(signals, "reading the model");
+  TESSERA_RETURN_IF_ERROR(read_embedding_pooling(c, model));
 
   const ModelConfig& mc = model.config;
   const int64_t max_model_len =
@@ -440,7 +462,9 @@ Status serve(ServeOptions o) {
   sc.num_blocks = static_cast<int>(pool->num_blocks);
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
   if (c.server.warm_up) {
-    StatusOr<WarmUpReport> warm = warm_up_executor(sc, *group, mc.vocab);
+    // A server that only embeds has workers without an LM head: it warms up with embeddings.
+    const Pooling embeddings_only = c.server.task == "embed" ? model.embeddings->pooling : Pooling::kNone;
+    StatusOr<WarmUpReport> warm = warm_up_executor(sc, *group, mc.vocab, embeddings_only);
     if (signals.requested()) return interrupted_setup(signals, "warming up");
     if (!warm.is_ok()) return Status(warm.status().code(), "warm-up (server.warm_up): " + warm.status().message());
     TESSERA_LOG_INFO("warm-up: {} steps ({}-token prefill, then {} sequences decoding) in {:.2f} s", warm->steps,

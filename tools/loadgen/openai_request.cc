@@ -9,6 +9,14 @@ using nlohmann::json;
 std::string request_json(const RequestSpec& spec, const RequestFormat& format, bool http_stream) {
   json body = json::object();
   if (!format.model.empty()) body["model"] = format.model;
+  if (format.embeddings) {
+    if (spec.prompt_ids.empty()) {
+      body["input"] = spec.prompt_text;
+    } else {
+      body["input"] = spec.prompt_ids;
+    }
+    return body.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
   if (format.chat) {
     body["messages"] = json::array({{{"role", "user"}, {"content", spec.prompt_text}}});
   } else if (!spec.prompt_ids.empty()) {

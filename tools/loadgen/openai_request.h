@@ -12,6 +12,7 @@ namespace tessera::loadgen {
 
 struct RequestFormat {
   bool chat = false;        // /v1/chat/completions (text prompts only) instead of /v1/completions
+  bool embeddings = false;  // /v1/embeddings: the prompt is the input, nothing is generated
   std::string model;        // "model"; empty = absent (the served model)
   bool ignore_eos = true;   // vLLM's extension: generate exactly max_tokens
   bool logprobs = false;    // ask for the sampled token's logprob: one chunk per token event
@@ -19,7 +20,8 @@ struct RequestFormat {
   std::optional<double> temperature;
 };
 
-// The request body for `spec`; `http_stream` adds "stream" and "stream_options".
+// The request body for `spec`; `http_stream` adds "stream" and "stream_options" (not to an
+// embeddings body, whose answer is one JSON object).
 std::string request_json(const RequestSpec& spec, const RequestFormat& format, bool http_stream);
 
 // What one server-sent event payload carried.

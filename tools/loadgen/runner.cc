@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "tools/client/http_client.h"
 #include "tools/loadgen/run_clock.h"
 
@@ -19,10 +21,42 @@ namespace {
 
 bool stopped(const std::atomic<bool>* stop) { return stop != nullptr && stop->load(); }
 
+// One /v1/embeddings request over `client`: a single answer, no tokens out.
+RequestRecord execute_embeddings(HttpClient& client, const TargetOptions& target, const RequestSpec& spec,
+                                 double scheduled_s, const RunClock& clock, Progress* progress) {
+  RequestRecord rec;
+  rec.index = spec.index;
+  rec.scheduled_s = scheduled_s;
+  rec.sent_s = clock.now();
+  if (progress != nullptr) ++progress->issued;
+  auto result = client.post_json("/v1/embeddings", request_json(spec, target.format, /*http_stream=*/false));
+  rec.end_s = clock.now();
+  rec.input_tokens = static_cast<int>(spec.prompt_ids.size());
+  if (!result.is_ok()) {
+    rec.error_kind = transport_error_kind(result.status().message());
+    rec.error_message = result.status().message();
+  } else if (result->status != 200) {
+    rec.error_kind = "http_" + std::to_string(result->status);
+    rec.error_message = describe_error_response(result.value());
+  } else {
+    const nlohmann::json j = nlohmann::json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+    rec.ok = j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty();
+    if (!rec.ok) {
+      rec.error_kind = "bad_response";
+      rec.error_message = "no 'data' list in the answer: " + result->body.substr(0, 120);
+    } else if (j.contains("usage") && j["usage"].is_object()) {
+      rec.input_tokens = j["usage"].value("prompt_tokens", rec.input_tokens);
+    }
+  }
+  if (progress != nullptr) ++(rec.ok ? progress->ok : progress->failed);
+  return rec;
+}
+
 // One streamed request over `client`, timestamped on `clock`.
 RequestRecord execute_http(HttpClient& client, const TargetOptions& target, const RequestSpec& spec,
                            double scheduled_s, const RunClock& clock, Progress* progress,
                            const std::atomic<bool>* stop) {
+  if (target.format.embeddings) return execute_embeddings(client, target, spec, scheduled_s, clock, progress);
   const bool chat = target.format.chat;
   const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
   const std::string body = request_json(spec, target.format, /*http_stream=*/true);

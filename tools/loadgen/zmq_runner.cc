@@ -20,7 +20,9 @@ StatusOr<RunOutput> run_load_zmq(const TargetOptions& target, const Workload& wo
   auto connected = ZmqClient::connect(target.zmq, zo);
   if (!connected.is_ok()) return connected.status().with_context("--zmq " + target.zmq);
   ZmqClient& client = *connected.value();
-  const ZmqRequestKind kind = target.format.chat ? ZmqRequestKind::kChat : ZmqRequestKind::kCompletion;
+  const ZmqRequestKind kind = target.format.chat         ? ZmqRequestKind::kChat
+                              : target.format.embeddings ? ZmqRequestKind::kEmbeddings
+                                                         : ZmqRequestKind::kCompletion;
 
   RunClock clock;
   std::optional<ArrivalSchedule> schedule;
