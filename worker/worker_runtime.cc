@@ -225,8 +225,9 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     }
     executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype, draft.get(),
                                           config.speculative.draft_min_probability);
-    TESSERA_LOG_INFO("rank {}/{} loaded {} ({} MB of weights, {} KV blocks)", a.rank, a.world_size, a.model_path,
-                     model->weights().total_bytes / 1000000, a.kv_num_blocks);
+    TESSERA_LOG_INFO("rank {}/{} loaded {} ({} MB of weights, {} KV blocks{})", a.rank, a.world_size, a.model_path,
+                     model->weights().total_bytes / 1000000, a.kv_num_blocks,
+                     mo.lm_head ? "" : "; no LM head: server.task is embed");
     return Status::ok();
   };
   // A failed collective breaks the group for good: the link reports the step's failure and

@@ -293,6 +293,14 @@ TEST(ServeEmbeddings, TaskSettingDecidesTheEndpointsAndSentenceTransformerFilesT
     EXPECT_NE(r.find("server.task"), std::string::npos) << r;
     const std::string e = testing::http(server.port(), "POST", "/v1/embeddings", R"({"input":[1,2,3]})");
     EXPECT_EQ(testing::http_status(e), 200) << e;
+    EXPECT_NE(server.log().find("no LM head: server.task is embed"), std::string::npos) << server.log();
+  }
+  {
+    // Speculative decoding on a server that never generates: refused by name.
+    testing::ServeProcess server;
+    EXPECT_FALSE(server.start({"--model", testing::fixtures_dir() + "/tiny-llama", "--set", "server.task=embed",
+                               "--set", "speculative.method=ngram"}));
+    EXPECT_NE(server.log().find("speculative.method"), std::string::npos) << server.log();
   }
   // A sentence-transformers folder: its Pooling config and Normalize module decide.
   const std::string folder = testing::make_temp_dir("tessera-st-model");
