@@ -188,7 +188,8 @@ std::string zmq_error_text(const Options& o, const ZmqClientEvent& ev) {
   return msg + ": " + ev.error_message;
 }
 
-StatusOr<Outcome> complete_zmq(const Options& o) {
+// A client of the --zmq endpoint, with the API key and (a CURVE server) its public key.
+StatusOr<std::unique_ptr<ZmqClient>> zmq_client(const Options& o) {
   ZmqClientOptions zo;
   zo.api_key = o.api_key;
   if (!o.curve_server_key_file.empty()) {
@@ -196,6 +197,11 @@ StatusOr<Outcome> complete_zmq(const Options& o) {
                              read_curve_key_file(o.curve_server_key_file, "--curve-server-key-file"));
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClient> client, ZmqClient::connect(o.zmq, zo));
+  return client;
+}
+
+StatusOr<Outcome> complete_zmq(const Options& o) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClient> client, zmq_client(o));
   const ZmqRequestKind kind = is_chat(o) ? ZmqRequestKind::kChat : ZmqRequestKind::kCompletion;
   auto submitted = client->submit(kind, request_body(o, false).dump());
   if (!submitted.is_ok()) return submitted.status().with_context(o.zmq);
@@ -270,13 +276,7 @@ StatusOr<std::pair<std::vector<std::vector<float>>, int>> embed(const Options& o
     for (const json& item : j["data"]) vectors.push_back(item.value("embedding", std::vector<float>{}));
     return std::make_pair(std::move(vectors), j.contains("usage") ? j["usage"].value("prompt_tokens", 0) : 0);
   }
-  ZmqClientOptions zo;
-  zo.api_key = o.api_key;
-  if (!o.curve_server_key_file.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(zo.curve_server_public_key,
-                             read_curve_key_file(o.curve_server_key_file, "--curve-server-key-file"));
-  }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClient> client, ZmqClient::connect(o.zmq, zo));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClient> client, zmq_client(o));
   auto submitted = client->submit(ZmqRequestKind::kEmbeddings, embeddings_body(o).dump());
   if (!submitted.is_ok()) return submitted.status().with_context(o.zmq);
   while (true) {

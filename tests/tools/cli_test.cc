@@ -358,8 +358,9 @@ TEST(CliEmbed, TheVectorsOfTheRestApiOverHttpAndZmq) {
     EXPECT_EQ(j["prompt_tokens"], want["usage"]["prompt_tokens"]) << where;
     for (size_t i = 0; i < 2; ++i) {
       ASSERT_EQ(j["embeddings"][i].size(), 16u) << where;
+      // (Within float rounding: the two inputs may share a step or not, which moves the last bits.)
       for (size_t k = 0; k < 16; ++k)
-        EXPECT_FLOAT_EQ(j["embeddings"][i][k].get<float>(), want["data"][i]["embedding"][k].get<float>()) << where;
+        EXPECT_NEAR(j["embeddings"][i][k].get<float>(), want["data"][i]["embedding"][k].get<float>(), 1e-5) << where;
     }
     r = cli("embed" + where + " --dimensions 4 'In the beginning' 'And God said'");
     ASSERT_EQ(r.exit_code, 0) << r.err;
