@@ -169,6 +169,10 @@ struct ServerSection {
   // What the server answers: generate (completions, chat, responses) | embed (/v1/embeddings
   // only; the workers load no LM head) | both.
   std::string task = "both";
+  // /v1/responses kept in memory for previous_response_id and GET /v1/responses/{id}: at
+  // most this many (the oldest go first), none older than max_age_s.
+  int responses_max_stored = 1000;
+  int responses_max_age_s = 3600;
   CurveSection curve;
 };
 

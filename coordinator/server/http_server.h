@@ -82,6 +82,10 @@ struct HttpServerOptions {
   // server.task: completions and chat answered; embeddings answered, pooled so (unset: refused).
   bool generation = true;
   std::optional<EmbeddingPooling> embeddings;
+  // /v1/responses stored (store: true) for previous_response_id and GET: at most this many,
+  // none older than this (server.responses.max_stored, server.responses.max_age_s).
+  int responses_max_stored = 1000;
+  int responses_max_age_s = 3600;
   int idle_timeout_s = 120;           // HttpLimits::idle_timeout, >= 1
   int header_timeout_s = 10;          // HttpLimits::header_timeout, >= 1
   // HttpLimits::max_connections; 0 = as many as the file-descriptor limit (RLIMIT_NOFILE)

@@ -19,6 +19,7 @@
 #include "coordinator/server/http_server.h"
 #include "coordinator/server/metrics.h"
 #include "coordinator/api/openai_api.h"
+#include "coordinator/api/responses_api.h"
 
 namespace tessera {
 
@@ -87,6 +88,9 @@ struct HttpServer::Impl {
   std::shared_ptr<HttpLiveness> liveness = std::make_shared<HttpLiveness>();
 
   ReplyCounter responses;  // for tessera:http_responses_total
+  // /v1/responses kept for previous_response_id and GET /v1/responses/{id}.
+  ResponseStore response_store{static_cast<size_t>(options.responses_max_stored),
+                               std::chrono::seconds(options.responses_max_age_s)};
 
   std::mutex sessions_mu;
   std::condition_variable sessions_cv;

@@ -65,6 +65,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::string error;  // first engine error
     bool unavailable = false;  // that error: the workers were unavailable (503, not 500)
     bool cut = false;          // a choice was aborted by the server (drain deadline): 503
+    // A /v1/responses request (run as the chat completion it means), and its event stream.
+    std::shared_ptr<const ResponsesRequest> responses;
+    std::unique_ptr<ResponsesStream> responses_stream;
   };
 
   enum class AfterWrite { kNone, kRead, kClose };
@@ -120,7 +123,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // ---- generation (http_session_generation.cc) ---------------------------------------------
   // Parses the body off the I/O threads, then submits it (submit_generation).
   void start_generation(ApiEndpoint endpoint, std::string body);
-  void submit_generation(ApiRequest request);
+  // POST /v1/responses: translated to its chat completion off the I/O threads, then submitted.
+  void start_responses(std::string body);
+  void submit_generation(ApiRequest request, std::shared_ptr<const ResponsesRequest> responses = nullptr);
+  // The end of a /v1/responses generation: the response object (stored when asked), sent
+  // whole or as the stream's last events.
+  void finish_responses(Generation& g);
   ChoiceCallback make_callback(uint64_t serial);
   void on_event(uint64_t serial, size_t index, const GenerateEvent& ev);
   static bool echo_waits_for_logprobs(const ApiRequest& r);

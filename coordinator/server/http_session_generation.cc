@@ -34,10 +34,39 @@ void HttpSession::start_generation(ApiEndpoint endpoint, std::string body) {
       });
 }
 
-void HttpSession::submit_generation(ApiRequest request) {
+namespace {
+
+struct ParsedResponses {
+  bool ok = false;
+  std::shared_ptr<ResponsesRequest> responses;
+  ApiRequest request;
+  ApiError error;
+};
+
+}  // namespace
+
+void HttpSession::start_responses(std::string body) {
+  const size_t bytes = body.size();
+  off_io(
+      bytes, [this, body = std::move(body)]() {
+        ParsedResponses p;
+        p.responses = std::make_shared<ResponsesRequest>();
+        p.ok = parse_responses_request(body, server_.response_store, p.responses.get(), &p.error) &&
+               parse_api_request(ApiEndpoint::kChatCompletions, p.responses->chat_body.dump(), server_.api, &p.request,
+                                 &p.error);
+        return p;
+      },
+      [this](ParsedResponses p) {
+        if (!p.ok) return send_error(p.error);
+        submit_generation(std::move(p.request), std::move(p.responses));
+      });
+}
+
+void HttpSession::submit_generation(ApiRequest request, std::shared_ptr<const ResponsesRequest> responses) {
   auto g = std::make_unique<Generation>();
   g->request = std::move(request);
-  g->id = make_response_id(g->request.endpoint);
+  g->responses = std::move(responses);
+  g->id = g->responses ? make_responses_id() : make_response_id(g->request.endpoint);
   g->serial = ++serial_;
   g->created = unix_now();
   const size_t n = g->request.num_choices();
@@ -91,7 +120,20 @@ void HttpSession::on_event(uint64_t serial, size_t index, const GenerateEvent& e
     // So this one was cut by the server: the drain deadline, or the engine stopping.
     if (ev.finish_reason == FinishReason::kAborted) g.cut = true;
   }
-  if (g.request.stream) {
+  if (g.request.stream && g.responses_stream) {
+    ResponsesStream& rs = *g.responses_stream;
+    if (ev.finished && ev.finish_reason == FinishReason::kError) {
+      queue_chunk(responses_sse_event(rs.error(engine_error(g))));
+    } else if (ev.finished && ev.finish_reason == FinishReason::kAborted) {
+      queue_chunk(responses_sse_event(rs.error(cut_error())));
+    } else {
+      for (const std::string& chunk :
+           stream_event_chunks(g.request, g.id, g.created, static_cast<int>(index), ev, server_.tokenizer, &out)) {
+        for (const ResponsesStream::Event& e : rs.feed(nlohmann::json::parse(chunk, nullptr, false)))
+          queue_chunk(responses_sse_event(e));
+      }
+    }
+  } else if (g.request.stream) {
     if (ev.finished && ev.finish_reason == FinishReason::kError) {
       queue_chunk(sse_event(error_body(engine_error(g))));
     } else if (ev.finished && ev.finish_reason == FinishReason::kAborted) {
@@ -129,6 +171,11 @@ void HttpSession::begin_stream() {
   if (version_ != 10) head->response.chunked(true);
   server_.responses.add(200);
   enqueue(std::move(head));
+  if (g.responses) {  // the Responses event sequence instead of chat chunks
+    g.responses_stream = std::make_unique<ResponsesStream>(g.id, g.created, *g.responses);
+    for (const ResponsesStream::Event& e : g.responses_stream->start()) queue_chunk(responses_sse_event(e));
+    return;
+  }
   for (size_t i = 0; i < g.request.num_choices(); ++i) {
     if (g.request.endpoint == ApiEndpoint::kChatCompletions) {
       queue_chunk(sse_event(stream_chunk_body(g.request, g.id, g.created, static_cast<int>(i), "", {},
@@ -151,9 +198,39 @@ ApiError HttpSession::cut_error() {
                    "the server is shutting down and stopped this request before it finished");
 }
 
+void HttpSession::finish_responses(Generation& g) {
+  const bool failed = !g.error.empty() || g.cut;
+  if (!failed) {
+    const nlohmann::json chat =
+        nlohmann::json::parse(response_body(g.request, g.id, g.created, g.outputs, server_.tokenizer));
+    const nlohmann::ordered_json response = responses_object(chat, g.id, g.created, *g.responses);
+    if (g.responses->store)
+      server_.response_store.put(g.id, ResponseStore::Stored{response, conversation_after(*g.responses, chat)});
+    if (!g.request.stream)
+      return send(200, "application/json", response.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    for (const ResponsesStream::Event& e : g.responses_stream->finish(response)) queue_chunk(responses_sse_event(e));
+  } else if (!g.request.stream) {
+    const ApiError e = g.error.empty() ? cut_error() : engine_error(g);
+    return e.http_status == 503 ? send_error(e, {{"Retry-After", kRetryAfterSeconds}}) : send_error(e);
+  }
+  // The stream ends after its last event (a failure's error event went out with it): no [DONE].
+  if (version_ == 10) {
+    keep_alive_ = false;
+  } else {
+    enqueue(std::make_unique<Outgoing>(Outgoing::Kind::kStreamEnd));
+  }
+  after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
+  if (!writing_) after_writes();
+}
+
 void HttpSession::finish_generation() {
   std::unique_ptr<Generation> g = std::move(gen_);
   if (server_.draining) keep_alive_ = false;  // let the client reconnect elsewhere
+  if (g->responses) {
+    finish_responses(*g);
+    keep_.reset();
+    return;
+  }
   if (g->request.stream) {
     if (g->request.include_usage)
       queue_chunk(sse_event(stream_usage_body(g->request, g->id, g->created, usage_of(g->request, g->outputs))));

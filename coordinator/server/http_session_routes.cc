@@ -15,6 +15,8 @@ namespace {
 const char* route_methods(const std::string& path) {
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") return "GET, HEAD";
   if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "GET, HEAD";
+  if (path.rfind("/v1/responses/", 0) == 0 && path.size() > 14) return "GET, HEAD";
+  if (path == "/v1/responses") return "POST";
   if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings" || path == "/tokenize" ||
       path == "/detokenize")
     return "POST";
@@ -94,6 +96,15 @@ void HttpSession::handle(const Request& req) {
     return send(200, "application/json",
                 models_body(server_.options.model_name, server_.api.max_model_len, unix_now()));
   }
+  if (is_get && path.rfind("/v1/responses/", 0) == 0) {
+    const std::string id = path.substr(std::string_view("/v1/responses/").size());
+    std::optional<ResponseStore::Stored> stored = server_.response_store.get(id);
+    if (!stored) {
+      return send_error(api_error(404, "invalid_request_error", "response_not_found",
+                                  "no stored response '" + id + "' (unknown, stored with store: false, or expired)"));
+    }
+    return send(200, "application/json", stored->response.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
   if (is_get) {  // /v1/models/{id}
     std::string out;
     ApiError error;
@@ -105,6 +116,7 @@ void HttpSession::handle(const Request& req) {
     return send_error(api_error(503, "service_unavailable", "draining", "the server is draining"),
                       {{"Retry-After", kRetryAfterSeconds}});
   }
+  if (path == "/v1/responses") return start_responses(std::string(req.body()));
   const ApiEndpoint endpoint = is_chat                       ? ApiEndpoint::kChatCompletions
                                : path == "/v1/embeddings" ? ApiEndpoint::kEmbeddings
                                                           : ApiEndpoint::kCompletions;

@@ -306,6 +306,8 @@ HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<
   ho.reasoning_format = model.reasoning;
   ho.generation = c.server.task != "embed";
   ho.embeddings = model.embeddings;
+  ho.responses_max_stored = c.server.responses_max_stored;
+  ho.responses_max_age_s = c.server.responses_max_age_s;
   return ho;
 }
 
