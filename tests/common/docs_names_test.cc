@@ -238,6 +238,21 @@ TEST(DocsNames, RequestFields) {
   EXPECT_TRUE(embedding_fields.count("input") && embedding_fields.count("dimensions")) << listed(embedding_fields);
   EXPECT_TRUE(embedding_undocumented.empty()) << "embeddings fields docs/api.md never names: "
                                               << listed(embedding_undocumented);
+
+  // /v1/responses likewise (kFields in coordinator/api/responses_api.cc).
+  const std::string responses = testing::read_file(testing::source_dir() + "/coordinator/api/responses_api.cc");
+  const size_t rlist = responses.find("kFields = {");
+  ASSERT_NE(rlist, std::string::npos) << "the responses fields list moved";
+  const std::string rnames = responses.substr(rlist, responses.find("};", rlist) - rlist);
+  std::set<std::string> response_fields, response_undocumented;
+  for (auto it = std::sregex_iterator(rnames.begin(), rnames.end(), quoted); it != std::sregex_iterator(); ++it) {
+    response_fields.insert((*it)[1]);
+    if (api.find("`" + (*it)[1].str() + "`") == std::string::npos) response_undocumented.insert((*it)[1]);
+  }
+  EXPECT_TRUE(response_fields.count("previous_response_id") && response_fields.count("instructions"))
+      << listed(response_fields);
+  EXPECT_TRUE(response_undocumented.empty()) << "responses fields docs/api.md never names: "
+                                             << listed(response_undocumented);
 }
 
 // The scanners above find what they are for, on text written here.

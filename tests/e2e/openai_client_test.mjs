@@ -6,7 +6,10 @@
 // model's 512 positions): a chat request with `tools`, an assistant tool call and a tool result must get
 // exactly the prompt that template renders (the fixture's reference rendering, tokenized by
 // tessera-tokenize), streaming and not. (Tool calls read out of scripted model output are
-// tests/coordinator/tool_calls_http_test.cc: this model writes scripture, not calls.)
+// tests/coordinator/tool_calls_http_test.cc: this model writes scripture, not calls.) Between
+// them, embeddings (float, base64, the client's default) and the Responses API (plain,
+// streamed, retrieved, a forced function call answered through previous_response_id,
+// text.format JSON schema validated by ajv, a 400 naming an unknown field).
 // Exit 0 = all passed, 1 = a failure, 77 = skipped (no openai package installed).
 import { spawn, execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -111,6 +114,94 @@ try {
   check("client run", false, e.stack);
 } finally {
   await stopServer(first);
+}
+
+// ---- embeddings and the Responses API ------------------------------------------------------
+const third = startServer("api", ["--model", model, "--set", "server.tool_call_parser=hermes"]);
+try {
+  const apiPort = await third.port;
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${apiPort}/v1`, apiKey: "unused" });
+  const input = ["In the beginning God created", "And God said"];
+  const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  // The client asks for base64 and decodes it when no format is given; "float" is plain JSON.
+  const byDefault = await client.embeddings.create({ model: "kjv-llama", input });
+  const asFloat = await client.embeddings.create({ model: "kjv-llama", input, encoding_format: "float" });
+  const asBase64 = await client.embeddings.create({ model: "kjv-llama", input, encoding_format: "base64" });
+  check("embeddings: one normalised vector per input",
+        asFloat.data.length === 2 && asFloat.data.every((d, i) => d.index === i && d.embedding.length === 192 &&
+                                                            Math.abs(norm(d.embedding) - 1) < 1e-5),
+        JSON.stringify(asFloat.data.map((d) => [d.index, d.embedding.length])));
+  const floats = (text) => {
+    const bytes = Buffer.from(text, "base64");
+    return Array.from({ length: bytes.length / 4 }, (_, i) => bytes.readFloatLE(4 * i));
+  };
+  const decoded = asBase64.data.map((d) => floats(d.embedding));
+  const closeTo = (a, b) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]) < 1e-6);
+  check("embeddings: base64 holds the float values", decoded.every((v, i) => closeTo(v, asFloat.data[i].embedding)),
+        JSON.stringify([decoded[0]?.slice(0, 3), asFloat.data[0].embedding.slice(0, 3)]));
+  check("embeddings: the client's default (base64, decoded) too",
+        byDefault.data.every((d, i) => closeTo(Array.from(d.embedding), asFloat.data[i].embedding)), "");
+  check("embeddings: usage", asFloat.usage.prompt_tokens === tokenize(input[0], true).length + tokenize(input[1], true).length,
+        JSON.stringify(asFloat.usage));
+
+  // Responses: the chat completion of the same conversation, whole and streamed.
+  const chat = await client.chat.completions.create({
+    model: "kjv-llama", messages: [{ role: "user", content: "And God said" }], max_tokens: 12, temperature: 0 });
+  const r = await client.responses.create({ model: "kjv-llama", input: "And God said", max_output_tokens: 12, temperature: 0 });
+  check("responses: output_text = the chat answer", r.output_text === chat.choices[0].message.content,
+        JSON.stringify([r.output_text, chat.choices[0].message.content]));
+  let deltas = "", completed = null;
+  for await (const event of await client.responses.create({
+    model: "kjv-llama", input: "And God said", max_output_tokens: 12, temperature: 0, stream: true })) {
+    if (event.type === "response.output_text.delta") deltas += event.delta;
+    if (event.type === "response.completed" || event.type === "response.incomplete") completed = event.response;
+  }
+  check("responses: streamed deltas and the final response", deltas === r.output_text && completed?.id?.startsWith("resp_"),
+        JSON.stringify([deltas, r.output_text, completed?.status]));
+  const retrieved = await client.responses.retrieve(r.id);
+  check("responses: retrieve", retrieved.id === r.id && retrieved.output_text === r.output_text, JSON.stringify(retrieved));
+
+  // A function tool round trip through previous_response_id.
+  const tools = [{ type: "function", name: "get_weather", description: "The weather in a city", strict: false,
+                   parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"] } }];
+  const called = await client.responses.create({ model: "kjv-llama", input: "Weather in Zion?", tools, tool_choice: "required",
+                                                 temperature: 0, max_output_tokens: 200 });
+  const call = called.output.find((o) => o.type === "function_call");
+  check("responses: a forced function call", call?.name === "get_weather" && typeof JSON.parse(call.arguments).city === "string",
+        JSON.stringify(called.output));
+  const answered = await client.responses.create({
+    model: "kjv-llama", previous_response_id: called.id, tools, temperature: 0, max_output_tokens: 8,
+    input: [{ type: "function_call_output", call_id: call?.call_id, output: "Sunny" }] });
+  check("responses: the call's output continues the conversation",
+        answered.previous_response_id === called.id && answered.usage.input_tokens > called.usage.input_tokens,
+        JSON.stringify(answered.usage));
+
+  // text.format JSON schema: the answer is JSON of the schema (checked by ajv).
+  const { default: Ajv } = await import("ajv");
+  const schema = { type: "object", properties: { book: { type: "string", maxLength: 10 }, chapter: { type: "integer" } },
+                   required: ["book", "chapter"], additionalProperties: false };
+  const structured = await client.responses.create({ model: "kjv-llama", input: "Name a chapter.", temperature: 0,
+    max_output_tokens: 48, text: { format: { type: "json_schema", name: "ref", schema, strict: true } } });
+  let parsed = null;
+  try { parsed = JSON.parse(structured.output_text); } catch {}
+  check("responses: text.format json_schema validates", parsed !== null && new Ajv().validate(schema, parsed),
+        structured.output_text);
+  try {
+    await client.responses.create({ model: "kjv-llama", input: "x", background: true });
+    check("responses: an unknown field is 400", false, "no error");
+  } catch (e) {
+    check("responses: an unknown field is 400", e.status === 400 && /background/.test(e.message), `${e.status} ${e.message}`);
+  }
+  try {
+    await client.embeddings.create({ model: "kjv-llama", input: "x", dimensions: 0 });
+    check("embeddings: a bad dimensions is 400", false, "no error");
+  } catch (e) {
+    check("embeddings: a bad dimensions is 400", e.status === 400 && /dimensions/.test(e.message), `${e.status} ${e.message}`);
+  }
+} catch (e) {
+  check("embeddings and responses run", false, e.stack);
+} finally {
+  await stopServer(third);
 }
 
 // ---- a tool-use chat template --------------------------------------------------------------
