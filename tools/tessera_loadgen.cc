@@ -215,7 +215,7 @@ Status run_main(const Options& o) {
 
   WorkloadOptions wo;
   wo.seed = o.seed;
-  wo.text_prompts = o.text_prompts || o.chat;
+  wo.text_prompts = o.text_prompts || o.chat || o.endpoint == "responses";
   TESSERA_ASSIGN_OR_RETURN(wo.input_len, parse_length("--input-len", o.input_len));
   TESSERA_ASSIGN_OR_RETURN(wo.output_len, parse_length("--output-len", o.output_len));
   {
@@ -236,9 +236,10 @@ Status run_main(const Options& o) {
   std::vector<DatasetEntry> dataset;
   if (!o.dataset.empty()) {
     TESSERA_ASSIGN_OR_RETURN(dataset, read_dataset(o.dataset));
-    if (o.chat) {
+    if (o.chat || o.endpoint == "responses") {
       for (const DatasetEntry& e : dataset) {
-        if (e.prompt_text.empty()) return invalid_argument("--chat needs text prompts; " + o.dataset + " has token ids");
+        if (e.prompt_text.empty())
+          return invalid_argument("--endpoint " + o.endpoint + " needs text prompts; " + o.dataset + " has token ids");
       }
     }
   }
@@ -256,6 +257,7 @@ Status run_main(const Options& o) {
   target.max_inflight = o.max_inflight;
   target.format.chat = o.chat;
   target.format.embeddings = o.endpoint == "embeddings";
+  target.format.responses = o.endpoint == "responses";
   target.format.model = o.model;
   target.format.ignore_eos = !o.no_ignore_eos;
   target.format.logprobs = o.logprobs;
@@ -365,8 +367,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "the request's model (default: the first of GET /v1/models; absent over --zmq)");
   auto* chat = app.add_flag("--chat", o.chat, "use /v1/chat/completions (text prompts) instead of /v1/completions");
   app.add_option("--endpoint", o.endpoint,
-                 "completions, chat (= --chat) or embeddings (each prompt one /v1/embeddings input; --output-len unused)")
-      ->check(CLI::IsMember({"completions", "chat", "embeddings"}))
+                 "completions, chat (= --chat), embeddings (each prompt one /v1/embeddings input; --output-len unused) "
+                 "or responses (/v1/responses, text prompts, streamed events; no ignore_eos)")
+      ->check(CLI::IsMember({"completions", "chat", "embeddings", "responses"}))
       ->capture_default_str()
       ->excludes(chat);
   auto* rate = app.add_option("--rate", o.rate, "open loop at this mean request rate (req/s)")->check(CLI::PositiveNumber);
@@ -426,6 +429,8 @@ int main(int argc, char** argv) {
     if (!o.rate && o.sweep.empty() && !o.concurrency) return usage("give --rate, --sweep or --concurrency");
     if (o.requests <= 0 && o.duration_s <= 0) return usage("give --requests or --duration (runs are bounded)");
     if (o.json_out.empty()) return usage("--json OUT.json is required");
+    if (o.endpoint == "responses" && !o.zmq.empty())
+      return usage("--endpoint responses is HTTP only (the ZeroMQ client API has no Responses kind)");
   }
   const tessera::Status st = tessera::loadgen::run_main(o);
   if (!st.is_ok()) {

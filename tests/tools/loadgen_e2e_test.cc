@@ -153,6 +153,40 @@ TEST_F(Loadgen, ZmqRunMatchesServerMetricsExactly) {
   EXPECT_EQ(z.input_tokens + h.input_tokens, static_cast<long long>(after.prompt_tokens - before.prompt_tokens));
 }
 
+// --endpoint embeddings (HTTP and ZeroMQ) and responses: every request completes, the input
+// tokens are the server's prompt tokens, embeddings generate none and responses stream some.
+TEST_F(Loadgen, EmbeddingsAndResponsesEndpoints) {
+  const ServerCounters before = counters(server_->url());
+  const std::string http = dir_ + "/embeddings_http.json", zmq = dir_ + "/embeddings_zmq.json";
+  auto e = loadgen("--url " + server_->url() + " --endpoint embeddings --concurrency 2 --requests 6 --input-len 24 --json " + http);
+  ASSERT_EQ(e.exit_code, 0) << e.err << e.out;
+  auto z = loadgen("--zmq " + shell_quote(server_->zmq_endpoint()) +
+                   " --endpoint embeddings --concurrency 2 --requests 4 --input-len 24 --json " + zmq);
+  ASSERT_EQ(z.exit_code, 0) << z.err << z.out;
+  const ServerCounters mid = counters(server_->url());
+  for (const auto& [file, n] : {std::pair<std::string, int>{http, 6}, {zmq, 4}}) {
+    const json run = json::parse(testing::read_file(file))["runs"][0];
+    EXPECT_EQ(run["completed"], n) << run.dump();
+    EXPECT_EQ(run["failed"], 0) << run.dump();
+    EXPECT_EQ(run["output_tokens"], 0) << run.dump();
+    EXPECT_EQ(json::parse(testing::read_file(file))["config"]["endpoint"], "embeddings");
+  }
+  const long long embedded = totals_of(json::parse(testing::read_file(http))).input_tokens +
+                             totals_of(json::parse(testing::read_file(zmq))).input_tokens;
+  EXPECT_EQ(embedded, static_cast<long long>(mid.prompt_tokens - before.prompt_tokens));
+
+  const std::string responses = dir_ + "/responses.json";
+  auto r = loadgen("--url " + server_->url() + " --endpoint responses --concurrency 2 --requests 4 --output-len 8 --json " +
+                   responses);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json run = json::parse(testing::read_file(responses))["runs"][0];
+  EXPECT_EQ(run["completed"], 4) << run.dump();
+  EXPECT_GT(run["output_tokens"].get<int>(), 0) << run.dump();
+  EXPECT_GT(run["ttft_s"]["count"].get<int>(), 0) << run.dump();
+  EXPECT_EQ(loadgen("--zmq " + shell_quote(server_->zmq_endpoint()) + " --endpoint responses --requests 1 --rate 1 --json " +
+                    dir_ + "/x.json").exit_code, 2);
+}
+
 // server.curve.client_api: with the server's public key the run completes; without it the
 // handshake fails, and the run ends at once with that error (no JSON) instead of timing out
 // request by request; the key file without --zmq is a usage error.

@@ -17,6 +17,13 @@ std::string request_json(const RequestSpec& spec, const RequestFormat& format, b
     }
     return body.dump(-1, ' ', false, json::error_handler_t::replace);
   }
+  if (format.responses) {
+    body["input"] = spec.prompt_text;
+    body["max_output_tokens"] = spec.output_len;
+    if (format.temperature) body["temperature"] = *format.temperature;
+    if (http_stream) body["stream"] = true;
+    return body.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
   if (format.chat) {
     body["messages"] = json::array({{{"role", "user"}, {"content", spec.prompt_text}}});
   } else if (!spec.prompt_ids.empty()) {
@@ -80,6 +87,28 @@ StreamChunk parse_stream_chunk(std::string_view payload, bool chat) {
     if (const auto f = choice.find("finish_reason"); f != choice.end() && f->is_string()) {
       out.finished = true;
       out.finish_reason = f->get<std::string>();
+    }
+  }
+  return out;
+}
+
+StreamChunk parse_responses_event(std::string_view payload) {
+  StreamChunk out;
+  const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return out;
+  out.valid = true;
+  const std::string type = j.value("type", "");
+  if (type == "error") {
+    out.error = j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : j.dump();
+  } else if (type == "response.output_text.delta") {
+    out.tokens = 1;
+  } else if (type == "response.completed" || type == "response.incomplete") {
+    out.finished = true;
+    out.finish_reason = type == "response.completed" ? "stop" : "length";
+    const json& response = j.contains("response") && j["response"].is_object() ? j["response"] : json::object();
+    if (const auto u = response.find("usage"); u != response.end() && u->is_object()) {
+      if (const auto i = u->find("input_tokens"); i != u->end() && i->is_number_integer()) out.prompt_tokens = i->get<int>();
+      if (const auto o = u->find("output_tokens"); o != u->end() && o->is_number_integer()) out.completion_tokens = o->get<int>();
     }
   }
   return out;

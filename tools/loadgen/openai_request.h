@@ -13,6 +13,7 @@ namespace tessera::loadgen {
 struct RequestFormat {
   bool chat = false;        // /v1/chat/completions (text prompts only) instead of /v1/completions
   bool embeddings = false;  // /v1/embeddings: the prompt is the input, nothing is generated
+  bool responses = false;   // /v1/responses (text prompts only): "input", "max_output_tokens"; no ignore_eos
   std::string model;        // "model"; empty = absent (the served model)
   bool ignore_eos = true;   // vLLM's extension: generate exactly max_tokens
   bool logprobs = false;    // ask for the sampled token's logprob: one chunk per token event
@@ -35,5 +36,8 @@ struct StreamChunk {
   std::optional<std::string> error;                     // {"error": {...}} inside the stream
 };
 StreamChunk parse_stream_chunk(std::string_view payload, bool chat);
+// One event of a Responses stream: response.output_text.delta (one token event), and
+// response.completed / response.incomplete (finished, with its usage), or an error event.
+StreamChunk parse_responses_event(std::string_view payload);
 
 }  // namespace tessera::loadgen

@@ -58,7 +58,8 @@ RequestRecord execute_http(HttpClient& client, const TargetOptions& target, cons
                            const std::atomic<bool>* stop) {
   if (target.format.embeddings) return execute_embeddings(client, target, spec, scheduled_s, clock, progress);
   const bool chat = target.format.chat;
-  const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+  const bool responses = target.format.responses;
+  const std::string path = responses ? "/v1/responses" : chat ? "/v1/chat/completions" : "/v1/completions";
   const std::string body = request_json(spec, target.format, /*http_stream=*/true);
   RequestRecord rec;
   rec.index = spec.index;
@@ -73,7 +74,7 @@ RequestRecord execute_http(HttpClient& client, const TargetOptions& target, cons
   bool bad_json = false, cancelled = false, timed_out = false;
   auto on_event = [&](std::string_view payload) {
     const double t = clock.now();
-    const StreamChunk c = parse_stream_chunk(payload, chat);
+    const StreamChunk c = responses ? parse_responses_event(payload) : parse_stream_chunk(payload, chat);
     if (!c.valid) {
       bad_json = true;
       stream_error = "an event is not a JSON object: " + std::string(payload.substr(0, 120));
@@ -121,7 +122,7 @@ RequestRecord execute_http(HttpClient& client, const TargetOptions& target, cons
     fail("cancelled", "stopped by the user");
   } else if (timed_out) {
     fail("timeout", "longer than --request-timeout");
-  } else if (!result->done) {
+  } else if (!result->done && !(responses && !finish_reason.empty())) {  // a Responses stream ends with its last event
     fail("incomplete_stream", "the stream ended before data: [DONE]");
   } else if (finish_reason == "abort") {
     fail("aborted", "the server aborted the request (finish_reason abort)");
