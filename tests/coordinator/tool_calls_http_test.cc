@@ -438,6 +438,55 @@ TEST_F(ToolCallsHttpTest, ToolCallsAfterTheThoughtsAreReadFromTheAnswer) {
   EXPECT_EQ(s.tool_calls[0]["function"]["arguments"], choice["message"]["tool_calls"][0]["function"]["arguments"]);
 }
 
+// DeepSeek-R1's real template (this version ends the prompt at the assistant tag, and the
+// model opens its thoughts itself, as R1 does): chat splits them (whole and streamed); the
+// Responses API gives a reasoning item before the message, and streams reasoning_text deltas
+// before the answer's output_text ones.
+TEST_F(ToolCallsHttpTest, DeepSeekR1ThoughtsComeApartInChatAndResponses) {
+  start("deepseek-r1-distill-qwen-32b");
+  const std::string thoughts = "The user asks about Paris.", answer = "Paris is sunny.";
+  model_.set_tokens(model_writing(tokenizer_->encode("<think>\n" + thoughts + "</think>\n\n" + answer, false)));
+  // The thoughts are the text between the tags, their newline included (the tokenizer's dummy
+  // prefix may also put a space before the first word).
+  auto trimmed = [](const json& text) {
+    std::string t = text.is_string() ? text.get<std::string>() : "";
+    if (t.starts_with(" ")) t = t.substr(1);
+    return t.starts_with("\n") ? t.substr(1) : "(no newline) " + t;
+  };
+  const json choice = post(body())["choices"][0];
+  EXPECT_EQ(trimmed(choice["message"]["reasoning_content"]), thoughts) << choice;
+  EXPECT_EQ(choice["message"]["content"], answer) << choice;
+  const Folded s = stream(body());
+  EXPECT_EQ(trimmed(s.reasoning), thoughts);
+  EXPECT_EQ(s.content, answer);
+
+  const json request = {{"input", "Weather in Paris?"}, {"max_output_tokens", 300}};
+  auto r = client_->post_json("/v1/responses", request.dump());
+  ASSERT_TRUE(r.is_ok() && r->status == 200) << (r.is_ok() ? r->body : r.status().to_string());
+  const json response = json::parse(r->body);
+  ASSERT_EQ(response["output"].size(), 2u) << response;
+  EXPECT_EQ(response["output"][0]["type"], "reasoning");
+  EXPECT_EQ(trimmed(response["output"][0]["content"][0]["text"]), thoughts) << response;
+  EXPECT_EQ(response["output"][1]["type"], "message");
+  EXPECT_EQ(response["output"][1]["content"][0]["text"], answer) << response;
+  json streamed = request;
+  streamed["stream"] = true;
+  std::string reasoning_deltas, text_deltas;
+  std::vector<std::string> added;
+  auto st = client_->post_stream("/v1/responses", streamed.dump(), [&](std::string_view payload) {
+    const json ev = json::parse(payload);
+    const std::string type = ev["type"];
+    if (type == "response.reasoning_text.delta") reasoning_deltas += ev["delta"].get<std::string>();
+    if (type == "response.output_text.delta") text_deltas += ev["delta"].get<std::string>();
+    if (type == "response.output_item.added") added.push_back(ev["item"]["type"]);
+    return true;
+  });
+  ASSERT_TRUE(st.is_ok()) << st.status().to_string();
+  EXPECT_EQ(trimmed(reasoning_deltas), thoughts);
+  EXPECT_EQ(text_deltas, answer);
+  EXPECT_EQ(added, (std::vector<std::string>{"reasoning", "message"}));
+}
+
 TEST_F(ToolCallsHttpTest, TemplateRaiseIsA400WithItsMessage) {
   start("gemma-7b-it");
   const json r = post(json::parse(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]})"),
