@@ -330,6 +330,7 @@ TEST(CliCurve, ZmqClientApiWithCurveNeedsTheServerKey) {
   r = cli("complete --url " + server.url() + " --curve-server-key-file " + dir + "/server.pub x");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--zmq"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
