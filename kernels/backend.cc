@@ -253,6 +253,16 @@ void Backend::softcap(const TensorView& x, float cap) {
   softcap_impl(x, cap);
 }
 
+void Backend::greedy_rows(const TensorView& logits, const TensorView& ids, const TensorView& logprobs) {
+  TESSERA_CHECK(logits.dtype == DType::kF32 && logits.ndim == 2 && logits.contiguous())
+      << "greedy_rows: logits must be contiguous f32 [rows, vocab]";
+  TESSERA_CHECK(ids.dtype == DType::kI32 && ids.numel() == logits.dim(0)) << "greedy_rows: ids must be i32 [rows]";
+  TESSERA_CHECK(logprobs.dtype == DType::kF32 && logprobs.numel() == logits.dim(0))
+      << "greedy_rows: logprobs must be f32 [rows]";
+  TESSERA_CHECK_GT(logits.dim(1), 0);
+  greedy_rows_impl(logits, ids, logprobs);
+}
+
 void Backend::rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) {
   check_heads(*this, x, "rotary", "x");
   const int64_t head_dim = x.dim(2);

@@ -133,6 +133,13 @@ class Backend {
   void scale(const TensorView& x, float factor);
   // In place: x = cap * tanh(x / cap) (Gemma 2's final logit soft-capping).
   void softcap(const TensorView& x, float cap);
+  // Greedy verification where the logits are: for each row of logits f32 [R, V] (contiguous),
+  // the token a temperature-0 row with nothing adjusting its logits takes — the highest logit,
+  // ties to the lowest id — into ids i32 [R], and its log-softmax (the logit less
+  // max + log sum exp(logit - max), the sum in double) into logprobs f32 [R]; both on this
+  // backend. What the host sampler gives such a row, so a greedy step (speculative
+  // verification included) copies two numbers per row to the host instead of the vocabulary.
+  void greedy_rows(const TensorView& logits, const TensorView& ids, const TensorView& logprobs);
   // Rotary embedding (rotate-half convention), in place on x f32 [T, heads, head_dim], which
   // may be strided (q or k as a column slice of a packed qkv buffer, reshaped within its rows).
   // inv_freq: f32 [R/2] on this backend; the first R dims of each head are rotated
@@ -191,6 +198,7 @@ class Backend {
   virtual void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
   virtual void scale_impl(const TensorView& x, float factor) = 0;
   virtual void softcap_impl(const TensorView& x, float cap) = 0;
+  virtual void greedy_rows_impl(const TensorView& logits, const TensorView& ids, const TensorView& logprobs) = 0;
   // x, q, k, v: 3-D [T, heads, head_dim], possibly strided along dimension 0.
   virtual void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) = 0;
   virtual void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) = 0;

@@ -12,6 +12,36 @@
 
 namespace tessera {
 
+namespace {
+
+// A row greedy sampling takes as it is: temperature 0, and nothing that adjusts or reads the
+// whole row (a penalty, logit_bias, an active min_tokens mask, a grammar mask, top logprobs).
+bool plain_greedy(const SeqView& v) {
+  const SamplingParams& p = v.state->sampling;
+  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool masked = v.num_generated() < p.min_tokens && !p.min_tokens_stop_ids.empty();
+  return p.temperature <= 0.0f && p.logprobs <= 0 && !penalised && !masked && p.logit_bias.empty() &&
+         v.step->allowed_tokens.empty();
+}
+
+// Executor::sample_verifying for plain greedy rows whose tokens and logprobs the backend
+// picked (Backend::greedy_rows): a proposal is kept while the pick equals it.
+std::vector<SampledToken> greedy_verifying(const SeqView& v, const int32_t* ids, const float* logprobs) {
+  const SeqStep& s = *v.step;
+  const int32_t* proposals = s.tokens.data() + s.tokens.size() - s.num_draft;
+  std::vector<SampledToken> out;
+  for (int32_t i = 0; i <= s.num_draft; ++i) {
+    SampledToken& t = out.emplace_back();
+    t.seq_id = s.seq_id;
+    t.token = ids[i];
+    t.logprob = logprobs[i];
+    if (i == s.num_draft || t.token != proposals[i]) break;
+  }
+  return out;
+}
+
+}  // namespace
+
 Executor::Executor(Transformer& model, Backend& backend, int block_size, int num_blocks, DType kv_dtype,
                    Transformer* draft, double draft_min_probability)
     : model_(model),
@@ -200,37 +230,6 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     TESSERA_RETURN_IF_ERROR(run_draft(views, {}, result));
     return result;
   }
-  // Reused across steps: a fresh [rows, vocab] vector per step page-faulted megabytes.
-  std::vector<float>& host = host_logits_;
-  host.resize(static_cast<size_t>(logits.numel()));
-  backend_.copy_to_host(logits.view(), host.data());
-  // The prompt-scoring rows follow the sampled ones in `host`; each sampling sequence reads
-  // from its row in sample_rows (a forked choice its parent's). Logits asked for: one row per
-  // sampled token, in plan order (no proposals here: refused above).
-  if (logits_out != nullptr || plan.return_logits) {
-    std::vector<float> rows(sample_rows.size() * static_cast<size_t>(vocab));
-    for (size_t k = 0; k < sample_rows.size(); ++k)
-      std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(sample_rows[k] * vocab), vocab,
-                  rows.begin() + static_cast<std::ptrdiff_t>(k * vocab));
-    if (logits_out != nullptr) *logits_out = rows;
-    if (plan.return_logits) result.logits = std::move(rows);
-  }
-  // Rows are independent and each costs a pass over the vocabulary (log-softmax, maybe a
-  // top-k sort), so they are spread over the cores: done serially they left the other cores
-  // idle for ~20% of a batch-32 decode step (perf, ~100M model, 2 cores).
-  const auto num_prompt_rows = static_cast<int64_t>(prompt_rows.size());
-  result.prompt_logprobs.resize(prompt_rows.size());
-#pragma omp parallel for schedule(dynamic, 1) if (num_prompt_rows > 1)
-  for (int64_t i = 0; i < num_prompt_rows; ++i) {
-    const HeldSequence& st = *prompt_rows[i].view->state;
-    PromptLogprob& lp = result.prompt_logprobs[i];
-    lp.seq_id = prompt_rows[i].view->step->seq_id;
-    lp.position = prompt_rows[i].position;
-    lp.token = st.prompt[static_cast<size_t>(lp.position)];
-    lp.logprob = raw_logprobs(host.data() + (num_sampled + i) * vocab, vocab, lp.token, st.sampling.prompt_logprobs,
-                              &lp.top_logprobs);
-  }
-
   std::vector<const SeqView*> sampling;
   for (const SeqView& v : views) {
     if (v.step->sample) sampling.push_back(&v);
@@ -238,9 +237,58 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   const auto num_sampling = static_cast<int64_t>(sampling.size());
   // Each sampling sequence's tokens: one, or with proposals the accepted ones and the next.
   std::vector<std::vector<SampledToken>> per_seq(sampling.size());
+  const bool device_greedy = logits_out == nullptr && !plan.return_logits && prompt_rows.empty() &&
+                             std::all_of(sampling.begin(), sampling.end(), [](const SeqView* v) { return plain_greedy(*v); });
+  if (device_greedy) {
+    // Every row is plain greedy and nothing else is wanted of the logits: the backend picks
+    // each row's token and logprob where the logits are, and two numbers per row come back.
+    const auto rows = static_cast<int64_t>(logit_rows.size());
+    Tensor ids = backend_.alloc({rows}, DType::kI32);
+    Tensor logprobs = backend_.alloc({rows}, DType::kF32);
+    backend_.greedy_rows(logits.view(), ids.view(), logprobs.view());
+    std::vector<int32_t> host_ids(static_cast<size_t>(rows));
+    std::vector<float> host_logprobs(static_cast<size_t>(rows));
+    backend_.copy_to_host(ids.view(), host_ids.data());
+    backend_.copy_to_host(logprobs.view(), host_logprobs.data());
+    for (int64_t row = 0; row < num_sampling; ++row)
+      per_seq[row] = greedy_verifying(*sampling[row], host_ids.data() + sample_rows[row],
+                                      host_logprobs.data() + sample_rows[row]);
+  } else {
+    // Reused across steps: a fresh [rows, vocab] vector per step page-faulted megabytes.
+    std::vector<float>& host = host_logits_;
+    host.resize(static_cast<size_t>(logits.numel()));
+    backend_.copy_to_host(logits.view(), host.data());
+    // The prompt-scoring rows follow the sampled ones in `host`; each sampling sequence reads
+    // from its row in sample_rows (a forked choice its parent's). Logits asked for: one row per
+    // sampled token, in plan order (no proposals here: refused above).
+    if (logits_out != nullptr || plan.return_logits) {
+      std::vector<float> rows(sample_rows.size() * static_cast<size_t>(vocab));
+      for (size_t k = 0; k < sample_rows.size(); ++k)
+        std::copy_n(host.begin() + static_cast<std::ptrdiff_t>(sample_rows[k] * vocab), vocab,
+                    rows.begin() + static_cast<std::ptrdiff_t>(k * vocab));
+      if (logits_out != nullptr) *logits_out = rows;
+      if (plan.return_logits) result.logits = std::move(rows);
+    }
+    // Rows are independent and each costs a pass over the vocabulary (log-softmax, maybe a
+    // top-k sort), so they are spread over the cores: done serially they left the other cores
+    // idle for ~20% of a batch-32 decode step (perf, ~100M model, 2 cores).
+    const auto num_prompt_rows = static_cast<int64_t>(prompt_rows.size());
+    result.prompt_logprobs.resize(prompt_rows.size());
+#pragma omp parallel for schedule(dynamic, 1) if (num_prompt_rows > 1)
+    for (int64_t i = 0; i < num_prompt_rows; ++i) {
+      const HeldSequence& st = *prompt_rows[i].view->state;
+      PromptLogprob& lp = result.prompt_logprobs[i];
+      lp.seq_id = prompt_rows[i].view->step->seq_id;
+      lp.position = prompt_rows[i].position;
+      lp.token = st.prompt[static_cast<size_t>(lp.position)];
+      lp.logprob = raw_logprobs(host.data() + (num_sampled + i) * vocab, vocab, lp.token, st.sampling.prompt_logprobs,
+                                &lp.top_logprobs);
+    }
+
 #pragma omp parallel for schedule(dynamic, 1) if (num_sampling > 1)
-  for (int64_t row = 0; row < num_sampling; ++row) {
-    per_seq[row] = sample_verifying(*sampling[row], host.data() + sample_rows[row] * vocab, vocab);
+    for (int64_t row = 0; row < num_sampling; ++row) {
+      per_seq[row] = sample_verifying(*sampling[row], host.data() + sample_rows[row] * vocab, vocab);
+    }
   }
   std::unordered_map<SeqId, SampledRun> sampled;
   for (int64_t row = 0; row < num_sampling; ++row) {

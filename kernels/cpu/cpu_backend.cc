@@ -19,6 +19,7 @@
 #include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_panels.h"
+#include "kernels/cpu/sum_exp.h"
 
 namespace tessera {
 namespace {
@@ -273,6 +274,24 @@ void CpuBackend::scale_impl(const TensorView& x, float factor) {
   const int64_t n = x.numel();
 #pragma omp parallel for if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) p[i] *= factor;
+}
+
+void CpuBackend::greedy_rows_impl(const TensorView& logits, const TensorView& ids, const TensorView& logprobs) {
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  const float* l = logits.as<float>();
+  int32_t* id = ids.as<int32_t>();
+  float* lp = logprobs.as<float>();
+  // A pass over the vocabulary per row: rows spread over the cores, as the sampler spreads them.
+#pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = l + r * vocab;
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i)
+      if (row[i] > row[best]) best = i;
+    const float mx = row[best];
+    id[r] = static_cast<int32_t>(best);
+    lp[r] = static_cast<float>(row[best] - (mx + std::log(cpu::sum_exp_shifted(row, vocab, mx))));
+  }
 }
 
 void CpuBackend::softcap_impl(const TensorView& x, float cap) {

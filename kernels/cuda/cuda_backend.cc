@@ -353,6 +353,13 @@ void CudaBackend::scale_impl(const TensorView& x, float factor) {
   after_launch("scale");
 }
 
+void CudaBackend::greedy_rows_impl(const TensorView& logits, const TensorView& ids, const TensorView& logprobs) {
+  require_device({{&logits, "logits"}, {&ids, "ids"}, {&logprobs, "logprobs"}}, "greedy_rows");
+  cuda::launch::greedy_rows(logits.as<float>(), logits.dim(0), logits.dim(1), ids.as<int32_t>(), logprobs.as<float>(),
+                            stream_);
+  after_launch("greedy_rows");
+}
+
 void CudaBackend::softcap_impl(const TensorView& x, float cap) {
   require_device({{&x, "x"}}, "softcap");
   cuda::launch::softcap(x.as<float>(), x.numel(), cap, stream_);

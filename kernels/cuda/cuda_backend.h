@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
   void add_impl(const TensorView& a, const TensorView& b, const TensorView& out) override;
   void scale_impl(const TensorView& x, float factor) override;
   void softcap_impl(const TensorView& x, float cap) override;
+  void greedy_rows_impl(const TensorView& logits, const TensorView& ids, const TensorView& logprobs) override;
   void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) override;
   void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) override;
   void write_kv_impl(const TensorView& k, const TensorView& v, const AttentionBatch& batch, const TensorView& k_cache,

@@ -73,6 +73,11 @@ void scale(float* x, int64_t n, float factor, Stream stream);
 // x[i] = cap * tanh(x[i] / cap).
 void softcap(float* x, int64_t n, float cap, Stream stream);
 
+// ---- greedy_rows.cu -------------------------------------------------------------------------
+// Per row of logits [rows, vocab]: ids[r] = the highest logit's id (ties to the lowest),
+// logprobs[r] = its log-softmax (Backend::greedy_rows).
+void greedy_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs, Stream stream);
+
 // ---- rotary.cu ------------------------------------------------------------------------------
 // Rotate-half RoPE in place on x[t * row_stride + h * head_dim + i] over the first
 // 2 * rot_half dims of each head (pairs i, i + rot_half); the rest are not touched.

@@ -390,6 +390,24 @@ TEST_F(CudaBackendTest, ScaleAndSoftcapMatch) {
   }
 }
 
+// Greedy verification on the device: the same ids as the CPU (ties to the lowest id: a row of
+// repeated maxima), logprobs within the two exps' rounding; vocabularies short and long.
+TEST_F(CudaBackendTest, GreedyRowsMatch) {
+  for (int64_t vocab : {int64_t{1}, int64_t{7}, int64_t{1024}, int64_t{151936}}) {
+    Tensor logits = random_host({5, vocab}, DType::kF32, -20.0f, 20.0f);
+    float* l = logits.data<float>();
+    for (int64_t i = 0; i < vocab; i += 3) l[2 * vocab + i] = 25.0f;  // row 2: ties everywhere
+    l[3 * vocab + vocab - 1] = 30.0f;                                  // row 3: the max is last
+    Tensor ids = Tensor::zeros({5}, DType::kI32), lps = Tensor::zeros({5}, DType::kF32);
+    cpu_->greedy_rows(logits, ids, lps);
+    Tensor d_ids = cuda_->alloc({5}, DType::kI32), d_lps = cuda_->alloc({5}, DType::kF32);
+    cuda_->greedy_rows(to_device(logits), d_ids, d_lps);
+    const std::string tag = "vocab " + std::to_string(vocab);
+    expect_close(widen(ids), device_f32(d_ids), 0, 0, tag + " ids");
+    expect_close(widen(lps), device_f32(d_lps), 1e-5, 1e-5, tag + " logprobs");
+  }
+}
+
 // ---- rotary and per-head norms ---------------------------------------------------------------
 
 // inv_freq as transformers builds it in float32 for `dims` rotated dims:

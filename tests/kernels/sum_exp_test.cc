@@ -37,3 +37,40 @@ TEST(SumExpShifted, TermsFarBelowTheMaximumAddNothingAndNoNaN) {
 
 }  // namespace
 }  // namespace tessera::cpu
+
+// CpuBackend::greedy_rows: per row the highest logit (the lowest id of equal ones) and its
+// log-softmax, against a long-double reference; -inf entries (masked) count for nothing.
+#include "kernels/cpu/cpu_backend.h"
+
+namespace tessera::cpu {
+namespace {
+
+TEST(GreedyRows, HighestLogitLowestIdAndItsLogSoftmax) {
+  CpuBackend backend(1, CpuKernelOptions{});
+  std::mt19937 rng(11);
+  std::normal_distribution<float> logit(0.0f, 5.0f);
+  for (int64_t vocab : {int64_t{1}, int64_t{9}, int64_t{32000}}) {
+    const int64_t rows = 4;
+    Tensor logits = Tensor::zeros({rows, vocab}, DType::kF32);
+    float* l = logits.data<float>();
+    for (int64_t i = 0; i < rows * vocab; ++i) l[i] = logit(rng);
+    if (vocab > 3) {
+      for (int64_t i = 1; i < vocab; i += 2) l[vocab + i] = 40.0f;  // row 1: ties from id 1 on
+      l[2 * vocab] = -INFINITY;                                    // row 2: a masked id
+    }
+    Tensor ids = Tensor::zeros({rows}, DType::kI32), lps = Tensor::zeros({rows}, DType::kF32);
+    backend.greedy_rows(logits, ids, lps);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = l + r * vocab;
+      const int64_t want = std::max_element(row, row + vocab) - row;  // the first maximum
+      long double z = 0;
+      for (int64_t i = 0; i < vocab; ++i) z += std::exp(static_cast<long double>(row[i]) - row[want]);
+      EXPECT_EQ(ids.data<int32_t>()[r], want) << "vocab " << vocab << " row " << r;
+      EXPECT_NEAR(lps.data<float>()[r], static_cast<double>(-std::log(z)), 1e-6) << "vocab " << vocab << " row " << r;
+    }
+    if (vocab > 3) EXPECT_EQ(ids.data<int32_t>()[1], 1) << "ties go to the lowest id";
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cpu
