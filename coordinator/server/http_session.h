@@ -129,6 +129,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The end of a /v1/responses generation: the response object (stored when asked), sent
   // whole or as the stream's last events.
   void finish_responses(Generation& g);
+  // After a stream's last event: the chunked terminator (HTTP/1.0: the close), then read the
+  // next request or close.
+  void end_stream();
   ChoiceCallback make_callback(uint64_t serial);
   void on_event(uint64_t serial, size_t index, const GenerateEvent& ev);
   static bool echo_waits_for_logprobs(const ApiRequest& r);

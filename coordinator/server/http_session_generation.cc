@@ -214,6 +214,10 @@ void HttpSession::finish_responses(Generation& g) {
     return e.http_status == 503 ? send_error(e, {{"Retry-After", kRetryAfterSeconds}}) : send_error(e);
   }
   // The stream ends after its last event (a failure's error event went out with it): no [DONE].
+  end_stream();
+}
+
+void HttpSession::end_stream() {
   if (version_ == 10) {
     keep_alive_ = false;
   } else {
@@ -235,13 +239,7 @@ void HttpSession::finish_generation() {
     if (g->request.include_usage)
       queue_chunk(sse_event(stream_usage_body(g->request, g->id, g->created, usage_of(g->request, g->outputs))));
     queue_chunk(std::string(kSseDone));
-    if (version_ == 10) {
-      keep_alive_ = false;
-    } else {
-      enqueue(std::make_unique<Outgoing>(Outgoing::Kind::kStreamEnd));
-    }
-    after_write_ = keep_alive_ ? AfterWrite::kRead : AfterWrite::kClose;
-    if (!writing_) after_writes();
+    end_stream();
   } else if (!g->error.empty()) {
     const ApiError e = engine_error(*g);
     if (e.http_status == 503) {
