@@ -329,7 +329,10 @@ ojson responses_object(const json& chat, const std::string& id, int64_t created_
     output.push_back(reasoning_item(item_id("rs_", id, static_cast<int>(output.size())), message["reasoning_content"]));
   const bool calls = message.contains("tool_calls") && message["tool_calls"].is_array() && !message["tool_calls"].empty();
   const std::string text = message["content"].is_string() ? message["content"].get<std::string>() : "";
-  if (!text.empty() || !calls)
+  // An output cut inside the thoughts has no answer (content null): no message item, the
+  // reasoning item and status incomplete say so.
+  const bool answered = !message["content"].is_null() || !message.contains("reasoning_content");
+  if (answered && (!text.empty() || !calls))
     output.push_back(message_item(item_id("msg_", id, static_cast<int>(output.size())), text, cut ? "incomplete" : "completed"));
   if (calls) {
     for (const json& c : message["tool_calls"]) {

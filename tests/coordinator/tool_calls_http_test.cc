@@ -485,6 +485,17 @@ TEST_F(ToolCallsHttpTest, DeepSeekR1ThoughtsComeApartInChatAndResponses) {
   EXPECT_EQ(trimmed(reasoning_deltas), thoughts);
   EXPECT_EQ(text_deltas, answer);
   EXPECT_EQ(added, (std::vector<std::string>{"reasoning", "message"}));
+
+  // Cut inside the thoughts: a reasoning item alone, and the response says it is incomplete.
+  json cut = request;
+  cut["max_output_tokens"] = 10;  // past "<think>" (several kjv tokens), before "</think>"
+  auto c = client_->post_json("/v1/responses", cut.dump());
+  ASSERT_TRUE(c.is_ok() && c->status == 200) << (c.is_ok() ? c->body : c.status().to_string());
+  const json cut_response = json::parse(c->body);
+  EXPECT_EQ(cut_response["status"], "incomplete") << cut_response;
+  EXPECT_EQ(cut_response["incomplete_details"]["reason"], "max_output_tokens") << cut_response;
+  ASSERT_EQ(cut_response["output"].size(), 1u) << cut_response;
+  EXPECT_EQ(cut_response["output"][0]["type"], "reasoning") << cut_response;
 }
 
 TEST_F(ToolCallsHttpTest, TemplateRaiseIsA400WithItsMessage) {
