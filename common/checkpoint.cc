@@ -28,15 +28,6 @@ bool is_torch_name(const fs::path& p) {
   return ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt";
 }
 
-StatusOr<nlohmann::json> read_json(const fs::path& path, const char* what) {
-  TESSERA_ASSIGN_OR_RETURN(std::string text, read_input_file(path.string(), what));
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return invalid_argument(path.string() + ": " + what + " is not valid JSON: " + e.what());
-  }
-}
-
 // The format is told by the file's first bytes, not its name: DeepSpeed JSONs and users
 // name PyTorch files .bin, .pt, .pth or anything else.
 StatusOr<std::shared_ptr<WeightFile>> open_weight_file(const std::string& path) {
@@ -67,7 +58,7 @@ Status Checkpoint::load_config(const std::string& dir) {
   fs::path config = fs::path(dir) / "config.json";
   TESSERA_ASSIGN_OR_RETURN(bool present, input_path_exists(config.string()));
   if (!present) return not_found(config.string() + ": no such file (a model folder needs config.json)");
-  TESSERA_ASSIGN_OR_RETURN(config_, read_json(config, "config.json"));
+  TESSERA_ASSIGN_OR_RETURN(config_, read_input_json(config.string(), "config.json"));
   if (!config_.is_object()) return invalid_argument(config.string() + ": config.json is not a JSON object");
   config_dir_ = dir;
   return Status::ok();
@@ -99,7 +90,7 @@ Status Checkpoint::add_file(const std::string& file_path, bool presharded_tp) {
 // pytorch_model.bin.index.json as transformers writes for .bin shards).
 Status Checkpoint::add_indexed_files(const std::string& dir, const std::string& index_name) {
   const fs::path index = fs::path(dir) / index_name;
-  TESSERA_ASSIGN_OR_RETURN(nlohmann::json idx, read_json(index, "checkpoint index"));
+  TESSERA_ASSIGN_OR_RETURN(nlohmann::json idx, read_input_json(index.string(), "checkpoint index"));
   if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
     return invalid_argument(index.string() + ": missing \"weight_map\" object");
   std::set<std::string> shard_names;

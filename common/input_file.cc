@@ -109,4 +109,13 @@ StatusOr<bool> input_path_exists(const std::string& path) {
   return invalid_argument(path + ": cannot look it up (" + std::string(std::strerror(err)) + ")");
 }
 
+StatusOr<nlohmann::json> read_input_json(const std::string& path, const std::string& what) {
+  TESSERA_ASSIGN_OR_RETURN(std::string text, read_input_file(path, what));
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return invalid_argument(path + ": " + what + " is not valid JSON: " + e.what());
+  }
+}
+
 }  // namespace tessera

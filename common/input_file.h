@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 
 namespace tessera {
@@ -28,6 +30,10 @@ std::string describe_non_regular(unsigned mode);
 //   data_loss         a read error
 StatusOr<std::string> read_input_file(const std::string& path, const std::string& what,
                                       size_t max_bytes = kMaxInputFileBytes);
+
+// read_input_file, parsed as JSON: InvalidArgument "PATH: WHAT is not valid JSON: ..." when it
+// is not.
+StatusOr<nlohmann::json> read_input_json(const std::string& path, const std::string& what);
 
 // The first `max_bytes` bytes (fewer when the file is shorter) of a regular file, with the
 // same refusals: to tell a file's format by its first bytes.

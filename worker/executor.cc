@@ -15,12 +15,11 @@ namespace tessera {
 namespace {
 
 // A row greedy sampling takes as it is: temperature 0, and nothing that adjusts or reads the
-// whole row (a penalty, logit_bias, an active min_tokens mask, a grammar mask, top logprobs).
+// whole row (adjusts_logits, a grammar mask, top logprobs). Its first row is the one the
+// min_tokens mask would reach: the rows after it count further.
 bool plain_greedy(const SeqView& v) {
   const SamplingParams& p = v.state->sampling;
-  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  const bool masked = v.num_generated() < p.min_tokens && !p.min_tokens_stop_ids.empty();
-  return p.temperature <= 0.0f && p.logprobs <= 0 && !penalised && !masked && p.logit_bias.empty() &&
+  return p.temperature <= 0.0f && p.logprobs <= 0 && !adjusts_logits(p, v.num_generated()) &&
          v.step->allowed_tokens.empty();
 }
 
@@ -203,11 +202,13 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   const size_t num_sampled = logit_rows.size();
   logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
-  const int64_t hidden_size = model_.config().hidden;
-  Tensor hidden = backend_.alloc({static_cast<int64_t>(hidden_rows.size()), hidden_size}, DType::kF32);
-  TESSERA_RETURN_IF_ERROR(
-      model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view(), hidden_rows, &hidden.view()));
-  if (!pool_takes.empty()) {
+  if (hidden_rows.empty()) {
+    TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view()));
+  } else {
+    const int64_t hidden_size = model_.config().hidden;
+    Tensor hidden = backend_.alloc({static_cast<int64_t>(hidden_rows.size()), hidden_size}, DType::kF32);
+    TESSERA_RETURN_IF_ERROR(
+        model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view(), hidden_rows, &hidden.view()));
     std::vector<float> rows(static_cast<size_t>(hidden.numel()));
     backend_.copy_to_host(hidden.view(), rows.data());
     for (const PoolTake& take : pool_takes) {

@@ -108,10 +108,7 @@ namespace {
 // The logits sampling sees: the raw ones, or a copy with logit_bias, the min_tokens mask and
 // the penalties applied (in `adjusted`).
 const float* adjusted_logits(const SampleRequest& r, std::vector<float>& adjusted) {
-  const SamplingParams& p = *r.params;
-  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  const bool masked = r.token_index < p.min_tokens && !p.min_tokens_stop_ids.empty();
-  if (!penalised && !masked && p.logit_bias.empty()) return r.logits;
+  if (!adjusts_logits(*r.params, r.token_index)) return r.logits;
   adjusted.assign(r.logits, r.logits + r.vocab);
   apply_bias_and_min_tokens(r, adjusted);
   apply_penalties(r, adjusted);
@@ -119,6 +116,12 @@ const float* adjusted_logits(const SampleRequest& r, std::vector<float>& adjuste
 }
 
 }  // namespace
+
+bool adjusts_logits(const SamplingParams& p, int32_t token_index) {
+  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool masked = token_index < p.min_tokens && !p.min_tokens_stop_ids.empty();
+  return penalised || masked || !p.logit_bias.empty();
+}
 
 int32_t greedy_token(const SampleRequest& r) {
   // Structured output: the candidates are the allowed ids only (in id order, as the full

@@ -33,6 +33,9 @@ struct SampleRequest {
 };
 
 int32_t argmax(const float* logits, int64_t vocab);
+// Whether sampling the token at `token_index` reads other logits than the raw ones: a
+// penalty, logit_bias, or the min_tokens mask while it applies (the grammar mask aside).
+bool adjusts_logits(const SamplingParams& params, int32_t token_index);
 // log-softmax of the raw `logits` at `token`; with top_k > 0 the top_k best ids (ties to the
 // lower id) and their logprobs are appended to *top. Sampled tokens and prompt tokens alike.
 float raw_logprobs(const float* logits, int64_t vocab, int32_t token, int top_k, std::vector<TokenLogprob>* top);

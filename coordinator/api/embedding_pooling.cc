@@ -17,13 +17,6 @@ constexpr const char* kPoolingModule = "sentence_transformers.models.Pooling";
 constexpr const char* kNormalizeModule = "sentence_transformers.models.Normalize";
 constexpr const char* kTransformerModule = "sentence_transformers.models.Transformer";
 
-StatusOr<json> read_json(const std::filesystem::path& path, const std::string& what) {
-  TESSERA_ASSIGN_OR_RETURN(const std::string text, read_input_file(path.string(), what));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_argument(what + " (" + path.string() + ") is not valid JSON");
-  return j;
-}
-
 // What the sentence-transformers files say; nullopt fields where they say nothing.
 struct SentenceTransformerFiles {
   std::optional<Pooling> pooling;
@@ -34,7 +27,7 @@ struct SentenceTransformerFiles {
 // The Pooling module's config.json: exactly one mode Tessera computes.
 StatusOr<Pooling> read_pooling_config(const std::filesystem::path& path) {
   const std::string what = "the sentence-transformers pooling config";
-  TESSERA_ASSIGN_OR_RETURN(const json j, read_json(path, what));
+  TESSERA_ASSIGN_OR_RETURN(const json j, read_input_json(path.string(), what));
   if (!j.is_object()) return invalid_argument(path.string() + ": must be a JSON object");
   auto flag = [&](const char* key) { return j.contains(key) && j[key].is_boolean() && j[key].get<bool>(); };
   for (const char* unsupported :
@@ -64,7 +57,7 @@ StatusOr<SentenceTransformerFiles> read_sentence_transformer_files(const std::fi
   TESSERA_ASSIGN_OR_RETURN(const bool exists, input_path_exists(modules_path.string()));
   if (!exists) return out;
   out.present = true;
-  TESSERA_ASSIGN_OR_RETURN(const json modules, read_json(modules_path, "modules.json"));
+  TESSERA_ASSIGN_OR_RETURN(const json modules, read_input_json(modules_path.string(), "modules.json"));
   if (!modules.is_array()) return invalid_argument(modules_path.string() + ": must be a JSON array of modules");
   for (size_t i = 0; i < modules.size(); ++i) {
     const json& m = modules[i];

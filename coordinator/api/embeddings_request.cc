@@ -38,27 +38,14 @@ bool read_int_field(const json& j, const char* name, int64_t lo, int64_t hi, int
   return true;
 }
 
-bool read_model_and_fields(const json& j, const ApiContext& ctx, ApiError* error) {
-  for (const auto& [key, value] : j.items()) {
-    if (embeddings_fields().count(key) == 0) {
-      *error = bad_request(key, "'" + key + "' is not a field of /v1/embeddings");
-      return false;
-    }
-  }
-  if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
-    if (!m->is_string()) {
-      *error = bad_request("model", "'model' must be a string");
-      return false;
-    }
-    if (m->get<std::string>() != ctx.model_name) {
-      *error = model_not_found(m->get<std::string>(), ctx.model_name);
-      return false;
-    }
-  }
-  if (auto u = j.find("user"); u != j.end() && !u->is_null() && !u->is_string()) {
+bool read_user(const json& j, ApiRequest* out, ApiError* error) {
+  auto u = j.find("user");
+  if (u == j.end() || u->is_null()) return true;
+  if (!u->is_string()) {
     *error = bad_request("user", "'user' must be a string");
     return false;
   }
+  out->user = u->get<std::string>();
   return true;
 }
 
@@ -111,13 +98,10 @@ bool parse_embeddings_request(std::string_view body, const ApiContext& ctx, ApiR
   *out = ApiRequest();
   out->endpoint = ApiEndpoint::kEmbeddings;
   out->model = ctx.model_name;
-  if (!check_request_body(body, error)) return false;
-  const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    *error = bad_request("", j.is_discarded() ? "the request body is not valid JSON" : "the request body must be a JSON object");
-    return false;
-  }
-  if (!read_model_and_fields(j, ctx, error)) return false;
+  nlohmann::ordered_json body_json;
+  if (!read_request_object(body, embeddings_fields(), "/v1/embeddings", ctx.model_name, &body_json, error)) return false;
+  const json j = body_json;
+  if (!read_user(j, out, error)) return false;
   if (!ctx.embeddings) {
     *error = bad_request("", "this server does not answer /v1/embeddings (server.task is generate)");
     return false;
@@ -138,7 +122,6 @@ bool parse_embeddings_request(std::string_view body, const ApiContext& ctx, ApiR
     return false;
   }
   if (truncate < 0) truncate = ctx.max_model_len;
-  if (const json* user = j.contains("user") && j["user"].is_string() ? &j["user"] : nullptr) out->user = *user;
   out->normalize_embedding = pooling.normalize;
 
   std::vector<std::vector<int32_t>> inputs;

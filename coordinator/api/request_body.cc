@@ -20,4 +20,31 @@ bool check_request_body(std::string_view body, ApiError* error) {
   return true;
 }
 
+bool read_request_object(std::string_view body, const std::set<std::string>& known, const std::string& route,
+                         const std::string& served_model, nlohmann::ordered_json* out, ApiError* error) {
+  if (!check_request_body(body, error)) return false;
+  *out = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded() || !out->is_object()) {
+    *error = bad_request("", out->is_discarded() ? "the request body is not valid JSON" : "the request body must be a JSON object");
+    return false;
+  }
+  for (const auto& [key, value] : out->items()) {
+    if (!known.count(key)) {
+      *error = bad_request(key, "'" + key + "' is not a field of " + route);
+      return false;
+    }
+  }
+  if (auto m = out->find("model"); m != out->end() && !m->is_null()) {
+    if (!m->is_string()) {
+      *error = bad_request("model", "'model' must be a string");
+      return false;
+    }
+    if (!m->get<std::string>().empty() && m->get<std::string>() != served_model) {
+      *error = model_not_found(m->get<std::string>(), served_model);
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace tessera

@@ -238,14 +238,11 @@ std::optional<ResponseStore::Stored> ResponseStore::get(const std::string& id) {
 
 std::string make_responses_id() { return "resp_" + random_hex(32); }
 
-bool parse_responses_request(std::string_view body, ResponseStore& store, ResponsesRequest* out, ApiError* error) {
+bool parse_responses_request(std::string_view body, const std::string& served_model, ResponseStore& store,
+                             ResponsesRequest* out, ApiError* error) {
   *out = ResponsesRequest();
-  if (!check_request_body(body, error)) return false;
-  const ojson j = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return fail(error, "", "the request body is not valid JSON");
-  if (!j.is_object()) return fail(error, "", "the request body must be a JSON object");
-  for (const auto& [key, value] : j.items())
-    if (responses_fields().count(key) == 0) return fail(error, key, "'" + key + "' is not a field of /v1/responses");
+  ojson j;
+  if (!read_request_object(body, responses_fields(), "/v1/responses", served_model, &j, error)) return false;
   if (!no_op_fields(j, error)) return false;
   if (!j.contains("input") || j["input"].is_null()) return fail(error, "input", "'input' is required");
 

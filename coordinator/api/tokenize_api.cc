@@ -17,32 +17,12 @@ ApiError not_found_model(const ApiContext& ctx, const std::string& model, const 
   return model_not_found(model, ctx.model_name, param);
 }
 
-// The body as a JSON object whose every field is in `known`, and whose "model" (when
-// given) is the served one.
-bool read_object(const ApiContext& ctx, const std::string& body, const std::set<std::string>& known, json* out,
-                 ApiError* error) {
-  if (!check_request_body(body, error)) return false;
-  *out = json::parse(body, nullptr, false);
-  if (out->is_discarded() || !out->is_object()) {
-    *error = bad_request("", "the request body must be a JSON object");
-    return false;
-  }
-  for (const auto& [key, value] : out->items()) {
-    if (!known.count(key)) {
-      *error = bad_request(key, "unknown field '" + key + "'");
-      return false;
-    }
-  }
-  if (auto m = out->find("model"); m != out->end() && !m->is_null()) {
-    if (!m->is_string()) {
-      *error = bad_request("model", "'model' must be a string");
-      return false;
-    }
-    if (!m->get<std::string>().empty() && m->get<std::string>() != ctx.model_name) {
-      *error = not_found_model(ctx, m->get<std::string>(), "model");
-      return false;
-    }
-  }
+// The body of `route` as read_request_object reads it, unordered.
+bool read_object(const ApiContext& ctx, const std::string& body, const std::set<std::string>& known,
+                 const std::string& route, json* out, ApiError* error) {
+  nlohmann::ordered_json ordered;
+  if (!read_request_object(body, known, route, ctx.model_name, &ordered, error)) return false;
+  *out = ordered;
   return true;
 }
 
@@ -64,7 +44,7 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
   json j;
   if (!read_object(ctx, body, {"model", "prompt", "messages", "tools", "add_special_tokens", "add_generation_prompt",
                                "chat_template_kwargs", "return_token_strs"},
-                   &j, error))
+                   "/tokenize", &j, error))
     return false;
   const bool has_prompt = j.contains("prompt") && !j["prompt"].is_null();
   const bool has_messages = j.contains("messages") && !j["messages"].is_null();
@@ -132,7 +112,7 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
 
 bool detokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error) {
   json j;
-  if (!read_object(ctx, body, {"model", "tokens"}, &j, error)) return false;
+  if (!read_object(ctx, body, {"model", "tokens"}, "/detokenize", &j, error)) return false;
   if (!j.contains("tokens") || !j["tokens"].is_array()) {
     *error = bad_request("tokens", "'tokens' must be an array of token ids");
     return false;

@@ -665,8 +665,8 @@ void Scheduler::take_pooled_share(Entry& e, const PooledHidden* share) {
 }
 
 std::vector<float> Scheduler::pooled_embedding(const Entry& e) {
-  std::vector<float> out(e.pooled_sum.size());
   if (e.pooled_rows == 0) return {};
+  std::vector<float> out(e.pooled_sum.size());
   for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<float>(e.pooled_sum[k] / e.pooled_rows);
   return out;
 }

@@ -192,14 +192,13 @@ struct ServedModel {
 // that is present but cannot be used stops start-up, as does a template that does not parse
 // (the model's, or server.chat_template's: construct and line), never a silent fallback; a
 // model without a template gets the documented built-in.
-Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
-  const std::string tokenizer_json = (std::filesystem::path(ckpt->config_dir()) / "tokenizer.json").string();
+Status read_tokenizer_and_chat_template(const TesseraConfig& c, const Checkpoint& ckpt, ServedModel& m) {
+  const std::string tokenizer_json = (std::filesystem::path(ckpt.config_dir()) / "tokenizer.json").string();
   TESSERA_ASSIGN_OR_RETURN(const bool has_tokenizer_json, input_path_exists(tokenizer_json));
   if (!has_tokenizer_json && !is_gguf_path(c.model.path)) {
     TESSERA_LOG_WARN("no tokenizer: {} does not exist; only token-id prompts will be accepted", tokenizer_json);
   } else {
-    StatusOr<std::unique_ptr<Tokenizer>> tok = load_model_tokenizer(c.model.path, ckpt->config_dir());
+    StatusOr<std::unique_ptr<Tokenizer>> tok = load_model_tokenizer(c.model.path, ckpt.config_dir());
     if (!tok.is_ok()) return tok.status().with_context("the tokenizer");
     m.tokenizer = std::move(tok).value();
     TESSERA_RETURN_IF_ERROR(check_tokenizer_fits_model(*m.tokenizer, m.config));
@@ -224,11 +223,10 @@ Status read_tokenizer_and_chat_template(const TesseraConfig& c, ServedModel& m) 
 
 // How embeddings are pooled (server.task embed or both), from model.pooling / model.normalize
 // or the folder's sentence-transformers files; said at start-up with where each came from.
-Status read_embedding_pooling(const TesseraConfig& c, ServedModel& m) {
+Status read_embedding_pooling(const TesseraConfig& c, const Checkpoint& ckpt, ServedModel& m) {
   if (c.server.task == "generate") return Status::ok();
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
   TESSERA_ASSIGN_OR_RETURN(EmbeddingPooling pooling,
-                           embedding_pooling(ckpt->config_dir(), c.model.pooling, c.model.normalize));
+                           embedding_pooling(ckpt.config_dir(), c.model.pooling, c.model.normalize));
   pooling.embedding_size = static_cast<int>(m.config.hidden);
   TESSERA_LOG_INFO("embeddings (server.task {}): {} pooling ({}), {} ({}), {} values", c.server.task,
                    pooling_name(pooling.pooling), pooling.pooling_source,
@@ -410,7 +408,6 @@ Status serve(ServeOptions o) {
   ServedModel model;
   TESSERA_ASSIGN_OR_RETURN(model.config, check_deployment(c));
   if (signals.requested()) return interrupted_setup(signals, "reading the model");
-  TESSERA_RETURN_IF_ERROR(read_embedding_pooling(c, model));
 
   const ModelConfig& mc = model.config;
   const int64_t max_model_len =
@@ -445,12 +442,17 @@ Status serve(ServeOptions o) {
   } handler_reset{signals};
   LocalWorkers workers;
   PrivateTempDir tmp;
-  // The tokenizer and the chat template are read on their own thread while the workers
-  // start and load the weights (a GGUF file's vocabulary takes a quarter of a second to
-  // build); an error there shuts the group down at once, so it still ends start-up early.
+  // The tokenizer, the chat template and the embedding pooling are read on their own thread
+  // while the workers start and load the weights (a GGUF file's vocabulary takes a quarter of
+  // a second to build); an error there shuts the group down at once, so it still ends
+  // start-up early.
   std::future<Status> text_side = std::async(std::launch::async, [&c, &model, g] {
-    Status read = read_tokenizer_and_chat_template(c, model);
-    if (!read.is_ok()) g->shutdown("the tokenizer or chat template failed");
+    Status read = [&]() -> Status {
+      TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(c.model.path));
+      TESSERA_RETURN_IF_ERROR(read_tokenizer_and_chat_template(c, *ckpt, model));
+      return read_embedding_pooling(c, *ckpt, model);
+    }();
+    if (!read.is_ok()) g->shutdown("the tokenizer, chat template or embedding pooling failed");
     return read;
   });
   StatusOr<bool> workers_ready = start_and_await_workers(o, *group, workers, tmp, signals);
