@@ -263,6 +263,31 @@ void Backend::greedy_rows(const TensorView& logits, const TensorView& ids, const
   greedy_rows_impl(logits, ids, logprobs);
 }
 
+void Backend::rejection_sample_rows(const TensorView& p, const TensorView& q, const TensorView& proposals,
+                                    const TensorView& uniforms, const TensorView& tokens, const TensorView& accepted) {
+  TESSERA_CHECK(p.dtype == DType::kF32 && p.ndim == 2 && p.contiguous())
+      << "rejection_sample_rows: p must be contiguous f32 [rows, vocab]";
+  TESSERA_CHECK(q.dtype == DType::kF32 && q.ndim == 2 && q.contiguous() && q.dim(0) == p.dim(0) &&
+                q.dim(1) == p.dim(1))
+      << "rejection_sample_rows: q must be contiguous f32 of p's shape";
+  const int64_t rows = p.dim(0);
+  TESSERA_CHECK_GT(p.dim(1), 0);
+  TESSERA_CHECK(proposals.dtype == DType::kI32 && proposals.numel() == rows)
+      << "rejection_sample_rows: proposals must be i32 [rows]";
+  TESSERA_CHECK(uniforms.dtype == DType::kI64 && uniforms.numel() == 2 * rows && uniforms.contiguous() &&
+                uniforms.device == DeviceKind::kCpu)
+      << "rejection_sample_rows: uniforms must be i64 [rows, 2] in host memory";
+  TESSERA_CHECK(tokens.dtype == DType::kI32 && tokens.numel() == rows)
+      << "rejection_sample_rows: tokens must be i32 [rows]";
+  TESSERA_CHECK(accepted.dtype == DType::kI32 && accepted.numel() == rows)
+      << "rejection_sample_rows: accepted must be i32 [rows]";
+  const int64_t* u = uniforms.as<int64_t>();
+  for (int64_t i = 0; i < 2 * rows; ++i)
+    TESSERA_CHECK(u[i] >= 0 && u[i] < (int64_t{1} << 53)) << "rejection_sample_rows: a uniform is not 53 bits";
+  if (rows == 0) return;
+  rejection_sample_rows_impl(p, q, proposals, uniforms, tokens, accepted);
+}
+
 void Backend::rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) {
   check_heads(*this, x, "rotary", "x");
   const int64_t head_dim = x.dim(2);

@@ -140,6 +140,18 @@ class Backend {
   // backend. What the host sampler gives such a row, so a greedy step (speculative
   // verification included) copies two numbers per row to the host instead of the vocabulary.
   void greedy_rows(const TensorView& logits, const TensorView& ids, const TensorView& logprobs);
+  // Speculative sampling's check where the distributions are (worker/speculative_sampling.h):
+  // for each row r, p f32 [R, V] the target's sampling weights and q f32 [R, V] the draft's
+  // (any non-negative weights; each row is normalised by its sum, taken in double), the
+  // proposal proposals[r] (i32 [R], drawn from q) is kept when u * q(x) < p(x), and otherwise
+  // the row's token is drawn with v from the residual max(0, p - q), renormalised (from p
+  // itself when rounding leaves no residual), walking the ids in order. uniforms: i64 [R, 2]
+  // in host memory, each the 53-bit integer n of a uniform u = n / 2^53 — u then v; the
+  // same draws give the same tokens on every backend (to the rounding of the sums). A proposal
+  // outside the vocabulary is rejected. tokens
+  // i32 [R] and accepted i32 [R] (1 kept, 0 not) on this backend.
+  void rejection_sample_rows(const TensorView& p, const TensorView& q, const TensorView& proposals,
+                             const TensorView& uniforms, const TensorView& tokens, const TensorView& accepted);
   // Rotary embedding (rotate-half convention), in place on x f32 [T, heads, head_dim], which
   // may be strided (q or k as a column slice of a packed qkv buffer, reshaped within its rows).
   // inv_freq: f32 [R/2] on this backend; the first R dims of each head are rotated
@@ -199,6 +211,9 @@ class Backend {
   virtual void scale_impl(const TensorView& x, float factor) = 0;
   virtual void softcap_impl(const TensorView& x, float cap) = 0;
   virtual void greedy_rows_impl(const TensorView& logits, const TensorView& ids, const TensorView& logprobs) = 0;
+  virtual void rejection_sample_rows_impl(const TensorView& p, const TensorView& q, const TensorView& proposals,
+                                         const TensorView& uniforms, const TensorView& tokens,
+                                         const TensorView& accepted) = 0;
   // x, q, k, v: 3-D [T, heads, head_dim], possibly strided along dimension 0.
   virtual void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) = 0;
   virtual void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) = 0;

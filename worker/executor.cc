@@ -349,9 +349,9 @@ std::vector<SampledToken> Executor::sample_verifying(const SeqView& v, const flo
   const bool by_rule = held != nullptr && v.state->sampling.temperature > 0.0f &&
                        held->q.size() >= proposals.size() && held->tokens.size() >= proposals.size() &&
                        std::equal(proposals.begin(), proposals.end(), held->tokens.begin());
-  std::vector<SampledToken> out;
+  std::vector<SampleRequest> reqs(static_cast<size_t>(s.num_draft) + 1);
   for (int32_t i = 0; i <= s.num_draft; ++i) {
-    SampleRequest req;
+    SampleRequest& req = reqs[static_cast<size_t>(i)];
     req.logits = rows + static_cast<int64_t>(i) * vocab;
     req.vocab = vocab;
     req.params = &v.state->sampling;
@@ -364,16 +364,26 @@ std::vector<SampledToken> Executor::sample_verifying(const SeqView& v, const flo
     req.penalty_count = s.num_draft > 0 ? fed_before + i : -1;
     req.penalty_prompt_len = v.state->prompt_len;
     req.allowed_tokens = s.row_mask(i);
-    if (by_rule && i < s.num_draft) {
-      const ProposalVerdict verdict = verify_proposal(req, proposals[static_cast<size_t>(i)], held->q[static_cast<size_t>(i)]);
-      SampledToken& t = out.emplace_back();
-      t.token = verdict.token;
-      t.seq_id = s.seq_id;
-      fill_logprobs(req, t);
-      if (!verdict.accepted) break;
-      continue;
+  }
+  std::vector<SampledToken> out;
+  auto emit = [&](int32_t i, int32_t token) {
+    SampledToken& t = out.emplace_back();
+    t.token = token;
+    t.seq_id = s.seq_id;
+    fill_logprobs(reqs[static_cast<size_t>(i)], t);
+  };
+  int32_t i = 0;
+  if (by_rule) {
+    const std::vector<ProposalVerdict> verdicts =
+        verify_proposals(backend_, std::span(reqs).first(static_cast<size_t>(s.num_draft)), proposals,
+                         std::span(held->q).first(static_cast<size_t>(s.num_draft)));
+    for (; i < s.num_draft; ++i) {
+      emit(i, verdicts[static_cast<size_t>(i)].token);
+      if (!verdicts[static_cast<size_t>(i)].accepted) return out;
     }
-    out.push_back(sample_token(req));
+  }
+  for (; i <= s.num_draft; ++i) {
+    out.push_back(sample_token(reqs[static_cast<size_t>(i)]));
     out.back().seq_id = s.seq_id;
     if (i == s.num_draft || out.back().token != proposals[static_cast<size_t>(i)]) break;
   }

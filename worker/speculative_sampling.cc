@@ -1,6 +1,5 @@
 #include "worker/speculative_sampling.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "common/splitmix64.h"
@@ -11,28 +10,55 @@ uint64_t speculative_stream_seed(uint64_t seed, SpeculativeStream stream) {
   return splitmix64(seed ^ splitmix64(0x5bec0000ULL + static_cast<uint64_t>(stream)));
 }
 
-ProposalVerdict verify_proposal(const SampleRequest& target, int32_t proposal, const TokenDistribution& q) {
-  const TokenDistribution p = token_distribution(target);
-  const auto index = static_cast<uint64_t>(target.token_index);
-  const double q_x = q.prob(proposal);
-  const double p_x = p.prob(proposal);
-  const double u = counter_uniform(speculative_stream_seed(target.seed, SpeculativeStream::kAccept), index);
-  if (q_x > 0 && u * q_x < p_x) return {proposal, true};
-  // Rejected: the residual max(0, p - q) over p's candidates (where p is 0 so is the residual).
-  std::vector<double> q_dense(static_cast<size_t>(target.vocab), 0.0);
-  for (size_t i = 0; i < q.ids.size(); ++i) q_dense[static_cast<size_t>(q.ids[i])] = q.weights[i] / q.total;
-  TokenDistribution residual;
-  for (size_t i = 0; i < p.ids.size(); ++i) {
-    const double w = p.weights[i] / p.total - q_dense[static_cast<size_t>(p.ids[i])];
-    if (w <= 0) continue;
-    residual.ids.push_back(p.ids[i]);
-    residual.weights.push_back(w);
-    residual.total += w;
+namespace {
+
+// The 53-bit integer of a counter-based uniform (u = n / 2^53, as counter_uniform makes it).
+int64_t uniform_bits(uint64_t seed, SpeculativeStream stream, uint64_t index) {
+  return static_cast<int64_t>(counter_uniform(speculative_stream_seed(seed, stream), index) * 0x1.0p53);
+}
+
+// d's probabilities at their ids in `row`, a dense row of the vocabulary (zero elsewhere).
+void scatter(const TokenDistribution& d, float* row) {
+  for (size_t i = 0; i < d.ids.size(); ++i) row[d.ids[i]] = static_cast<float>(d.weights[i] / d.total);
+}
+
+}  // namespace
+
+std::vector<ProposalVerdict> verify_proposals(Backend& backend, std::span<const SampleRequest> targets,
+                                              std::span<const int32_t> proposals,
+                                              std::span<const TokenDistribution> q) {
+  const auto rows = static_cast<int64_t>(targets.size());
+  std::vector<ProposalVerdict> verdicts(targets.size());
+  if (rows == 0) return verdicts;
+  const int64_t vocab = targets[0].vocab;
+  Tensor p_host = Tensor::zeros({rows, vocab}, DType::kF32), q_host = Tensor::zeros({rows, vocab}, DType::kF32);
+  Tensor chosen = Tensor::zeros({rows}, DType::kI32), uniforms = Tensor::zeros({rows, 2}, DType::kI64);
+  for (int64_t r = 0; r < rows; ++r) {
+    const SampleRequest& t = targets[static_cast<size_t>(r)];
+    scatter(token_distribution(t), p_host.data<float>() + r * vocab);
+    scatter(q[static_cast<size_t>(r)], q_host.data<float>() + r * vocab);
+    chosen.data<int32_t>()[r] = proposals[static_cast<size_t>(r)];
+    const auto index = static_cast<uint64_t>(t.token_index);
+    uniforms.data<int64_t>()[2 * r] = uniform_bits(t.seed, SpeculativeStream::kAccept, index);
+    uniforms.data<int64_t>()[2 * r + 1] = uniform_bits(t.seed, SpeculativeStream::kResidual, index);
   }
-  // Rounding can leave nothing (p and q equal to the last bit): then p itself.
-  const TokenDistribution& from = residual.total > 0 ? residual : p;
-  const double v = counter_uniform(speculative_stream_seed(target.seed, SpeculativeStream::kResidual), index);
-  return {draw_token(from, v), false};
+  // To the backend's memory (on the CPU backend that is where they are).
+  const bool on_host = backend.device() == DeviceKind::kCpu;
+  auto placed = [&](Tensor host) {
+    if (on_host) return host;
+    Tensor d = backend.alloc(host.view().dims(), host.dtype());
+    backend.copy_from_host(host.data<void>(), d.view());
+    return d;
+  };
+  Tensor p_rows = placed(std::move(p_host)), q_rows = placed(std::move(q_host)), proposal_ids = placed(std::move(chosen));
+  Tensor tokens = on_host ? Tensor::zeros({rows}, DType::kI32) : backend.alloc({rows}, DType::kI32);
+  Tensor kept = on_host ? Tensor::zeros({rows}, DType::kI32) : backend.alloc({rows}, DType::kI32);
+  backend.rejection_sample_rows(p_rows, q_rows, proposal_ids, uniforms, tokens, kept);
+  std::vector<int32_t> token_ids(static_cast<size_t>(rows)), accepted(static_cast<size_t>(rows));
+  backend.copy_to_host(tokens.view(), token_ids.data());
+  backend.copy_to_host(kept.view(), accepted.data());
+  for (size_t r = 0; r < verdicts.size(); ++r) verdicts[r] = {token_ids[r], accepted[r] == 1};
+  return verdicts;
 }
 
 }  // namespace tessera

@@ -10,7 +10,10 @@
 // same tokens every run; the token after the last kept proposal is the target's plain draw
 // (sample_token's stream).
 #include <cstdint>
+#include <span>
+#include <vector>
 
+#include "kernels/backend.h"
 #include "worker/sampler.h"
 
 namespace tessera {
@@ -23,8 +26,13 @@ struct ProposalVerdict {
   int32_t token = 0;
   bool accepted = false;  // token is the proposal
 };
-// Checks `proposal`, drawn from `q`, at the target row `target` (temperature > 0; its seed and
-// token_index are the request's and the proposal's).
-ProposalVerdict verify_proposal(const SampleRequest& target, int32_t proposal, const TokenDistribution& q);
+// Checks proposals[i], drawn from q[i], at the target row targets[i] (temperature > 0; each
+// with the request's seed and the proposal's token_index), every row in one call of
+// Backend::rejection_sample_rows on `backend`: the target's distribution p and the draft's q
+// go there as dense rows. A row's verdict does not depend on the others' (each draw is
+// counter-based), so the caller keeps the verdicts up to the first rejection.
+std::vector<ProposalVerdict> verify_proposals(Backend& backend, std::span<const SampleRequest> targets,
+                                              std::span<const int32_t> proposals,
+                                              std::span<const TokenDistribution> q);
 
 }  // namespace tessera

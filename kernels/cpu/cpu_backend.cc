@@ -19,6 +19,7 @@
 #include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_panels.h"
+#include "kernels/cpu/rejection_sample.h"
 #include "kernels/cpu/sum_exp.h"
 
 namespace tessera {
@@ -291,6 +292,21 @@ void CpuBackend::greedy_rows_impl(const TensorView& logits, const TensorView& id
     const float mx = row[best];
     id[r] = static_cast<int32_t>(best);
     lp[r] = static_cast<float>(row[best] - (mx + std::log(cpu::sum_exp_shifted(row, vocab, mx))));
+  }
+}
+
+void CpuBackend::rejection_sample_rows_impl(const TensorView& p, const TensorView& q, const TensorView& proposals,
+                                            const TensorView& uniforms, const TensorView& tokens,
+                                            const TensorView& accepted) {
+  const int64_t rows = p.dim(0), vocab = p.dim(1);
+  const int64_t* n = uniforms.as<int64_t>();
+#pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const cpu::RowVerdict verdict =
+        cpu::rejection_sample_row(p.as<float>() + r * vocab, q.as<float>() + r * vocab, vocab, proposals.as<int32_t>()[r],
+                             static_cast<double>(n[2 * r]) * 0x1.0p-53, static_cast<double>(n[2 * r + 1]) * 0x1.0p-53);
+    tokens.as<int32_t>()[r] = verdict.token;
+    accepted.as<int32_t>()[r] = verdict.accepted ? 1 : 0;
   }
 }
 

@@ -360,6 +360,21 @@ void CudaBackend::greedy_rows_impl(const TensorView& logits, const TensorView& i
   after_launch("greedy_rows");
 }
 
+void CudaBackend::rejection_sample_rows_impl(const TensorView& p, const TensorView& q, const TensorView& proposals,
+                                             const TensorView& uniforms, const TensorView& tokens,
+                                             const TensorView& accepted) {
+  require_device({{&p, "p"}, {&q, "q"}, {&proposals, "proposals"}, {&tokens, "tokens"}, {&accepted, "accepted"}},
+                 "rejection_sample_rows");
+  const int64_t rows = p.dim(0);
+  // `uniforms` is host memory (the interface's contract), uploaded like rotary's positions.
+  const std::vector<const void*> dev =
+      staging_->upload({{uniforms.data, static_cast<size_t>(2 * rows) * sizeof(int64_t)}}, stream_);
+  cuda::launch::rejection_sample_rows(p.as<float>(), q.as<float>(), rows, p.dim(1), proposals.as<int32_t>(),
+                                      static_cast<const int64_t*>(dev[0]), tokens.as<int32_t>(),
+                                      accepted.as<int32_t>(), stream_);
+  after_launch("rejection_sample_rows");
+}
+
 void CudaBackend::softcap_impl(const TensorView& x, float cap) {
   require_device({{&x, "x"}}, "softcap");
   cuda::launch::softcap(x.as<float>(), x.numel(), cap, stream_);

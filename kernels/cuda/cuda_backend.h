@@ -74,6 +74,9 @@ class CudaBackend final : public Backend {
   void scale_impl(const TensorView& x, float factor) override;
   void softcap_impl(const TensorView& x, float cap) override;
   void greedy_rows_impl(const TensorView& logits, const TensorView& ids, const TensorView& logprobs) override;
+  void rejection_sample_rows_impl(const TensorView& p, const TensorView& q, const TensorView& proposals,
+                                  const TensorView& uniforms, const TensorView& tokens,
+                                  const TensorView& accepted) override;
   void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) override;
   void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) override;
   void write_kv_impl(const TensorView& k, const TensorView& v, const AttentionBatch& batch, const TensorView& k_cache,

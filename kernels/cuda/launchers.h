@@ -78,6 +78,12 @@ void softcap(float* x, int64_t n, float cap, Stream stream);
 // logprobs[r] = its log-softmax (Backend::greedy_rows).
 void greedy_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, float* logprobs, Stream stream);
 
+// ---- rejection_sample.cu --------------------------------------------------------------------
+// Speculative sampling's check per row of p, q [rows, vocab] (Backend::rejection_sample_rows):
+// uniforms [rows, 2] (53-bit integers) on the device.
+void rejection_sample_rows(const float* p, const float* q, int64_t rows, int64_t vocab, const int32_t* proposals,
+                           const int64_t* uniforms, int32_t* tokens, int32_t* accepted, Stream stream);
+
 // ---- rotary.cu ------------------------------------------------------------------------------
 // Rotate-half RoPE in place on x[t * row_stride + h * head_dim + i] over the first
 // 2 * rot_half dims of each head (pairs i, i + rot_half); the rest are not touched.

@@ -408,6 +408,38 @@ TEST_F(CudaBackendTest, GreedyRowsMatch) {
   }
 }
 
+// Speculative sampling's check on the device: the same verdicts and tokens as the CPU for
+// random weights with zeros (tokens p forbids, tokens q never proposes), proposals drawn
+// anywhere (also where q is 0), rows where q equals p (a rejected proposal then draws from p
+// itself), over vocabularies short and long.
+TEST_F(CudaBackendTest, RejectionSampleRowsMatch) {
+  std::mt19937_64 rng(23);
+  for (int64_t vocab : {int64_t{1}, int64_t{5}, int64_t{1000}, int64_t{151936}}) {
+    const int64_t rows = 64;
+    Tensor p = random_host({rows, vocab}, DType::kF32, 0.0f, 1.0f);
+    Tensor q = random_host({rows, vocab}, DType::kF32, 0.0f, 1.0f);
+    float* pw = p.data<float>();
+    float* qw = q.data<float>();
+    for (int64_t i = 0; i < rows * vocab; i += 3) pw[i] = 0.0f;
+    for (int64_t i = 0; i < rows * vocab; i += 5) qw[i] = 0.0f;
+    for (int64_t r = 0; r < rows; r += 4)
+      for (int64_t i = 0; i < vocab; ++i) qw[r * vocab + i] = pw[r * vocab + i];
+    Tensor proposals = Tensor::zeros({rows}, DType::kI32), uniforms = Tensor::zeros({rows, 2}, DType::kI64);
+    for (int64_t r = 0; r < rows; ++r) {
+      proposals.data<int32_t>()[r] = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+      uniforms.data<int64_t>()[2 * r] = static_cast<int64_t>(rng() >> 11);
+      uniforms.data<int64_t>()[2 * r + 1] = static_cast<int64_t>(rng() >> 11);
+    }
+    Tensor tokens = Tensor::zeros({rows}, DType::kI32), kept = Tensor::zeros({rows}, DType::kI32);
+    cpu_->rejection_sample_rows(p, q, proposals, uniforms, tokens, kept);
+    Tensor d_tokens = cuda_->alloc({rows}, DType::kI32), d_kept = cuda_->alloc({rows}, DType::kI32);
+    cuda_->rejection_sample_rows(to_device(p), to_device(q), to_device(proposals), uniforms, d_tokens, d_kept);
+    const std::string tag = "vocab " + std::to_string(vocab);
+    expect_close(widen(tokens), device_f32(d_tokens), 0, 0, tag + " tokens");
+    expect_close(widen(kept), device_f32(d_kept), 0, 0, tag + " accepted");
+  }
+}
+
 // ---- rotary and per-head norms ---------------------------------------------------------------
 
 // inv_freq as transformers builds it in float32 for `dims` rotated dims:
