@@ -132,7 +132,17 @@ struct ForcedCall {
   std::shared_ptr<const structured::TokenConstraint> constraint;
 };
 
-bool forced_call_constraint(const ChatRequestParts& parts, const ApiContext& ctx,
+// What a grammar lets the model write before the constrained text: a reasoning model thinks
+// first (its thoughts free, the grammar holding for the answer), unless the prompt closed its
+// thoughts already (Qwen3 with enable_thinking false).
+structured::ThoughtsBefore thoughts_before_grammar(const ApiRequest& request) {
+  if (!request.reasoning || request.prompt_texts.empty()) return structured::ThoughtsBefore::kNone;
+  if (request.starts_in_reasoning) return structured::ThoughtsBefore::kOpen;
+  return prompt_closes_reasoning(request.prompt_texts.back()) ? structured::ThoughtsBefore::kNone
+                                                              : structured::ThoughtsBefore::kOptional;
+}
+
+bool forced_call_constraint(const ChatRequestParts& parts, const ApiContext& ctx, structured::ThoughtsBefore thoughts,
                             std::shared_ptr<const structured::TokenConstraint>* out, ApiError* error) {
   if (!ctx.tool_call_parser) {
     *error = bad_request("tool_choice",
@@ -149,8 +159,10 @@ bool forced_call_constraint(const ChatRequestParts& parts, const ApiContext& ctx
   spec.tools = &parts.context["tools"];
   spec.only_function = parts.tool_choice == ToolChoice::kNamed ? parts.tool_name : "";
   spec.parallel = parts.parallel_tool_calls;
+  spec.thoughts = thoughts;
   const std::string key = std::string("tools\x01") + tool_call_format_name(spec.format) + "\x01" +
-                          (spec.parallel ? "1" : "0") + "\x01" + spec.only_function + "\x01" + spec.tools->dump();
+                          (spec.parallel ? "1" : "0") + "\x01" + structured::thoughts_key(thoughts) + "\x01" +
+                          spec.only_function + "\x01" + spec.tools->dump();
   std::string param;
   StatusOr<std::shared_ptr<const structured::TokenConstraint>> c =
       structured::cached_constraint(ctx.tool_call_vocabulary, key, [&] { return compile_tool_call_grammar(spec, &param); });
@@ -186,10 +198,6 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
     out->tool_call_parser = ctx.tool_call_parser;
     out->parallel_tool_calls = parts.parallel_tool_calls;
   }
-  if (parts.tool_choice == ToolChoice::kRequired || parts.tool_choice == ToolChoice::kNamed) {
-    forced->choice = parts.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function";
-    if (!forced_call_constraint(parts, ctx, &forced->constraint, error)) return false;
-  }
   StatusOr<std::string> rendered = ctx.chat_renderer(parts.context);
   if (!rendered.is_ok()) {
     *error = chat_render_error(rendered.status());
@@ -198,6 +206,10 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
   out->prompt_texts.push_back(std::move(rendered).value());
   out->reasoning = ctx.reasoning == ReasoningFormat::kThinkTags;
   out->starts_in_reasoning = out->reasoning && prompt_opens_reasoning(out->prompt_texts.back());
+  if (parts.tool_choice == ToolChoice::kRequired || parts.tool_choice == ToolChoice::kNamed) {
+    forced->choice = parts.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function";
+    if (!forced_call_constraint(parts, ctx, thoughts_before_grammar(*out), &forced->constraint, error)) return false;
+  }
   prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), false));
   if (prompts->back().empty()) {
     *error = bad_request("messages", "'messages' render to an empty prompt");
@@ -388,11 +400,12 @@ bool read_stop_fields(FieldReader& f, const ApiContext& ctx, RequestTemplate* t,
   return true;
 }
 
-// Structured output: the grammar every choice follows (compiled here, or found in the cache).
-bool read_output_constraint(const nlohmann::ordered_json& ordered, const ApiContext& ctx,
+// Structured output: the grammar every choice follows (compiled here, or found in the cache),
+// after the thoughts of a reasoning model.
+bool read_output_constraint(const nlohmann::ordered_json& ordered, const ApiContext& ctx, const ApiRequest& request,
                             std::shared_ptr<const structured::TokenConstraint>* constraint, ApiError* error) {
-  if (std::string param, message;
-      !structured::parse_request_constraint(ordered, ctx.token_vocabulary, constraint, &param, &message)) {
+  if (std::string param, message; !structured::parse_request_constraint(
+          ordered, ctx.token_vocabulary, constraint, &param, &message, thoughts_before_grammar(request))) {
     *error = bad_request(param, message);
     return false;
   }
@@ -509,16 +522,14 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   read_logprobs(f, chat, out, &t.sampling);
   read_reasoning_fields(f, chat, out);
   if (!read_stop_fields(f, ctx, &t, error) || f.failed()) return false;
-  if (!read_output_constraint(ordered, ctx, &t.constraint, error)) return false;
 
+  // The prompt before the grammar: what a reasoning model may think first depends on it.
   std::vector<std::vector<int32_t>> prompts;
   ForcedCall forced;
   if (chat ? !parse_messages(ordered, ctx, out, &prompts, &forced, error) : !parse_prompt(j, ctx, out, &prompts, error))
     return false;
+  if (!read_output_constraint(ordered, ctx, *out, &t.constraint, error)) return false;
   if (!apply_tool_call_fields(ordered, j, ctx, *out, forced, &t, error)) return false;
-  // Under a grammar (structured output, a forced call) the output follows it from its first
-  // token: there are no thoughts, and all of it is the answer.
-  if (t.constraint) out->reasoning = out->starts_in_reasoning = false;
   return add_requests(&prompts, chat, ctx, t, out, error);
 }
 

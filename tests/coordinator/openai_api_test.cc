@@ -381,8 +381,8 @@ TEST_F(OpenAiApiTokenizer, ChatTemplateKwargsReachTheTemplateAndUnreadOnesAreRef
   }
   EXPECT_NE(expect_error("{" + messages + cases[0].body, ApiEndpoint::kChatCompletions, ctx).message.find("enable_thinkng"),
             std::string::npos);
-  // A reasoning model's thoughts are read where the rendered prompt leaves <think> open, unless
-  // a grammar decodes the output from its first token.
+  // A reasoning model's thoughts are read where the rendered prompt leaves <think> open; a
+  // grammar holds after them.
   ctx.reasoning = ReasoningFormat::kThinkTags;
   ctx.token_vocabulary = structured::TokenVocabulary::from_tokenizer(*tokenizer_);
   const ApiRequest open = expect_ok("{" + messages + R"(, "chat_template_kwargs": {"thinking": true}})",
@@ -393,7 +393,10 @@ TEST_F(OpenAiApiTokenizer, ChatTemplateKwargsReachTheTemplateAndUnreadOnesAreRef
   const ApiRequest constrained =
       expect_ok("{" + messages + R"(, "chat_template_kwargs": {"thinking": true}, "response_format": {"type": "json_object"}})",
                 ApiEndpoint::kChatCompletions, ctx);
-  EXPECT_FALSE(constrained.reasoning || constrained.starts_in_reasoning);
+  EXPECT_TRUE(constrained.reasoning && constrained.starts_in_reasoning);
+  ASSERT_TRUE(constrained.requests[0]->constraint);
+  EXPECT_TRUE(constrained.requests[0]->constraint->matches("It wants JSON.</think>\n\n{}"));
+  EXPECT_FALSE(constrained.requests[0]->constraint->matches("{}")) << "the open thoughts must close first";
   // The completions endpoint has no template: the field is unknown there.
   EXPECT_EQ(expect_error(R"({"prompt": "x", "chat_template_kwargs": {}})", ApiEndpoint::kCompletions, ctx_).param,
             "chat_template_kwargs");

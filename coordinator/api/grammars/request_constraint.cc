@@ -13,7 +13,7 @@ namespace tessera::structured {
 
 using json = nlohmann::ordered_json;
 
-StatusOr<Grammar> compile_constraint(ConstraintKind kind, const json& value) {
+StatusOr<Grammar> compile_constraint(ConstraintKind kind, const json& value, ThoughtsBefore thoughts) {
   GrammarBuilder g;
   int root = -1;
   switch (kind) {
@@ -54,7 +54,7 @@ StatusOr<Grammar> compile_constraint(ConstraintKind kind, const json& value) {
       break;
     }
   }
-  return compile_grammar(g, root);
+  return compile_grammar(g, allow_thoughts_before(g, root, thoughts));
 }
 
 namespace {
@@ -97,7 +97,8 @@ const char* kFields[] = {"response_format", "guided_json", "guided_regex", "guid
 }  // namespace
 
 bool parse_request_constraint(const json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
-                              std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message) {
+                              std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message,
+                              ThoughtsBefore thoughts) {
   out->reset();
   const char* field = nullptr;
   ConstraintKind kind = ConstraintKind::kJsonObject;
@@ -188,9 +189,10 @@ bool parse_request_constraint(const json& body, const std::shared_ptr<const Toke
     *message = "'" + std::string(field) + "': structured output needs the model's tokenizer, and this server has none";
     return false;
   }
-  const std::string key = std::to_string(static_cast<int>(kind)) + "\x01" + value.dump();
+  const std::string key =
+      std::to_string(static_cast<int>(kind)) + "\x01" + thoughts_key(thoughts) + "\x01" + value.dump();
   StatusOr<std::shared_ptr<const TokenConstraint>> c =
-      cached_constraint(vocabulary, key, [&] { return compile_constraint(kind, value); });
+      cached_constraint(vocabulary, key, [&] { return compile_constraint(kind, value, thoughts); });
   if (!c.is_ok()) {
     *param = field;
     *message = "'" + std::string(field) + "': " + c.status().message();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "coordinator/api/grammars/thoughts_prefix.h"
 #include "coordinator/engine/structured/grammar.h"
 #include "coordinator/engine/structured/token_constraint.h"
 #include "coordinator/engine/structured/token_vocabulary.h"
@@ -21,14 +22,17 @@ enum class ConstraintKind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar 
 
 // `value`: the schema (kJsonSchema), the pattern or grammar text (kRegex, kGrammar), the
 // array of strings (kChoice); unused for kJsonObject. InvalidArgument naming the problem.
-// (ordered_json: a schema's properties are written in its order.)
-StatusOr<Grammar> compile_constraint(ConstraintKind kind, const nlohmann::ordered_json& value);
+// (ordered_json: a schema's properties are written in its order.) `thoughts`: what a
+// reasoning model may write before the constrained text (thoughts_prefix.h).
+StatusOr<Grammar> compile_constraint(ConstraintKind kind, const nlohmann::ordered_json& value,
+                                     ThoughtsBefore thoughts = ThoughtsBefore::kNone);
 
 // Reads the fields from `body`. No constraint field (or response_format {"type": "text"}):
 // true with *out null. Otherwise the constraint, or false with *param (the field) and
-// *message (why) for a 400.
+// *message (why) for a 400. `thoughts` as for compile_constraint.
 bool parse_request_constraint(const nlohmann::ordered_json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
-                              std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message);
+                              std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message,
+                              ThoughtsBefore thoughts = ThoughtsBefore::kNone);
 
 // The constraint cached under `key` for `vocabulary`, else `compile`d now and cached (keys
 // are the callers': a kind prefix and the constraint's text; tool_call_grammar.h uses it too).

@@ -40,10 +40,18 @@ const char* reasoning_format_name(ReasoningFormat format) {
   return format == ReasoningFormat::kThinkTags ? "think tags (<think> ... </think>)" : "none";
 }
 
-bool prompt_opens_reasoning(std::string_view prompt) {
+namespace {
+
+std::string_view without_trailing_space(std::string_view prompt) {
   while (!prompt.empty() && is_think_space(prompt.back())) prompt.remove_suffix(1);
-  return prompt.ends_with(kThinkOpen);
+  return prompt;
 }
+
+}  // namespace
+
+bool prompt_opens_reasoning(std::string_view prompt) { return without_trailing_space(prompt).ends_with(kThinkOpen); }
+
+bool prompt_closes_reasoning(std::string_view prompt) { return without_trailing_space(prompt).ends_with(kThinkClose); }
 
 // Inside already, the model may still write the opening tag itself (some DeepSeek-R1 versions
 // do): kUndecided drops it either way, and goes on into the thoughts or the answer.

@@ -34,6 +34,9 @@ const char* reasoning_format_name(ReasoningFormat format);
 // Whether an output after `prompt` starts inside the thoughts (the prompt ends in an open
 // <think>, whitespace aside).
 bool prompt_opens_reasoning(std::string_view prompt);
+// Whether `prompt` ends with its thoughts closed (</think>, whitespace aside): the model was
+// told not to think (Qwen3 with enable_thinking false).
+bool prompt_closes_reasoning(std::string_view prompt);
 
 struct ReasoningDelta {
   std::string reasoning;

@@ -82,7 +82,7 @@ StatusOr<structured::Grammar> compile_tool_call_grammar(const ForcedToolCalls& s
   body.push_back(g.literal(text.after_all));
   const int root = g.new_rule("tool_calls");
   g.define(root, g.seq(std::move(body)));
-  StatusOr<structured::Grammar> grammar = structured::compile_grammar(g, root);
+  StatusOr<structured::Grammar> grammar = structured::compile_grammar(g, structured::allow_thoughts_before(g, root, spec.thoughts));
   if (!grammar.is_ok()) *param = "tools";
   return grammar;
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "coordinator/api/grammars/thoughts_prefix.h"
 #include "coordinator/engine/structured/grammar.h"
 #include "coordinator/api/tool_calls/tool_call_format.h"
 
@@ -25,6 +26,8 @@ struct ForcedToolCalls {
   const nlohmann::ordered_json* tools = nullptr;
   std::string only_function;  // a named tool_choice: this function, exactly one call
   bool parallel = true;       // "required": one call or more (false: exactly one)
+  // What a reasoning model may write before the calls (thoughts_prefix.h).
+  structured::ThoughtsBefore thoughts = structured::ThoughtsBefore::kNone;
 };
 
 // InvalidArgument with *param naming the field: the format is none ("tool_choice"), a
