@@ -198,7 +198,7 @@ std::string response_body(const ApiRequest& request, const std::string& id, int6
       // A reasoning model's thoughts apart; an output cut inside them has no answer (null).
       std::optional<std::string> answer = c.text;
       if (request.reasoning) {
-        SplitReasoning split = split_reasoning(c.text, request.starts_in_reasoning);
+        SplitReasoning split = split_reasoning(c.text, request.starts_in_reasoning, request.reasoning_format);
         answer = std::move(split.content);
         choice["message"] = {{"role", "assistant"}, {"content", answer ? json(*answer) : json(nullptr)}};
         if (request.include_reasoning && split.reasoning) choice["message"]["reasoning_content"] = *split.reasoning;
@@ -284,7 +284,7 @@ std::vector<std::string> stream_event_chunks(const ApiRequest& request, const st
   // A reasoning model's thoughts first, as reasoning_content deltas; the answer goes on below.
   std::string answer = ev.text;
   if (request.reasoning) {
-    if (!out->reasoning_stream) out->reasoning_stream = std::make_shared<ReasoningStream>(request.starts_in_reasoning);
+    if (!out->reasoning_stream) out->reasoning_stream = std::make_shared<ReasoningStream>(request.starts_in_reasoning, request.reasoning_format);
     ReasoningDelta split = out->reasoning_stream->feed(ev.text, /*last=*/ev.finished);
     if (request.include_reasoning && !split.reasoning.empty())
       chunks.push_back(chat_chunk(request, id, created, index, {{"reasoning_content", split.reasoning}}, take_tokens(),

@@ -103,6 +103,7 @@ struct ApiRequest {
   // (dropped with include_reasoning false), the rest is the answer; the output starts inside
   // the thoughts when the rendered prompt left a <think> open.
   bool reasoning = false;
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;  // how (set when reasoning)
   bool starts_in_reasoning = false;
   bool include_reasoning = true;
   // Embeddings: the vectors as base64 of little-endian float32 (encoding_format "base64"),

@@ -136,7 +136,8 @@ struct ForcedCall {
 // first (its thoughts free, the grammar holding for the answer), unless the prompt closed its
 // thoughts already (Qwen3 with enable_thinking false).
 structured::ThoughtsBefore thoughts_before_grammar(const ApiRequest& request) {
-  if (!request.reasoning || request.prompt_texts.empty()) return structured::ThoughtsBefore::kNone;
+  if (request.reasoning_format != ReasoningFormat::kThinkTags || request.prompt_texts.empty())
+    return structured::ThoughtsBefore::kNone;
   if (request.starts_in_reasoning) return structured::ThoughtsBefore::kOpen;
   return prompt_closes_reasoning(request.prompt_texts.back()) ? structured::ThoughtsBefore::kNone
                                                               : structured::ThoughtsBefore::kOptional;
@@ -204,8 +205,10 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
     return false;
   }
   out->prompt_texts.push_back(std::move(rendered).value());
-  out->reasoning = ctx.reasoning == ReasoningFormat::kThinkTags;
-  out->starts_in_reasoning = out->reasoning && prompt_opens_reasoning(out->prompt_texts.back());
+  out->reasoning = ctx.reasoning != ReasoningFormat::kNone;
+  out->reasoning_format = ctx.reasoning;
+  out->starts_in_reasoning =
+      ctx.reasoning == ReasoningFormat::kThinkTags && prompt_opens_reasoning(out->prompt_texts.back());
   if (parts.tool_choice == ToolChoice::kRequired || parts.tool_choice == ToolChoice::kNamed) {
     forced->choice = parts.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function";
     if (!forced_call_constraint(parts, ctx, thoughts_before_grammar(*out), &forced->constraint, error)) return false;
@@ -400,12 +403,25 @@ bool read_stop_fields(FieldReader& f, const ApiContext& ctx, RequestTemplate* t,
   return true;
 }
 
-// Structured output: the grammar every choice follows (compiled here, or found in the cache),
-// after the thoughts of a reasoning model.
-bool read_output_constraint(const nlohmann::ordered_json& ordered, const ApiContext& ctx, const ApiRequest& request,
-                            std::shared_ptr<const structured::TokenConstraint>* constraint, ApiError* error) {
-  if (std::string param, message; !structured::parse_request_constraint(
-          ordered, ctx.token_vocabulary, constraint, &param, &message, thoughts_before_grammar(request))) {
+// Structured output: the fields checked first (in the order fields are reported), the grammar
+// every choice follows compiled (or found in the cache) once the prompt says whether a
+// reasoning model thinks before it.
+bool read_output_constraint(const nlohmann::ordered_json& ordered, const ApiContext& ctx,
+                            std::optional<structured::RequestedConstraint>* requested, ApiError* error) {
+  if (std::string param, message;
+      !structured::read_request_constraint(ordered, ctx.token_vocabulary, requested, &param, &message)) {
+    *error = bad_request(param, message);
+    return false;
+  }
+  return true;
+}
+
+bool compile_output_constraint(const std::optional<structured::RequestedConstraint>& requested, const ApiContext& ctx,
+                               const ApiRequest& request,
+                               std::shared_ptr<const structured::TokenConstraint>* constraint, ApiError* error) {
+  if (!requested) return true;
+  if (std::string param, message; !structured::compile_requested_constraint(
+          *requested, ctx.token_vocabulary, thoughts_before_grammar(request), constraint, &param, &message)) {
     *error = bad_request(param, message);
     return false;
   }
@@ -441,6 +457,31 @@ bool apply_tool_call_fields(const nlohmann::ordered_json& ordered, const json& j
   if (out.tool_call_parser && out.tool_call_parser->marker_is_special_token() &&
       j.value("skip_special_tokens", json()).is_null())
     t->skip_special = false;
+  return true;
+}
+
+// gpt-oss's harmony channels are special tokens: the reader needs them in the text, so a
+// request keeps special tokens unless it says otherwise, and one that hides them is refused.
+// Its grammars would have to spell those tokens out: structured output is refused there too.
+bool apply_harmony_fields(const nlohmann::ordered_json& ordered, const json& j, const ApiRequest& out,
+                          RequestTemplate* t, ApiError* error) {
+  if (out.reasoning_format != ReasoningFormat::kHarmony) return true;
+  if (j.value("skip_special_tokens", false)) {
+    *error = bad_request("skip_special_tokens",
+                         "'skip_special_tokens': true would hide the harmony channel markers this model (gpt-oss) "
+                         "writes, and its thoughts could not be told from its answer; leave it out");
+    return false;
+  }
+  if (j.value("skip_special_tokens", json()).is_null()) t->skip_special = false;
+  if (t->constraint) {
+    for (const char* f : {"response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
+      if (auto it = ordered.find(f); it != ordered.end() && !it->is_null()) {
+        *error = bad_request(f, "'" + std::string(f) +
+                                    "': structured output is not supported yet on a model that writes harmony "
+                                    "channels (gpt-oss; server.reasoning_parser gpt_oss)");
+        return false;
+      }
+  }
   return true;
 }
 
@@ -522,14 +563,17 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   read_logprobs(f, chat, out, &t.sampling);
   read_reasoning_fields(f, chat, out);
   if (!read_stop_fields(f, ctx, &t, error) || f.failed()) return false;
+  std::optional<structured::RequestedConstraint> requested;
+  if (!read_output_constraint(ordered, ctx, &requested, error)) return false;
 
   // The prompt before the grammar: what a reasoning model may think first depends on it.
   std::vector<std::vector<int32_t>> prompts;
   ForcedCall forced;
   if (chat ? !parse_messages(ordered, ctx, out, &prompts, &forced, error) : !parse_prompt(j, ctx, out, &prompts, error))
     return false;
-  if (!read_output_constraint(ordered, ctx, *out, &t.constraint, error)) return false;
+  if (!compile_output_constraint(requested, ctx, *out, &t.constraint, error)) return false;
   if (!apply_tool_call_fields(ordered, j, ctx, *out, forced, &t, error)) return false;
+  if (!apply_harmony_fields(ordered, j, *out, &t, error)) return false;
   return add_requests(&prompts, chat, ctx, t, out, error);
 }
 

@@ -230,7 +230,7 @@ struct ZmqClientServer::Impl {
     r.normalize_embedding = req.normalize_embedding;
     r.remaining = static_cast<int>(n);
     if (req.reasoning) {
-      for (size_t i = 0; i < n; ++i) r.reasoning.push_back(std::make_unique<ReasoningStream>(req.starts_in_reasoning));
+      for (size_t i = 0; i < n; ++i) r.reasoning.push_back(std::make_unique<ReasoningStream>(req.starts_in_reasoning, req.reasoning_format));
       r.include_reasoning = req.include_reasoning;
     }
     std::shared_ptr<EventQueue> q = queue;

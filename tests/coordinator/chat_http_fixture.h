@@ -56,21 +56,27 @@ class ChatHttpTest : public ::testing::Test {
     ASSERT_TRUE(t.is_ok()) << t.status().to_string();
     tokenizer_ = std::move(t).value();
   }
-  // The kjv tokenizer with `content` added as special token id 1024 (real Mistral tokenizers
-  // hold [TOOL_CALLS] so), written to a temporary model folder; start() serves with it.
-  int32_t use_tokenizer_with_special_token(const std::string& content) {
+  // The kjv tokenizer with `contents` added as special tokens from id 1024 on (real Mistral
+  // tokenizers hold [TOOL_CALLS] so, gpt-oss's its harmony markers), written to a temporary
+  // model folder; start() serves with it. Returns the first new id.
+  int32_t use_tokenizer_with_special_tokens(const std::vector<std::string>& contents) {
     const std::string src = testing::fixtures_dir() + "/kjv-llama";
     ojson tj = ojson::parse(testing::read_file(src + "/tokenizer.json"));
-    const int32_t id = static_cast<int32_t>(tj["model"]["vocab"].size());
-    tj["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                                  {"rstrip", false}, {"normalized", false}, {"special", true}});
+    const int32_t first = static_cast<int32_t>(tj["model"]["vocab"].size());
+    int32_t id = first;
+    for (const std::string& content : contents)
+      tj["added_tokens"].push_back({{"id", id++}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                                    {"rstrip", false}, {"normalized", false}, {"special", true}});
     const std::string dir = temp_dir_ = testing::make_temp_dir("tool-tokenizer");
     testing::write_file(dir + "/tokenizer.json", tj.dump());
     testing::write_file(dir + "/tokenizer_config.json", testing::read_file(src + "/tokenizer_config.json"));
     auto t = Tokenizer::load(dir);
     EXPECT_TRUE(t.is_ok()) << t.status().to_string();
     if (t.is_ok()) tokenizer_ = std::move(t).value();
-    return id;
+    return first;
+  }
+  int32_t use_tokenizer_with_special_token(const std::string& content) {
+    return use_tokenizer_with_special_tokens({content});
   }
 
   void TearDown() override {

@@ -329,5 +329,73 @@ TEST_F(ReasoningHttpTest, StructuredOutputAfterOpenThoughts) {
   EXPECT_TRUE(held["message"]["content"].is_null()) << held;
   EXPECT_NE(held["message"]["reasoning_content"].get<std::string>().find(R"({"city")"), std::string::npos) << held;
 }
+// --- gpt-oss's harmony channels ---
+
+// A harmony chat template of the shape gpt-oss's has (its earlier answers on the final
+// channel, the prompt ending at the assistant's start), over the kjv tokenizer with the
+// harmony markers added as special tokens.
+const char* const kHarmonyTemplate =
+    "{% for m in messages %}{% if m.role == 'assistant' %}<|start|>assistant<|channel|>final<|message|>"
+    "{{ m.content }}<|end|>{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}"
+    "{% endfor %}<|start|>assistant";
+
+class HarmonyHttpTest : public ChatHttpTest {
+ protected:
+  void SetUp() override {
+    ChatHttpTest::SetUp();
+    if (IsSkipped()) return;
+    use_tokenizer_with_special_tokens(
+        {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"});
+    start_with_template(kHarmonyTemplate, std::nullopt, std::nullopt, std::nullopt);
+  }
+  void write(const std::string& text) { model_.set_tokens(model_writing(tokenizer_->encode(text, false), eos_)); }
+};
+
+// The analysis channel is reasoning_content and the final channel the content (whole,
+// streamed, and as Responses items); a message to a function is a tool call; special tokens
+// are kept for the reader unless a request hides them, which is refused, as is structured
+// output.
+TEST_F(HarmonyHttpTest, AnalysisFinalAndCallsComeApart) {
+  auto trimmed = [](const json& v) {
+    std::string t = v.is_string() ? v.get<std::string>() : "(not a string)";
+    return t.starts_with(" ") ? t.substr(1) : t;
+  };
+  write("<|channel|>analysis<|message|>The user asks about Paris.<|end|><|start|>assistant<|channel|>final"
+        "<|message|>Paris is sunny.");
+  const json choice = post(body())["choices"][0];
+  EXPECT_EQ(trimmed(choice["message"]["reasoning_content"]), "The user asks about Paris.") << choice;
+  EXPECT_EQ(trimmed(choice["message"]["content"]), "Paris is sunny.") << choice;
+  const Folded s = stream(body());
+  EXPECT_EQ(trimmed(s.reasoning), "The user asks about Paris.");
+  EXPECT_EQ(trimmed(s.content), "Paris is sunny.");
+  auto r = client_->post_json("/v1/responses", json({{"input", "Weather in Paris?"}}).dump());
+  ASSERT_TRUE(r.is_ok() && r->status == 200) << (r.is_ok() ? r->body : r.status().to_string());
+  const json response = json::parse(r->body);
+  ASSERT_EQ(response["output"].size(), 2u) << response;
+  EXPECT_EQ(response["output"][0]["type"], "reasoning") << response;
+  EXPECT_EQ(trimmed(response["output"][1]["content"][0]["text"]), "Paris is sunny.") << response;
+
+  write("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>");
+  const json b = body(std::string("\"tools\": ") + kWeatherTools);
+  const json call = post(b)["choices"][0];
+  EXPECT_EQ(call["finish_reason"], "tool_calls") << call;
+  EXPECT_TRUE(call["message"]["content"].is_null()) << call;
+  ASSERT_EQ(call["message"]["tool_calls"].size(), 1u) << call;
+  EXPECT_EQ(call["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}));
+  const Folded streamed_call = stream(b);
+  EXPECT_EQ(streamed_call.finish_reason, "tool_calls");
+  ASSERT_EQ(streamed_call.tool_calls.size(), 1u);
+
+  const json hidden = post(body(R"("skip_special_tokens": true)"), 400);
+  EXPECT_EQ(hidden["error"]["param"], "skip_special_tokens") << hidden;
+  const json constrained = post(body(R"("response_format": {"type": "json_object"})"), 400);
+  EXPECT_EQ(constrained["error"]["param"], "response_format") << constrained;
+  const json forced = post(body(std::string("\"tools\": ") + kWeatherTools + R"(, "tool_choice": "required")"), 400);
+  EXPECT_EQ(forced["error"]["param"], "tool_choice") << forced;
+}
+
 }  // namespace
 }  // namespace tessera

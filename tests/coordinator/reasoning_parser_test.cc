@@ -20,8 +20,9 @@ struct Case {
 };
 
 // The split of `text` fed in the pieces that `cuts` (ascending byte offsets) make.
-SplitReasoning split_in_pieces(const std::string& text, bool starts_in, const std::vector<size_t>& cuts) {
-  ReasoningStream stream(starts_in);
+SplitReasoning split_in_pieces(const std::string& text, bool starts_in, const std::vector<size_t>& cuts,
+                               ReasoningFormat format = ReasoningFormat::kThinkTags) {
+  ReasoningStream stream(starts_in, format);
   std::string reasoning, content;
   size_t from = 0;
   for (size_t cut : cuts) {
@@ -104,8 +105,56 @@ TEST(ReasoningParser, WhereTheOutputStartsAndWhichSettingSelectsIt) {
   EXPECT_EQ(reasoning_format_from_setting("qwen3").value(), ReasoningFormat::kThinkTags);
   EXPECT_EQ(reasoning_format_from_setting("deepseek_r1").value(), ReasoningFormat::kThinkTags);
   EXPECT_EQ(reasoning_format_from_setting("none").value(), ReasoningFormat::kNone);
-  const Status bad = reasoning_format_from_setting("gpt_oss").status();
-  EXPECT_NE(bad.message().find("server.reasoning_parser: 'gpt_oss'"), std::string::npos) << bad.to_string();
+  EXPECT_EQ(reasoning_format_from_setting("gpt_oss").value(), ReasoningFormat::kHarmony);
+  EXPECT_EQ(reasoning_format_for_template("{{ '<|start|>assistant<|channel|>final<|message|>' }}"),
+            ReasoningFormat::kHarmony);
+  const Status bad = reasoning_format_from_setting("gpt-oss").status();
+  EXPECT_NE(bad.message().find("server.reasoning_parser: 'gpt-oss'"), std::string::npos) << bad.to_string();
+  EXPECT_NE(bad.message().find("gpt_oss"), std::string::npos) << bad.to_string();
+}
+
+// gpt-oss's harmony messages: analysis is thought, final and commentary preambles are answer,
+// a message to a function is written for the "openai" tool-call parser; the same split
+// however the stream cuts the text, and an output cut inside the analysis has no answer.
+TEST(ReasoningParser, HarmonyChannelsSplitTheSameHoweverTheStreamIsCut) {
+  const std::string call = "<|channel|>commentary to=functions.get_weather<|message|>{\"city\": \"Paris\"}<|call|>";
+  const Case cases[] = {
+      {"<|channel|>analysis<|message|>Which city?<|end|><|start|>assistant<|channel|>final<|message|>Paris.", false,
+       "Which city?", "Paris."},
+      // Two analysis messages, a preamble, then the answer ended by <|return|> kept in the text.
+      {"<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>"
+       "<|start|>assistant<|channel|>commentary<|message|>Looking.<|end|>"
+       "<|start|>assistant<|channel|>final<|message|>Done.<|return|>",
+       false, "ab", "Looking.Done."},
+      // A call: the recipient before or after the channel, a constrain marker, the call token ending it.
+      {"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+       "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+       false, "Need weather.", call},
+      {"<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary "
+       "json<|message|>{\"city\": \"Paris\"}",
+       false, "x", call},
+      // Cut inside the analysis; a plain answer with no header; nothing at all.
+      {"<|channel|>analysis<|message|>Which ci", false, "Which ci", std::nullopt},
+      {"Paris.", false, std::nullopt, "Paris."},
+      {"<|chan", false, std::nullopt, "<|chan"},
+      {"", false, std::nullopt, ""},
+  };
+  for (const Case& c : cases) {
+    const std::string text = c.output;
+    const SplitReasoning whole = split_reasoning(text, false, ReasoningFormat::kHarmony);
+    EXPECT_EQ(whole.reasoning, c.reasoning) << text;
+    EXPECT_EQ(whole.content, c.content) << text;
+    std::vector<size_t> every_byte;
+    for (size_t i = 1; i < text.size(); ++i) every_byte.push_back(i);
+    const SplitReasoning bytes = split_in_pieces(text, false, every_byte, ReasoningFormat::kHarmony);
+    EXPECT_EQ(bytes.reasoning, c.reasoning) << text << " byte by byte";
+    EXPECT_EQ(bytes.content, c.content) << text << " byte by byte";
+    for (size_t cut = 1; cut < text.size(); ++cut) {
+      const SplitReasoning two = split_in_pieces(text, false, {cut}, ReasoningFormat::kHarmony);
+      EXPECT_EQ(two.reasoning, c.reasoning) << text << " cut at " << cut;
+      EXPECT_EQ(two.content, c.content) << text << " cut at " << cut;
+    }
+  }
 }
 
 }  // namespace

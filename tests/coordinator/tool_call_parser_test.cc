@@ -148,6 +148,25 @@ TEST(ToolCallParser, MistralStreamsTheSameSplitAtEveryByte) {
     expect_split_invariant(ToolCallFormat::kMistral, text);
 }
 
+// gpt-oss: what the harmony reader writes for a message to a function (reasoning/harmony.h).
+TEST(ToolCallParser, HarmonyCallBlocksAndWhatStaysContent) {
+  const auto k = ToolCallFormat::kHarmony;
+  EXPECT_EQ(whole(k, "<|channel|>commentary to=functions.get_weather<|message|>{\"city\": \"Paris\"}<|call|>"),
+            (Result{std::nullopt, {{"get_weather", R"({"city":"Paris"})"}}}));
+  EXPECT_EQ(whole(k, "Checking.<|channel|>commentary to=functions.a<|message|>{}<|call|>"
+                     "<|channel|>commentary to=functions.b<|message|>{\"x\": [1]}<|call|>"),
+            (Result{"Checking.", {{"a", "{}"}, {"b", R"({"x":[1]})"}}}));
+  // Not a function (a built-in tool), arguments not an object, an unclosed block: content.
+  for (const std::string bad : {"<|channel|>commentary to=browser.search<|message|>{\"q\": 1}<|call|>",
+                                "<|channel|>commentary to=functions.f<|message|>[1]<|call|>",
+                                "<|channel|>commentary to=functions.f<|message|>{\"a\": 1}"})
+    EXPECT_EQ(whole(k, bad), (Result{bad, {}})) << bad;
+  for (const std::string text : {"<|channel|>commentary to=functions.get_weather<|message|>{\"city\": \"Paris\"}<|call|>",
+                                 "A <|channel|>commentary to=functions.a<|message|>{}<|call|> B <|chan",
+                                 "<|channel|>commentary to=functions.f<|message|>nope<|call|>"})
+    expect_split_invariant(k, text);
+}
+
 TEST(ToolCallParser, ParallelCallsOffReadsOnlyTheFirstCall) {
   const std::string text = "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>";
   EXPECT_EQ(whole(ToolCallFormat::kHermes, text, /*parallel=*/false),

@@ -96,9 +96,8 @@ const char* kFields[] = {"response_format", "guided_json", "guided_regex", "guid
 
 }  // namespace
 
-bool parse_request_constraint(const json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
-                              std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message,
-                              ThoughtsBefore thoughts) {
+bool read_request_constraint(const json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
+                             std::optional<RequestedConstraint>* out, std::string* param, std::string* message) {
   out->reset();
   const char* field = nullptr;
   ConstraintKind kind = ConstraintKind::kJsonObject;
@@ -189,17 +188,34 @@ bool parse_request_constraint(const json& body, const std::shared_ptr<const Toke
     *message = "'" + std::string(field) + "': structured output needs the model's tokenizer, and this server has none";
     return false;
   }
-  const std::string key =
-      std::to_string(static_cast<int>(kind)) + "\x01" + thoughts_key(thoughts) + "\x01" + value.dump();
-  StatusOr<std::shared_ptr<const TokenConstraint>> c =
-      cached_constraint(vocabulary, key, [&] { return compile_constraint(kind, value, thoughts); });
+  *out = RequestedConstraint{kind, std::move(value), field};
+  return true;
+}
+
+bool compile_requested_constraint(const RequestedConstraint& requested,
+                                  const std::shared_ptr<const TokenVocabulary>& vocabulary, ThoughtsBefore thoughts,
+                                  std::shared_ptr<const TokenConstraint>* out, std::string* param,
+                                  std::string* message) {
+  const std::string key = std::to_string(static_cast<int>(requested.kind)) + "\x01" + thoughts_key(thoughts) + "\x01" +
+                          requested.value.dump();
+  StatusOr<std::shared_ptr<const TokenConstraint>> c = cached_constraint(
+      vocabulary, key, [&] { return compile_constraint(requested.kind, requested.value, thoughts); });
   if (!c.is_ok()) {
-    *param = field;
-    *message = "'" + std::string(field) + "': " + c.status().message();
+    *param = requested.field;
+    *message = "'" + requested.field + "': " + c.status().message();
     return false;
   }
   *out = std::move(c).value();
   return true;
+}
+
+bool parse_request_constraint(const json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
+                              std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message,
+                              ThoughtsBefore thoughts) {
+  out->reset();
+  std::optional<RequestedConstraint> requested;
+  if (!read_request_constraint(body, vocabulary, &requested, param, message)) return false;
+  return !requested || compile_requested_constraint(*requested, vocabulary, thoughts, out, param, message);
 }
 
 StatusOr<std::shared_ptr<const TokenConstraint>> cached_constraint(

@@ -6,6 +6,7 @@
 // sending the same schema all day, compile it once and share its mask caches.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -27,9 +28,27 @@ enum class ConstraintKind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar 
 StatusOr<Grammar> compile_constraint(ConstraintKind kind, const nlohmann::ordered_json& value,
                                      ThoughtsBefore thoughts = ThoughtsBefore::kNone);
 
-// Reads the fields from `body`. No constraint field (or response_format {"type": "text"}):
-// true with *out null. Otherwise the constraint, or false with *param (the field) and
-// *message (why) for a 400. `thoughts` as for compile_constraint.
+// A request's constraint as its fields give it, before compiling.
+struct RequestedConstraint {
+  ConstraintKind kind = ConstraintKind::kJsonObject;
+  nlohmann::ordered_json value;
+  std::string field;  // the field that gave it ("response_format", "guided_json", ...)
+};
+
+// Reads and checks the fields of `body` (at most one, well formed, and a vocabulary to
+// compile against). No constraint field (or response_format {"type": "text"}): true with
+// *out empty. Otherwise false with *param (the field) and *message (why) for a 400.
+bool read_request_constraint(const nlohmann::ordered_json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
+                             std::optional<RequestedConstraint>* out, std::string* param, std::string* message);
+// Compiles it (or finds it in the cache) with `thoughts` before it; a grammar the compiler
+// refuses is false with *param the field.
+bool compile_requested_constraint(const RequestedConstraint& requested,
+                                  const std::shared_ptr<const TokenVocabulary>& vocabulary, ThoughtsBefore thoughts,
+                                  std::shared_ptr<const TokenConstraint>* out, std::string* param,
+                                  std::string* message);
+
+// Both: no constraint field: true with *out null. Otherwise the constraint, or false with
+// *param (the field) and *message (why) for a 400. `thoughts` as for compile_constraint.
 bool parse_request_constraint(const nlohmann::ordered_json& body, const std::shared_ptr<const TokenVocabulary>& vocabulary,
                               std::shared_ptr<const TokenConstraint>* out, std::string* param, std::string* message,
                               ThoughtsBefore thoughts = ThoughtsBefore::kNone);

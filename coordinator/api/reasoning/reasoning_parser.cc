@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "coordinator/api/reasoning/harmony.h"
 #include "coordinator/api/tool_calls/tool_call_format.h"  // partial_marker_suffix
 
 namespace tessera {
@@ -25,11 +26,13 @@ StatusOr<std::optional<ReasoningFormat>> reasoning_format_from_setting(std::stri
   if (setting == "auto") return std::optional<ReasoningFormat>();
   if (setting == "none") return std::optional<ReasoningFormat>(ReasoningFormat::kNone);
   if (setting == "deepseek_r1" || setting == "qwen3") return std::optional<ReasoningFormat>(ReasoningFormat::kThinkTags);
+  if (setting == "gpt_oss") return std::optional<ReasoningFormat>(ReasoningFormat::kHarmony);
   return invalid_argument("server.reasoning_parser: '" + std::string(setting) +
-                          "' is not one of auto, deepseek_r1, qwen3, none");
+                          "' is not one of auto, deepseek_r1, qwen3, gpt_oss, none");
 }
 
 ReasoningFormat reasoning_format_for_template(std::string_view template_source) {
+  if (template_source.find("<|channel|>") != std::string_view::npos) return ReasoningFormat::kHarmony;
   // DeepSeek-R1's distills' templates only strip "</think>" from earlier answers.
   const bool mentions = template_source.find(kThinkOpen) != std::string_view::npos ||
                         template_source.find(kThinkClose) != std::string_view::npos;
@@ -37,7 +40,12 @@ ReasoningFormat reasoning_format_for_template(std::string_view template_source) 
 }
 
 const char* reasoning_format_name(ReasoningFormat format) {
-  return format == ReasoningFormat::kThinkTags ? "think tags (<think> ... </think>)" : "none";
+  switch (format) {
+    case ReasoningFormat::kThinkTags: return "think tags (<think> ... </think>)";
+    case ReasoningFormat::kHarmony: return "harmony channels (analysis, final)";
+    case ReasoningFormat::kNone: break;
+  }
+  return "none";
 }
 
 namespace {
@@ -55,10 +63,21 @@ bool prompt_closes_reasoning(std::string_view prompt) { return without_trailing_
 
 // Inside already, the model may still write the opening tag itself (some DeepSeek-R1 versions
 // do): kUndecided drops it either way, and goes on into the thoughts or the answer.
-ReasoningStream::ReasoningStream(bool starts_in_reasoning)
-    : state_(State::kUndecided), starts_in_(starts_in_reasoning), had_reasoning_(starts_in_reasoning) {}
+ReasoningStream::ReasoningStream(bool starts_in_reasoning, ReasoningFormat format)
+    : state_(State::kUndecided),
+      starts_in_(starts_in_reasoning && format != ReasoningFormat::kHarmony),
+      had_reasoning_(starts_in_),
+      harmony_(format == ReasoningFormat::kHarmony ? std::make_unique<HarmonyReader>() : nullptr) {}
+
+ReasoningStream::~ReasoningStream() = default;
+ReasoningStream::ReasoningStream(ReasoningStream&&) noexcept = default;
+
+bool ReasoningStream::in_reasoning() const { return harmony_ ? harmony_->in_reasoning() : state_ == State::kReasoning; }
+
+bool ReasoningStream::had_reasoning() const { return harmony_ ? harmony_->had_reasoning() : had_reasoning_; }
 
 ReasoningDelta ReasoningStream::feed(std::string_view text, bool last) {
+  if (harmony_) return harmony_->feed(text, last);
   pending_.append(text);
   return decide(last);
 }
@@ -106,8 +125,8 @@ ReasoningDelta ReasoningStream::decide(bool final) {
   }
 }
 
-SplitReasoning split_reasoning(std::string_view text, bool starts_in_reasoning) {
-  ReasoningStream stream(starts_in_reasoning);
+SplitReasoning split_reasoning(std::string_view text, bool starts_in_reasoning, ReasoningFormat format) {
+  ReasoningStream stream(starts_in_reasoning, format);
   ReasoningDelta all = stream.feed(text, /*last=*/true);
   SplitReasoning split;
   if (stream.had_reasoning()) split.reasoning = std::move(all.reasoning);

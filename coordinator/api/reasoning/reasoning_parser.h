@@ -12,6 +12,7 @@
 // thinking) gets an answer only. The thoughts end at the first </think>; whitespace right
 // after it is dropped. An output that ends before </think> is all thoughts: no answer.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,14 +22,15 @@
 namespace tessera {
 
 // server.reasoning_parser. kThinkTags is the parser above; deepseek_r1 and qwen3 (vLLM's names)
-// both select it. gpt_oss's harmony channels are not read yet.
-enum class ReasoningFormat : uint8_t { kNone, kThinkTags };
+// both select it. kHarmony (gpt_oss) reads gpt-oss's harmony channels (harmony.h).
+enum class ReasoningFormat : uint8_t { kNone, kThinkTags, kHarmony };
 
-// "none" -> kNone; "deepseek_r1", "qwen3" -> kThinkTags; "auto" -> nullopt (decide from the chat
-// template: reasoning_format_for_template); anything else an InvalidArgument naming it and the
-// accepted values.
+// "none" -> kNone; "deepseek_r1", "qwen3" -> kThinkTags; "gpt_oss" -> kHarmony; "auto" ->
+// nullopt (decide from the chat template: reasoning_format_for_template); anything else an
+// InvalidArgument naming it and the accepted values.
 StatusOr<std::optional<ReasoningFormat>> reasoning_format_from_setting(std::string_view setting);
-// auto: think tags when the chat template's text mentions "<think>" or "</think>", else none.
+// auto: harmony when the chat template's text mentions "<|channel|>"; think tags when it
+// mentions "<think>" or "</think>"; else none.
 ReasoningFormat reasoning_format_for_template(std::string_view template_source);
 const char* reasoning_format_name(ReasoningFormat format);
 // Whether an output after `prompt` starts inside the thoughts (the prompt ends in an open
@@ -43,18 +45,23 @@ struct ReasoningDelta {
   std::string content;
 };
 
+class HarmonyReader;
+
 // Splits an output given in pieces; the same split however the text is cut (a piece that may
 // be the start of a marker is held back until the next piece or finish() decides it).
+// `format` kHarmony reads harmony messages (starts_in_reasoning unused), else think tags.
 class ReasoningStream {
  public:
-  explicit ReasoningStream(bool starts_in_reasoning);
+  explicit ReasoningStream(bool starts_in_reasoning, ReasoningFormat format = ReasoningFormat::kThinkTags);
+  ~ReasoningStream();
+  ReasoningStream(ReasoningStream&&) noexcept;
   // `last`: the output ends with this piece, so nothing is held back (as finish()).
   ReasoningDelta feed(std::string_view text, bool last = false);
   ReasoningDelta finish() { return feed({}, true); }
   // The output so far is inside the thoughts (at the end: it was cut before </think>).
-  bool in_reasoning() const { return state_ == State::kReasoning; }
+  bool in_reasoning() const;
   // Any thought text was seen.
-  bool had_reasoning() const { return had_reasoning_; }
+  bool had_reasoning() const;
 
  private:
   enum class State : uint8_t { kUndecided, kReasoning, kAfterReasoning, kContent };
@@ -64,6 +71,7 @@ class ReasoningStream {
   bool starts_in_;       // the prompt left the thoughts open
   std::string pending_;  // text not decided yet
   bool had_reasoning_ = false;
+  std::unique_ptr<HarmonyReader> harmony_;  // set for kHarmony
 };
 
 // A whole output: the thoughts (nullopt when there were none), the answer (nullopt when the
@@ -72,6 +80,7 @@ struct SplitReasoning {
   std::optional<std::string> reasoning;
   std::optional<std::string> content;
 };
-SplitReasoning split_reasoning(std::string_view text, bool starts_in_reasoning);
+SplitReasoning split_reasoning(std::string_view text, bool starts_in_reasoning,
+                               ReasoningFormat format = ReasoningFormat::kThinkTags);
 
 }  // namespace tessera

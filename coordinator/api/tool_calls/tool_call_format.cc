@@ -12,8 +12,9 @@ StatusOr<std::optional<ToolCallFormat>> tool_call_format_from_name(std::string_v
   if (name == "hermes") return std::optional<ToolCallFormat>(ToolCallFormat::kHermes);
   if (name == "llama3_json") return std::optional<ToolCallFormat>(ToolCallFormat::kLlama3Json);
   if (name == "mistral") return std::optional<ToolCallFormat>(ToolCallFormat::kMistral);
+  if (name == "openai") return std::optional<ToolCallFormat>(ToolCallFormat::kHarmony);
   return invalid_argument("unknown tool-call parser '" + std::string(name) +
-                          "' (auto, hermes, llama3_json, mistral, none)");
+                          "' (auto, hermes, llama3_json, mistral, openai, none)");
 }
 
 const char* tool_call_format_name(ToolCallFormat format) {
@@ -22,6 +23,7 @@ const char* tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kHarmony: return "openai";
   }
   return "none";
 }
@@ -29,6 +31,7 @@ const char* tool_call_format_name(ToolCallFormat format) {
 ToolCallFormat tool_call_format_for_template(std::string_view source) {
   if (source.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::kHermes;
   if (source.find("[TOOL_CALLS]") != std::string_view::npos) return ToolCallFormat::kMistral;
+  if (source.find("<|channel|>") != std::string_view::npos) return ToolCallFormat::kHarmony;
   if (source.find("<|start_header_id|>") != std::string_view::npos &&
       source.find("\"parameters\"") != std::string_view::npos)
     return ToolCallFormat::kLlama3Json;
@@ -40,6 +43,7 @@ std::unique_ptr<const ToolCallParser> make_tool_call_parser(ToolCallFormat forma
     case ToolCallFormat::kHermes: return make_hermes_parser();
     case ToolCallFormat::kLlama3Json: return make_llama3_json_parser();
     case ToolCallFormat::kMistral: return make_mistral_parser();
+    case ToolCallFormat::kHarmony: return make_harmony_parser();
     case ToolCallFormat::kNone: break;
   }
   return nullptr;

@@ -26,16 +26,17 @@ enum class ToolCallFormat {
   kHermes,      // Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
   kLlama3Json,  // Llama 3.1/3.2: the whole output is {"name": ..., "parameters": {...}} (";"-separated), optionally after <|python_tag|>
   kMistral,     // Mistral: [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]
+  kHarmony,     // gpt-oss ("openai"): harmony messages to=functions.NAME, as the harmony reader writes them
 };
 
-// "none", "hermes", "llama3_json", "mistral" -> the format; "auto" -> nullopt (decided from
+// "none", "hermes", "llama3_json", "mistral", "openai" -> the format; "auto" -> nullopt (decided from
 // the chat template, tool_call_format_for_template). Anything else: InvalidArgument.
 StatusOr<std::optional<ToolCallFormat>> tool_call_format_from_name(std::string_view name);
 const char* tool_call_format_name(ToolCallFormat format);
 
 // server.tool_call_parser: auto, from the chat template's text: it mentions "<tool_call>"
 // -> hermes; "[TOOL_CALLS]" -> mistral; "<|start_header_id|>" and "\"parameters\"" (Llama
-// 3.1/3.2's call instructions) -> llama3_json; else none.
+// 3.1/3.2's call instructions) -> llama3_json; "<|channel|>" (harmony) -> openai; else none.
 ToolCallFormat tool_call_format_for_template(std::string_view template_source);
 
 // One call as the model wrote it: the function's name and its arguments as compact JSON text.
@@ -80,6 +81,7 @@ std::unique_ptr<const ToolCallParser> make_tool_call_parser(ToolCallFormat forma
 std::unique_ptr<const ToolCallParser> make_hermes_parser();
 std::unique_ptr<const ToolCallParser> make_llama3_json_parser();
 std::unique_ptr<const ToolCallParser> make_mistral_parser();
+std::unique_ptr<const ToolCallParser> make_harmony_parser();
 
 // Shared by the parsers (json_text.cc).
 // The end (one past) of the JSON value that starts at text[pos] ('{' or '['), found by
