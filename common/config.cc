@@ -335,10 +335,10 @@ const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& kSpeculati
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
 const std::vector<std::pair<const char*, std::string>> kToolCallParsers = {
-    {"auto", "auto"}, {"hermes", "hermes"}, {"llama3_json", "llama3_json"}, {"mistral", "mistral"}, {"none", "none"}};
-// gpt_oss (harmony channels) is not read yet: not a value.
+    {"auto", "auto"},       {"hermes", "hermes"}, {"llama3_json", "llama3_json"},
+    {"mistral", "mistral"}, {"openai", "openai"}, {"none", "none"}};
 const std::vector<std::pair<const char*, std::string>> kReasoningParsers = {
-    {"auto", "auto"}, {"deepseek_r1", "deepseek_r1"}, {"qwen3", "qwen3"}, {"none", "none"}};
+    {"auto", "auto"}, {"deepseek_r1", "deepseek_r1"}, {"qwen3", "qwen3"}, {"gpt_oss", "gpt_oss"}, {"none", "none"}};
 const std::vector<std::pair<const char*, std::string>> kPoolings = {
     {"auto", "auto"}, {"last", "last"}, {"mean", "mean"}, {"cls", "cls"}};
 const std::vector<std::pair<const char*, std::string>> kNormalize = {{"auto", "auto"}, {"true", "true"}, {"false", "false"}};

@@ -274,6 +274,17 @@ TEST(ConfigTest, SpeculativeKeysAreReadAndCheckedNamingTheKey) {
   EXPECT_TRUE(fails_with(apply_override(d, "speculative.num_tokens", "0"), {"speculative.num_tokens"}));
 }
 
+TEST(ConfigTest, ReasoningAndToolCallParsersTakeTheHarmonyNamesAndRefuseOthers) {
+  auto c = parse_config_yaml("model: {path: m}\nserver: {reasoning_parser: gpt_oss, tool_call_parser: openai}\n", "p.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->server.reasoning_parser, "gpt_oss");
+  EXPECT_EQ(c->server.tool_call_parser, "openai");
+  EXPECT_TRUE(fails_with(parse_config_yaml("server: {reasoning_parser: gpt-oss}\n", "p.yaml").status(),
+                         {"server.reasoning_parser", "gpt_oss", "qwen3"}));
+  EXPECT_TRUE(fails_with(parse_config_yaml("server: {tool_call_parser: harmony}\n", "p.yaml").status(),
+                         {"server.tool_call_parser", "openai", "hermes"}));
+}
+
 TEST(ConfigTest, ValidateChecksAcrossKeys) {
   auto c = parse_config_yaml("model: {path: m}\nscheduler: {max_num_seqs: 64, max_num_batched_tokens: 32}\n", "v.yaml");
   ASSERT_TRUE(c.is_ok());
