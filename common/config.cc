@@ -436,6 +436,18 @@ const std::vector<KeyDef>& schema() {
                }
              },
              nullptr},
+      KeyDef{"model.weights_memory_budget", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (!n.IsScalar()) return w.error("expected all, a byte count or a share such as 25%, got " + w.got(n));
+               StatusOr<WeightsBudget> b = parse_weights_budget(n.Scalar());
+               if (!b.is_ok()) return w.error(b.status().message());
+               c.model.weights_memory_budget = *b;
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { out << c.model.weights_memory_budget.to_string(); },
+             nullptr},
+      TESSERA_STRING_KEY("model.weights_spill_dir", model.weights_spill_dir, read_string),
+      TESSERA_INT_KEY("model.weights_prefetch_layers", model.weights_prefetch_layers, 1, 64),
       KeyDef{"model.quantization_rules", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                return read_quant_rules(n, w, &c.model.quantization_rules);

@@ -15,6 +15,7 @@
 #include "common/kernel_options.h"
 #include "common/parallel_roles.h"
 #include "common/quantization.h"
+#include "common/weights_budget.h"
 #include "common/speculative_config.h"
 #include "common/status.h"
 
@@ -41,6 +42,13 @@ struct ModelSection {
   // 2_Normalize), else last and normalised.
   std::string pooling = "auto";
   std::string normalize = "auto";
+  // ZeRO-Inference on the CPU backend (worker/weight_residency.h): the bytes of a rank's weights
+  // kept resident (all, a byte count or a share such as 25%); the rest is streamed layer by
+  // layer from an unlinked spill file in weights_spill_dir ("" = $TMPDIR, else /var/tmp),
+  // weights_prefetch_layers streamed units in flight (the one running and those read ahead).
+  WeightsBudget weights_memory_budget;
+  std::string weights_spill_dir;
+  int weights_prefetch_layers = 2;
 };
 // The loader's view of the model section's quantization keys.
 QuantizationOptions quantization_options(const ModelSection& model);

@@ -152,6 +152,8 @@ bool draft_splits(const ModelConfig& draft, int world) { return world > 1 && Sha
 
 StatusOr<std::unique_ptr<Transformer>> load_draft_model(const std::string& path, ModelLoadOptions options,
                                                         Backend& backend) {
+  // The draft is small and runs k times a step: all of it stays resident.
+  options.residency = WeightResidencyOptions{};
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
   ckpt.reset();

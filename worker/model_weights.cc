@@ -735,10 +735,6 @@ void place(LinearWeights& l, Backend& backend) {
   place(l.scales, backend);
 }
 
-void place(MlpWeights& m, Backend& backend) {
-  for (LinearWeights* l : {&m.gate, &m.up, &m.gate_up, &m.down}) place(*l, backend);
-}
-
 }  // namespace
 
 void place_model_weights(ModelWeights& w, Backend& backend) {
@@ -752,16 +748,7 @@ void place_model_weights(ModelWeights& w, Backend& backend) {
   } else {
     place(w.lm_head, backend);
   }
-  for (LayerWeights& lw : w.layers) {
-    for (Tensor* t : {&lw.attn_norm_w, &lw.attn_norm_b, &lw.mlp_norm_w, &lw.mlp_norm_b, &lw.post_attn_norm_w,
-                      &lw.post_attn_norm_b, &lw.post_mlp_norm_w, &lw.post_mlp_norm_b, &lw.q_norm, &lw.k_norm}) {
-      place(*t, backend);
-    }
-    for (LinearWeights* l : {&lw.q, &lw.k, &lw.v, &lw.qkv, &lw.o, &lw.router, &lw.shared_gate}) place(*l, backend);
-    place(lw.mlp, backend);
-    place(lw.shared, backend);
-    for (MlpWeights& e : lw.experts) place(e, backend);
-  }
+  for (LayerWeights& lw : w.layers) for_each_layer_tensor(lw, [&](Tensor& t) { place(t, backend); });
 }
 
 }  // namespace tessera

@@ -136,6 +136,26 @@ inline constexpr int64_t kCheckWeightsAutoBytes = int64_t{8} << 30;
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config,
                                           const WeightLoadOptions& options);
 
+// Calls fn(Tensor&) for every tensor a layer holds (empty ones included).
+template <typename Fn>
+void for_each_layer_tensor(LayerWeights& lw, Fn&& fn) {
+  auto linear = [&](LinearWeights& l) {
+    fn(l.w);
+    fn(l.b);
+    fn(l.scales);
+  };
+  auto mlp = [&](MlpWeights& m) {
+    for (LinearWeights* l : {&m.gate, &m.up, &m.gate_up, &m.down}) linear(*l);
+  };
+  for (Tensor* t : {&lw.attn_norm_w, &lw.attn_norm_b, &lw.mlp_norm_w, &lw.mlp_norm_b, &lw.post_attn_norm_w,
+                    &lw.post_attn_norm_b, &lw.post_mlp_norm_w, &lw.post_mlp_norm_b, &lw.q_norm, &lw.k_norm})
+    fn(*t);
+  for (LinearWeights* l : {&lw.q, &lw.k, &lw.v, &lw.qkv, &lw.o, &lw.router, &lw.shared_gate}) linear(*l);
+  mlp(lw.mlp);
+  mlp(lw.shared);
+  for (MlpWeights& e : lw.experts) mlp(e);
+}
+
 // Hands every tensor of `weights` to backend.place_weight, once, so the weights live where
 // the backend wants them from load time on (CPU: unchanged; CUDA: device memory, the host
 // copies dropped). A tied LM head stays one buffer with the embedding.

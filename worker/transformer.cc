@@ -59,9 +59,19 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   if (!weights.is_ok()) return weights.status().with_context(path);
   // From here on the weights live where the backend keeps them (CUDA: device memory).
   place_model_weights(weights.value(), backend);
-  return std::unique_ptr<Transformer>(new Transformer(std::move(config), std::move(weights).value(),
-                                                      ckpt->config_dir(), options.kernel_inject, options.dtype,
-                                                      shard.value(), std::move(owned), comm, backend));
+  std::unique_ptr<WeightResidency> residency;
+  if (!options.residency.budget.all()) {
+    if (backend.kind() != BackendKind::kCpu) {
+      return invalid_argument("model.weights_memory_budget: weights are streamed on the CPU backend only so far; the " +
+                              backend.name() + " backend keeps every weight where it computes (leave the key at all)");
+    }
+    TESSERA_ASSIGN_OR_RETURN(residency, WeightResidency::make(weights.value(), options.residency));
+  }
+  std::unique_ptr<Transformer> t(new Transformer(std::move(config), std::move(weights).value(), ckpt->config_dir(),
+                                                 options.kernel_inject, options.dtype, shard.value(), std::move(owned),
+                                                 comm, backend));
+  t->residency_ = std::move(residency);
+  return t;
 }
 
 Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string config_dir,
@@ -167,6 +177,7 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   Tensor delta = backend_.alloc({T, H}, DType::kF32);   // output of a sub-block
   Tensor delta2 = backend_.alloc({T, H}, DType::kF32);  // the MLP branch of a parallel block
 
+  if (residency_) residency_->before_embedding(T);
   if (weights_.vocab_split) {
     // Each rank looks up the ids in its vocabulary rows (zeros elsewhere); the sum over
     // ranks is the full embedding.
@@ -175,6 +186,7 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   } else {
     backend_.embedding(ids.view(), weights_.embed.view(), x.view());
   }
+  if (residency_) residency_->after_embedding();
   if (config_.arch->position == PositionKind::kLearned) {
     Tensor pos = backend_.alloc({T}, DType::kI32);
     backend_.copy_from_host(positions.data(), pos.view());
@@ -187,7 +199,9 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   }
   const TensorView* pending = nullptr;  // the previous layer's output, not yet added
   for (int l = 0; l < config_.layers; ++l) {
+    if (residency_) residency_->before_layer(l);
     layer_forward(l, x.view(), pending, h.view(), delta.view(), delta2.view(), positions, batch, cache);
+    if (residency_) residency_->after_layer(l);
     pending = &delta.view();
   }
 
@@ -210,7 +224,9 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   Tensor normed = backend_.alloc({R, H}, DType::kF32);
   backend_.gather_rows(x.view(), logit_rows, picked.view());
   add_and_norm(picked.view(), nullptr, weights_.final_norm_w, weights_.final_norm_b, normed.view());
+  if (residency_) residency_->before_lm_head();
   lm_head(normed.view(), logits);
+  if (residency_) residency_->after_lm_head();
   if (config_.final_softcap > 0) backend_.softcap(logits, config_.final_softcap);
   return comm_error_;
 }

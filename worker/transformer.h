@@ -17,6 +17,7 @@
 #include "worker/kv_cache.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
+#include "worker/weight_residency.h"
 
 namespace tessera {
 
@@ -32,6 +33,9 @@ struct ModelLoadOptions {
   // kCheckWeightsAutoBytes).
   std::optional<bool> check_weights;
   bool lm_head = true;  // false: no LM head (server.task embed; forward() then gives no logits)
+  // model.weights_memory_budget and friends: the layers beyond the budget are streamed
+  // (worker/weight_residency.h; the CPU backend only).
+  WeightResidencyOptions residency;
 };
 
 class Transformer {
@@ -50,6 +54,8 @@ class Transformer {
   // The shape this rank's KV cache needs: the model's config with the local KV heads.
   ModelConfig cache_config() const;
   const ShardSpec& shard() const { return shard_; }
+  // The weight streaming plan and accounting; null when every weight is resident.
+  const WeightResidency* residency() const { return residency_.get(); }
 
   // tokens: the new tokens of all sequences, grouped per sequence as batch.query_start says.
   // Writes their K/V into `cache`, and fills `logits` [logit_rows.size(), vocab] with the
@@ -108,6 +114,7 @@ class Transformer {
   std::vector<int> layer_rope_;      // index into rope_tables_ per layer
   float embed_scale_ = 0.0f;         // config's embed_scale rounded to the weight dtype
   Status comm_error_;    // the first failed collective; sticky
+  std::unique_ptr<WeightResidency> residency_;  // streams the layers beyond the budget
 };
 
 // BLOOM's ALiBi slopes for `heads` heads, including the interleaved second series used when

@@ -5,7 +5,9 @@
 // time (--max-num-seqs 1), and through worker processes at every tensor-parallel size the
 // model's shapes allow among 2 and 3 (--tensor-parallel N). The PyTorch checkpoints of
 // torch-checkpoints/ (fixtures README section 6: .bin shards, the legacy format, a DeepSpeed
-// checkpoint JSON) go the same way, folder or JSON, at TP 1 and 2, fused and plain.
+// checkpoint JSON) go the same way, folder or JSON, at TP 1 and 2, fused and plain. With a
+// weights budget of 25% (--weights-budget: the other layers streamed from a spill file) every
+// golden model gives the goldens too, at TP 1 and 2.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -33,13 +35,14 @@ struct FixtureRun {
   int world = 1;
   bool inject = true;
   bool one_at_a_time = false;
+  bool streamed = false;  // --weights-budget 25%
 };
 
 std::string run_name(const ::testing::TestParamInfo<FixtureRun>& info) {
   std::string m = info.param.model;
   for (char& ch : m) if (ch == '-' || ch == '/' || ch == '.') ch = '_';
   return m + "_tp" + std::to_string(info.param.world) + (info.param.inject ? "_fused" : "_plain") +
-         (info.param.one_at_a_time ? "_single" : "_batched");
+         (info.param.one_at_a_time ? "_single" : "_batched") + (info.param.streamed ? "_streamed" : "");
 }
 
 // The folder holding a model's config.json and goldens/: the model itself, or the folder of
@@ -95,6 +98,8 @@ std::vector<FixtureRun> runs() {
     for (int world : {2, 3}) {
       if (tp_allowed(m, world)) out.push_back({m, world, true, false});
     }
+    out.push_back({m, 1, true, false, true});
+    if (tp_allowed(m, 2)) out.push_back({m, 2, true, false, true});
   }
   for (const std::string& m : torch_checkpoint_models()) {
     for (bool inject : {true, false}) {
@@ -142,6 +147,7 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   if (!p.inject) cmd += " --no-kernel-inject";
   if (p.one_at_a_time) cmd += " --max-num-seqs 1";
   if (p.world > 1) cmd += " --tensor-parallel " + std::to_string(p.world);
+  if (p.streamed) cmd += " --weights-budget 25% --weights-spill-dir " + testing::shell_quote(dir);
   const auto r = testing::run_command(cmd);
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
   const std::vector<float> got = testing::read_f32_file(dir + "/logits.f32");
@@ -162,7 +168,8 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   EXPECT_EQ(offset, got.size()) << "dumped logits hold more rows than the cases";
   EXPECT_LE(worst, 1e-3f);
   std::cout << "[ REPORT   ] tessera-generate " << p.model << " TP=" << p.world << (p.inject ? " fused" : " plain")
-            << (p.one_at_a_time ? " one at a time" : " batched") << ": max |logit - reference| = " << worst
+            << (p.one_at_a_time ? " one at a time" : " batched") << (p.streamed ? ", 25% of weights resident" : "")
+            << ": max |logit - reference| = " << worst
             << std::endl;
 }
 

@@ -1,3 +1,4 @@
+#include "common/logging.h"
 #include "tools/lib/local_executor.h"
 
 #include <unistd.h>
@@ -53,7 +54,9 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOpt
   lo.dtype = o.dtype;
   lo.kernel_inject = o.kernel_inject;
   lo.quant = o.quant;
+  lo.residency = o.residency;
   TESSERA_ASSIGN_OR_RETURN(rt->model_, Transformer::load(o.model, lo, *rt->backend_));
+  if (const WeightResidency* r = rt->model_->residency()) TESSERA_LOG_INFO("{}", r->plan());
   if (!o.draft_model.empty()) {
     TESSERA_RETURN_IF_ERROR(check_draft_model(o.draft_model, rt->model_->config(), sc.max_model_len).status());
     TESSERA_ASSIGN_OR_RETURN(rt->draft_, load_draft_model(o.draft_model, lo, *rt->backend_));
@@ -78,6 +81,9 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.model.quantization = o.quant.kind;
   c.model.quantization_group = o.quant.group;
   c.model.quantization_rules = o.quant.rules;
+  c.model.weights_memory_budget = o.residency.budget;
+  c.model.weights_spill_dir = o.residency.spill_dir;
+  c.model.weights_prefetch_layers = o.residency.prefetch_layers;
   c.parallel.tensor_parallel = o.tensor_parallel;
   if (!o.draft_model.empty()) {
     c.speculative.method = SpeculativeConfig::Method::kDraft;

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "common/step_executor.h"
 #include "coordinator/engine/scheduler.h"
+#include "worker/weight_residency.h"
 
 namespace tessera {
 
@@ -23,6 +24,8 @@ struct LocalExecutorOptions {
   std::string backend = "cpu";  // "cpu" | "cuda"
   int threads = 0;              // CPU threads per process; 0 = all cores
   QuantizationOptions quant;
+  // model.weights_memory_budget, weights_spill_dir, weights_prefetch_layers (the CPU backend).
+  WeightResidencyOptions residency;
   // speculative.draft_model when the draft method is on: loaded beside the model (worker/draft_model.h).
   std::string draft_model;
   std::string program = "tessera";  // names the workers' private temporary folder

@@ -1,0 +1,190 @@
+// Weight streaming on the CPU backend (worker/weight_residency.h): kjv-llama with 25% of its
+// weights resident gives its goldens (ids, logits within 1e-3), and int8 weights streamed give
+// the logits of int8 weights resident, bit for bit; the accounting stays within the budget
+// plus the units in flight, and the process's own pages of the spill file (its smaps Rss)
+// stay within what is in flight while each layer runs; bad budgets and spill folders are
+// refused naming the key.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/backend.h"
+#include "tests/test_support.h"
+#include "worker/generator.h"
+#include "worker/transformer.h"
+
+namespace tessera {
+namespace {
+
+// This process's resident bytes of the mapping that starts at `begin` (/proc/self/smaps).
+int64_t mapping_rss(const void* begin) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool in_it = false;
+  while (std::getline(in, line)) {
+    const size_t dash = line.find('-');
+    if (dash != std::string::npos && dash > 0 && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find(' ') > dash) {
+      in_it = std::stoull(line.substr(0, dash), nullptr, 16) == reinterpret_cast<uintptr_t>(begin);
+      continue;
+    }
+    if (in_it && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4)) * 1024;
+  }
+  return -1;
+}
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Transformer> model;
+};
+
+Loaded load(const std::string& budget, WeightQuantization quant = WeightQuantization::kNone) {
+  Loaded l;
+  auto b = make_backend("cpu", BackendOptions{2, 0, KernelOptions{}});
+  EXPECT_TRUE(b.is_ok());
+  l.backend = std::move(b).value();
+  ModelLoadOptions lo;
+  lo.quant.kind = quant;
+  lo.residency.budget = parse_weights_budget(budget).value();
+  auto m = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *l.backend);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  if (m.is_ok()) l.model = std::move(m).value();
+  return l;
+}
+
+std::vector<GenerationRequest> golden_requests(std::vector<std::vector<int32_t>>* greedy) {
+  std::ifstream in(testing::fixtures_dir() + "/kjv-llama/goldens/index.json");
+  const auto index = nlohmann::json::parse(in);
+  std::vector<GenerationRequest> reqs;
+  for (const auto& c : index["cases"]) {
+    GenerationRequest r;
+    r.prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    r.max_new_tokens = static_cast<int>(c["greedy_ids"].size());
+    reqs.push_back(r);
+    greedy->push_back(c["greedy_ids"].get<std::vector<int32_t>>());
+  }
+  return reqs;
+}
+
+TEST(WeightResidency, AQuarterResidentGivesTheGoldensWithinTheBudgetAndWhatIsInFlight) {
+  TESSERA_REQUIRE_FIXTURES();
+  Loaded streamed = load("25%");
+  ASSERT_TRUE(streamed.model);
+  const WeightResidency* r = streamed.model->residency();
+  ASSERT_NE(r, nullptr);
+  std::cout << "[ REPORT   ] " << r->plan() << std::endl;
+  const int64_t all = streamed.model->weights().total_bytes;
+  EXPECT_LE(r->budget_bytes(), all / 4 + 1);
+  std::vector<std::vector<int32_t>> greedy;
+  const std::vector<GenerationRequest> reqs = golden_requests(&greedy);
+  Generator gen(*streamed.model, *streamed.backend);
+  auto out = gen.generate(reqs, /*keep_logits=*/true);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(out.value()[i].output, greedy[i]) << "case " << i;
+
+  // The same logits as every weight resident (the goldens' own check is tessera-generate's).
+  Loaded resident = load("all");
+  ASSERT_TRUE(resident.model);
+  EXPECT_EQ(resident.model->residency(), nullptr);
+  Generator plain(*resident.model, *resident.backend);
+  auto want = plain.generate(reqs, true);
+  ASSERT_TRUE(want.is_ok());
+  float worst = 0;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (size_t k = 0; k < want.value()[i].logits.size(); ++k)
+      worst = std::max(worst, std::fabs(out.value()[i].logits[k] - want.value()[i].logits[k]));
+  EXPECT_EQ(worst, 0.0f) << "the same weights in the same layout, only read from elsewhere";
+
+  // The accounting: never more than the budget plus the units in flight; and streaming happened.
+  const int64_t bound = r->budget_bytes() + r->prefetch_layers() * r->largest_streamed_bytes();
+  EXPECT_LE(r->peak_resident_bytes(), bound);
+  EXPECT_GT(r->peak_resident_bytes(), r->resident_bytes() - r->in_flight_bytes()) << "nothing was streamed";
+  std::cout << "[ REPORT   ] peak resident " << r->peak_resident_bytes() << " bytes, budget " << r->budget_bytes()
+            << ", bound " << bound << ", all weights " << all << std::endl;
+  // The process holds no page of the spill file beyond what is in flight after a step.
+  const int64_t rss = mapping_rss(r->spill_begin());
+  ASSERT_GE(rss, 0) << "the spill mapping is not in /proc/self/smaps";
+  EXPECT_LE(rss, r->in_flight_bytes() + 4096 * 8) << "pages of released layers stay in the process";
+}
+
+// While a layer runs, the process's pages of the spill file are at most the units in flight:
+// each layer's tensors are read through whole between before_layer and after_layer (what a
+// step does), and the mapping's Rss is read in between.
+TEST(WeightResidency, TheProcessHoldsOnlyTheLayersInFlight) {
+  TESSERA_REQUIRE_FIXTURES();
+  Loaded streamed = load("25%");
+  ASSERT_TRUE(streamed.model);
+  auto* r = const_cast<WeightResidency*>(streamed.model->residency());
+  ASSERT_NE(r, nullptr);
+  auto& weights = const_cast<ModelWeights&>(streamed.model->weights());
+  int64_t worst = 0;
+  for (int step = 0; step < 2; ++step) {
+    for (int l = 0; l < static_cast<int>(weights.layers.size()); ++l) {
+      r->before_layer(l);
+      volatile uint8_t sink = 0;
+      for_each_layer_tensor(weights.layers[l], [&](Tensor& t) {
+        if (t.empty()) return;
+        const auto* p = static_cast<const uint8_t*>(t.view().data);
+        for (size_t i = 0; i < t.nbytes(); i += 512) sink = sink + p[i];
+      });
+      const int64_t rss = mapping_rss(r->spill_begin());
+      worst = std::max(worst, rss);
+      EXPECT_LE(rss, r->in_flight_bytes() + 4096 * 4) << "layer " << l;
+      r->after_layer(l);
+    }
+  }
+  EXPECT_GT(worst, 0) << "no page of the spill file was ever read";
+  std::cout << "[ REPORT   ] most of the spill file resident while a layer ran: " << worst << " bytes (largest unit "
+            << r->largest_streamed_bytes() << ")" << std::endl;
+}
+
+TEST(WeightResidency, Int8WeightsStreamedGiveTheLogitsOfInt8Resident) {
+  TESSERA_REQUIRE_FIXTURES();
+  Loaded streamed = load("25%", WeightQuantization::kInt8), resident = load("all", WeightQuantization::kInt8);
+  ASSERT_TRUE(streamed.model && resident.model);
+  ASSERT_NE(streamed.model->residency(), nullptr);
+  std::vector<std::vector<int32_t>> greedy;
+  const std::vector<GenerationRequest> reqs = golden_requests(&greedy);
+  Generator a(*streamed.model, *streamed.backend), b(*resident.model, *resident.backend);
+  auto got = a.generate(reqs, true), want = b.generate(reqs, true);
+  ASSERT_TRUE(got.is_ok() && want.is_ok());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got.value()[i].output, want.value()[i].output) << "case " << i;
+    EXPECT_EQ(got.value()[i].logits, want.value()[i].logits) << "case " << i;
+  }
+}
+
+TEST(WeightResidency, BadBudgetsAndSpillFoldersAreRefusedNamingTheKey) {
+  TESSERA_REQUIRE_FIXTURES();
+  auto backend = make_backend("cpu").value();
+  ModelLoadOptions lo;
+  lo.residency.budget = parse_weights_budget("1").value();
+  auto tiny = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *backend);
+  ASSERT_FALSE(tiny.is_ok());
+  EXPECT_NE(tiny.status().message().find("model.weights_memory_budget 1 "), std::string::npos) << tiny.status().to_string();
+  lo.residency.budget = parse_weights_budget("25%").value();
+  lo.residency.spill_dir = "/nonexistent/spill";
+  auto nowhere = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *backend);
+  ASSERT_FALSE(nowhere.is_ok());
+  EXPECT_NE(nowhere.status().message().find("model.weights_spill_dir"), std::string::npos) << nowhere.status().to_string();
+  EXPECT_NE(nowhere.status().message().find("/nonexistent/spill"), std::string::npos);
+  for (const char* bad : {"0", "0%", "100%", "-5", "12 parsecs", "lots", "25"}) {
+    const auto b = parse_weights_budget(bad);
+    if (std::string(bad) == "25") {
+      EXPECT_TRUE(b.is_ok());  // 25 bytes: a byte count
+      continue;
+    }
+    EXPECT_FALSE(b.is_ok()) << bad;
+    if (!b.is_ok()) EXPECT_NE(b.status().message().find(std::string("'") + bad + "'"), std::string::npos);
+  }
+  EXPECT_EQ(parse_weights_budget("6GiB").value().bytes, int64_t{6} << 30);
+  EXPECT_EQ(parse_weights_budget("500MB").value().bytes, 500000000);
+  EXPECT_DOUBLE_EQ(parse_weights_budget("25%").value().share, 0.25);
+  EXPECT_TRUE(parse_weights_budget("all").value().all());
+}
+
+}  // namespace
+}  // namespace tessera

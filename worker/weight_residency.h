@@ -1,0 +1,99 @@
+#pragma once
+// ZeRO-Inference's lever on the CPU backend (docs/configuration.md, model.weights_memory_budget):
+// a rank keeps only part of its weights in its own memory and streams the rest from a backing
+// store as each step reaches them. The parts that do not fit are written once, in the compute
+// layout they were loaded in (converted dtypes, int8 or 4-bit panels), to a spill file in
+// model.weights_spill_dir, unlinked at once so nothing outlives the process, and mapped back
+// read-only; their tensors point into that mapping.
+//
+// The units streamed are the embedding table, each layer and the LM head (a tied head is the
+// table). A step reads them in that order; before a streamed unit runs it and the units after
+// it, model.weights_prefetch_layers in flight in all, are asked for (madvise WILLNEED: the
+// kernel reads them ahead), and after it ran its pages leave the process (MADV_DONTNEED; the
+// page cache may keep them, which the kernel reclaims under pressure, a container's limit
+// included). The embedding table is read a row per token: it is never read ahead, and only
+// the pages of the step's rows count while it is in use.
+//
+// Which units stay resident, by a stated rule: the norms and biases outside the layers always;
+// then the LM head (read whole every step), then layers from the first, then the embedding
+// table (a row per token), while they fit in the budget. The budget bounds that resident set:
+// the units in flight come on top, at most prefetch_layers times the largest streamed unit.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/weights_budget.h"
+#include "worker/model_weights.h"
+
+namespace tessera {
+
+struct WeightResidencyOptions {
+  WeightsBudget budget;     // all: every weight resident (no streaming)
+  std::string spill_dir;    // where the spill file goes; empty: $TMPDIR, else /var/tmp
+  int prefetch_layers = 2;  // streamed units in flight: the one running and those read ahead
+};
+
+class WeightResidency {
+ public:
+  // Streams what `options.budget` leaves out of `weights` (host memory: the CPU backend);
+  // null when every weight fits. Errors name the key: a budget below the tensors that always
+  // stay resident, a spill directory that cannot take the file.
+  static StatusOr<std::unique_ptr<WeightResidency>> make(ModelWeights& weights, const WeightResidencyOptions& options);
+  ~WeightResidency();
+  WeightResidency(const WeightResidency&) = delete;
+  WeightResidency& operator=(const WeightResidency&) = delete;
+
+  // Around each part of a step, in order: the embedding lookup of `rows` tokens, each layer,
+  // the LM head.
+  void before_embedding(int64_t rows);
+  void after_embedding();
+  void before_layer(int layer);
+  void after_layer(int layer);
+  void before_lm_head();
+  void after_lm_head();
+
+  // Bytes of weights resident now by this accounting (the resident set and the streamed units
+  // in flight), and the most so far.
+  int64_t resident_bytes() const { return resident_bytes_; }
+  // The part of it that is streamed units asked for and not yet released.
+  int64_t in_flight_bytes() const { return resident_bytes_ - resident_set_bytes_; }
+  int64_t peak_resident_bytes() const { return peak_bytes_; }
+  int64_t budget_bytes() const { return budget_bytes_; }
+  int64_t largest_streamed_bytes() const { return largest_streamed_; }
+  int prefetch_layers() const { return prefetch_; }
+  // The streamed part (for a test reading the process's resident pages of it).
+  const void* spill_begin() const { return base_; }
+  size_t spill_bytes() const { return mapped_; }
+  // One line for the start-up log: resident and streamed bytes and units, the spill folder.
+  std::string plan() const;
+
+ private:
+  struct Unit {
+    std::string name;
+    int64_t bytes = 0;
+    bool streamed = false;
+    bool rows_only = false;  // the untied embedding table: read a row per token
+    int64_t row_bytes = 0;   // the table's (untied or tied): what one token's lookup reads
+    size_t offset = 0, span = 0;  // page-aligned region of the mapping when streamed
+    int64_t in_flight = 0;        // bytes counted while asked for
+  };
+  WeightResidency() = default;
+  // Unit indexes in a step's order: the table (when untied), the layers, the head.
+  int layer_unit(int layer) const { return first_layer_unit_ + layer; }
+  void fetch(int unit, int64_t bytes);
+  void release(int unit);
+  void read_ahead_from(int unit);
+
+  std::vector<Unit> units_;
+  int first_layer_unit_ = 0, head_unit_ = -1, table_unit_ = -1;
+  int64_t resident_bytes_ = 0, resident_set_bytes_ = 0, peak_bytes_ = 0, budget_bytes_ = 0, largest_streamed_ = 0, fixed_bytes_ = 0;
+  int prefetch_ = 2;
+  std::string spill_dir_;
+  std::shared_ptr<const void> mapping_;  // the tensors keep it too
+  char* base_ = nullptr;
+  size_t mapped_ = 0;
+};
+
+}  // namespace tessera
