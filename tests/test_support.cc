@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace tessera::testing {
 
@@ -61,12 +64,43 @@ std::vector<std::string> golden_models() {
 std::string bin_dir() { return TESSERA_BIN_DIR; }
 std::string source_dir() { return TESSERA_SOURCE_DIR; }
 
+namespace {
+
+// Temporary folders the tests made, removed when the test program exits (by the process that
+// made them: a forked child that exits must not remove its parent's).
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::pair<pid_t, std::string>> dirs;
+  static TempDirs& get() {
+    static TempDirs* d = [] {
+      auto* t = new TempDirs();  // never destroyed: the exit handler reads it
+      std::atexit([] {
+        TempDirs& all = get();
+        std::lock_guard<std::mutex> lock(all.mu);
+        for (const auto& [pid, dir] : all.dirs) {
+          std::error_code ec;
+          if (pid == ::getpid()) std::filesystem::remove_all(dir, ec);
+        }
+      });
+      return t;
+    }();
+    return *d;
+  }
+};
+
+}  // namespace
+
 std::string make_temp_dir(const std::string& prefix) {
   std::random_device rd;
   auto base = std::filesystem::temp_directory_path();
   for (int attempt = 0; attempt < 100; ++attempt) {
     auto dir = base / (prefix + "-" + std::to_string(rd()));
-    if (std::filesystem::create_directory(dir)) return dir.string();
+    if (std::filesystem::create_directory(dir)) {
+      TempDirs& all = TempDirs::get();
+      std::lock_guard<std::mutex> lock(all.mu);
+      all.dirs.emplace_back(::getpid(), dir.string());
+      return dir.string();
+    }
   }
   ADD_FAILURE() << "could not create a temp dir";
   return base.string();

@@ -23,7 +23,8 @@ float top2_margin(const float* row, int64_t vocab);
 // build/bin, where the command-line programs are.
 std::string bin_dir();
 std::string source_dir();
-// A fresh empty directory under the system temp dir, removed by the caller if wanted.
+// A fresh empty directory under the system temp dir; removed when the test program exits (the
+// caller may remove it sooner).
 std::string make_temp_dir(const std::string& prefix);
 
 // True in the sanitized build (CI's second tree, configured with TESSERA_SANITIZE or

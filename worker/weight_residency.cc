@@ -134,10 +134,8 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     if (!full) room -= unit.bytes;
   }
   r->resident_bytes_ = r->fixed_bytes_;
-  for (const Unit& unit : r->units_) {
+  for (const Unit& unit : r->units_)
     if (!unit.streamed) r->resident_bytes_ += unit.bytes;
-    if (unit.streamed) r->largest_streamed_ = std::max(r->largest_streamed_, unit.bytes);
-  }
   r->resident_set_bytes_ = r->peak_bytes_ = r->resident_bytes_;
 
   r->spill_dir_ = options.spill_dir;
@@ -168,6 +166,7 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     }
     end = page_up(end);
     unit.span = end - unit.offset;
+    r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }
   if (!written.is_ok()) {
     ::close(fd);
@@ -190,26 +189,94 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     *tensor = Tensor::borrowed(v, r->mapping_);
   }
   ::madvise(base, end, MADV_DONTNEED);  // none of it resident until a step asks
+  if (r->prefetch_ > 1) r->helper_ = std::thread([p = r.get()] { p->helper_loop(); });
   return r;
 }
 
-WeightResidency::~WeightResidency() = default;
+WeightResidency::~WeightResidency() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (helper_.joinable()) helper_.join();
+}
+
+void WeightResidency::populate(const Unit& unit) const {
+#ifdef MADV_POPULATE_READ
+  if (::madvise(base_ + unit.offset, unit.span, MADV_POPULATE_READ) == 0) return;
+#endif
+  ::madvise(base_ + unit.offset, unit.span, MADV_WILLNEED);  // an older kernel: read ahead, fault in
+}
+
+void WeightResidency::helper_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const int u = queue_.front();
+    queue_.pop_front();
+    Unit& unit = units_[static_cast<size_t>(u)];
+    if (unit.pages != Unit::Pages::kQueued) continue;
+    unit.pages = Unit::Pages::kMapping;
+    lock.unlock();
+    populate(unit);
+    lock.lock();
+    unit.pages = Unit::Pages::kIn;
+    cv_.notify_all();
+  }
+}
+
+int64_t WeightResidency::streamed_bytes() const {
+  int64_t n = 0;
+  for (const Unit& u : units_)
+    if (u.streamed) n += u.bytes;
+  return n;
+}
 
 void WeightResidency::fetch(int u, int64_t bytes) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (!unit.streamed || unit.in_flight > 0) return;
-  if (bytes >= unit.bytes) ::madvise(base_ + unit.offset, unit.span, MADV_WILLNEED);
-  unit.in_flight = std::min(bytes, unit.bytes);
+  unit.in_flight = bytes >= unit.bytes ? static_cast<int64_t>(unit.span) : bytes;  // whole: its pages, padding too
   resident_bytes_ += unit.in_flight;
   peak_bytes_ = std::max(peak_bytes_, resident_bytes_);
+  if (bytes < unit.bytes) return;  // a few rows: they come by faults
+  std::lock_guard<std::mutex> lock(mu_);
+  unit.pages = Unit::Pages::kQueued;
+  if (!helper_.joinable()) return;  // one in flight: wait_in maps it
+  queue_.push_back(u);
+  cv_.notify_all();
 }
 
 void WeightResidency::release(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (unit.in_flight == 0) return;
+  {
+    // Not while the helper maps it in (it was asked for ahead and not used since).
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return unit.pages != Unit::Pages::kMapping; });
+    unit.pages = Unit::Pages::kOut;
+  }
   ::madvise(base_ + unit.offset, unit.span, MADV_DONTNEED);
   resident_bytes_ -= unit.in_flight;
   unit.in_flight = 0;
+}
+
+void WeightResidency::wait_in(int u) {
+  Unit& unit = units_[static_cast<size_t>(u)];
+  if (!unit.streamed || unit.rows_only) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (unit.pages == Unit::Pages::kQueued) {
+    // Not taken by the helper yet (or there is none): map it here, now.
+    unit.pages = Unit::Pages::kMapping;
+    lock.unlock();
+    populate(unit);
+    lock.lock();
+    unit.pages = Unit::Pages::kIn;
+    cv_.notify_all();
+    return;
+  }
+  cv_.wait(lock, [&] { return unit.pages != Unit::Pages::kMapping; });
 }
 
 void WeightResidency::read_ahead_from(int u) {
@@ -237,6 +304,7 @@ void WeightResidency::after_embedding() {
 void WeightResidency::before_layer(int layer) {
   fetch(layer_unit(layer), units_[static_cast<size_t>(layer_unit(layer))].bytes);
   read_ahead_from(layer_unit(layer));
+  wait_in(layer_unit(layer));
 }
 
 void WeightResidency::after_layer(int layer) { release(layer_unit(layer)); }
@@ -245,6 +313,7 @@ void WeightResidency::before_lm_head() {
   if (head_unit_ < 0) return;
   fetch(head_unit_, units_[static_cast<size_t>(head_unit_)].bytes);
   read_ahead_from(head_unit_);
+  wait_in(head_unit_);
 }
 
 void WeightResidency::after_lm_head() {

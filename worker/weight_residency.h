@@ -8,19 +8,25 @@
 //
 // The units streamed are the embedding table, each layer and the LM head (a tied head is the
 // table). A step reads them in that order; before a streamed unit runs it and the units after
-// it, model.weights_prefetch_layers in flight in all, are asked for (madvise WILLNEED: the
-// kernel reads them ahead), and after it ran its pages leave the process (MADV_DONTNEED; the
-// page cache may keep them, which the kernel reclaims under pressure, a container's limit
-// included). The embedding table is read a row per token: it is never read ahead, and only
-// the pages of the step's rows count while it is in use.
+// it, model.weights_prefetch_layers in flight in all, are brought in: a helper thread maps the
+// ones ahead into the process (madvise MADV_POPULATE_READ, which reads what the page cache
+// lacks and fills the page tables in one call, instead of a fault per 4 KiB page while the
+// kernels run), overlapping the current unit's compute. After a unit ran its pages leave the
+// process (MADV_DONTNEED; the page cache may keep them, which the kernel reclaims under
+// pressure, a container's limit included). The embedding table is read a row per token: it is
+// never brought in whole, and only the pages of the step's rows count while it is in use.
 //
 // Which units stay resident, by a stated rule: the norms and biases outside the layers always;
 // then the LM head (read whole every step), then layers from the first, then the embedding
 // table (a row per token), while they fit in the budget. The budget bounds that resident set:
 // the units in flight come on top, at most prefetch_layers times the largest streamed unit.
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -61,7 +67,11 @@ class WeightResidency {
   int64_t in_flight_bytes() const { return resident_bytes_ - resident_set_bytes_; }
   int64_t peak_resident_bytes() const { return peak_bytes_; }
   int64_t budget_bytes() const { return budget_bytes_; }
+  // The largest streamed unit's pages (its bytes rounded up to whole pages).
   int64_t largest_streamed_bytes() const { return largest_streamed_; }
+  // Bytes of the units streamed: what a step reads from the spill file (the embedding table's
+  // counted whole, though a step reads only its rows).
+  int64_t streamed_bytes() const;
   int prefetch_layers() const { return prefetch_; }
   // The streamed part (for a test reading the process's resident pages of it).
   const void* spill_begin() const { return base_; }
@@ -78,6 +88,8 @@ class WeightResidency {
     int64_t row_bytes = 0;   // the table's (untied or tied): what one token's lookup reads
     size_t offset = 0, span = 0;  // page-aligned region of the mapping when streamed
     int64_t in_flight = 0;        // bytes counted while asked for
+    // Its pages: not asked for, queued for the helper, being mapped in, in the process.
+    enum class Pages : uint8_t { kOut, kQueued, kMapping, kIn } pages = Pages::kOut;
   };
   WeightResidency() = default;
   // Unit indexes in a step's order: the table (when untied), the layers, the head.
@@ -85,6 +97,12 @@ class WeightResidency {
   void fetch(int unit, int64_t bytes);
   void release(int unit);
   void read_ahead_from(int unit);
+  // Returns once a unit asked for whole is in the process (mapping it here if the helper has
+  // not started on it).
+  void wait_in(int unit);
+  // Maps a unit's pages into the process (MADV_POPULATE_READ, else they come by faults).
+  void populate(const Unit& unit) const;
+  void helper_loop();
 
   std::vector<Unit> units_;
   int first_layer_unit_ = 0, head_unit_ = -1, table_unit_ = -1;
@@ -94,6 +112,12 @@ class WeightResidency {
   std::shared_ptr<const void> mapping_;  // the tensors keep it too
   char* base_ = nullptr;
   size_t mapped_ = 0;
+  // The helper that brings units ahead in; Unit::pages is guarded by mu_.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  bool stop_ = false;
+  std::thread helper_;
 };
 
 }  // namespace tessera
