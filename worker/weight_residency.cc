@@ -217,14 +217,17 @@ void WeightResidency::helper_loop() {
     const int u = queue_.front();
     queue_.pop_front();
     Unit& unit = units_[static_cast<size_t>(u)];
-    if (unit.pages != Unit::Pages::kQueued) continue;
-    unit.pages = Unit::Pages::kMapping;
-    lock.unlock();
-    populate(unit);
-    lock.lock();
-    unit.pages = Unit::Pages::kIn;
-    cv_.notify_all();
+    if (unit.pages == Unit::Pages::kQueued) map_in(unit, lock);
   }
+}
+
+void WeightResidency::map_in(Unit& unit, std::unique_lock<std::mutex>& lock) {
+  unit.pages = Unit::Pages::kMapping;
+  lock.unlock();
+  populate(unit);
+  lock.lock();
+  unit.pages = Unit::Pages::kIn;
+  cv_.notify_all();
 }
 
 int64_t WeightResidency::streamed_bytes() const {
@@ -267,13 +270,7 @@ void WeightResidency::wait_in(int u) {
   if (!unit.streamed || unit.rows_only) return;
   std::unique_lock<std::mutex> lock(mu_);
   if (unit.pages == Unit::Pages::kQueued) {
-    // Not taken by the helper yet (or there is none): map it here, now.
-    unit.pages = Unit::Pages::kMapping;
-    lock.unlock();
-    populate(unit);
-    lock.lock();
-    unit.pages = Unit::Pages::kIn;
-    cv_.notify_all();
+    map_in(unit, lock);  // not taken by the helper yet (or there is none): here, now
     return;
   }
   cv_.wait(lock, [&] { return unit.pages != Unit::Pages::kMapping; });

@@ -103,6 +103,8 @@ class WeightResidency {
   // Maps a unit's pages into the process (MADV_POPULATE_READ, else they come by faults).
   void populate(const Unit& unit) const;
   void helper_loop();
+  // Marks a queued unit as being mapped, maps it with `lock` released, marks it in.
+  void map_in(Unit& unit, std::unique_lock<std::mutex>& lock);
 
   std::vector<Unit> units_;
   int first_layer_unit_ = 0, head_unit_ = -1, table_unit_ = -1;

@@ -241,6 +241,26 @@ class ChatHttpTest : public ::testing::Test {
     }
   }
 
+  // One get_weather({"city": "Paris"}) call after thoughts, and no content: whole and streamed.
+  // Returns the whole reply's choice.
+  json expect_paris_weather_call(const json& b) {
+    const json choice = post(b)["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << choice;
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
+    EXPECT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
+    if (choice["message"]["tool_calls"].size() == 1u) {
+      EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+      EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+                json({{"city", "Paris"}}));
+    }
+    const Folded s = stream(b);
+    EXPECT_EQ(s.finish_reason, "tool_calls");
+    EXPECT_EQ(s.reasoning, choice["message"]["reasoning_content"]);
+    EXPECT_EQ(s.content, nullptr);
+    EXPECT_EQ(s.tool_calls.size(), 1u);
+    return choice;
+  }
+
   std::unique_ptr<Tokenizer> tokenizer_;
   int32_t eos_ = 2;  // the id the scripted model ends with (kjv-llama's </s>)
   testing::ScriptedExecutor model_{model_writing({})};

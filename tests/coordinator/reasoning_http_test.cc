@@ -14,6 +14,7 @@ using namespace chat_http;  // NOLINT: the fixture's helpers and json aliases
 
 class ReasoningHttpTest : public ChatHttpTest {};
 
+
 // chat_template_kwargs over HTTP: DeepSeek-V3.1's template leaves its think block open with
 // {"thinking": true} (the prompt ends "<think>" instead of "<think></think>"), and /tokenize
 // renders the same; a name the template never reads is a 400 naming the field.
@@ -88,21 +89,9 @@ TEST_F(ReasoningHttpTest, ToolCallsAfterTheThoughtsAreReadFromTheAnswer) {
       "<think>The user wants the weather.</think>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
       "{\"city\": \"Paris\"}}\n</tool_call>";
   model_.set_tokens(model_writing(tokenizer_->encode(text, false)));
-  const json b = body(std::string("\"tools\": ") + kWeatherTools);
-  const json choice = post(b)["choices"][0];
-  EXPECT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  const json choice = expect_paris_weather_call(body(std::string("\"tools\": ") + kWeatherTools));
   EXPECT_NE(choice["message"]["reasoning_content"].get<std::string>().find("The user wants the weather."),
             std::string::npos) << choice;
-  EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
-  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
-  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
-            json({{"city", "Paris"}}));
-  const Folded s = stream(b);
-  EXPECT_EQ(s.finish_reason, "tool_calls");
-  EXPECT_EQ(s.reasoning, choice["message"]["reasoning_content"]);
-  EXPECT_EQ(s.content, nullptr);
-  ASSERT_EQ(s.tool_calls.size(), 1u);
-  EXPECT_EQ(s.tool_calls[0]["function"]["arguments"], choice["message"]["tool_calls"][0]["function"]["arguments"]);
 }
 
 // DeepSeek-R1's real template (this version ends the prompt at the assistant tag, and the
@@ -259,18 +248,8 @@ TEST_F(Qwen3ReasoningHttpTest, ToolCallsAfterThoughtsAreReadFromTheAnswer) {
       ids("<think>" + thoughts + "</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
           "{\"city\": \"Paris\"}}\n</tool_call>"),
       eos_));
-  const json b = body(std::string("\"tools\": ") + kWeatherTools);
-  const json choice = post(b)["choices"][0];
-  EXPECT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  const json choice = expect_paris_weather_call(body(std::string("\"tools\": ") + kWeatherTools));
   EXPECT_EQ(choice["message"]["reasoning_content"], thoughts) << choice;
-  EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
-  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
-  EXPECT_EQ(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
-            json({{"city", "Paris"}}));
-  const Folded s = stream(b);
-  EXPECT_EQ(s.finish_reason, "tool_calls");
-  EXPECT_EQ(s.reasoning, thoughts);
-  ASSERT_EQ(s.tool_calls.size(), 1u);
 }
 
 // Structured output lets the model think first: the grammar holds for the answer after
@@ -377,17 +356,8 @@ TEST_F(HarmonyHttpTest, AnalysisFinalAndCallsComeApart) {
 
   write("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
         "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>");
-  const json b = body(std::string("\"tools\": ") + kWeatherTools);
-  const json call = post(b)["choices"][0];
-  EXPECT_EQ(call["finish_reason"], "tool_calls") << call;
-  EXPECT_TRUE(call["message"]["content"].is_null()) << call;
-  ASSERT_EQ(call["message"]["tool_calls"].size(), 1u) << call;
-  EXPECT_EQ(call["message"]["tool_calls"][0]["function"]["name"], "get_weather");
-  EXPECT_EQ(json::parse(call["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
-            json({{"city", "Paris"}}));
-  const Folded streamed_call = stream(b);
-  EXPECT_EQ(streamed_call.finish_reason, "tool_calls");
-  ASSERT_EQ(streamed_call.tool_calls.size(), 1u);
+  const json call = expect_paris_weather_call(body(std::string("\"tools\": ") + kWeatherTools));
+  EXPECT_EQ(trimmed(call["message"]["reasoning_content"]), "Need the weather.") << call;
 
   const json hidden = post(body(R"("skip_special_tokens": true)"), 400);
   EXPECT_EQ(hidden["error"]["param"], "skip_special_tokens") << hidden;
