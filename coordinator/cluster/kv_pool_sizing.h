@@ -32,7 +32,9 @@ struct KvPoolModel {
   // Per rank (index = rank): K and V of one block (block_size tokens, every layer, that
   // rank's KV heads after the tensor-parallel split, in the KV dtype).
   std::vector<int64_t> bytes_per_block;
-  // Per rank: an estimate of its weights in the model dtype (taken before they are loaded).
+  // Per rank: an estimate of its weights in the model dtype (taken before they are loaded);
+  // with model.weights_memory_budget, what it holds resident: the budget and the streamed
+  // units in flight.
   std::vector<int64_t> weight_bytes;
   int block_size = 16;
   int64_t max_model_len = 0;

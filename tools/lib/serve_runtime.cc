@@ -80,6 +80,20 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
   return bytes;
 }
 
+// What a rank of `weights` bytes holds resident under model.weights_memory_budget (the KV pool
+// gets the rest of the memory): the budget plus weights_prefetch_layers of the largest
+// streamed unit in flight (worker/weight_residency.h), estimated from the shapes: a layer's
+// share of what is not the embedding table and LM head, or one of those (vocab x hidden).
+int64_t resident_weight_bytes(const ModelSection& model, const ModelConfig& mc, int world, int64_t weights) {
+  if (model.weights_memory_budget.all() || weights <= 0) return weights;
+  const int64_t table = mc.vocab * mc.hidden * static_cast<int64_t>(dtype_size(model.dtype)) / world;
+  const int64_t tables = mc.tie_embeddings ? table : 2 * table;
+  const int64_t layer = mc.layers > 0 ? std::max<int64_t>(weights - tables, 0) / mc.layers : 0;
+  const int64_t held = model.weights_memory_budget.bytes_for(weights) +
+                       model.weights_prefetch_layers * std::max(layer, table);
+  return std::min(weights, held);
+}
+
 }  // namespace
 
 StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_len) {
@@ -95,6 +109,13 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   // share a little larger).
   const QuantizationOptions quant = quantization_options(c.model);
   int64_t weights = static_cast<int64_t>(estimated_weight_bytes(*ckpt, mc, quant, c.model.dtype)) / world;
+  if (const int64_t held = resident_weight_bytes(c.model, mc, world, weights); held < weights) {
+    TESSERA_LOG_INFO("weights: about {} of each rank's {} held resident (model.weights_memory_budget {} and {} "
+                     "streamed unit(s) in flight); the KV pool is sized beside that",
+                     format_bytes(held), format_bytes(weights), c.model.weights_memory_budget.to_string(),
+                     c.model.weights_prefetch_layers);
+    weights = held;
+  }
   // A draft model's blocks lie beside the target's in the same pool (same block ids), and
   // its weights (loaded as load_draft_model does: the target's options, no rules) take their
   // share of the budget too: all of them on every rank when it is not split.
