@@ -702,6 +702,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
       TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kMlpNorm, l, &lw.mlp_norm_w, &lw.mlp_norm_b));
     }
     TESSERA_RETURN_IF_ERROR(load_mlp(r, c, l, options, &lw));
+    if (options.layer_loaded && !quant.enabled()) TESSERA_RETURN_IF_ERROR(options.layer_loaded(l, lw));
   }
   TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kFinalNorm, -1, &mw.final_norm_w, &mw.final_norm_b));
   if (c.tie_embeddings || !r.has(head_name)) {

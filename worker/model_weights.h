@@ -4,6 +4,7 @@
 // on the plain path. Whatever the checkpoint's QKV layout (separate, concatenated, grouped
 // per KV head; GPT-2's transposed Conv1D), this rank's rows are gathered into
 // [q heads | k heads | v heads] at load so both paths read one layout.
+#include <functional>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -129,6 +130,9 @@ struct WeightLoadOptions {
   // false: no LM head is loaded (server.task embed: nothing is sampled); a tied one is the
   // embedding table, which is loaded anyway.
   bool lm_head = true;
+  // Called with each layer as soon as it is loaded, when no quantization follows (weight
+  // streaming moves the layers beyond its budget out of memory there: worker/weight_residency.h).
+  std::function<Status(int layer, LayerWeights&)> layer_loaded;
 };
 // model.check_weights auto: the scan is on for checkpoints up to this size.
 inline constexpr int64_t kCheckWeightsAutoBytes = int64_t{8} << 30;

@@ -55,17 +55,44 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   const auto* cpu_backend = dynamic_cast<const CpuBackend*>(&backend);
   wo.int8_layout =
       cpu_backend != nullptr && cpu_backend->prefers_int8_panels() ? Int8WeightLayout::kCpuPanels : Int8WeightLayout::kRows;
+  std::shared_ptr<WeightSpill> spill;
+  if (!options.residency.budget.all()) {
+    if (backend.kind() != BackendKind::kCpu) {
+      return invalid_argument("model.weights_memory_budget: weights are streamed on the CPU backend only so far; the " +
+                              backend.name() + " backend keeps every weight where it computes (leave the key at all)");
+    }
+    // Decided layer by layer as they load, so that loading holds only what stays and one layer.
+    const int world = comm->world_size();
+    int64_t stored = 0;
+    for (const std::string& name : ckpt->tensor_names()) {
+      int64_t numel = 1;
+      for (int64_t d : ckpt->find(name)->shape) numel *= d;
+      stored += numel;
+    }
+    const auto elem = static_cast<int64_t>(dtype_size(options.dtype));
+    TESSERA_ASSIGN_OR_RETURN(spill, begin_weight_spill(options.residency, stored * elem / world,
+                                                       config.vocab * config.hidden * elem / world));
+    if (spill) {
+      // After each layer, the checkpoint's pages read so far leave the process too (a tensor
+      // still borrowing them reads them again from the page cache), or the file would end up
+      // resident whole.
+      wo.layer_loaded = [&spill, &ckpt, names = ckpt->tensor_names()](int l, LayerWeights& lw) {
+        TESSERA_RETURN_IF_ERROR(spill_loaded_layer(*spill, l, lw));
+        for (const std::string& name : names) ckpt->release(name);
+        return Status::ok();
+      };
+    }
+  }
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   // From here on the weights live where the backend keeps them (CUDA: device memory).
   place_model_weights(weights.value(), backend);
   std::unique_ptr<WeightResidency> residency;
   if (!options.residency.budget.all()) {
-    if (backend.kind() != BackendKind::kCpu) {
-      return invalid_argument("model.weights_memory_budget: weights are streamed on the CPU backend only so far; the " +
-                              backend.name() + " backend keeps every weight where it computes (leave the key at all)");
+    TESSERA_ASSIGN_OR_RETURN(residency, WeightResidency::make(weights.value(), options.residency, std::move(spill)));
+    if (residency) {
+      for (const std::string& name : ckpt->tensor_names()) ckpt->release(name);  // pages the spill read
     }
-    TESSERA_ASSIGN_OR_RETURN(residency, WeightResidency::make(weights.value(), options.residency));
   }
   std::unique_ptr<Transformer> t(new Transformer(std::move(config), std::move(weights).value(), ckpt->config_dir(),
                                                  options.kernel_inject, options.dtype, shard.value(), std::move(owned),

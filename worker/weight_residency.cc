@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <unordered_map>
 
 namespace tessera {
@@ -71,14 +72,137 @@ StatusOr<int> open_spill_file(const std::string& dir) {
 
 int64_t tensor_bytes(const Tensor& t) { return t.empty() ? 0 : static_cast<int64_t>(t.nbytes()); }
 
+// Bytes a unit takes in the spill file at most: its distinct buffers, each 64-byte aligned,
+// the unit page-aligned.
+size_t spill_span_bound(const UnitTensors& ts) { return page_up(static_cast<size_t>(distinct_bytes(ts)) + 64 * ts.size()); }
+
 }  // namespace
 
-StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w, const WeightResidencyOptions& options) {
-  if (options.budget.all()) return std::unique_ptr<WeightResidency>();
-  if (options.prefetch_layers < 1) {
-    return invalid_argument("model.weights_prefetch_layers: at least 1 (the layer running), got " +
-                            std::to_string(options.prefetch_layers));
+// The spill file and its read-only mapping, reserved up front (the file grows as units are
+// appended; nothing past its end is ever read). A unit appended is written, and its tensors
+// point into the mapping from then on (their host copies go as the last reference drops).
+class WeightSpill {
+ public:
+  static StatusOr<std::shared_ptr<WeightSpill>> open(const std::string& dir, size_t reserve) {
+    TESSERA_ASSIGN_OR_RETURN(const int fd, open_spill_file(dir));
+    reserve = page_up(std::max<size_t>(reserve, kSpillPage));
+    void* base = ::mmap(nullptr, reserve, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (base == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd);
+      return resource_exhausted(std::string("model.weights_spill_dir: cannot map the spill file: ") + std::strerror(e));
+    }
+    auto s = std::shared_ptr<WeightSpill>(new WeightSpill());
+    s->fd_ = fd;
+    s->dir_ = dir;
+    s->base_ = static_cast<char*>(base);
+    s->reserve_ = reserve;
+    s->mapping_ = std::shared_ptr<const void>(base, [reserve](const void* p) { ::munmap(const_cast<void*>(p), reserve); });
+    return s;
   }
+  ~WeightSpill() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Writes the unit's distinct buffers and re-points its tensors; returns its page-aligned
+  // [offset, offset + span).
+  StatusOr<std::pair<size_t, size_t>> append(const UnitTensors& ts) {
+    const size_t offset = end_;
+    if (end_ + spill_span_bound(ts) > reserve_) {
+      return internal_error("weight spill: the file outgrew its reserved mapping (" + std::to_string(reserve_) +
+                            " bytes)");
+    }
+    std::unordered_map<const void*, size_t> at;  // buffer -> its offset
+    std::vector<std::pair<Tensor*, size_t>> placements;
+    for (Tensor* t : ts) {
+      if (t->empty()) continue;
+      auto [it, fresh] = at.emplace(t->view().data, 0);
+      if (fresh) {
+        end_ = (end_ + 63) / 64 * 64;
+        it->second = end_;
+        TESSERA_RETURN_IF_ERROR(write_all(fd_, t->view().data, t->nbytes(), end_, dir_));
+        end_ += t->nbytes();
+      }
+      placements.emplace_back(t, it->second);
+    }
+    end_ = page_up(end_);
+    for (const auto& [tensor, at_offset] : placements) {
+      TensorView v = tensor->view();
+      v.data = base_ + at_offset;
+      *tensor = Tensor::borrowed(v, mapping_);
+    }
+    ::madvise(base_ + offset, end_ - offset, MADV_DONTNEED);  // not resident until a step asks
+    return std::make_pair(offset, end_ - offset);
+  }
+  char* base() const { return base_; }
+  size_t end() const { return end_; }
+  const std::string& dir() const { return dir_; }
+  const std::shared_ptr<const void>& mapping() const { return mapping_; }
+  // Layers moved while loading: their ranges; and the budget the load decided by.
+  std::vector<std::pair<size_t, size_t>> layer_ranges;
+  int64_t budget_bytes = 0;
+  int64_t room = 0;  // budget left for more resident layers while loading
+
+ private:
+  WeightSpill() = default;
+  int fd_ = -1;
+  std::string dir_;
+  char* base_ = nullptr;
+  size_t reserve_ = 0, end_ = 0;
+  std::shared_ptr<const void> mapping_;
+};
+
+namespace {
+
+std::string spill_dir_or_default(const std::string& dir) {
+  if (!dir.empty()) return dir;
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/var/tmp";
+}
+
+Status check_prefetch(const WeightResidencyOptions& options) {
+  if (options.prefetch_layers >= 1) return Status::ok();
+  return invalid_argument("model.weights_prefetch_layers: at least 1 (the layer running), got " +
+                          std::to_string(options.prefetch_layers));
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
+                                                          int64_t estimated_rank_bytes, int64_t estimated_head_bytes) {
+  if (options.budget.all()) return std::shared_ptr<WeightSpill>();
+  TESSERA_RETURN_IF_ERROR(check_prefetch(options));
+  const int64_t budget = options.budget.bytes_for(estimated_rank_bytes);
+  if (budget >= estimated_rank_bytes) return std::shared_ptr<WeightSpill>();
+  // Room for the whole estimate twice over: the estimate is of the stored elements only.
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<WeightSpill> spill,
+                           WeightSpill::open(spill_dir_or_default(options.spill_dir),
+                                             static_cast<size_t>(2 * estimated_rank_bytes) + (size_t{64} << 20)));
+  spill->budget_bytes = budget;
+  spill->room = budget - estimated_head_bytes;  // the LM head comes first by the rule
+  return spill;
+}
+
+Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw) {
+  UnitTensors ts;
+  for_each_layer_tensor(lw, [&](Tensor& t) { ts.push_back(&t); });
+  if (static_cast<int>(spill.layer_ranges.size()) != layer) return internal_error("weight spill: layers out of order");
+  const int64_t bytes = distinct_bytes(ts);
+  // Layers from the first stay while they fit; from the first that does not, all stream.
+  const bool streaming = !spill.layer_ranges.empty() && spill.layer_ranges.back().second > 0;
+  if (!streaming && bytes <= spill.room) {
+    spill.room -= bytes;
+    spill.layer_ranges.emplace_back(0, 0);
+    return Status::ok();
+  }
+  TESSERA_ASSIGN_OR_RETURN(const auto range, spill.append(ts));
+  spill.layer_ranges.push_back(range);
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w, const WeightResidencyOptions& options,
+                                                                 std::shared_ptr<WeightSpill> spill) {
+  if (options.budget.all()) return std::unique_ptr<WeightResidency>();
+  TESSERA_RETURN_IF_ERROR(check_prefetch(options));
   std::unique_ptr<WeightResidency> r(new WeightResidency());
   r->prefetch_ = options.prefetch_layers;
   const bool tied = !w.embed.empty() && w.lm_head.w.view().data == w.embed.view().data;
@@ -112,8 +236,10 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   for (const Tensor* t : {&w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w, &w.final_norm_b, &w.lm_head.b})
     r->fixed_bytes_ += tensor_bytes(*t);
   all += r->fixed_bytes_;
-  r->budget_bytes_ = options.budget.bytes_for(all);
-  if (r->budget_bytes_ >= all) return std::unique_ptr<WeightResidency>();  // everything fits
+  // Layers already moved while loading keep their place; the budget is the one the load used.
+  const bool loaded_spill = spill != nullptr && !spill->layer_ranges.empty();
+  r->budget_bytes_ = loaded_spill ? spill->budget_bytes : options.budget.bytes_for(all);
+  if (!loaded_spill && r->budget_bytes_ >= all) return std::unique_ptr<WeightResidency>();  // everything fits
   if (r->budget_bytes_ < r->fixed_bytes_) {
     return invalid_argument("model.weights_memory_budget " + options.budget.to_string() + " (" +
                             spill_mib(r->budget_bytes_) + " of this rank's " + spill_mib(all) +
@@ -129,66 +255,47 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   bool full = false;
   for (int u : order) {
     Unit& unit = r->units_[static_cast<size_t>(u)];
-    full = full || unit.bytes > room;  // resident units are a prefix of the order
-    unit.streamed = full;
-    if (!full) room -= unit.bytes;
+    const int layer = u - r->first_layer_unit_;
+    const bool is_layer = u != r->head_unit_ && u != r->table_unit_;
+    if (loaded_spill && is_layer) {
+      unit.streamed = spill->layer_ranges[static_cast<size_t>(layer)].second > 0;
+      full = full || unit.streamed;
+    } else {
+      full = full || unit.bytes > room;  // resident units are a prefix of the order
+      unit.streamed = full;
+    }
+    if (!unit.streamed) room -= unit.bytes;
   }
+  if (std::none_of(r->units_.begin(), r->units_.end(), [](const Unit& u) { return u.streamed; }))
+    return std::unique_ptr<WeightResidency>();  // it all fits after all
   r->resident_bytes_ = r->fixed_bytes_;
   for (const Unit& unit : r->units_)
     if (!unit.streamed) r->resident_bytes_ += unit.bytes;
   r->resident_set_bytes_ = r->peak_bytes_ = r->resident_bytes_;
 
-  r->spill_dir_ = options.spill_dir;
-  if (r->spill_dir_.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    r->spill_dir_ = tmp != nullptr && *tmp != '\0' ? tmp : "/var/tmp";
+  if (spill == nullptr) {
+    size_t bound = 0;
+    for (size_t u = 0; u < r->units_.size(); ++u)
+      if (r->units_[u].streamed) bound += spill_span_bound(tensors[u]);
+    TESSERA_ASSIGN_OR_RETURN(spill, WeightSpill::open(spill_dir_or_default(options.spill_dir), bound));
   }
-  TESSERA_ASSIGN_OR_RETURN(const int fd, open_spill_file(r->spill_dir_));
-  // Each streamed unit page-aligned, its distinct buffers 64-byte aligned within.
-  std::vector<std::pair<Tensor*, size_t>> placements;
-  size_t end = 0;
-  Status written = Status::ok();
-  for (size_t u = 0; u < r->units_.size() && written.is_ok(); ++u) {
+  r->spill_dir_ = spill->dir();
+  for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
-    unit.offset = end;
-    std::unordered_map<const void*, size_t> at;  // buffer -> its offset
-    for (Tensor* t : tensors[u]) {
-      if (t->empty() || !written.is_ok()) continue;
-      auto [it, fresh] = at.emplace(t->view().data, 0);
-      if (fresh) {
-        end = (end + 63) / 64 * 64;
-        it->second = end;
-        written = write_all(fd, t->view().data, t->nbytes(), end, r->spill_dir_);
-        end += t->nbytes();
-      }
-      placements.emplace_back(t, it->second);
+    const int layer = static_cast<int>(u) - r->first_layer_unit_;
+    const bool is_layer = static_cast<int>(u) != r->head_unit_ && static_cast<int>(u) != r->table_unit_;
+    if (loaded_spill && is_layer) {
+      std::tie(unit.offset, unit.span) = spill->layer_ranges[static_cast<size_t>(layer)];
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(const auto range, spill->append(tensors[u]));
+      std::tie(unit.offset, unit.span) = range;
     }
-    end = page_up(end);
-    unit.span = end - unit.offset;
     r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }
-  if (!written.is_ok()) {
-    ::close(fd);
-    return written;
-  }
-  void* base = ::mmap(nullptr, end, PROT_READ, MAP_SHARED, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file
-  if (base == MAP_FAILED) {
-    return resource_exhausted(std::string("model.weights_spill_dir: cannot map the spill file: ") +
-                              std::strerror(map_errno));
-  }
-  r->mapped_ = end;
-  r->base_ = static_cast<char*>(base);
-  r->mapping_ = std::shared_ptr<const void>(base, [end](const void* p) { ::munmap(const_cast<void*>(p), end); });
-  // The tensors now read the mapping; their host copies go as the last reference drops.
-  for (const auto& [tensor, offset] : placements) {
-    TensorView v = tensor->view();
-    v.data = r->base_ + offset;
-    *tensor = Tensor::borrowed(v, r->mapping_);
-  }
-  ::madvise(base, end, MADV_DONTNEED);  // none of it resident until a step asks
+  r->spill_ = spill;
+  r->mapped_ = spill->end();
+  r->base_ = spill->base();
   if (r->prefetch_ > 1) r->helper_ = std::thread([p = r.get()] { p->helper_loop(); });
   return r;
 }

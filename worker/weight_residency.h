@@ -35,6 +35,8 @@
 
 namespace tessera {
 
+class WeightSpill;
+
 struct WeightResidencyOptions {
   WeightsBudget budget;     // all: every weight resident (no streaming)
   std::string spill_dir;    // where the spill file goes; empty: $TMPDIR, else /var/tmp
@@ -46,7 +48,10 @@ class WeightResidency {
   // Streams what `options.budget` leaves out of `weights` (host memory: the CPU backend);
   // null when every weight fits. Errors name the key: a budget below the tensors that always
   // stay resident, a spill directory that cannot take the file.
-  static StatusOr<std::unique_ptr<WeightResidency>> make(ModelWeights& weights, const WeightResidencyOptions& options);
+  // `spill`: the one begin_weight_spill made before loading, holding the layers moved while
+  // they loaded (null: everything is decided and moved here).
+  static StatusOr<std::unique_ptr<WeightResidency>> make(ModelWeights& weights, const WeightResidencyOptions& options,
+                                                         std::shared_ptr<WeightSpill> spill = nullptr);
   ~WeightResidency();
   WeightResidency(const WeightResidency&) = delete;
   WeightResidency& operator=(const WeightResidency&) = delete;
@@ -111,7 +116,7 @@ class WeightResidency {
   int64_t resident_bytes_ = 0, resident_set_bytes_ = 0, peak_bytes_ = 0, budget_bytes_ = 0, largest_streamed_ = 0, fixed_bytes_ = 0;
   int prefetch_ = 2;
   std::string spill_dir_;
-  std::shared_ptr<const void> mapping_;  // the tensors keep it too
+  std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)
   char* base_ = nullptr;
   size_t mapped_ = 0;
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
@@ -121,5 +126,16 @@ class WeightResidency {
   bool stop_ = false;
   std::thread helper_;
 };
+
+// Streaming decided while loading, so that loading never holds more than the resident share
+// and the layer being loaded: before the weights load, a spill file (with room reserved from
+// `estimated_rank_bytes`, the rank's weights as stored) and the budget; then each layer as it
+// is loaded stays (layers from the first while they fit beside `estimated_head_bytes` for the
+// LM head, which the rule keeps first) or moves to the file at once. Null when the budget
+// holds everything. For weights quantized after loading it is not used (they are decided
+// and moved afterwards, by make()).
+StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
+                                                          int64_t estimated_rank_bytes, int64_t estimated_head_bytes);
+Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& layer_weights);
 
 }  // namespace tessera
