@@ -18,7 +18,6 @@
 #include "bench/memory_bandwidth.h"
 #include "bench/model_flops.h"
 #include "bench/peak_flops.h"
-#include "common/weights_budget.h"
 #include "common/logging.h"
 #include "common/quantization_flags.h"
 #include "kernels/backend.h"
@@ -29,6 +28,7 @@
 #include "bench/engine_run.h"
 #include "tools/lib/prompt_ids.h"
 #include "tools/lib/speculative_flags.h"
+#include "tools/lib/weight_streaming_flags.h"
 #include "worker/draft_model.h"
 #include "worker/generator.h"
 #include "worker/model_checkpoint.h"
@@ -40,9 +40,7 @@ namespace {
 
 struct Options {
   std::string model;
-  std::string weights_budget = "all";  // --weights-budget (model.weights_memory_budget)
-  std::string weights_spill_dir;
-  int weights_prefetch_layers = 2;
+  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-prefetch-layers
   std::string dtype = "float32";
   std::string quantize = "auto";            // --quantize auto|none|int8|int4 (docs/quantization.md)
   std::string quantize_group = "auto";  // --quantize-group
@@ -95,9 +93,7 @@ Status run(const Options& o) {
   }
   lo.dtype = *dtype;
   lo.kernel_inject = !o.no_kernel_inject;
-  StatusOr<WeightsBudget> budget = parse_weights_budget(o.weights_budget);
-  if (!budget.is_ok()) return invalid_argument("--weights-budget: " + budget.status().message());
-  lo.residency = {*budget, o.weights_spill_dir, o.weights_prefetch_layers};
+  TESSERA_ASSIGN_OR_RETURN(lo.residency, weight_residency_from_flags(o.weights));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
   if (const WeightResidency* r = model->residency()) std::cerr << r->plan() << "\n";
   const ModelConfig& c = model->config();
@@ -267,12 +263,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera-bench: prefill/decode throughput, memory-bandwidth roofline (read bandwidth) and compute roofline (measured peak FMA rate)"};
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
-  app.add_option("--weights-budget", o.weights_budget,
-                 "weights kept resident: all, bytes (6GiB) or a share (25%); the rest streamed from a spill file")
-      ->capture_default_str();
-  app.add_option("--weights-spill-dir", o.weights_spill_dir, "folder of the spill file (default: $TMPDIR, else /var/tmp)");
-  app.add_option("--weights-prefetch-layers", o.weights_prefetch_layers, "streamed units in flight")
-      ->capture_default_str();
+  add_weight_streaming_flags(app, o.weights);
   app.add_option("--quantize", o.quantize, "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4")->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();

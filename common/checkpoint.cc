@@ -397,4 +397,15 @@ void Checkpoint::release(const std::string& name) const {
   it->second.file->release(it->second.info->data, it->second.info->nbytes);
 }
 
+void Checkpoint::release_all() const {
+  std::unordered_map<const WeightFile*, std::pair<const char*, const char*>> spans;
+  for (const auto& [name, e] : tensors_) {
+    const auto* begin = static_cast<const char*>(e.info->data);
+    auto [it, fresh] = spans.emplace(e.file, std::make_pair(begin, begin + e.info->nbytes));
+    it->second.first = std::min(it->second.first, begin);
+    it->second.second = std::max(it->second.second, begin + e.info->nbytes);
+  }
+  for (const auto& [file, span] : spans) file->release(span.first, static_cast<size_t>(span.second - span.first));
+}
+
 }  // namespace tessera

@@ -63,6 +63,8 @@ class Checkpoint {
   // Drops the mapped pages of `name` from this process once a converted copy exists, so
   // that peak RSS stays near the model size. Borrowed tensors stay valid (pages re-read).
   void release(const std::string& name) const;
+  // release() for every tensor, one call per file over the span its tensors cover.
+  void release_all() const;
   // Sum of tensor bytes on disk (a PyTorch storage shared by several tensors counts once
   // per tensor).
   int64_t total_bytes() const { return total_bytes_; }

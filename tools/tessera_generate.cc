@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <map>
 
-#include "common/weights_budget.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "common/quantization_flags.h"
@@ -27,6 +26,7 @@
 #include "tools/lib/main_guard.h"
 #include "tools/lib/prompt_ids.h"
 #include "tools/lib/speculative_flags.h"
+#include "tools/lib/weight_streaming_flags.h"
 #include "worker/model_checkpoint.h"
 #include "worker/model_config.h"
 
@@ -35,9 +35,7 @@ namespace {
 
 struct Options {
   std::string model;
-  std::string weights_budget = "all";
-  std::string weights_spill_dir;
-  int weights_prefetch_layers = 2;
+  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-prefetch-layers
   std::string prompt;
   std::string prompt_ids;
   std::string prompt_ids_file;
@@ -188,11 +186,7 @@ Status run(const Options& o) {
   lo.program = "tessera-gen";
   lo.draft_model = o.speculative.draft_model;
   TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
-  StatusOr<WeightsBudget> budget = parse_weights_budget(o.weights_budget);
-  if (!budget.is_ok()) return invalid_argument("--weights-budget: " + budget.status().message());
-  if (o.weights_prefetch_layers < 1 || o.weights_prefetch_layers > 64)
-    return invalid_argument("--weights-prefetch-layers: expected 1 to 64, got " + std::to_string(o.weights_prefetch_layers));
-  lo.residency = {*budget, o.weights_spill_dir, o.weights_prefetch_layers};
+  TESSERA_ASSIGN_OR_RETURN(lo.residency, weight_residency_from_flags(o.weights));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> local, LocalExecutor::start(lo, sc));
   std::unique_ptr<LogitRecorder> recorder;
   StepExecutor* runner = &local->executor();
@@ -289,15 +283,7 @@ int generate_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,
                  "REGEX=int8|int4|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
-  app.add_option("--weights-budget", o.weights_budget,
-                 "bytes of weights each rank keeps resident (all, a byte count such as 6GiB, or a share such as 25%); "
-                 "the other layers are streamed from a spill file (model.weights_memory_budget; CPU backend)")
-      ->capture_default_str();
-  app.add_option("--weights-spill-dir", o.weights_spill_dir,
-                 "folder for the streamed layers' spill file (default: $TMPDIR, else /var/tmp)");
-  app.add_option("--weights-prefetch-layers", o.weights_prefetch_layers,
-                 "streamed layers in flight: the one running and those read ahead (model.weights_prefetch_layers)")
-      ->capture_default_str();
+  add_weight_streaming_flags(app, o.weights);
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");

@@ -76,9 +76,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
       // After each layer, the checkpoint's pages read so far leave the process too (a tensor
       // still borrowing them reads them again from the page cache), or the file would end up
       // resident whole.
-      wo.layer_loaded = [&spill, &ckpt, names = ckpt->tensor_names()](int l, LayerWeights& lw) {
+      wo.layer_loaded = [&spill, &ckpt](int l, LayerWeights& lw) {
         TESSERA_RETURN_IF_ERROR(spill_loaded_layer(*spill, l, lw));
-        for (const std::string& name : names) ckpt->release(name);
+        ckpt->release_all();
         return Status::ok();
       };
     }
@@ -90,9 +90,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   std::unique_ptr<WeightResidency> residency;
   if (!options.residency.budget.all()) {
     TESSERA_ASSIGN_OR_RETURN(residency, WeightResidency::make(weights.value(), options.residency, std::move(spill)));
-    if (residency) {
-      for (const std::string& name : ckpt->tensor_names()) ckpt->release(name);  // pages the spill read
-    }
+    if (residency) ckpt->release_all();  // pages the spill read
   }
   std::unique_ptr<Transformer> t(new Transformer(std::move(config), std::move(weights).value(), ckpt->config_dir(),
                                                  options.kernel_inject, options.dtype, shard.value(), std::move(owned),

@@ -136,7 +136,6 @@ class WeightSpill {
   char* base() const { return base_; }
   size_t end() const { return end_; }
   const std::string& dir() const { return dir_; }
-  const std::shared_ptr<const void>& mapping() const { return mapping_; }
   // Layers moved while loading: their ranges; and the budget the load decided by.
   std::vector<std::pair<size_t, size_t>> layer_ranges;
   int64_t budget_bytes = 0;
@@ -212,7 +211,6 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     r->table_unit_ = 0;
     r->units_.push_back({"embedding table"});
     r->units_.back().rows_only = true;
-    r->units_.back().row_bytes = static_cast<int64_t>(w.embed.nbytes()) / w.embed.dim(0);
     tensors.push_back({&w.embed});
   }
   r->first_layer_unit_ = static_cast<int>(r->units_.size());
@@ -228,9 +226,10 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     if (tied) {
       tensors.back().push_back(&w.embed);
       r->table_unit_ = r->head_unit_;
-      r->units_.back().row_bytes = static_cast<int64_t>(w.embed.nbytes()) / w.embed.dim(0);
     }
   }
+  if (r->table_unit_ >= 0)
+    r->units_[static_cast<size_t>(r->table_unit_)].row_bytes = static_cast<int64_t>(w.embed.nbytes()) / w.embed.dim(0);
   int64_t all = 0;
   for (size_t u = 0; u < r->units_.size(); ++u) all += r->units_[u].bytes = distinct_bytes(tensors[u]);
   for (const Tensor* t : {&w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w, &w.final_norm_b, &w.lm_head.b})
@@ -255,9 +254,8 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   bool full = false;
   for (int u : order) {
     Unit& unit = r->units_[static_cast<size_t>(u)];
-    const int layer = u - r->first_layer_unit_;
-    const bool is_layer = u != r->head_unit_ && u != r->table_unit_;
-    if (loaded_spill && is_layer) {
+    const int layer = r->layer_of(u);
+    if (loaded_spill && layer >= 0) {
       unit.streamed = spill->layer_ranges[static_cast<size_t>(layer)].second > 0;
       full = full || unit.streamed;
     } else {
@@ -279,13 +277,11 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
       if (r->units_[u].streamed) bound += spill_span_bound(tensors[u]);
     TESSERA_ASSIGN_OR_RETURN(spill, WeightSpill::open(spill_dir_or_default(options.spill_dir), bound));
   }
-  r->spill_dir_ = spill->dir();
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
-    const int layer = static_cast<int>(u) - r->first_layer_unit_;
-    const bool is_layer = static_cast<int>(u) != r->head_unit_ && static_cast<int>(u) != r->table_unit_;
-    if (loaded_spill && is_layer) {
+    const int layer = r->layer_of(static_cast<int>(u));
+    if (loaded_spill && layer >= 0) {
       std::tie(unit.offset, unit.span) = spill->layer_ranges[static_cast<size_t>(layer)];
     } else {
       TESSERA_ASSIGN_OR_RETURN(const auto range, spill->append(tensors[u]));
@@ -294,7 +290,6 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }
   r->spill_ = spill;
-  r->mapped_ = spill->end();
   r->base_ = spill->base();
   if (r->prefetch_ > 1) r->helper_ = std::thread([p = r.get()] { p->helper_loop(); });
   return r;
@@ -358,6 +353,8 @@ void WeightResidency::fetch(int u, int64_t bytes) {
   cv_.notify_all();
 }
 
+void WeightResidency::fetch_whole(int u) { fetch(u, units_[static_cast<size_t>(u)].bytes); }
+
 void WeightResidency::release(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (unit.in_flight == 0) return;
@@ -388,7 +385,7 @@ void WeightResidency::read_ahead_from(int u) {
   for (int d = 1, v = u; d < prefetch_; ++d) {
     v = (v + 1) % n;
     if (units_[static_cast<size_t>(v)].rows_only) v = (v + 1) % n;  // the table is read by rows, not ahead
-    fetch(v, units_[static_cast<size_t>(v)].bytes);
+    fetch_whole(v);
   }
 }
 
@@ -406,16 +403,17 @@ void WeightResidency::after_embedding() {
 }
 
 void WeightResidency::before_layer(int layer) {
-  fetch(layer_unit(layer), units_[static_cast<size_t>(layer_unit(layer))].bytes);
-  read_ahead_from(layer_unit(layer));
-  wait_in(layer_unit(layer));
+  const int u = layer_unit(layer);
+  fetch_whole(u);
+  read_ahead_from(u);
+  wait_in(u);
 }
 
 void WeightResidency::after_layer(int layer) { release(layer_unit(layer)); }
 
 void WeightResidency::before_lm_head() {
   if (head_unit_ < 0) return;
-  fetch(head_unit_, units_[static_cast<size_t>(head_unit_)].bytes);
+  fetch_whole(head_unit_);
   read_ahead_from(head_unit_);
   wait_in(head_unit_);
 }
@@ -425,14 +423,11 @@ void WeightResidency::after_lm_head() {
 }
 
 std::string WeightResidency::plan() const {
-  int64_t streamed = 0;
   int resident_layers = 0, streamed_layers = 0;
   std::string resident_units = "norms", streamed_units;
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& unit = units_[u];
-    if (unit.streamed) streamed += unit.bytes;
-    const bool layer = static_cast<int>(u) >= first_layer_unit_ && static_cast<int>(u) != head_unit_;
-    if (layer) {
+    if (layer_of(static_cast<int>(u)) >= 0) {
       ++(unit.streamed ? streamed_layers : resident_layers);
     } else {
       std::string& list = unit.streamed ? streamed_units : resident_units;
@@ -441,9 +436,9 @@ std::string WeightResidency::plan() const {
   }
   if (resident_layers > 0) resident_units += ", " + layers_text(resident_layers);
   if (streamed_layers > 0) streamed_units += (streamed_units.empty() ? "" : ", ") + layers_text(streamed_layers);
-  return "weights: budget " + spill_mib(budget_bytes_) + "; resident " + spill_mib(resident_bytes_) + " (" +
-         resident_units + "); streamed " + spill_mib(streamed) + " per step (" + streamed_units + "; the largest " +
-         spill_mib(largest_streamed_) + ") from an unlinked spill file in " + spill_dir_ + "; " +
+  return "weights: budget " + spill_mib(budget_bytes_) + "; resident " + spill_mib(resident_set_bytes_) + " (" +
+         resident_units + "); streamed " + spill_mib(streamed_bytes()) + " per step (" + streamed_units +
+         "; the largest " + spill_mib(largest_streamed_) + ") from an unlinked spill file in " + spill_->dir() + "; " +
          std::to_string(prefetch_) + " in flight";
 }
 

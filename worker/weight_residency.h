@@ -78,9 +78,8 @@ class WeightResidency {
   // counted whole, though a step reads only its rows).
   int64_t streamed_bytes() const;
   int prefetch_layers() const { return prefetch_; }
-  // The streamed part (for a test reading the process's resident pages of it).
+  // The spill mapping's start (for a test reading the process's resident pages of it).
   const void* spill_begin() const { return base_; }
-  size_t spill_bytes() const { return mapped_; }
   // One line for the start-up log: resident and streamed bytes and units, the spill folder.
   std::string plan() const;
 
@@ -99,7 +98,12 @@ class WeightResidency {
   WeightResidency() = default;
   // Unit indexes in a step's order: the table (when untied), the layers, the head.
   int layer_unit(int layer) const { return first_layer_unit_ + layer; }
+  // The layer a unit is, or -1 for the table and the head.
+  int layer_of(int unit) const {
+    return unit >= first_layer_unit_ && unit != head_unit_ ? unit - first_layer_unit_ : -1;
+  }
   void fetch(int unit, int64_t bytes);
+  void fetch_whole(int unit);
   void release(int unit);
   void read_ahead_from(int unit);
   // Returns once a unit asked for whole is in the process (mapping it here if the helper has
@@ -115,10 +119,8 @@ class WeightResidency {
   int first_layer_unit_ = 0, head_unit_ = -1, table_unit_ = -1;
   int64_t resident_bytes_ = 0, resident_set_bytes_ = 0, peak_bytes_ = 0, budget_bytes_ = 0, largest_streamed_ = 0, fixed_bytes_ = 0;
   int prefetch_ = 2;
-  std::string spill_dir_;
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)
-  char* base_ = nullptr;
-  size_t mapped_ = 0;
+  char* base_ = nullptr;  // spill_'s mapping
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
   std::mutex mu_;
   std::condition_variable cv_;

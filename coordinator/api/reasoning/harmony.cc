@@ -47,8 +47,7 @@ std::pair<size_t, size_t> first_of(std::string_view text, const std::array<std::
 }  // namespace
 
 void HarmonyReader::start_body(std::string_view header, ReasoningDelta& out) {
-  const std::string_view recipient = word_after(header, " to=").empty() ? word_after(header, "to=")
-                                                                        : word_after(header, " to=");
+  const std::string_view recipient = word_after(header, "to=");
   const std::string_view channel = word_after(header, kChannel);
   state_ = State::kBody;
   if (!recipient.empty()) {

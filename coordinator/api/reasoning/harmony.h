@@ -34,7 +34,7 @@ class HarmonyReader {
  private:
   enum class State : uint8_t { kHeader, kBody };
   enum class Body : uint8_t { kThoughts, kAnswer, kCall };
-  // A header is complete in pending_ up to `end` (its <|message|> excluded): what follows.
+  // A whole header (its <|message|> excluded) read: the body it opens.
   void start_body(std::string_view header, ReasoningDelta& out);
 
   State state_ = State::kHeader;

@@ -1,0 +1,29 @@
+#include "tools/lib/weight_streaming_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "common/weights_budget.h"
+
+namespace tessera {
+
+void add_weight_streaming_flags(CLI::App& app, WeightStreamingFlags& flags) {
+  app.add_option("--weights-budget", flags.budget,
+                 "bytes of weights each rank keeps resident (all, a byte count such as 6GiB, or a share such as 25%); "
+                 "the rest is streamed from a spill file (model.weights_memory_budget; CPU backend)")
+      ->capture_default_str();
+  app.add_option("--weights-spill-dir", flags.spill_dir,
+                 "folder for the streamed weights' spill file (default: $TMPDIR, else /var/tmp)");
+  app.add_option("--weights-prefetch-layers", flags.prefetch_layers,
+                 "streamed units in flight: the one running and those read ahead (model.weights_prefetch_layers)")
+      ->capture_default_str();
+}
+
+StatusOr<WeightResidencyOptions> weight_residency_from_flags(const WeightStreamingFlags& flags) {
+  StatusOr<WeightsBudget> budget = parse_weights_budget(flags.budget);
+  if (!budget.is_ok()) return invalid_argument("--weights-budget: " + budget.status().message());
+  if (flags.prefetch_layers < 1 || flags.prefetch_layers > 64)
+    return invalid_argument("--weights-prefetch-layers: expected 1 to 64, got " + std::to_string(flags.prefetch_layers));
+  return WeightResidencyOptions{*budget, flags.spill_dir, flags.prefetch_layers};
+}
+
+}  // namespace tessera
