@@ -334,10 +334,13 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
   const bool is_static = config_.mode == BatchingMode::kStatic;
   // Static batching forms a batch only when the previous one has completely finished.
   const bool forming = is_static && static_members_left_ == 0;
+  // Sequences waiting for a costly grammar's mask on the warmer sit out the steps (seconds at
+  // a time): they do not slow the others, so the time-per-token budget does not count them.
+  int paced = static_cast<int>(std::count_if(running_.begin(), running_.end(), [](const Entry* r) { return !r->mask_deferred; }));
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
     if (!is_static && budget == 0) break;
-    if (!is_static && !running_.empty() && !tpot_admits(static_cast<int>(running_.size()) + 1)) break;
+    if (!is_static && paced > 0 && !tpot_admits(paced + 1)) break;
     Entry& e = **it;
     if (is_static && !forming && !e.batch_member) {
       ++it;  // not part of the running batch: waits for the next one
@@ -384,6 +387,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     e.pooled_sum.clear();  // a resumed embedding pools its prompt again
     e.pooled_rows = 0;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), &e, RunsBefore{}), &e);
+    ++paced;
     if (forming) {
       e.batch_member = true;
       ++static_members_left_;

@@ -11,8 +11,10 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "coordinator/api/grammars/request_constraint.h"
 #include "coordinator/engine/scheduler.h"
 #include "coordinator/engine/step_cost_model.h"
 #include "tests/coordinator/kv_checking_executor.h"
@@ -183,11 +185,14 @@ PlanLoad plan_load(const Scheduler& sched, const StepPlan& plan) {
 struct SyntheticRun {
   explicit SyntheticRun(const SchedulerConfig& c) : sched(c), exec(c.block_size, c.num_blocks) {}
 
-  SeqId add(int len, int max_new) {
+  // `constraint` (may be null): the request's structured output.
+  SeqId add(int len, int max_new, std::shared_ptr<const structured::TokenConstraint> constraint = nullptr) {
     const SeqId id = next_id++;
     std::vector<int32_t> p = counting_prompt(len, static_cast<int32_t>(id * 1000));
     exec.add(id, p);
-    EXPECT_TRUE(sched.add_request(id, make_request(p, max_new)).is_ok());
+    auto request = std::make_shared<Request>(*make_request(p, max_new));
+    request->constraint = std::move(constraint);
+    EXPECT_TRUE(sched.add_request(id, request).is_ok());
     return id;
   }
   void warm_up_step(int step) {
@@ -433,6 +438,36 @@ TEST(DecodeLatencyBudget, TpotBudgetAdmitsOnlyWhatTheTargetAllows) {
       EXPECT_GE(most_running, 12);
     }
   }
+}
+
+// Sequences waiting for their grammar's mask (a costly grammar's masks take seconds on the
+// warmer) sit out the steps, so they do not count against the target: eight of them, never
+// given their masks here, must not keep the requests that arrive after them from starting.
+TEST(DecodeLatencyBudget, TpotBudgetDoesNotCountSequencesWaitingForTheirMask) {
+  SchedulerConfig c = budget_config(1024);
+  c.max_tpot_slowdown = 1.5;
+  c.structured_mask_budget_ms = 50;
+  SyntheticRun run(c);
+  run.add(4, 40);
+  auto vocab = std::make_shared<const structured::TokenVocabulary>(std::vector<std::string>{"", "a", "b"});
+  std::vector<SeqId> waiting_for_masks, plain;
+  for (int step = 0; step < 400; ++step) {
+    run.warm_up_step(step);
+    if (step == 30) {
+      // Fresh grammars: no first mask cached, so each goes to the warmer (and this loop never
+      // takes the warmer's results up, as Engine::step would).
+      for (int i = 0; i < 8; ++i) {
+        auto grammar = std::make_shared<const structured::TokenConstraint>(
+            structured::compile_constraint(structured::ConstraintKind::kRegex, "(a|b)+").value(), vocab);
+        waiting_for_masks.push_back(run.add(4, 10, grammar));
+      }
+    }
+    if (step == 31)
+      for (int i = 0; i < 6; ++i) plain.push_back(run.add(20, 30));
+    run.step();
+  }
+  for (SeqId id : plain) EXPECT_EQ(run.outputs.count(id), 1u) << "request " << id << " never finished";
+  for (SeqId id : waiting_for_masks) EXPECT_EQ(run.outputs.count(id), 0u) << "request " << id << " had no mask";
 }
 
 // The credit is per stream and saved: a sequence that decoded alone in fast steps lets a

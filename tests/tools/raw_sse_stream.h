@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -75,9 +76,11 @@ inline void parse_raw_sse(const std::string& raw, RawSseStream* out) {
 }
 
 // POSTs `body` to `path` (Connection: close) and reads until the server closes.
-// `first_event` (may be null) is set once the first `data: ` bytes have arrived.
+// `first_event` (may be null) is set once the first `data: ` bytes have arrived; `reads`
+// (may be null) gets the time each read returned bytes, for a stream's pace.
 inline RawSseStream read_raw_sse(int port, const std::string& path, const std::string& body,
-                                 std::atomic<bool>* first_event = nullptr, int timeout_s = 120) {
+                                 std::atomic<bool>* first_event = nullptr, int timeout_s = 120,
+                                 std::vector<std::chrono::steady_clock::time_point>* reads = nullptr) {
   RawSseStream out;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{timeout_s, 0};
@@ -107,6 +110,7 @@ inline RawSseStream read_raw_sse(int port, const std::string& path, const std::s
       break;
     }
     raw.append(buf, static_cast<size_t>(n));
+    if (reads) reads->push_back(std::chrono::steady_clock::now());
     if (first_event && raw.find("data: ") != std::string::npos) first_event->store(true);
   }
   close(fd);

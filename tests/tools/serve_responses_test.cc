@@ -82,7 +82,9 @@ TEST_F(ServeResponses, AResponseSaysWhatTheChatCompletionSays) {
   EXPECT_EQ(r["usage"]["output_tokens"], chat["usage"]["completion_tokens"]);
   const bool cut = chat["choices"][0]["finish_reason"] == "length";
   EXPECT_EQ(r["status"], cut ? "incomplete" : "completed");
-  if (cut) EXPECT_EQ(r["incomplete_details"]["reason"], "max_output_tokens");
+  if (cut) {
+    EXPECT_EQ(r["incomplete_details"]["reason"], "max_output_tokens");
+  }
 
   // Streamed: the event sequence, its deltas adding up to the same text, the same final object.
   const auto events = stream(body);
