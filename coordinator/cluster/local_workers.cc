@@ -49,6 +49,10 @@ Status LocalWorkers::spawn(int rank) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
+    // A process group of its own: a terminal's Ctrl-C (or `timeout`'s signal to the group)
+    // reaches only the coordinator, which drains with its workers still there and then stops
+    // them; the parent-death signal above still ends a worker whose coordinator is gone.
+    setpgid(0, 0);
     execv(argv[0], argv.data());
     _exit(127);
   }

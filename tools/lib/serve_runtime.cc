@@ -394,6 +394,16 @@ class WorkerSupervisor {
   std::thread thread_;
 };
 
+// The API context the front ends serve with, as the HTTP server builds its own.
+ApiContext served_api_context(const TesseraConfig& c, const ServedModel& model, const EngineService& service) {
+  ApiContext api = make_api_context(model.tokenizer.get(), std::filesystem::path(c.model.path).filename().string(),
+                                    service.max_model_len(), model.chat_renderer, model.tool_calls, model.reasoning);
+  api.max_model_len_limit = service.max_model_len_limit();
+  api.generation = c.server.task != "embed";
+  api.embeddings = model.embeddings;
+  return api;
+}
+
 // The drain, in the order that keeps every stream whole: stop admitting (503 + Retry-After);
 // let the engine end every request (finished, or cut at the deadline: each choice gets its
 // final event, posted to its connection); only then close the front ends, which write
@@ -409,7 +419,7 @@ void drain(HttpServer& http, ZmqClientServer* zmq_clients, EngineService& servic
 
 }  // namespace
 
-Status serve(ServeOptions o) {
+Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflight& preflight) {
   // SIGTERM/SIGINT are watched from the start, before any thread exists (so every thread
   // inherits their mask): a signal during set-up stops it at once, one while serving drains.
   ShutdownSignals signals;
@@ -423,7 +433,7 @@ Status serve(ServeOptions o) {
   c.model.path = std::filesystem::absolute(c.model.path).lexically_normal().string();
   // The local workers resolve worker.cpu under this environment: a bad TESSERA_CPU_* is one error here.
   TESSERA_RETURN_IF_ERROR(kernel_options_from_environment(c.worker.cpu).status());
-  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> api_keys, configured_api_keys(c.server.http));
+  if (preflight) TESSERA_RETURN_IF_ERROR(preflight(c));
   // The model's shape and the parallel plan now; its tokenizer and chat template below,
   // while the workers load.
   ServedModel model;
@@ -510,36 +520,61 @@ Status serve(ServeOptions o) {
   EngineService service(eo, *group, model.tokenizer.get());
   service.start();
 
-  auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
-  const HttpServerOptions ho = http_server_options(c, api_keys, model, zmq_replies);
-  HttpServer http(ho, service, model.tokenizer.get());
-  http.ready_check = [g] { return g->is_complete(); };
-  TESSERA_RETURN_IF_ERROR(http.start());
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClientServer> zmq_clients,
-                           start_zmq_clients(c, ho, zmq_replies, service, model.tokenizer.get()));
-  TESSERA_LOG_INFO("listening on http://{}:{}", ho.host, http.port());
-
+  Status served;
   {
     std::optional<WorkerSupervisor> supervisor;
     // A rank told to restart with the group gets as long as the group allows a silence to
     // exit on its own before it is killed.
     const auto silence_limit = std::chrono::milliseconds(int64_t{c.server.heartbeat_ms} * c.server.heartbeat_misses);
     if (o.spawn_workers) supervisor.emplace(workers, *group, silence_limit);
-    // Serving. The first signal drains, a second one cuts the drain short.
-    const int drain_seconds = c.server.drain_timeout_s;
-    signals.set_handler([&service](int sig, int count) {
-      if (count == 1) return;  // the main thread drains
-      TESSERA_LOG_WARN("signal {} again: ending the drain now", sig);
-      service.drain_and_stop(std::chrono::milliseconds(0));
-    });
-    signals.wait();
-    TESSERA_LOG_INFO("signal {}: draining (up to {} s), new requests get 503", signals.signal(), drain_seconds);
-    drain(http, zmq_clients.get(), service, drain_seconds);
+    EngineStack stack{c, service, model.tokenizer.get(), served_api_context(c, model, service), signals,
+                      [&c, &model](std::shared_ptr<const ReplyCounter> zmq_replies) {
+                        return http_server_options(c, {}, model, std::move(zmq_replies));
+                      },
+                      [g] { return g->is_complete(); }};
+    served = front_end(stack);
+    // However the front end ended, no request is left running when the workers go.
+    service.drain_and_stop(std::chrono::milliseconds(0));
   }  // the supervisor stops before the workers do
   group->shutdown("server shutting down");
   workers.stop();
   tmp.remove();
-  signals.set_handler(nullptr);  // it uses `service`, which goes before handler_reset does
+  signals.set_handler(nullptr);  // it may use `service`, which goes before handler_reset does
+  return served;
+}
+
+Status serve(ServeOptions o) {
+  std::vector<std::string> api_keys;
+  const auto read_keys = [&api_keys](const TesseraConfig& c) -> Status {
+    TESSERA_ASSIGN_OR_RETURN(api_keys, configured_api_keys(c.server.http));
+    return Status::ok();
+  };
+  const auto front_end = [&api_keys](EngineStack& stack) -> Status {
+    const TesseraConfig& c = stack.config;
+    EngineService& service = stack.service;
+    auto zmq_replies = std::make_shared<ReplyCounter>();  // shared: /metrics shows the ZeroMQ API's replies
+    HttpServerOptions ho = stack.http_options(zmq_replies);
+    ho.api_keys = api_keys;
+    HttpServer http(ho, service, stack.tokenizer);
+    http.ready_check = stack.ready;
+    TESSERA_RETURN_IF_ERROR(http.start());
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClientServer> zmq_clients,
+                             start_zmq_clients(c, ho, zmq_replies, service, stack.tokenizer));
+    TESSERA_LOG_INFO("listening on http://{}:{}", ho.host, http.port());
+    // Serving. The first signal drains, a second one cuts the drain short.
+    const int drain_seconds = c.server.drain_timeout_s;
+    stack.signals.set_handler([&service](int sig, int count) {
+      if (count == 1) return;  // the main thread drains
+      TESSERA_LOG_WARN("signal {} again: ending the drain now", sig);
+      service.drain_and_stop(std::chrono::milliseconds(0));
+    });
+    stack.signals.wait();
+    TESSERA_LOG_INFO("signal {}: draining (up to {} s), new requests get 503", stack.signals.signal(), drain_seconds);
+    drain(http, zmq_clients.get(), service, drain_seconds);
+    stack.signals.set_handler(nullptr);  // it uses `service`
+    return Status::ok();
+  };
+  TESSERA_RETURN_IF_ERROR(run_engine_stack(std::move(o), front_end, read_keys));
   TESSERA_LOG_INFO("stopped");
   return Status::ok();
 }
