@@ -251,14 +251,8 @@ class BatchRun {
       if (it == running_.end()) return;
       Running& g = *it->second;
       if (index >= g.done.size() || g.done[index]) return;
-      ChoiceOutput& out = g.outputs[index];
-      out.text += ev.text;
-      out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = ev.prompt_logprobs;
-      out.completion_tokens = ev.completion_tokens;
-      if (!ev.embedding.empty()) out.embedding = ev.embedding;
+      add_choice_event(ev, &g.outputs[index]);
       if (!ev.finished) return;
-      out.finish_reason = ev.finish_reason;
       if (ev.finish_reason == FinishReason::kError && g.error.empty()) {
         g.error = ev.error.empty() ? "generation failed" : ev.error;
         g.unavailable = ev.unavailable;

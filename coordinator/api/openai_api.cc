@@ -178,6 +178,15 @@ std::string make_response_id(ApiEndpoint endpoint) {
   return std::string(prefix) + buf;
 }
 
+void add_choice_event(const GenerateEvent& ev, ChoiceOutput* out) {
+  out->text += ev.text;
+  out->tokens.insert(out->tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  if (!ev.prompt_logprobs.empty()) out->prompt_logprobs = ev.prompt_logprobs;
+  out->completion_tokens = ev.completion_tokens;
+  if (!ev.embedding.empty()) out->embedding = ev.embedding;
+  if (ev.finished) out->finish_reason = ev.finish_reason;
+}
+
 std::string response_body(const ApiRequest& request, const std::string& id, int64_t created,
                           const std::vector<ChoiceOutput>& choices, const Tokenizer* tokenizer) {
   if (request.endpoint == ApiEndpoint::kEmbeddings) return embeddings_response_body(request, id, created, choices);

@@ -149,6 +149,10 @@ struct ChoiceOutput {
   std::vector<float> embedding;  // an embedding request's vector, as pooled (not normalised)
 };
 
+// Adds one engine event of a choice to what was gathered of it (text, tokens, prompt
+// logprobs, counts, the embedding, and the finish reason of its last event).
+void add_choice_event(const GenerateEvent& event, ChoiceOutput* out);
+
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;

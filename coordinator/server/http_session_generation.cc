@@ -105,13 +105,8 @@ void HttpSession::on_event(uint64_t serial, size_t index, const GenerateEvent& e
   if (!gen_ || gen_->serial != serial || gen_->done[index]) return;
   Generation& g = *gen_;
   ChoiceOutput& out = g.outputs[index];
-  out.text += ev.text;
-  out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-  if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = ev.prompt_logprobs;
-  out.completion_tokens = ev.completion_tokens;
-  if (!ev.embedding.empty()) out.embedding = ev.embedding;
+  add_choice_event(ev, &out);
   if (ev.finished) {
-    out.finish_reason = ev.finish_reason;
     if (ev.finish_reason == FinishReason::kError && g.error.empty()) {
       g.error = ev.error.empty() ? "generation failed" : ev.error;
       g.unavailable = ev.unavailable;
