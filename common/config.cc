@@ -643,6 +643,7 @@ const std::vector<KeyDef>& schema() {
       TESSERA_ENUM_KEY("server.task", server.task, kTasks),
       TESSERA_INT_KEY("server.responses.max_stored", server.responses_max_stored, 0, 1000000),
       TESSERA_INT_KEY("server.responses.max_age_s", server.responses_max_age_s, 1, 30 * 86400),
+      TESSERA_STRING_KEY("server.batch_dir", server.batch_dir, read_string),
       TESSERA_BOOL_KEY("server.curve.enabled", server.curve.enabled),
       TESSERA_STRING_KEY("server.curve.server_public_key_file", server.curve.server_public_key_file, read_string),
       TESSERA_STRING_KEY("server.curve.server_secret_key_file", server.curve.server_secret_key_file, read_string),

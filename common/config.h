@@ -181,6 +181,9 @@ struct ServerSection {
   // most this many (the oldest go first), none older than max_age_s.
   int responses_max_stored = 1000;
   int responses_max_age_s = 3600;
+  // Where the Batch API (/v1/files, /v1/batches) keeps its files and batches, so that a
+  // restart finds them (and reports the batches it cut as failed); "" = no Batch API.
+  std::string batch_dir;
   CurveSection curve;
 };
 

@@ -66,7 +66,7 @@ struct BatchLine {
   std::string error_code, error;  // set: not a request
 };
 
-BatchLine read_batch_line(const std::string& text, const std::set<std::string>& seen_ids) {
+BatchLine read_batch_line(const std::string& text, const std::set<std::string>& seen_ids, const std::string& only_url) {
   BatchLine b;
   const json j = json::parse(text, nullptr, false);
   auto refuse = [&b](std::string code, std::string message) {
@@ -85,6 +85,8 @@ BatchLine read_batch_line(const std::string& text, const std::set<std::string>& 
   if (method == j.end() || *method != "POST") return refuse("invalid_method", "'method' must be \"POST\"");
   const auto url = j.find("url");
   if (url == j.end() || !url->is_string()) return refuse("invalid_url", "'url' must be a string");
+  if (!only_url.empty() && *url != only_url)
+    return refuse("invalid_url", "'url' " + url->dump() + " is not the batch's endpoint " + only_url);
   if (*url == "/v1/completions") {
     b.endpoint = ApiEndpoint::kCompletions;
   } else if (*url == "/v1/chat/completions") {
@@ -129,7 +131,7 @@ class BatchRun {
       ++line;
       if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
       ++counts_.total;
-      BatchLine b = read_batch_line(text, seen_ids_);
+      BatchLine b = read_batch_line(text, seen_ids_, options_.only_url);
       if (!b.custom_id.empty() && b.error_code != "duplicate_custom_id") seen_ids_.insert(b.custom_id);
       if (!b.error.empty()) {
         write_failure(line_error(b.custom_id, line, b.error_code, b.error));
@@ -150,7 +152,9 @@ class BatchRun {
     counts_.seconds = elapsed();
     if (options_.on_progress) options_.on_progress(counts_);
     out_.flush();
-    if (!out_) return Status(StatusCode::kInternal, "writing the batch results failed");
+    if (options_.errors != nullptr) options_.errors->flush();
+    if (!out_ || (options_.errors != nullptr && !*options_.errors))
+      return Status(StatusCode::kInternal, "writing the batch results failed");
     return counts_;
   }
 
@@ -170,11 +174,12 @@ class BatchRun {
       }
       {
         std::unique_lock<std::mutex> lock(mu_);
-        if (done()) return;
+        if (done()) break;
         cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return !finished_.empty(); });
       }
       report_if_due();
     }
+    write_finished();  // what finished between the last write and the check
   }
 
   void report_if_due() {
@@ -291,11 +296,14 @@ class BatchRun {
       out_ << response_line(g->custom_id, 200, g->id, response_body(g->request, g->id, g->created, g->outputs, api_.tokenizer))
            << '\n';
     }
+    // Results reach the file as they come, so a process killed mid-batch loses none it counted.
+    out_.flush();
+    if (options_.errors != nullptr) options_.errors->flush();
   }
 
   void write_failure(const std::string& line) {
     ++counts_.failed;
-    out_ << line << '\n';
+    (options_.errors != nullptr ? *options_.errors : out_) << line << '\n';
   }
 
   EngineService& service_;

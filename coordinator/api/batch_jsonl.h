@@ -41,6 +41,10 @@ struct BatchRunOptions {
   // Set from another thread (a signal): no further line is submitted, the running ones are
   // aborted, and run_batch_jsonl returns Cancelled once their results are written.
   const std::atomic<bool>* cancel = nullptr;
+  // Non-empty: every line's url must be this one (a batch of the Batch API names its endpoint).
+  std::string only_url;
+  // Set: failed results go here instead of `out` (the Batch API's error file).
+  std::ostream* errors = nullptr;
 };
 
 // Runs every request of `in` through `service` (as parsed with `api`) and writes their result

@@ -178,6 +178,9 @@ Status HttpServer::start() {
   s.api.max_model_len_limit = s.service.max_model_len_limit();
   s.api.generation = s.options.generation;
   s.api.embeddings = s.options.embeddings;
+  if (!s.options.batch_dir.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(s.batches, BatchStore::open(s.options.batch_dir, s.service, s.api));
+  }
   beast::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
   if (ec) return invalid_argument("server.http.host: '" + s.options.host + "' is not an IP address");
@@ -216,7 +219,11 @@ Status HttpServer::start() {
 
 int HttpServer::port() const { return impl_->port; }
 
-void HttpServer::set_draining(bool draining) { impl_->draining = draining; }
+void HttpServer::set_draining(bool draining) {
+  impl_->draining = draining;
+  // A batch would go on submitting its lines into the drain: it stops first (marked failed).
+  if (draining && impl_->batches) impl_->batches->shut_down();
+}
 bool HttpServer::draining() const { return impl_->draining; }
 
 void HttpServer::Impl::close_acceptor() {

@@ -86,6 +86,8 @@ struct HttpServerOptions {
   // none older than this (server.responses.max_stored, server.responses.max_age_s).
   int responses_max_stored = 1000;
   int responses_max_age_s = 3600;
+  // server.batch_dir: where the Batch API keeps its files and batches ("" = no Batch API).
+  std::string batch_dir;
   int idle_timeout_s = 120;           // HttpLimits::idle_timeout, >= 1
   int header_timeout_s = 10;          // HttpLimits::header_timeout, >= 1
   // HttpLimits::max_connections; 0 = as many as the file-descriptor limit (RLIMIT_NOFILE)

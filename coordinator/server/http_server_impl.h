@@ -16,6 +16,7 @@
 #include <boost/asio.hpp>
 
 #include "coordinator/server/http_edges.h"
+#include "coordinator/api/batch_store.h"
 #include "coordinator/server/http_server.h"
 #include "coordinator/server/metrics.h"
 #include "coordinator/api/openai_api.h"
@@ -82,6 +83,7 @@ struct HttpServer::Impl {
   boost::asio::io_context& prep_for(size_t body_bytes) {
     return body_bytes > kLargeBodyBytes ? prep_large.ioc : prep_small.ioc;
   }
+  std::unique_ptr<BatchStore> batches;  // the Batch API (server.batch_dir); null without it
   std::atomic<bool> draining{false};
   std::atomic<int> port{0};
   bool started = false;

@@ -100,6 +100,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // ---- routing (http_session_routes.cc) ----------------------------------------------------
   void handle(const Request& req);
   void answer_options(const Request& req, const std::string& path, const char* allowed);
+  // /v1/files and /v1/batches (coordinator/server/http_session_batches.cc).
+  void handle_batch_api(const Request& req, const std::string& path, const char* allowed);
   bool authorized(const Request& req) const;
 
   // Runs `work` on the server's preparation threads (those for large bodies when

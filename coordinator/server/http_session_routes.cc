@@ -1,5 +1,6 @@
 #include "coordinator/server/http_session.h"
 
+#include <optional>
 #include <string>
 
 #include "coordinator/api/tokenize_api.h"
@@ -12,11 +13,33 @@ namespace http = beast::http;
 namespace {
 
 // Methods each route answers (the Allow header of a 405 and of OPTIONS); "" = no such route.
+// The Batch API's routes: /v1/files[/{id}[/content]], /v1/batches[/{id}[/cancel]]; null for
+// any other path.
+const char* batch_api_methods(const std::string& path) {
+  const auto tail = [&path](std::string_view prefix) -> std::optional<std::string> {
+    if (path.rfind(prefix, 0) != 0) return std::nullopt;
+    return path.substr(prefix.size());
+  };
+  if (path == "/v1/files" || path == "/v1/batches") return "GET, HEAD, POST";
+  if (std::optional<std::string> t = tail("/v1/files/"); t && !t->empty()) {
+    const size_t slash = t->find('/');
+    if (slash == std::string::npos) return "GET, HEAD, DELETE";
+    return t->substr(slash) == "/content" && slash > 0 ? "GET, HEAD" : "";
+  }
+  if (std::optional<std::string> t = tail("/v1/batches/"); t && !t->empty()) {
+    const size_t slash = t->find('/');
+    if (slash == std::string::npos) return "GET, HEAD";
+    return t->substr(slash) == "/cancel" && slash > 0 ? "POST" : "";
+  }
+  return nullptr;
+}
+
 const char* route_methods(const std::string& path) {
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models") return "GET, HEAD";
   if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "GET, HEAD";
   if (path.rfind("/v1/responses/", 0) == 0 && path.size() > 14) return "GET, HEAD";
   if (path == "/v1/responses") return "POST";
+  if (const char* batch = batch_api_methods(path)) return batch;
   if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings" || path == "/tokenize" ||
       path == "/detokenize")
     return "POST";
@@ -68,6 +91,7 @@ void HttpSession::handle(const Request& req) {
   if (*allowed == '\0') {
     return send_error(api_error(404, "invalid_request_error", "not_found", "no route for " + path));
   }
+  if (batch_api_methods(path) != nullptr) return handle_batch_api(req, path, allowed);
   const bool is_get = std::string_view(allowed) != "POST";
   if (!route(is_get ? http::verb::get : http::verb::post, allowed)) return;
   if (path == "/tokenize" || path == "/detokenize") {  // outside /v1, unguarded, as vLLM has them

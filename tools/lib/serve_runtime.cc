@@ -327,6 +327,7 @@ HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<
   ho.embeddings = model.embeddings;
   ho.responses_max_stored = c.server.responses_max_stored;
   ho.responses_max_age_s = c.server.responses_max_age_s;
+  ho.batch_dir = c.server.batch_dir;
   return ho;
 }
 
