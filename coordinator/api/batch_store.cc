@@ -50,6 +50,12 @@ ApiReply error_reply(int status, const std::string& code, const std::string& mes
 
 ApiReply json_reply(const json& j) { return ApiReply{200, "application/json", j.dump()}; }
 
+ApiReply list_reply(const std::map<std::string, json>& objects) {
+  json data = json::array();
+  for (const auto& [id, object] : objects) data.push_back(object);
+  return json_reply(json{{"object", "list"}, {"data", std::move(data)}});
+}
+
 bool write_whole(const std::string& path, std::string_view data) {
   const std::string tmp = path + ".tmp";
   {
@@ -208,9 +214,7 @@ ApiReply BatchStore::upload_file(std::string_view content_type, std::string_view
 
 ApiReply BatchStore::list_files() {
   std::lock_guard<std::mutex> lock(mu_);
-  json data = json::array();
-  for (const auto& [id, meta] : files_) data.push_back(meta);
-  return bsi::json_reply(json{{"object", "list"}, {"data", data}});
+  return bsi::list_reply(files_);
 }
 
 ApiReply BatchStore::get_file(const std::string& id) {
@@ -295,9 +299,7 @@ ApiReply BatchStore::create_batch(std::string_view body) {
 
 ApiReply BatchStore::list_batches() {
   std::lock_guard<std::mutex> lock(mu_);
-  json data = json::array();
-  for (const auto& [id, batch] : batches_) data.push_back(batch);
-  return bsi::json_reply(json{{"object", "list"}, {"data", data}});
+  return bsi::list_reply(batches_);
 }
 
 ApiReply BatchStore::get_batch(const std::string& id) {

@@ -6,10 +6,15 @@
 //  - success: one Request per prompt (each with n choices), every prompt non-empty with ids in
 //    [0, vocab), 1 <= max_tokens and prompt + max_tokens <= max_model_len;
 //  - failure: an HTTP status in 400..499 and a non-empty message;
-//  - every JSON writer (responses, stream chunks, usage, errors) emits valid JSON.
+//  - every JSON writer (responses, stream chunks, usage, errors) emits valid JSON;
+//  - the Batch API's multipart/form-data reader (coordinator/api/multipart_form.h), given the
+//    input's first line as the Content-Type and the rest as the body, either refuses with a
+//    message or returns named parts whose bytes lie within the body.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +25,7 @@
 #include "common/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/chat_template.h"
+#include "coordinator/api/multipart_form.h"
 #include "coordinator/api/openai_api.h"
 
 namespace tessera {
@@ -182,6 +188,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (f.tokenizer) {
     run_one(ApiEndpoint::kChatCompletions, f.no_template, body);
     run_one(ApiEndpoint::kCompletions, f.token_ids_only, body);
+  }
+  const size_t line_end = std::min(body.find('\n'), body.size());
+  const std::string_view form = body.substr(std::min(line_end + 1, body.size()));
+  StatusOr<std::map<std::string, FormPart>> parts = parse_multipart_form(body.substr(0, line_end), form);
+  if (!parts.is_ok()) {
+    FUZZ_CHECK(!parts.status().message().empty());
+  } else {
+    for (const auto& [name, part] : *parts) {
+      FUZZ_CHECK(!name.empty());
+      FUZZ_CHECK(part.content.size() <= form.size());
+    }
   }
   return 0;
 }

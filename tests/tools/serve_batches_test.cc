@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/test_support.h"
+#include "tests/tools/raw_http.h"
 #include "tests/tools/serve_process.h"
 
 namespace tessera {
@@ -30,22 +31,13 @@ std::string upload(int port, const std::string& content, const std::string& purp
                            "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"requests.jsonl\"\r\n"
                            "Content-Type: application/octet-stream\r\n\r\n" +
                            content + "\r\n--" + boundary + "--\r\n";
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
+  const int fd = testing::connect_loopback(port);
+  if (fd < 0) return "";
   const std::string req = "POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                           "Content-Type: multipart/form-data; boundary=" +
                           boundary + "\r\nContent-Length: " + std::to_string(form.size()) + "\r\n\r\n" + form;
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  testing::send_all(fd, req);
+  const std::string out = testing::read_until_close(fd, std::chrono::seconds(30));
   close(fd);
   return out;
 }
