@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Offline batches with weights streamed from a spill file against every weight resident
+# (docs/benchmarks.md, "Offline batches beyond a memory budget"): tessera-batch on BATCH
+# token-id completions at once (scheduler.max_num_seqs BATCH, --max-in-flight BATCH), once
+# with every weight resident and once with model.weights_memory_budget BUDGET, back to back in
+# each round. Prints each run's completion tokens/s, the streamed / resident ratio, and the
+# bound the streamed run is held to: min(the resident run's rate, page-cache read bandwidth ÷
+# the bytes a step streams × BATCH tokens a step), the bandwidth that of reading the
+# checkpoint's files from the page cache (dd, warm). The spill file is written at start-up, so
+# these are page-cache-warm runs.
+# Usage: bench/batch_offload_bench.sh MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]
+#   defaults: budget 25%, 1 round, batches 32 and 128.
+# Environment: BUILD (default build), PROMPT_LEN (default 16), GEN_LEN (default 32),
+#   THREADS (default 2).
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+(($# >= 1)) || die "usage: $0 MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]"
+model=$1
+budget=${2:-25%}
+rounds=${3:-1}
+shift $(($# < 3 ? $# : 3))
+batches=("$@")
+((${#batches[@]})) || batches=(32 128)
+build=${BUILD:-build}
+prompt_len=${PROMPT_LEN:-16}
+gen_len=${GEN_LEN:-32}
+threads=${THREADS:-2}
+for n in "$rounds" "$prompt_len" "$gen_len" "$threads" "${batches[@]}"; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (ROUNDS, BATCH, PROMPT_LEN, GEN_LEN, THREADS)"
+done
+need_bin "$build/bin" "$BUILD_HINT" tessera-batch
+need_model "$model"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Page-cache read bandwidth (GB/s): each checkpoint file read once to warm it, then timed by dd.
+bytes=0
+seconds=0
+for f in "$model"/*.safetensors; do
+  dd if="$f" of=/dev/null bs=1M status=none
+  line=$(LC_ALL=C dd if="$f" of=/dev/null bs=1M 2>&1 | tail -1)  # "N bytes (...) copied, T s, R GB/s"
+  bytes=$((bytes + ${line%% *}))
+  seconds=$(echo "$seconds + $(echo "$line" | sed 's/.* copied, \([0-9.]*\) s,.*/\1/')" | bc -l)
+done
+bandwidth=$(echo "$bytes / $seconds / 1000000000" | bc -l)
+
+requests() {  # BATCH: BATCH token-id completions of PROMPT_LEN tokens, GEN_LEN generated each
+  local i
+  for ((i = 0; i < $1; i++)); do
+    printf '{"custom_id":"r%d","method":"POST","url":"/v1/completions","body":{"prompt":[%s],"max_tokens":%d,"ignore_eos":true,"temperature":0}}\n' \
+      "$i" "$(seq -s, $((100 + i)) $((100 + i + prompt_len - 1)))" "$gen_len"
+  done
+}
+run() {  # BATCH BUDGET: prints "TOKENS_PER_S STREAMED_BYTES"
+  local log="$work/log" rate streamed
+  requests "$1" >"$work/in.jsonl"
+  "$build/bin/tessera-batch" "$work/in.jsonl" "$work/out.jsonl" --model "$model" --dtype bfloat16 --threads "$threads" \
+    --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" --set "model.weights_memory_budget=$2" \
+    >"$work/summary" 2>"$log" || die "tessera-batch failed (batch $1, budget $2): $(tail -3 "$log")"
+  rate=$(sed -n 's/.* and \([0-9]*\) completion tokens in \([0-9.e+-]*\) s$/\1 \2/p' "$work/summary" | awk '{printf "%.2f", $1 / $2}')
+  # The worker's plan line: "weights: budget ...; streamed N.N MiB per step (...)".
+  streamed=$(sed -n 's/.*weights: budget .*; streamed \([0-9.]*\) MiB per step.*/\1/p' "$log" | head -1)
+  echo "$rate $(echo "${streamed:-0} * 1048576" | bc -l)"
+}
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads; page-cache read $(printf %.1f "$bandwidth") GB/s"
+for _ in $(seq "$rounds"); do
+  for b in "${batches[@]}"; do
+    read -r resident _ < <(run "$b" all)
+    read -r streamed bytes < <(run "$b" "$budget")
+    [[ $(echo "$bytes > 0" | bc) == 1 ]] || die "no streamed bytes in the plan of the batch-$b run at budget $budget"
+    bound=$(echo "r = $resident; s = $bandwidth * 1000000000 / $bytes * $b; if (s < r) s else r" | bc -l)
+    printf 'batch %4d: resident %8.2f tok/s, streamed %8.2f tok/s (%.2fx), %.2f GB a step; bound %.2f tok/s, streamed at %.0f%% of it\n' \
+      "$b" "$resident" "$streamed" "$(echo "$streamed / $resident" | bc -l)" "$(echo "$bytes / 1000000000" | bc -l)" "$bound" \
+      "$(echo "100 * $streamed / $bound" | bc -l)"
+  done
+done
