@@ -17,6 +17,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "tests/test_support.h"
 #include "worker/worker_link.h"
 
 namespace tessera {
@@ -105,11 +106,12 @@ struct FakeWorker {
   wire::Assignment assignment;
 };
 
-// A fresh ipc:// address, known before anything binds it.
+// A fresh ipc:// address, known before anything binds it, in a folder removed at the test
+// program's exit (with the socket files).
 std::string fresh_ipc_endpoint() {
+  static const std::string dir = testing::make_temp_dir("tessera-wg");
   static int n = 0;
-  return "ipc://" + std::filesystem::temp_directory_path().string() + "/tessera-wg-" + std::to_string(getpid()) + "-" +
-         std::to_string(n++) + ".ipc";
+  return "ipc://" + dir + "/" + std::to_string(n++) + ".ipc";
 }
 
 // Rank `rank` as a separate process running a WorkerLink with the fake step function. Call
@@ -159,8 +161,7 @@ class WorkerGroupWorldTest : public ::testing::TestWithParam<std::tuple<int, boo
 TEST_P(WorkerGroupWorldTest, ExecutesStepsOnEveryRank) {
   const auto [world, use_ipc] = GetParam();
   const std::string address =
-      use_ipc ? "ipc:///tmp/tessera-wg-test-" + std::to_string(getpid()) + "-" + std::to_string(world)
-              : "tcp://127.0.0.1:*";
+      use_ipc ? fresh_ipc_endpoint() : "tcp://127.0.0.1:*";
   Group g(world, 100ms, address);
   std::vector<std::unique_ptr<FakeWorker>> workers;
   for (int r = 0; r < world; ++r)
