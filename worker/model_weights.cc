@@ -684,6 +684,10 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   if (a.embedding_norm) {
     TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kEmbedNorm, -1, &mw.embed_norm_w, &mw.embed_norm_b));
   }
+  // With a layer hook (weights moved to the spill file as they load) each layer is quantized
+  // as soon as it is loaded, so the hook sees its final form; the rest at the end.
+  WeightQuantizer quantizer(c, checkpoint, quant, options.plan, options.int8_layout, options.dtype);
+  TESSERA_RETURN_IF_ERROR(quantizer.validity());
   mw.layers.resize(c.layers);
   for (int l = 0; l < c.layers; ++l) {
     LayerWeights& lw = mw.layers[l];
@@ -702,7 +706,10 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
       TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kMlpNorm, l, &lw.mlp_norm_w, &lw.mlp_norm_b));
     }
     TESSERA_RETURN_IF_ERROR(load_mlp(r, c, l, options, &lw));
-    if (options.layer_loaded && !quant.enabled()) TESSERA_RETURN_IF_ERROR(options.layer_loaded(l, lw));
+    if (options.layer_loaded) {
+      TESSERA_RETURN_IF_ERROR(quantizer.quantize_layer(mw, l));
+      TESSERA_RETURN_IF_ERROR(options.layer_loaded(l, lw));
+    }
   }
   TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kFinalNorm, -1, &mw.final_norm_w, &mw.final_norm_b));
   if (c.tie_embeddings || !r.has(head_name)) {
@@ -714,9 +721,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   } else if (options.lm_head) {
     TESSERA_ASSIGN_OR_RETURN(mw.lm_head, r.lm_head(head_name, c.vocab, c.hidden, vocab_rows));
   }
-  TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta,
-                           quantize_model_weights(mw, c, checkpoint, quant, options.plan, options.int8_layout,
-                                                  options.dtype));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta, quantizer.finish(mw));
   mw.total_bytes = r.total_bytes() + quantized_delta;
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());
   for (const LayerWeights& lw : mw.layers) decode += layer_decode_bytes(lw, c);

@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "worker/model_checkpoint.h"
+#include "worker/weight_quantization.h"
 
 namespace tessera {
 
@@ -62,15 +63,11 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
                               backend.name() + " backend keeps every weight where it computes (leave the key at all)");
     }
     // Decided layer by layer as they load, so that loading holds only what stays and one layer.
+    // A share is of the weights as they will be stored (quantized ones at their own size).
     const int world = comm->world_size();
-    int64_t stored = 0;
-    for (const std::string& name : ckpt->tensor_names()) {
-      int64_t numel = 1;
-      for (int64_t d : ckpt->find(name)->shape) numel *= d;
-      stored += numel;
-    }
     const auto elem = static_cast<int64_t>(dtype_size(options.dtype));
-    TESSERA_ASSIGN_OR_RETURN(spill, begin_weight_spill(options.residency, stored * elem / world,
+    const auto stored = static_cast<int64_t>(estimated_weight_bytes(*ckpt, config, options.quant, options.dtype));
+    TESSERA_ASSIGN_OR_RETURN(spill, begin_weight_spill(options.residency, stored / world,
                                                        config.vocab * config.hidden * elem / world));
     if (spill) {
       // After each layer, the checkpoint's pages read so far leave the process too (a tensor

@@ -31,16 +31,21 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+}  // namespace
+
+// (Named: WeightQuantizer, declared in the header, holds a selector.)
+namespace quantization_internal {
+
 // One linear weight of the loaded shard and the checkpoint tensors its rows came from.
-struct Candidate {
+struct QuantCandidate {
   LinearWeights* weights;
   std::vector<std::string> sources;
   TpRole structural_role;  // what the built-in policy gives it (used when there is no plan)
 };
 
-class Selector {
+class QuantSelector {
  public:
-  Selector(const ModelConfig& c, const Checkpoint& ckpt, const QuantizationOptions& q, const TpPlan* plan)
+  QuantSelector(const ModelConfig& c, const Checkpoint& ckpt, const QuantizationOptions& q, const TpPlan* plan)
       : c_(c), ckpt_(ckpt), q_(q), plan_(plan), rule_used_(q.rules.size(), false) {}
 
   // The first alternative of an "a|b" pattern the checkpoint has.
@@ -77,7 +82,7 @@ class Selector {
 
   // What `cand` becomes (none, int8 or int4); an error when a rule asks for quantization
   // where it cannot be.
-  StatusOr<WeightQuantization> kind_for(const Candidate& cand) {
+  StatusOr<WeightQuantization> kind_for(const QuantCandidate& cand) {
     std::optional<WeightQuantization> decided;
     std::string first;
     for (const std::string& name : cand.sources) {
@@ -126,13 +131,21 @@ class Selector {
   std::vector<bool> rule_used_;
 };
 
-std::vector<Candidate> candidates(ModelWeights& mw, const ModelConfig& c, Selector& s) {
-  std::vector<Candidate> out;
+}  // namespace quantization_internal
+
+namespace {
+
+using quantization_internal::QuantCandidate;
+using quantization_internal::QuantSelector;
+
+// The linear weights of layers [begin, end).
+std::vector<QuantCandidate> candidates(ModelWeights& mw, const ModelConfig& c, QuantSelector& s, int begin, int end) {
+  std::vector<QuantCandidate> out;
   auto add = [&](LinearWeights& l, std::vector<std::string> sources, TpRole structural) {
     if (!l.w.empty()) out.push_back({&l, std::move(sources), structural});
   };
   const bool fused_qkv = !c.arch->name_of(TensorRole::kQkv).empty() && c.qkv != QkvLayout::kSeparate;
-  for (int layer = 0; layer < static_cast<int>(mw.layers.size()); ++layer) {
+  for (int layer = begin; layer < end; ++layer) {
     LayerWeights& lw = mw.layers[static_cast<size_t>(layer)];
     const std::string qkv = fused_qkv ? s.resolve(TensorRole::kQkv, layer) : std::string();
     auto attn_name = [&](TensorRole r) { return fused_qkv ? qkv : s.resolve(r, layer); };
@@ -368,7 +381,25 @@ std::string quoted_names(const std::vector<std::string>& sources) {
 StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c, const Checkpoint& checkpoint,
                                          const QuantizationOptions& options, const TpPlan* plan,
                                          Int8WeightLayout layout, DType dtype) {
-  const QuantizationOptions q = resolve_quantization(options, checkpoint);
+  WeightQuantizer quantizer(c, checkpoint, options, plan, layout, dtype);
+  TESSERA_RETURN_IF_ERROR(quantizer.validity());
+  return quantizer.finish(mw);
+}
+
+WeightQuantizer::WeightQuantizer(const ModelConfig& config, const Checkpoint& checkpoint,
+                                 const QuantizationOptions& options, const TpPlan* plan, Int8WeightLayout layout,
+                                 DType dtype)
+    : config_(config),
+      checkpoint_(checkpoint),
+      options_(resolve_quantization(options, checkpoint)),
+      layout_(layout),
+      dtype_(dtype),
+      selector_(std::make_unique<QuantSelector>(config, checkpoint, options_, plan)) {}
+
+WeightQuantizer::~WeightQuantizer() = default;
+
+Status WeightQuantizer::validity() const {
+  const QuantizationOptions& q = options_;
   if (q.group != kAutoQuantGroup && !valid_quant_group(q.group)) {
     return invalid_argument("model.quantization_group: expected auto or a multiple of 32 in [32, 256], got " +
                             std::to_string(q.group));
@@ -378,16 +409,44 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
                             " with model.quantization int4: 4-bit weights have a scale per 32 inputs; set the group "
                             "to auto or 32 (it sets int8 weights' groups)");
   }
-  Selector s(c, checkpoint, q, plan);
-  std::vector<Candidate> list = candidates(mw, c, s);
-  // The LM head: quantized only when a rule asks; never when it is the embedding itself.
-  const std::string embed = s.resolve(TensorRole::kEmbed, -1);
-  const bool tied = mw.lm_head.w.view().data == mw.embed.view().data;
-  if (!tied && !mw.lm_head.w.empty()) list.push_back({&mw.lm_head, {s.resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
+  return Status::ok();
+}
 
-  int64_t delta = 0;
+Status WeightQuantizer::quantize_layer(ModelWeights& mw, int layer) {
+  done_.resize(mw.layers.size(), false);
+  if (layer < 0 || layer >= static_cast<int>(mw.layers.size()) || done_[static_cast<size_t>(layer)])
+    return internal_error("WeightQuantizer: layer " + std::to_string(layer) + " is not one to quantize");
+  done_[static_cast<size_t>(layer)] = true;
+  std::vector<QuantCandidate> list = candidates(mw, config_, *selector_, layer, layer + 1);
+  return quantize(list);
+}
+
+StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
+  done_.resize(mw.layers.size(), false);
+  std::vector<QuantCandidate> list;
+  for (int layer = 0; layer < static_cast<int>(mw.layers.size()); ++layer) {
+    if (done_[static_cast<size_t>(layer)]) continue;
+    std::vector<QuantCandidate> more = candidates(mw, config_, *selector_, layer, layer + 1);
+    list.insert(list.end(), more.begin(), more.end());
+  }
+  // The LM head: quantized only when a rule asks; never when it is the embedding itself.
+  const std::string embed = selector_->resolve(TensorRole::kEmbed, -1);
+  const bool tied = mw.lm_head.w.view().data == mw.embed.view().data;
+  if (!tied && !mw.lm_head.w.empty())
+    list.push_back({&mw.lm_head, {selector_->resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
+  TESSERA_RETURN_IF_ERROR(quantize(list));
+  if (options_.enabled()) TESSERA_RETURN_IF_ERROR(selector_->check_rules(embed, tied));
+  return delta_;
+}
+
+Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandidate>& list) {
+  const QuantizationOptions& q = options_;
+  QuantSelector& s = *selector_;
+  const Checkpoint& checkpoint = checkpoint_;
+  const DType dtype = dtype_;
+  const Int8WeightLayout layout = layout_;
   TensorArena arena;  // most quantized matrices are under a huge page (Tensor::zeros, TensorArena)
-  for (const Candidate& cand : list) {
+  for (const QuantCandidate& cand : list) {
     LinearWeights& l = *cand.weights;
     WeightQuantization kind = WeightQuantization::kNone;
     if (q.enabled()) {
@@ -412,7 +471,7 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
       // Blocks kept that are not to be computed from after all (a rule, a kept role, a group).
       if (l.ggml_blocks >= 0) TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));
       if (kind == WeightQuantization::kNone) {
-        delta += bytes(l.w) - before;
+        delta_ += bytes(l.w) - before;
         continue;
       }
       const int64_t N = l.w.dim(0), K = l.w.dim(1);
@@ -428,13 +487,46 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& mw, const ModelConfig& c,
       }
       make_int8(l, arena, group, layout);
     }
-    delta += bytes(l.w) + bytes(l.scales) - before;
+    delta_ += bytes(l.w) + bytes(l.scales) - before;
     // A weight used in place from the mapped checkpoint has no reader left: drop its pages so
     // the rank's memory is its quantized share (a page read again would come back from the file).
     for (const std::string& name : cand.sources) checkpoint.release(name);
   }
-  if (q.enabled()) TESSERA_RETURN_IF_ERROR(s.check_rules(embed, tied));
-  return delta;
+  return Status::ok();
+}
+
+// A checkpoint's weights as loaded, estimated before loading: every parameter in `dtype`, or
+// where the matrices become quantized (model.quantization int8 or int4, or auto on a GGUF
+// file of quantized blocks) the matrices but the embedding and LM head at a byte each and a
+// float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's q4_0 / q4_K
+// matrices; 6-bit: auto's q6_K ones); under auto an LM head stored in blocks is quantized too.
+double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, const QuantizationOptions& options,
+                              DType dtype) {
+  const QuantizationOptions quant = resolve_quantization(options, ckpt);
+  const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
+  const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
+  double bytes = 0;
+  for (const std::string& name : ckpt.tensor_names()) {
+    const TensorInfo& info = *ckpt.find(name);
+    double n = 1;
+    for (int64_t d : info.shape) n *= static_cast<double>(d);
+    const bool blocks = stored_in_ggml_blocks(info);
+    const bool matrix = info.shape.size() == 2 && name != embed && (name != head || (quant.lm_head_as_stored && blocks));
+    // keep_blocks is auto's: every kind it keeps, not only int4's.
+    const std::optional<Int4Scheme> panels =
+        blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
+                                    : std::nullopt;
+    double per_weight = static_cast<double>(dtype_size(dtype));
+    if (matrix && panels.has_value()) {
+      per_weight = panel_bytes_per_weight(*panels);
+    } else if (matrix && quant.kind == WeightQuantization::kInt4) {
+      per_weight = panel_bytes_per_weight(Int4Scheme::kSymmetric);
+    } else if (matrix && quant.enabled()) {
+      per_weight = 1.0 + 4.0 / 32.0;
+    }
+    bytes += n * per_weight;
+  }
+  return bytes;
 }
 
 }  // namespace tessera

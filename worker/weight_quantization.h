@@ -4,7 +4,9 @@
 // holds more than its own share. Also the refusal of checkpoints that are already quantized
 // in a format Tessera does not compute (GPTQ, AWQ, bitsandbytes ...).
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "common/checkpoint.h"
 #include "common/gguf/gguf_file.h"
@@ -58,5 +60,51 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& weights, const ModelConfi
                                          const Checkpoint& checkpoint, const QuantizationOptions& options,
                                          const TpPlan* plan, Int8WeightLayout layout = Int8WeightLayout::kRows,
                                          DType dtype = DType::kF32);
+
+// A checkpoint's weights as loaded, estimated before loading (the KV pool's sizing, the
+// weights' memory budget): every parameter in `dtype`, or where the matrices become quantized
+// (model.quantization int8 or int4, or auto on a GGUF file of quantized blocks) the matrices
+// but the embedding and LM head at a byte each and a float scale per 32 (int8), or in their
+// panels' bytes (4-bit; 6-bit for auto's q6_K); under auto an LM head stored in blocks is
+// quantized too.
+double estimated_weight_bytes(const Checkpoint& checkpoint, const ModelConfig& config,
+                              const QuantizationOptions& options, DType dtype);
+
+namespace quantization_internal {
+class QuantSelector;
+struct QuantCandidate;
+}  // namespace quantization_internal
+
+// quantize_model_weights a layer at a time, as the loader loads them (so that a layer can be
+// moved to the weights' spill file already quantized: worker/weight_residency.h), then the
+// rest: the same choices and errors, the rules checked once at the end.
+class WeightQuantizer {
+ public:
+  WeightQuantizer(const ModelConfig& config, const Checkpoint& checkpoint, const QuantizationOptions& options,
+                  const TpPlan* plan, Int8WeightLayout layout, DType dtype);
+  ~WeightQuantizer();
+  WeightQuantizer(const WeightQuantizer&) = delete;
+  WeightQuantizer& operator=(const WeightQuantizer&) = delete;
+
+  // An invalid model.quantization_group (checked before any weight is touched).
+  Status validity() const;
+  // Layer `layer` of `weights`, in its final form (once per layer).
+  Status quantize_layer(ModelWeights& weights, int layer);
+  // The layers not done yet and the LM head; the rules' checks. The change in weight bytes
+  // over every call.
+  StatusOr<int64_t> finish(ModelWeights& weights);
+
+ private:
+  Status quantize(std::vector<quantization_internal::QuantCandidate>& list);
+
+  const ModelConfig& config_;
+  const Checkpoint& checkpoint_;
+  const QuantizationOptions options_;  // resolved
+  const Int8WeightLayout layout_;
+  const DType dtype_;
+  std::unique_ptr<quantization_internal::QuantSelector> selector_;
+  std::vector<bool> done_;  // per layer
+  int64_t delta_ = 0;
+};
 
 }  // namespace tessera

@@ -46,40 +46,6 @@
 namespace tessera {
 namespace {
 
-// A checkpoint's weights as loaded, estimated before loading: every parameter in `dtype`, or
-// where the matrices become quantized (model.quantization int8 or int4, or auto on a GGUF
-// file of quantized blocks) the matrices but the embedding and LM head at a byte each and a
-// float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's q4_0 / q4_K
-// matrices; 6-bit: auto's q6_K ones); under auto an LM head stored in blocks is quantized too.
-double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, const QuantizationOptions& options,
-                              DType dtype) {
-  const QuantizationOptions quant = resolve_quantization(options, ckpt);
-  const std::string embed = tensor_name(mc.arch->name_of(TensorRole::kEmbed), 0);
-  const std::string head = tensor_name(mc.arch->name_of(TensorRole::kLmHead), 0);
-  double bytes = 0;
-  for (const std::string& name : ckpt.tensor_names()) {
-    const TensorInfo& info = *ckpt.find(name);
-    double n = 1;
-    for (int64_t d : info.shape) n *= static_cast<double>(d);
-    const bool blocks = stored_in_ggml_blocks(info);
-    const bool matrix = info.shape.size() == 2 && name != embed && (name != head || (quant.lm_head_as_stored && blocks));
-    // keep_blocks is auto's: every kind it keeps, not only int4's.
-    const std::optional<Int4Scheme> panels =
-        blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
-                                    : std::nullopt;
-    double per_weight = static_cast<double>(dtype_size(dtype));
-    if (matrix && panels.has_value()) {
-      per_weight = panel_bytes_per_weight(*panels);
-    } else if (matrix && quant.kind == WeightQuantization::kInt4) {
-      per_weight = panel_bytes_per_weight(Int4Scheme::kSymmetric);
-    } else if (matrix && quant.enabled()) {
-      per_weight = 1.0 + 4.0 / 32.0;
-    }
-    bytes += n * per_weight;
-  }
-  return bytes;
-}
-
 // What a rank of `weights` bytes holds resident under model.weights_memory_budget (the KV pool
 // gets the rest of the memory): the budget plus weights_prefetch_layers of the largest
 // streamed unit in flight (worker/weight_residency.h), estimated from the shapes: a layer's
