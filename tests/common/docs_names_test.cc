@@ -152,6 +152,19 @@ std::map<std::string, std::set<std::string>> declared_flags() {
     }
     for (const std::string& names : matches(text, declaration, 1)) out[program].merge(matches(names, long_flag));
   }
+  // Flags several programs share are declared once in tools/lib/<name>_flags.cc by
+  // add_<name>_flags(app, ...): each program calling it declares them too.
+  const std::regex shared_call(R"re(\badd_([a-z_]+)_flags\()re");
+  for (const auto& [path, text] : product_sources()) {
+    const fs::path p(path);
+    std::string program = p.stem().string();
+    if (p.extension() != ".cc" || program.rfind("tessera_", 0) != 0) continue;
+    for (char& c : program) c = c == '_' ? '-' : c;
+    for (const std::string& lib : matches(text, shared_call, 1)) {
+      const auto shared = out.find(lib + "_flags");
+      if (shared != out.end()) out[program].insert(shared->second.begin(), shared->second.end());
+    }
+  }
   return out;
 }
 
