@@ -11,7 +11,10 @@
 # Usage: bench/batch_offload_bench.sh MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]
 #   defaults: budget 25%, 1 round, batches 32 and 128.
 # Environment: BUILD (default build), PROMPT_LEN (default 16), GEN_LEN (default 32),
-#   THREADS (default 2).
+#   THREADS (default 2), LIMIT_BYTES (default none: the page-cache-warm case): the streamed
+#   run goes into a memory cgroup of that many bytes (root; cgroup v2 or v1's memory
+#   hierarchy), where the spill file's pages cannot all stay cached, so it reads them from the
+#   disk — the cold case; the bandwidth is then the disk's (dd iflag=direct).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -34,16 +37,38 @@ need_model "$model"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Page-cache read bandwidth (GB/s): each checkpoint file read once to warm it, then timed by dd.
+# Read bandwidth (GB/s): of the page cache (each checkpoint file read once to warm it, then
+# timed by dd) or, with LIMIT_BYTES, of the disk (dd iflag=direct).
+limit=${LIMIT_BYTES:-}
+[[ -z $limit || $limit =~ ^[1-9][0-9]*$ ]] || die "LIMIT_BYTES '$limit' is not a whole number of bytes"
 bytes=0
 seconds=0
 for f in "$model"/*.safetensors; do
-  dd if="$f" of=/dev/null bs=1M status=none
-  line=$(LC_ALL=C dd if="$f" of=/dev/null bs=1M 2>&1 | tail -1)  # "N bytes (...) copied, T s, R GB/s"
+  if [[ -n $limit ]]; then
+    line=$(LC_ALL=C dd if="$f" of=/dev/null bs=4M iflag=direct 2>&1 | tail -1)
+  else
+    dd if="$f" of=/dev/null bs=1M status=none
+    line=$(LC_ALL=C dd if="$f" of=/dev/null bs=1M 2>&1 | tail -1)  # "N bytes (...) copied, T s, R GB/s"
+  fi
   bytes=$((bytes + ${line%% *}))
   seconds=$(echo "$seconds + $(echo "$line" | sed 's/.* copied, \([0-9.]*\) s,.*/\1/')" | bc -l)
 done
 bandwidth=$(echo "$bytes / $seconds / 1000000000" | bc -l)
+
+cgroup=""
+if [[ -n $limit ]]; then
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    cgroup=/sys/fs/cgroup/tessera-offload-bench-$$
+    mkdir "$cgroup" && echo "$limit" >"$cgroup/memory.max" && echo 0 >"$cgroup/memory.swap.max" ||
+      die "cannot make a memory cgroup of $limit bytes under /sys/fs/cgroup (run as root)"
+  else
+    cgroup=/sys/fs/cgroup/memory/tessera-offload-bench-$$
+    mkdir "$cgroup" && echo "$limit" >"$cgroup/memory.limit_in_bytes" ||
+      die "cannot make a memory cgroup of $limit bytes under /sys/fs/cgroup/memory (run as root)"
+  fi
+  trap 'rm -rf "$work"; rmdir "$cgroup" 2>/dev/null || true' EXIT
+fi
 
 requests() {  # BATCH: BATCH token-id completions of PROMPT_LEN tokens, GEN_LEN generated each
   local i
@@ -55,15 +80,21 @@ requests() {  # BATCH: BATCH token-id completions of PROMPT_LEN tokens, GEN_LEN 
 run() {  # BATCH BUDGET: prints "TOKENS_PER_S STREAMED_BYTES"
   local log="$work/log" rate streamed
   requests "$1" >"$work/in.jsonl"
-  "$build/bin/tessera-batch" "$work/in.jsonl" "$work/out.jsonl" --model "$model" --dtype bfloat16 --threads "$threads" \
-    --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" --set "model.weights_memory_budget=$2" \
-    >"$work/summary" 2>"$log" || die "tessera-batch failed (batch $1, budget $2): $(tail -3 "$log")"
+  local inside=()
+  # The cold case: the streamed run inside the memory cgroup (the resident one cannot fit it).
+  [[ -n $cgroup && $2 != all ]] && inside=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup")
+  "${inside[@]}" "$build/bin/tessera-batch" "$work/in.jsonl" "$work/out.jsonl" --model "$model" --dtype bfloat16 \
+    --threads "$threads" --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" \
+    --set "model.weights_memory_budget=$2" >"$work/summary" 2>"$log" ||
+    die "tessera-batch failed (batch $1, budget $2): $(tail -3 "$log")"
   rate=$(sed -n 's/.* and \([0-9]*\) completion tokens in \([0-9.e+-]*\) s$/\1 \2/p' "$work/summary" | awk '{printf "%.2f", $1 / $2}')
   # The worker's plan line: "weights: budget ...; streamed N.N MiB per step (...)".
   streamed=$(sed -n 's/.*weights: budget .*; streamed \([0-9.]*\) MiB per step.*/\1/p' "$log" | head -1)
   echo "$rate $(echo "${streamed:-0} * 1048576" | bc -l)"
 }
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads; page-cache read $(printf %.1f "$bandwidth") GB/s"
+case_name="page-cache read"
+[[ -n $limit ]] && case_name="streamed run in a memory cgroup of $limit bytes; disk read (O_DIRECT)"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads; $case_name $(printf %.1f "$bandwidth") GB/s"
 for _ in $(seq "$rounds"); do
   for b in "${batches[@]}"; do
     read -r resident _ < <(run "$b" all)
