@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -86,12 +88,29 @@ TEST(ServeBatches, ABatchRunsBesideTheOnlineApiAndWritesItsResultAndErrorFiles) 
   const int port = server.port();
   std::string content;
   const std::vector<std::string> prompts = {"Who begat Enos?", "In the beginning", "The LORD is my shepherd"};
-  for (int i = 0; i < 60; ++i) content += chat_line("c" + std::to_string(i), prompts[i % 3], 2 + i % 7) + "\n";
-  content += "{broken\n";
-  content += json{{"custom_id", "other-endpoint"}, {"method", "POST"}, {"url", "/v1/completions"}, {"body", {{"prompt", "x"}}}}
-                 .dump() + "\n";
-  content += json{{"custom_id", "refused"}, {"method", "POST"}, {"url", "/v1/chat/completions"}, {"body", {{"messages", 3}}}}
-                 .dump() + "\n";
+  // 500 lines: 470 greedy chat requests, and among them every tenth-and-fifth line not one
+  // this batch runs (a broken line, a completion — the batch's endpoint is chat — a refused body).
+  constexpr int kLines = 500, kChats = 470;
+  std::map<std::string, json> chat_bodies;
+  for (int i = 0, chats = 0; i < kLines; ++i) {
+    if (i % 17 == 5 && chats + (kLines - i) > kChats) {
+      const int which = (i / 17) % 3;
+      if (which == 0) content += "{broken\n";
+      if (which == 1)
+        content += json{{"custom_id", "completion-" + std::to_string(i)}, {"method", "POST"}, {"url", "/v1/completions"},
+                        {"body", {{"prompt", "x"}}}}.dump() + "\n";
+      if (which == 2)
+        content += json{{"custom_id", "refused-" + std::to_string(i)}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+                        {"body", {{"messages", 3}}}}.dump() + "\n";
+      continue;
+    }
+    const std::string id = "c" + std::to_string(i);
+    const std::string line = chat_line(id, prompts[static_cast<size_t>(i) % 3] + std::string(i % 2 ? "" : " And"), 2 + i % 7);
+    chat_bodies[id] = json::parse(line)["body"];
+    content += line + "\n";
+    ++chats;
+  }
+  ASSERT_EQ(chat_bodies.size(), static_cast<size_t>(kChats));
   const json file = body_json(upload(port, content));
   ASSERT_TRUE(file.contains("id")) << file;
   EXPECT_EQ(file["purpose"], "batch");
@@ -102,30 +121,34 @@ TEST(ServeBatches, ABatchRunsBesideTheOnlineApiAndWritesItsResultAndErrorFiles) 
 
   const json created = create_batch(port, file["id"]);
   EXPECT_EQ(created["status"], "validating");
-  EXPECT_EQ(created["request_counts"]["total"], 63);
+  EXPECT_EQ(created["request_counts"]["total"], kLines);
   // The online API answers while the batch runs.
   const std::string online = testing::http(port, "POST", "/v1/chat/completions",
                                            json::parse(chat_line("x", prompts[0], 4))["body"].dump());
   ASSERT_EQ(testing::http_status(online), 200) << online;
   const json done = poll_batch(port, created["id"], [](const json& b) { return b["status"] == "completed"; });
   ASSERT_EQ(done["status"], "completed") << done;
-  EXPECT_EQ(done["request_counts"]["completed"], 60);
-  EXPECT_EQ(done["request_counts"]["failed"], 3);
+  EXPECT_EQ(done["request_counts"]["completed"], kChats);
+  EXPECT_EQ(done["request_counts"]["failed"], kLines - kChats);
   EXPECT_GT(done["tessera_progress"]["completion_tokens"].get<int>(), 0);
 
   const std::vector<json> results =
       jsonl(testing::http_body(testing::http(port, "GET", "/v1/files/" + done["output_file_id"].get<std::string>() + "/content")));
   const std::vector<json> errors =
       jsonl(testing::http_body(testing::http(port, "GET", "/v1/files/" + done["error_file_id"].get<std::string>() + "/content")));
-  ASSERT_EQ(results.size(), 60u);
-  ASSERT_EQ(errors.size(), 3u);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kChats));
+  ASSERT_EQ(errors.size(), static_cast<size_t>(kLines - kChats));
+  std::set<std::string> answered;
   for (const json& r : results) {
     ASSERT_EQ(r["response"]["status_code"], 200) << r;
-    if (r["custom_id"] == "c0") {  // the online request's twin (same prompt, 2 vs 4 tokens: compare the prefix)
-      const std::string text = r["response"]["body"]["choices"][0]["message"]["content"];
-      const std::string online_text = body_json(online)["choices"][0]["message"]["content"];
-      EXPECT_EQ(online_text.rfind(text, 0), 0u) << text << " | " << online_text;
-    }
+    const std::string id = r["custom_id"];
+    ASSERT_TRUE(chat_bodies.count(id) && answered.insert(id).second) << r;
+    // Greedy: what the online API answers to the same body.
+    const json batch = r["response"]["body"];
+    const json same = body_json(testing::http(port, "POST", "/v1/chat/completions", chat_bodies[id].dump()));
+    EXPECT_EQ(batch["choices"][0]["message"], same["choices"][0]["message"]) << id;
+    EXPECT_EQ(batch["choices"][0]["finish_reason"], same["choices"][0]["finish_reason"]) << id;
+    EXPECT_EQ(batch["usage"], same["usage"]) << id;
   }
   int line_errors = 0, refused = 0;
   for (const json& e : errors) {
@@ -134,12 +157,13 @@ TEST(ServeBatches, ABatchRunsBesideTheOnlineApiAndWritesItsResultAndErrorFiles) 
       EXPECT_TRUE(e["error"]["code"] == "invalid_json" || e["error"]["code"] == "invalid_url") << e;
     } else {
       ++refused;
-      EXPECT_EQ(e["custom_id"], "refused");
+      EXPECT_EQ(e["custom_id"].get<std::string>().rfind("refused-", 0), 0u) << e;
       EXPECT_EQ(e["response"]["status_code"], 400) << e;
     }
   }
-  EXPECT_EQ(line_errors, 2);
-  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(line_errors + refused, kLines - kChats);
+  EXPECT_GE(refused, 5);
+  EXPECT_GE(line_errors, 10);
   const json listed = body_json(testing::http(port, "GET", "/v1/batches"));
   ASSERT_EQ(listed["data"].size(), 1u);
   const std::string cancel = testing::http(port, "POST", "/v1/batches/" + created["id"].get<std::string>() + "/cancel");
