@@ -14,6 +14,7 @@
 #include <numeric>
 #include <string>
 
+#include "common/cgroup_memory.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_int4.h"
@@ -141,6 +142,11 @@ StatusOr<MemoryInfo> CpuBackend::memory_info() const {
     }
   }
   if (!have_free || !have_total) return unavailable_memory_info("/proc/meminfo has no MemAvailable or MemTotal line");
+  // In a container the cgroup's limit is what this process may use, not the host's memory.
+  if (const std::optional<CgroupMemory> cg = this_process_cgroup_memory()) {
+    m.total_bytes = std::min(m.total_bytes, cg->limit_bytes);
+    m.free_bytes = std::min(m.free_bytes, cg->available_bytes);
+  }
   return m;
 }
 
