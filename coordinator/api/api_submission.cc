@@ -25,6 +25,12 @@ ApiError api_error_of(const Status& st) {
   }
 }
 
+ApiError generation_error(const std::string& error, bool unavailable) {
+  const std::string why = error.empty() ? std::string("generation failed") : error;
+  if (unavailable) return api_error(503, "service_unavailable", "workers_unavailable", why);
+  return api_error(500, "server_error", "internal_error", why);
+}
+
 bool api_key_accepted(const std::vector<std::string>& keys, std::string_view presented) {
   if (keys.empty()) return true;
   if (presented.empty()) return false;

@@ -21,6 +21,10 @@ ApiError api_error(int http_status, std::string type, std::string code, std::str
 // A failed submit (or any engine Status) as the client sees it: ResourceExhausted 429
 // "queue_full", Unavailable 503 "draining", InvalidArgument 400, anything else 500.
 ApiError api_error_of(const Status& status);
+// A generation the engine failed (GenerateEvent::error; "" reads "generation failed"): 503
+// "workers_unavailable" when the workers could not run it (a lost rank; the client may retry),
+// else 500.
+ApiError generation_error(const std::string& error, bool unavailable);
 
 // True when no keys are configured, or `presented` (non-empty) is one of them.
 bool api_key_accepted(const std::vector<std::string>& keys, std::string_view presented);

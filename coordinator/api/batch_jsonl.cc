@@ -105,18 +105,13 @@ BatchLine read_batch_line(const std::string& text, const std::set<std::string>& 
   return b;
 }
 
-// A request in the engine: its choices as they arrive (as HttpSession gathers them).
+// A request in the engine and its choices as they arrive.
 struct Running {
   std::string custom_id;
   ApiRequest request;
   std::string id;
   int64_t created = 0;
-  std::vector<ChoiceOutput> outputs;
-  std::vector<char> done;
-  int remaining = 0;
-  std::string error;
-  bool unavailable = false;
-  bool cut = false;
+  ChoiceResults results;
 };
 
 class BatchRun {
@@ -143,14 +138,13 @@ class BatchRun {
     if (in.bad()) return Status(StatusCode::kInvalidArgument, "reading the batch input failed at line " + std::to_string(line + 1));
     counts_.input_done = true;
     wait_until([this] { return in_flight_ == 0; });
+    counts_.seconds = elapsed();
+    if (options_.on_progress) options_.on_progress(counts_);
     if (cancelled()) {
-      write_finished();
       return Status(StatusCode::kUnavailable, "the batch was cancelled: " + std::to_string(counts_.finished()) +
                                                   " of the " + std::to_string(counts_.total) +
                                                   " requests read so far have results");
     }
-    counts_.seconds = elapsed();
-    if (options_.on_progress) options_.on_progress(counts_);
     out_.flush();
     if (options_.errors != nullptr) options_.errors->flush();
     if (!out_ || (options_.errors != nullptr && !*options_.errors))
@@ -210,10 +204,7 @@ class BatchRun {
     }
     r->id = make_response_id(r->request.endpoint);
     r->created = seconds_since_epoch();
-    const size_t n = r->request.num_choices();
-    r->outputs.assign(n, ChoiceOutput());
-    r->done.assign(n, 0);
-    r->remaining = static_cast<int>(n);
+    r->results = ChoiceResults(r->request.num_choices());
     for (;;) {
       wait_until([this] { return in_flight_ < options_.max_in_flight; });
       if (cancelled()) return;  // this line is not started: it has no result
@@ -254,17 +245,8 @@ class BatchRun {
       std::lock_guard<std::mutex> lock(mu_);
       const auto it = running_.find(serial);
       if (it == running_.end()) return;
-      Running& g = *it->second;
-      if (index >= g.done.size() || g.done[index]) return;
-      add_choice_event(ev, &g.outputs[index]);
-      if (!ev.finished) return;
-      if (ev.finish_reason == FinishReason::kError && g.error.empty()) {
-        g.error = ev.error.empty() ? "generation failed" : ev.error;
-        g.unavailable = ev.unavailable;
-      }
-      if (ev.finish_reason == FinishReason::kAborted) g.cut = true;
-      g.done[index] = 1;
-      if (--g.remaining > 0) return;
+      ChoiceResults& results = it->second->results;
+      if (!results.add(index, ev) || !results.complete()) return;
       finished_.push_back(std::move(it->second));
       running_.erase(it);
       engine_ids_.erase(serial);
@@ -281,19 +263,19 @@ class BatchRun {
       finished.swap(finished_);
     }
     for (const std::unique_ptr<Running>& g : finished) {
-      if (!g->error.empty() || g->cut) {
-        const ApiError e = !g->error.empty()
-                               ? (g->unavailable ? api_error(503, "service_unavailable", "workers_unavailable", g->error)
-                                                 : api_error(500, "server_error", "internal_error", g->error))
-                               : api_error(503, "service_unavailable", "cancelled", "the batch stopped before this request finished");
+      const ChoiceResults& results = g->results;
+      if (!results.error.empty() || results.cut) {
+        const ApiError e = !results.error.empty() ? generation_error(results.error, results.unavailable)
+                                                  : api_error(503, "service_unavailable", "cancelled",
+                                                              "the batch stopped before this request finished");
         write_failure(response_line(g->custom_id, e.http_status, g->id, error_body(e)));
         continue;
       }
-      const Usage usage = usage_of(g->request, g->outputs);
+      const Usage usage = usage_of(g->request, results.outputs);
       counts_.prompt_tokens += usage.prompt_tokens;
       counts_.completion_tokens += usage.completion_tokens;
       ++counts_.completed;
-      out_ << response_line(g->custom_id, 200, g->id, response_body(g->request, g->id, g->created, g->outputs, api_.tokenizer))
+      out_ << response_line(g->custom_id, 200, g->id, response_body(g->request, g->id, g->created, results.outputs, api_.tokenizer))
            << '\n';
     }
     // Results reach the file as they come, so a process killed mid-batch loses none it counted.

@@ -35,7 +35,8 @@ struct BatchCounts {
 struct BatchRunOptions {
   // Requests in the engine at once: enough to fill the largest batch the scheduler forms.
   int max_in_flight = 256;
-  // Called every `progress_every` (0: never) and once at the end, from the calling thread.
+  // Called every `progress_every` (0: never) and once at the end (a cancelled run too), from
+  // the calling thread.
   std::function<void(const BatchCounts&)> on_progress;
   std::chrono::milliseconds progress_every{2000};
   // Set from another thread (a signal): no further line is submitted, the running ones are

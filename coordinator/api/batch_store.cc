@@ -96,14 +96,15 @@ json batch_errors(const std::string& code, const std::string& message) {
               {"data", json::array({json{{"code", code}, {"message", message}, {"param", nullptr}, {"line", nullptr}}})}};
 }
 
-// Ends a batch that was cut before it finished: failed, with how many requests have results.
-void fail_cut_batch(json& batch, const std::string& code, const std::string& why, int64_t completed, int64_t failed) {
+// Ends a batch that was cut before it finished: failed, saying how many requests have results
+// (its request_counts).
+void fail_cut_batch(json& batch, const std::string& code, const std::string& why) {
+  const json& counts = batch["request_counts"];
+  const int64_t results = counts.value("completed", int64_t{0}) + counts.value("failed", int64_t{0});
   batch["status"] = "failed";
   batch["failed_at"] = now_s();
-  batch["request_counts"]["completed"] = completed;
-  batch["request_counts"]["failed"] = failed;
-  batch["errors"] = batch_errors(code, why + "; " + std::to_string(completed + failed) + " of " +
-                                          std::to_string(batch["request_counts"].value("total", 0)) +
+  batch["errors"] = batch_errors(code, why + "; " + std::to_string(results) + " of " +
+                                          std::to_string(counts.value("total", int64_t{0})) +
                                           " requests have results (output_file_id, error_file_id)");
 }
 
@@ -150,10 +151,11 @@ Status BatchStore::load() {
     }
     const std::string id = (*batch)["id"];
     if (bsi::unfinished(*batch)) {
+      // The counts saved last may lag behind the lines written: the files tell.
       const auto output = batch->value("output_file_id", json()), errors = batch->value("error_file_id", json());
-      const int64_t completed = output.is_string() ? bsi::count_lines(file_path(output)) : 0;
-      const int64_t failed = errors.is_string() ? bsi::count_lines(file_path(errors)) : 0;
-      bsi::fail_cut_batch(*batch, "server_restarted", "the server stopped while this batch ran", completed, failed);
+      (*batch)["request_counts"]["completed"] = output.is_string() ? bsi::count_lines(file_path(output)) : 0;
+      (*batch)["request_counts"]["failed"] = errors.is_string() ? bsi::count_lines(file_path(errors)) : 0;
+      bsi::fail_cut_batch(*batch, "server_restarted", "the server stopped while this batch ran");
       TESSERA_LOG_WARN("[coord] batch {} was cut by a restart: marked failed", id);
       save_batch(*batch);
     }
@@ -267,9 +269,12 @@ ApiReply BatchStore::create_batch(std::string_view body) {
   const json metadata = j.value("metadata", json());
   if (!metadata.is_null() && (!metadata.is_object() || metadata.size() > 16))
     return bsi::error_reply(400, "invalid_value", "'metadata' must be an object of at most 16 pairs", "metadata");
+  const std::string file_id = *input;
+  // Read before taking the lock (a large file must not hold up the other routes); a file that
+  // is not there counts nothing and is refused below.
+  const int64_t total = bsi::well_formed_id(file_id) ? bsi::count_lines(file_path(file_id)) : 0;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return bsi::error_reply(503, "draining", "the server is shutting down");
-  const std::string file_id = *input;
   const auto file = bsi::well_formed_id(file_id) ? files_.find(file_id) : files_.end();
   if (file == files_.end()) return bsi::error_reply(404, "file_not_found", "no file '" + file_id + "'", "input_file_id");
   if (file->second["purpose"] != "batch")
@@ -288,7 +293,7 @@ ApiReply BatchStore::create_batch(std::string_view body) {
                 {"completed_at", nullptr},
                 {"failed_at", nullptr},
                 {"cancelled_at", nullptr},
-                {"request_counts", {{"total", bsi::count_lines(file_path(file_id))}, {"completed", 0}, {"failed", 0}}},
+                {"request_counts", {{"total", total}, {"completed", 0}, {"failed", 0}}},
                 {"metadata", metadata}};
   save_batch(batch);
   batches_[batch["id"]] = batch;
@@ -400,21 +405,17 @@ void BatchStore::run_one(const std::string& id) {
     files_[(*meta)["id"]] = *meta;
     save_file_meta(*meta);
   }
-  const int64_t completed = bsi::count_lines(file_path(output_meta["id"])), failed = bsi::count_lines(file_path(error_meta["id"]));
+  // request_counts are the run's last report (on_progress, called at its end however it ends).
   if (result.is_ok()) {
     batch["status"] = "completed";
     batch["completed_at"] = bsi::now_s();
-    batch["request_counts"]["completed"] = result->completed;
-    batch["request_counts"]["failed"] = result->failed;
   } else if (stopping_) {
-    bsi::fail_cut_batch(batch, "server_stopped", "the server shut down while this batch ran", completed, failed);
+    bsi::fail_cut_batch(batch, "server_stopped", "the server shut down while this batch ran");
   } else if (batch["status"] == "cancelling") {
     batch["status"] = "cancelled";
     batch["cancelled_at"] = bsi::now_s();
-    batch["request_counts"]["completed"] = completed;
-    batch["request_counts"]["failed"] = failed;
   } else {
-    bsi::fail_cut_batch(batch, "batch_failed", result.status().message(), completed, failed);
+    bsi::fail_cut_batch(batch, "batch_failed", result.status().message());
   }
   save_batch(batch);
   TESSERA_LOG_INFO("[coord] batch {} {}: {} completed, {} failed", id, batch["status"].get<std::string>(),

@@ -178,13 +178,24 @@ std::string make_response_id(ApiEndpoint endpoint) {
   return std::string(prefix) + buf;
 }
 
-void add_choice_event(const GenerateEvent& ev, ChoiceOutput* out) {
-  out->text += ev.text;
-  out->tokens.insert(out->tokens.end(), ev.tokens.begin(), ev.tokens.end());
-  if (!ev.prompt_logprobs.empty()) out->prompt_logprobs = ev.prompt_logprobs;
-  out->completion_tokens = ev.completion_tokens;
-  if (!ev.embedding.empty()) out->embedding = ev.embedding;
-  if (ev.finished) out->finish_reason = ev.finish_reason;
+bool ChoiceResults::add(size_t index, const GenerateEvent& ev) {
+  if (index >= done.size() || done[index]) return false;
+  ChoiceOutput& out = outputs[index];
+  out.text += ev.text;
+  out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  if (!ev.prompt_logprobs.empty()) out.prompt_logprobs = ev.prompt_logprobs;
+  out.completion_tokens = ev.completion_tokens;
+  if (!ev.embedding.empty()) out.embedding = ev.embedding;
+  if (!ev.finished) return true;
+  out.finish_reason = ev.finish_reason;
+  if (ev.finish_reason == FinishReason::kError && error.empty()) {
+    error = ev.error.empty() ? "generation failed" : ev.error;
+    unavailable = ev.unavailable;
+  }
+  if (ev.finish_reason == FinishReason::kAborted) cut = true;
+  done[index] = 1;
+  --remaining;
+  return true;
 }
 
 std::string response_body(const ApiRequest& request, const std::string& id, int64_t created,

@@ -149,9 +149,23 @@ struct ChoiceOutput {
   std::vector<float> embedding;  // an embedding request's vector, as pooled (not normalised)
 };
 
-// Adds one engine event of a choice to what was gathered of it (text, tokens, prompt
-// logprobs, counts, the embedding, and the finish reason of its last event).
-void add_choice_event(const GenerateEvent& event, ChoiceOutput* out);
+// A submitted request's choices as their engine events arrive (by generated index, as
+// submit_api_request reports them): what each has gathered (text, tokens, prompt logprobs,
+// counts, the embedding, its finish reason), which have finished, and the first engine error.
+struct ChoiceResults {
+  explicit ChoiceResults(size_t choices = 0)
+      : outputs(choices), done(choices, 0), remaining(static_cast<int>(choices)) {}
+  // Adds one event of choice `index`; false (nothing changed) when that choice has finished.
+  bool add(size_t index, const GenerateEvent& event);
+  bool complete() const { return remaining == 0; }
+
+  std::vector<ChoiceOutput> outputs;
+  std::vector<char> done;
+  int remaining = 0;         // choices not finished
+  std::string error;         // the first engine error ("" none)
+  bool unavailable = false;  // that error: the workers could not run it (503, not 500)
+  bool cut = false;          // a choice was aborted by the server (a drain's deadline, a cancelled batch)
+};
 
 struct Usage {
   int prompt_tokens = 0;

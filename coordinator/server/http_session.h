@@ -59,12 +59,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::string id;
     int64_t created = 0;
     std::vector<RequestId> request_ids;  // one per prompt
-    std::vector<bool> done;              // per choice
-    std::vector<ChoiceOutput> outputs;
-    int remaining = 0;
-    std::string error;  // first engine error
-    bool unavailable = false;  // that error: the workers were unavailable (503, not 500)
-    bool cut = false;          // a choice was aborted by the server (drain deadline): 503
+    // Each choice as gathered; `cut`: aborted by the server (a client's own abort, when it
+    // disconnects, never reaches a generation: it is gone by then), so 503.
+    ChoiceResults results;
     // A /v1/responses request (run as the chat completion it means), and its event stream.
     std::shared_ptr<const ResponsesRequest> responses;
     std::unique_ptr<ResponsesStream> responses_stream;

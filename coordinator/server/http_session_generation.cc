@@ -70,9 +70,7 @@ void HttpSession::submit_generation(ApiRequest request, std::shared_ptr<const Re
   g->serial = ++serial_;
   g->created = unix_now();
   const size_t n = g->request.num_choices();
-  g->done.assign(n, false);
-  g->outputs.assign(n, ChoiceOutput());
-  g->remaining = static_cast<int>(n);
+  g->results = ChoiceResults(n);
   gen_ = std::move(g);
 
   StatusOr<std::vector<RequestId>> ids = submit_api_request(server_.service, gen_->request, make_callback(gen_->serial));
@@ -102,19 +100,9 @@ ChoiceCallback HttpSession::make_callback(uint64_t serial) {
 }
 
 void HttpSession::on_event(uint64_t serial, size_t index, const GenerateEvent& ev) {
-  if (!gen_ || gen_->serial != serial || gen_->done[index]) return;
+  if (!gen_ || gen_->serial != serial || !gen_->results.add(index, ev)) return;
   Generation& g = *gen_;
-  ChoiceOutput& out = g.outputs[index];
-  add_choice_event(ev, &out);
-  if (ev.finished) {
-    if (ev.finish_reason == FinishReason::kError && g.error.empty()) {
-      g.error = ev.error.empty() ? "generation failed" : ev.error;
-      g.unavailable = ev.unavailable;
-    }
-    // A client's own abort (it disconnected) never reaches here: its generation is gone.
-    // So this one was cut by the server: the drain deadline, or the engine stopping.
-    if (ev.finish_reason == FinishReason::kAborted) g.cut = true;
-  }
+  ChoiceOutput& out = g.results.outputs[index];
   if (g.request.stream && g.responses_stream) {
     ResponsesStream& rs = *g.responses_stream;
     if (ev.finished && ev.finish_reason == FinishReason::kError) {
@@ -146,10 +134,7 @@ void HttpSession::on_event(uint64_t serial, size_t index, const GenerateEvent& e
         queue_chunk(sse_event(chunk));
     }
   }
-  if (!ev.finished) return;
-  g.done[index] = true;
-  if (--g.remaining > 0) return;
-  finish_generation();
+  if (g.results.complete()) finish_generation();
 }
 
 bool HttpSession::echo_waits_for_logprobs(const ApiRequest& r) {
@@ -177,7 +162,7 @@ void HttpSession::begin_stream() {
                                               FinishReason::kNone, true, server_.tokenizer)));
     } else if (g.request.echo && !echo_waits_for_logprobs(g.request)) {
       queue_chunk(sse_event(stream_echo_body(g.request, g.id, g.created, static_cast<int>(i), {}, server_.tokenizer,
-                                             &g.outputs[i].stream_text_offset)));
+                                             &g.results.outputs[i].stream_text_offset)));
     }
   }
 }
@@ -185,8 +170,7 @@ void HttpSession::begin_stream() {
 // The error object of a generation that failed in the engine: 503 when the workers were
 // unavailable (a lost rank; the client may retry), else 500.
 ApiError HttpSession::engine_error(const Generation& g) {
-  if (g.unavailable) return api_error(503, "service_unavailable", "workers_unavailable", g.error);
-  return api_error(500, "server_error", "internal_error", g.error);
+  return generation_error(g.results.error, g.results.unavailable);
 }
 ApiError HttpSession::cut_error() {
   return api_error(503, "service_unavailable", "draining",
@@ -194,10 +178,10 @@ ApiError HttpSession::cut_error() {
 }
 
 void HttpSession::finish_responses(Generation& g) {
-  const bool failed = !g.error.empty() || g.cut;
+  const bool failed = !g.results.error.empty() || g.results.cut;
   if (!failed) {
     const nlohmann::json chat =
-        nlohmann::json::parse(response_body(g.request, g.id, g.created, g.outputs, server_.tokenizer));
+        nlohmann::json::parse(response_body(g.request, g.id, g.created, g.results.outputs, server_.tokenizer));
     const nlohmann::ordered_json response = responses_object(chat, g.id, g.created, *g.responses);
     if (g.responses->store)
       server_.response_store.put(g.id, ResponseStore::Stored{response, conversation_after(*g.responses, chat)});
@@ -205,7 +189,7 @@ void HttpSession::finish_responses(Generation& g) {
       return send(200, "application/json", response.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     for (const ResponsesStream::Event& e : g.responses_stream->finish(response)) queue_chunk(responses_sse_event(e));
   } else if (!g.request.stream) {
-    const ApiError e = g.error.empty() ? cut_error() : engine_error(g);
+    const ApiError e = g.results.error.empty() ? cut_error() : engine_error(g);
     return e.http_status == 503 ? send_error(e, {{"Retry-After", kRetryAfterSeconds}}) : send_error(e);
   }
   // The stream ends after its last event (a failure's error event went out with it): no [DONE].
@@ -232,20 +216,20 @@ void HttpSession::finish_generation() {
   }
   if (g->request.stream) {
     if (g->request.include_usage)
-      queue_chunk(sse_event(stream_usage_body(g->request, g->id, g->created, usage_of(g->request, g->outputs))));
+      queue_chunk(sse_event(stream_usage_body(g->request, g->id, g->created, usage_of(g->request, g->results.outputs))));
     queue_chunk(std::string(kSseDone));
     end_stream();
-  } else if (!g->error.empty()) {
+  } else if (!g->results.error.empty()) {
     const ApiError e = engine_error(*g);
     if (e.http_status == 503) {
       send_error(e, {{"Retry-After", kRetryAfterSeconds}});
     } else {
       send_error(e);
     }
-  } else if (g->cut) {
+  } else if (g->results.cut) {
     send_error(cut_error(), {{"Retry-After", kRetryAfterSeconds}});
   } else {
-    send(200, "application/json", response_body(g->request, g->id, g->created, g->outputs, server_.tokenizer));
+    send(200, "application/json", response_body(g->request, g->id, g->created, g->results.outputs, server_.tokenizer));
   }
   keep_.reset();
 }

@@ -329,11 +329,8 @@ struct ZmqClientServer::Impl {
       const std::string identity = r.identity;
       const uint64_t id = r.client_id;
       forget(qe.serial);
-      const std::string why = ev.error.empty() ? std::string("generation failed") : ev.error;
       // A lost worker rank is not the request's fault: 503, as REST answers it.
-      return send_error(identity, id,
-                        ev.unavailable ? api_error(503, "service_unavailable", "workers_unavailable", why)
-                                       : api_error(500, "server_error", "internal_error", why));
+      return send_error(identity, id, generation_error(ev.error, ev.unavailable));
     }
     r.done[qe.index] = true;
     r.finals[qe.index] = wc::FinalChoice{api_finish_reason(ev.finish_reason), ev.completion_tokens, {}};
