@@ -15,6 +15,8 @@
 #   run goes into a memory cgroup of that many bytes (root; cgroup v2 or v1's memory
 #   hierarchy), where the spill file's pages cannot all stay cached, so it reads them from the
 #   disk — the cold case; the bandwidth is then the disk's (dd iflag=direct).
+#   STREAMING (default read): model.weights_streaming, or several ("map read direct"), each
+#   run streamed after the same resident run; PREFETCH (default 2): weights_prefetch_layers.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -29,7 +31,12 @@ build=${BUILD:-build}
 prompt_len=${PROMPT_LEN:-16}
 gen_len=${GEN_LEN:-32}
 threads=${THREADS:-2}
-for n in "$rounds" "$prompt_len" "$gen_len" "$threads" "${batches[@]}"; do
+read -ra streamings <<<"${STREAMING:-read}"
+prefetch=${PREFETCH:-2}
+for s in "${streamings[@]}"; do
+  [[ $s =~ ^(map|read|direct)$ ]] || die "STREAMING '$s' is not map, read or direct"
+done
+for n in "$rounds" "$prompt_len" "$gen_len" "$threads" "$prefetch" "${batches[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (ROUNDS, BATCH, PROMPT_LEN, GEN_LEN, THREADS)"
 done
 need_bin "$build/bin" "$BUILD_HINT" tessera-batch
@@ -77,7 +84,7 @@ requests() {  # BATCH: BATCH token-id completions of PROMPT_LEN tokens, GEN_LEN 
       "$i" "$(seq -s, $((100 + i)) $((100 + i + prompt_len - 1)))" "$gen_len"
   done
 }
-run() {  # BATCH BUDGET: prints "TOKENS_PER_S STREAMED_BYTES"
+run() {  # BATCH BUDGET [STREAMING]: prints "TOKENS_PER_S STREAMED_BYTES"
   local log="$work/log" rate streamed
   requests "$1" >"$work/in.jsonl"
   local inside=()
@@ -85,7 +92,8 @@ run() {  # BATCH BUDGET: prints "TOKENS_PER_S STREAMED_BYTES"
   [[ -n $cgroup && $2 != all ]] && inside=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup")
   "${inside[@]}" "$build/bin/tessera-batch" "$work/in.jsonl" "$work/out.jsonl" --model "$model" --dtype bfloat16 \
     --threads "$threads" --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" \
-    --set "model.weights_memory_budget=$2" >"$work/summary" 2>"$log" ||
+    --set "model.weights_memory_budget=$2" --set "model.weights_streaming=${3:-read}" \
+    --set "model.weights_prefetch_layers=$prefetch" >"$work/summary" 2>"$log" ||
     die "tessera-batch failed (batch $1, budget $2): $(tail -3 "$log")"
   rate=$(sed -n 's/.* and \([0-9]*\) completion tokens in \([0-9.e+-]*\) s$/\1 \2/p' "$work/summary" | awk '{printf "%.2f", $1 / $2}')
   # The worker's plan line: "weights: budget ...; streamed N.N MiB per step (...)".
@@ -94,15 +102,17 @@ run() {  # BATCH BUDGET: prints "TOKENS_PER_S STREAMED_BYTES"
 }
 case_name="page-cache read"
 [[ -n $limit ]] && case_name="streamed run in a memory cgroup of $limit bytes; disk read (O_DIRECT)"
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads; $case_name $(printf %.1f "$bandwidth") GB/s"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads, $prefetch in flight; $case_name $(printf %.1f "$bandwidth") GB/s"
 for _ in $(seq "$rounds"); do
   for b in "${batches[@]}"; do
     read -r resident _ < <(run "$b" all)
-    read -r streamed bytes < <(run "$b" "$budget")
-    [[ $(echo "$bytes > 0" | bc) == 1 ]] || die "no streamed bytes in the plan of the batch-$b run at budget $budget"
-    bound=$(echo "r = $resident; s = $bandwidth * 1000000000 / $bytes * $b; if (s < r) s else r" | bc -l)
-    printf 'batch %4d: resident %8.2f tok/s, streamed %8.2f tok/s (%.2fx), %.2f GB a step; bound %.2f tok/s, streamed at %.0f%% of it\n' \
-      "$b" "$resident" "$streamed" "$(echo "$streamed / $resident" | bc -l)" "$(echo "$bytes / 1000000000" | bc -l)" "$bound" \
-      "$(echo "100 * $streamed / $bound" | bc -l)"
+    for s in "${streamings[@]}"; do
+      read -r streamed bytes < <(run "$b" "$budget" "$s")
+      [[ $(echo "$bytes > 0" | bc) == 1 ]] || die "no streamed bytes in the plan of the batch-$b run at budget $budget"
+      bound=$(echo "r = $resident; s = $bandwidth * 1000000000 / $bytes * $b; if (s < r) s else r" | bc -l)
+      printf 'batch %4d: resident %8.2f tok/s, streamed (%s) %8.2f tok/s (%.2fx), %.2f GB a step; bound %.2f tok/s, streamed at %.0f%% of it\n' \
+        "$b" "$resident" "$s" "$streamed" "$(echo "$streamed / $resident" | bc -l)" "$(echo "$bytes / 1000000000" | bc -l)" \
+        "$bound" "$(echo "100 * $streamed / $bound" | bc -l)"
+    done
   done
 done

@@ -331,6 +331,8 @@ const std::vector<std::pair<const char*, DType>> kDtypes = {
 const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
     {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8},
     {"int4", WeightQuantization::kInt4}};
+const std::vector<std::pair<const char*, WeightStreaming>> kWeightStreamings = {
+    {"map", WeightStreaming::kMap}, {"read", WeightStreaming::kRead}, {"direct", WeightStreaming::kDirect}};
 const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& kSpeculativeMethods = speculative_method_names();
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
@@ -448,6 +450,7 @@ const std::vector<KeyDef>& schema() {
              nullptr},
       TESSERA_STRING_KEY("model.weights_spill_dir", model.weights_spill_dir, read_string),
       TESSERA_INT_KEY("model.weights_prefetch_layers", model.weights_prefetch_layers, 1, 64),
+      TESSERA_ENUM_KEY("model.weights_streaming", model.weights_streaming, kWeightStreamings),
       KeyDef{"model.quantization_rules", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                return read_quant_rules(n, w, &c.model.quantization_rules);

@@ -68,4 +68,19 @@ StatusOr<WeightsBudget> parse_weights_budget(std::string_view text) {
   return b;
 }
 
+const char* weight_streaming_name(WeightStreaming s) {
+  switch (s) {
+    case WeightStreaming::kMap: return "map";
+    case WeightStreaming::kRead: return "read";
+    case WeightStreaming::kDirect: return "direct";
+  }
+  return "?";
+}
+
+StatusOr<WeightStreaming> parse_weight_streaming(std::string_view text) {
+  for (WeightStreaming s : {WeightStreaming::kMap, WeightStreaming::kRead, WeightStreaming::kDirect})
+    if (text == weight_streaming_name(s)) return s;
+  return invalid_argument("'" + std::string(text) + "' is not a way to stream weights (expected map, read or direct)");
+}
+
 }  // namespace tessera

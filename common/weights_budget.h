@@ -24,4 +24,15 @@ struct WeightsBudget {
 // are refused (100% is "all").
 StatusOr<WeightsBudget> parse_weights_budget(std::string_view text);
 
+// model.weights_streaming: how a streamed unit is brought in before it runs.
+//   map:    the spill file is mapped and its pages are read in (madvise) on a helper thread;
+//           they are the page cache's, so memory pressure can take them back before they run.
+//   read:   the helper reads the unit (pread, through the page cache) into the process's own
+//           pages, which nothing reclaims until the unit is released.
+//   direct: as read, with O_DIRECT: straight from the disk, no page-cache copy (the cold case).
+enum class WeightStreaming { kMap, kRead, kDirect };
+const char* weight_streaming_name(WeightStreaming s);
+// InvalidArgument naming the text and the three names (the caller names the key or flag).
+StatusOr<WeightStreaming> parse_weight_streaming(std::string_view text);
+
 }  // namespace tessera

@@ -35,7 +35,7 @@ namespace {
 
 struct Options {
   std::string model;
-  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-prefetch-layers
+  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-prefetch-layers, --weights-streaming
   std::string prompt;
   std::string prompt_ids;
   std::string prompt_ids_file;

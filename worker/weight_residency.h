@@ -8,12 +8,18 @@
 //
 // The units streamed are the embedding table, each layer and the LM head (a tied head is the
 // table). A step reads them in that order; before a streamed unit runs it and the units after
-// it, model.weights_prefetch_layers in flight in all, are brought in: a helper thread maps the
-// ones ahead into the process (madvise MADV_POPULATE_READ, which reads what the page cache
-// lacks and fills the page tables in one call, instead of a fault per 4 KiB page while the
-// kernels run), overlapping the current unit's compute. After a unit ran its pages leave the
-// process (MADV_DONTNEED; the page cache may keep them, which the kernel reclaims under
-// pressure, a container's limit included). The embedding table is read a row per token: it is
+// it, model.weights_prefetch_layers in flight in all, are brought in by a helper thread,
+// overlapping the current unit's compute, in one of two ways (model.weights_streaming):
+//   - map: the unit's tensors point into the file's mapping and the helper maps its pages in
+//     (madvise MADV_POPULATE_READ, which reads what the page cache lacks and fills the page
+//     tables in one call, instead of a fault per 4 KiB page while the kernels run). The pages
+//     are the page cache's: under a memory limit the kernel can take back a unit read ahead
+//     before it runs, and it is read again by faults.
+//   - read / direct: the unit's tensors point into an anonymous region at the same offsets,
+//     and the helper preads the unit into it (direct: with O_DIRECT, no page-cache copy). Those
+//     pages are the process's own, so what was read ahead is there when the unit runs.
+// After a unit ran its pages leave the process (MADV_DONTNEED; in map mode the page cache may
+// keep them). The embedding table is read a row per token, always through the mapping: it is
 // never brought in whole, and only the pages of the step's rows count while it is in use.
 //
 // Which units stay resident, by a stated rule: the norms and biases outside the layers always;
@@ -41,6 +47,7 @@ struct WeightResidencyOptions {
   WeightsBudget budget;     // all: every weight resident (no streaming)
   std::string spill_dir;    // where the spill file goes; empty: $TMPDIR, else /var/tmp
   int prefetch_layers = 2;  // streamed units in flight: the one running and those read ahead
+  WeightStreaming streaming = WeightStreaming::kRead;  // how a unit is brought in
 };
 
 class WeightResidency {
@@ -72,14 +79,17 @@ class WeightResidency {
   int64_t in_flight_bytes() const { return resident_bytes_ - resident_set_bytes_; }
   int64_t peak_resident_bytes() const { return peak_bytes_; }
   int64_t budget_bytes() const { return budget_bytes_; }
-  // The largest streamed unit's pages (its bytes rounded up to whole pages).
+  // The largest unit streamed whole: its pages (its bytes rounded up to whole pages). The
+  // embedding table read by rows adds only the pages of a step's rows while it is looked up.
   int64_t largest_streamed_bytes() const { return largest_streamed_; }
   // Bytes of the units streamed: what a step reads from the spill file (the embedding table's
   // counted whole, though a step reads only its rows).
   int64_t streamed_bytes() const;
   int prefetch_layers() const { return prefetch_; }
-  // The spill mapping's start (for a test reading the process's resident pages of it).
+  // The start of the region the layers' tensors point into: the file's mapping (map) or the
+  // anonymous region (read, direct); for a test reading the process's resident pages of it.
   const void* spill_begin() const { return base_; }
+  WeightStreaming streaming() const { return streaming_; }
   // One line for the start-up log: resident and streamed bytes and units, the spill folder.
   std::string plan() const;
 
@@ -103,13 +113,20 @@ class WeightResidency {
     return unit >= first_layer_unit_ && unit != head_unit_ ? unit - first_layer_unit_ : -1;
   }
   void fetch(int unit, int64_t bytes);
+  // Read and direct keep the pages of the last unit released (the spare; at most one, counted
+  // as in flight) for the next fetch: moved to that unit when it is whole and the same size,
+  // else let go. True when the unit fetched is the spare itself, its pages still valid.
+  bool use_or_drop_spare(int unit, bool whole);
   void fetch_whole(int unit);
-  void release(int unit);
+  // Lets a unit's pages go (where its tensors point; `rows`: the table's rows in the file's
+  // mapping too).
+  void release(int unit, bool rows = false);
   void read_ahead_from(int unit);
   // Returns once a unit asked for whole is in the process (mapping it here if the helper has
   // not started on it).
   void wait_in(int unit);
-  // Maps a unit's pages into the process (MADV_POPULATE_READ, else they come by faults).
+  // Brings a whole unit into the process: maps its pages (MADV_POPULATE_READ, else they come
+  // by faults) or reads it into the anonymous region.
   void populate(const Unit& unit) const;
   void helper_loop();
   // Marks a queued unit as being mapped, maps it with `lock` released, marks it in.
@@ -119,8 +136,12 @@ class WeightResidency {
   int first_layer_unit_ = 0, head_unit_ = -1, table_unit_ = -1;
   int64_t resident_bytes_ = 0, resident_set_bytes_ = 0, peak_bytes_ = 0, budget_bytes_ = 0, largest_streamed_ = 0, fixed_bytes_ = 0;
   int prefetch_ = 2;
+  int spare_ = -1;            // the unit whose pages are kept for the next fetch, or -1
+  bool spare_valid_ = false;  // whether they hold it (it was read in before its release)
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)
-  char* base_ = nullptr;  // spill_'s mapping
+  char* base_ = nullptr;       // where the layers' and the head's tensors point (spill_'s)
+  char* file_base_ = nullptr;  // spill_'s mapping of the file
+  WeightStreaming streaming_ = WeightStreaming::kRead;
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
   std::mutex mu_;
   std::condition_variable cv_;

@@ -217,7 +217,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.check_weights = config.model.check_weights;
     mo.lm_head = config.server.task != "embed";
     mo.residency = {config.model.weights_memory_budget, config.model.weights_spill_dir,
-                    config.model.weights_prefetch_layers};
+                    config.model.weights_prefetch_layers, config.model.weights_streaming};
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
     if (const WeightResidency* r = model->residency()) TESSERA_LOG_INFO("rank {}/{} {}", a.rank, a.world_size, r->plan());
     if (config.speculative.method == SpeculativeConfig::Method::kDraft) {

@@ -3,7 +3,7 @@
 // the logits of int8 weights resident, bit for bit; the accounting stays within the budget
 // plus the units in flight, and the process's own pages of the spill file (its smaps Rss)
 // stay within what is in flight while each layer runs; bad budgets and spill folders are
-// refused naming the key.
+// refused naming the key. Each of map, read and direct.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -41,7 +41,8 @@ struct Loaded {
   std::unique_ptr<Transformer> model;
 };
 
-Loaded load(const std::string& budget, WeightQuantization quant = WeightQuantization::kNone) {
+Loaded load(const std::string& budget, WeightQuantization quant = WeightQuantization::kNone,
+            WeightStreaming streaming = WeightStreaming::kRead) {
   Loaded l;
   auto b = make_backend("cpu", BackendOptions{2, 0, KernelOptions{}});
   EXPECT_TRUE(b.is_ok());
@@ -49,6 +50,7 @@ Loaded load(const std::string& budget, WeightQuantization quant = WeightQuantiza
   ModelLoadOptions lo;
   lo.quant.kind = quant;
   lo.residency.budget = parse_weights_budget(budget).value();
+  lo.residency.streaming = streaming;
   auto m = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *l.backend);
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   if (m.is_ok()) l.model = std::move(m).value();
@@ -69,12 +71,16 @@ std::vector<GenerationRequest> golden_requests(std::vector<std::vector<int32_t>>
   return reqs;
 }
 
-TEST(WeightResidency, AQuarterResidentGivesTheGoldensWithinTheBudgetAndWhatIsInFlight) {
+// Each way of bringing a unit in (model.weights_streaming): map, read, direct.
+class WeightStreamingTest : public ::testing::TestWithParam<WeightStreaming> {};
+
+TEST_P(WeightStreamingTest, AQuarterResidentGivesTheGoldensWithinTheBudgetAndWhatIsInFlight) {
   TESSERA_REQUIRE_FIXTURES();
-  Loaded streamed = load("25%");
+  Loaded streamed = load("25%", WeightQuantization::kNone, GetParam());
   ASSERT_TRUE(streamed.model);
   const WeightResidency* r = streamed.model->residency();
   ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->streaming(), GetParam());
   std::cout << "[ REPORT   ] " << r->plan() << std::endl;
   const int64_t all = streamed.model->weights().total_bytes;
   EXPECT_LE(r->budget_bytes(), all / 4 + 1);
@@ -113,9 +119,9 @@ TEST(WeightResidency, AQuarterResidentGivesTheGoldensWithinTheBudgetAndWhatIsInF
 // While a layer runs, the process's pages of the spill file are at most the units in flight:
 // each layer's tensors are read through whole between before_layer and after_layer (what a
 // step does), and the mapping's Rss is read in between.
-TEST(WeightResidency, TheProcessHoldsOnlyTheLayersInFlight) {
+TEST_P(WeightStreamingTest, TheProcessHoldsOnlyTheLayersInFlight) {
   TESSERA_REQUIRE_FIXTURES();
-  Loaded streamed = load("25%");
+  Loaded streamed = load("25%", WeightQuantization::kNone, GetParam());
   ASSERT_TRUE(streamed.model);
   auto* r = const_cast<WeightResidency*>(streamed.model->residency());
   ASSERT_NE(r, nullptr);
@@ -142,9 +148,9 @@ TEST(WeightResidency, TheProcessHoldsOnlyTheLayersInFlight) {
             << r->largest_streamed_bytes() << ")" << std::endl;
 }
 
-TEST(WeightResidency, Int8WeightsStreamedGiveTheLogitsOfInt8Resident) {
+TEST_P(WeightStreamingTest, Int8WeightsStreamedGiveTheLogitsOfInt8Resident) {
   TESSERA_REQUIRE_FIXTURES();
-  Loaded streamed = load("25%", WeightQuantization::kInt8), resident = load("all", WeightQuantization::kInt8);
+  Loaded streamed = load("25%", WeightQuantization::kInt8, GetParam()), resident = load("all", WeightQuantization::kInt8);
   ASSERT_TRUE(streamed.model && resident.model);
   ASSERT_NE(streamed.model->residency(), nullptr);
   std::vector<std::vector<int32_t>> greedy;
@@ -157,6 +163,47 @@ TEST(WeightResidency, Int8WeightsStreamedGiveTheLogitsOfInt8Resident) {
     EXPECT_EQ(got.value()[i].logits, want.value()[i].logits) << "case " << i;
   }
 }
+
+// One layer streamed, one in flight, on a model with a tied head (no table read by rows): each
+// step's fetch of that layer finds the spare pages the last step released still holding it
+// and reads nothing; the logits stay those of every weight resident.
+TEST_P(WeightStreamingTest, TheOneStreamedLayerIsKeptBetweenStepsWhereItCan) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = testing::fixtures_dir() + "/tiny-llama3";
+  auto backend = make_backend("cpu", BackendOptions{2, 0, KernelOptions{}}).value();
+  ModelLoadOptions lo;
+  lo.residency.streaming = GetParam();
+  lo.residency.prefetch_layers = 1;
+  std::unique_ptr<Transformer> streamed;
+  for (int share = 95; share >= 50 && streamed == nullptr; share -= 5) {
+    lo.residency.budget = parse_weights_budget(std::to_string(share) + "%").value();
+    auto m = Transformer::load(dir, lo, *backend);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    const WeightResidency* r = m.value()->residency();
+    if (r != nullptr && r->plan().find("streamed") != std::string::npos &&
+        r->plan().find("(1 layer;") != std::string::npos)
+      streamed = std::move(m).value();
+  }
+  ASSERT_NE(streamed, nullptr) << "no share from 95% to 50% streams exactly one layer of " << dir;
+  std::cout << "[ REPORT   ] " << streamed->residency()->plan() << std::endl;
+  lo.residency = WeightResidencyOptions{};
+  auto resident = Transformer::load(dir, lo, *backend);
+  ASSERT_TRUE(resident.is_ok());
+  GenerationRequest req;
+  req.prompt = {1, 5, 9, 13, 17};
+  req.max_new_tokens = 12;
+  Generator a(*streamed, *backend), b(*resident.value(), *backend);
+  auto got = a.generate({req}, true), want = b.generate({req}, true);
+  ASSERT_TRUE(got.is_ok() && want.is_ok());
+  EXPECT_EQ(got.value()[0].output, want.value()[0].output);
+  EXPECT_EQ(got.value()[0].logits, want.value()[0].logits);
+  const WeightResidency* r = streamed->residency();
+  EXPECT_LE(r->peak_resident_bytes(), r->budget_bytes() + r->largest_streamed_bytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WeightStreamingTest,
+                         ::testing::Values(WeightStreaming::kMap, WeightStreaming::kRead, WeightStreaming::kDirect),
+                         [](const auto& info) { return std::string(weight_streaming_name(info.param)); });
 
 TEST(WeightResidency, BadBudgetsAndSpillFoldersAreRefusedNamingTheKey) {
   TESSERA_REQUIRE_FIXTURES();

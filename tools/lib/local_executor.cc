@@ -84,6 +84,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.model.weights_memory_budget = o.residency.budget;
   c.model.weights_spill_dir = o.residency.spill_dir;
   c.model.weights_prefetch_layers = o.residency.prefetch_layers;
+  c.model.weights_streaming = o.residency.streaming;
   c.parallel.tensor_parallel = o.tensor_parallel;
   if (!o.draft_model.empty()) {
     c.speculative.method = SpeculativeConfig::Method::kDraft;

@@ -47,17 +47,18 @@ namespace tessera {
 namespace {
 
 // What a rank of `weights` bytes holds resident under model.weights_memory_budget (the KV pool
-// gets the rest of the memory): the budget plus weights_prefetch_layers of the largest
-// streamed unit in flight (worker/weight_residency.h), estimated from the shapes: a layer's
-// share of what is not the embedding table and LM head, or one of those (vocab x hidden).
+// gets the rest of the memory): the budget plus weights_prefetch_layers of the largest unit
+// streamed whole in flight (worker/weight_residency.h), estimated from the shapes: a layer's
+// share of what is not the embedding table and LM head, or the LM head (vocab x hidden) when
+// the budget cannot keep it (the rule keeps it first; the table alone is read by rows).
 int64_t resident_weight_bytes(const ModelSection& model, const ModelConfig& mc, int world, int64_t weights) {
   if (model.weights_memory_budget.all() || weights <= 0) return weights;
   const int64_t table = mc.vocab * mc.hidden * static_cast<int64_t>(dtype_size(model.dtype)) / world;
   const int64_t tables = mc.tie_embeddings ? table : 2 * table;
   const int64_t layer = mc.layers > 0 ? std::max<int64_t>(weights - tables, 0) / mc.layers : 0;
-  const int64_t held = model.weights_memory_budget.bytes_for(weights) +
-                       model.weights_prefetch_layers * std::max(layer, table);
-  return std::min(weights, held);
+  const int64_t budget = model.weights_memory_budget.bytes_for(weights);
+  const int64_t streamed_whole = budget >= table ? layer : std::max(layer, table);
+  return std::min(weights, budget + model.weights_prefetch_layers * streamed_whole);
 }
 
 }  // namespace

@@ -16,6 +16,10 @@ void add_weight_streaming_flags(CLI::App& app, WeightStreamingFlags& flags) {
   app.add_option("--weights-prefetch-layers", flags.prefetch_layers,
                  "streamed units in flight: the one running and those read ahead (model.weights_prefetch_layers)")
       ->capture_default_str();
+  app.add_option("--weights-streaming", flags.streaming,
+                 "how a streamed unit is brought in: map (madvise on the mapped file), read (pread into the "
+                 "process's memory) or direct (pread with O_DIRECT) (model.weights_streaming)")
+      ->capture_default_str();
 }
 
 StatusOr<WeightResidencyOptions> weight_residency_from_flags(const WeightStreamingFlags& flags) {
@@ -23,7 +27,9 @@ StatusOr<WeightResidencyOptions> weight_residency_from_flags(const WeightStreami
   if (!budget.is_ok()) return invalid_argument("--weights-budget: " + budget.status().message());
   if (flags.prefetch_layers < 1 || flags.prefetch_layers > 64)
     return invalid_argument("--weights-prefetch-layers: expected 1 to 64, got " + std::to_string(flags.prefetch_layers));
-  return WeightResidencyOptions{*budget, flags.spill_dir, flags.prefetch_layers};
+  StatusOr<WeightStreaming> streaming = parse_weight_streaming(flags.streaming);
+  if (!streaming.is_ok()) return invalid_argument("--weights-streaming: " + streaming.status().message());
+  return WeightResidencyOptions{*budget, flags.spill_dir, flags.prefetch_layers, *streaming};
 }
 
 }  // namespace tessera

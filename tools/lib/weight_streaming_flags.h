@@ -1,7 +1,7 @@
 #pragma once
 // The weight-streaming flags tessera-generate and tessera-bench share (--weights-budget,
-// --weights-spill-dir, --weights-prefetch-layers; model.weights_* in a configuration) into the
-// loader's options; an error names the flag that is wrong.
+// --weights-spill-dir, --weights-prefetch-layers, --weights-streaming; model.weights_* in a
+// configuration) into the loader's options; an error names the flag that is wrong.
 #include <string>
 
 #include "common/status.h"
@@ -17,6 +17,7 @@ struct WeightStreamingFlags {
   std::string budget = "all";
   std::string spill_dir;
   int prefetch_layers = 2;
+  std::string streaming = "read";
 };
 
 // Adds the three flags to `app`, bound to `flags`.
