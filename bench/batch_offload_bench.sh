@@ -4,17 +4,18 @@
 # token-id completions at once (scheduler.max_num_seqs BATCH, --max-in-flight BATCH), once
 # with every weight resident and once with model.weights_memory_budget BUDGET, back to back in
 # each round. Prints each run's completion tokens/s, the streamed / resident ratio, and the
-# bound the streamed run is held to: min(the resident run's rate, page-cache read bandwidth ÷
-# the bytes a step streams × BATCH tokens a step), the bandwidth that of reading the
-# checkpoint's files from the page cache (dd, warm). The spill file is written at start-up, so
-# these are page-cache-warm runs.
+# bound the streamed run is held to: min(the resident run's rate, read bandwidth ÷ the bytes a
+# step streams × BATCH tokens a step). The bandwidth is that of reading the checkpoint's files
+# from the page cache (dd, warm) for map and read, which read the spill file (written at
+# start-up) through the page cache: page-cache-warm runs; and the disk's (dd iflag=direct) for
+# direct, which reads it with O_DIRECT every step: the cold-read case.
 # Usage: bench/batch_offload_bench.sh MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]
 #   defaults: budget 25%, 1 round, batches 32 and 128.
 # Environment: BUILD (default build), PROMPT_LEN (default 16), GEN_LEN (default 32),
 #   THREADS (default 2), LIMIT_BYTES (default none: the page-cache-warm case): the streamed
 #   run goes into a memory cgroup of that many bytes (root; cgroup v2 or v1's memory
 #   hierarchy), where the spill file's pages cannot all stay cached, so it reads them from the
-#   disk — the cold case; the bandwidth is then the disk's (dd iflag=direct).
+#   disk — the cold case; every bandwidth is then the disk's.
 #   STREAMING (default read): model.weights_streaming, or several ("map read direct"), each
 #   run streamed after the same resident run; PREFETCH (default 2): weights_prefetch_layers.
 set -euo pipefail
@@ -44,23 +45,27 @@ need_model "$model"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Read bandwidth (GB/s): of the page cache (each checkpoint file read once to warm it, then
-# timed by dd) or, with LIMIT_BYTES, of the disk (dd iflag=direct).
+# Read bandwidth (GB/s) of the checkpoint's files: from the page cache (each read once to warm
+# it, then timed by dd) or from the disk (dd iflag=direct).
 limit=${LIMIT_BYTES:-}
 [[ -z $limit || $limit =~ ^[1-9][0-9]*$ ]] || die "LIMIT_BYTES '$limit' is not a whole number of bytes"
-bytes=0
-seconds=0
-for f in "$model"/*.safetensors; do
-  if [[ -n $limit ]]; then
-    line=$(LC_ALL=C dd if="$f" of=/dev/null bs=4M iflag=direct 2>&1 | tail -1)
-  else
-    dd if="$f" of=/dev/null bs=1M status=none
-    line=$(LC_ALL=C dd if="$f" of=/dev/null bs=1M 2>&1 | tail -1)  # "N bytes (...) copied, T s, R GB/s"
-  fi
-  bytes=$((bytes + ${line%% *}))
-  seconds=$(echo "$seconds + $(echo "$line" | sed 's/.* copied, \([0-9.]*\) s,.*/\1/')" | bc -l)
-done
-bandwidth=$(echo "$bytes / $seconds / 1000000000" | bc -l)
+read_bandwidth() {  # cache|disk
+  local f line bytes=0 seconds=0
+  for f in "$model"/*.safetensors; do
+    if [[ $1 == disk ]]; then
+      line=$(LC_ALL=C dd if="$f" of=/dev/null bs=4M iflag=direct 2>&1 | tail -1)
+    else
+      dd if="$f" of=/dev/null bs=1M status=none
+      line=$(LC_ALL=C dd if="$f" of=/dev/null bs=1M 2>&1 | tail -1)  # "N bytes (...) copied, T s, R GB/s"
+    fi
+    bytes=$((bytes + ${line%% *}))
+    seconds=$(echo "$seconds + $(echo "$line" | sed 's/.* copied, \([0-9.]*\) s,.*/\1/')" | bc -l)
+  done
+  echo "$bytes / $seconds / 1000000000" | bc -l
+}
+disk_bandwidth=$(read_bandwidth disk)
+cache_bandwidth=$disk_bandwidth
+[[ -n $limit ]] || cache_bandwidth=$(read_bandwidth cache)
 
 cgroup=""
 if [[ -n $limit ]]; then
@@ -100,15 +105,17 @@ run() {  # BATCH BUDGET [STREAMING]: prints "TOKENS_PER_S STREAMED_BYTES"
   streamed=$(sed -n 's/.*weights: budget .*; streamed \([0-9.]*\) MiB per step.*/\1/p' "$log" | head -1)
   echo "$rate $(echo "${streamed:-0} * 1048576" | bc -l)"
 }
-case_name="page-cache read"
-[[ -n $limit ]] && case_name="streamed run in a memory cgroup of $limit bytes; disk read (O_DIRECT)"
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads, $prefetch in flight; $case_name $(printf %.1f "$bandwidth") GB/s"
+case_name="page-cache read $(printf %.1f "$cache_bandwidth") GB/s"
+[[ -n $limit ]] && case_name="streamed run in a memory cgroup of $limit bytes"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads, $prefetch in flight; $case_name; disk read (O_DIRECT) $(printf %.1f "$disk_bandwidth") GB/s"
 for _ in $(seq "$rounds"); do
   for b in "${batches[@]}"; do
     read -r resident _ < <(run "$b" all)
     for s in "${streamings[@]}"; do
       read -r streamed bytes < <(run "$b" "$budget" "$s")
       [[ $(echo "$bytes > 0" | bc) == 1 ]] || die "no streamed bytes in the plan of the batch-$b run at budget $budget"
+      bandwidth=$cache_bandwidth
+      [[ $s == direct ]] && bandwidth=$disk_bandwidth
       bound=$(echo "r = $resident; s = $bandwidth * 1000000000 / $bytes * $b; if (s < r) s else r" | bc -l)
       printf 'batch %4d: resident %8.2f tok/s, streamed (%s) %8.2f tok/s (%.2fx), %.2f GB a step; bound %.2f tok/s, streamed at %.0f%% of it\n' \
         "$b" "$resident" "$s" "$streamed" "$(echo "$streamed / $resident" | bc -l)" "$(echo "$bytes / 1000000000" | bc -l)" \

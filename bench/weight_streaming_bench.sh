@@ -8,7 +8,8 @@
 # Usage: bench/weight_streaming_bench.sh MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]
 #   defaults: budget 25%, 3 rounds, batches 1 and 32.
 # Environment: BUILD (default build), PROMPT_LEN (default 64), GEN_LEN (default 32),
-#   THREADS (default 2), SPILL_DIR (default: tessera's, $TMPDIR or /var/tmp).
+#   THREADS (default 2), SPILL_DIR (default: tessera's, $TMPDIR or /var/tmp), STREAMING
+#   (default read: --weights-streaming, map, read or direct).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -27,8 +28,8 @@ need_bin "$build/bin" "$BUILD_HINT" tessera-bench
 need_model "$model"
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
-spill=()
-[[ -n ${SPILL_DIR:-} ]] && spill=(--weights-spill-dir "$SPILL_DIR")
+spill=(--weights-streaming "${STREAMING:-read}")
+[[ -n ${SPILL_DIR:-} ]] && spill+=(--weights-spill-dir "$SPILL_DIR")
 run() {  # BATCH KIND BUDGET: one tessera-bench run, appended to $results as "BATCH KIND JSON"
   local out
   out=$("$build/bin/tessera-bench" --model "$model" --dtype bfloat16 --prompt-len "${PROMPT_LEN:-64}" \
@@ -36,7 +37,7 @@ run() {  # BATCH KIND BUDGET: one tessera-bench run, appended to $results as "BA
     2>/dev/null) || die "tessera-bench failed (batch $1, budget $3)"
   echo "$1 $2 $out" >>"$results"
 }
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt ${PROMPT_LEN:-64}, ${GEN_LEN:-32} generated, ${THREADS:-2} threads"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget (${STREAMING:-read}), prompt ${PROMPT_LEN:-64}, ${GEN_LEN:-32} generated, ${THREADS:-2} threads"
 for _ in $(seq "$rounds"); do
   for b in "${batches[@]}"; do
     run "$b" resident all
