@@ -1,0 +1,266 @@
+#include "worker/lora_adapter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <tuple>
+
+#include "common/checkpoint/torch_checkpoint.h"
+#include "common/safetensors.h"
+
+namespace tessera {
+namespace lora_adapter_internal {
+
+namespace fs = std::filesystem;
+
+// Fields that change what the adapter computes and are not implemented, with the value that
+// means "not used" in PEFT's files (null, false, empty or the string given).
+bool unused_value(const nlohmann::json& v, const char* none) {
+  if (v.is_null()) return true;
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_object() || v.is_array()) return v.empty();
+  if (v.is_string() && none != nullptr) return v.get<std::string>() == none;
+  return false;
+}
+
+struct Refused {
+  const char* field;
+  const char* none;  // the string value that means "not used", or nullptr
+  const char* why;
+};
+constexpr Refused kRefused[] = {
+    {"use_dora", nullptr, "DoRA is not implemented"},
+    {"modules_to_save", nullptr, "modules trained whole beside the adapter are not implemented"},
+    {"bias", "none", "trained biases are not implemented (only bias: \"none\")"},
+    {"lora_bias", nullptr, "a bias on lora_B is not implemented"},
+    {"rank_pattern", nullptr, "per-module ranks are not implemented"},
+    {"alpha_pattern", nullptr, "per-module alphas are not implemented"},
+    {"layers_to_transform", nullptr, "adapting only some layers by index is not implemented"},
+    {"layers_pattern", nullptr, "adapting only some layers by index is not implemented"},
+    {"layer_replication", nullptr, "layer replication is not implemented"},
+    {"megatron_config", nullptr, "Megatron-parallel LoRA layers are not implemented"},
+    {"exclude_modules", nullptr, "exclude_modules is not implemented"},
+    {"trainable_token_indices", nullptr, "trainable token embeddings are not implemented"},
+};
+
+Status field_error(const std::string& source, const std::string& field, const std::string& why) {
+  return invalid_argument(source + ": " + field + ": " + why);
+}
+
+// "base_model.model.<module>.lora_A[.<adapter name>].weight" -> module, 'A' or 'B'.
+bool split_lora_name(const std::string& name, std::string* module, char* which) {
+  static const std::string kPrefix = "base_model.model.";
+  if (name.rfind(kPrefix, 0) != 0) return false;
+  for (const char w : {'A', 'B'}) {
+    const std::string tag = std::string(".lora_") + w;
+    const size_t at = name.find(tag + ".");
+    if (at == std::string::npos || name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) continue;
+    *module = name.substr(kPrefix.size(), at - kPrefix.size());
+    *which = w;
+    return true;
+  }
+  return false;
+}
+
+struct BaseLinear {
+  TensorRole role;
+  int layer;
+  int expert;
+  std::string weight;  // the base checkpoint's tensor name
+};
+
+// Every linear layer of the base's blocks by PEFT module name (its weight's name less
+// ".weight"), for each spelling the row accepts that the checkpoint holds.
+std::map<std::string, BaseLinear> base_linears(const Checkpoint& base, const ModelConfig& c) {
+  constexpr TensorRole kDense[] = {TensorRole::kQ,    TensorRole::kK,      TensorRole::kV,
+                                   TensorRole::kQkv,  TensorRole::kO,      TensorRole::kGate,
+                                   TensorRole::kUp,   TensorRole::kGateUp, TensorRole::kDown,
+                                   TensorRole::kSharedGate, TensorRole::kSharedUp, TensorRole::kSharedDown};
+  constexpr TensorRole kExpert[] = {TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kExpertDown};
+  std::map<std::string, BaseLinear> out;
+  auto add = [&](TensorRole role, int layer, int expert) {
+    for (const std::string& alt : name_alternatives(c.arch->name_of(role))) {
+      if (alt.empty()) continue;
+      const std::string weight = tensor_name(alt, layer, expert);
+      const std::string suffix = ".weight";
+      if (base.find(weight) == nullptr || weight.size() <= suffix.size() ||
+          weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      out.emplace(weight.substr(0, weight.size() - suffix.size()), BaseLinear{role, layer, expert, weight});
+    }
+  };
+  for (int l = 0; l < static_cast<int>(c.layers); ++l) {
+    for (TensorRole role : kDense) add(role, l, -1);
+    for (int e = 0; e < static_cast<int>(c.num_experts); ++e)
+      for (TensorRole role : kExpert) add(role, l, e);
+  }
+  return out;
+}
+
+// The base layer's [out, in] (GPT-2's Conv1D weights are stored [in, out]).
+std::pair<int64_t, int64_t> out_in(const Checkpoint& base, const ModelConfig& c, const std::string& weight) {
+  const std::vector<int64_t>& s = base.find(weight)->shape;
+  if (s.size() != 2) return {-1, -1};
+  return c.arch->conv1d_weights && !base.from_gguf() ? std::make_pair(s[1], s[0]) : std::make_pair(s[0], s[1]);
+}
+
+StatusOr<std::shared_ptr<WeightFile>> open_adapter_weights(const std::string& dir) {
+  const std::string st = dir + "/adapter_model.safetensors", bin = dir + "/adapter_model.bin";
+  if (fs::exists(st)) {
+    TESSERA_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(st));
+    return std::shared_ptr<WeightFile>(std::move(f));
+  }
+  if (fs::exists(bin)) {
+    TESSERA_ASSIGN_OR_RETURN(auto f, TorchCheckpointFile::open(bin));
+    return std::shared_ptr<WeightFile>(std::move(f));
+  }
+  return not_found(dir + ": no adapter_model.safetensors or adapter_model.bin");
+}
+
+}  // namespace lora_adapter_internal
+
+namespace lai = lora_adapter_internal;
+
+double LoraAdapterConfig::scale() const {
+  return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+}
+
+bool LoraAdapterConfig::targets(const std::string& name) const {
+  if (all_linear) return true;
+  if (target_regex) return std::regex_match(name, std::regex(*target_regex));
+  for (const std::string& t : target_names) {
+    if (name == t) return true;
+    if (name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0 &&
+        name[name.size() - t.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+StatusOr<LoraAdapterConfig> parse_lora_adapter_config(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) return invalid_argument(source + ": expected a JSON object");
+  LoraAdapterConfig c;
+  const auto peft_type = j.find("peft_type");
+  if (peft_type != j.end() && (!peft_type->is_string() || peft_type->get<std::string>() != "LORA"))
+    return lai::field_error(source, "peft_type", "only LORA adapters are served, got " + peft_type->dump());
+  for (const lai::Refused& r : lai::kRefused) {
+    const auto it = j.find(r.field);
+    if (it != j.end() && !lai::unused_value(*it, r.none)) return lai::field_error(source, r.field, std::string(r.why) + ", got " + it->dump());
+  }
+  const auto r = j.find("r");
+  if (r == j.end() || !r->is_number_integer() || r->get<int64_t>() < 1 || r->get<int64_t>() > 65536)
+    return lai::field_error(source, "r", "expected the rank, a whole number from 1, got " + (r == j.end() ? "nothing" : r->dump()));
+  c.rank = r->get<int>();
+  if (const auto a = j.find("lora_alpha"); a != j.end()) {
+    if (!a->is_number() || !std::isfinite(a->get<double>()))
+      return lai::field_error(source, "lora_alpha", "expected a number, got " + a->dump());
+    c.alpha = a->get<double>();
+  }
+  for (const auto& [field, flag] : {std::pair<const char*, bool*>{"use_rslora", &c.rslora}, {"fan_in_fan_out", &c.fan_in_fan_out}}) {
+    const auto it = j.find(field);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_boolean()) return lai::field_error(source, field, "expected true or false, got " + it->dump());
+    *flag = it->get<bool>();
+  }
+  const auto t = j.find("target_modules");
+  if (t == j.end() || t->is_null()) return lai::field_error(source, "target_modules", "missing: which modules the adapter changes");
+  if (t->is_string()) {
+    if (t->get<std::string>() == "all-linear") {
+      c.all_linear = true;
+    } else {
+      try {
+        std::regex check(t->get<std::string>());
+      } catch (const std::regex_error& e) {
+        return lai::field_error(source, "target_modules", "not a regular expression: " + t->dump() + " (" + e.what() + ")");
+      }
+      c.target_regex = t->get<std::string>();
+    }
+  } else if (t->is_array() && !t->empty()) {
+    for (const auto& name : *t) {
+      if (!name.is_string() || name.get<std::string>().empty())
+        return lai::field_error(source, "target_modules", "expected module names, got " + name.dump());
+      c.target_names.push_back(name.get<std::string>());
+    }
+  } else {
+    return lai::field_error(source, "target_modules", "expected a list of module names or a regular expression, got " + t->dump());
+  }
+  return c;
+}
+
+StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint& base, const ModelConfig& c,
+                                        int max_rank) {
+  LoraAdapter adapter;
+  adapter.path = dir;
+  const std::string config_path = dir + "/adapter_config.json";
+  std::ifstream in(config_path);
+  if (!in) return not_found(config_path + ": cannot be read (a PEFT adapter folder holds adapter_config.json)");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid_argument(config_path + ": not valid JSON");
+  TESSERA_ASSIGN_OR_RETURN(adapter.config, parse_lora_adapter_config(j, config_path));
+  if (adapter.config.rank > max_rank) {
+    return lai::field_error(config_path, "r", std::to_string(adapter.config.rank) + " is above lora.max_rank " +
+                                             std::to_string(max_rank));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<WeightFile> file, lai::open_adapter_weights(dir));
+  const std::unique_ptr<Checkpoint> weights = Checkpoint::from_weight_file(file->path(), nlohmann::json::object(), file);
+  const std::map<std::string, lai::BaseLinear> linears = lai::base_linears(base, c);
+  // Module -> its A and B tensor names.
+  std::map<std::string, std::pair<std::string, std::string>> pairs;
+  for (const TensorInfo& t : file->tensors()) {
+    std::string module;
+    char which = 0;
+    if (t.name.find("lora_magnitude_vector") != std::string::npos)
+      return lai::field_error(file->path(), t.name, "a DoRA magnitude vector: DoRA is not implemented");
+    if (t.name.find("lora_embedding_") != std::string::npos)
+      return lai::field_error(file->path(), t.name, "an embedding adapter: adapters of the embedding are not implemented");
+    if (!lai::split_lora_name(t.name, &module, &which))
+      return lai::field_error(file->path(), t.name, "not a LoRA factor (expected base_model.model.<module>.lora_A/lora_B.weight)");
+    if (linears.find(module) == linears.end()) {
+      return lai::field_error(file->path(), t.name,
+                         "'" + module + "' is not a linear layer of the base's blocks (" + c.arch->name + ")");
+    }
+    if (!adapter.config.targets(module))
+      return lai::field_error(file->path(), t.name, "'" + module + "' is not among adapter_config.json's target_modules");
+    (which == 'A' ? pairs[module].first : pairs[module].second) = t.name;
+  }
+  if (pairs.empty()) return invalid_argument(file->path() + ": holds no LoRA factors");
+  for (const auto& [module, base_linear] : linears) {
+    const auto p = pairs.find(module);
+    if (p == pairs.end()) continue;
+    const auto& [a_name, b_name] = p->second;
+    if (a_name.empty() || b_name.empty())
+      return lai::field_error(file->path(), module, std::string("has lora_") + (a_name.empty() ? "B" : "A") + " without its pair");
+    LoraModule m;
+    m.name = module;
+    m.role = base_linear.role;
+    m.layer = base_linear.layer;
+    m.expert = base_linear.expert;
+    TESSERA_ASSIGN_OR_RETURN(m.a, weights->load(a_name, DType::kF32));
+    TESSERA_ASSIGN_OR_RETURN(m.b, weights->load(b_name, DType::kF32));
+    const auto [out, in_features] = lai::out_in(base, c, base_linear.weight);
+    const int64_t r = adapter.config.rank;
+    auto shape = [](const Tensor& t) {
+      std::string s = "[";
+      for (int i = 0; i < t.view().ndim; ++i) s += (i ? ", " : "") + std::to_string(t.dim(i));
+      return s + "]";
+    };
+    if (m.a.view().ndim != 2 || m.a.dim(0) != r || m.a.dim(1) != in_features) {
+      return lai::field_error(file->path(), a_name, "shape " + shape(m.a) + ", expected [" + std::to_string(r) + ", " +
+                                                   std::to_string(in_features) + "] (r, the base layer's inputs)");
+    }
+    if (m.b.view().ndim != 2 || m.b.dim(0) != out || m.b.dim(1) != r) {
+      return lai::field_error(file->path(), b_name, "shape " + shape(m.b) + ", expected [" + std::to_string(out) + ", " +
+                                                   std::to_string(r) + "] (the base layer's outputs, r)");
+    }
+    adapter.modules.push_back(std::move(m));
+  }
+  std::sort(adapter.modules.begin(), adapter.modules.end(), [](const LoraModule& x, const LoraModule& y) {
+    return std::tie(x.layer, x.expert, x.role) < std::tie(y.layer, y.expert, y.role);
+  });
+  return adapter;
+}
+
+}  // namespace tessera
