@@ -5,8 +5,11 @@
 // config keys from the row, tensors from the loader's own list (worker/arch_tensors.h), so
 // that benchmarks and tests can use models of any size and family without downloading one. Weights are deterministic in --seed and the tensor name (sharding does not
 // change them) and are written chunk by chunk, so memory stays small whatever the model size.
+// With --lora-of MODEL it writes a random PEFT LoRA adapter of that model instead
+// (tools/lib/random_lora.h).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +27,7 @@
 #include "common/safetensors_writer.h"
 #include "common/status.h"
 #include "tools/lib/padded_checkpoint.h"
+#include "tools/lib/random_lora.h"
 #include "worker/arch_spec.h"
 #include "worker/arch_tensors.h"
 #include "worker/model_config.h"
@@ -307,6 +311,18 @@ int main(int argc, char** argv) {
                                   "layers whose attention output and MLP down projections are zero and an MLP --ffn "
                                   "wide whose extra units feed zero weights, so it computes the same logits at any size "
                                   "(dense models with gate/up/down MLPs); with --out, --dtype and --seed only (default: none)");
+  RandomLoraOptions lora;
+  std::string lora_targets = "all-linear";
+  auto* lora_of = app.add_option("--lora-of", lora.base,
+                                 "instead of a model, a random PEFT LoRA adapter of this model (adapter_config.json, "
+                                 "adapter_model.safetensors); with --out, --dtype, --seed and the --lora-* flags only "
+                                 "(default: none)");
+  app.add_option("--lora-rank", lora.rank, "--lora-of: the adapter's rank r")->capture_default_str();
+  app.add_option("--lora-alpha", lora.alpha, "--lora-of: lora_alpha (scale alpha / r)")->capture_default_str();
+  app.add_option("--lora-targets", lora_targets,
+                 "--lora-of: target_modules, comma-separated module names (q_proj,v_proj) or all-linear")
+      ->capture_default_str();
+  app.add_flag("--lora-rslora", lora.rslora, "--lora-of: use_rslora (scale alpha / sqrt(r))");
   app.add_option("--out", opt.out, "output folder (created if missing)")->required();
   app.add_option("--preset", preset,
                  "tiny (hidden 64, 2 layers, 4 heads, 2 KV heads, ffn 128, vocab 512, 2048 positions, 4 experts, "
@@ -351,6 +367,38 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
+  if (lora_of->count() > 0) {
+    for (const CLI::Option* o : app.get_options()) {
+      const std::string n = o->get_name();
+      if (o->count() > 0 && n.rfind("--lora-", 0) != 0 && n != "--out" && n != "--dtype" && n != "--seed") {
+        TESSERA_LOG_ERROR("{} does not apply to --lora-of (which takes --out, --dtype, --seed and --lora-*)", n);
+        return 2;
+      }
+    }
+    lora.out = opt.out;
+    lora.dtype = *parse_dtype(dtype);
+    lora.seed = opt.seed;
+    lora.targets.clear();
+    for (size_t at = 0; at <= lora_targets.size();) {
+      const size_t comma = std::min(lora_targets.find(',', at), lora_targets.size());
+      if (comma > at) lora.targets.push_back(lora_targets.substr(at, comma - at));
+      at = comma + 1;
+    }
+    const Status written = write_random_lora(lora);
+    if (!written.is_ok()) {
+      TESSERA_LOG_ERROR("{}", written.to_string());
+      return 1;
+    }
+    TESSERA_LOG_INFO("LoRA adapter of {} (rank {}, targets {}) -> {}", lora.base, lora.rank, lora_targets, lora.out);
+    return 0;
+  }
+  for (const CLI::Option* o : app.get_options()) {
+    const std::string n = o->get_name();
+    if (o->count() > 0 && n.rfind("--lora-", 0) == 0) {
+      TESSERA_LOG_ERROR("{} applies only to --lora-of", n);
+      return 2;
+    }
+  }
   if (pad_from->count() > 0) {
     for (const CLI::Option* o : app.get_options()) {
       const std::string n = o->get_name();

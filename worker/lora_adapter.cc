@@ -65,22 +65,23 @@ bool split_lora_name(const std::string& name, std::string* module, char* which) 
   return false;
 }
 
-struct BaseLinear {
-  TensorRole role;
-  int layer;
-  int expert;
-  std::string weight;  // the base checkpoint's tensor name
-};
+// The base layer's [out, in] (GPT-2's Conv1D weights are stored [in, out]).
+std::pair<int64_t, int64_t> out_in(const Checkpoint& base, const ModelConfig& c, const std::string& weight) {
+  const std::vector<int64_t>& s = base.find(weight)->shape;
+  if (s.size() != 2) return {-1, -1};
+  return c.arch->conv1d_weights && !base.from_gguf() ? std::make_pair(s[1], s[0]) : std::make_pair(s[0], s[1]);
+}
 
-// Every linear layer of the base's blocks by PEFT module name (its weight's name less
-// ".weight"), for each spelling the row accepts that the checkpoint holds.
-std::map<std::string, BaseLinear> base_linears(const Checkpoint& base, const ModelConfig& c) {
+}  // namespace lora_adapter_internal
+
+// For each spelling the row accepts that the checkpoint holds.
+std::vector<LoraTargetModule> lora_target_modules(const Checkpoint& base, const ModelConfig& c) {
   constexpr TensorRole kDense[] = {TensorRole::kQ,    TensorRole::kK,      TensorRole::kV,
                                    TensorRole::kQkv,  TensorRole::kO,      TensorRole::kGate,
                                    TensorRole::kUp,   TensorRole::kGateUp, TensorRole::kDown,
                                    TensorRole::kSharedGate, TensorRole::kSharedUp, TensorRole::kSharedDown};
   constexpr TensorRole kExpert[] = {TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kExpertDown};
-  std::map<std::string, BaseLinear> out;
+  std::vector<LoraTargetModule> out;
   auto add = [&](TensorRole role, int layer, int expert) {
     for (const std::string& alt : name_alternatives(c.arch->name_of(role))) {
       if (alt.empty()) continue;
@@ -89,7 +90,8 @@ std::map<std::string, BaseLinear> base_linears(const Checkpoint& base, const Mod
       if (base.find(weight) == nullptr || weight.size() <= suffix.size() ||
           weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) != 0)
         continue;
-      out.emplace(weight.substr(0, weight.size() - suffix.size()), BaseLinear{role, layer, expert, weight});
+      const auto [rows, cols] = lora_adapter_internal::out_in(base, c, weight);
+      if (rows > 0) out.push_back({weight.substr(0, weight.size() - suffix.size()), role, layer, expert, rows, cols});
     }
   };
   for (int l = 0; l < static_cast<int>(c.layers); ++l) {
@@ -100,12 +102,7 @@ std::map<std::string, BaseLinear> base_linears(const Checkpoint& base, const Mod
   return out;
 }
 
-// The base layer's [out, in] (GPT-2's Conv1D weights are stored [in, out]).
-std::pair<int64_t, int64_t> out_in(const Checkpoint& base, const ModelConfig& c, const std::string& weight) {
-  const std::vector<int64_t>& s = base.find(weight)->shape;
-  if (s.size() != 2) return {-1, -1};
-  return c.arch->conv1d_weights && !base.from_gguf() ? std::make_pair(s[1], s[0]) : std::make_pair(s[0], s[1]);
-}
+namespace lora_adapter_internal {
 
 StatusOr<std::shared_ptr<WeightFile>> open_adapter_weights(const std::string& dir) {
   const std::string st = dir + "/adapter_model.safetensors", bin = dir + "/adapter_model.bin";
@@ -206,7 +203,8 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
   }
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<WeightFile> file, lai::open_adapter_weights(dir));
   const std::unique_ptr<Checkpoint> weights = Checkpoint::from_weight_file(file->path(), nlohmann::json::object(), file);
-  const std::map<std::string, lai::BaseLinear> linears = lai::base_linears(base, c);
+  std::map<std::string, LoraTargetModule> linears;
+  for (LoraTargetModule& m : lora_target_modules(base, c)) linears.emplace(m.name, std::move(m));
   // Module -> its A and B tensor names.
   std::map<std::string, std::pair<std::string, std::string>> pairs;
   for (const TensorInfo& t : file->tensors()) {
@@ -234,13 +232,10 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
     if (a_name.empty() || b_name.empty())
       return lai::field_error(file->path(), module, std::string("has lora_") + (a_name.empty() ? "B" : "A") + " without its pair");
     LoraModule m;
-    m.name = module;
-    m.role = base_linear.role;
-    m.layer = base_linear.layer;
-    m.expert = base_linear.expert;
+    m.target = base_linear;
+    const int64_t out = base_linear.out, in_features = base_linear.in;
     TESSERA_ASSIGN_OR_RETURN(m.a, weights->load(a_name, DType::kF32));
     TESSERA_ASSIGN_OR_RETURN(m.b, weights->load(b_name, DType::kF32));
-    const auto [out, in_features] = lai::out_in(base, c, base_linear.weight);
     const int64_t r = adapter.config.rank;
     auto shape = [](const Tensor& t) {
       std::string s = "[";
@@ -258,7 +253,8 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
     adapter.modules.push_back(std::move(m));
   }
   std::sort(adapter.modules.begin(), adapter.modules.end(), [](const LoraModule& x, const LoraModule& y) {
-    return std::tie(x.layer, x.expert, x.role) < std::tie(y.layer, y.expert, y.role);
+    return std::tie(x.target.layer, x.target.expert, x.target.role) <
+           std::tie(y.target.layer, y.target.expert, y.target.role);
   });
   return adapter;
 }

@@ -45,20 +45,30 @@ struct LoraAdapterConfig {
 // adapter_config.json's fields checked as the header says; `source` names the file in errors.
 StatusOr<LoraAdapterConfig> parse_lora_adapter_config(const nlohmann::json& config, const std::string& source);
 
-// One adapted linear layer: which one, and its factors in f32.
-struct LoraModule {
-  std::string name;  // the PEFT module name ("model.layers.0.self_attn.q_proj")
+// A linear layer of the base's blocks an adapter may change: its PEFT module name (its weight's
+// name in the base's checkpoint less ".weight", as the base's ArchSpec row spells it), which
+// one it is and its [out, in] (GPT-2's Conv1D weights, stored [in, out], turned round).
+struct LoraTargetModule {
+  std::string name;
   TensorRole role = TensorRole::kQ;
   int layer = 0;
   int expert = -1;  // routed experts only
-  Tensor a;         // [rank, in]
-  Tensor b;         // [out, rank]
+  int64_t out = 0, in = 0;
+};
+// Every such layer of `base`, in the order of its layers, experts and roles.
+std::vector<LoraTargetModule> lora_target_modules(const Checkpoint& base, const ModelConfig& config);
+
+// One adapted linear layer: which one, and its factors in f32.
+struct LoraModule {
+  LoraTargetModule target;
+  Tensor a;  // [rank, in]
+  Tensor b;  // [out, rank]
 };
 
 struct LoraAdapter {
   std::string path;  // the folder
   LoraAdapterConfig config;
-  std::vector<LoraModule> modules;  // in the order of the base's layers and roles
+  std::vector<LoraModule> modules;  // in the order of the base's layers, experts and roles
 };
 
 // Reads the adapter in `dir` for the base model `base` (its checkpoint and parsed config):

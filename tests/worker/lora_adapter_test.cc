@@ -153,12 +153,12 @@ TEST(LoraAdapter, EveryFactorOfEveryTargetedModuleLoadsAsWritten) {
   ASSERT_EQ(adapter->modules.size(), static_cast<size_t>(3 * base.config.layers));
   for (size_t i = 0; i < adapter->modules.size(); ++i) {
     const LoraModule& m = adapter->modules[i];
-    EXPECT_EQ(m.layer, static_cast<int>(i / 3));
+    EXPECT_EQ(m.target.layer, static_cast<int>(i / 3));
     const TensorRole want[] = {TensorRole::kQ, TensorRole::kV, TensorRole::kDown};
-    EXPECT_EQ(m.role, want[i % 3]) << m.name;
-    const auto a = std::find_if(written.begin(), written.end(), [&](const Factor& f) { return f.name == lora_name(m.name, 'A'); });
-    const auto b = std::find_if(written.begin(), written.end(), [&](const Factor& f) { return f.name == lora_name(m.name, 'B'); });
-    ASSERT_TRUE(a != written.end() && b != written.end()) << m.name;
+    EXPECT_EQ(m.target.role, want[i % 3]) << m.target.name;
+    const auto a = std::find_if(written.begin(), written.end(), [&](const Factor& f) { return f.name == lora_name(m.target.name, 'A'); });
+    const auto b = std::find_if(written.begin(), written.end(), [&](const Factor& f) { return f.name == lora_name(m.target.name, 'B'); });
+    ASSERT_TRUE(a != written.end() && b != written.end()) << m.target.name;
     expect_factor(m.a, *a);
     expect_factor(m.b, *b);
   }
@@ -176,7 +176,7 @@ TEST(LoraAdapter, Gpt2ConvWeightsAndMixtralExpertsTakeTheirBaseLayersShapes) {
     auto a = load_lora_adapter(dir.path(), *gpt2.checkpoint, gpt2.config, 8);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_EQ(a->modules.size(), 1u);
-    EXPECT_EQ(a->modules[0].role, TensorRole::kQkv);
+    EXPECT_EQ(a->modules[0].target.role, TensorRole::kQkv);
   }
   {
     const Base mixtral = open_base("tiny-mixtral");
@@ -187,9 +187,9 @@ TEST(LoraAdapter, Gpt2ConvWeightsAndMixtralExpertsTakeTheirBaseLayersShapes) {
     auto a = load_lora_adapter(dir.path(), *mixtral.checkpoint, mixtral.config, 8);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_EQ(a->modules.size(), 1u);
-    EXPECT_EQ(a->modules[0].role, TensorRole::kExpertGate);
-    EXPECT_EQ(a->modules[0].layer, 1);
-    EXPECT_EQ(a->modules[0].expert, 1);
+    EXPECT_EQ(a->modules[0].target.role, TensorRole::kExpertGate);
+    EXPECT_EQ(a->modules[0].target.layer, 1);
+    EXPECT_EQ(a->modules[0].target.expert, 1);
   }
 }
 
