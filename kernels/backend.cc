@@ -3,6 +3,7 @@
 // validate user input long before an op sees it).
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -400,6 +401,28 @@ void Backend::scatter_add_scaled(const TensorView& x, const std::vector<int32_t>
   TESSERA_CHECK_EQ(out.dim(1), x.dim(1));
   for (int32_t r : rows) TESSERA_CHECK(r >= 0 && r < out.dim(0)) << "row " << r;
   scatter_add_scaled_impl(x, rows, scale, out);
+}
+
+void Backend::lora_add(const TensorView& x, const std::vector<LoraSegment>& segments, const TensorView& out) {
+  check_f32_2d_strided(x, "lora_add x");
+  check_f32_2d_strided(out, "lora_add out");
+  TESSERA_CHECK_EQ(x.dim(0), out.dim(0)) << "lora_add: x and out have different rows";
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const LoraSegment& s : segments) {
+    TESSERA_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= x.dim(0))
+        << "lora_add: segment rows [" << s.begin << ", " << s.end << ") outside the " << x.dim(0) << " rows";
+    check_f32_2d(s.a, "lora_add a");
+    check_f32_2d(s.b, "lora_add b");
+    TESSERA_CHECK_EQ(s.a.dim(1), x.dim(1)) << "lora_add: a " << s.a.shape_string() << " against x " << x.shape_string();
+    TESSERA_CHECK_EQ(s.b.dim(0), out.dim(1)) << "lora_add: b " << s.b.shape_string() << " against out " << out.shape_string();
+    TESSERA_CHECK_EQ(s.b.dim(1), s.a.dim(0)) << "lora_add: b " << s.b.shape_string() << " against a " << s.a.shape_string();
+    spans.emplace_back(s.begin, s.end);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    TESSERA_CHECK_LE(spans[i - 1].second, spans[i].first) << "lora_add: segments overlap";
+  if (segments.empty()) return;
+  lora_add_impl(x, segments, out);
 }
 
 namespace {

@@ -66,6 +66,14 @@ struct AttentionParams {
   TensorView alibi_slopes;  // empty, or f32 [q_heads]
 };
 
+// One adapter's rows in Backend::lora_add: rows [begin, end) of x and out take the update
+// scale · (x · aᵀ) · bᵀ, a f32 [r, in] and b f32 [out, r] contiguous on the backend.
+struct LoraSegment {
+  int64_t begin = 0, end = 0;
+  TensorView a, b;
+  float scale = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -185,6 +193,13 @@ class Backend {
   // out[rows[i], :] += scale[i] * x[i, :].
   void scatter_add_scaled(const TensorView& x, const std::vector<int32_t>& rows,
                           const std::vector<float>& scale, const TensorView& out);
+  // LoRA adapters over a batch whose rows use different ones (segmented shrink and expand,
+  // as Punica's SGMV): out[begin:end] += scale · (x[begin:end] · aᵀ) · bᵀ for each segment.
+  // x f32 [T, in] and out f32 [T, N] (either may be a strided view, e.g. a column slice of a
+  // packed projection's output); segments disjoint, in any order, each of its own rank; rows
+  // in no segment are left as they are (the base model alone). The rank-r intermediate is
+  // float32, summed in input order per element on every backend.
+  void lora_add(const TensorView& x, const std::vector<LoraSegment>& segments, const TensorView& out);
 
  protected:
   // row_offset < 0: every id must be inside the table (the single-rank case).
@@ -231,6 +246,8 @@ class Backend {
                                 const TensorView& out) = 0;
   virtual void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
                                        const std::vector<float>& scale, const TensorView& out) = 0;
+  virtual void lora_add_impl(const TensorView& x, const std::vector<LoraSegment>& segments,
+                             const TensorView& out) = 0;
 };
 
 // The panels' schemes (kernels/int4_layout.h) as tensors: the scales' dtype (f16 for the

@@ -71,6 +71,8 @@ class CpuBackend final : public Backend {
                         const TensorView& out) override;
   void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
                                const std::vector<float>& scale, const TensorView& out) override;
+  // kernels/cpu/lora_cpu.cc
+  void lora_add_impl(const TensorView& x, const std::vector<LoraSegment>& segments, const TensorView& out) override;
 
  private:
   // Activations are recycled between ops and steps instead of page-faulting fresh memory

@@ -89,6 +89,7 @@ class CudaBackend final : public Backend {
   void gather_rows_impl(const TensorView& x, const std::vector<int32_t>& rows, const TensorView& out) override;
   void scatter_add_scaled_impl(const TensorView& x, const std::vector<int32_t>& rows,
                                const std::vector<float>& scale, const TensorView& out) override;
+  void lora_add_impl(const TensorView& x, const std::vector<LoraSegment>& segments, const TensorView& out) override;
 
  private:
   CudaBackend(int device, bool sync_every_launch);
