@@ -137,6 +137,87 @@ bool LoraAdapterConfig::targets(const std::string& name) const {
   return false;
 }
 
+namespace lora_adapter_internal {
+
+// target_modules: names, a regular expression or all-linear.
+Status read_target_modules(const nlohmann::json& j, const std::string& source, LoraAdapterConfig* c) {
+  const auto t = j.find("target_modules");
+  if (t == j.end() || t->is_null()) return field_error(source, "target_modules", "missing: which modules the adapter changes");
+  if (t->is_string() && t->get<std::string>() == "all-linear") {
+    c->all_linear = true;
+  } else if (t->is_string()) {
+    try {
+      std::regex check(t->get<std::string>());
+    } catch (const std::regex_error& e) {
+      return field_error(source, "target_modules", "not a regular expression: " + t->dump() + " (" + e.what() + ")");
+    }
+    c->target_regex = t->get<std::string>();
+  } else if (t->is_array() && !t->empty()) {
+    for (const auto& name : *t) {
+      if (!name.is_string() || name.get<std::string>().empty())
+        return field_error(source, "target_modules", "expected module names, got " + name.dump());
+      c->target_names.push_back(name.get<std::string>());
+    }
+  } else {
+    return field_error(source, "target_modules", "expected a list of module names or a regular expression, got " + t->dump());
+  }
+  return Status::ok();
+}
+
+using FactorNames = std::pair<std::string, std::string>;  // lora_A's tensor, lora_B's
+
+// The file's tensors by the module they adapt; each must be a LoRA factor of a targeted linear
+// layer of the base.
+StatusOr<std::map<std::string, FactorNames>> factor_names(const WeightFile& file,
+                                                          const std::map<std::string, LoraTargetModule>& linears,
+                                                          const LoraAdapterConfig& config, const std::string& arch) {
+  std::map<std::string, FactorNames> pairs;
+  for (const TensorInfo& t : file.tensors()) {
+    std::string module;
+    char which = 0;
+    if (t.name.find("lora_magnitude_vector") != std::string::npos)
+      return field_error(file.path(), t.name, "a DoRA magnitude vector: DoRA is not implemented");
+    if (t.name.find("lora_embedding_") != std::string::npos)
+      return field_error(file.path(), t.name, "an embedding adapter: adapters of the embedding are not implemented");
+    if (!split_lora_name(t.name, &module, &which))
+      return field_error(file.path(), t.name, "not a LoRA factor (expected base_model.model.<module>.lora_A/lora_B.weight)");
+    if (linears.find(module) == linears.end())
+      return field_error(file.path(), t.name, "'" + module + "' is not a linear layer of the base's blocks (" + arch + ")");
+    if (!config.targets(module))
+      return field_error(file.path(), t.name, "'" + module + "' is not among adapter_config.json's target_modules");
+    (which == 'A' ? pairs[module].first : pairs[module].second) = t.name;
+  }
+  if (pairs.empty()) return invalid_argument(file.path() + ": holds no LoRA factors");
+  return pairs;
+}
+
+// A [rank, in] and B [out, rank] of one module, in f32, their shapes checked against the base's.
+StatusOr<LoraModule> load_factors(const Checkpoint& weights, const LoraTargetModule& target, const FactorNames& names,
+                                  int64_t rank) {
+  const auto& [a_name, b_name] = names;
+  if (a_name.empty() || b_name.empty()) {
+    return field_error(weights.path(), target.name,
+                       std::string("has lora_") + (a_name.empty() ? "B" : "A") + " without its pair");
+  }
+  LoraModule m;
+  m.target = target;
+  TESSERA_ASSIGN_OR_RETURN(m.a, weights.load(a_name, DType::kF32));
+  TESSERA_ASSIGN_OR_RETURN(m.b, weights.load(b_name, DType::kF32));
+  if (m.a.view().ndim != 2 || m.a.dim(0) != rank || m.a.dim(1) != target.in) {
+    return field_error(weights.path(), a_name, "shape " + m.a.view().shape_string() + ", expected [" +
+                                                   std::to_string(rank) + ", " + std::to_string(target.in) +
+                                                   "] (r, the base layer's inputs)");
+  }
+  if (m.b.view().ndim != 2 || m.b.dim(0) != target.out || m.b.dim(1) != rank) {
+    return field_error(weights.path(), b_name, "shape " + m.b.view().shape_string() + ", expected [" +
+                                                   std::to_string(target.out) + ", " + std::to_string(rank) +
+                                                   "] (the base layer's outputs, r)");
+  }
+  return m;
+}
+
+}  // namespace lora_adapter_internal
+
 StatusOr<LoraAdapterConfig> parse_lora_adapter_config(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return invalid_argument(source + ": expected a JSON object");
   LoraAdapterConfig c;
@@ -145,45 +226,28 @@ StatusOr<LoraAdapterConfig> parse_lora_adapter_config(const nlohmann::json& j, c
     return lai::field_error(source, "peft_type", "only LORA adapters are served, got " + peft_type->dump());
   for (const lai::Refused& r : lai::kRefused) {
     const auto it = j.find(r.field);
-    if (it != j.end() && !lai::unused_value(*it, r.none)) return lai::field_error(source, r.field, std::string(r.why) + ", got " + it->dump());
+    if (it != j.end() && !lai::unused_value(*it, r.none))
+      return lai::field_error(source, r.field, std::string(r.why) + ", got " + it->dump());
   }
   const auto r = j.find("r");
-  if (r == j.end() || !r->is_number_integer() || r->get<int64_t>() < 1 || r->get<int64_t>() > 65536)
-    return lai::field_error(source, "r", "expected the rank, a whole number from 1, got " + (r == j.end() ? "nothing" : r->dump()));
+  if (r == j.end() || !r->is_number_integer() || r->get<int64_t>() < 1 || r->get<int64_t>() > 65536) {
+    return lai::field_error(source, "r",
+                            "expected the rank, a whole number from 1, got " + (r == j.end() ? "nothing" : r->dump()));
+  }
   c.rank = r->get<int>();
   if (const auto a = j.find("lora_alpha"); a != j.end()) {
     if (!a->is_number() || !std::isfinite(a->get<double>()))
       return lai::field_error(source, "lora_alpha", "expected a number, got " + a->dump());
     c.alpha = a->get<double>();
   }
-  for (const auto& [field, flag] : {std::pair<const char*, bool*>{"use_rslora", &c.rslora}, {"fan_in_fan_out", &c.fan_in_fan_out}}) {
+  for (const auto& [field, flag] :
+       {std::pair<const char*, bool*>{"use_rslora", &c.rslora}, {"fan_in_fan_out", &c.fan_in_fan_out}}) {
     const auto it = j.find(field);
     if (it == j.end() || it->is_null()) continue;
     if (!it->is_boolean()) return lai::field_error(source, field, "expected true or false, got " + it->dump());
     *flag = it->get<bool>();
   }
-  const auto t = j.find("target_modules");
-  if (t == j.end() || t->is_null()) return lai::field_error(source, "target_modules", "missing: which modules the adapter changes");
-  if (t->is_string()) {
-    if (t->get<std::string>() == "all-linear") {
-      c.all_linear = true;
-    } else {
-      try {
-        std::regex check(t->get<std::string>());
-      } catch (const std::regex_error& e) {
-        return lai::field_error(source, "target_modules", "not a regular expression: " + t->dump() + " (" + e.what() + ")");
-      }
-      c.target_regex = t->get<std::string>();
-    }
-  } else if (t->is_array() && !t->empty()) {
-    for (const auto& name : *t) {
-      if (!name.is_string() || name.get<std::string>().empty())
-        return lai::field_error(source, "target_modules", "expected module names, got " + name.dump());
-      c.target_names.push_back(name.get<std::string>());
-    }
-  } else {
-    return lai::field_error(source, "target_modules", "expected a list of module names or a regular expression, got " + t->dump());
-  }
+  TESSERA_RETURN_IF_ERROR(lai::read_target_modules(j, source, &c));
   return c;
 }
 
@@ -194,62 +258,20 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
   const std::string config_path = dir + "/adapter_config.json";
   std::ifstream in(config_path);
   if (!in) return not_found(config_path + ": cannot be read (a PEFT adapter folder holds adapter_config.json)");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument(config_path + ": not valid JSON");
   TESSERA_ASSIGN_OR_RETURN(adapter.config, parse_lora_adapter_config(j, config_path));
   if (adapter.config.rank > max_rank) {
-    return lai::field_error(config_path, "r", std::to_string(adapter.config.rank) + " is above lora.max_rank " +
-                                             std::to_string(max_rank));
+    return lai::field_error(config_path, "r",
+                            std::to_string(adapter.config.rank) + " is above lora.max_rank " + std::to_string(max_rank));
   }
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<WeightFile> file, lai::open_adapter_weights(dir));
   const std::unique_ptr<Checkpoint> weights = Checkpoint::from_weight_file(file->path(), nlohmann::json::object(), file);
   std::map<std::string, LoraTargetModule> linears;
   for (LoraTargetModule& m : lora_target_modules(base, c)) linears.emplace(m.name, std::move(m));
-  // Module -> its A and B tensor names.
-  std::map<std::string, std::pair<std::string, std::string>> pairs;
-  for (const TensorInfo& t : file->tensors()) {
-    std::string module;
-    char which = 0;
-    if (t.name.find("lora_magnitude_vector") != std::string::npos)
-      return lai::field_error(file->path(), t.name, "a DoRA magnitude vector: DoRA is not implemented");
-    if (t.name.find("lora_embedding_") != std::string::npos)
-      return lai::field_error(file->path(), t.name, "an embedding adapter: adapters of the embedding are not implemented");
-    if (!lai::split_lora_name(t.name, &module, &which))
-      return lai::field_error(file->path(), t.name, "not a LoRA factor (expected base_model.model.<module>.lora_A/lora_B.weight)");
-    if (linears.find(module) == linears.end()) {
-      return lai::field_error(file->path(), t.name,
-                         "'" + module + "' is not a linear layer of the base's blocks (" + c.arch->name + ")");
-    }
-    if (!adapter.config.targets(module))
-      return lai::field_error(file->path(), t.name, "'" + module + "' is not among adapter_config.json's target_modules");
-    (which == 'A' ? pairs[module].first : pairs[module].second) = t.name;
-  }
-  if (pairs.empty()) return invalid_argument(file->path() + ": holds no LoRA factors");
-  for (const auto& [module, base_linear] : linears) {
-    const auto p = pairs.find(module);
-    if (p == pairs.end()) continue;
-    const auto& [a_name, b_name] = p->second;
-    if (a_name.empty() || b_name.empty())
-      return lai::field_error(file->path(), module, std::string("has lora_") + (a_name.empty() ? "B" : "A") + " without its pair");
-    LoraModule m;
-    m.target = base_linear;
-    const int64_t out = base_linear.out, in_features = base_linear.in;
-    TESSERA_ASSIGN_OR_RETURN(m.a, weights->load(a_name, DType::kF32));
-    TESSERA_ASSIGN_OR_RETURN(m.b, weights->load(b_name, DType::kF32));
-    const int64_t r = adapter.config.rank;
-    auto shape = [](const Tensor& t) {
-      std::string s = "[";
-      for (int i = 0; i < t.view().ndim; ++i) s += (i ? ", " : "") + std::to_string(t.dim(i));
-      return s + "]";
-    };
-    if (m.a.view().ndim != 2 || m.a.dim(0) != r || m.a.dim(1) != in_features) {
-      return lai::field_error(file->path(), a_name, "shape " + shape(m.a) + ", expected [" + std::to_string(r) + ", " +
-                                                   std::to_string(in_features) + "] (r, the base layer's inputs)");
-    }
-    if (m.b.view().ndim != 2 || m.b.dim(0) != out || m.b.dim(1) != r) {
-      return lai::field_error(file->path(), b_name, "shape " + shape(m.b) + ", expected [" + std::to_string(out) + ", " +
-                                                   std::to_string(r) + "] (the base layer's outputs, r)");
-    }
+  TESSERA_ASSIGN_OR_RETURN(const auto pairs, lai::factor_names(*file, linears, adapter.config, c.arch->name));
+  for (const auto& [module, names] : pairs) {
+    TESSERA_ASSIGN_OR_RETURN(LoraModule m, lai::load_factors(*weights, linears.at(module), names, adapter.config.rank));
     adapter.modules.push_back(std::move(m));
   }
   std::sort(adapter.modules.begin(), adapter.modules.end(), [](const LoraModule& x, const LoraModule& y) {
