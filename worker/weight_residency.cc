@@ -480,8 +480,8 @@ void WeightResidency::release(int u, bool rows) {
     unit.pages = Unit::Pages::kOut;
   }
   // Read into the process's own pages, a whole unit keeps them as the spare for the next
-  // fetch (still counted), which reads into them instead of faulting in zeroed pages: on 2
-  // cores the kernel zeroing ~1.6 GB a step slowed the kernels beside it by a quarter.
+  // fetch (still counted), which reads into them instead of into fresh pages the kernel must
+  // zero first (~1.6 GB a step on the ~1.1B model at 25%, CPU time beside the kernels).
   if (streaming_ != WeightStreaming::kMap && !rows && unit.in_flight == static_cast<int64_t>(unit.span) && spare_ < 0) {
     spare_ = u;
     spare_valid_ = was_in;
