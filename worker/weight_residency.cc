@@ -481,7 +481,8 @@ void WeightResidency::release(int u, bool rows) {
   }
   // Read into the process's own pages, a whole unit keeps them as the spare for the next
   // fetch (still counted), which reads into them instead of into fresh pages the kernel must
-  // zero first (~1.6 GB a step on the ~1.1B model at 25%, CPU time beside the kernels).
+  // zero first (~1.6 GB a step on the ~1.1B model at 25%, CPU time beside the kernels): 7-14%
+  // more tokens/s at batch 128 (docs/benchmarks.md).
   if (streaming_ != WeightStreaming::kMap && !rows && unit.in_flight == static_cast<int64_t>(unit.span) && spare_ < 0) {
     spare_ = u;
     spare_valid_ = was_in;
