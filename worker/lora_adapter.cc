@@ -166,10 +166,28 @@ Status read_target_modules(const nlohmann::json& j, const std::string& source, L
 
 using FactorNames = std::pair<std::string, std::string>;  // lora_A's tensor, lora_B's
 
+// Linear layers of the blocks that take no adapter yet, by module name: the MoE routers
+// (PEFT's all-linear targets them too) and Qwen2-MoE's shared-expert gate.
+std::map<std::string, std::string> unadapted_modules(const Checkpoint& base, const ModelConfig& c) {
+  std::map<std::string, std::string> out;
+  const std::pair<TensorRole, const char*> kinds[] = {{TensorRole::kRouter, "the MoE router"},
+                                                      {TensorRole::kSharedExpertGate, "the shared expert's gate"}};
+  for (int l = 0; l < static_cast<int>(c.layers); ++l)
+    for (const auto& [role, what] : kinds)
+      for (const std::string& alt : name_alternatives(c.arch->name_of(role))) {
+        const std::string weight = alt.empty() ? "" : tensor_name(alt, l);
+        const size_t dot = weight.rfind(".weight");
+        if (dot != std::string::npos && dot + 7 == weight.size() && base.find(weight) != nullptr)
+          out.emplace(weight.substr(0, dot), what);
+      }
+  return out;
+}
+
 // The file's tensors by the module they adapt; each must be a LoRA factor of a targeted linear
 // layer of the base.
 StatusOr<std::map<std::string, FactorNames>> factor_names(const WeightFile& file,
                                                           const std::map<std::string, LoraTargetModule>& linears,
+                                                          const std::map<std::string, std::string>& unadapted,
                                                           const LoraAdapterConfig& config, const std::string& arch) {
   std::map<std::string, FactorNames> pairs;
   for (const TensorInfo& t : file.tensors()) {
@@ -181,6 +199,8 @@ StatusOr<std::map<std::string, FactorNames>> factor_names(const WeightFile& file
       return field_error(file.path(), t.name, "an embedding adapter: adapters of the embedding are not implemented");
     if (!split_lora_name(t.name, &module, &which))
       return field_error(file.path(), t.name, "not a LoRA factor (expected base_model.model.<module>.lora_A/lora_B.weight)");
+    if (const auto u = unadapted.find(module); u != unadapted.end())
+      return field_error(file.path(), t.name, "'" + module + "' is " + u->second + ": adapters of it are not implemented");
     if (linears.find(module) == linears.end())
       return field_error(file.path(), t.name, "'" + module + "' is not a linear layer of the base's blocks (" + arch + ")");
     if (!config.targets(module))
@@ -269,7 +289,8 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
   const std::unique_ptr<Checkpoint> weights = Checkpoint::from_weight_file(file->path(), nlohmann::json::object(), file);
   std::map<std::string, LoraTargetModule> linears;
   for (LoraTargetModule& m : lora_target_modules(base, c)) linears.emplace(m.name, std::move(m));
-  TESSERA_ASSIGN_OR_RETURN(const auto pairs, lai::factor_names(*file, linears, adapter.config, c.arch->name));
+  TESSERA_ASSIGN_OR_RETURN(const auto pairs, lai::factor_names(*file, linears, lai::unadapted_modules(base, c),
+                                                               adapter.config, c.arch->name));
   for (const auto& [module, names] : pairs) {
     TESSERA_ASSIGN_OR_RETURN(LoraModule m, lai::load_factors(*weights, linears.at(module), names, adapter.config.rank));
     adapter.modules.push_back(std::move(m));

@@ -164,7 +164,7 @@ TEST(LoraAdapter, EveryFactorOfEveryTargetedModuleLoadsAsWritten) {
   }
 }
 
-TEST(LoraAdapter, Gpt2ConvWeightsAndMixtralExpertsTakeTheirBaseLayersShapes) {
+TEST(LoraAdapter, Gpt2ConvWeightsAndMixtralExpertsTakeTheirBaseLayersShapesAndRoutersAreRefused) {
   TESSERA_REQUIRE_FIXTURES();
   {
     const Base gpt2 = open_base("tiny-gpt2");
@@ -190,6 +190,19 @@ TEST(LoraAdapter, Gpt2ConvWeightsAndMixtralExpertsTakeTheirBaseLayersShapes) {
     EXPECT_EQ(a->modules[0].target.role, TensorRole::kExpertGate);
     EXPECT_EQ(a->modules[0].target.layer, 1);
     EXPECT_EQ(a->modules[0].target.expert, 1);
+  }
+  {
+    // PEFT's all-linear takes Mixtral's router (an nn.Linear) too: refused by what it is.
+    const Base mixtral = open_base("tiny-mixtral");
+    const std::string router = "model.layers.0.block_sparse_moe.gate";
+    AdapterDir dir;
+    dir.write(peft_config(2, "all-linear"), {factor(lora_name(router, 'A'), 2, mixtral.config.hidden),
+                                             factor(lora_name(router, 'B'), mixtral.config.num_experts, 2)});
+    auto a = load_lora_adapter(dir.path(), *mixtral.checkpoint, mixtral.config, 8);
+    ASSERT_FALSE(a.is_ok());
+    EXPECT_NE(a.status().message().find("'" + router + "' is the MoE router: adapters of it are not implemented"),
+              std::string::npos)
+        << a.status().to_string();
   }
 }
 
