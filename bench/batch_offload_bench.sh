@@ -67,19 +67,9 @@ disk_bandwidth=$(read_bandwidth disk)
 cache_bandwidth=$disk_bandwidth
 [[ -n $limit ]] || cache_bandwidth=$(read_bandwidth cache)
 
-cgroup=""
 if [[ -n $limit ]]; then
-  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
-    echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
-    cgroup=/sys/fs/cgroup/tessera-offload-bench-$$
-    mkdir "$cgroup" && echo "$limit" >"$cgroup/memory.max" && echo 0 >"$cgroup/memory.swap.max" ||
-      die "cannot make a memory cgroup of $limit bytes under /sys/fs/cgroup (run as root)"
-  else
-    cgroup=/sys/fs/cgroup/memory/tessera-offload-bench-$$
-    mkdir "$cgroup" && echo "$limit" >"$cgroup/memory.limit_in_bytes" ||
-      die "cannot make a memory cgroup of $limit bytes under /sys/fs/cgroup/memory (run as root)"
-  fi
-  trap 'rm -rf "$work"; rmdir "$cgroup" 2>/dev/null || true' EXIT
+  make_memory_cgroup "$limit" "tessera-offload-bench-$$"
+  trap 'rm -rf "$work"; rmdir "$MEMORY_CGROUP" 2>/dev/null || true' EXIT
 fi
 
 requests() {  # BATCH: BATCH token-id completions of PROMPT_LEN tokens, GEN_LEN generated each
@@ -94,7 +84,7 @@ run() {  # BATCH BUDGET [STREAMING]: prints "TOKENS_PER_S STREAMED_BYTES"
   requests "$1" >"$work/in.jsonl"
   local inside=()
   # The cold case: the streamed run inside the memory cgroup (the resident one cannot fit it).
-  [[ -n $cgroup && $2 != all ]] && inside=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup")
+  [[ -n $MEMORY_CGROUP && $2 != all ]] && inside=(in_memory_cgroup)
   "${inside[@]}" "$build/bin/tessera-batch" "$work/in.jsonl" "$work/out.jsonl" --model "$model" --dtype bfloat16 \
     --threads "$threads" --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" \
     --set "model.weights_memory_budget=$2" --set "model.weights_streaming=${3:-read}" \

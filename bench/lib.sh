@@ -54,3 +54,33 @@ make_padded_kjv_llama() {
   [[ -f $3/config.json ]] || "$1/tessera-make-checkpoint" --pad-from "$2" --out "$3" \
     --layers 32 --ffn 8192 --dtype bfloat16 >/dev/null
 }
+
+# A memory cgroup of LIMIT bytes, no swap (root; cgroup v2's memory.max where the unified
+# hierarchy has the memory controller, else v1's memory hierarchy); sets MEMORY_CGROUP. The
+# caller removes it (rmdir) once the processes run in it have ended.
+# Usage: make_memory_cgroup LIMIT NAME
+MEMORY_CGROUP=""
+make_memory_cgroup() {
+  local limit=$1 name=$2
+  if grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    MEMORY_CGROUP=/sys/fs/cgroup/$name
+    if ! { mkdir "$MEMORY_CGROUP" && echo "$limit" >"$MEMORY_CGROUP/memory.max" &&
+      echo 0 >"$MEMORY_CGROUP/memory.swap.max"; }; then
+      die "cannot make a memory cgroup of $limit bytes under /sys/fs/cgroup (run as root)"
+    fi
+  else
+    MEMORY_CGROUP=/sys/fs/cgroup/memory/$name
+    if ! { mkdir "$MEMORY_CGROUP" && echo "$limit" >"$MEMORY_CGROUP/memory.limit_in_bytes"; }; then
+      die "cannot make a memory cgroup of $limit bytes under /sys/fs/cgroup/memory (run as root)"
+    fi
+  fi
+}
+
+in_memory_cgroup() {  # COMMAND...: runs it inside MEMORY_CGROUP
+  sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$MEMORY_CGROUP" "$@"
+}
+
+memory_cgroup_peak() {  # the most MEMORY_CGROUP has held, page cache included (bytes)
+  cat "$MEMORY_CGROUP/memory.peak" 2>/dev/null || cat "$MEMORY_CGROUP/memory.max_usage_in_bytes"
+}
