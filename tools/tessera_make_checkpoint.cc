@@ -312,15 +312,15 @@ int main(int argc, char** argv) {
                                   "wide whose extra units feed zero weights, so it computes the same logits at any size "
                                   "(dense models with gate/up/down MLPs); with --out, --dtype and --seed only (default: none)");
   RandomLoraOptions lora;
-  std::string lora_targets = "all-linear";
   auto* lora_of = app.add_option("--lora-of", lora.base,
                                  "instead of a model, a random PEFT LoRA adapter of this model (adapter_config.json, "
                                  "adapter_model.safetensors); with --out, --dtype, --seed and the --lora-* flags only "
                                  "(default: none)");
   app.add_option("--lora-rank", lora.rank, "--lora-of: the adapter's rank r")->capture_default_str();
   app.add_option("--lora-alpha", lora.alpha, "--lora-of: lora_alpha (scale alpha / r)")->capture_default_str();
-  app.add_option("--lora-targets", lora_targets,
+  app.add_option("--lora-targets", lora.targets,
                  "--lora-of: target_modules, comma-separated module names (q_proj,v_proj) or all-linear")
+      ->delimiter(',')
       ->capture_default_str();
   app.add_flag("--lora-rslora", lora.rslora, "--lora-of: use_rslora (scale alpha / sqrt(r))");
   app.add_option("--out", opt.out, "output folder (created if missing)")->required();
@@ -378,18 +378,13 @@ int main(int argc, char** argv) {
     lora.out = opt.out;
     lora.dtype = *parse_dtype(dtype);
     lora.seed = opt.seed;
-    lora.targets.clear();
-    for (size_t at = 0; at <= lora_targets.size();) {
-      const size_t comma = std::min(lora_targets.find(',', at), lora_targets.size());
-      if (comma > at) lora.targets.push_back(lora_targets.substr(at, comma - at));
-      at = comma + 1;
-    }
     const Status written = write_random_lora(lora);
     if (!written.is_ok()) {
       TESSERA_LOG_ERROR("{}", written.to_string());
       return 1;
     }
-    TESSERA_LOG_INFO("LoRA adapter of {} (rank {}, targets {}) -> {}", lora.base, lora.rank, lora_targets, lora.out);
+    TESSERA_LOG_INFO("LoRA adapter of {} (rank {}, {} target name(s)) -> {}", lora.base, lora.rank, lora.targets.size(),
+                     lora.out);
     return 0;
   }
   for (const CLI::Option* o : app.get_options()) {

@@ -127,7 +127,7 @@ double LoraAdapterConfig::scale() const {
 
 bool LoraAdapterConfig::targets(const std::string& name) const {
   if (all_linear) return true;
-  if (target_regex) return std::regex_match(name, std::regex(*target_regex));
+  if (target_regex) return std::regex_match(name, *target_regex);
   for (const std::string& t : target_names) {
     if (name == t) return true;
     if (name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0 &&
@@ -147,11 +147,10 @@ Status read_target_modules(const nlohmann::json& j, const std::string& source, L
     c->all_linear = true;
   } else if (t->is_string()) {
     try {
-      std::regex check(t->get<std::string>());
+      c->target_regex = std::regex(t->get<std::string>());
     } catch (const std::regex_error& e) {
       return field_error(source, "target_modules", "not a regular expression: " + t->dump() + " (" + e.what() + ")");
     }
-    c->target_regex = t->get<std::string>();
   } else if (t->is_array() && !t->empty()) {
     for (const auto& name : *t) {
       if (!name.is_string() || name.get<std::string>().empty())

@@ -12,6 +12,7 @@
 // embedding or LM head. Fields that only shape training (lora_dropout, init_lora_weights,
 // loftq_config, task_type, ...) are accepted and have no effect on inference.
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ struct LoraAdapterConfig {
   // ends with "." and one), or one regular expression the whole module name must match, or
   // "all-linear" (every linear layer of the blocks).
   std::vector<std::string> target_names;
-  std::optional<std::string> target_regex;
+  std::optional<std::regex> target_regex;
   bool all_linear = false;
 
   double scale() const;

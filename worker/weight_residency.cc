@@ -374,10 +374,11 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   r->spill_ = spill;
   r->base_ = spill->region_base();
   r->file_base_ = spill->file_base();
-  r->streaming_ = spill->streaming();
   if (r->prefetch_ > 1) r->helper_ = std::thread([p = r.get()] { p->helper_loop(); });
   return r;
 }
+
+WeightStreaming WeightResidency::streaming() const { return spill_->streaming(); }
 
 WeightResidency::~WeightResidency() {
   {
@@ -389,7 +390,7 @@ WeightResidency::~WeightResidency() {
 }
 
 void WeightResidency::populate(const Unit& unit) const {
-  if (streaming_ != WeightStreaming::kMap) {
+  if (streaming() != WeightStreaming::kMap) {
     spill_->read_in(unit.offset, unit.span);
     return;
   }
@@ -481,9 +482,8 @@ void WeightResidency::release(int u, bool rows) {
   }
   // Read into the process's own pages, a whole unit keeps them as the spare for the next
   // fetch (still counted), which reads into them instead of into fresh pages the kernel must
-  // zero first (~1.6 GB a step on the ~1.1B model at 25%, CPU time beside the kernels): 7-14%
-  // more tokens/s at batch 128 (docs/benchmarks.md).
-  if (streaming_ != WeightStreaming::kMap && !rows && unit.in_flight == static_cast<int64_t>(unit.span) && spare_ < 0) {
+  // zero first (~1.6 GB a step on the ~1.1B model at 25%, CPU time beside the kernels).
+  if (streaming() != WeightStreaming::kMap && !rows && unit.in_flight == static_cast<int64_t>(unit.span) && spare_ < 0) {
     spare_ = u;
     spare_valid_ = was_in;
     unit.in_flight = 0;  // its bytes stay in resident_bytes_, as the spare's
@@ -566,7 +566,7 @@ std::string WeightResidency::plan() const {
          resident_units + "); streamed " + spill_mib(streamed_bytes()) + " per step (" + streamed_units +
          "; the largest " + spill_mib(largest_streamed_) + ") from an unlinked spill file in " + spill_->dir() + "; " +
          std::to_string(prefetch_) + " in flight, brought in by " +
-         weight_streaming_name(streaming_) + (streaming_ == WeightStreaming::kMap ? " (madvise)" : " (pread)");
+         weight_streaming_name(streaming()) + (streaming() == WeightStreaming::kMap ? " (madvise)" : " (pread)");
 }
 
 }  // namespace tessera

@@ -89,7 +89,7 @@ class WeightResidency {
   // The start of the region the layers' tensors point into: the file's mapping (map) or the
   // anonymous region (read, direct); for a test reading the process's resident pages of it.
   const void* spill_begin() const { return base_; }
-  WeightStreaming streaming() const { return streaming_; }
+  WeightStreaming streaming() const;
   // One line for the start-up log: resident and streamed bytes and units, the spill folder.
   std::string plan() const;
 
@@ -141,7 +141,6 @@ class WeightResidency {
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)
   char* base_ = nullptr;       // where the layers' and the head's tensors point (spill_'s)
   char* file_base_ = nullptr;  // spill_'s mapping of the file
-  WeightStreaming streaming_ = WeightStreaming::kRead;
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
   std::mutex mu_;
   std::condition_variable cv_;
