@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <functional>
@@ -401,6 +402,14 @@ KeyDef string_map_key(const char* path, std::map<std::string, std::string> AutoT
       }};
 }
 
+// A lora.adapters entry: a name a request's "model" can carry, and a folder.
+Status check_lora_entry(const std::string& name, const std::string& path, const Where& w) {
+  if (!valid_lora_name(name))
+    return w.error("adapter name \"" + name + "\" must be 1 to 128 characters of letters, digits and . _ - : /");
+  if (path.empty()) return w.error("adapter \"" + name + "\" needs its PEFT folder");
+  return Status::ok();
+}
+
 // In file order; sections are the dotted prefixes.
 const std::vector<KeyDef>& schema() {
   static const std::vector<KeyDef> keys = {
@@ -593,6 +602,34 @@ const std::vector<KeyDef>& schema() {
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << shortest(c.speculative.draft_min_probability); },
              nullptr},
+      KeyDef{"lora.adapters", false,
+             [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
+               if (n.IsNull()) {
+                 c.lora.adapters.clear();
+                 return Status::ok();
+               }
+               if (!n.IsMap()) return w.error("expected a map of adapter name -> PEFT folder, got " + w.got(n));
+               std::map<std::string, std::string> m;
+               for (const auto& kv : n) {
+                 std::string name, path;
+                 TESSERA_RETURN_IF_ERROR(read_string(kv.first, w, &name));
+                 const Where cw = w.child("." + name, kv.second);
+                 TESSERA_RETURN_IF_ERROR(read_string(kv.second, cw, &path));
+                 TESSERA_RETURN_IF_ERROR(check_lora_entry(name, path, cw));
+                 m[name] = path;
+               }
+               c.lora.adapters = std::move(m);
+               return Status::ok();
+             },
+             [](const TesseraConfig& c, YAML::Emitter& out) { emit_string_map(out, c.lora.adapters); },
+             [](TesseraConfig& c, const std::string& entry, const YAML::Node& n, const Where& w) {
+               std::string path;
+               TESSERA_RETURN_IF_ERROR(read_string(n, w, &path));
+               TESSERA_RETURN_IF_ERROR(check_lora_entry(entry, path, w));
+               c.lora.adapters[entry] = path;
+               return Status::ok();
+             }},
+      TESSERA_INT_KEY("lora.max_rank", lora.max_rank, 1, 4096),
       TESSERA_STRING_KEY("server.http.host", server.http.host, read_string),
       TESSERA_INT_KEY("server.http.port", server.http.port, 0, 65535),
       KeyDef{"server.http.api_keys", false,
@@ -966,6 +1003,13 @@ std::string dump_config_yaml(const TesseraConfig& config) {
   }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+bool valid_lora_name(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' || ch == '_' || ch == '-' || ch == ':' || ch == '/';
+  });
 }
 
 bool is_secret_config_path(const std::string& path) {

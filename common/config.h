@@ -204,12 +204,22 @@ struct WorkerSection {
   CpuKernelOptions cpu;
 };
 
+// LoRA adapters served beside the base model (docs/lora.md).
+struct LoraSection {
+  // Adapters loaded at start-up: the name a request's "model" picks -> its PEFT folder
+  // (relative to the working directory, as model.path).
+  std::map<std::string, std::string> adapters;
+  // The largest adapter rank accepted; adapters above it are refused at load.
+  int max_rank = 64;
+};
+
 struct TesseraConfig {
   ModelSection model;
   ParallelSection parallel;
   CacheSection cache;
   SchedulerSection scheduler;
   SpeculativeConfig speculative;
+  LoraSection lora;
   ServerSection server;
   WorkerSection worker;
   // Where the values came from, for messages: the file name, or "<defaults>".
@@ -220,6 +230,10 @@ struct TesseraConfig {
   std::set<std::string> keys_given;
   bool gave(const std::string& key) const { return keys_given.count(key) != 0; }
 };
+
+// A LoRA adapter's name as served (lora.adapters, --lora NAME=PATH): 1 to 128 letters, digits
+// and . _ - : / (a request's "model" carries it).
+bool valid_lora_name(const std::string& name);
 
 // Reads and parses a YAML file; messages start with `path`.
 StatusOr<TesseraConfig> load_config_file(const std::string& path);

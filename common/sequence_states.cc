@@ -129,6 +129,7 @@ StatusOr<std::vector<SeqView>> SequenceStates::apply(const StepPlan& plan) {
       if (st.sampling.has_penalty()) st.history = s.start->history;
       if (st.sampling.prompt_logprobs >= 0) st.prompt = s.start->prompt;
       st.pooling = s.start->pooling;
+      st.lora = s.start->lora;
     }
     st.version = s.version;
     st.block_table.resize(static_cast<size_t>(s.table_from));

@@ -34,6 +34,7 @@ struct HeldSequence {
   // The whole prompt, kept only when sampling.prompt_logprobs >= 0 (the targets of its rows).
   std::vector<int32_t> prompt;
   Pooling pooling = Pooling::kNone;  // an embedding sequence's (SeqStart::pooling)
+  std::string lora;                  // its LoRA adapter's name (SeqStart::lora); empty: none
 };
 
 // One step of a plan with the state of its sequence (after the step was applied).

@@ -48,6 +48,9 @@ struct SeqStart {
   // Not kNone: an embedding sequence. Its steps never sample (`sample` stays false); each step
   // returns the pooled share of its rows in StepResult::pooled instead.
   Pooling pooling = Pooling::kNone;
+  // The LoRA adapter the sequence runs with, by the name it is served under (empty: the base
+  // model alone). Every executor holds the adapters the coordinator has loaded.
+  std::string lora;
 };
 
 // One sequence's share of a step: a prefill chunk or one decode token.

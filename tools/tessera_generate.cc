@@ -61,7 +61,49 @@ struct Options {
   bool stop_at_eos = false;
   int threads = 0;
   SpeculativeFlags speculative;  // --speculative, --speculative-tokens, --draft-model
+  std::vector<std::string> lora;  // --lora NAME=PATH (lora.adapters)
+  int lora_max_rank = 64;         // --lora-max-rank (lora.max_rank)
+  std::string prompt_lora;        // --prompt-lora: the adapter of each prompt
 };
+
+// --lora NAME=PATH entries as lora.adapters.
+StatusOr<std::map<std::string, std::string>> lora_adapters_from_flags(const std::vector<std::string>& flags) {
+  std::map<std::string, std::string> out;
+  for (const std::string& f : flags) {
+    const size_t eq = f.find('=');
+    const std::string name = eq == std::string::npos ? "" : f.substr(0, eq);
+    if (eq == std::string::npos || eq + 1 == f.size() || !valid_lora_name(name))
+      return invalid_argument("--lora: expected NAME=PATH (NAME of letters, digits and . _ - : /, up to 128), got \"" +
+                              f + "\"");
+    if (!out.emplace(name, f.substr(eq + 1)).second) return invalid_argument("--lora: adapter \"" + name + "\" given twice");
+  }
+  return out;
+}
+
+// --prompt-lora: one adapter name for every prompt, or one per prompt ("-" = the base model).
+StatusOr<std::vector<std::string>> prompt_adapters(const std::string& flag, size_t prompts,
+                                                   const std::map<std::string, std::string>& adapters) {
+  std::vector<std::string> names;
+  if (flag.empty()) return std::vector<std::string>(prompts);
+  for (size_t at = 0;;) {
+    const size_t comma = flag.find(',', at);
+    names.push_back(flag.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (names.size() == 1) names.resize(prompts, names[0]);
+  if (names.size() != prompts)
+    return invalid_argument("--prompt-lora: " + std::to_string(names.size()) + " adapter names for " +
+                            std::to_string(prompts) + " prompts (give one for all, or one per prompt)");
+  for (std::string& n : names) {
+    if (n == "-") {
+      n.clear();
+    } else if (adapters.count(n) == 0) {
+      return invalid_argument("--prompt-lora: \"" + n + "\" is not an adapter given with --lora NAME=PATH");
+    }
+  }
+  return names;
+}
 
 Status write_logits(const std::string& path, const std::vector<float>& logits) {
   std::ofstream out(path, std::ios::binary);
@@ -150,6 +192,10 @@ Status run(const Options& o) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     TESSERA_RETURN_IF_ERROR(check_prompt(prompts[i], o.max_new_tokens, config, "prompt " + std::to_string(i)));
   }
+  if (o.lora_max_rank < 1 || o.lora_max_rank > 4096) return invalid_argument("--lora-max-rank must be 1 to 4096");
+  TESSERA_ASSIGN_OR_RETURN(const auto adapters, lora_adapters_from_flags(o.lora));
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> prompt_lora,
+                           prompt_adapters(o.prompt_lora, prompts.size(), adapters));
 
   // By default the KV pool holds every request at full length at once; --kv-blocks smaller
   // than that makes the scheduler preempt.
@@ -185,6 +231,8 @@ Status run(const Options& o) {
   lo.threads = o.threads;
   lo.program = "tessera-gen";
   lo.draft_model = o.speculative.draft_model;
+  lo.lora_adapters = adapters;
+  lo.lora_max_rank = o.lora_max_rank;
   TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
   TESSERA_ASSIGN_OR_RETURN(lo.residency, weight_residency_from_flags(o.weights));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> local, LocalExecutor::start(lo, sc));
@@ -207,6 +255,7 @@ Status run(const Options& o) {
     if (o.seed_given) req->sampling.seed = o.seed + i;
     if (config.eos_id >= 0) req->stop.eos_token_id = config.eos_id;
     req->stop.ignore_eos = !o.stop_at_eos;
+    req->lora = prompt_lora[i];
     const RequestId id = i + 1;  // input line i + 1 (its one sequence has the same id)
     if (Status st = engine.add_request(id, std::move(req)); !st.is_ok())
       return st.with_context("prompt " + std::to_string(i));
@@ -300,6 +349,14 @@ int generate_main(int argc, char** argv) {
                  "vocabulary (speculative.draft_model) (default: none)");
   app.add_option("--speculative-tokens", o.speculative.num_tokens, "proposals checked per step, 1 to 16 (speculative.num_tokens)")
       ->capture_default_str();
+  app.add_option("--lora", o.lora,
+                 "NAME=PATH, repeatable: a LoRA adapter (PEFT folder) loaded beside the model (lora.adapters); "
+                 "--prompt-lora says which prompts use it (default: none)");
+  app.add_option("--lora-max-rank", o.lora_max_rank, "the largest adapter rank accepted (lora.max_rank)")
+      ->capture_default_str();
+  app.add_option("--prompt-lora", o.prompt_lora,
+                 "the adapter of each prompt: one NAME for all, or NAME,-,NAME,... one per prompt (- = the base model) "
+                 "(default: the base model)");
   CLI11_PARSE(app, argc, argv);
   o.seed_given = seed_opt->count() > 0;
 

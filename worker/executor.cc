@@ -51,6 +51,13 @@ Executor::Executor(Transformer& model, Backend& backend, int block_size, int num
     draft_ = std::make_unique<DraftModel>(*draft, backend, block_size, num_blocks, kv_dtype, draft_min_probability);
 }
 
+void Executor::add_lora(LoraWeights adapter) {
+  std::string name = adapter.name;
+  adapters_.insert_or_assign(std::move(name), std::move(adapter));
+}
+
+bool Executor::remove_lora(const std::string& name) { return adapters_.erase(name) > 0; }
+
 Status Executor::validate(const StepPlan& plan) const {
   const int64_t vocab = model_.config().vocab;
   const int block_size = cache_.block_size();
@@ -64,6 +71,8 @@ Status Executor::validate(const StepPlan& plan) const {
       if (t < 0 || t >= vocab) return invalid_argument(who + ": token " + std::to_string(t) + " outside the vocabulary");
     }
     if (s.start) {
+      if (!s.start->lora.empty() && adapters_.find(s.start->lora) == adapters_.end())
+        return invalid_argument(who + ": LoRA adapter \"" + s.start->lora + "\" is not loaded here");
       const SamplingParams& sp = s.start->sampling;
       for (const auto& [t, bias] : sp.logit_bias) {
         if (t < 0 || t >= vocab) return invalid_argument(who + ": logit_bias token " + std::to_string(t) + " outside the vocabulary");
@@ -157,6 +166,8 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   };
   std::vector<PoolTake> pool_takes;
   std::vector<int32_t> hidden_rows;
+  std::vector<const LoraWeights*> seq_adapters;  // per sequence of the batch
+  bool any_adapter = false;
   for (const SeqView& v : views) {
     const SeqStep& s = *v.step;
     if (s.tokens.empty()) {  // SequenceStates let it through: it samples from its parent's row
@@ -164,6 +175,16 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
       continue;
     }
     batch.add(v.state->block_table, s.num_computed, static_cast<int32_t>(s.tokens.size()));
+    const LoraWeights* adapter = nullptr;
+    if (!v.state->lora.empty()) {
+      const auto a = adapters_.find(v.state->lora);
+      if (a == adapters_.end())
+        return invalid_argument("sequence " + std::to_string(s.seq_id) + ": LoRA adapter \"" + v.state->lora +
+                                "\" was removed while the sequence ran");
+      adapter = &a->second;
+      any_adapter = true;
+    }
+    seq_adapters.push_back(adapter);
     // The row of the token at `pos` predicts the one at pos + 1: a prompt token when it is one.
     if (v.state->sampling.prompt_logprobs >= 0) {
       for (int32_t i = 0; i < static_cast<int32_t>(s.tokens.size()); ++i) {
@@ -202,13 +223,15 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   const size_t num_sampled = logit_rows.size();
   logit_rows.insert(logit_rows.end(), prompt_row_ids.begin(), prompt_row_ids.end());
   Tensor logits = backend_.alloc({static_cast<int64_t>(logit_rows.size()), vocab}, DType::kF32);
+  if (!any_adapter) seq_adapters.clear();
   if (hidden_rows.empty()) {
-    TESSERA_RETURN_IF_ERROR(model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view()));
+    TESSERA_RETURN_IF_ERROR(
+        model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view(), {}, nullptr, seq_adapters));
   } else {
     const int64_t hidden_size = model_.config().hidden;
     Tensor hidden = backend_.alloc({static_cast<int64_t>(hidden_rows.size()), hidden_size}, DType::kF32);
     TESSERA_RETURN_IF_ERROR(
-        model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view(), hidden_rows, &hidden.view()));
+        model_.forward(tokens, batch.batch(), cache_, logit_rows, logits.view(), hidden_rows, &hidden.view(), seq_adapters));
     std::vector<float> rows(static_cast<size_t>(hidden.numel()));
     backend_.copy_to_host(hidden.view(), rows.data());
     for (const PoolTake& take : pool_takes) {

@@ -5,7 +5,9 @@
 // one token for every sequence whose step ends its known tokens (with speculative proposals,
 // checks them); with a draft model, the draft then sees the step's committed tokens and
 // proposes for the sequences that ask (worker/draft_model.h).
+#include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "common/sequence_states.h"
@@ -27,6 +29,13 @@ class Executor final : public StepExecutor {
   // Also hands back the raw logits of the sampled rows ([sampled seqs, vocab], plan order)
   // when `logits` is given — for reference comparisons and --dump-logits.
   StatusOr<StepResult> execute(const StepPlan& plan, std::vector<float>* logits);
+
+  // The LoRA adapters sequences may name (SeqStart::lora), laid out for this rank's model
+  // (shard_lora_adapter). A name already held is replaced; removing one a held sequence
+  // still names fails that sequence's next step.
+  void add_lora(LoraWeights adapter);
+  bool remove_lora(const std::string& name);
+  const std::map<std::string, LoraWeights>& lora_adapters() const { return adapters_; }
 
   const KvCache& cache() const { return cache_; }
   // The sequences whose state this executor holds (until a plan drops them).
@@ -58,6 +67,7 @@ class Executor final : public StepExecutor {
   SequenceStates sequences_;
   std::vector<float> host_logits_;  // the step's logits on the host (execute)
   std::unique_ptr<DraftModel> draft_;  // speculative.method draft only
+  std::map<std::string, LoraWeights> adapters_;  // by name
 };
 
 }  // namespace tessera

@@ -274,6 +274,12 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
                                         int max_rank) {
   LoraAdapter adapter;
   adapter.path = dir;
+  if (base.from_gguf()) {
+    // Its tensors carry llama.cpp's names (and Llama's Q/K rows permuted), not the Hugging
+    // Face module names PEFT adapters are written against.
+    return invalid_argument(dir + ": LoRA adapters are served on Hugging Face checkpoints (safetensors, PyTorch or "
+                            "DeepSpeed files); the base model is a GGUF file");
+  }
   const std::string config_path = dir + "/adapter_config.json";
   std::ifstream in(config_path);
   if (!in) return not_found(config_path + ": cannot be read (a PEFT adapter folder holds adapter_config.json)");

@@ -202,6 +202,15 @@ class WeightReader {
                                  bool add_bias = true) {
     TESSERA_ASSIGN_OR_RETURN(LinearWeights l, blocks_or(weight_name, out, in, slice,
                                                         [&] { return matrix(weight_name, out, in, slice); }));
+    if (slice.axis == 0) {
+      l.source.rows.push_back({weight_name, slice.begin, slice.count});
+    } else {
+      l.source.rows.push_back({weight_name, 0, out});
+      if (slice.axis == 1) {
+        l.source.in_begin = slice.begin;
+        l.source.in_count = slice.count;
+      }
+    }
     if (add_bias) {
       const Slice bias_slice = slice.axis == 0 ? slice : Slice{};
       TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {out}, bias_slice));
@@ -245,6 +254,7 @@ class WeightReader {
     packed.w = own_copies_ ? arena_.zeros({total, width}, parts[0].w.dtype())
                            : Tensor::zeros({total, width}, parts[0].w.dtype());
     packed.ggml_blocks = parts[0].ggml_blocks;
+    for (const RowSegment& s : segs) packed.source.rows.push_back({s.name, s.begin, s.count});
     char* dst = packed.w.data<char>();
     for (const LinearWeights& p : parts) {
       std::memcpy(dst, p.w.data<char>(), p.w.nbytes());
@@ -382,10 +392,25 @@ Tensor row_view(const Tensor& t, int64_t begin, int64_t count) {
   return Tensor::borrowed(t.view().rows(begin, count), std::make_shared<Tensor>(t));
 }
 
+// The sources of rows [begin, begin + count) of a linear made of `rows`.
+std::vector<LinearSource::Rows> source_rows(const std::vector<LinearSource::Rows>& rows, int64_t begin, int64_t count) {
+  std::vector<LinearSource::Rows> out;
+  int64_t at = 0;  // the first output row of `r`
+  for (const LinearSource::Rows& r : rows) {
+    const int64_t lo = std::max(begin, at), hi = std::min(begin + count, at + r.count);
+    if (lo < hi) out.push_back({r.weight, r.begin + (lo - at), hi - lo});
+    at += r.count;
+  }
+  return out;
+}
+
 LinearWeights row_slice(const LinearWeights& l, int64_t begin, int64_t count) {
   LinearWeights out;
   out.w = row_view(l.w, begin, count);
   if (!l.b.empty()) out.b = row_view(l.b, begin, count);
+  out.source.rows = source_rows(l.source.rows, begin, count);
+  out.source.in_begin = l.source.in_begin;
+  out.source.in_count = l.source.in_count;
   return out;
 }
 
@@ -722,6 +747,13 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
     TESSERA_ASSIGN_OR_RETURN(mw.lm_head, r.lm_head(head_name, c.vocab, c.hidden, vocab_rows));
   }
   TESSERA_ASSIGN_OR_RETURN(const int64_t quantized_delta, quantizer.finish(mw));
+  // The router and the shared expert's gate have no site: an adapter of them is refused
+  // (worker/lora_adapter.h).
+  for (LayerWeights& lw : mw.layers) {
+    for_each_layer_linear(lw, [&](LinearWeights& l) {
+      if (!l.w.empty() && &l != &lw.router && &l != &lw.shared_gate) l.lora_site = mw.lora_sites++;
+    });
+  }
   mw.total_bytes = r.total_bytes() + quantized_delta;
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());
   for (const LayerWeights& lw : mw.layers) decode += layer_decode_bytes(lw, c);

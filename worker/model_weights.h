@@ -5,6 +5,7 @@
 // per KV head; GPT-2's transposed Conv1D), this rank's rows are gathered into
 // [q heads | k heads | v heads] at load so both paths read one layout.
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/checkpoint.h"
@@ -17,6 +18,19 @@
 
 namespace tessera {
 
+// Where a linear layer's rows came from, for what is applied on top of it (LoRA adapters:
+// worker/lora_weights.h): the rows of the checkpoint's weights stacked into its outputs, in
+// order (a packed QKV: this rank's q, k and v rows, wherever the checkpoint keeps them), and
+// the inputs this rank holds (a row-parallel split).
+struct LinearSource {
+  struct Rows {
+    std::string weight;  // the checkpoint's name, "model.layers.0.self_attn.q_proj.weight"
+    int64_t begin = 0, count = 0;
+  };
+  std::vector<Rows> rows;
+  int64_t in_begin = 0, in_count = -1;  // -1: every input
+};
+
 struct LinearWeights {
   Tensor w;  // [out, in]: the compute dtype, or int8 (docs/quantization.md), or int8 panels
   Tensor b;  // [out] or empty
@@ -26,6 +40,10 @@ struct LinearWeights {
   // (u8 [out, bytes per row]; q4_0 or q4_K), kept for quantize_model_weights to pack as
   // 4-bit panels value for value. -1 once loaded (every other weight).
   int32_t ggml_blocks = -1;
+  // The layers' linears only (not the router or the LM head): numbered 0.. across the model
+  // (ModelWeights::lora_sites), and where their rows came from.
+  int32_t lora_site = -1;
+  LinearSource source;
 };
 
 // How int8 weights are stored: row-major [out, in] with scales [out, groups] (every
@@ -104,6 +122,7 @@ struct ModelWeights {
   // the LM head; one embedding row is negligible; MoE counts top_k of the experts).
   int64_t decode_bytes_per_token = 0;
   int64_t total_bytes = 0;
+  int32_t lora_sites = 0;  // the linears an adapter may change (LinearWeights::lora_site)
 };
 
 struct WeightLoadOptions {
@@ -140,24 +159,30 @@ inline constexpr int64_t kCheckWeightsAutoBytes = int64_t{8} << 30;
 StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config,
                                           const WeightLoadOptions& options);
 
+// Calls fn(LinearWeights&) for every linear a layer holds (empty ones included), in one
+// fixed order.
+template <typename Layer, typename Fn>
+void for_each_layer_linear(Layer& lw, Fn&& fn) {
+  auto mlp = [&](auto& m) {
+    for (auto* l : {&m.gate, &m.up, &m.gate_up, &m.down}) fn(*l);
+  };
+  for (auto* l : {&lw.q, &lw.k, &lw.v, &lw.qkv, &lw.o, &lw.router, &lw.shared_gate}) fn(*l);
+  mlp(lw.mlp);
+  mlp(lw.shared);
+  for (auto& e : lw.experts) mlp(e);
+}
+
 // Calls fn(Tensor&) for every tensor a layer holds (empty ones included).
 template <typename Fn>
 void for_each_layer_tensor(LayerWeights& lw, Fn&& fn) {
-  auto linear = [&](LinearWeights& l) {
-    fn(l.w);
-    fn(l.b);
-    fn(l.scales);
-  };
-  auto mlp = [&](MlpWeights& m) {
-    for (LinearWeights* l : {&m.gate, &m.up, &m.gate_up, &m.down}) linear(*l);
-  };
   for (Tensor* t : {&lw.attn_norm_w, &lw.attn_norm_b, &lw.mlp_norm_w, &lw.mlp_norm_b, &lw.post_attn_norm_w,
                     &lw.post_attn_norm_b, &lw.post_mlp_norm_w, &lw.post_mlp_norm_b, &lw.q_norm, &lw.k_norm})
     fn(*t);
-  for (LinearWeights* l : {&lw.q, &lw.k, &lw.v, &lw.qkv, &lw.o, &lw.router, &lw.shared_gate}) linear(*l);
-  mlp(lw.mlp);
-  mlp(lw.shared);
-  for (MlpWeights& e : lw.experts) mlp(e);
+  for_each_layer_linear(lw, [&](LinearWeights& l) {
+    fn(l.w);
+    fn(l.b);
+    fn(l.scales);
+  });
 }
 
 // Hands every tensor of `weights` to backend.place_weight, once, so the weights live where

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -180,11 +181,24 @@ void Transformer::add_and_norm(const TensorView& residual, const TensorView* del
 
 Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
                             const std::vector<int32_t>& logit_rows, const TensorView& logits,
-                            const std::vector<int32_t>& hidden_rows, const TensorView* hidden) {
+                            const std::vector<int32_t>& hidden_rows, const TensorView* hidden,
+                            const std::vector<const LoraWeights*>& seq_adapters) {
   if (!comm_error_.is_ok()) return comm_error_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t H = config_.hidden;
   TESSERA_CHECK_EQ(batch.query_start.back(), T);
+  token_adapters_.clear();
+  if (std::any_of(seq_adapters.begin(), seq_adapters.end(), [](const LoraWeights* a) { return a != nullptr; })) {
+    TESSERA_CHECK_EQ(static_cast<int>(seq_adapters.size()), batch.num_seqs());
+    token_adapters_.resize(static_cast<size_t>(T));
+    for (int s = 0; s < batch.num_seqs(); ++s) {
+      TESSERA_CHECK(seq_adapters[s] == nullptr || seq_adapters[s]->sites.size() == static_cast<size_t>(weights_.lora_sites))
+          << "adapter " << seq_adapters[s]->name << " was laid out for another model";
+      std::fill(token_adapters_.begin() + batch.query_start[s], token_adapters_.begin() + batch.query_start[s + 1],
+                seq_adapters[s]);
+    }
+  }
+  token_runs_ = lora_runs();
 
   std::vector<int32_t> positions(T);
   for (int s = 0; s < batch.num_seqs(); ++s) {
@@ -281,7 +295,45 @@ void Transformer::layer_forward(int l, const TensorView& x, const TensorView* pe
   if (!lw.post_mlp_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_mlp_norm_w, lw.post_mlp_norm_b, delta);
 }
 
-void Transformer::project(const LinearWeights& w, const TensorView& x, const TensorView& out, Activation act) {
+Transformer::LoraRuns Transformer::lora_runs(const std::vector<int32_t>* rows) const {
+  LoraRuns runs;
+  if (token_adapters_.empty()) return runs;
+  const int64_t n = rows != nullptr ? static_cast<int64_t>(rows->size()) : static_cast<int64_t>(token_adapters_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const LoraWeights* a = token_adapters_[static_cast<size_t>(rows != nullptr ? (*rows)[static_cast<size_t>(i)] : i)];
+    if (a == nullptr) continue;
+    if (!runs.empty() && runs.back().adapter == a && runs.back().end == i) {
+      ++runs.back().end;
+    } else {
+      runs.push_back({i, i + 1, a});
+    }
+  }
+  return runs;
+}
+
+void Transformer::add_lora(const LinearWeights& w, const TensorView& x, const TensorView& out, const LoraRuns& lora) {
+  // One lora_add per distinct column range of the output: adapters of different modules of
+  // a packed projection (q_proj only, or q, k and v) update different columns of it.
+  std::map<std::pair<int64_t, int64_t>, std::vector<LoraSegment>> by_columns;
+  for (const LoraRun& run : lora) {
+    for (const LoraPart& p : run.adapter->sites[static_cast<size_t>(w.lora_site)])
+      by_columns[{p.offset, p.b.dim(0)}].push_back({run.begin, run.end, p.a.view(), p.b.view(), run.adapter->scale});
+  }
+  for (const auto& [columns, segments] : by_columns) {
+    const TensorView target = columns.second == out.dim(1) ? out : out.columns(columns.first, columns.second);
+    backend_.lora_add(x, segments, target);
+  }
+}
+
+void Transformer::project(const LinearWeights& w, const TensorView& x, const TensorView& out, Activation act,
+                          const LoraRuns& lora) {
+  const bool adapted = !lora.empty() && w.lora_site >= 0;
+  if (adapted && act != Activation::kNone) {
+    // The update joins the linear's output before the activation.
+    project(w, x, out, Activation::kNone, lora);
+    backend_.activate(out, act);
+    return;
+  }
   if (w.w.dtype() == DType::kI8) {
     backend_.linear_int8(x, w.w, w.scales, w.b, out, act);
   } else if (w.w.dtype() == DType::kU8) {
@@ -291,6 +343,7 @@ void Transformer::project(const LinearWeights& w, const TensorView& x, const Ten
   } else {
     backend_.linear_act(x, w.w, w.b, out, act);
   }
+  if (adapted) add_lora(w, x, out, lora);
 }
 
 void Transformer::lm_head(const TensorView& normed, const TensorView& logits) {
@@ -346,7 +399,7 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   TensorView q2, k2, v2;  // [T, heads * D]
   if (kernel_inject_ && !lw.qkv.w.empty()) {
     qkv_buf = backend_.alloc({T, q_width + 2 * kv_width}, DType::kF32);
-    project(lw.qkv, h, qkv_buf.view());
+    project(lw.qkv, h, qkv_buf.view(), Activation::kNone, token_runs_);
     q2 = qkv_buf.view().columns(0, q_width);
     k2 = qkv_buf.view().columns(q_width, kv_width);
     v2 = qkv_buf.view().columns(q_width + kv_width, kv_width);
@@ -354,9 +407,9 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
     q_buf = backend_.alloc({T, q_width}, DType::kF32);
     k_buf = backend_.alloc({T, kv_width}, DType::kF32);
     v_buf = backend_.alloc({T, kv_width}, DType::kF32);
-    project(lw.q, h, q_buf.view());
-    project(lw.k, h, k_buf.view());
-    project(lw.v, h, v_buf.view());
+    project(lw.q, h, q_buf.view(), Activation::kNone, token_runs_);
+    project(lw.k, h, k_buf.view(), Activation::kNone, token_runs_);
+    project(lw.v, h, v_buf.view(), Activation::kNone, token_runs_);
     q2 = q_buf.view();
     k2 = k_buf.view();
     v2 = v_buf.view();
@@ -382,14 +435,14 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   params.window = spec.window;
   params.alibi_slopes = alibi_slopes_.view();
   backend_.attention(q, batch, cache.k(layer), cache.v(layer), params, attn.view(), gqa_);
-  project(lw.o, attn.view(), delta);
+  project(lw.o, attn.view(), delta, Activation::kNone, token_runs_);
   if (!lw.attn_split) return false;
   if (defer_reduce) return true;
   all_reduce(delta);
   return false;
 }
 
-void Transformer::mlp(const MlpWeights& w, const TensorView& h, const TensorView& out) {
+void Transformer::mlp(const MlpWeights& w, const TensorView& h, const TensorView& out, const LoraRuns& lora) {
   // This rank's intermediate width: its slice, or all of it when the group is kept whole.
   const int64_t T = h.dim(0), F = linear_in_features(w.down);
   const Activation act = config_.activation;
@@ -397,23 +450,23 @@ void Transformer::mlp(const MlpWeights& w, const TensorView& h, const TensorView
   const bool gated = !w.gate_up.w.empty() || !w.gate.w.empty();
   if (!gated) {
     if (kernel_inject_) {
-      project(w.up, h, hidden.view(), act);
+      project(w.up, h, hidden.view(), act, lora);
     } else {
-      project(w.up, h, hidden.view());
+      project(w.up, h, hidden.view(), Activation::kNone, lora);
       backend_.activate(hidden.view(), act);
     }
   } else if (kernel_inject_) {
     Tensor gu = backend_.alloc({T, 2 * F}, DType::kF32);
-    project(w.gate_up, h, gu.view());
+    project(w.gate_up, h, gu.view(), Activation::kNone, lora);
     backend_.gated_act_packed(gu.view(), hidden.view(), act);
   } else {
     Tensor g = backend_.alloc({T, F}, DType::kF32);
     Tensor u = backend_.alloc({T, F}, DType::kF32);
-    project(w.gate, h, g.view());
-    project(w.up, h, u.view());
+    project(w.gate, h, g.view(), Activation::kNone, lora);
+    project(w.up, h, u.view(), Activation::kNone, lora);
     backend_.gated_act(g.view(), u.view(), hidden.view(), act);
   }
-  project(w.down, hidden.view(), out);
+  project(w.down, hidden.view(), out, Activation::kNone, lora);
 }
 
 bool Transformer::mlp_block(int layer, const TensorView& h, const TensorView& delta, bool defer_reduce) {
@@ -422,7 +475,7 @@ bool Transformer::mlp_block(int layer, const TensorView& h, const TensorView& de
     moe_block(lw, h, delta);
     return false;
   }
-  mlp(lw.mlp, h, delta);
+  mlp(lw.mlp, h, delta, token_runs_);
   if (!lw.mlp_split) return false;
   if (defer_reduce) return true;
   all_reduce(delta);
@@ -472,14 +525,14 @@ void Transformer::moe_block(const LayerWeights& lw, const TensorView& h, const T
     Tensor xin = backend_.alloc({n, config_.hidden}, DType::kF32);
     Tensor xout = backend_.alloc({n, config_.hidden}, DType::kF32);
     backend_.gather_rows(h, rows[e], xin.view());
-    mlp(lw.experts[e], xin.view(), xout.view());
+    mlp(lw.experts[e], xin.view(), xout.view(), lora_runs(&rows[e]));
     backend_.scatter_add_scaled(xout.view(), rows[e], scales[e], target(lw.expert_split[e]));
   }
   if (!lw.shared.down.w.empty()) {
     // Qwen2-MoE: + sigmoid(shared_expert_gate(x)) * shared_expert(x), per token. The gate
     // is whole on every rank, so scaling a partial sum scales the total.
     Tensor out = backend_.alloc({T, config_.hidden}, DType::kF32);
-    mlp(lw.shared, h, out.view());
+    mlp(lw.shared, h, out.view(), token_runs_);
     Tensor gate = backend_.alloc({T, 1}, DType::kF32);
     project(lw.shared_gate, h, gate.view());
     std::vector<float> g(T);

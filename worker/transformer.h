@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "kernels/backend.h"
 #include "worker/kv_cache.h"
+#include "worker/lora_weights.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
 #include "worker/weight_residency.h"
@@ -65,9 +66,12 @@ class Transformer {
   // rank is gone — and from then on always: the group is broken and must be rebuilt.
   // `hidden_rows` / `hidden` [hidden_rows.size(), hidden]: rows whose final hidden states
   // (after the final norm, before the LM head) are wanted too — embedding sequences.
+  // `seq_adapters` [batch.num_seqs()] (or empty: none): the LoRA adapter each sequence runs
+  // with (nullptr: the base alone), shard_lora_adapter'd for this model's weights.
   Status forward(const std::vector<int32_t>& tokens, const AttentionBatch& batch, KvCache& cache,
                  const std::vector<int32_t>& logit_rows, const TensorView& logits,
-                 const std::vector<int32_t>& hidden_rows = {}, const TensorView* hidden = nullptr);
+                 const std::vector<int32_t>& hidden_rows = {}, const TensorView* hidden = nullptr,
+                 const std::vector<const LoraWeights*>& seq_adapters = {});
 
  private:
   Transformer(ModelConfig config, ModelWeights weights, std::string config_dir, bool kernel_inject,
@@ -76,17 +80,27 @@ class Transformer {
   // Sums a row-parallel group's partial output over the ranks (a no-op for one rank).
   void all_reduce(const TensorView& partial);
   void lm_head(const TensorView& normed, const TensorView& logits);
-  // out = act(x · w^T + b) for any storage of w: f32/f16/bf16, or int8 with its scales.
+  // Rows [begin, end) of a projection's input run with `adapter`.
+  struct LoraRun {
+    int64_t begin = 0, end = 0;
+    const LoraWeights* adapter = nullptr;
+  };
+  using LoraRuns = std::vector<LoraRun>;
+  // The runs of the rows of this step's tokens listed in `rows` (in order), or of every token.
+  LoraRuns lora_runs(const std::vector<int32_t>* rows = nullptr) const;
+  // out = act(x · w^T + b) for any storage of w: f32/f16/bf16, or int8 with its scales; plus,
+  // for the rows of `lora`'s runs, their adapter's update of w (before the activation).
   void project(const LinearWeights& w, const TensorView& x, const TensorView& out,
-               Activation act = Activation::kNone);
+               Activation act = Activation::kNone, const LoraRuns& lora = {});
+  void add_lora(const LinearWeights& w, const TensorView& x, const TensorView& out, const LoraRuns& lora);
   // The sub-blocks write their output to `delta`. With `defer_reduce` a split group's
   // output is left as this rank's partial sum (the caller reduces it together with the
   // other branch of a parallel block); the return value says whether it was.
   bool attention_block(int layer, const TensorView& h, const std::vector<int32_t>& positions,
                        const AttentionBatch& batch, KvCache& cache, const TensorView& delta, bool defer_reduce);
   bool mlp_block(int layer, const TensorView& h, const TensorView& delta, bool defer_reduce);
-  // One dense or gated MLP (or expert): out = down(act(...)).
-  void mlp(const MlpWeights& w, const TensorView& h, const TensorView& out);
+  // One dense or gated MLP (or expert): out = down(act(...)); `lora`: h's rows' adapters.
+  void mlp(const MlpWeights& w, const TensorView& h, const TensorView& out, const LoraRuns& lora);
   void moe_block(const LayerWeights& lw, const TensorView& h, const TensorView& delta);
   // residual += delta (when given), then out = norm(residual) with this norm's weights.
   void add_and_norm(const TensorView& residual, const TensorView* delta, const Tensor& w,
@@ -114,6 +128,9 @@ class Transformer {
   std::vector<int> layer_rope_;      // index into rope_tables_ per layer
   float embed_scale_ = 0.0f;         // config's embed_scale rounded to the weight dtype
   Status comm_error_;    // the first failed collective; sticky
+  // This forward's adapter per token row (empty: none in the step), and its runs.
+  std::vector<const LoraWeights*> token_adapters_;
+  LoraRuns token_runs_;
   std::unique_ptr<WeightResidency> residency_;  // streams the layers beyond the budget
 };
 

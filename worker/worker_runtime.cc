@@ -228,6 +228,13 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     }
     executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype, draft.get(),
                                           config.speculative.draft_min_probability);
+    for (const auto& [name, dir] : config.lora.adapters) {
+      TESSERA_ASSIGN_OR_RETURN(LoraWeights adapter, load_lora_weights(name, dir, a.model_path, model->weights(),
+                                                                      config.lora.max_rank, *backend));
+      TESSERA_LOG_INFO("rank {}/{} loaded LoRA adapter {} from {} (rank {}, {} KB here)", a.rank, a.world_size, name, dir,
+                       adapter.rank, adapter.bytes / 1000);
+      executor->add_lora(std::move(adapter));
+    }
     TESSERA_LOG_INFO("rank {}/{} loaded {} ({} MB of weights, {} KV blocks{})", a.rank, a.world_size, a.model_path,
                      model->weights().total_bytes / 1000000, a.kv_num_blocks,
                      mo.lm_head ? "" : "; no LM head: server.task is embed");

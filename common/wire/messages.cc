@@ -288,6 +288,7 @@ void encode(const StepPlan& m, std::string* out) {
         w.i32_array(s.start->prompt);
         w.u64(s.start->sample_from);
         w.u8(static_cast<uint8_t>(s.start->pooling));
+        w.bytes(s.start->lora);
       }
     }
     w.u32(static_cast<uint32_t>(m.block_copies.size()));
@@ -329,6 +330,7 @@ Status decode(std::string_view frame, StepPlan* m) {
         const uint8_t pooling = r.u8("seq.start.pooling");
         if (pooling > static_cast<uint8_t>(Pooling::kCls)) r.fail("seq.start.pooling");
         start.pooling = static_cast<Pooling>(pooling);
+        r.bytes(&start.lora, "seq.start.lora");
       } else {
         s.start.reset();
       }

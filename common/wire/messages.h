@@ -30,8 +30,8 @@ inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
 // 8: SeqStep.num_draft (speculative decoding's proposals); 9: SeqStep.propose and
 // StepResult.proposals (proposals made by the executors' draft model); 10: SeqStep.allowed_tokens
 // may hold a mask per checked row (proposals under a grammar); 11: SeqStart.pooling and
-// StepResult.pooled (embedding sequences).
-inline constexpr uint16_t kProtocolVersion = 11;
+// StepResult.pooled (embedding sequences); 12: SeqStart.lora (the sequence's LoRA adapter).
+inline constexpr uint16_t kProtocolVersion = 12;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {

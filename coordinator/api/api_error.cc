@@ -33,12 +33,29 @@ std::string error_body(const ApiError& error) {
   return response_json(json{{"error", e}});
 }
 
-ApiError model_not_found(const std::string& asked, const std::string& served, std::string param) {
+bool ServedModels::find(const std::string& asked, std::string* adapter) const {
+  adapter->clear();
+  if (asked.empty() || asked == base) return true;
+  if (adapters.count(asked) == 0) return false;
+  *adapter = asked;
+  return true;
+}
+
+ApiError model_not_found(const std::string& asked, const ServedModels& served, std::string param) {
   ApiError e;
   e.http_status = 404;
   e.param = std::move(param);
   e.code = "model_not_found";
-  e.message = "The model '" + asked + "' does not exist (this server serves '" + served + "')";
+  std::string names = "'" + served.base + "'";
+  if (!served.adapters.empty()) {
+    names += " and the LoRA adapter" + std::string(served.adapters.size() > 1 ? "s" : "");
+    const char* sep = " ";
+    for (const auto& [name, path] : served.adapters) {
+      names += sep + ("'" + name + "'");
+      sep = ", ";
+    }
+  }
+  e.message = "The model '" + asked + "' does not exist (this server serves " + names + ")";
   return e;
 }
 

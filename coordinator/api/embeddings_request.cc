@@ -99,8 +99,11 @@ bool parse_embeddings_request(std::string_view body, const ApiContext& ctx, ApiR
   out->endpoint = ApiEndpoint::kEmbeddings;
   out->model = ctx.model_name;
   nlohmann::ordered_json body_json;
-  if (!read_request_object(body, embeddings_fields(), "/v1/embeddings", ctx.model_name, &body_json, error)) return false;
+  if (!read_request_object(body, embeddings_fields(), "/v1/embeddings", ctx.served(), &body_json, error)) return false;
   const json j = body_json;
+  if (j.contains("model") && j["model"].is_string() && ctx.served().find(j["model"].get<std::string>(), &out->lora) &&
+      !out->lora.empty())
+    out->model = out->lora;
   if (!read_user(j, out, error)) return false;
   if (!ctx.embeddings) {
     *error = bad_request("", "this server does not answer /v1/embeddings (server.task is generate)");
@@ -133,6 +136,7 @@ bool parse_embeddings_request(std::string_view body, const ApiContext& ctx, ApiR
     r->max_tokens = 1;  // not used: an embedding generates nothing
     r->pooling = pooling.pooling;
     r->speculative = false;
+    r->lora = out->lora;
     out->requests.push_back(std::move(r));
   }
   return true;

@@ -380,11 +380,23 @@ std::string stream_usage_body(const ApiRequest& request, const std::string& id, 
   return response_json(out);
 }
 
-std::string models_body(const std::string& model_name, int max_model_len, int64_t created) {
-  json model = {{"id", model_name},          {"object", "model"},      {"created", created},
-                {"owned_by", "tessera"},     {"root", model_name},     {"parent", nullptr},
-                {"max_model_len", max_model_len}};
-  return response_json(json{{"object", "list"}, {"data", json::array({model})}});
+nlohmann::json model_card(const std::string& model_name, int max_model_len, int64_t created, const std::string& adapter,
+                          const std::string& adapter_path) {
+  if (adapter.empty()) {
+    return {{"id", model_name},      {"object", "model"},  {"created", created},
+            {"owned_by", "tessera"}, {"root", model_name}, {"parent", nullptr},
+            {"max_model_len", max_model_len}};
+  }
+  return {{"id", adapter},         {"object", "model"},    {"created", created},
+          {"owned_by", "tessera"}, {"root", adapter_path}, {"parent", model_name},
+          {"max_model_len", max_model_len}};
+}
+
+std::string models_body(const ApiContext& ctx, int64_t created) {
+  json data = json::array({model_card(ctx.model_name, ctx.max_model_len, created)});
+  for (const auto& [name, path] : ctx.lora_adapters)
+    data.push_back(model_card(ctx.model_name, ctx.max_model_len, created, name, path));
+  return response_json(json{{"object", "list"}, {"data", data}});
 }
 
 std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }

@@ -7,6 +7,7 @@
 // fuzz.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,10 @@ class ReasoningStream;
 struct ApiContext {
   const Tokenizer* tokenizer = nullptr;  // null: only token-id prompts are accepted
   std::string model_name;
+  // LoRA adapters served beside the model (lora.adapters): name -> PEFT folder. A request's
+  // "model" naming one runs with it.
+  std::map<std::string, std::string> lora_adapters;
+  ServedModels served() const { return {model_name, lora_adapters}; }
   int max_model_len = 4096;
   // What max_model_len is when it is not the model's context (the whole KV pool, the token
   // budget): added to the context-length message so the client knows which limit it hit.
@@ -85,6 +90,7 @@ ApiContext make_api_context(const Tokenizer* tokenizer, std::string model_name, 
 struct ApiRequest {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
   std::string model;  // as served (the request's "model" when given, it must match)
+  std::string lora;   // the LoRA adapter "model" named ("" = the base); every Request carries it
   std::vector<std::shared_ptr<const Request>> requests;  // one per prompt
   std::vector<std::string> prompt_texts;  // for echo (decoded when the prompt was token ids)
   int n = 1;        // choices returned per prompt
@@ -219,7 +225,12 @@ std::string stream_usage_body(const ApiRequest& request, const std::string& id, 
                               const Usage& usage);
 
 // GET /v1/models.
-std::string models_body(const std::string& model_name, int max_model_len, int64_t created);
+// GET /v1/models: the model, then each LoRA adapter (parent: the model; root: its folder), as
+// vLLM lists them.
+std::string models_body(const ApiContext& ctx, int64_t created);
+// One entry of it: the model's (adapter empty) or an adapter's.
+nlohmann::json model_card(const std::string& model_name, int max_model_len, int64_t created,
+                          const std::string& adapter = "", const std::string& adapter_path = "");
 
 // "data: <json>\n\n" and "data: [DONE]\n\n".
 std::string sse_event(const std::string& json);

@@ -242,14 +242,15 @@ bool parse_body(std::string_view body, nlohmann::ordered_json* ordered, json* j,
 // "model" names the served model (or is absent); the endpoint's required field comes before
 // the others (a chat body sent to /v1/completions lacks 'prompt'); then unknown fields.
 bool check_model_and_fields(ApiEndpoint endpoint, const json& j, const ApiContext& ctx, FieldReader& f,
-                            ApiError* error) {
+                            ApiRequest* out, ApiError* error) {
   std::string model;
   f.string("model", &model);
   if (f.failed()) return false;
-  if (!model.empty() && model != ctx.model_name) {
-    *error = model_not_found(model, ctx.model_name);
+  if (!ctx.served().find(model, &out->lora)) {
+    *error = model_not_found(model, ctx.served());
     return false;
   }
+  if (!out->lora.empty()) out->model = out->lora;  // responses name the adapter, as vLLM's do
   const char* required = endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
   if (auto it = j.find(required); it == j.end() || it->is_null()) {
     *error = bad_request(required, std::string("'") + required + "' is required");
@@ -530,6 +531,7 @@ bool add_requests(std::vector<std::vector<int32_t>>* prompts, bool chat, const A
     r->skip_special_tokens = t.skip_special;
     r->speculative = t.speculative;
     r->constraint = t.constraint;
+    r->lora = out->lora;
     out->requests.push_back(std::move(r));
   }
   return true;
@@ -552,7 +554,7 @@ bool parse_api_request(ApiEndpoint endpoint, std::string_view body, const ApiCon
   if (!parse_body(body, &ordered, &j, error)) return false;
   const bool chat = endpoint == ApiEndpoint::kChatCompletions;
   FieldReader f(j, error);
-  if (!check_model_and_fields(endpoint, j, ctx, f, error)) return false;
+  if (!check_model_and_fields(endpoint, j, ctx, f, out, error)) return false;
 
   // Field groups in a fixed order: the first invalid field is the one reported.
   RequestTemplate t;

@@ -21,7 +21,7 @@ bool check_request_body(std::string_view body, ApiError* error) {
 }
 
 bool read_request_object(std::string_view body, const std::set<std::string>& known, const std::string& route,
-                         const std::string& served_model, nlohmann::ordered_json* out, ApiError* error) {
+                         const ServedModels& served, nlohmann::ordered_json* out, ApiError* error) {
   if (!check_request_body(body, error)) return false;
   *out = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded() || !out->is_object()) {
@@ -39,8 +39,9 @@ bool read_request_object(std::string_view body, const std::set<std::string>& kno
       *error = bad_request("model", "'model' must be a string");
       return false;
     }
-    if (!m->get<std::string>().empty() && m->get<std::string>() != served_model) {
-      *error = model_not_found(m->get<std::string>(), served_model);
+    std::string adapter;
+    if (!served.find(m->get<std::string>(), &adapter)) {
+      *error = model_not_found(m->get<std::string>(), served);
       return false;
     }
   }

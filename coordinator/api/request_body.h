@@ -18,9 +18,9 @@ bool check_request_body(std::string_view body, ApiError* error);
 
 // The body of a route whose fields are all listed: check_request_body, then a JSON object
 // (keys in the client's order) whose every field is in `known` (else a 400 naming it: "'x' is
-// not a field of ROUTE"), and whose "model", when given and not empty, is `served_model` (else
-// a 404 model_not_found).
+// not a field of ROUTE"), and whose "model", when given and not empty, names the served model or
+// one of its adapters (else a 404 model_not_found).
 bool read_request_object(std::string_view body, const std::set<std::string>& known, const std::string& route,
-                         const std::string& served_model, nlohmann::ordered_json* out, ApiError* error);
+                         const ServedModels& served, nlohmann::ordered_json* out, ApiError* error);
 
 }  // namespace tessera

@@ -238,11 +238,11 @@ std::optional<ResponseStore::Stored> ResponseStore::get(const std::string& id) {
 
 std::string make_responses_id() { return "resp_" + random_hex(32); }
 
-bool parse_responses_request(std::string_view body, const std::string& served_model, ResponseStore& store,
+bool parse_responses_request(std::string_view body, const ServedModels& served, ResponseStore& store,
                              ResponsesRequest* out, ApiError* error) {
   *out = ResponsesRequest();
   ojson j;
-  if (!read_request_object(body, responses_fields(), "/v1/responses", served_model, &j, error)) return false;
+  if (!read_request_object(body, responses_fields(), "/v1/responses", served, &j, error)) return false;
   if (!no_op_fields(j, error)) return false;
   if (!j.contains("input") || j["input"].is_null()) return fail(error, "input", "'input' is required");
 

@@ -67,7 +67,7 @@ struct ResponsesRequest {
 
 // False with *error a 400 naming the field (404 for an unknown or expired
 // previous_response_id, 404 model_not_found for another model).
-bool parse_responses_request(std::string_view body, const std::string& served_model, ResponseStore& store,
+bool parse_responses_request(std::string_view body, const ServedModels& served, ResponseStore& store,
                              ResponsesRequest* out, ApiError* error);
 
 // "resp_<hex>".

@@ -14,14 +14,14 @@ namespace {
 using nlohmann::json;
 
 ApiError not_found_model(const ApiContext& ctx, const std::string& model, const std::string& param) {
-  return model_not_found(model, ctx.model_name, param);
+  return model_not_found(model, ctx.served(), param);
 }
 
 // The body of `route` as read_request_object reads it, unordered.
 bool read_object(const ApiContext& ctx, const std::string& body, const std::set<std::string>& known,
                  const std::string& route, json* out, ApiError* error) {
   nlohmann::ordered_json ordered;
-  if (!read_request_object(body, known, route, ctx.model_name, &ordered, error)) return false;
+  if (!read_request_object(body, known, route, ctx.served(), &ordered, error)) return false;
   *out = ordered;
   return true;
 }
@@ -139,13 +139,13 @@ bool detokenize_body(const ApiContext& ctx, const std::string& body, std::string
 
 bool model_card_body(const ApiContext& ctx, const std::string& id, int64_t created, std::string* out,
                      ApiError* error) {
-  if (id != ctx.model_name) {
+  std::string adapter;
+  if (!ctx.served().find(id, &adapter) || id.empty()) {
     *error = not_found_model(ctx, id, "model");
     return false;
   }
-  *out = json{{"id", ctx.model_name},         {"object", "model"}, {"created", created},
-              {"owned_by", "tessera"},        {"root", ctx.model_name}, {"parent", nullptr},
-              {"max_model_len", ctx.max_model_len}}
+  *out = model_card(ctx.model_name, ctx.max_model_len, created, adapter,
+                    adapter.empty() ? "" : ctx.lora_adapters.at(adapter))
              .dump();
   return true;
 }

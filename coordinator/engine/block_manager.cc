@@ -36,9 +36,10 @@ std::span<const int32_t> BlockManager::block_tokens(int32_t block) const {
   return {tokens_.data() + static_cast<size_t>(block) * block_size_, static_cast<size_t>(block_size_)};
 }
 
-PrefixHit BlockManager::find_cached_prefix(std::span<const int32_t> tokens) const {
+PrefixHit BlockManager::find_cached_prefix(std::span<const int32_t> tokens, uint64_t root) const {
   PrefixHit hit;
-  hit.last_hash = kRootPrefixHash;
+  hit.root = root;
+  hit.last_hash = root;
   if (!prefix_caching_ || index_.empty()) return hit;
   const size_t full = tokens.size() / block_size_;
   for (size_t i = 0; i < full; ++i) {
@@ -106,7 +107,7 @@ void BlockManager::admit(SeqId id, const PrefixHit& hit, int num_reused_tokens) 
   SeqBlocks& s = seqs_[id];
   s.table = hit.blocks;
   s.num_filed = static_cast<int>(hit.blocks.size());
-  s.last_hash = hit.blocks.empty() ? kRootPrefixHash : hit.last_hash;
+  s.last_hash = hit.blocks.empty() ? hit.root : hit.last_hash;
   for (int32_t b : hit.blocks) {
     Block& blk = blocks_[b];
     TESSERA_CHECK(blk.filed) << "hit block " << b << " is not in the prefix cache";

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/step_plan.h"
+#include "coordinator/engine/prefix_hash.h"
 
 namespace tessera {
 
@@ -37,7 +38,8 @@ namespace tessera {
 struct PrefixHit {
   std::vector<int32_t> blocks;  // in order; block i holds tokens [i*bs, (i+1)*bs)
   int num_evictable = 0;        // how many of them are currently cached-unowned (count as free)
-  uint64_t last_hash = 0;       // chain hash of the last hit block (kRootPrefixHash when none)
+  uint64_t root = kRootPrefixHash;  // the chain's start (prefix_root of the sequence's adapter)
+  uint64_t last_hash = kRootPrefixHash;  // chain hash of the last hit block (root when none)
   int num_tokens(int block_size) const { return static_cast<int>(blocks.size()) * block_size; }
 };
 
@@ -67,7 +69,8 @@ class BlockManager {
   // --- plan (no state change) ---
   // The longest run of leading full blocks of `tokens` held by the cache, each verified
   // token by token (a hash match alone is not trusted). Empty when prefix caching is off.
-  PrefixHit find_cached_prefix(std::span<const int32_t> tokens) const;
+  // `root`: prefix_root of the sequence's LoRA adapter (the base model's by default).
+  PrefixHit find_cached_prefix(std::span<const int32_t> tokens, uint64_t root = kRootPrefixHash) const;
   // Blocks that admit(hit), release_blocks_before(first_token) and append_slots(write_from,
   // end) would take from the free pool: evictable hit blocks (but not those wholly before
   // first_token: they go straight back), a copy for a shared block written into, new blocks.

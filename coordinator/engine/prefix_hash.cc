@@ -24,4 +24,14 @@ uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> tokens
   return mix64(h);
 }
 
+uint64_t prefix_root(std::string_view lora) {
+  if (lora.empty()) return kRootPrefixHash;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char ch : lora) {
+    h ^= static_cast<unsigned char>(ch);
+    h *= 0x100000001b3ULL;
+  }
+  return mix64(kRootPrefixHash ^ mix64(h ^ lora.size()));
+}
+
 }  // namespace tessera

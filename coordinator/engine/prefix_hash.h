@@ -4,6 +4,7 @@
 // prefixes* (up to collisions, which the block manager rules out by comparing tokens).
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace tessera {
 
@@ -11,5 +12,10 @@ namespace tessera {
 inline constexpr uint64_t kRootPrefixHash = 0x9e3779b97f4a7c15ULL;
 
 uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> tokens);
+
+// The "previous hash" of the first block of a sequence computed with the LoRA adapter `lora`
+// (kRootPrefixHash for the base model): the same tokens under different adapters have
+// different KV, so their blocks are different prefixes.
+uint64_t prefix_root(std::string_view lora);
 
 }  // namespace tessera

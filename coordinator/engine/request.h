@@ -80,6 +80,10 @@ struct Request {
   // generating ones) and it ends with the pooled final hidden state (SequenceEvent::embedding)
   // and no output tokens; n is 1 and max_tokens is not used.
   Pooling pooling = Pooling::kNone;
+  // The LoRA adapter the request runs with, by its served name (empty: the base model). The
+  // caller checks the name against what the executors hold (a step naming an adapter they
+  // lack fails); the prefix cache shares KV only between requests of the same adapter.
+  std::string lora;
 
   // Choice c of a seeded request draws with seed + c (what separate requests seeded
   // seed, seed + 1, ... would draw); an unseeded one is seeded by the scheduler per sequence.

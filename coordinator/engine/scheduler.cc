@@ -359,7 +359,9 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     const Pooling pooling = e.seq.request().pooling;
     const bool whole_prompt =
         e.seq.sampling().prompt_logprobs >= 0 || pooling == Pooling::kMean || pooling == Pooling::kCls;
-    PrefixHit hit = whole_prompt ? PrefixHit{} : blocks_.find_cached_prefix(tokens);
+    // Prefixes are shared only between sequences of the same adapter (or of the base).
+    const uint64_t root = prefix_root(e.seq.request().lora);
+    PrefixHit hit = whole_prompt ? PrefixHit{{}, 0, root, root} : blocks_.find_cached_prefix(tokens, root);
     // At least one token is computed, so the step yields logits to sample from.
     const int cached = std::min(hit.num_tokens(config_.block_size), len - 1);
     const int remaining = len - cached;
@@ -444,6 +446,7 @@ void Scheduler::add_step(Entry& e, int num_tokens, StepPlan& plan, SeqId sample_
     if (seq.sampling().prompt_logprobs >= 0) start.prompt.assign(tokens.begin(), tokens.begin() + seq.prompt_len());
     start.sample_from = sample_from;
     start.pooling = seq.request().pooling;
+    start.lora = seq.request().lora;
     s.table_from = 0;
   } else {
     // (The table may be shorter than what was sent: the blocks of rejected proposals went back.)

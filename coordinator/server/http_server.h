@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,9 @@ struct HttpServerOptions {
   std::vector<std::string> api_keys;  // empty = no authentication
   int64_t max_body_bytes = 1 << 20;   // HttpLimits::max_body_bytes, >= 0
   std::string model_name;             // what /v1/models lists and "model" must equal
+  // LoRA adapters served beside it (lora.adapters: name -> folder; the workers load them):
+  // listed by /v1/models with the model as parent, and a request's "model" may name one.
+  std::map<std::string, std::string> lora_adapters;
   int threads = 2;                    // io_context threads
   ChatRenderer chat_renderer;         // chat template context -> prompt text; empty = the tokenizer's template
   std::optional<ToolCallFormat> tool_call_format;  // how tool calls are read; nullopt = auto (openai_api.h)

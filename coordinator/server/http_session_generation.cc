@@ -51,7 +51,7 @@ void HttpSession::start_responses(std::string body) {
       bytes, [this, body = std::move(body)]() {
         ParsedResponses p;
         p.responses = std::make_shared<ResponsesRequest>();
-        p.ok = parse_responses_request(body, server_.api.model_name, server_.response_store, p.responses.get(), &p.error) &&
+        p.ok = parse_responses_request(body, server_.api.served(), server_.response_store, p.responses.get(), &p.error) &&
                parse_api_request(ApiEndpoint::kChatCompletions, p.responses->chat_body.dump(), server_.api, &p.request,
                                  &p.error);
         return p;

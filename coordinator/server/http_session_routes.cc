@@ -118,7 +118,7 @@ void HttpSession::handle(const Request& req) {
   }
   if (is_models) {
     return send(200, "application/json",
-                models_body(server_.options.model_name, server_.api.max_model_len, unix_now()));
+                models_body(server_.api, unix_now()));
   }
   if (is_get && path.rfind("/v1/responses/", 0) == 0) {
     const std::string id = path.substr(std::string_view("/v1/responses/").size());

@@ -416,7 +416,7 @@ TEST(ConfigTest, OverrideErrorsNameFlagPathAndType) {
   EXPECT_TRUE(fails_with(apply_override(c, "server.http.api_keys", "[a"), {"server.http.api_keys", "not valid YAML"}));
   EXPECT_TRUE(fails_with(apply_override_arg(c, "tensor_parallel"), {"expected KEY=VALUE"}));
   EXPECT_TRUE(fails_with(apply_override(c, "tensor_parallel", "2"),
-                         {"tensor_parallel: unknown key", "model, parallel, cache, scheduler, speculative, server, worker"}));
+                         {"tensor_parallel: unknown key", "model, parallel, cache, scheduler, speculative, lora, server, worker"}));
   EXPECT_EQ(c.parallel.tensor_parallel, 1);  // failed overrides change nothing
 }
 

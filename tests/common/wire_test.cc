@@ -75,6 +75,7 @@ StepPlan random_plan(Gen& g, int max_seqs = 20) {
       st.prompt = g.ints(12);
       if (g.b()) st.sample_from = g.u64();
       st.pooling = static_cast<Pooling>(g.n(3));
+      if (g.b()) st.lora = "adapter-" + std::to_string(g.n(100));
     }
   }
   p.block_copies.resize(g.n(5));
@@ -171,6 +172,7 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
       EXPECT_EQ(x.start->prompt, y.start->prompt);
       EXPECT_EQ(x.start->sample_from, y.start->sample_from);
       EXPECT_EQ(x.start->pooling, y.start->pooling);
+      EXPECT_EQ(x.start->lora, y.start->lora);
     }
   }
   EXPECT_EQ(a.block_copies, b.block_copies);
@@ -326,7 +328,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 11);  // version, little-endian u16 (docs/wire.md: version 11)
+  EXPECT_EQ(f[4], 12);  // version, little-endian u16 (docs/wire.md: version 12)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length

@@ -20,14 +20,31 @@ std::vector<int32_t> iota_tokens(int n, int32_t start) {
 
 // Admits `id` with whatever prefix the cache holds and allocates room for all of `tokens`,
 // computing them (commit) as an executor step would.
-PrefixHit admit_and_compute(BlockManager& bm, SeqId id, const std::vector<int32_t>& tokens, Copies* copies) {
-  PrefixHit hit = bm.find_cached_prefix(tokens);
+PrefixHit admit_and_compute(BlockManager& bm, SeqId id, const std::vector<int32_t>& tokens, Copies* copies,
+                            uint64_t root = kRootPrefixHash) {
+  PrefixHit hit = bm.find_cached_prefix(tokens, root);
   const int cached = std::min(hit.num_tokens(bm.block_size()), static_cast<int>(tokens.size()) - 1);
   bm.admit(id, hit, cached);
   EXPECT_TRUE(bm.append_slots(id, cached, static_cast<int>(tokens.size()), copies));
   bm.commit(id, tokens, static_cast<int>(tokens.size()));
   bm.check_invariants();
   return hit;
+}
+
+TEST(BlockManagerTest, PrefixesAreSharedOnlyWithinOneLoraAdapter) {
+  BlockManager bm(4, 32);
+  Copies copies;
+  const std::vector<int32_t> prompt = iota_tokens(13, 100);  // 3 full blocks
+  EXPECT_TRUE(admit_and_compute(bm, 1, prompt, &copies, prefix_root("psalms")).blocks.empty());
+  // The same tokens under the base model or another adapter are other KV.
+  EXPECT_TRUE(bm.find_cached_prefix(prompt).blocks.empty());
+  EXPECT_TRUE(bm.find_cached_prefix(prompt, prefix_root("proverbs")).blocks.empty());
+  EXPECT_EQ(bm.find_cached_prefix(prompt, prefix_root("psalms")).blocks.size(), 3u);
+  EXPECT_TRUE(admit_and_compute(bm, 2, prompt, &copies).blocks.empty());
+  EXPECT_EQ(admit_and_compute(bm, 3, prompt, &copies, prefix_root("psalms")).blocks.size(), 3u);
+  EXPECT_EQ(admit_and_compute(bm, 4, prompt, &copies).blocks.size(), 3u);
+  EXPECT_EQ(prefix_root(""), kRootPrefixHash);
+  EXPECT_NE(prefix_root("a"), prefix_root("b"));
 }
 
 TEST(BlockManagerTest, FreeCountIsExactThroughAllocAppendAndFree) {

@@ -248,10 +248,47 @@ TEST(OpenAiApi, CompletionResponseAndChunks) {
 }
 
 TEST(OpenAiApi, ModelsBody) {
-  json j = json::parse(models_body("kjv", 512, 5));
+  ApiContext ctx;
+  ctx.model_name = "kjv";
+  ctx.max_model_len = 512;
+  json j = json::parse(models_body(ctx, 5));
   EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
   EXPECT_EQ(j["data"][0]["id"], "kjv");
   EXPECT_EQ(j["data"][0]["object"], "model");
+  EXPECT_TRUE(j["data"][0]["parent"].is_null());
+}
+
+TEST(OpenAiApi, ModelsBodyListsEachAdapterWithTheModelAsParent) {
+  ApiContext ctx;
+  ctx.model_name = "kjv";
+  ctx.lora_adapters = {{"psalms", "/adapters/psalms"}, {"proverbs", "/adapters/proverbs"}};
+  json j = json::parse(models_body(ctx, 5));
+  ASSERT_EQ(j["data"].size(), 3u);
+  EXPECT_EQ(j["data"][0]["id"], "kjv");
+  for (int i : {1, 2}) {
+    EXPECT_EQ(j["data"][i]["parent"], "kjv");
+    EXPECT_EQ(j["data"][i]["root"], "/adapters/" + j["data"][i]["id"].get<std::string>());
+  }
+}
+
+TEST(OpenAiApi, ModelPicksTheAdapterItNamesAndUnknownNamesAre404) {
+  ApiContext ctx;
+  ctx.model_name = "kjv";
+  ctx.lora_adapters = {{"psalms", "/adapters/psalms"}};
+  ApiRequest req;
+  ApiError err;
+  ASSERT_TRUE(parse_api_request(ApiEndpoint::kCompletions, R"({"model":"psalms","prompt":[1,2,3]})", ctx, &req, &err))
+      << err.message;
+  EXPECT_EQ(req.model, "psalms");
+  ASSERT_EQ(req.requests.size(), 1u);
+  EXPECT_EQ(req.requests[0]->lora, "psalms");
+  ASSERT_TRUE(parse_api_request(ApiEndpoint::kCompletions, R"({"model":"kjv","prompt":[1,2,3]})", ctx, &req, &err));
+  EXPECT_EQ(req.requests[0]->lora, "");
+  EXPECT_FALSE(parse_api_request(ApiEndpoint::kCompletions, R"({"model":"proverbs","prompt":[1,2,3]})", ctx, &req, &err));
+  EXPECT_EQ(err.http_status, 404);
+  EXPECT_EQ(err.code, "model_not_found");
+  EXPECT_NE(err.message.find("'psalms'"), std::string::npos) << err.message;
 }
 
 TEST(OpenAiApi, ResponseIdsAreDistinct) {

@@ -4,6 +4,7 @@
 // tessera-worker processes driven through the coordinator's WorkerGroup (exactly as a
 // deployment runs them) for N > 1. Either way the caller gets one StepExecutor for its
 // Engine, so these programs run the serving path, not a copy of it.
+#include <map>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,9 @@ struct LocalExecutorOptions {
   WeightResidencyOptions residency;
   // speculative.draft_model when the draft method is on: loaded beside the model (worker/draft_model.h).
   std::string draft_model;
+  // lora.adapters: name -> PEFT folder, loaded beside the model (worker/lora_weights.h).
+  std::map<std::string, std::string> lora_adapters;
+  int lora_max_rank = 64;
   std::string program = "tessera";  // names the workers' private temporary folder
 };
 

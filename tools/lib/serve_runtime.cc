@@ -295,6 +295,7 @@ HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<
   ho.responses_max_stored = c.server.responses_max_stored;
   ho.responses_max_age_s = c.server.responses_max_age_s;
   ho.batch_dir = c.server.batch_dir;
+  ho.lora_adapters = c.lora.adapters;
   return ho;
 }
 
@@ -314,6 +315,7 @@ StatusOr<std::unique_ptr<ZmqClientServer>> start_zmq_clients(const TesseraConfig
   zo.reasoning_format = ho.reasoning_format;
   zo.generation = ho.generation;
   zo.embeddings = ho.embeddings;
+  zo.lora_adapters = ho.lora_adapters;
   if (c.server.curve.client_api) {  // the same keypair as the control plane (server.curve)
     TESSERA_ASSIGN_OR_RETURN(CurveServerKeys keys, load_curve_server_keys(c.server.curve));
     zo.curve_server_secret_key = keys.server.secret_key;
@@ -369,6 +371,7 @@ ApiContext served_api_context(const TesseraConfig& c, const ServedModel& model, 
   api.max_model_len_limit = service.max_model_len_limit();
   api.generation = c.server.task != "embed";
   api.embeddings = model.embeddings;
+  api.lora_adapters = c.lora.adapters;
   return api;
 }
 

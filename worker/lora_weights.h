@@ -1,0 +1,51 @@
+#pragma once
+// A LoRA adapter laid out as this rank computes with it: for every linear of the base
+// (LinearWeights::lora_site), the parts of the adapter that update its outputs. The base's
+// layout decides the parts, so an adapter follows whatever the loader did to its layer:
+// - a packed QKV or gate|up gets one part per adapted source module (q_proj's rows update
+//   the q columns of the packed output, k_proj's the k columns, ...; Phi-3's fused qkv_proj
+//   or BLOOM's per-head interleaved query_key_value one part whose B rows are gathered in
+//   the packed order);
+// - a column-parallel split (this rank's output rows) keeps A whole and B's matching rows;
+// - a row-parallel split (this rank's inputs) keeps A's matching columns and B whole: this
+//   rank's contribution is a partial sum that joins the base layer's all-reduce, so an
+//   adapter adds no collective.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "kernels/backend.h"
+#include "worker/lora_adapter.h"
+#include "worker/model_weights.h"
+
+namespace tessera {
+
+// Output columns [offset, offset + b.dim(0)) of a linear += scale · b · (a · x), x being this
+// rank's input of the linear. a f32 [r, inputs here], b f32 [outputs here, r], on the backend.
+struct LoraPart {
+  int64_t offset = 0;
+  Tensor a, b;
+};
+
+struct LoraWeights {
+  std::string name;
+  std::string path;
+  int rank = 0;
+  float scale = 1.0f;
+  std::vector<std::vector<LoraPart>> sites;  // by LinearWeights::lora_site; empty: not adapted
+  int64_t bytes = 0;                         // of this rank's parts
+};
+
+// The adapter's parts for this rank's `weights` (loaded from the same base the adapter was read
+// against), placed on `backend`.
+StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::string& name,
+                                         const ModelWeights& weights, Backend& backend);
+
+// Reads the PEFT folder `dir` against the base model at `model_path` (load_lora_adapter) and
+// lays it out for this rank's `weights` of that model, to be served as `name`.
+StatusOr<LoraWeights> load_lora_weights(const std::string& name, const std::string& dir, const std::string& model_path,
+                                        const ModelWeights& weights, int max_rank, Backend& backend);
+
+}  // namespace tessera
