@@ -29,6 +29,7 @@ StatusOr<EngineRunResult> run_through_engine(Transformer& model, Transformer* dr
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
   Executor executor(model, backend, sc.block_size, sc.num_blocks, model.dtype(), draft,
                     o.speculative.draft_min_probability);
+  for (const LoraWeights& a : o.adapters) executor.add_lora(a);
   if (o.speculative.enabled()) {
     sc.row_costs = o.row_costs;
     if (sc.row_costs.empty()) {
@@ -48,7 +49,9 @@ StatusOr<EngineRunResult> run_through_engine(Transformer& model, Transformer* dr
       StopConditions stop;
       stop.ignore_eos = true;
       const RequestId id = next_id++;
-      TESSERA_RETURN_IF_ERROR(engine.add_request(id, make_request(prompts[i], o.gen_len, SamplingParams{}, stop)));
+      auto request = std::make_shared<Request>(*make_request(prompts[i], o.gen_len, SamplingParams{}, stop));
+      if (!o.adapters.empty()) request->lora = o.adapters[(i - first) % o.adapters.size()].name;
+      TESSERA_RETURN_IF_ERROR(engine.add_request(id, std::move(request)));
       t.prefill_tokens += static_cast<int64_t>(prompts[i].size());
     }
     const auto start = Clock::now();

@@ -11,6 +11,7 @@
 #include "coordinator/engine/scheduler.h"
 #include "kernels/backend.h"
 #include "worker/generator.h"
+#include "worker/lora_weights.h"
 #include "worker/transformer.h"
 
 namespace tessera {
@@ -22,6 +23,9 @@ struct EngineRunOptions {
   // With speculation: a step's time by its rows (SchedulerConfig::row_costs); measured on
   // this executor first (measure_row_costs) when empty, as the server does at start-up.
   RowCostCurve row_costs;
+  // LoRA adapters the executor holds; sequence i of each group runs with adapters[i % size]
+  // (none: every sequence runs with the base alone).
+  std::vector<LoraWeights> adapters;
 };
 
 struct EngineRunResult {

@@ -27,6 +27,7 @@
 #endif
 #include "bench/engine_run.h"
 #include "tools/lib/prompt_ids.h"
+#include "tools/lib/lora_flags.h"
 #include "tools/lib/speculative_flags.h"
 #include "tools/lib/weight_streaming_flags.h"
 #include "worker/draft_model.h"
@@ -55,6 +56,7 @@ struct Options {
   // The serving path (bench/engine_run.h): --engine, or any --speculative method.
   bool engine = false;
   SpeculativeFlags speculative;  // --speculative, --speculative-tokens, --draft-model, --draft-min-probability
+  std::vector<std::string> lora;  // --lora NAME=PATH: adapters the sequences take in turn (serving path)
   std::string prompt_ids_file;       // real prompts instead of random ids (batch at a time)
 };
 
@@ -109,7 +111,13 @@ Status run(const Options& o) {
       for (int i = 0; i < o.prompt_len; ++i) p.push_back(id(rng));
   }
   TESSERA_ASSIGN_OR_RETURN(const SpeculativeConfig spec, speculative_from_flags(o.speculative));
-  const bool via_engine = o.engine || spec.enabled() || !o.prompt_ids_file.empty();
+  const bool via_engine = o.engine || spec.enabled() || !o.prompt_ids_file.empty() || !o.lora.empty();
+  TESSERA_ASSIGN_OR_RETURN(const auto lora_flags, lora_adapters_from_flags(o.lora));
+  std::vector<LoraWeights> adapters;
+  for (const auto& [name, dir] : lora_flags) {
+    TESSERA_ASSIGN_OR_RETURN(LoraWeights a, load_lora_weights(name, dir, o.model, model->weights(), model->dtype(), 4096, *backend));
+    adapters.push_back(std::move(a));
+  }
   std::unique_ptr<Transformer> draft;
   if (spec.method == SpeculativeConfig::Method::kDraft) {
     TESSERA_RETURN_IF_ERROR(check_draft_model(spec.draft_model, c, c.max_positions > 0 ? c.max_positions : 4096).status());
@@ -123,6 +131,7 @@ Status run(const Options& o) {
     eo.batch = o.batch;
     eo.gen_len = o.gen_len;
     eo.speculative = spec;
+    eo.adapters = adapters;
     // Warm-up: the first group, 2 new tokens (pages in the weights and the buffers).
     EngineRunOptions warm = eo;
     warm.gen_len = 2;
@@ -213,6 +222,7 @@ Status run(const Options& o) {
   j["speculative"] = o.speculative.method;
   j["speculative_tokens"] = spec.enabled() ? spec.num_tokens : 0;
   j["draft_model"] = spec.draft_model;
+  j["lora_adapters"] = adapters.size();  // --lora: the sequences took them in turn
   j["decode_tokens"] = t.decode_tokens;
   j["decode_steps"] = t.decode_steps;
   j["spec_num_drafts"] = spec_stats.num_drafts;
@@ -277,6 +287,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--engine", o.engine,
                "run through the serving path (Engine + Scheduler + Executor) instead of the bare generation loop");
+  app.add_option("--lora", o.lora,
+                 "NAME=PATH, repeatable: LoRA adapters on the serving path; sequence i of a batch runs with the "
+                 "(i mod N)-th (default: none)");
   app.add_option("--speculative", o.speculative.method,
                  "speculative decoding on the serving path: none, ngram or draft (--draft-model)")
       ->capture_default_str();

@@ -411,16 +411,39 @@ void Backend::lora_add(const TensorView& x, const std::vector<LoraSegment>& segm
   for (const LoraSegment& s : segments) {
     TESSERA_CHECK(s.begin >= 0 && s.begin < s.end && s.end <= x.dim(0))
         << "lora_add: segment rows [" << s.begin << ", " << s.end << ") outside the " << x.dim(0) << " rows";
-    check_f32_2d(s.a, "lora_add a");
-    check_f32_2d(s.b, "lora_add b");
-    TESSERA_CHECK_EQ(s.a.dim(1), x.dim(1)) << "lora_add: a " << s.a.shape_string() << " against x " << x.shape_string();
-    TESSERA_CHECK_EQ(s.b.dim(0), out.dim(1)) << "lora_add: b " << s.b.shape_string() << " against out " << out.shape_string();
-    TESSERA_CHECK_EQ(s.b.dim(1), s.a.dim(0)) << "lora_add: b " << s.b.shape_string() << " against a " << s.a.shape_string();
-    spans.emplace_back(s.begin, s.end);
+    for (const auto& [factor, what] : {std::pair{&s.shrink, "lora_add shrink"}, std::pair{&s.expand, "lora_add expand"}}) {
+      TESSERA_CHECK(factor->dtype == DType::kF32 || factor->dtype == DType::kBF16)
+          << what << " must be float32 or bfloat16, got " << dtype_name(factor->dtype);
+      TESSERA_CHECK(factor->ndim == 2 && factor->contiguous()) << what << " must be 2-D and contiguous, got "
+                                                               << factor->shape_string();
+    }
+    TESSERA_CHECK(s.shrink.dtype == s.expand.dtype) << "lora_add: shrink and expand differ in dtype";
+    TESSERA_CHECK_EQ(s.shrink.dim(0), x.dim(1))
+        << "lora_add: shrink " << s.shrink.shape_string() << " against x " << x.shape_string();
+    TESSERA_CHECK(s.column >= 0 && s.column + s.expand.dim(1) <= out.dim(1))
+        << "lora_add: expand " << s.expand.shape_string() << " at column " << s.column << " against out "
+        << out.shape_string();
+    TESSERA_CHECK_EQ(s.expand.dim(0), s.shrink.dim(1))
+        << "lora_add: expand " << s.expand.shape_string() << " against shrink " << s.shrink.shape_string();
   }
-  std::sort(spans.begin(), spans.end());
-  for (size_t i = 1; i < spans.size(); ++i)
-    TESSERA_CHECK_LE(spans[i - 1].second, spans[i].first) << "lora_add: segments overlap";
+  // Column ranges are few (a packed projection's parts): each distinct one must not overlap
+  // another, and within one the segments' rows must not overlap.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const LoraSegment& s : segments) {
+    const std::pair<int64_t, int64_t> r{s.column, s.column + s.expand.dim(1)};
+    if (std::find(ranges.begin(), ranges.end(), r) != ranges.end()) continue;
+    for (const auto& o : ranges)
+      TESSERA_CHECK(r.second <= o.first || o.second <= r.first) << "lora_add: segments overlap (column ranges)";
+    ranges.push_back(r);
+  }
+  for (const auto& r : ranges) {
+    spans.clear();
+    for (const LoraSegment& s : segments)
+      if (s.column == r.first && s.column + s.expand.dim(1) == r.second) spans.emplace_back(s.begin, s.end);
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i)
+      TESSERA_CHECK_LE(spans[i - 1].second, spans[i].first) << "lora_add: segments overlap";
+  }
   if (segments.empty()) return;
   lora_add_impl(x, segments, out);
 }

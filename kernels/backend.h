@@ -67,11 +67,17 @@ struct AttentionParams {
 };
 
 // One adapter's rows in Backend::lora_add: rows [begin, end) of x and out take the update
-// scale · (x · aᵀ) · bᵀ, a f32 [r, in] and b f32 [out, r] contiguous on the backend.
+// scale · (x · shrink) · expand, shrink [in, r] (PEFT's lora_A transposed) and expand [r, out]
+// (lora_B transposed), both float32 or both bfloat16 (widened to f32 as they are read),
+// contiguous on the backend: laid out so that both products run along contiguous rows (the
+// rank's r sums side by side, then out's columns side by side).
+// The update lands in out's columns [column, column + expand.dim(1)): a packed projection's
+// q, k and v parts (or gate and up) are segments of one call.
 struct LoraSegment {
   int64_t begin = 0, end = 0;
-  TensorView a, b;
+  TensorView shrink, expand;
   float scale = 1.0f;
+  int64_t column = 0;
 };
 
 class Backend {
@@ -194,11 +200,13 @@ class Backend {
   void scatter_add_scaled(const TensorView& x, const std::vector<int32_t>& rows,
                           const std::vector<float>& scale, const TensorView& out);
   // LoRA adapters over a batch whose rows use different ones (segmented shrink and expand,
-  // as Punica's SGMV): out[begin:end] += scale · (x[begin:end] · aᵀ) · bᵀ for each segment.
-  // x f32 [T, in] and out f32 [T, N] (either may be a strided view, e.g. a column slice of a
-  // packed projection's output); segments disjoint, in any order, each of its own rank; rows
-  // in no segment are left as they are (the base model alone). The rank-r intermediate is
-  // float32, summed in input order per element on every backend.
+  // as Punica's SGMV): out[begin:end] += scale · (x[begin:end] · shrink) · expand for each segment.
+  // x f32 [T, in] and out f32 [T, N] (either may be a strided view); each segment's update goes
+  // to its column range of out; segments whose rows overlap must have disjoint column ranges
+  // (ranges that are not the same must not overlap at all); in any order, each of its own rank;
+  // what no segment covers is left as it is (the base model alone). The rank-r intermediate is
+  // float32, each element the sum over the first half of the inputs plus the sum over the
+  // second (each in input order); the expand sums over the rank in order; on every backend.
   void lora_add(const TensorView& x, const std::vector<LoraSegment>& segments, const TensorView& out);
 
  protected:

@@ -23,6 +23,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/engine/engine.h"
 #include "tools/lib/local_executor.h"
+#include "tools/lib/lora_flags.h"
 #include "tools/lib/main_guard.h"
 #include "tools/lib/prompt_ids.h"
 #include "tools/lib/speculative_flags.h"
@@ -65,20 +66,6 @@ struct Options {
   int lora_max_rank = 64;         // --lora-max-rank (lora.max_rank)
   std::string prompt_lora;        // --prompt-lora: the adapter of each prompt
 };
-
-// --lora NAME=PATH entries as lora.adapters.
-StatusOr<std::map<std::string, std::string>> lora_adapters_from_flags(const std::vector<std::string>& flags) {
-  std::map<std::string, std::string> out;
-  for (const std::string& f : flags) {
-    const size_t eq = f.find('=');
-    const std::string name = eq == std::string::npos ? "" : f.substr(0, eq);
-    if (eq == std::string::npos || eq + 1 == f.size() || !valid_lora_name(name))
-      return invalid_argument("--lora: expected NAME=PATH (NAME of letters, digits and . _ - : /, up to 128), got \"" +
-                              f + "\"");
-    if (!out.emplace(name, f.substr(eq + 1)).second) return invalid_argument("--lora: adapter \"" + name + "\" given twice");
-  }
-  return out;
-}
 
 // --prompt-lora: one adapter name for every prompt, or one per prompt ("-" = the base model).
 StatusOr<std::vector<std::string>> prompt_adapters(const std::string& flag, size_t prompts,

@@ -1,6 +1,5 @@
 #include "worker/lora_weights.h"
 
-#include <cstring>
 #include <map>
 #include <memory>
 
@@ -17,13 +16,22 @@ std::string module_of(const std::string& weight) {
   return weight;
 }
 
-// Columns [begin, begin + count) of a [rows, cols] f32 tensor (all of it when count < 0).
-Tensor f32_columns(const Tensor& t, int64_t begin, int64_t count) {
+// Columns [begin, begin + count) of a [rows, cols] f32 tensor (all of them when count < 0),
+// transposed: [count, rows].
+Tensor transposed_columns(const Tensor& t, int64_t begin, int64_t count) {
   const int64_t rows = t.dim(0), cols = t.dim(1);
-  if (count < 0 || (begin == 0 && count == cols)) return t;
-  Tensor out = Tensor::zeros({rows, count}, DType::kF32);
+  if (count < 0) count = cols;
+  Tensor out = Tensor::zeros({count, rows}, DType::kF32);
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out.data<float>() + r * count, t.data<float>() + r * cols + begin, static_cast<size_t>(count) * 4);
+    for (int64_t c = 0; c < count; ++c) out.data<float>()[c * rows + r] = t.data<float>()[r * cols + begin + c];
+  return out;
+}
+
+// An f32 tensor in `dtype` (f32: itself; bf16: rounded to nearest even).
+Tensor stored_as(const Tensor& f32, DType dtype) {
+  if (dtype == DType::kF32) return f32;
+  Tensor out = Tensor::zeros(f32.view().dims(), dtype);
+  for (int64_t i = 0; i < f32.numel(); ++i) out.data<uint16_t>()[i] = f32_to_bf16(f32.data<float>()[i]);
   return out;
 }
 
@@ -40,12 +48,14 @@ std::vector<LoraPart> site_parts(const LinearWeights& l, const std::map<std::str
     const int64_t rank = current->b.dim(1);
     LoraPart p;
     p.offset = part_offset;
-    p.a = f32_columns(current->a, l.source.in_begin, l.source.in_count);
-    p.b = Tensor::zeros({rows, rank}, DType::kF32);
-    float* dst = p.b.data<float>();
+    p.shrink = transposed_columns(current->a, l.source.in_begin, l.source.in_count);
+    p.expand = Tensor::zeros({rank, rows}, DType::kF32);
+    int64_t at = 0;  // the part's output column of r's first row
     for (const LinearSource::Rows& r : gathered) {
-      std::memcpy(dst, current->b.data<float>() + r.begin * rank, static_cast<size_t>(r.count * rank) * 4);
-      dst += r.count * rank;
+      for (int64_t i = 0; i < r.count; ++i)
+        for (int64_t k = 0; k < rank; ++k)
+          p.expand.data<float>()[k * rows + at + i] = current->b.data<float>()[(r.begin + i) * rank + k];
+      at += r.count;
     }
     parts.push_back(std::move(p));
     current = nullptr;
@@ -69,7 +79,8 @@ std::vector<LoraPart> site_parts(const LinearWeights& l, const std::map<std::str
 }  // namespace lora_weights_internal
 
 StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::string& name,
-                                         const ModelWeights& weights, Backend& backend) {
+                                         const ModelWeights& weights, DType model_dtype, Backend& backend) {
+  const DType factors = model_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   namespace lwi = lora_weights_internal;
   LoraWeights out;
   out.name = name;
@@ -86,9 +97,11 @@ StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::
       if (l.lora_site < 0) return;
       std::vector<LoraPart> parts = lwi::site_parts(l, modules);
       for (LoraPart& p : parts) {
-        out.bytes += static_cast<int64_t>(p.a.nbytes() + p.b.nbytes());
-        p.a = backend.place_weight(p.a);
-        p.b = backend.place_weight(p.b);
+        p.shrink = lwi::stored_as(p.shrink, factors);
+        p.expand = lwi::stored_as(p.expand, factors);
+        out.bytes += static_cast<int64_t>(p.shrink.nbytes() + p.expand.nbytes());
+        p.shrink = backend.place_weight(p.shrink);
+        p.expand = backend.place_weight(p.expand);
       }
       for (const LinearSource::Rows& r : l.source.rows) {
         const auto m = modules.find(lwi::module_of(r.weight));
@@ -111,11 +124,11 @@ StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::
 }
 
 StatusOr<LoraWeights> load_lora_weights(const std::string& name, const std::string& dir, const std::string& model_path,
-                                        const ModelWeights& weights, int max_rank, Backend& backend) {
+                                        const ModelWeights& weights, DType model_dtype, int max_rank, Backend& backend) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> base, open_model_checkpoint(model_path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(base->config(), base->config_source()));
   TESSERA_ASSIGN_OR_RETURN(LoraAdapter adapter, load_lora_adapter(dir, *base, config, max_rank));
-  return shard_lora_adapter(adapter, name, weights, backend);
+  return shard_lora_adapter(adapter, name, weights, model_dtype, backend);
 }
 
 }  // namespace tessera

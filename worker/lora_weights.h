@@ -22,11 +22,14 @@
 
 namespace tessera {
 
-// Output columns [offset, offset + b.dim(0)) of a linear += scale · b · (a · x), x being this
-// rank's input of the linear. a f32 [r, inputs here], b f32 [outputs here, r], on the backend.
+// Output columns [offset, offset + expand.dim(1)) of a linear += scale · (x · shrink) · expand,
+// x being this rank's input of the linear: shrink [inputs here, r] (lora_A's columns of this
+// rank, transposed), expand [r, outputs here] (lora_B's rows, transposed), on the backend, as
+// Backend::lora_add takes them: bfloat16 for a bfloat16 model (half the bytes a step reads,
+// as vLLM keeps adapters in the model's dtype), else float32.
 struct LoraPart {
   int64_t offset = 0;
-  Tensor a, b;
+  Tensor shrink, expand;
 };
 
 struct LoraWeights {
@@ -40,12 +43,13 @@ struct LoraWeights {
 
 // The adapter's parts for this rank's `weights` (loaded from the same base the adapter was read
 // against), placed on `backend`.
+// `model_dtype`: the model's storage dtype (Transformer::dtype), which decides the factors'.
 StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::string& name,
-                                         const ModelWeights& weights, Backend& backend);
+                                         const ModelWeights& weights, DType model_dtype, Backend& backend);
 
 // Reads the PEFT folder `dir` against the base model at `model_path` (load_lora_adapter) and
 // lays it out for this rank's `weights` of that model, to be served as `name`.
 StatusOr<LoraWeights> load_lora_weights(const std::string& name, const std::string& dir, const std::string& model_path,
-                                        const ModelWeights& weights, int max_rank, Backend& backend);
+                                        const ModelWeights& weights, DType model_dtype, int max_rank, Backend& backend);
 
 }  // namespace tessera

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -312,17 +311,13 @@ Transformer::LoraRuns Transformer::lora_runs(const std::vector<int32_t>* rows) c
 }
 
 void Transformer::add_lora(const LinearWeights& w, const TensorView& x, const TensorView& out, const LoraRuns& lora) {
-  // One lora_add per distinct column range of the output: adapters of different modules of
-  // a packed projection (q_proj only, or q, k and v) update different columns of it.
-  std::map<std::pair<int64_t, int64_t>, std::vector<LoraSegment>> by_columns;
-  for (const LoraRun& run : lora) {
+  // One lora_add for the whole projection: the parts of a packed one (q_proj's, k_proj's, ...)
+  // are segments of their own column ranges.
+  std::vector<LoraSegment> segments;
+  for (const LoraRun& run : lora)
     for (const LoraPart& p : run.adapter->sites[static_cast<size_t>(w.lora_site)])
-      by_columns[{p.offset, p.b.dim(0)}].push_back({run.begin, run.end, p.a.view(), p.b.view(), run.adapter->scale});
-  }
-  for (const auto& [columns, segments] : by_columns) {
-    const TensorView target = columns.second == out.dim(1) ? out : out.columns(columns.first, columns.second);
-    backend_.lora_add(x, segments, target);
-  }
+      segments.push_back({run.begin, run.end, p.shrink.view(), p.expand.view(), run.adapter->scale, p.offset});
+  if (!segments.empty()) backend_.lora_add(x, segments, out);
 }
 
 void Transformer::project(const LinearWeights& w, const TensorView& x, const TensorView& out, Activation act,

@@ -230,7 +230,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
                                           config.speculative.draft_min_probability);
     for (const auto& [name, dir] : config.lora.adapters) {
       TESSERA_ASSIGN_OR_RETURN(LoraWeights adapter, load_lora_weights(name, dir, a.model_path, model->weights(),
-                                                                      config.lora.max_rank, *backend));
+                                                                      model->dtype(), config.lora.max_rank, *backend));
       TESSERA_LOG_INFO("rank {}/{} loaded LoRA adapter {} from {} (rank {}, {} KB here)", a.rank, a.world_size, name, dir,
                        adapter.rank, adapter.bytes / 1000);
       executor->add_lora(std::move(adapter));

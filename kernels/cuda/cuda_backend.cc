@@ -539,12 +539,12 @@ void CudaBackend::scatter_add_scaled_impl(const TensorView& x, const std::vector
 void CudaBackend::lora_add_impl(const TensorView& x, const std::vector<LoraSegment>& segments, const TensorView& out) {
   require_device({{&x, "x"}, {&out, "out"}}, "lora_add");
   for (const LoraSegment& s : segments) {
-    require_placed({{&s.a, "a"}, {&s.b, "b"}}, "lora_add");
+    require_placed({{&s.shrink, "shrink"}, {&s.expand, "expand"}}, "lora_add");
     // The rank-r intermediate lives in a block's shared memory (48 KiB without opting in).
-    TESSERA_CHECK_LE(s.a.dim(0), 12288) << "lora_add: rank " << s.a.dim(0) << " above the CUDA kernel's 12288";
-    cuda::launch::lora_add_rows(x.as<float>() + s.begin * x.row_stride(), x.row_stride(), s.a.as<float>(),
-                                s.b.as<float>(), s.a.dim(0), x.dim(1), out.dim(1), s.scale,
-                                out.as<float>() + s.begin * out.row_stride(), out.row_stride(), s.end - s.begin,
+    TESSERA_CHECK_LE(s.shrink.dim(1), 12288) << "lora_add: rank " << s.shrink.dim(1) << " above the CUDA kernel's 12288";
+    cuda::launch::lora_add_rows(x.as<float>() + s.begin * x.row_stride(), x.row_stride(), s.shrink.data, s.expand.data,
+                                s.shrink.dtype == DType::kBF16, s.shrink.dim(1), x.dim(1), s.expand.dim(1), s.scale,
+                                out.as<float>() + s.begin * out.row_stride() + s.column, out.row_stride(), s.end - s.begin,
                                 stream_);
   }
   after_launch("lora_add");

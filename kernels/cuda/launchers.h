@@ -144,9 +144,9 @@ void scatter_add_scaled(const float* x, const int32_t* rows, const float* scale,
 
 // ---- lora.cu ---------------------------------------------------------------------------------
 // One segment of Backend::lora_add: for each of `rows` rows (x and out advance by their
-// strides), out += scale · b · (a · x); a f32 [rank, in], b f32 [n, rank]; rank floats of
-// shared memory a block.
-void lora_add_rows(const float* x, int64_t x_stride, const float* a, const float* b, int64_t rank, int64_t in,
-                   int64_t n, float scale, float* out, int64_t out_stride, int64_t rows, Stream stream);
+// strides), out += scale · (x · shrink) · expand; shrink [in, rank], expand [rank, n], both f32
+// or (`bf16`) both bf16; rank floats of shared memory a block.
+void lora_add_rows(const float* x, int64_t x_stride, const void* shrink, const void* expand, bool bf16, int64_t rank,
+                   int64_t in, int64_t n, float scale, float* out, int64_t out_stride, int64_t rows, Stream stream);
 
 }  // namespace tessera::cuda::launch

@@ -45,23 +45,26 @@ TEST_F(CudaBackendTest, LoraAddMatchesCpu) {
     float scale;
   };
   const std::vector<Seg> segs = {{0, 3, 8, 2.0f}, {5, 6, 16, 0.5f}, {7, 11, 64, 0.125f}};
-  std::vector<Tensor> a_h, b_h, a_d, b_d;
-  for (const Seg& s : segs) {
-    a_h.push_back(random_host({s.rank, kIn}, DType::kF32));
-    b_h.push_back(random_host({kOut, s.rank}, DType::kF32));
-    a_d.push_back(to_device(a_h.back()));
-    b_d.push_back(to_device(b_h.back()));
+  for (DType factors : {DType::kF32, DType::kBF16}) {
+    std::vector<Tensor> a_h, b_h, a_d, b_d;
+    for (const Seg& s : segs) {
+      a_h.push_back(random_host({kIn, s.rank}, factors));
+      b_h.push_back(random_host({s.rank, kOut}, factors));
+      a_d.push_back(to_device(a_h.back()));
+      b_d.push_back(to_device(b_h.back()));
+    }
+    std::vector<LoraSegment> on_cpu, on_cuda;
+    for (size_t i = 0; i < segs.size(); ++i) {
+      on_cpu.push_back({segs[i].begin, segs[i].end, a_h[i].view(), b_h[i].view(), segs[i].scale});
+      on_cuda.push_back({segs[i].begin, segs[i].end, a_d[i].view(), b_d[i].view(), segs[i].scale});
+    }
+    Tensor ref = host_copy(before);
+    cpu_->lora_add(x.view(), on_cpu, ref.view().columns(10, kOut));
+    Tensor out_d = to_device(before);
+    cuda_->lora_add(to_device(x).view(), on_cuda, out_d.view().columns(10, kOut));
+    expect_close(widen(ref.view()), device_f32(out_d.view()), 1e-5, 1e-5,
+                 std::string("lora_add, ") + dtype_name(factors) + " factors");
   }
-  std::vector<LoraSegment> on_cpu, on_cuda;
-  for (size_t i = 0; i < segs.size(); ++i) {
-    on_cpu.push_back({segs[i].begin, segs[i].end, a_h[i].view(), b_h[i].view(), segs[i].scale});
-    on_cuda.push_back({segs[i].begin, segs[i].end, a_d[i].view(), b_d[i].view(), segs[i].scale});
-  }
-  Tensor ref = host_copy(before);
-  cpu_->lora_add(x.view(), on_cpu, ref.view().columns(10, kOut));
-  Tensor out_d = to_device(before);
-  cuda_->lora_add(to_device(x).view(), on_cuda, out_d.view().columns(10, kOut));
-  expect_close(widen(ref.view()), device_f32(out_d.view()), 1e-5, 1e-5, "lora_add");
 }
 
 // ---- memory ----------------------------------------------------------------------------------

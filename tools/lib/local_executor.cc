@@ -66,7 +66,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOpt
                                              sc.speculative.draft_min_probability);
   for (const auto& [name, dir] : o.lora_adapters) {
     TESSERA_ASSIGN_OR_RETURN(LoraWeights adapter, load_lora_weights(name, dir, o.model, rt->model_->weights(),
-                                                                    o.lora_max_rank, *rt->backend_));
+                                                                    rt->model_->dtype(), o.lora_max_rank, *rt->backend_));
     rt->executor_->add_lora(std::move(adapter));
   }
   return std::unique_ptr<LocalExecutor>(std::move(rt));
