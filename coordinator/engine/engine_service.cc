@@ -86,6 +86,7 @@ struct EngineService::Impl {
     limits = engine.scheduler().request_limits();
     limits.vocab_size = options.vocab_size;
     limits.max_tokens_must_fit = true;  // an API caller gets what it asked for, or an error
+    stats.max_lora = options.max_lora;
     publish_stats();
   }
 
@@ -232,6 +233,10 @@ void EngineService::Impl::admit(Pending p) {
   r.wants_prompt_logprobs = req.sampling.prompt_logprobs >= 0;
   if (r.wants_prompt_logprobs) r.prompt_logprobs.resize(static_cast<size_t>(prompt_tokens));
   r.submitted = p.submitted;
+  if (!req.lora.empty()) {
+    std::lock_guard<std::mutex> lk(stats_mu);
+    ++stats.lora_requests[req.lora];
+  }
   unscheduled.push_back(r.id);
   live.emplace(r.id, std::move(r));
 }
@@ -388,6 +393,8 @@ void EngineService::Impl::publish_stats() {
   stats.kv_window_released_blocks = s.window_releases;
   stats.prefill_capped_steps = s.prefill_capped_steps;
   stats.deferred_masks = s.deferred_masks;
+  stats.running_lora = s.running_lora;
+  stats.waiting_lora = s.waiting_lora;
   stats.prefill_token_cap = s.prefill_token_cap;
   stats.spec = s.spec;
 }

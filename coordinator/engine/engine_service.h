@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,8 @@ struct EngineServiceOptions {
   // with `unavailable` too. Called on the engine thread; must be cheap and thread-safe.
   std::function<bool()> executor_ready;
   std::chrono::milliseconds executor_wait{30000};
+  // LoRA adapters the executors hold (lora.adapters), for vllm:lora_requests_info's max_lora.
+  int max_lora = 0;
 };
 
 // Counters and gauges for /metrics (coordinator/server/metrics.cc names them, docs/api.md lists
@@ -94,6 +98,11 @@ struct EngineServiceStats {
   LatencyHistogram ttft{ttft_buckets()}, itl{tpot_buckets()}, e2e{e2e_buckets()};
   LatencyHistogram queue{request_phase_buckets()}, prefill{request_phase_buckets()}, decode{request_phase_buckets()};
   bool draining = false;
+  // LoRA adapters: those of the running and of the waiting requests (vllm:lora_requests_info),
+  // and the requests admitted for each since start (by adapter name).
+  std::set<std::string> running_lora, waiting_lora;
+  std::map<std::string, uint64_t> lora_requests;
+  int max_lora = 0;  // EngineServiceOptions::max_lora
 };
 
 class EngineService {

@@ -762,6 +762,10 @@ SchedulerStats Scheduler::stats() const {
   s.prefill_capped_steps = prefill_capped_steps_;
   s.window_releases = b.window_releases;
   s.spec = spec_stats_;
+  for (const Entry* e : running_)
+    if (!e->seq.request().lora.empty()) s.running_lora.insert(e->seq.request().lora);
+  for (const Entry* e : waiting_)
+    if (!e->seq.request().lora.empty()) s.waiting_lora.insert(e->seq.request().lora);
   return s;
 }
 

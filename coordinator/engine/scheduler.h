@@ -141,6 +141,8 @@ struct SchedulerStats {
   // time, the sequence sat out steps while the others went on.
   uint64_t deferred_masks = 0;
   SpecDecodeStats spec;
+  // LoRA adapters (Request::lora) of the running and of the waiting sequences, by name.
+  std::set<std::string> running_lora, waiting_lora;
 };
 
 class Scheduler {

@@ -61,6 +61,23 @@ std::string render_vllm_series(const EngineServiceStats& s, const std::string& l
       s.kv_blocks_total > 0 ? 1.0 - static_cast<double>(s.kv_blocks_free) / s.kv_blocks_total : 0.0;
   one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage);
   one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", u(s.prompt_tokens_total));
+  if (s.max_lora > 0) {
+    // vLLM's shape, which the Gateway API Inference Extension's endpoint picker reads: the
+    // adapters in the batch and waiting as comma-separated labels; the value is the time.
+    auto names = [](const std::set<std::string>& set) {
+      std::string joined;
+      for (const std::string& n : set) joined += (joined.empty() ? "" : ",") + escape_label(n);
+      return joined;
+    };
+    header(out, "vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
+    sample(out, "vllm:lora_requests_info",
+           labels + (labels.empty() ? "" : ",") + "max_lora=\"" + std::to_string(s.max_lora) +
+               "\",running_lora_adapters=\"" + names(s.running_lora) + "\",waiting_lora_adapters=\"" +
+               names(s.waiting_lora) + "\"",
+           static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count()));
+  }
   one("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
       u(s.generation_tokens_total));
   header(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
@@ -167,6 +184,12 @@ std::string render_metrics(const EngineServiceStats& s, const std::string& model
           "Structured-output masks not done within a step's budget (scheduler.structured_mask_budget_ms): "
           "their sequence sat out steps while the others went on.",
           static_cast<double>(s.deferred_masks));
+  if (!s.lora_requests.empty()) {
+    header(out, "tessera:lora_requests_total", "counter", "Requests admitted with each LoRA adapter.");
+    for (const auto& [name, count] : s.lora_requests)
+      sample(out, "tessera:lora_requests_total", m + ",lora_name=\"" + escape_label(name) + "\"",
+             static_cast<double>(count));
+  }
 
   out += render_histogram("tessera:time_to_first_token_seconds", "Time to first token in seconds.", m,
                           s.ttft);

@@ -120,6 +120,17 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
   EXPECT_NE(texts_of_first_prompt["psalms"], texts_of_first_prompt["kjv-llama"]);
   EXPECT_NE(texts_of_first_prompt["job"], texts_of_first_prompt["psalms"]);
 
+  // The adapters in /metrics: vLLM's info gauge (the adapters held) and a counter per adapter.
+  const std::string metrics = testing::http_body(testing::http(server.port(), "GET", "/metrics"));
+  EXPECT_NE(metrics.find("vllm:lora_requests_info{model_name=\"kjv-llama\",max_lora=\"3\",running_lora_adapters=\"\","
+                         "waiting_lora_adapters=\"\"}"),
+            std::string::npos)
+      << metrics;
+  for (const Adapter& a : adapters())
+    EXPECT_NE(metrics.find("tessera:lora_requests_total{model_name=\"kjv-llama\",lora_name=\"" + a.name + "\"} " +
+                           std::to_string(prompts.size())),
+              std::string::npos)
+        << a.name << "\n" << metrics;
   const std::string unknown = testing::http(server.port(), "POST", "/v1/completions",
                                             json{{"model", "lamentations"}, {"prompt", "x"}}.dump());
   EXPECT_EQ(testing::http_status(unknown), 404) << unknown;

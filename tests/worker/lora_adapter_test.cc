@@ -12,6 +12,7 @@
 #include <random>
 
 #include "common/safetensors_writer.h"
+#include "tests/common/torch_file_builder.h"
 #include "tests/test_support.h"
 #include "worker/lora_adapter.h"
 
@@ -255,6 +256,17 @@ TEST(LoraAdapter, AdaptersThatDoNotFitTheBaseAreRefusedNamingTheFileAndTensor) {
   auto missing = load_lora_adapter(empty.path(), *base.checkpoint, base.config, 64);
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("no adapter_model.safetensors or adapter_model.bin"), std::string::npos);
+  // adapter_model.bin is a pickle: one naming a forbidden global is refused by name, never run.
+  AdapterDir evil;
+  std::ofstream(evil.path() + "/adapter_config.json") << peft_config(4, {"q_proj"}).dump();
+  testing::PickleBuilder pickle;
+  pickle.proto().global("os", "system").str("touch " + evil.path() + "/pwned").op('\x85').op('R').op('.');
+  std::ofstream(evil.path() + "/adapter_model.bin", std::ios::binary) << testing::torch_zip(pickle.bytes(), {});
+  auto refused = load_lora_adapter(evil.path(), *base.checkpoint, base.config, 64);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find(evil.path() + "/adapter_model.bin"), std::string::npos) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("'os.system'"), std::string::npos) << refused.status().to_string();
+  EXPECT_FALSE(fs::exists(evil.path() + "/pwned"));
   auto nowhere = load_lora_adapter(empty.path() + "/nope", *base.checkpoint, base.config, 64);
   ASSERT_FALSE(nowhere.is_ok());
   EXPECT_NE(nowhere.status().message().find("nope/adapter_config.json: cannot be read"), std::string::npos);

@@ -485,6 +485,7 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
   eo.scheduler = sc;
   eo.vocab_size = mc.vocab;
   eo.max_queued_requests = c.server.max_queued_requests;
+  eo.max_lora = static_cast<int>(c.lora.adapters.size());
   // While a rank is lost (and restarting) requests wait for the group instead of failing.
   eo.executor_ready = [g] { return g->is_complete(); };
   eo.executor_wait = std::chrono::seconds(c.server.worker_restart_wait_s);
