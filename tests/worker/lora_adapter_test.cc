@@ -15,6 +15,7 @@
 #include "tests/common/torch_file_builder.h"
 #include "tests/test_support.h"
 #include "worker/lora_adapter.h"
+#include "worker/model_checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -270,6 +271,23 @@ TEST(LoraAdapter, AdaptersThatDoNotFitTheBaseAreRefusedNamingTheFileAndTensor) {
   auto nowhere = load_lora_adapter(empty.path() + "/nope", *base.checkpoint, base.config, 64);
   ASSERT_FALSE(nowhere.is_ok());
   EXPECT_NE(nowhere.status().message().find("nope/adapter_config.json: cannot be read"), std::string::npos);
+}
+
+// A GGUF base carries llama.cpp's tensor names (and Llama's Q/K rows permuted), not the module
+// names adapters are written against: refused as such, not as an unknown module.
+TEST(LoraAdapter, AGgufBaseIsRefusedByWhatItIs) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string gguf = testing::fixtures_dir() + "/gguf/gguf-llama-F32.gguf";
+  if (!fs::exists(gguf)) GTEST_SKIP() << "SKIPPED: " << gguf << " not found";
+  auto ckpt = open_model_checkpoint(gguf);
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  auto config = parse_model_config((*ckpt)->config(), (*ckpt)->config_source());
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  AdapterDir dir;
+  dir.write(peft_config(4, {"q_proj"}), {});
+  auto a = load_lora_adapter(dir.path(), **ckpt, *config, 64);
+  ASSERT_FALSE(a.is_ok());
+  EXPECT_NE(a.status().message().find("the base model is a GGUF file"), std::string::npos) << a.status().to_string();
 }
 
 }  // namespace
