@@ -120,6 +120,16 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
   EXPECT_NE(texts_of_first_prompt["psalms"], texts_of_first_prompt["kjv-llama"]);
   EXPECT_NE(texts_of_first_prompt["job"], texts_of_first_prompt["psalms"]);
 
+  // The ZeroMQ client API picks the adapter by "model" too (tessera-cli --zmq).
+  for (const Case& c : cases) {
+    if (c.prompt != prompts[0]) continue;
+    const testing::CommandResult zmq = testing::run_command(
+        testing::bin_dir() + "/tessera-cli --zmq " + testing::shell_quote(server.zmq_endpoint()) +
+        " --timeout 30 complete --no-stream --temperature 0 --max-tokens " + std::to_string(kNewTokens) +
+        " --model " + c.model + " " + testing::shell_quote(c.prompt));
+    ASSERT_EQ(zmq.exit_code, 0) << zmq.err;
+    EXPECT_EQ(zmq.out, c.text + "\n") << c.model;
+  }
   // The adapters in /metrics: vLLM's info gauge (the adapters held) and a counter per adapter.
   const std::string metrics = testing::http_body(testing::http(server.port(), "GET", "/metrics"));
   EXPECT_NE(metrics.find("vllm:lora_requests_info{model_name=\"kjv-llama\",max_lora=\"3\",running_lora_adapters=\"\","
@@ -128,7 +138,7 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
       << metrics;
   for (const Adapter& a : adapters())
     EXPECT_NE(metrics.find("tessera:lora_requests_total{model_name=\"kjv-llama\",lora_name=\"" + a.name + "\"} " +
-                           std::to_string(prompts.size())),
+                           std::to_string(prompts.size() + 1)),
               std::string::npos)
         << a.name << "\n" << metrics;
   const std::string unknown = testing::http(server.port(), "POST", "/v1/completions",
