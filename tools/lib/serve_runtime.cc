@@ -35,6 +35,7 @@
 #include "coordinator/server/zmq_client_server.h"
 #include "tools/lib/shutdown_signals.h"
 #include "worker/draft_model.h"
+#include "worker/lora_adapter.h"
 #include "worker/kv_cache.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
@@ -95,6 +96,20 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
     draft_quant.rules.clear();
     weights += static_cast<int64_t>(estimated_weight_bytes(*draft_ckpt, draft, draft_quant, c.model.dtype)) /
                (draft_splits(draft, world) ? world : 1);
+  }
+  // LoRA adapters' factors take their share too: read (and so checked against the base) here,
+  // counted whole on every rank (a split layer's rank holds less), in the dtype the workers
+  // keep them in (worker/lora_weights.h).
+  int64_t adapter_bytes = 0;
+  for (const auto& [name, dir] : c.lora.adapters) {
+    TESSERA_ASSIGN_OR_RETURN(const LoraAdapter adapter, load_lora_adapter(dir, *ckpt, mc, c.lora.max_rank));
+    const int64_t elem = c.model.dtype == DType::kBF16 ? 2 : 4;
+    for (const LoraModule& module : adapter.modules) adapter_bytes += (module.a.numel() + module.b.numel()) * elem;
+  }
+  if (adapter_bytes > 0) {
+    TESSERA_LOG_INFO("LoRA adapters: {} of factors ({} adapter(s)) beside each rank's weights", format_bytes(adapter_bytes),
+                     c.lora.adapters.size());
+    weights += adapter_bytes;
   }
   KvPoolModel m;
   m.block_size = c.cache.block_size;
