@@ -211,6 +211,10 @@ struct LoraSection {
   std::map<std::string, std::string> adapters;
   // The largest adapter rank accepted; adapters above it are refused at load.
   int max_rank = 64;
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter are served (vLLM's
+  // VLLM_ALLOW_RUNTIME_LORA_UPDATING): off by default, since a client can then make the
+  // server read any folder it can see.
+  bool runtime_updates = false;
 };
 
 struct TesseraConfig {

@@ -115,6 +115,11 @@ struct StepPlan {
   // Return the raw logits of the sampled rows in StepResult::logits (--dump-logits and
   // reference comparisons; every rank computes them, rank 0 returns them).
   bool return_logits = false;
+  // LoRA adapters the executors load before the step runs (served name, PEFT folder), and
+  // those they drop (no sequence they hold names them any more): adapters loaded and unloaded
+  // while the server runs.
+  std::vector<std::pair<std::string, std::string>> lora_loads;
+  std::vector<std::string> lora_unloads;
 };
 
 struct TokenLogprob {

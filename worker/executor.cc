@@ -112,6 +112,14 @@ Status Executor::validate(const StepPlan& plan) const {
 }
 
 StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>* logits_out) {
+  // Adapters changed at run time, before the step's sequences (which may name a loaded one).
+  for (const std::string& name : plan.lora_unloads) adapters_.erase(name);
+  for (const auto& [name, dir] : plan.lora_loads) {
+    if (!lora_loader_) return invalid_argument("step " + std::to_string(plan.step_id) + ": loads LoRA adapter \"" + name +
+                                               "\", but this executor cannot load adapters");
+    TESSERA_ASSIGN_OR_RETURN(LoraWeights adapter, lora_loader_(name, dir));
+    add_lora(std::move(adapter));
+  }
   TESSERA_RETURN_IF_ERROR(validate(plan));
   // The logits handed back are one row per sampled token; a step checking proposals samples
   // several rows per sequence, kept or not as the draws go, so it hands back none.

@@ -5,6 +5,7 @@
 // one token for every sequence whose step ends its known tokens (with speculative proposals,
 // checks them); with a draft model, the draft then sees the step's committed tokens and
 // proposes for the sequences that ask (worker/draft_model.h).
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +36,10 @@ class Executor final : public StepExecutor {
   // still names fails that sequence's next step.
   void add_lora(LoraWeights adapter);
   bool remove_lora(const std::string& name);
+  // How a plan's lora_loads are read (name, PEFT folder): load_lora_weights against this
+  // rank's model. Without one, a plan that loads an adapter fails.
+  using LoraLoader = std::function<StatusOr<LoraWeights>(const std::string& name, const std::string& dir)>;
+  void set_lora_loader(LoraLoader loader) { lora_loader_ = std::move(loader); }
   const std::map<std::string, LoraWeights>& lora_adapters() const { return adapters_; }
 
   const KvCache& cache() const { return cache_; }
@@ -68,6 +73,7 @@ class Executor final : public StepExecutor {
   std::vector<float> host_logits_;  // the step's logits on the host (execute)
   std::unique_ptr<DraftModel> draft_;  // speculative.method draft only
   std::map<std::string, LoraWeights> adapters_;  // by name
+  LoraLoader lora_loader_;
 };
 
 }  // namespace tessera

@@ -297,6 +297,13 @@ void encode(const StepPlan& m, std::string* out) {
       w.i32(dst);
     }
     w.u8(m.return_logits ? 1 : 0);
+    w.u32(static_cast<uint32_t>(m.lora_loads.size()));
+    for (const auto& [name, path] : m.lora_loads) {
+      w.bytes(name);
+      w.bytes(path);
+    }
+    w.u32(static_cast<uint32_t>(m.lora_unloads.size()));
+    for (const std::string& name : m.lora_unloads) w.bytes(name);
   });
 }
 Status decode(std::string_view frame, StepPlan* m) {
@@ -342,6 +349,15 @@ Status decode(std::string_view frame, StepPlan* m) {
       m->block_copies[i].second = r.i32("block_copies.dst");
     }
     m->return_logits = r.boolean("return_logits");
+    const uint32_t loads = r.count(8, "lora_loads.count");
+    m->lora_loads.resize(loads);
+    for (uint32_t i = 0; i < loads && r.ok(); ++i) {
+      r.bytes(&m->lora_loads[i].first, "lora_loads.name");
+      r.bytes(&m->lora_loads[i].second, "lora_loads.path");
+    }
+    const uint32_t unloads = r.count(4, "lora_unloads.count");
+    m->lora_unloads.resize(unloads);
+    for (uint32_t i = 0; i < unloads && r.ok(); ++i) r.bytes(&m->lora_unloads[i], "lora_unloads.name");
   });
 }
 

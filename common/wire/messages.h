@@ -30,7 +30,8 @@ inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
 // 8: SeqStep.num_draft (speculative decoding's proposals); 9: SeqStep.propose and
 // StepResult.proposals (proposals made by the executors' draft model); 10: SeqStep.allowed_tokens
 // may hold a mask per checked row (proposals under a grammar); 11: SeqStart.pooling and
-// StepResult.pooled (embedding sequences); 12: SeqStart.lora (the sequence's LoRA adapter).
+// StepResult.pooled (embedding sequences); 12: SeqStart.lora (the sequence's LoRA adapter),
+// StepPlan.lora_loads and lora_unloads (adapters changed at run time).
 inline constexpr uint16_t kProtocolVersion = 12;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 

@@ -394,7 +394,7 @@ nlohmann::json model_card(const std::string& model_name, int max_model_len, int6
 
 std::string models_body(const ApiContext& ctx, int64_t created) {
   json data = json::array({model_card(ctx.model_name, ctx.max_model_len, created)});
-  for (const auto& [name, path] : ctx.lora_adapters)
+  for (const auto& [name, path] : ctx.lora_adapters->snapshot())
     data.push_back(model_card(ctx.model_name, ctx.max_model_len, created, name, path));
   return response_json(json{{"object", "list"}, {"data", data}});
 }

@@ -22,6 +22,7 @@
 #include "coordinator/api/chat_template.h"
 #include "coordinator/api/embedding_pooling.h"
 #include "coordinator/api/reasoning/reasoning_parser.h"
+#include "coordinator/api/served_loras.h"
 #include "coordinator/api/tool_calls/tool_call_format.h"
 #include "coordinator/engine/engine_service.h"
 #include "coordinator/engine/structured/token_vocabulary.h"
@@ -44,10 +45,10 @@ class ReasoningStream;
 struct ApiContext {
   const Tokenizer* tokenizer = nullptr;  // null: only token-id prompts are accepted
   std::string model_name;
-  // LoRA adapters served beside the model (lora.adapters): name -> PEFT folder. A request's
-  // "model" naming one runs with it.
-  std::map<std::string, std::string> lora_adapters;
-  ServedModels served() const { return {model_name, lora_adapters}; }
+  // LoRA adapters served beside the model (lora.adapters, and those loaded at run time): name
+  // -> PEFT folder, shared by the front ends. A request's "model" naming one runs with it.
+  std::shared_ptr<ServedLoras> lora_adapters = std::make_shared<ServedLoras>();
+  ServedModels served() const { return {model_name, lora_adapters->snapshot()}; }
   int max_model_len = 4096;
   // What max_model_len is when it is not the model's context (the whole KV pool, the token
   // budget): added to the context-length message so the client knows which limit it hit.

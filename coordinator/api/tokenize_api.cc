@@ -140,12 +140,13 @@ bool detokenize_body(const ApiContext& ctx, const std::string& body, std::string
 bool model_card_body(const ApiContext& ctx, const std::string& id, int64_t created, std::string* out,
                      ApiError* error) {
   std::string adapter;
-  if (!ctx.served().find(id, &adapter) || id.empty()) {
+  const ServedModels served = ctx.served();
+  if (!served.find(id, &adapter) || id.empty()) {
     *error = not_found_model(ctx, id, "model");
     return false;
   }
   *out = model_card(ctx.model_name, ctx.max_model_len, created, adapter,
-                    adapter.empty() ? "" : ctx.lora_adapters.at(adapter))
+                    adapter.empty() ? "" : served.adapters.at(adapter))
              .dump();
   return true;
 }

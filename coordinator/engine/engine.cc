@@ -20,7 +20,7 @@ std::vector<SequenceEvent> Engine::step() {
   // Masks that outran earlier steps' budget go on first: their sequences may rejoin this step.
   std::vector<SequenceEvent> mask_events = scheduler_.advance_deferred_masks();
   StepPlan plan = scheduler_.schedule();
-  if (plan.seqs.empty() && plan.block_copies.empty()) {
+  if (plan.seqs.empty() && plan.block_copies.empty() && plan.lora_loads.empty() && plan.lora_unloads.empty()) {
     last_step_end_.reset();
     return mask_events;
   }
@@ -38,6 +38,9 @@ std::vector<SequenceEvent> Engine::step() {
     last_step_target_seconds_ = result->target_seconds > 0 ? result->target_seconds : seconds;
   }
   last_step_unavailable_ = !result.is_ok() && result.status().code() == StatusCode::kUnavailable;
+  const Status lora_status = result.is_ok() ? Status::ok() : result.status();
+  for (const auto& [name, dir] : plan.lora_loads) lora_changes_done_.push_back({name, true, lora_status});
+  for (const std::string& name : plan.lora_unloads) lora_changes_done_.push_back({name, false, lora_status});
   if (!result.is_ok()) {
     StepResult failed;
     failed.step_id = plan.step_id;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -31,7 +33,18 @@ class Engine {
   // Runs one step. An executor failure ends that step's sequences with kError (reported in
   // the events) and the engine carries on with the rest.
   std::vector<SequenceEvent> step();
-  bool has_work() const { return scheduler_.has_work(); }
+  bool has_work() const { return scheduler_.has_work() || scheduler_.has_lora_changes(); }
+  // LoRA adapters loaded and dropped while serving (Scheduler::add_lora_load, add_lora_unload),
+  // and what became of those the steps since the last call carried: each name with the
+  // step's status (an executor that failed the step failed them too).
+  void add_lora_load(const std::string& name, const std::string& dir) { scheduler_.add_lora_load(name, dir); }
+  void add_lora_unload(const std::string& name) { scheduler_.add_lora_unload(name); }
+  struct LoraChangeDone {
+    std::string name;
+    bool load = true;  // false: an unload
+    Status status;
+  };
+  std::vector<LoraChangeDone> take_lora_changes_done() { return std::exchange(lora_changes_done_, {}); }
   // Whether the last step() failed because the executor was unavailable (a worker rank lost
   // or missing, StatusCode::kUnavailable): its kError events are then worth retrying.
   bool last_step_unavailable() const { return last_step_unavailable_; }
@@ -51,6 +64,7 @@ class Engine {
   double last_step_target_seconds_ = 0;
   // When the last step ended, while work was left after it (Scheduler::on_step_time's interval).
   std::optional<std::chrono::steady_clock::time_point> last_step_end_;
+  std::vector<LoraChangeDone> lora_changes_done_;
 };
 
 }  // namespace tessera

@@ -86,7 +86,6 @@ struct EngineService::Impl {
     limits = engine.scheduler().request_limits();
     limits.vocab_size = options.vocab_size;
     limits.max_tokens_must_fit = true;  // an API caller gets what it asked for, or an error
-    stats.max_lora = options.max_lora;
     publish_stats();
   }
 
@@ -122,6 +121,13 @@ struct EngineService::Impl {
   std::condition_variable cv;
   std::vector<Pending> submits;
   std::vector<RequestId> aborts;
+  struct LoraOp {
+    bool load = true;
+    std::string name, dir;
+    std::function<void(Status)> done;
+  };
+  std::vector<LoraOp> lora_ops;  // queued by load_lora / unload_lora
+  std::vector<LoraOp> lora_waiting;  // handed to the engine, waiting for their step
   RequestId next_id = 1;
   bool started = false;
   std::thread::id loop_id;  // set once the loop thread exists
@@ -431,11 +437,14 @@ void EngineService::Impl::run() {
   for (;;) {
     std::vector<Pending> new_submits;
     std::vector<RequestId> new_aborts;
+    std::vector<LoraOp> new_lora_ops;
     bool drain = false;
     Clock::time_point drain_deadline;
     {
       std::unique_lock<std::mutex> lk(mu);
-      auto ready = [&] { return !submits.empty() || !aborts.empty() || draining || engine.has_work(); };
+      auto ready = [&] {
+        return !submits.empty() || !aborts.empty() || !lora_ops.empty() || draining || engine.has_work();
+      };
       if (holding) {
         // Polls the executor (it says nothing when it becomes ready) while reacting at once
         // to submits, aborts and a drain.
@@ -448,11 +457,20 @@ void EngineService::Impl::run() {
       }
       new_submits.swap(submits);
       new_aborts.swap(aborts);
+      new_lora_ops.swap(lora_ops);
       drain = draining;
       drain_deadline = deadline;
     }
     for (Pending& p : new_submits) admit(std::move(p));
     for (RequestId id : new_aborts) abort_request(id);
+    for (LoraOp& op : new_lora_ops) {
+      if (op.load) {
+        engine.add_lora_load(op.name, op.dir);
+      } else {
+        engine.add_lora_unload(op.name);
+      }
+      lora_waiting.push_back(std::move(op));
+    }
     if (drain && Clock::now() >= drain_deadline) {
       std::vector<RequestId> rest;
       for (const auto& [id, r] : live) rest.push_back(id);
@@ -484,6 +502,16 @@ void EngineService::Impl::run() {
       const bool unavailable =
           engine.last_step_unavailable() && options.executor_ready && !options.executor_ready();
       for (const SequenceEvent& e : events) handle(e, unavailable);
+      for (const Engine::LoraChangeDone& change : engine.take_lora_changes_done()) {
+        for (auto it = lora_waiting.begin(); it != lora_waiting.end();) {
+          if (it->name != change.name || it->load != change.load) {
+            ++it;
+            continue;
+          }
+          it->done(change.status);
+          it = lora_waiting.erase(it);
+        }
+      }
     }
     publish_stats();
     if (drain && live.empty()) {
@@ -576,6 +604,22 @@ void EngineService::abort(RequestId id) {
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     impl_->aborts.push_back(id);
+  }
+  impl_->cv.notify_one();
+}
+
+void EngineService::load_lora(const std::string& name, const std::string& dir, std::function<void(Status)> done) {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->lora_ops.push_back({true, name, dir, std::move(done)});
+  }
+  impl_->cv.notify_one();
+}
+
+void EngineService::unload_lora(const std::string& name, std::function<void(Status)> done) {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->lora_ops.push_back({false, name, "", std::move(done)});
   }
   impl_->cv.notify_one();
 }

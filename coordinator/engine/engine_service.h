@@ -61,8 +61,6 @@ struct EngineServiceOptions {
   // with `unavailable` too. Called on the engine thread; must be cheap and thread-safe.
   std::function<bool()> executor_ready;
   std::chrono::milliseconds executor_wait{30000};
-  // LoRA adapters the executors hold (lora.adapters), for vllm:lora_requests_info's max_lora.
-  int max_lora = 0;
 };
 
 // Counters and gauges for /metrics (coordinator/server/metrics.cc names them, docs/api.md lists
@@ -102,7 +100,7 @@ struct EngineServiceStats {
   // and the requests admitted for each since start (by adapter name).
   std::set<std::string> running_lora, waiting_lora;
   std::map<std::string, uint64_t> lora_requests;
-  int max_lora = 0;  // EngineServiceOptions::max_lora
+  int max_lora = 0;  // the adapters served (set by the front end that renders the metrics)
 };
 
 class EngineService {
@@ -130,6 +128,12 @@ class EngineService {
   // disconnected): its KV blocks are freed at the next loop iteration and each such choice's
   // callback gets finish_reason kAborted. Unknown or finished ids are ignored.
   void abort(RequestId id);
+  // LoRA adapters loaded and dropped while serving (/v1/load_lora_adapter): `done` runs (on
+  // the engine's thread) once every executor holds the adapter, or, for an unload, once no
+  // request runs with it any more and they dropped it; with the step's error if that failed.
+  // The caller serves the name only after a load's done, and stops serving it before an unload.
+  void load_lora(const std::string& name, const std::string& dir, std::function<void(Status)> done);
+  void unload_lora(const std::string& name, std::function<void(Status)> done);
 
   EngineServiceStats stats() const;
   // Longest prompt + output the scheduler accepts.

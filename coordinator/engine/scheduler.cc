@@ -149,8 +149,18 @@ StepPlan Scheduler::schedule() {
       for (const Entry* e : step_decodes_) last_plan_.decode_ids.push_back(e->seq.id());
     }
   }
+  plan.lora_loads = std::move(lora_loads_);
+  lora_loads_.clear();
+  for (auto it = lora_unloads_.begin(); it != lora_unloads_.end();) {
+    if (uses_lora(*it)) {
+      ++it;
+    } else {
+      plan.lora_unloads.push_back(*it);
+      it = lora_unloads_.erase(it);
+    }
+  }
   // Drops ride on the next plan that runs (an empty plan is not sent).
-  if (!plan.seqs.empty() || !plan.block_copies.empty()) {
+  if (!plan.seqs.empty() || !plan.block_copies.empty() || !plan.lora_loads.empty() || !plan.lora_unloads.empty()) {
     plan.dropped = std::move(dropped_);
     dropped_.clear();
   }
@@ -483,6 +493,27 @@ void Scheduler::preempt(Entry& e) {
 void Scheduler::on_kv_cache_lost() {
   while (!running_.empty()) preempt(*running_.back());
   blocks_.forget_cached_contents();
+  // Restarted executors hold only the adapters of their configuration.
+  for (const auto& [name, dir] : runtime_loras_) {
+    if (std::find_if(lora_loads_.begin(), lora_loads_.end(), [&](const auto& l) { return l.first == name; }) ==
+        lora_loads_.end())
+      lora_loads_.emplace_back(name, dir);
+  }
+}
+
+void Scheduler::add_lora_load(const std::string& name, const std::string& dir) {
+  lora_loads_.emplace_back(name, dir);
+  runtime_loras_[name] = dir;
+}
+
+void Scheduler::add_lora_unload(const std::string& name) {
+  lora_unloads_.push_back(name);
+  runtime_loras_.erase(name);
+}
+
+bool Scheduler::uses_lora(const std::string& name) const {
+  const auto named = [&](const Entry* e) { return e->seq.request().lora == name; };
+  return std::any_of(running_.begin(), running_.end(), named) || std::any_of(waiting_.begin(), waiting_.end(), named);
 }
 
 void Scheduler::remove_running(const Entry& e) {

@@ -21,6 +21,7 @@
 // add_request / abort / schedule / on_step_result from one thread.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -194,10 +195,18 @@ class Scheduler {
   bool abort_choice(RequestId id, int choice);
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // LoRA adapters loaded and dropped while serving: the next plan carries a load to the
+  // executors; a drop rides on the first plan after no running or waiting sequence names the
+  // adapter. Loads are remembered and sent again when the executors lose their state.
+  void add_lora_load(const std::string& name, const std::string& dir);
+  void add_lora_unload(const std::string& name);
+  bool has_lora_changes() const { return !lora_loads_.empty() || !lora_unloads_.empty(); }
   // The executors' KV caches were lost (workers restarted): every running sequence is
   // preempted (recomputed from its tokens) and the prefix cache is emptied.
   void on_kv_cache_lost();
   SchedulerStats stats() const;
+  // Whether a running or waiting sequence runs with the LoRA adapter `name`.
+  bool uses_lora(const std::string& name) const;
   const SchedulerConfig& config() const { return config_; }
   // Longest prompt + output a sequence may reach: max_model_len capped by the KV pool (and
   // by the token budget without chunked prefill, since a preempted sequence must be
@@ -398,6 +407,9 @@ class Scheduler {
   // After its mask: ends `e` (event filled, entry erased) when no token can continue its
   // grammar or it is at its length limit.
   void end_if_mask_or_length_stops(Entry& e, SequenceEvent& event);
+  std::vector<std::pair<std::string, std::string>> lora_loads_;  // for the next plan
+  std::vector<std::string> lora_unloads_;                         // once no sequence names them
+  std::map<std::string, std::string> runtime_loras_;              // loaded at run time, still served
 };
 
 }  // namespace tessera

@@ -178,7 +178,7 @@ Status HttpServer::start() {
   s.api.max_model_len_limit = s.service.max_model_len_limit();
   s.api.generation = s.options.generation;
   s.api.embeddings = s.options.embeddings;
-  s.api.lora_adapters = s.options.lora_adapters;
+  if (s.options.lora_adapters) s.api.lora_adapters = s.options.lora_adapters;
   if (!s.options.batch_dir.empty()) {
     TESSERA_ASSIGN_OR_RETURN(s.batches, BatchStore::open(s.options.batch_dir, s.service, s.api));
   }

@@ -78,7 +78,12 @@ struct HttpServerOptions {
   std::string model_name;             // what /v1/models lists and "model" must equal
   // LoRA adapters served beside it (lora.adapters: name -> folder; the workers load them):
   // listed by /v1/models with the model as parent, and a request's "model" may name one.
-  std::map<std::string, std::string> lora_adapters;
+  std::shared_ptr<ServedLoras> lora_adapters;  // null: none
+  // lora.runtime_updates: POST /v1/load_lora_adapter and /v1/unload_lora_adapter are served;
+  // check_lora reads an adapter against the model before any worker is asked to load it (the
+  // error is the client's 400).
+  bool lora_runtime_updates = false;
+  std::function<Status(const std::string& name, const std::string& dir)> check_lora;
   int threads = 2;                    // io_context threads
   ChatRenderer chat_renderer;         // chat template context -> prompt text; empty = the tokenizer's template
   std::optional<ToolCallFormat> tool_call_format;  // how tool calls are read; nullopt = auto (openai_api.h)

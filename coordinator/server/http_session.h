@@ -124,6 +124,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void start_generation(ApiEndpoint endpoint, std::string body);
   // POST /v1/responses: translated to its chat completion off the I/O threads, then submitted.
   void start_responses(std::string body);
+  // POST /v1/load_lora_adapter (`load`) or /v1/unload_lora_adapter (http_session_lora.cc).
+  void update_lora(bool load, std::string body);
   void submit_generation(ApiRequest request, std::shared_ptr<const ResponsesRequest> responses = nullptr);
   // The end of a /v1/responses generation: the response object (stored when asked), sent
   // whole or as the stream's last events.

@@ -41,7 +41,7 @@ const char* route_methods(const std::string& path) {
   if (path == "/v1/responses") return "POST";
   if (const char* batch = batch_api_methods(path)) return batch;
   if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/embeddings" || path == "/tokenize" ||
-      path == "/detokenize")
+      path == "/detokenize" || path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")
     return "POST";
   return "";
 }
@@ -83,8 +83,10 @@ void HttpSession::handle(const Request& req) {
   }
   if (path == "/metrics") {
     if (!route(http::verb::get, allowed)) return;
+    EngineServiceStats stats = server_.service.stats();
+    stats.max_lora = static_cast<int>(server_.api.lora_adapters->snapshot().size());
     return send(200, "text/plain; version=0.0.4; charset=utf-8",
-                render_metrics(server_.service.stats(), server_.options.model_name, server_.responses.snapshot(),
+                render_metrics(stats, server_.options.model_name, server_.responses.snapshot(),
                                server_.options.zmq_replies ? server_.options.zmq_replies->snapshot()
                                                            : std::map<int, uint64_t>{}));
   }
@@ -141,6 +143,8 @@ void HttpSession::handle(const Request& req) {
                       {{"Retry-After", kRetryAfterSeconds}});
   }
   if (path == "/v1/responses") return start_responses(std::string(req.body()));
+  if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")
+    return update_lora(path == "/v1/load_lora_adapter", std::string(req.body()));
   const ApiEndpoint endpoint = is_chat                       ? ApiEndpoint::kChatCompletions
                                : path == "/v1/embeddings" ? ApiEndpoint::kEmbeddings
                                                           : ApiEndpoint::kCompletions;

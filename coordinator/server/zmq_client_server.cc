@@ -454,7 +454,7 @@ Status ZmqClientServer::start() {
   s.api.max_model_len_limit = s.service.max_model_len_limit();
   s.api.generation = s.options.generation;
   s.api.embeddings = s.options.embeddings;
-  s.api.lora_adapters = s.options.lora_adapters;
+  if (s.options.lora_adapters) s.api.lora_adapters = s.options.lora_adapters;
   const bool curve = !s.options.curve_server_secret_key.empty();
   if (curve && !zmq_has("curve")) return unimplemented("a CURVE key was given but libzmq was built without CURVE");
   try {

@@ -30,7 +30,7 @@ struct ZmqClientServerOptions {
   std::vector<std::string> api_keys;              // empty = no authentication
   int64_t max_body_bytes = 1 << 20;               // larger request JSON gets 413
   std::string model_name;                         // what "model" must equal when given
-  std::map<std::string, std::string> lora_adapters;  // or one of these adapters' names (lora.adapters)
+  std::shared_ptr<ServedLoras> lora_adapters;  // or one of these adapters' names (null: none)
   ChatRenderer chat_renderer;  // empty = the tokenizer's chat template (as HttpServer)
   std::optional<ReasoningFormat> reasoning_format;  // as HttpServerOptions: nullopt = auto
   bool generation = true;                          // as HttpServerOptions (server.task)

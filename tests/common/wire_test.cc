@@ -80,6 +80,13 @@ StepPlan random_plan(Gen& g, int max_seqs = 20) {
   }
   p.block_copies.resize(g.n(5));
   for (auto& c : p.block_copies) c = {g.i32(), g.i32()};
+  p.lora_loads.resize(g.n(3));
+  for (auto& [name, path] : p.lora_loads) {
+    name = g.bytes(12);
+    path = g.bytes(40);
+  }
+  p.lora_unloads.resize(g.n(3));
+  for (std::string& name : p.lora_unloads) name = g.bytes(12);
   return p;
 }
 
@@ -176,6 +183,8 @@ void expect_eq(const StepPlan& a, const StepPlan& b) {
     }
   }
   EXPECT_EQ(a.block_copies, b.block_copies);
+  EXPECT_EQ(a.lora_loads, b.lora_loads);
+  EXPECT_EQ(a.lora_unloads, b.lora_unloads);
 }
 
 void expect_eq(const StepResult& a, const StepResult& b) {

@@ -262,7 +262,8 @@ TEST(OpenAiApi, ModelsBody) {
 TEST(OpenAiApi, ModelsBodyListsEachAdapterWithTheModelAsParent) {
   ApiContext ctx;
   ctx.model_name = "kjv";
-  ctx.lora_adapters = {{"psalms", "/adapters/psalms"}, {"proverbs", "/adapters/proverbs"}};
+  ctx.lora_adapters = std::make_shared<ServedLoras>(
+      std::map<std::string, std::string>{{"psalms", "/adapters/psalms"}, {"proverbs", "/adapters/proverbs"}});
   json j = json::parse(models_body(ctx, 5));
   ASSERT_EQ(j["data"].size(), 3u);
   EXPECT_EQ(j["data"][0]["id"], "kjv");
@@ -275,7 +276,7 @@ TEST(OpenAiApi, ModelsBodyListsEachAdapterWithTheModelAsParent) {
 TEST(OpenAiApi, ModelPicksTheAdapterItNamesAndUnknownNamesAre404) {
   ApiContext ctx;
   ctx.model_name = "kjv";
-  ctx.lora_adapters = {{"psalms", "/adapters/psalms"}};
+  ctx.lora_adapters = std::make_shared<ServedLoras>(std::map<std::string, std::string>{{"psalms", "/adapters/psalms"}});
   ApiRequest req;
   ApiError err;
   ASSERT_TRUE(parse_api_request(ApiEndpoint::kCompletions, R"({"model":"psalms","prompt":[1,2,3]})", ctx, &req, &err))

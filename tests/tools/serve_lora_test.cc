@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <string>
 #include <thread>
@@ -47,9 +49,10 @@ std::string make_adapter(const std::string& dir, const Adapter& a) {
 
 // What one tessera-generate process answers for `prompt` with `adapter` ("" = the base): the
 // prompt and its continuation decoded as one text (as the server's text follows its prompt).
-std::string generate_alone(const std::string& prompt, const std::string& adapter, const std::string& adapter_dir) {
+std::string generate_alone(const std::string& prompt, const std::string& adapter, const std::string& adapter_dir,
+                           int new_tokens = kNewTokens) {
   std::string cmd = testing::bin_dir() + "/tessera-generate --model " + testing::fixtures_dir() +
-                    "/kjv-llama --threads 1 --max-new-tokens " + std::to_string(kNewTokens) + " --prompt '" + prompt +
+                    "/kjv-llama --threads 1 --max-new-tokens " + std::to_string(new_tokens) + " --prompt '" + prompt +
                     "'";
   if (!adapter.empty()) cmd += " --lora " + adapter + "=" + adapter_dir + " --prompt-lora " + adapter;
   const testing::CommandResult r = testing::run_command(cmd);
@@ -146,9 +149,87 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
   EXPECT_EQ(testing::http_status(unknown), 404) << unknown;
   EXPECT_NE(unknown.find("model_not_found"), std::string::npos) << unknown;
   EXPECT_NE(unknown.find("'psalms'"), std::string::npos) << unknown;
+  // Run-time loading is off unless lora.runtime_updates says otherwise.
+  const std::string off = testing::http(server.port(), "POST", "/v1/load_lora_adapter",
+                                        json{{"lora_name", "x"}, {"lora_path", folders["psalms"]}}.dump());
+  EXPECT_EQ(testing::http_status(off), 404) << off;
+  EXPECT_NE(off.find("lora.runtime_updates"), std::string::npos) << off;
   const std::string card = testing::http(server.port(), "GET", "/v1/models/psalms");
   EXPECT_EQ(testing::http_status(card), 200) << card;
   EXPECT_NE(card.find("\"parent\":\"kjv-llama\""), std::string::npos) << card;
+}
+
+// lora.runtime_updates: adapters loaded and unloaded while base requests stream. Every request
+// answers what a lone run with its adapter answers (the base ones never change); a request
+// running with an adapter when it is unloaded finishes with it, and new ones get 404; a bad
+// load is a 400 naming the file and field, and the server goes on serving.
+TEST(ServeLora, AdaptersLoadAndUnloadWhileRequestsRun) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = testing::make_temp_dir("tessera-serve-lora-runtime");
+  const std::string psalms = make_adapter(dir, adapters()[0]);
+  const std::string job = make_adapter(dir, adapters()[2]);  // rank 64
+  testing::ServeProcess server;
+  ASSERT_TRUE(server.start({"--model", testing::fixtures_dir() + "/kjv-llama", "--dtype", "float32", "--threads", "1",
+                            "--tensor-parallel", "2", "--set", "cache.num_blocks=256", "--set", "cache.block_size=4",
+                            "--set", "lora.runtime_updates=true"}))
+      << server.log();
+  const std::string prompt = "In the beginning God";
+  auto complete = [&](const std::string& model, int max_tokens = kNewTokens) {
+    const json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+    const std::string r = testing::http(server.port(), "POST", "/v1/completions", body.dump());
+    const json j = json::parse(testing::http_body(r), nullptr, false);
+    return std::make_pair(testing::http_status(r),
+                          testing::http_status(r) == 200 ? j["choices"][0]["text"].get<std::string>() : r);
+  };
+  auto post = [&](const char* route, const json& body) {
+    return testing::http(server.port(), "POST", route, body.dump());
+  };
+  const std::string base_alone = generate_alone(prompt, "", "");
+  // Base requests, one after another, for as long as the adapters change.
+  std::atomic<bool> stop{false};
+  std::vector<std::pair<int, std::string>> base_answers;
+  std::thread base([&] {
+    while (!stop.load()) base_answers.push_back(complete("kjv-llama"));
+  });
+
+  const std::string loaded = post("/v1/load_lora_adapter", {{"lora_name", "psalms"}, {"lora_path", psalms}});
+  EXPECT_EQ(testing::http_status(loaded), 200) << loaded;
+  EXPECT_NE(loaded.find("Success: LoRA adapter 'psalms' added successfully."), std::string::npos) << loaded;
+  EXPECT_NE(testing::http(server.port(), "GET", "/v1/models").find("\"psalms\""), std::string::npos);
+  const auto with_psalms = complete("psalms");
+  EXPECT_EQ(with_psalms.first, 200) << with_psalms.second;
+  EXPECT_EQ(prompt + with_psalms.second, generate_alone(prompt, "psalms", psalms));
+  EXPECT_EQ(testing::http_status(post("/v1/load_lora_adapter", {{"lora_name", "psalms"}, {"lora_path", psalms}})), 400);
+
+  // A request with job, still running when job is unloaded: it finishes with job.
+  ASSERT_EQ(testing::http_status(post("/v1/load_lora_adapter", {{"lora_name", "job"}, {"lora_path", job}})), 200);
+  std::pair<int, std::string> during;
+  std::thread running([&] { during = complete("job", 96); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string unloaded = post("/v1/unload_lora_adapter", {{"lora_name", "job"}});
+  running.join();
+  EXPECT_EQ(testing::http_status(unloaded), 200) << unloaded;
+  EXPECT_EQ(during.first, 200) << during.second;
+  EXPECT_EQ(prompt + during.second, generate_alone(prompt, "job", job, 96));
+  EXPECT_EQ(complete("job").first, 404);
+  EXPECT_EQ(testing::http_status(post("/v1/unload_lora_adapter", {{"lora_name", "job"}})), 404);
+
+  // Bad loads: the client's 400, naming the file and field; nothing else changes.
+  const std::string missing = post("/v1/load_lora_adapter", {{"lora_name", "nope"}, {"lora_path", dir + "/nope"}});
+  EXPECT_EQ(testing::http_status(missing), 400) << missing;
+  EXPECT_NE(missing.find("nope/adapter_config.json: cannot be read"), std::string::npos) << missing;
+  EXPECT_EQ(testing::http_status(post("/v1/load_lora_adapter", {{"lora_name", "bad name!"}, {"lora_path", psalms}})), 400);
+  EXPECT_EQ(testing::http_status(post("/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", psalms}, {"extra", 1}})),
+            400);
+  EXPECT_EQ(complete("psalms").second, with_psalms.second);  // still served, still the same
+
+  stop = true;
+  base.join();
+  ASSERT_FALSE(base_answers.empty());
+  for (const auto& [status, text] : base_answers) {
+    EXPECT_EQ(status, 200) << text;
+    EXPECT_EQ(prompt + text, base_alone);
+  }
 }
 
 TEST(ServeLora, ABadAdapterStopsStartUpNamingTheFileAndField) {

@@ -289,7 +289,8 @@ StatusOr<bool> start_and_await_workers(const ServeOptions& o, WorkerGroup& group
   return false;
 }
 
-HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<std::string>& api_keys,
+HttpServerOptions http_server_options(const TesseraConfig& c, const std::shared_ptr<ServedLoras>& loras,
+                                      const std::vector<std::string>& api_keys,
                                       const ServedModel& model, std::shared_ptr<const ReplyCounter> zmq_replies) {
   HttpServerOptions ho;
   ho.host = c.server.http.host;
@@ -310,7 +311,14 @@ HttpServerOptions http_server_options(const TesseraConfig& c, const std::vector<
   ho.responses_max_stored = c.server.responses_max_stored;
   ho.responses_max_age_s = c.server.responses_max_age_s;
   ho.batch_dir = c.server.batch_dir;
-  ho.lora_adapters = c.lora.adapters;
+  ho.lora_adapters = loras;
+  ho.lora_runtime_updates = c.lora.runtime_updates;
+  ho.check_lora = [model_path = c.model.path, max_rank = c.lora.max_rank](const std::string&,
+                                                                          const std::string& dir) -> Status {
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> base, open_model_checkpoint(model_path));
+    TESSERA_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(base->config(), base->config_source()));
+    return load_lora_adapter(dir, *base, config, max_rank).status();
+  };
   return ho;
 }
 
@@ -380,13 +388,14 @@ class WorkerSupervisor {
 };
 
 // The API context the front ends serve with, as the HTTP server builds its own.
-ApiContext served_api_context(const TesseraConfig& c, const ServedModel& model, const EngineService& service) {
+ApiContext served_api_context(const TesseraConfig& c, const std::shared_ptr<ServedLoras>& loras, const ServedModel& model,
+                              const EngineService& service) {
   ApiContext api = make_api_context(model.tokenizer.get(), std::filesystem::path(c.model.path).filename().string(),
                                     service.max_model_len(), model.chat_renderer, model.tool_calls, model.reasoning);
   api.max_model_len_limit = service.max_model_len_limit();
   api.generation = c.server.task != "embed";
   api.embeddings = model.embeddings;
-  api.lora_adapters = c.lora.adapters;
+  api.lora_adapters = loras;
   return api;
 }
 
@@ -500,7 +509,6 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
   eo.scheduler = sc;
   eo.vocab_size = mc.vocab;
   eo.max_queued_requests = c.server.max_queued_requests;
-  eo.max_lora = static_cast<int>(c.lora.adapters.size());
   // While a rank is lost (and restarting) requests wait for the group instead of failing.
   eo.executor_ready = [g] { return g->is_complete(); };
   eo.executor_wait = std::chrono::seconds(c.server.worker_restart_wait_s);
@@ -514,9 +522,11 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
     // exit on its own before it is killed.
     const auto silence_limit = std::chrono::milliseconds(int64_t{c.server.heartbeat_ms} * c.server.heartbeat_misses);
     if (o.spawn_workers) supervisor.emplace(workers, *group, silence_limit);
-    EngineStack stack{c, service, model.tokenizer.get(), served_api_context(c, model, service), signals,
-                      [&c, &model](std::shared_ptr<const ReplyCounter> zmq_replies) {
-                        return http_server_options(c, {}, model, std::move(zmq_replies));
+    // The adapters served, shared by every front end (and changed at run time).
+    auto loras = std::make_shared<ServedLoras>(c.lora.adapters);
+    EngineStack stack{c, service, model.tokenizer.get(), served_api_context(c, loras, model, service), signals,
+                      [&c, &model, loras](std::shared_ptr<const ReplyCounter> zmq_replies) {
+                        return http_server_options(c, loras, {}, model, std::move(zmq_replies));
                       },
                       [g] { return g->is_complete(); }};
     served = front_end(stack);
