@@ -18,27 +18,35 @@ class ServedLoras {
     std::lock_guard<std::mutex> lock(mu_);
     return adapters_;
   }
-  // A load at run time: reserve the name (false when it is served or being loaded), then
-  // serve it once every executor holds the adapter, or give the name back.
+  // A load at run time: reserve the name (false when it is served, being loaded, or being
+  // dropped: requests may still run with the old adapter of that name), then serve it once
+  // every executor holds the adapter, or give the name back.
   bool reserve(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
-    return adapters_.count(name) == 0 && loading_.insert(name).second;
+    return adapters_.count(name) == 0 && unloading_.count(name) == 0 && loading_.insert(name).second;
   }
   void finish_load(const std::string& name, const std::string& path, bool loaded) {
     std::lock_guard<std::mutex> lock(mu_);
     loading_.erase(name);
     if (loaded) adapters_.emplace(name, path);
   }
-  // False when the name is not served.
+  // An unload at run time: stop serving the name (false when it is not served); it cannot be
+  // loaded again until finish_unload (the executors dropped the adapter).
   bool remove(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
-    return adapters_.erase(name) > 0;
+    if (adapters_.erase(name) == 0) return false;
+    unloading_.insert(name);
+    return true;
+  }
+  void finish_unload(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    unloading_.erase(name);
   }
 
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::string> adapters_;
-  std::set<std::string> loading_;
+  std::set<std::string> loading_, unloading_;
 };
 
 }  // namespace tessera

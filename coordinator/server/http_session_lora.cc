@@ -1,15 +1,17 @@
 // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter
 // {"lora_name"}, as vLLM serves them, when lora.runtime_updates is on. A load is checked here
 // against the model (HttpServerOptions::check_lora: a bad adapter is the client's 400 and the
-// workers never see it), then carried to every worker by the next step; the name is served
-// once they all hold it. An unload stops serving the name at once (new requests get 404),
-// and the workers drop the adapter once no running or waiting request uses it.
+// workers never see it), then carried to every worker by the next step; the name is served,
+// and the answer sent, once they all hold it. An unload stops serving the name and answers at
+// once (new requests get 404); the workers drop the adapter once no running or waiting
+// request uses it.
 #include <chrono>
 #include <future>
 
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "common/logging.h"
 #include "coordinator/server/http_session.h"
 
 namespace tessera {
@@ -65,9 +67,13 @@ void HttpSession::update_lora(bool load, std::string body) {
     EngineService& service = server_.service;
     LoraAnswer a;
     if (!load) {
+      // Answered at once: the requests still using the adapter may run for minutes, and this
+      // thread prepares other requests.
       if (!served.remove(name)) return failed(model_not_found(name, server_.api.served(), "lora_name"));
-      const Status st = wait_for([&](auto done) { service.unload_lora(name, std::move(done)); });
-      if (!st.is_ok()) return failed(api_error(500, "internal_error", "lora_unload_failed", st.message()));
+      service.unload_lora(name, [name, registry = server_.api.lora_adapters](const Status& st) {
+        if (!st.is_ok()) TESSERA_LOG_WARN("[coord] dropping LoRA adapter {} failed: {}", name, st.to_string());
+        registry->finish_unload(name);
+      });
       a.text = "Success: LoRA adapter '" + name + "' removed successfully.";
       return a;
     }
@@ -76,7 +82,8 @@ void HttpSession::update_lora(bool load, std::string body) {
       return failed(bad_request("lora_path", "'lora_path' (the adapter's PEFT folder) is required"));
     const std::string dir = path_it->get<std::string>();
     if (name == server_.api.model_name || !served.reserve(name))
-      return failed(bad_request("lora_name", "'" + name + "' is already served (or being loaded)"));
+      return failed(bad_request("lora_name", "'" + name + "' is already served (or being loaded, or still being "
+                                                          "unloaded: requests run with it)"));
     if (server_.options.check_lora) {
       if (Status st = server_.options.check_lora(name, dir); !st.is_ok()) {
         served.finish_load(name, dir, false);

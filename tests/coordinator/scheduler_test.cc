@@ -329,6 +329,42 @@ TEST(SchedulerTest, AbortFreesWaitingAndRunningSequences) {
   h.sched.check_invariants();
 }
 
+// LoRA adapters changed while serving: a load rides on the next plan (even one with no
+// sequence), an unload only once no running or waiting sequence names the adapter, and the
+// run-time loads are sent again when the executors lose their state.
+TEST(SchedulerTest, LoraLoadsRideOnTheNextPlanAndUnloadsWaitForTheirSequences) {
+  Scheduler s(small_config());
+  s.add_lora_load("psalms", "/adapters/psalms");
+  EXPECT_TRUE(s.has_lora_changes());
+  StepPlan plan = s.schedule();
+  EXPECT_TRUE(plan.seqs.empty());
+  ASSERT_EQ(plan.lora_loads.size(), 1u);
+  EXPECT_EQ(plan.lora_loads[0], std::make_pair(std::string("psalms"), std::string("/adapters/psalms")));
+  EXPECT_FALSE(s.has_lora_changes());
+
+  auto request = std::make_shared<Request>(*make_request(prompt_of(6), 4));
+  request->lora = "psalms";
+  ASSERT_TRUE(s.add_request(1, request).is_ok());
+  s.add_lora_unload("psalms");
+  EXPECT_TRUE(s.uses_lora("psalms"));
+  plan = s.schedule();  // the sequence runs: the unload waits
+  EXPECT_TRUE(plan.lora_unloads.empty());
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  ASSERT_TRUE(plan.seqs[0].start.has_value());
+  EXPECT_EQ(plan.seqs[0].start->lora, "psalms");
+  EXPECT_TRUE(s.abort(1));
+  plan = s.schedule();
+  ASSERT_EQ(plan.lora_unloads.size(), 1u);
+  EXPECT_EQ(plan.lora_unloads[0], "psalms");
+
+  s.add_lora_load("job", "/adapters/job");
+  (void)s.schedule();
+  s.on_kv_cache_lost();  // restarted executors: the run-time adapters go again (not psalms)
+  plan = s.schedule();
+  ASSERT_EQ(plan.lora_loads.size(), 1u);
+  EXPECT_EQ(plan.lora_loads[0].first, "job");
+}
+
 TEST(SchedulerTest, FailedStepFinishesItsSequencesWithAnError) {
   Harness h(small_config());
   h.add(1, 4, 10);
