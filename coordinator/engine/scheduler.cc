@@ -494,10 +494,10 @@ void Scheduler::on_kv_cache_lost() {
   while (!running_.empty()) preempt(*running_.back());
   blocks_.forget_cached_contents();
   // Restarted executors hold only the adapters of their configuration.
-  for (const auto& [name, dir] : runtime_loras_) {
-    if (std::find_if(lora_loads_.begin(), lora_loads_.end(), [&](const auto& l) { return l.first == name; }) ==
-        lora_loads_.end())
-      lora_loads_.emplace_back(name, dir);
+  for (const auto& adapter : runtime_loras_) {
+    const auto queued = [&](const auto& load) { return load.first == adapter.first; };
+    if (std::find_if(lora_loads_.begin(), lora_loads_.end(), queued) == lora_loads_.end())
+      lora_loads_.push_back(adapter);
   }
 }
 
