@@ -23,8 +23,9 @@ using testing::KvCheckingExecutor;
 // version, num_computed, sample, num_draft, propose, table_from, num_released, the token array (length + one
 // token), the new-block array (length + at most one block), has_start.
 constexpr size_t kMaxDecodeSeqBytes = 8 + 4 + 4 + 1 + 4 + 4 + 4 + 4 + (4 + 4) + (4 + 4) + 1;
-// Header, step_id, the dropped / seqs / copies counts, return_logits.
-constexpr size_t kPlanOverheadBytes = wire::kHeaderBytes + 8 + 4 + 4 + 4 + 1;
+// Header, step_id, the dropped / seqs / copies counts, return_logits, the LoRA loads / unloads
+// counts.
+constexpr size_t kPlanOverheadBytes = wire::kHeaderBytes + 8 + 4 + 4 + 4 + 1 + 4 + 4;
 
 struct Driver {
   Scheduler sched;
