@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 
 #include "worker/model_checkpoint.h"
 
@@ -27,11 +28,11 @@ Tensor transposed_columns(const Tensor& t, int64_t begin, int64_t count) {
   return out;
 }
 
-// An f32 tensor in `dtype` (f32: itself; bf16: rounded to nearest even).
+// An f32 tensor in `dtype` (f32: itself).
 Tensor stored_as(const Tensor& f32, DType dtype) {
   if (dtype == DType::kF32) return f32;
   Tensor out = Tensor::zeros(f32.view().dims(), dtype);
-  for (int64_t i = 0; i < f32.numel(); ++i) out.data<uint16_t>()[i] = f32_to_bf16(f32.data<float>()[i]);
+  convert_elements(f32.data<float>(), DType::kF32, out.data<void>(), dtype, static_cast<size_t>(f32.numel()));
   return out;
 }
 
@@ -90,8 +91,7 @@ StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::
   out.sites.resize(static_cast<size_t>(weights.lora_sites));
   std::map<std::string, const LoraModule*> modules;
   for (const LoraModule& m : adapter.modules) modules.emplace(m.target.name, &m);
-  size_t used = 0;  // modules some linear of this rank takes rows of
-  std::map<const LoraModule*, bool> seen;
+  std::set<const LoraModule*> used;  // modules some linear of this rank takes rows of
   for (const LayerWeights& lw : weights.layers) {
     for_each_layer_linear(lw, [&](const LinearWeights& l) {
       if (l.lora_site < 0) return;
@@ -105,21 +105,16 @@ StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::
       }
       for (const LinearSource::Rows& r : l.source.rows) {
         const auto m = modules.find(lwi::module_of(r.weight));
-        if (m != modules.end() && !seen[m->second]) {
-          seen[m->second] = true;
-          ++used;
-        }
+        if (m != modules.end()) used.insert(m->second);
       }
       out.sites[static_cast<size_t>(l.lora_site)] = std::move(parts);
     });
   }
-  if (used != adapter.modules.size()) {
-    // Every module was matched against the base's checkpoint names when the adapter was read;
-    // one no linear here took rows of was read against another base.
-    for (const LoraModule& m : adapter.modules)
-      if (!seen[&m])
-        return invalid_argument(adapter.path + ": " + m.target.name + " adapts no linear layer this model loaded");
-  }
+  // Every module was matched against the base's checkpoint names when the adapter was read;
+  // one no linear here took rows of was read against another base.
+  for (const LoraModule& m : adapter.modules)
+    if (used.count(&m) == 0)
+      return invalid_argument(adapter.path + ": " + m.target.name + " adapts no linear layer this model loaded");
   return out;
 }
 

@@ -44,7 +44,6 @@ struct Block {
   const float* x[kBlockRows] = {};  // the rows' inputs
   float* out[kBlockRows] = {};      // and outputs
   int rows = 0;
-  int64_t c_begin = 0, c_end = 0;  // the output columns it expands into
 };
 
 // One block of R rows: out_i += scale · (x_i · shrink) · expand, the factors' elements E (f32,
@@ -85,31 +84,29 @@ inline __attribute__((always_inline)) void lora_rows(const Block& b, const E* sh
       t[i * rank + k] = lo + hi;
     }
   // Expand: out_i[c] += scale · sum over k in order of t[i][k] · expand[k][c].
-  int64_t c0 = b.c_begin;
+  int64_t c0 = 0;
   if (R == 1) {
     // One row: expand's rows one after another (one memory stream, not r strided ones), the
     // sums kept in `u` (in L1) rather than in registers.
-    const int64_t width = b.c_end - b.c_begin;
     float* u = t + rank;
-    std::fill(u, u + width, 0.0f);
+    std::fill(u, u + n, 0.0f);
     for (int64_t k = 0; k < rank; ++k) {
       const float tk = t[k];
-      const E* e = expand + k * n + b.c_begin;
+      const E* e = expand + k * n;
       int64_t c = 0;
-      for (; c + kLanes <= width; c += kLanes) {
+      for (; c + kLanes <= n; c += kLanes) {
         Lanes v, s;
         load_lanes(v, e + c);
         load_lanes(s, u + c);
         s += v * tk;
         store_lanes(u + c, s);
       }
-      for (; c < width; ++c) u[c] += to_f32(e[c]) * tk;
+      for (; c < n; ++c) u[c] += to_f32(e[c]) * tk;
     }
-    float* o = b.out[0] + b.c_begin;
-    for (int64_t c = 0; c < width; ++c) o[c] += scale * u[c];
+    for (int64_t c = 0; c < n; ++c) b.out[0][c] += scale * u[c];
     return;
   }
-  for (; c0 + kLanes <= b.c_end; c0 += kLanes) {
+  for (; c0 + kLanes <= n; c0 += kLanes) {
     Lanes acc[R] = {};
     for (int64_t k = 0; k < rank; ++k) {
       Lanes e;
@@ -124,7 +121,7 @@ inline __attribute__((always_inline)) void lora_rows(const Block& b, const E* sh
     }
   }
   for (int i = 0; i < R; ++i)
-    for (int64_t c = c0; c < b.c_end; ++c) {
+    for (int64_t c = c0; c < n; ++c) {
       float sum = 0.0f;
       for (int64_t k = 0; k < rank; ++k) sum += t[i * rank + k] * to_f32(expand[k * n + c]);
       b.out[i][c] += scale * sum;
@@ -218,10 +215,9 @@ void CpuBackend::lora_add_impl(const TensorView& x, const std::vector<LoraSegmen
   }
   if (w.block.rows > 0) work.push_back(w);
   const int64_t in = x.dim(1);
-  const auto run = [&](Work piece, std::vector<float>& scratch) {
+  const auto run = [&](const Work& piece, std::vector<float>& scratch) {
     const LoraSegment& s = *piece.segment;
     const int64_t n = s.expand.dim(1);  // its columns (of out, from s.column on)
-    piece.block.c_end = n;
     scratch.resize(static_cast<size_t>(lci::kBlockRows * max_rank + n));
     kernel(piece.block, s.shrink.data, s.expand.data, in, s.shrink.dim(1), n, s.scale, scratch.data(),
            s.shrink.dtype == DType::kBF16);

@@ -33,7 +33,7 @@ Tensor representable(Tensor t, DType dtype) {
 Tensor stored_as(const Tensor& f32, DType dtype) {
   if (dtype == DType::kF32) return f32;
   Tensor out = Tensor::zeros(f32.view().dims(), DType::kBF16);
-  for (int64_t i = 0; i < f32.numel(); ++i) out.data<uint16_t>()[i] = f32_to_bf16(f32.data<float>()[i]);
+  convert_elements(f32.data<float>(), DType::kF32, out.data<void>(), DType::kBF16, static_cast<size_t>(f32.numel()));
   return out;
 }
 
