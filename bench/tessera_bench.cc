@@ -115,7 +115,7 @@ Status run(const Options& o) {
   TESSERA_ASSIGN_OR_RETURN(const auto lora_flags, lora_adapters_from_flags(o.lora));
   std::vector<LoraWeights> adapters;
   for (const auto& [name, dir] : lora_flags) {
-    TESSERA_ASSIGN_OR_RETURN(LoraWeights a, load_lora_weights(name, dir, o.model, model->weights(), model->dtype(), 4096, *backend));
+    TESSERA_ASSIGN_OR_RETURN(LoraWeights a, load_lora_weights(name, dir, o.model, model->weights(), model->dtype(), 4096));
     adapters.push_back(std::move(a));
   }
   std::unique_ptr<Transformer> draft;

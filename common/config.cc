@@ -630,6 +630,7 @@ const std::vector<KeyDef>& schema() {
                return Status::ok();
              }},
       TESSERA_INT_KEY("lora.max_rank", lora.max_rank, 1, 4096),
+      TESSERA_INT_KEY("lora.max_loras", lora.max_loras, 0, 4096),
       TESSERA_BOOL_KEY("lora.runtime_updates", lora.runtime_updates),
       TESSERA_STRING_KEY("server.http.host", server.http.host, read_string),
       TESSERA_INT_KEY("server.http.port", server.http.port, 0, 65535),

@@ -211,6 +211,12 @@ struct LoraSection {
   std::map<std::string, std::string> adapters;
   // The largest adapter rank accepted; adapters above it are refused at load.
   int max_rank = 64;
+  // > 0: at most this many adapters are resident on each worker at once, and so mixed into
+  // one step (vLLM's max_loras). The others stay in host memory and are brought back (the
+  // least recently used resident one leaving) when a sequence naming one is admitted; the
+  // scheduler admits a sequence of a new adapter only while fewer than this many adapters run.
+  // 0: every adapter served is resident.
+  int max_loras = 0;
   // POST /v1/load_lora_adapter and /v1/unload_lora_adapter are served (vLLM's
   // VLLM_ALLOW_RUNTIME_LORA_UPDATING): off by default, since a client can then make the
   // server read any folder it can see.

@@ -64,6 +64,7 @@ struct Options {
   SpeculativeFlags speculative;  // --speculative, --speculative-tokens, --draft-model
   std::vector<std::string> lora;  // --lora NAME=PATH (lora.adapters)
   int lora_max_rank = 64;         // --lora-max-rank (lora.max_rank)
+  int lora_max_loras = 0;         // --lora-max-loras (lora.max_loras)
   std::string prompt_lora;        // --prompt-lora: the adapter of each prompt
 };
 
@@ -180,6 +181,7 @@ Status run(const Options& o) {
     TESSERA_RETURN_IF_ERROR(check_prompt(prompts[i], o.max_new_tokens, config, "prompt " + std::to_string(i)));
   }
   if (o.lora_max_rank < 1 || o.lora_max_rank > 4096) return invalid_argument("--lora-max-rank must be 1 to 4096");
+  if (o.lora_max_loras < 0 || o.lora_max_loras > 4096) return invalid_argument("--lora-max-loras must be 0 to 4096");
   TESSERA_ASSIGN_OR_RETURN(const auto adapters, lora_adapters_from_flags(o.lora));
   TESSERA_ASSIGN_OR_RETURN(const std::vector<std::string> prompt_lora,
                            prompt_adapters(o.prompt_lora, prompts.size(), adapters));
@@ -190,6 +192,7 @@ Status run(const Options& o) {
   sc.block_size = o.block_size;
   sc.max_num_seqs = o.max_num_seqs;
   sc.max_num_batched_tokens = o.max_num_batched_tokens;
+  sc.max_loras = o.lora_max_loras;
   int64_t needed = 0, longest = 0;
   // Room for the proposals too (and the draft's scratch), so a pool sized for the run lets
   // speculation go on to the last token.
@@ -340,6 +343,9 @@ int generate_main(int argc, char** argv) {
                  "NAME=PATH, repeatable: a LoRA adapter (PEFT folder) loaded beside the model (lora.adapters); "
                  "--prompt-lora says which prompts use it (default: none)");
   app.add_option("--lora-max-rank", o.lora_max_rank, "the largest adapter rank accepted (lora.max_rank)")
+      ->capture_default_str();
+  app.add_option("--lora-max-loras", o.lora_max_loras,
+                 "adapters resident at once, and so running at once; 0: all (lora.max_loras)")
       ->capture_default_str();
   app.add_option("--prompt-lora", o.prompt_lora,
                  "the adapter of each prompt: one NAME for all, or NAME,-,NAME,... one per prompt (- = the base model) "

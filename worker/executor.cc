@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <set>
 #include <span>
 #include <unordered_map>
 
@@ -46,17 +47,11 @@ Executor::Executor(Transformer& model, Backend& backend, int block_size, int num
     : model_(model),
       backend_(backend),
       cache_(model.cache_config(), block_size, num_blocks, kv_dtype, backend),
-      sequences_(block_size, num_blocks) {
+      sequences_(block_size, num_blocks),
+      loras_(backend) {
   if (draft != nullptr)
     draft_ = std::make_unique<DraftModel>(*draft, backend, block_size, num_blocks, kv_dtype, draft_min_probability);
 }
-
-void Executor::add_lora(LoraWeights adapter) {
-  std::string name = adapter.name;
-  adapters_.insert_or_assign(std::move(name), std::move(adapter));
-}
-
-bool Executor::remove_lora(const std::string& name) { return adapters_.erase(name) > 0; }
 
 Status Executor::validate(const StepPlan& plan) const {
   const int64_t vocab = model_.config().vocab;
@@ -71,7 +66,7 @@ Status Executor::validate(const StepPlan& plan) const {
       if (t < 0 || t >= vocab) return invalid_argument(who + ": token " + std::to_string(t) + " outside the vocabulary");
     }
     if (s.start) {
-      if (!s.start->lora.empty() && adapters_.find(s.start->lora) == adapters_.end())
+      if (!s.start->lora.empty() && loras_.find(s.start->lora) == nullptr)
         return invalid_argument(who + ": LoRA adapter \"" + s.start->lora + "\" is not loaded here");
       const SamplingParams& sp = s.start->sampling;
       for (const auto& [t, bias] : sp.logit_bias) {
@@ -113,7 +108,7 @@ Status Executor::validate(const StepPlan& plan) const {
 
 StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>* logits_out) {
   // Adapters changed at run time, before the step's sequences (which may name a loaded one).
-  for (const std::string& name : plan.lora_unloads) adapters_.erase(name);
+  for (const std::string& name : plan.lora_unloads) loras_.remove(name);
   for (const auto& [name, dir] : plan.lora_loads) {
     if (!lora_loader_) return invalid_argument("step " + std::to_string(plan.step_id) + ": loads LoRA adapter \"" + name +
                                                "\", but this executor cannot load adapters");
@@ -150,6 +145,13 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
   }
   if (plan.seqs.empty()) return result;
 
+  // The adapters the step's sequences name, resident before the forward reads them.
+  std::set<std::string> step_loras;
+  for (const SeqView& v : views)
+    if (!v.step->tokens.empty() && !v.state->lora.empty()) step_loras.insert(v.state->lora);
+  if (Status st = loras_.make_resident(step_loras); !st.is_ok())
+    return invalid_argument("step " + std::to_string(plan.step_id) + ": " + st.message());
+
   std::vector<int32_t> tokens, logit_rows;
   // Rows whose logits score a prompt token (sequences asking prompt logprobs only), after the
   // sampled rows in logit_rows: (row in the batch, sequence view, position of the token scored).
@@ -185,11 +187,7 @@ StatusOr<StepResult> Executor::execute(const StepPlan& plan, std::vector<float>*
     batch.add(v.state->block_table, s.num_computed, static_cast<int32_t>(s.tokens.size()));
     const LoraWeights* adapter = nullptr;
     if (!v.state->lora.empty()) {
-      const auto a = adapters_.find(v.state->lora);
-      if (a == adapters_.end())
-        return invalid_argument("sequence " + std::to_string(s.seq_id) + ": LoRA adapter \"" + v.state->lora +
-                                "\" was removed while the sequence ran");
-      adapter = &a->second;
+      adapter = loras_.find(v.state->lora);  // resident: make_resident checked it is held
       any_adapter = true;
     }
     seq_adapters.push_back(adapter);

@@ -15,6 +15,7 @@
 #include "common/step_executor.h"
 #include "worker/draft_model.h"
 #include "worker/kv_cache.h"
+#include "worker/lora_residency.h"
 #include "worker/transformer.h"
 
 namespace tessera {
@@ -33,14 +34,17 @@ class Executor final : public StepExecutor {
 
   // The LoRA adapters sequences may name (SeqStart::lora), laid out for this rank's model
   // (shard_lora_adapter). A name already held is replaced; removing one a held sequence
-  // still names fails that sequence's next step.
-  void add_lora(LoraWeights adapter);
-  bool remove_lora(const std::string& name);
+  // still names fails that sequence's next step. With set_max_loras(n > 0) (lora.max_loras)
+  // at most n are resident at once; a step brings back the ones its sequences name
+  // (worker/lora_residency.h).
+  void add_lora(LoraWeights adapter) { loras_.add(std::move(adapter)); }
+  bool remove_lora(const std::string& name) { return loras_.remove(name); }
+  void set_max_loras(int max_loras) { loras_.set_max_resident(max_loras); }
   // How a plan's lora_loads are read (name, PEFT folder): load_lora_weights against this
   // rank's model. Without one, a plan that loads an adapter fails.
   using LoraLoader = std::function<StatusOr<LoraWeights>(const std::string& name, const std::string& dir)>;
   void set_lora_loader(LoraLoader loader) { lora_loader_ = std::move(loader); }
-  const std::map<std::string, LoraWeights>& lora_adapters() const { return adapters_; }
+  const LoraResidency& loras() const { return loras_; }
 
   const KvCache& cache() const { return cache_; }
   // The sequences whose state this executor holds (until a plan drops them).
@@ -72,7 +76,7 @@ class Executor final : public StepExecutor {
   SequenceStates sequences_;
   std::vector<float> host_logits_;  // the step's logits on the host (execute)
   std::unique_ptr<DraftModel> draft_;  // speculative.method draft only
-  std::map<std::string, LoraWeights> adapters_;  // by name
+  LoraResidency loras_;
   LoraLoader lora_loader_;
 };
 

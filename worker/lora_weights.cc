@@ -79,8 +79,23 @@ std::vector<LoraPart> site_parts(const LinearWeights& l, const std::map<std::str
 
 }  // namespace lora_weights_internal
 
+void place_lora(LoraWeights& adapter, Backend& backend) {
+  if (adapter.resident) return;
+  adapter.sites.clear();
+  for (const std::vector<LoraPart>& site : adapter.host) {
+    std::vector<LoraPart>& placed = adapter.sites.emplace_back();
+    for (const LoraPart& p : site) placed.push_back(LoraPart{p.offset, backend.place_weight(p.shrink), backend.place_weight(p.expand)});
+  }
+  adapter.resident = true;
+}
+
+void evict_lora(LoraWeights& adapter) {
+  adapter.sites.clear();
+  adapter.resident = false;
+}
+
 StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::string& name,
-                                         const ModelWeights& weights, DType model_dtype, Backend& backend) {
+                                         const ModelWeights& weights, DType model_dtype) {
   const DType factors = model_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   namespace lwi = lora_weights_internal;
   LoraWeights out;
@@ -88,7 +103,7 @@ StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::
   out.path = adapter.path;
   out.rank = adapter.config.rank;
   out.scale = static_cast<float>(adapter.config.scale());
-  out.sites.resize(static_cast<size_t>(weights.lora_sites));
+  out.host.resize(static_cast<size_t>(weights.lora_sites));
   std::map<std::string, const LoraModule*> modules;
   for (const LoraModule& m : adapter.modules) modules.emplace(m.target.name, &m);
   std::set<const LoraModule*> used;  // modules some linear of this rank takes rows of
@@ -100,14 +115,12 @@ StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::
         p.shrink = lwi::stored_as(p.shrink, factors);
         p.expand = lwi::stored_as(p.expand, factors);
         out.bytes += static_cast<int64_t>(p.shrink.nbytes() + p.expand.nbytes());
-        p.shrink = backend.place_weight(p.shrink);
-        p.expand = backend.place_weight(p.expand);
       }
       for (const LinearSource::Rows& r : l.source.rows) {
         const auto m = modules.find(lwi::module_of(r.weight));
         if (m != modules.end()) used.insert(m->second);
       }
-      out.sites[static_cast<size_t>(l.lora_site)] = std::move(parts);
+      out.host[static_cast<size_t>(l.lora_site)] = std::move(parts);
     });
   }
   // Every module was matched against the base's checkpoint names when the adapter was read;
@@ -119,11 +132,11 @@ StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::
 }
 
 StatusOr<LoraWeights> load_lora_weights(const std::string& name, const std::string& dir, const std::string& model_path,
-                                        const ModelWeights& weights, DType model_dtype, int max_rank, Backend& backend) {
+                                        const ModelWeights& weights, DType model_dtype, int max_rank) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> base, open_model_checkpoint(model_path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(base->config(), base->config_source()));
   TESSERA_ASSIGN_OR_RETURN(LoraAdapter adapter, load_lora_adapter(dir, *base, config, max_rank));
-  return shard_lora_adapter(adapter, name, weights, model_dtype, backend);
+  return shard_lora_adapter(adapter, name, weights, model_dtype);
 }
 
 }  // namespace tessera

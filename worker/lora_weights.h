@@ -37,19 +37,30 @@ struct LoraWeights {
   std::string path;
   int rank = 0;
   float scale = 1.0f;
-  std::vector<std::vector<LoraPart>> sites;  // by LinearWeights::lora_site; empty: not adapted
-  int64_t bytes = 0;                         // of this rank's parts
+  // By LinearWeights::lora_site (an empty entry: that linear is not adapted). `host` holds the
+  // parts in host memory as long as the adapter is held; `sites` the same parts placed on the
+  // backend (Backend::place_weight: the same tensors on the CPU, device copies on CUDA), which
+  // the forward reads, only while the adapter is resident (place_lora .. evict_lora).
+  std::vector<std::vector<LoraPart>> host;
+  std::vector<std::vector<LoraPart>> sites;
+  bool resident = false;
+  int64_t bytes = 0;  // of this rank's parts (one copy)
 };
 
+// Places the host parts on `backend` (sites); a resident adapter is left as it is.
+void place_lora(LoraWeights& adapter, Backend& backend);
+// Drops the placed parts (device memory on CUDA); the host parts stay, to be placed again.
+void evict_lora(LoraWeights& adapter);
+
 // The adapter's parts for this rank's `weights` (loaded from the same base the adapter was read
-// against), placed on `backend`.
+// against), in host memory, not yet resident (place_lora).
 // `model_dtype`: the model's storage dtype (Transformer::dtype), which decides the factors'.
 StatusOr<LoraWeights> shard_lora_adapter(const LoraAdapter& adapter, const std::string& name,
-                                         const ModelWeights& weights, DType model_dtype, Backend& backend);
+                                         const ModelWeights& weights, DType model_dtype);
 
 // Reads the PEFT folder `dir` against the base model at `model_path` (load_lora_adapter) and
 // lays it out for this rank's `weights` of that model, to be served as `name`.
 StatusOr<LoraWeights> load_lora_weights(const std::string& name, const std::string& dir, const std::string& model_path,
-                                        const ModelWeights& weights, DType model_dtype, int max_rank, Backend& backend);
+                                        const ModelWeights& weights, DType model_dtype, int max_rank);
 
 }  // namespace tessera

@@ -228,17 +228,18 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     }
     executor = std::make_unique<Executor>(*model, *backend, a.kv_block_size, a.kv_num_blocks, *kv_dtype, draft.get(),
                                           config.speculative.draft_min_probability);
-    executor->set_lora_loader([&model, &backend, model_path = a.model_path, max_rank = config.lora.max_rank](
+    executor->set_max_loras(config.lora.max_loras);
+    executor->set_lora_loader([&model, model_path = a.model_path, max_rank = config.lora.max_rank](
                                   const std::string& name, const std::string& dir) -> StatusOr<LoraWeights> {
       TESSERA_ASSIGN_OR_RETURN(LoraWeights adapter,
-                               load_lora_weights(name, dir, model_path, model->weights(), model->dtype(), max_rank, *backend));
+                               load_lora_weights(name, dir, model_path, model->weights(), model->dtype(), max_rank));
       TESSERA_LOG_INFO("loaded LoRA adapter {} from {} at run time (rank {}, {} KB here)", name, dir, adapter.rank,
                        adapter.bytes / 1000);
       return adapter;
     });
     for (const auto& [name, dir] : config.lora.adapters) {
       TESSERA_ASSIGN_OR_RETURN(LoraWeights adapter, load_lora_weights(name, dir, a.model_path, model->weights(),
-                                                                      model->dtype(), config.lora.max_rank, *backend));
+                                                                      model->dtype(), config.lora.max_rank));
       TESSERA_LOG_INFO("rank {}/{} loaded LoRA adapter {} from {} (rank {}, {} KB here)", a.rank, a.world_size, name, dir,
                        adapter.rank, adapter.bytes / 1000);
       executor->add_lora(std::move(adapter));

@@ -39,6 +39,7 @@ Status validate_scheduler_config(const SchedulerConfig& c) {
     return invalid_argument("scheduler: max_tpot_slowdown must be 0 or in (1, 1000], got " +
                             std::to_string(c.max_tpot_slowdown));
   if (c.speculative.enabled()) TESSERA_RETURN_IF_ERROR(validate_speculative_config(c.speculative));
+  if (c.max_loras < 0) return invalid_argument("scheduler: max_loras must be >= 0, got " + std::to_string(c.max_loras));
   return Status::ok();
 }
 
@@ -149,16 +150,7 @@ StepPlan Scheduler::schedule() {
       for (const Entry* e : step_decodes_) last_plan_.decode_ids.push_back(e->seq.id());
     }
   }
-  plan.lora_loads = std::move(lora_loads_);
-  lora_loads_.clear();
-  for (auto it = lora_unloads_.begin(); it != lora_unloads_.end();) {
-    if (uses_lora(*it)) {
-      ++it;
-    } else {
-      plan.lora_unloads.push_back(*it);
-      it = lora_unloads_.erase(it);
-    }
-  }
+  take_lora_changes(plan);
   // Drops ride on the next plan that runs (an empty plan is not sent).
   if (!plan.seqs.empty() || !plan.block_copies.empty() || !plan.lora_loads.empty() || !plan.lora_unloads.empty()) {
     plan.dropped = std::move(dropped_);
@@ -347,6 +339,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
   // Sequences waiting for a costly grammar's mask on the warmer sit out the steps (seconds at
   // a time): they do not slow the others, so the time-per-token budget does not count them.
   int paced = static_cast<int>(std::count_if(running_.begin(), running_.end(), [](const Entry* r) { return !r->mask_deferred; }));
+  LoraAdmission loras = lora_admission();
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (static_cast<int>(running_.size()) >= config_.max_num_seqs) break;
     if (!is_static && budget == 0) break;
@@ -358,6 +351,10 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     }
     if (e.mask_deferred && (is_static || !config_.chunked_prefill)) {
       ++it;  // its first mask is still being computed: the others go first
+      continue;
+    }
+    if (!admits_lora(loras, e.seq.request().lora)) {
+      ++it;  // its adapter would be one too many running (max_loras)
       continue;
     }
     const SeqId id = e.seq.id();
@@ -399,6 +396,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
     e.pooled_sum.clear();  // a resumed embedding pools its prompt again
     e.pooled_rows = 0;
     running_.insert(std::upper_bound(running_.begin(), running_.end(), &e, RunsBefore{}), &e);
+    if (config_.max_loras > 0) loras.running.insert(e.seq.request().lora);
     ++paced;
     if (forming) {
       e.batch_member = true;
@@ -493,27 +491,7 @@ void Scheduler::preempt(Entry& e) {
 void Scheduler::on_kv_cache_lost() {
   while (!running_.empty()) preempt(*running_.back());
   blocks_.forget_cached_contents();
-  // Restarted executors hold only the adapters of their configuration.
-  for (const auto& adapter : runtime_loras_) {
-    const auto queued = [&](const auto& load) { return load.first == adapter.first; };
-    if (std::find_if(lora_loads_.begin(), lora_loads_.end(), queued) == lora_loads_.end())
-      lora_loads_.push_back(adapter);
-  }
-}
-
-void Scheduler::add_lora_load(const std::string& name, const std::string& dir) {
-  lora_loads_.emplace_back(name, dir);
-  runtime_loras_[name] = dir;
-}
-
-void Scheduler::add_lora_unload(const std::string& name) {
-  lora_unloads_.push_back(name);
-  runtime_loras_.erase(name);
-}
-
-bool Scheduler::uses_lora(const std::string& name) const {
-  const auto named = [&](const Entry* e) { return e->seq.request().lora == name; };
-  return std::any_of(running_.begin(), running_.end(), named) || std::any_of(waiting_.begin(), waiting_.end(), named);
+  resend_runtime_loras();  // restarted executors hold only the adapters of their configuration
 }
 
 void Scheduler::remove_running(const Entry& e) {

@@ -84,6 +84,10 @@ struct SchedulerConfig {
   // is not done by then sits out the steps until it is (advance_deferred_masks goes on with
   // it), so a costly grammar slows only its own sequence. 0: every step waits for every mask.
   int structured_mask_budget_ms = 0;
+  // > 0: the running sequences name at most this many LoRA adapters (lora.max_loras, the
+  // executors' resident ones): a waiting sequence of another adapter is passed over, and the
+  // ones behind it (the base's, the running adapters') go first. 0: no limit.
+  int max_loras = 0;
 };
 
 // A user-reachable config is checked here (each bad field named) before it reaches the
@@ -407,6 +411,21 @@ class Scheduler {
   // After its mask: ends `e` (event filled, entry erased) when no token can continue its
   // grammar or it is at its length limit.
   void end_if_mask_or_length_stops(Entry& e, SequenceEvent& event);
+  // LoRA adapters (scheduler_lora.cc). Under max_loras, admission tracks the adapters the
+  // running sequences name and whether one waiting was passed over in this pass.
+  struct LoraAdmission {
+    std::set<std::string> running;  // "" (the base) among them is not counted
+    bool passed_over = false;
+  };
+  LoraAdmission lora_admission() const;
+  // Whether a sequence of `lora` may be admitted beside the running ones; false marks the
+  // pass so the adapter sequences behind it wait too (the running adapters drain rather
+  // than starve it), while the base's go on.
+  bool admits_lora(LoraAdmission& admission, const std::string& lora) const;
+  // Moves the queued loads, and the unloads no sequence waits for any more, into `plan`.
+  void take_lora_changes(StepPlan& plan);
+  // Queues the run-time loads again (the executors lost them).
+  void resend_runtime_loras();
   std::vector<std::pair<std::string, std::string>> lora_loads_;  // for the next plan
   std::vector<std::string> lora_unloads_;                         // once no sequence names them
   std::map<std::string, std::string> runtime_loras_;              // loaded at run time, still served

@@ -83,6 +83,8 @@ struct HttpServerOptions {
   // check_lora reads an adapter against the model before any worker is asked to load it (the
   // error is the client's 400).
   bool lora_runtime_updates = false;
+  // lora.max_loras: the `max_lora` of vllm:lora_requests_info; 0 (no limit): the number served.
+  int lora_max_loras = 0;
   std::function<Status(const std::string& name, const std::string& dir)> check_lora;
   int threads = 2;                    // io_context threads
   ChatRenderer chat_renderer;         // chat template context -> prompt text; empty = the tokenizer's template

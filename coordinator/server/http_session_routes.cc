@@ -84,7 +84,8 @@ void HttpSession::handle(const Request& req) {
   if (path == "/metrics") {
     if (!route(http::verb::get, allowed)) return;
     EngineServiceStats stats = server_.service.stats();
-    stats.max_lora = static_cast<int>(server_.api.lora_adapters->snapshot().size());
+    stats.max_lora = server_.options.lora_max_loras > 0 ? server_.options.lora_max_loras
+                                                        : static_cast<int>(server_.api.lora_adapters->snapshot().size());
     return send(200, "text/plain; version=0.0.4; charset=utf-8",
                 render_metrics(stats, server_.options.model_name, server_.responses.snapshot(),
                                server_.options.zmq_replies ? server_.options.zmq_replies->snapshot()

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "tests/coordinator/kv_checking_executor.h"
@@ -363,6 +364,43 @@ TEST(SchedulerTest, LoraLoadsRideOnTheNextPlanAndUnloadsWaitForTheirSequences) {
   plan = s.schedule();
   ASSERT_EQ(plan.lora_loads.size(), 1u);
   EXPECT_EQ(plan.lora_loads[0].first, "job");
+}
+
+TEST(SchedulerTest, MaxLorasBoundsTheRunningAdaptersWithoutStarvingALaterOne) {
+  SchedulerConfig c = small_config();
+  c.max_loras = 1;
+  Harness h(c);
+  // psalms runs first; job waits for it; base requests never wait for an adapter; the psalms
+  // request that arrives after job waits behind job instead of keeping psalms resident.
+  const std::vector<std::pair<SeqId, std::string>> arrivals = {{1, "psalms"}, {2, "job"}, {3, ""}, {4, "psalms"}, {5, ""}};
+  std::map<SeqId, std::string> adapter_of;
+  for (const auto& [id, lora] : arrivals) {
+    const std::vector<int32_t> prompt = prompt_of(6, static_cast<int32_t>(id * 7));
+    h.exec.add(id, prompt);
+    h.lens_[id] = prompt.size();
+    auto request = std::make_shared<Request>(*make_request(prompt, 5));
+    request->lora = lora;
+    ASSERT_TRUE(h.sched.add_request(id, request).is_ok());
+    adapter_of[id] = lora;
+  }
+  std::map<SeqId, int> first_step, last_step;
+  int step = 0;
+  h.run(1000, [&](const ResolvedPlan& plan) {
+    std::set<std::string> adapters;
+    for (const ResolvedStep& s : plan.seqs) {
+      if (!adapter_of.at(s.seq_id).empty()) adapters.insert(adapter_of.at(s.seq_id));
+      if (first_step.count(s.seq_id) == 0) first_step[s.seq_id] = step;
+      last_step[s.seq_id] = step;
+    }
+    EXPECT_LE(adapters.size(), 1u) << "step " << step;
+    ++step;
+  });
+  ASSERT_EQ(h.finished.size(), arrivals.size());
+  EXPECT_EQ(first_step.at(1), 0);
+  EXPECT_EQ(first_step.at(3), 0);  // the base beside psalms
+  EXPECT_EQ(first_step.at(5), 0);
+  EXPECT_GT(first_step.at(2), last_step.at(1));  // job once psalms is done
+  EXPECT_GT(first_step.at(4), last_step.at(2));  // the later psalms after job
 }
 
 TEST(SchedulerTest, FailedStepFinishesItsSequencesWithAnError) {

@@ -81,15 +81,17 @@ TEST(GenerateLora, EverySequenceOfAMixedBatchGetsItsSingleRequestTokens) {
     ASSERT_EQ(out.size(), 1u) << r.out;
     alone.push_back(out[0]);
   }
-  for (const char* tp : {"1", "2"}) {
-    const testing::CommandResult mixed = testing::run_command(generate + " --prompt-ids-file " + dir +
-                                                              "/prompts.txt --prompt-lora " + names_text +
-                                                              " --tensor-parallel " + tp);
+  // Every adapter resident, then at most 2 and 1 resident (lora.max_loras: the others wait in
+  // host memory, and the scheduler runs at most that many adapters at once).
+  for (const std::string flags : {" --tensor-parallel 1", " --tensor-parallel 2", " --tensor-parallel 1 --lora-max-loras 2",
+                                  " --tensor-parallel 2 --lora-max-loras 1"}) {
+    const testing::CommandResult mixed =
+        testing::run_command(generate + " --prompt-ids-file " + dir + "/prompts.txt --prompt-lora " + names_text + flags);
     ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
     const auto together = outputs_of(mixed);
     ASSERT_EQ(together.size(), prompts.size()) << mixed.out;
     for (size_t i = 0; i < prompts.size(); ++i)
-      EXPECT_EQ(together[i], alone[i]) << "sequence " << i << " (" << names[i] << ") at TP " << tp;
+      EXPECT_EQ(together[i], alone[i]) << "sequence " << i << " (" << names[i] << ") with" << flags;
   }
   // The adapters change the tokens (the base's first prompt with each adapter), or the
   // comparison could not tell a wrong adapter apart.

@@ -69,7 +69,7 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
   testing::ServeProcess server;
   std::vector<std::string> args = {"--model", testing::fixtures_dir() + "/kjv-llama", "--dtype", "float32",
                                    "--threads", "1", "--tensor-parallel", "2", "--set", "cache.num_blocks=256",
-                                   "--set", "cache.block_size=4"};
+                                   "--set", "cache.block_size=4", "--set", "lora.max_loras=2"};
   for (const auto& [name, folder] : folders) args.insert(args.end(), {"--set", "lora.adapters." + name + "=" + folder});
   ASSERT_TRUE(server.start(args)) << server.log();
 
@@ -83,7 +83,8 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
     EXPECT_EQ(m["root"], folders[m["id"].get<std::string>()]);
   }
 
-  // Every (prompt, model) pair at once: the base's and three adapters' rows in the same steps.
+  // Every (prompt, model) pair at once: the base's and the adapters' rows in the same steps, two
+  // adapters at most (lora.max_loras), the third waiting in host memory for its turn.
   const std::vector<std::string> prompts = {"In the beginning God", "And the LORD said unto Moses",
                                             "Blessed is the man that"};
   std::vector<std::string> models_asked = {"kjv-llama"};
@@ -133,9 +134,9 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
     ASSERT_EQ(zmq.exit_code, 0) << zmq.err;
     EXPECT_EQ(zmq.out, c.text + "\n") << c.model;
   }
-  // The adapters in /metrics: vLLM's info gauge (the adapters held) and a counter per adapter.
+  // The adapters in /metrics: vLLM's info gauge (max_lora: lora.max_loras) and a counter per adapter.
   const std::string metrics = testing::http_body(testing::http(server.port(), "GET", "/metrics"));
-  EXPECT_NE(metrics.find("vllm:lora_requests_info{model_name=\"kjv-llama\",max_lora=\"3\",running_lora_adapters=\"\","
+  EXPECT_NE(metrics.find("vllm:lora_requests_info{model_name=\"kjv-llama\",max_lora=\"2\",running_lora_adapters=\"\","
                          "waiting_lora_adapters=\"\"}"),
             std::string::npos)
       << metrics;

@@ -64,9 +64,10 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOpt
   rt->executor_ = std::make_unique<Executor>(*rt->model_, *rt->backend_, sc.block_size, sc.num_blocks,
                                              rt->model_->dtype(), rt->draft_.get(),
                                              sc.speculative.draft_min_probability);
+  rt->executor_->set_max_loras(sc.max_loras);
   for (const auto& [name, dir] : o.lora_adapters) {
     TESSERA_ASSIGN_OR_RETURN(LoraWeights adapter, load_lora_weights(name, dir, o.model, rt->model_->weights(),
-                                                                    rt->model_->dtype(), o.lora_max_rank, *rt->backend_));
+                                                                    rt->model_->dtype(), o.lora_max_rank));
     rt->executor_->add_lora(std::move(adapter));
   }
   return std::unique_ptr<LocalExecutor>(std::move(rt));
@@ -99,6 +100,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   }
   for (const auto& [name, dir] : o.lora_adapters) c.lora.adapters[name] = std::filesystem::absolute(dir).string();
   c.lora.max_rank = o.lora_max_rank;
+  c.lora.max_loras = sc.max_loras;
   c.cache.block_size = sc.block_size;
   c.cache.num_blocks = sc.num_blocks;
   c.server.control = "ipc://" + rt->dir_.path() + "/control.ipc";

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <future>
 #include <thread>
 
@@ -100,15 +101,24 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   // LoRA adapters' factors take their share too: read (and so checked against the base) here,
   // counted whole on every rank (a split layer's rank holds less), in the dtype the workers
   // keep them in (worker/lora_weights.h).
-  int64_t adapter_bytes = 0;
+  // On CUDA under lora.max_loras only that many are on the device at once (the largest, to be
+  // safe); the others wait in host memory. On the CPU placed and host copies are one.
+  std::vector<int64_t> each_adapter;
   for (const auto& [name, dir] : c.lora.adapters) {
     TESSERA_ASSIGN_OR_RETURN(const LoraAdapter adapter, load_lora_adapter(dir, *ckpt, mc, c.lora.max_rank));
     const int64_t elem = c.model.dtype == DType::kBF16 ? 2 : 4;
-    for (const LoraModule& module : adapter.modules) adapter_bytes += (module.a.numel() + module.b.numel()) * elem;
+    int64_t bytes = 0;
+    for (const LoraModule& module : adapter.modules) bytes += (module.a.numel() + module.b.numel()) * elem;
+    each_adapter.push_back(bytes);
   }
+  std::sort(each_adapter.rbegin(), each_adapter.rend());
+  const bool device_slots = c.lora.max_loras > 0 && c.worker.backend == BackendKind::kCuda;
+  const size_t counted = device_slots ? std::min(each_adapter.size(), static_cast<size_t>(c.lora.max_loras)) : each_adapter.size();
+  const int64_t adapter_bytes = std::accumulate(each_adapter.begin(), each_adapter.begin() + static_cast<std::ptrdiff_t>(counted), int64_t{0});
   if (adapter_bytes > 0) {
-    TESSERA_LOG_INFO("LoRA adapters: {} of factors ({} adapter(s)) beside each rank's weights", format_bytes(adapter_bytes),
-                     c.lora.adapters.size());
+    TESSERA_LOG_INFO("LoRA adapters: {} of factors ({} of {} adapter(s){}) beside each rank's weights",
+                     format_bytes(adapter_bytes), counted, each_adapter.size(),
+                     device_slots ? ", the largest lora.max_loras on the device" : "");
     weights += adapter_bytes;
   }
   KvPoolModel m;
@@ -254,6 +264,7 @@ SchedulerConfig scheduler_config(const TesseraConfig& c, const ModelConfig& mc, 
   sc.max_tpot_slowdown = c.scheduler.max_tpot_slowdown;
   sc.speculative = c.speculative;
   sc.structured_mask_budget_ms = c.scheduler.structured_mask_budget_ms;
+  sc.max_loras = c.lora.max_loras;
   sc.sliding_window = mc.kv_window();  // blocks the window has left are freed
   return sc;
 }
@@ -313,6 +324,7 @@ HttpServerOptions http_server_options(const TesseraConfig& c, const std::shared_
   ho.batch_dir = c.server.batch_dir;
   ho.lora_adapters = loras;
   ho.lora_runtime_updates = c.lora.runtime_updates;
+  ho.lora_max_loras = c.lora.max_loras;
   ho.check_lora = [model_path = c.model.path, max_rank = c.lora.max_rank](const std::string&,
                                                                           const std::string& dir) -> Status {
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> base, open_model_checkpoint(model_path));
