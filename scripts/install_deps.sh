@@ -27,6 +27,7 @@ packages=(
   libicu-dev               # Unicode normalization (NFC) and character properties for the tokenizer
   libyaml-cpp-dev          # YAML configuration
   libzmq3-dev cppzmq-dev   # coordinator <-> worker transport
+  libgloo-dev              # collectives between CPU ranks on different hosts (TCP)
   libboost-dev             # Asio + Beast (HTTP server)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
   clang libomp-dev lld     # the sanitized tree and libFuzzer (scripts/fuzz.sh): Clang, its OpenMP, its linker

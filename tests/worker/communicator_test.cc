@@ -1,5 +1,6 @@
-// One suite for every Communicator: loopback (world 1) and shared memory (world 1-4),
-// each rank a real process (fork) that opens its own communicator by name, as workers do.
+// One suite for every Communicator: loopback (world 1), shared memory (world 1-4) and Gloo
+// over loopback TCP (world 1-3), each rank a real process (fork) that opens its own
+// communicator by name, as workers do.
 // Children never use gtest assertions (their failures would die with them): a child
 // writes one report line to a pipe ("ok <digest>" or "FAIL <why>") and exits; the parent
 // asserts on exit codes and reports, including that every rank produced the same bytes.
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <new>
@@ -26,6 +28,7 @@
 
 #include "common/communicator.h"
 #include "common/dtype.h"
+#include "worker/gloo_communicator.h"
 #include "worker/shm_communicator.h"
 
 namespace tessera {
@@ -34,7 +37,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct CommImpl {
-  std::string kind;  // "loopback" or "shm"
+  std::string kind;  // "loopback", "shm" or "gloo"
   int world;
 };
 
@@ -50,6 +53,9 @@ std::string fresh_group() {
   return "ct" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
 }
 
+// The folder where a Gloo group's ranks meet (removed by run_ranks when they are done).
+std::string gloo_rendezvous_dir(const std::string& group) { return ::testing::TempDir() + "tessera-gloo-" + group; }
+
 struct RunOptions {
   size_t max_bytes = 64 * 1024;  // small, so MB-sized messages are chunked
   int timeout_ms = 10000;
@@ -64,6 +70,14 @@ struct RankOutcome {
 StatusOr<std::unique_ptr<Communicator>> open_comm(const CommImpl& impl, const std::string& group, int rank,
                                                   const RunOptions& o) {
   if (impl.kind == "loopback") return make_loopback_communicator();
+  if (impl.kind == "gloo") {
+    GlooOptions g;
+    g.rank = rank;
+    g.world_size = impl.world;
+    g.address = "127.0.0.1";
+    g.timeout_ms = o.timeout_ms;
+    return make_gloo_communicator(g, *make_folder_rendezvous(gloo_rendezvous_dir(group)));
+  }
   return make_shm_communicator(group, rank, impl.world, o.max_bytes, o.timeout_ms);
 }
 
@@ -137,6 +151,7 @@ std::vector<RankOutcome> run_ranks(const CommImpl& impl, const RankBody& body, c
     }
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  if (impl.kind == "gloo") std::filesystem::remove_all(gloo_rendezvous_dir(group));
   for (int r = 0; r < impl.world; ++r) {
     char buf[4096];
     ssize_t n;
@@ -475,7 +490,8 @@ TEST_P(CommunicatorTest, StaleSegmentOfACrashedRunIsReplaced) {
 
 INSTANTIATE_TEST_SUITE_P(AllImplementations, CommunicatorTest,
                          ::testing::Values(CommImpl{"loopback", 1}, CommImpl{"shm", 1}, CommImpl{"shm", 2},
-                                           CommImpl{"shm", 3}, CommImpl{"shm", 4}),
+                                           CommImpl{"shm", 3}, CommImpl{"shm", 4}, CommImpl{"gloo", 1},
+                                           CommImpl{"gloo", 2}, CommImpl{"gloo", 3}),
                          impl_label);
 
 // ---- shm set-up errors -------------------------------------------------------------------
@@ -523,6 +539,44 @@ TEST(ShmCommunicator, MissingPeerAtStartupTimesOut) {
   EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(c.status().message().find("rank(s) 1"), std::string::npos) << c.status().to_string();
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
+}
+
+// ---- Gloo set-up errors ------------------------------------------------------------------
+
+TEST(GlooCommunicator, RejectsBadArgumentsAndNamesAnAddressItCannotListenOn) {
+  const std::string dir = gloo_rendezvous_dir(fresh_group());
+  auto rendezvous = make_folder_rendezvous(dir);
+  GlooOptions g;
+  g.rank = 2;
+  g.world_size = 2;
+  EXPECT_EQ(make_gloo_communicator(g, *rendezvous).status().code(), StatusCode::kInvalidArgument);
+  g.rank = 0;
+  g.address = "192.0.2.1";  // TEST-NET-1: no interface here has it
+  auto c = make_gloo_communicator(g, *rendezvous);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("cannot listen on address 192.0.2.1"), std::string::npos) << c.status().to_string();
+  g.address.clear();
+  g.interface = "no-such-if0";
+  c = make_gloo_communicator(g, *rendezvous);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("interface no-such-if0"), std::string::npos) << c.status().to_string();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GlooCommunicator, MissingPeerAtStartupTimesOutNamingItsKey) {
+  const std::string dir = gloo_rendezvous_dir(fresh_group());
+  const Clock::time_point start = Clock::now();
+  GlooOptions g;
+  g.world_size = 2;
+  g.address = "127.0.0.1";
+  g.timeout_ms = 300;
+  auto c = make_gloo_communicator(g, *make_folder_rendezvous(dir));
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status().to_string();
+  EXPECT_NE(c.status().message().find("could not connect to its peers"), std::string::npos) << c.status().to_string();
+  EXPECT_NE(c.status().message().find("rank 1 did not join within 300 ms"), std::string::npos) << c.status().to_string();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

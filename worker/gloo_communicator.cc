@@ -1,0 +1,333 @@
+#include "worker/gloo_communicator.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace tessera {
+namespace gloo_comm {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+Status unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
+
+class FolderRendezvous final : public GlooRendezvous {
+ public:
+  explicit FolderRendezvous(std::string dir) : dir_(std::move(dir)) {}
+  Status set(const std::string& key, const std::string& value) override {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    const std::string path = dir_ + "/" + key;
+    const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(value.data(), static_cast<std::streamsize>(value.size()));
+      if (!out) return unavailable("gloo rendezvous: cannot write " + tmp);
+    }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return unavailable("gloo rendezvous: cannot rename " + tmp + ": " + ec.message());
+    return Status::ok();
+  }
+  StatusOr<std::string> get(const std::string& key, int timeout_ms) override {
+    const std::string path = dir_ + "/" + key;
+    const Clock::time_point deadline = Clock::now() + Ms(timeout_ms);
+    for (;;) {
+      std::ifstream in(path, std::ios::binary);
+      if (in) {
+        std::ostringstream s;
+        s << in.rdbuf();
+        return s.str();
+      }
+      if (Clock::now() >= deadline)
+        return unavailable("gloo rendezvous: no \"" + key + "\" in " + dir_ + " after " +
+                                 std::to_string(timeout_ms) + " ms");
+      std::this_thread::sleep_for(Ms(2));
+    }
+  }
+
+ private:
+  std::string dir_;
+};
+
+// Gloo's store interface over a GlooRendezvous (Gloo reports failures by exceptions).
+class StoreAdapter final : public ::gloo::rendezvous::Store {
+ public:
+  StoreAdapter(GlooRendezvous& r, int timeout_ms) : r_(r), timeout_ms_(timeout_ms) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const Status s = r_.set(key, std::string(data.begin(), data.end()));
+    if (!s.is_ok()) throw std::runtime_error(s.message());
+  }
+  std::vector<char> get(const std::string& key) override {
+    StatusOr<std::string> v = r_.get(key, timeout_ms_);
+    if (!v.is_ok()) throw std::runtime_error(v.status().message());
+    return std::vector<char>(v.value().begin(), v.value().end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, Ms(timeout_ms_)); }
+  void wait(const std::vector<std::string>& keys, const Ms& timeout) override {
+    for (const std::string& k : keys) {
+      StatusOr<std::string> v = r_.get(k, static_cast<int>(timeout.count()));
+      // Gloo's full mesh keys each rank's addresses by its number.
+      const bool rank_key = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!v.is_ok())
+        throw std::runtime_error((rank_key ? "rank " + k + " did not join within " + std::to_string(timeout.count()) + " ms: " : "") +
+                                 v.status().message());
+    }
+  }
+
+ private:
+  GlooRendezvous& r_;
+  int timeout_ms_;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<::gloo::rendezvous::Context> ctx, std::shared_ptr<::gloo::transport::Device> device,
+                   int timeout_ms)
+      : ctx_(std::move(ctx)), device_(std::move(device)), timeout_(timeout_ms) {}
+  ~GlooCommunicator() override {
+    // Closing first tells the peers at once (they fail instead of waiting for the timeout).
+    try {
+      ctx_->closeConnections();
+    } catch (const std::exception&) {
+    }
+  }
+  int rank() const override { return ctx_->rank; }
+  int world_size() const override { return ctx_->size; }
+  std::string name() const override { return "gloo"; }
+
+  Status all_reduce_sum(void* data, int64_t count, DType dtype) override {
+    if (dtype != DType::kF32 && dtype != DType::kBF16)
+      return invalid_argument("gloo all_reduce_sum: f32 or bf16 only, got " + std::string(dtype_name(dtype)));
+    if (count < 0) return invalid_argument("gloo all_reduce_sum: negative count");
+    const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    if (world_size() == 1 || count == 0) return usable("all_reduce_sum");
+    scratch_.resize(bytes * static_cast<size_t>(world_size()));
+    TESSERA_RETURN_IF_ERROR(exchange("all_reduce_sum", data, bytes, scratch_.data()));
+    std::memcpy(scratch_.data() + static_cast<size_t>(rank()) * bytes, data, bytes);
+    sum_in_rank_order(data, count, dtype);
+    return Status::ok();
+  }
+
+  Status all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    if (count < 0) return invalid_argument("gloo all_gather: negative count");
+    const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    char* mine = static_cast<char*>(recv) + static_cast<size_t>(rank()) * bytes;
+    if (mine != send) std::memmove(mine, send, bytes);
+    if (world_size() == 1 || count == 0) return usable("all_gather");
+    return exchange("all_gather", mine, bytes, static_cast<char*>(recv));
+  }
+
+  Status broadcast(void* data, int64_t count, DType dtype, int root) override {
+    if (root < 0 || root >= world_size())
+      return invalid_argument("gloo broadcast: root " + std::to_string(root) + " outside the group of " +
+                              std::to_string(world_size()));
+    if (count < 0) return invalid_argument("gloo broadcast: negative count");
+    TESSERA_RETURN_IF_ERROR(usable("broadcast"));
+    if (world_size() == 1 || count == 0) return Status::ok();
+    const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    Transfers t(static_cast<uint64_t>(ctx_->nextSlot()));
+    if (rank() == root) {
+      for (int p = 0; p < world_size(); ++p)
+        if (p != root) t.send(*ctx_, p, data, bytes);
+    } else {
+      t.recv(*ctx_, root, data, bytes);
+    }
+    return finish("broadcast", t);
+  }
+
+  Status barrier() override {
+    if (world_size() == 1) return usable("barrier");
+    char token = 1;
+    std::vector<char> all(static_cast<size_t>(world_size()));
+    return exchange("barrier", &token, 1, all.data());
+  }
+
+ private:
+  Status usable(const char* op) const {
+    if (failed_.empty()) return Status::ok();
+    return unavailable(std::string("gloo ") + op + ": the group failed earlier (" + failed_ + ")");
+  }
+
+  // The point-to-point transfers of one collective, each with its peer. A transfer that
+  // cannot even be posted (its peer's connection is gone) marks that peer missing, and the
+  // others go ahead, so the live peers still get what they wait for from this rank.
+  class Transfers {
+   public:
+    explicit Transfers(uint64_t slot) : slot_(slot) {}
+    void recv(::gloo::Context& ctx, int peer, void* at, size_t bytes) { post(ctx, peer, at, bytes, true); }
+    void send(::gloo::Context& ctx, int peer, const void* from, size_t bytes) {
+      post(ctx, peer, const_cast<void*>(from), bytes, false);
+    }
+    // Waits for every transfer posted, by one deadline. A peer whose part does not arrive in
+    // time is missing; so is one a send to fails, unless its part arrived (it reached the
+    // collective: what fails its connection afterwards, e.g. it leaving once done, is not
+    // this collective's failure).
+    void wait(Ms timeout) {
+      const Clock::time_point deadline = Clock::now() + timeout;
+      std::vector<int> arrived;
+      for (Posted& p : posted_) {
+        std::string what;
+        try {
+          const Ms left = std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline - Clock::now()));
+          if (p.is_recv ? p.buffer->waitRecv(nullptr, left) : p.buffer->waitSend(nullptr, left)) {
+            if (p.is_recv) arrived.push_back(p.peer);
+            continue;
+          }
+          what = "aborted";
+        } catch (const std::exception& e) {
+          what = e.what();
+        }
+        if (p.is_recv || std::find(arrived.begin(), arrived.end(), p.peer) == arrived.end()) miss(p.peer, what);
+      }
+    }
+    std::vector<int> missing;  // sorted
+    std::string why;           // the first failure's
+
+   private:
+    struct Posted {
+      int peer;
+      bool is_recv;
+      std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
+    };
+    void post(::gloo::Context& ctx, int peer, void* at, size_t bytes, bool is_recv) {
+      try {
+        auto b = ctx.createUnboundBuffer(at, bytes);
+        if (is_recv)
+          b->recv(peer, slot_);
+        else
+          b->send(peer, slot_);
+        posted_.push_back(Posted{peer, is_recv, std::move(b)});
+      } catch (const std::exception& e) {
+        miss(peer, e.what());
+      }
+    }
+    void miss(int peer, const std::string& what) {
+      if (why.empty()) why = what;
+      const auto at = std::lower_bound(missing.begin(), missing.end(), peer);
+      if (at == missing.end() || *at != peer) missing.insert(at, peer);
+    }
+    uint64_t slot_;
+    std::vector<Posted> posted_;
+  };
+
+  Status finish(const char* op, Transfers& t) {
+    t.wait(timeout_);
+    if (t.missing.empty()) return Status::ok();
+    return fail(op, t.missing, t.why);
+  }
+
+  // Sends `bytes` from `send` to every peer and receives peer p's into recv + p * bytes.
+  Status exchange(const char* op, const void* send, size_t bytes, char* recv) {
+    TESSERA_RETURN_IF_ERROR(usable(op));
+    Transfers t(static_cast<uint64_t>(ctx_->nextSlot()));
+    for (int p = 0; p < world_size(); ++p)
+      if (p != rank()) t.recv(*ctx_, p, recv + static_cast<size_t>(p) * bytes, bytes);
+    for (int p = 0; p < world_size(); ++p)
+      if (p != rank()) t.send(*ctx_, p, send, bytes);
+    return finish(op, t);
+  }
+
+  Status fail(const char* op, const std::vector<int>& missing, const std::string& why) {
+    std::string ranks;
+    for (int r : missing) {
+      if (!ranks.empty()) ranks += ",";
+      ranks += std::to_string(r);
+    }
+    failed_ = std::string(op) + (ranks.empty() ? "" : ": missing rank(s) " + ranks) + ": " + why;
+    return unavailable("gloo " + failed_ + " (rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+                       ", timeout " + std::to_string(timeout_.count()) + " ms)");
+  }
+
+  // data = the ranks' parts in scratch_, summed in rank order (bf16 in f32, rounded once).
+  void sum_in_rank_order(void* data, int64_t count, DType dtype) const {
+    const int world = world_size();
+    if (dtype == DType::kF32) {
+      const auto* parts = reinterpret_cast<const float*>(scratch_.data());
+      auto* out = static_cast<float*>(data);
+      for (int64_t i = 0; i < count; ++i) {
+        float acc = parts[i];
+        for (int r = 1; r < world; ++r) acc += parts[static_cast<int64_t>(r) * count + i];
+        out[i] = acc;
+      }
+      return;
+    }
+    const auto* parts = reinterpret_cast<const uint16_t*>(scratch_.data());
+    auto* out = static_cast<uint16_t*>(data);
+    for (int64_t i = 0; i < count; ++i) {
+      float acc = bf16_to_f32(parts[i]);
+      for (int r = 1; r < world; ++r) acc += bf16_to_f32(parts[static_cast<int64_t>(r) * count + i]);
+      out[i] = f32_to_bf16(acc);
+    }
+  }
+
+  std::shared_ptr<::gloo::rendezvous::Context> ctx_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+  Ms timeout_;
+  std::vector<char> scratch_;  // every rank's part of an all-reduce
+  std::string failed_;         // why the group failed; empty while it works
+};
+
+}  // namespace gloo_comm
+
+std::unique_ptr<GlooRendezvous> make_folder_rendezvous(const std::string& dir) {
+  return std::make_unique<gloo_comm::FolderRendezvous>(dir);
+}
+
+StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooOptions& o, GlooRendezvous& rendezvous) {
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
+    return invalid_argument("gloo: rank " + std::to_string(o.rank) + " outside a group of " + std::to_string(o.world_size));
+  if (o.timeout_ms < 1) return invalid_argument("gloo: timeout must be at least 1 ms");
+  // Gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that died would kill
+  // this process with SIGPIPE instead of failing the collective. Ignored, unless someone
+  // installed a handler (the write then fails with EPIPE, which Gloo reports).
+  struct sigaction pipe_action = {};
+  if (::sigaction(SIGPIPE, nullptr, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  ::gloo::transport::tcp::attr attr;
+  attr.hostname = o.address;
+  attr.iface = o.interface;
+  if (o.address.empty() && o.interface.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    attr.hostname = host;
+  }
+  const std::string where = !o.interface.empty() ? "interface " + o.interface : "address " + attr.hostname;
+  std::shared_ptr<::gloo::transport::Device> device;
+  try {
+    device = ::gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    return invalid_argument("gloo: rank " + std::to_string(o.rank) + " cannot listen on " + where + ": " + e.what());
+  }
+  auto ctx = std::make_shared<::gloo::rendezvous::Context>(o.rank, o.world_size);
+  ctx->setTimeout(gloo_comm::Ms(o.timeout_ms));
+  gloo_comm::StoreAdapter store(rendezvous, o.timeout_ms);
+  try {
+    ctx->connectFullMesh(store, device);
+  } catch (const std::exception& e) {
+    return gloo_comm::unavailable("gloo: rank " + std::to_string(o.rank) + " (listening on " + device->str() +
+                       ") could not connect to its peers: " + e.what());
+  }
+  // A rank's connections are up on its side when connectFullMesh returns, not yet on every
+  // peer's; a barrier over the mesh makes the group whole for all before anyone uses it (or
+  // leaves: a rank closing early would reset a peer still completing its connect).
+  auto comm = std::make_unique<gloo_comm::GlooCommunicator>(std::move(ctx), std::move(device), o.timeout_ms);
+  if (Status s = comm->barrier(); !s.is_ok())
+    return s.with_context("gloo: rank " + std::to_string(o.rank) + " could not complete the group");
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+}  // namespace tessera
