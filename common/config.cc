@@ -332,6 +332,10 @@ const std::vector<std::pair<const char*, DType>> kDtypes = {
 const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
     {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8},
     {"int4", WeightQuantization::kInt4}};
+const std::vector<std::pair<const char*, CollectivesKind>> kCollectives = {{"auto", CollectivesKind::kAuto},
+                                                                          {"shm", CollectivesKind::kShm},
+                                                                          {"gloo", CollectivesKind::kGloo},
+                                                                          {"nccl", CollectivesKind::kNccl}};
 const std::vector<std::pair<const char*, WeightStreaming>> kWeightStreamings = {
     {"map", WeightStreaming::kMap}, {"read", WeightStreaming::kRead}, {"direct", WeightStreaming::kDirect}};
 const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& kSpeculativeMethods = speculative_method_names();
@@ -701,6 +705,9 @@ const std::vector<KeyDef>& schema() {
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << c.worker.memory_limit_bytes; }, nullptr},
       TESSERA_STRING_KEY("worker.control_address", worker.control_address, read_optional_endpoint),
+      TESSERA_ENUM_KEY("worker.collectives", worker.collectives, kCollectives),
+      TESSERA_STRING_KEY("worker.collectives_address", worker.collectives_address, read_string),
+      TESSERA_STRING_KEY("worker.collectives_interface", worker.collectives_interface, read_string),
       // The CPU kernels' switches (common/kernel_options.h; the TESSERA_CPU_* variables override them).
       TESSERA_ENUM_KEY("worker.cpu.isa", worker.cpu.isa, cpu_isa_names()),
       TESSERA_ENUM_KEY("worker.cpu.gemm", worker.cpu.gemm, cpu_gemm_names()),
@@ -1006,6 +1013,8 @@ std::string dump_config_yaml(const TesseraConfig& config) {
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
+
+const char* collectives_kind_name(CollectivesKind kind) { return enum_name(kCollectives, kind); }
 
 bool valid_lora_name(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;

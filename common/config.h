@@ -189,6 +189,9 @@ struct ServerSection {
   CurveSection curve;
 };
 
+enum class CollectivesKind { kAuto, kShm, kGloo, kNccl };
+const char* collectives_kind_name(CollectivesKind kind);  // "auto", "shm", "gloo", "nccl"
+
 struct WorkerSection {
   std::optional<BackendKind> backend;  // nullopt = "auto" (common/parallel_roles.h)
   int threads = 0;  // CPU threads per worker; 0 = all cores (or OMP_NUM_THREADS)
@@ -199,6 +202,15 @@ struct WorkerSection {
   // Where workers connect; "" = server.control (which is where the coordinator binds, e.g.
   // tcp://0.0.0.0:5560, while workers on other hosts need tcp://tessera-coordinator:5560).
   std::string control_address;
+  // How the ranks of a tensor-parallel group reduce (worker/collective_group.h): auto =
+  // shared memory where every rank shares one host and one /dev/shm, Gloo (TCP) between CPU
+  // ranks otherwise, NCCL between GPU ranks. The coordinator's value holds for every rank.
+  CollectivesKind collectives = CollectivesKind::kAuto;
+  // Where this worker's Gloo connections listen (and its peers connect): an address or host
+  // name, or a network interface whose address is used; both "" = the host's name (a pod's
+  // name resolves to its IP). This worker's own configuration, not the coordinator's.
+  std::string collectives_address;
+  std::string collectives_interface;
   // The CPU backend's kernel choices (worker.cpu.*); the environment's TESSERA_CPU_*
   // variables override them when the worker resolves them (common/kernel_options.h).
   CpuKernelOptions cpu;

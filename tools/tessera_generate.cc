@@ -65,6 +65,7 @@ struct Options {
   std::vector<std::string> lora;  // --lora NAME=PATH (lora.adapters)
   int lora_max_rank = 64;         // --lora-max-rank (lora.max_rank)
   int lora_max_loras = 0;         // --lora-max-loras (lora.max_loras)
+  std::string collectives = "auto";  // --collectives (worker.collectives)
   std::string prompt_lora;        // --prompt-lora: the adapter of each prompt
 };
 
@@ -217,6 +218,14 @@ Status run(const Options& o) {
   lo.dtype = *dtype;
   lo.kernel_inject = !o.no_kernel_inject;
   lo.tensor_parallel = o.tensor_parallel;
+  if (o.collectives == "auto" || o.collectives == "shm" || o.collectives == "gloo" || o.collectives == "nccl") {
+    lo.collectives = o.collectives == "auto"   ? CollectivesKind::kAuto
+                     : o.collectives == "shm"  ? CollectivesKind::kShm
+                     : o.collectives == "gloo" ? CollectivesKind::kGloo
+                                               : CollectivesKind::kNccl;
+  } else {
+    return invalid_argument("--collectives: \"" + o.collectives + "\" is not auto, shm, gloo or nccl");
+  }
   lo.backend = o.backend;
   lo.threads = o.threads;
   lo.program = "tessera-gen";
@@ -343,6 +352,10 @@ int generate_main(int argc, char** argv) {
                  "NAME=PATH, repeatable: a LoRA adapter (PEFT folder) loaded beside the model (lora.adapters); "
                  "--prompt-lora says which prompts use it (default: none)");
   app.add_option("--lora-max-rank", o.lora_max_rank, "the largest adapter rank accepted (lora.max_rank)")
+      ->capture_default_str();
+  app.add_option("--collectives", o.collectives,
+                 "how the ranks reduce with --tensor-parallel: auto, shm, gloo (TCP over loopback here) or nccl "
+                 "(worker.collectives)")
       ->capture_default_str();
   app.add_option("--lora-max-loras", o.lora_max_loras,
                  "adapters resident at once, and so running at once; 0: all (lora.max_loras)")

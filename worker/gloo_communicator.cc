@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/logging.h"
 
 namespace tessera {
 namespace gloo_comm {
@@ -312,6 +313,7 @@ StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooOptions
   } catch (const std::exception& e) {
     return invalid_argument("gloo: rank " + std::to_string(o.rank) + " cannot listen on " + where + ": " + e.what());
   }
+  TESSERA_LOG_INFO("gloo: rank {}/{} listens on {} ({})", o.rank, o.world_size, where, device->str());
   auto ctx = std::make_shared<::gloo::rendezvous::Context>(o.rank, o.world_size);
   ctx->setTimeout(gloo_comm::Ms(o.timeout_ms));
   gloo_comm::StoreAdapter store(rendezvous, o.timeout_ms);

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 #include <zmq.hpp>
 
 #include "common/logging.h"
@@ -36,12 +38,13 @@ struct WorkerLink::Impl {
   std::atomic<bool> stop{false};
   std::atomic<bool> silently{false};
 
-  // share_collective_id(): the id relayed by the coordinator in this session (set by the
-  // socket's reader, cleared when an Assignment arrives: an id that came before it belongs
-  // to an earlier group), and how rank 0 sends its own (set while run() is running).
+  // The collective group's bootstrap (share_collective_id, publish_collective_blob): the
+  // blobs the coordinator relayed from the other ranks in this session, by origin rank (set
+  // by the socket's reader, cleared when an Assignment arrives: blobs that came before it
+  // belong to an earlier group), and how this rank sends its own (set while run() is running).
   std::mutex id_mu;
   std::condition_variable id_cv;
-  std::optional<std::string> collective_id;
+  std::vector<std::pair<int, std::string>> relayed;
   bool running = false;
   std::function<void(const std::string& frame)> send_frame;
 };
@@ -144,7 +147,7 @@ class WorkerLink::Session {
   void open_collective_id_channel() {
     std::lock_guard<std::mutex> id_lock(shared_.id_mu);
     shared_.running = true;
-    shared_.collective_id.reset();
+    shared_.relayed.clear();
     shared_.send_frame = [this](const std::string& frame) {
       std::lock_guard<std::mutex> sock_lock(sock_mu_);
       if (!over_) dealer_.send(zmq::buffer(frame), zmq::send_flags::none);
@@ -301,7 +304,7 @@ class WorkerLink::Session {
       case wire::MessageType::kAssignment: {
         assigned_ = true;
         std::lock_guard<std::mutex> id_lock(shared_.id_mu);
-        shared_.collective_id.reset();
+        shared_.relayed.clear();
       }
         [[fallthrough]];
       case wire::MessageType::kStepPlan:
@@ -337,7 +340,7 @@ class WorkerLink::Session {
       return;
     }
     std::lock_guard<std::mutex> id_lock(shared_.id_mu);
-    shared_.collective_id = std::move(cid.blob);
+    shared_.relayed.emplace_back(cid.origin_rank, std::move(cid.blob));
     shared_.id_cv.notify_all();
   }
 
@@ -438,27 +441,51 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
 }
 
 StatusOr<std::string> WorkerLink::share_collective_id(const std::string& rank0_id, std::chrono::milliseconds timeout) {
-  const std::string tag = rank_tag(options_.rank);
-  std::unique_lock<std::mutex> lock(impl_->id_mu);
-  if (!impl_->running || !impl_->send_frame) return link_unavailable(tag + ": collective id outside a link session");
   if (options_.rank == 0) {
-    if (rank0_id.empty()) return invalid_argument(tag + ": rank 0 must supply the collective id");
-    std::string frame;
-    wire::encode(wire::CollectiveId{0, rank0_id}, &frame);
-    // The reader takes id_mu while holding the socket lock: send without holding id_mu. The
-    // function stays valid: setup (our only caller) runs inside run().
-    auto send = impl_->send_frame;
-    lock.unlock();
-    send(frame);
+    if (rank0_id.empty()) return invalid_argument(rank_tag(0) + ": rank 0 must supply the collective id");
+    TESSERA_RETURN_IF_ERROR(publish_collective_blob(rank0_id));
     return rank0_id;
   }
-  const bool got = impl_->id_cv.wait_for(lock, timeout, [&] {
-    return impl_->collective_id.has_value() || impl_->stop.load() || !impl_->running;
-  });
-  if (!got || !impl_->collective_id)
-    return link_unavailable(tag + ": no collective id from rank 0 (via the coordinator) within " +
-                       std::to_string(timeout.count()) + " ms");
-  return *impl_->collective_id;
+  StatusOr<std::string> id = wait_collective_blob(0, [](const std::string&) { return true; }, timeout);
+  if (!id.is_ok())
+    return link_unavailable(rank_tag(options_.rank) + ": no collective id from rank 0 (via the coordinator) within " +
+                            std::to_string(timeout.count()) + " ms");
+  return id;
+}
+
+Status WorkerLink::publish_collective_blob(const std::string& blob) {
+  const std::string tag = rank_tag(options_.rank);
+  std::unique_lock<std::mutex> lock(impl_->id_mu);
+  if (!impl_->running || !impl_->send_frame) return link_unavailable(tag + ": collective bootstrap outside a link session");
+  std::string frame;
+  wire::encode(wire::CollectiveId{options_.rank, blob}, &frame);
+  // The reader takes id_mu while holding the socket lock: send without holding id_mu. The
+  // function stays valid: setup (our only caller) runs inside run().
+  auto send = impl_->send_frame;
+  lock.unlock();
+  send(frame);
+  return Status::ok();
+}
+
+StatusOr<std::string> WorkerLink::wait_collective_blob(int origin, const std::function<bool(const std::string&)>& match,
+                                                       std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(impl_->id_mu);
+  if (!impl_->running) return link_unavailable(rank_tag(options_.rank) + ": collective bootstrap outside a link session");
+  const std::string* found = nullptr;
+  const auto look = [&] {
+    for (const auto& [from, blob] : impl_->relayed)
+      if ((origin < 0 || from == origin) && match(blob)) {
+        found = &blob;
+        return true;
+      }
+    return false;
+  };
+  const bool got = impl_->id_cv.wait_for(lock, timeout, [&] { return look() || impl_->stop.load() || !impl_->running; });
+  if (!got || found == nullptr)
+    return link_unavailable(rank_tag(options_.rank) + ": nothing relayed from " +
+                            (origin < 0 ? std::string("any rank") : "rank " + std::to_string(origin)) + " within " +
+                            std::to_string(timeout.count()) + " ms");
+  return *found;
 }
 
 }  // namespace tessera

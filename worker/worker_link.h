@@ -76,6 +76,14 @@ class WorkerLink {
   // gets it back; other ranks pass "" and wait, at most `timeout`, for rank 0's id (the one
   // relayed after this session's Assignment). Unavailable on timeout or when the link ends.
   StatusOr<std::string> share_collective_id(const std::string& rank0_id, std::chrono::milliseconds timeout);
+  // The general form, for groups whose ranks all publish (Gloo's addresses, the shared-memory
+  // identity `worker.collectives: auto` compares): `blob` goes to the coordinator and from
+  // there to every other rank of this session's group (and to ranks that register later);
+  // wait_collective_blob returns the first relayed blob from `origin` (-1: any rank) that
+  // `match` accepts, waiting at most `timeout`. Unavailable on timeout or when the link ends.
+  Status publish_collective_blob(const std::string& blob);
+  StatusOr<std::string> wait_collective_blob(int origin, const std::function<bool(const std::string&)>& match,
+                                             std::chrono::milliseconds timeout);
 
   // Steps served by the current / last run().
   uint64_t steps_served() const { return steps_served_.load(); }

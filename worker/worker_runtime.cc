@@ -11,28 +11,17 @@
 #include "common/zmq/curve_keys.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
-#ifdef TESSERA_WITH_CUDA
-#include "kernels/cuda/cuda_probe.h"
-#include "kernels/cuda/nccl_communicator.h"
-#endif
 #include "worker/auto_tp.h"
 #include "worker/cpu_share.h"
 #include "worker/draft_model.h"
 #include "worker/executor.h"
 #include "worker/model_weights.h"
-#include "worker/shm_communicator.h"
+#include "worker/collective_group.h"
 #include "worker/transformer.h"
 #include "worker/worker_link.h"
 #include "worker/model_checkpoint.h"
 
 namespace tessera {
-namespace {
-
-// Largest message one shared-memory slot holds; bigger collectives are chunked.
-constexpr size_t kShmSlotBytes = size_t{4} << 20;
-
-}  // namespace
-
 namespace {
 
 // A group whose output projection is kept whole is computed whole on every rank (that is
@@ -107,27 +96,6 @@ StatusOr<std::string> describe_tp_plan(const TesseraConfig& config) {
   return format_tp_plan(plan, mc, shapes);
 }
 
-namespace {
-
-// NCCL between GPU ranks: rank 0 makes the group's unique id, the coordinator relays it.
-StatusOr<std::unique_ptr<Communicator>> make_gpu_communicator(WorkerLink& link, int rank, int world) {
-#ifdef TESSERA_WITH_CUDA
-  std::string id;
-  if (rank == 0) {
-    TESSERA_ASSIGN_OR_RETURN(id, make_nccl_unique_id());
-  }
-  TESSERA_ASSIGN_OR_RETURN(id, link.share_collective_id(id, std::chrono::minutes(5)));
-  return make_nccl_communicator(id, rank, world, rank % std::max(1, cuda::device_count()));
-#else
-  (void)link;
-  (void)rank;
-  (void)world;
-  return unimplemented("GPU ranks need NCCL, and this build has no CUDA support");
-#endif
-}
-
-}  // namespace
-
 Status run_worker(const TesseraConfig& local_config, int rank) {
   WorkerLinkOptions lo;
   lo.coordinator_address = local_config.worker.control_address.empty() ? local_config.server.control
@@ -194,15 +162,18 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     const auto dtype = parse_float_dtype(a.dtype);
     const auto kv_dtype = parse_float_dtype(a.kv_dtype.empty() ? a.dtype : a.kv_dtype);
     if (!dtype || !kv_dtype) return invalid_argument("assignment: bad dtype \"" + a.dtype + "\"");
-    // The backend decides the collective: GPU ranks (one device each: rank r of this host
-    // takes device r modulo the visible count) talk NCCL, CPU ranks shared memory.
-    if (a.world_size == 1) {
-      comm = make_loopback_communicator();
-    } else if (backend->kind() == BackendKind::kCpu) {
-      TESSERA_ASSIGN_OR_RETURN(comm, make_shm_communicator(a.collective_bootstrap, a.rank, a.world_size, kShmSlotBytes));
-    } else {
-      TESSERA_ASSIGN_OR_RETURN(comm, make_gpu_communicator(link, a.rank, a.world_size));
-    }
+    // The collective (worker/collective_group.h): the coordinator's choice for the group, this
+    // worker's address for Gloo. GPU ranks take one device each (rank r of this host device r
+    // modulo the visible count).
+    CollectiveGroupOptions co;
+    co.kind = config.worker.collectives;
+    co.rank = a.rank;
+    co.world_size = a.world_size;
+    co.gpu = backend->kind() != BackendKind::kCpu;
+    co.shm_group = a.collective_bootstrap;
+    co.gloo_address = local_config.worker.collectives_address;
+    co.gloo_interface = local_config.worker.collectives_interface;
+    TESSERA_ASSIGN_OR_RETURN(comm, make_group_communicator(co, link));
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(a.model_path));
     TESSERA_ASSIGN_OR_RETURN(ModelConfig mc, parse_model_config(ckpt->config(), ckpt->config_source()));
     config.parallel.tensor_parallel = a.world_size;

@@ -31,8 +31,9 @@ inline constexpr uint32_t kMagic = 0x50575354;  // "TSWP" as little-endian bytes
 // StepResult.proposals (proposals made by the executors' draft model); 10: SeqStep.allowed_tokens
 // may hold a mask per checked row (proposals under a grammar); 11: SeqStart.pooling and
 // StepResult.pooled (embedding sequences); 12: SeqStart.lora (the sequence's LoRA adapter),
-// StepPlan.lora_loads and lora_unloads (adapters changed at run time).
-inline constexpr uint16_t kProtocolVersion = 12;
+// StepPlan.lora_loads and lora_unloads (adapters changed at run time); 13: CollectiveId from
+// any rank (Gloo's addresses, /dev/shm identities), relayed to all the others.
+inline constexpr uint16_t kProtocolVersion = 13;
 inline constexpr size_t kHeaderBytes = kFrameHeaderBytes;
 
 enum class MessageType : uint16_t {
@@ -96,10 +97,11 @@ struct Reject {
   std::string reason;
 };
 
-// The bootstrap of a collective group that rank 0 creates when it is set up (NCCL's
-// unique id): rank 0 sends it to the coordinator, which relays it to every other rank of
-// the group (and to a rank that registers later), so the coordinator never needs to link
-// the collective library. `origin_rank` is always 0 today; -1 never appears on the wire.
+// A bootstrap blob of a collective group, published by a rank as it is set up (rank 0's
+// NCCL unique id; each rank's Gloo addresses and /dev/shm identity): the rank sends it to the
+// coordinator, which relays it to every other rank of the group (and to a rank that
+// registers later), so the coordinator never needs to link the collective library.
+// `origin_rank` is the publishing rank's (the coordinator ignores a blob naming another).
 struct CollectiveId {
   int32_t origin_rank = 0;
   std::string blob;  // opaque bytes

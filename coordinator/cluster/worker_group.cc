@@ -76,9 +76,14 @@ struct WorkerGroup::Impl {
   std::condition_variable state_cv;
   std::vector<Slot> slots;
   std::unordered_map<std::string, int> by_identity;
-  // The collective group's id from rank 0's current session (NCCL's unique id), relayed to
-  // the other ranks; empty until rank 0 sends one, cleared when rank 0 registers or dies.
-  std::string collective_id;
+  // The collective group's bootstrap blobs from the ranks' current sessions (rank 0's NCCL
+  // unique id; every rank's Gloo addresses and shared-memory identity), by origin rank,
+  // relayed to the other ranks; a rank's are dropped when it registers again or dies, all of
+  // them when the group re-forms.
+  std::vector<std::pair<int, std::string>> collective_blobs;
+  void drop_blobs_of(int rank) {
+    std::erase_if(collective_blobs, [rank](const auto& b) { return b.first == rank; });
+  }
   // on_all_registered: whether it has run successfully (under sock_mu), and its error
   // (under state_mu), which ends wait_until_ready().
   bool all_registered_once = false;
@@ -181,14 +186,14 @@ struct WorkerGroup::Impl {
       std::lock_guard<std::mutex> lock(state_mu);
       const bool was_alive = slots[rank].alive;
       mark_dead_locked(rank, why);
-      if (rank == 0) collective_id.clear();
+      drop_blobs_of(rank);
       if (was_alive && opts.regroup_on_rank_loss) {
         for (size_t k = 0; k < slots.size(); ++k) {
           if (!slots[k].alive) continue;
           regroup.push_back(slots[k].identity);
           mark_dead_locked(static_cast<int>(k), "restarting with the group: rank " + std::to_string(rank) + " was lost");
         }
-        if (!regroup.empty()) collective_id.clear();
+        if (!regroup.empty()) collective_blobs.clear();
       }
     }
     if (!regroup.empty()) {
@@ -307,7 +312,7 @@ struct WorkerGroup::Impl {
       s.last_heard = Clock::now();
       registrations = ++s.registrations;
       by_identity[identity] = rank;
-      if (rank == 0) collective_id.clear();  // a new session of rank 0 makes a new group id
+      drop_blobs_of(rank);  // a new session publishes anew
     }
     if (opts.on_all_registered && !all_registered_once) return hold_until_all_registered(rank, reg);
     assign(rank, identity, reg, registrations);
@@ -379,40 +384,42 @@ struct WorkerGroup::Impl {
                      registrations > 1 ? " - re-registration #" + std::to_string(registrations - 1) : "");
     wire::encode(a, &send_buf);
     if (!send_to(identity, send_buf)) return on_dead(rank, "unreachable when sending its assignment");
-    std::string id;
+    std::vector<std::pair<int, std::string>> blobs;
     {
       std::lock_guard<std::mutex> lock(state_mu);
       slots[rank].assigned = true;
-      id = collective_id;
+      for (const auto& b : collective_blobs)
+        if (b.first != rank) blobs.push_back(b);
     }
-    if (rank != 0 && !id.empty()) {  // joined after rank 0 made the group: it waits for this
-      wire::encode(wire::CollectiveId{0, id}, &send_buf);
-      if (!send_to(identity, send_buf)) on_dead(rank, "unreachable when sending the collective id");
+    // Joined after other ranks published: it waits for these.
+    for (const auto& [origin, blob] : blobs) {
+      wire::encode(wire::CollectiveId{origin, blob}, &send_buf);
+      if (!send_to(identity, send_buf)) return on_dead(rank, "unreachable when sending the collective bootstrap");
     }
   }
 
-  // Rank 0 made its collective group (NCCL unique id): every other rank gets the id, now or
-  // when it registers.
+  // A rank published a bootstrap blob of the collective group (rank 0's NCCL unique id, a
+  // rank's Gloo addresses): every other rank gets it, now or when it registers.
   void on_collective_id(int rank, const zmq::message_t& msg) {
     wire::CollectiveId cid;
     Status st = wire::decode(view(msg), &cid);
-    if (!st.is_ok() || rank != 0) {
-      TESSERA_LOG_WARN("worker group: ignoring collective id from rank {}: {}", rank,
-                       st.is_ok() ? "only rank 0 creates the group" : st.to_string());
+    if (!st.is_ok() || cid.origin_rank != rank) {
+      TESSERA_LOG_WARN("worker group: ignoring a collective bootstrap blob from rank {}: {}", rank,
+                       st.is_ok() ? "it names rank " + std::to_string(cid.origin_rank) + " as its origin" : st.to_string());
       return;
     }
     std::vector<std::pair<int, std::string>> targets;
     {
       std::lock_guard<std::mutex> lock(state_mu);
-      collective_id = cid.blob;
-      for (size_t r = 1; r < slots.size(); ++r)
-        if (slots[r].alive) targets.emplace_back(static_cast<int>(r), slots[r].identity);
+      collective_blobs.emplace_back(rank, cid.blob);
+      for (size_t r = 0; r < slots.size(); ++r)
+        if (static_cast<int>(r) != rank && slots[r].alive) targets.emplace_back(static_cast<int>(r), slots[r].identity);
     }
-    TESSERA_LOG_INFO("worker group: relaying rank 0's collective id ({} bytes) to {} rank(s)", cid.blob.size(),
-                     targets.size());
-    wire::encode(wire::CollectiveId{0, cid.blob}, &send_buf);
+    TESSERA_LOG_DEBUG("worker group: relaying rank {}'s collective bootstrap ({} bytes) to {} rank(s)", rank,
+                      cid.blob.size(), targets.size());
+    wire::encode(wire::CollectiveId{rank, cid.blob}, &send_buf);
     for (auto& [r, identity] : targets)
-      if (!send_to(identity, send_buf)) on_dead(r, "unreachable when sending the collective id");
+      if (!send_to(identity, send_buf)) on_dead(r, "unreachable when sending the collective bootstrap");
   }
 
   void on_worker_message(const std::string& identity, zmq::message_t& msg) {

@@ -337,7 +337,7 @@ TEST(WireTest, LayoutIsLittleEndianAndDocumented) {
   const std::string f = encode(Heartbeat{-1, 0x0102030405060708ULL, 5});
   ASSERT_EQ(f.size(), kHeaderBytes + 4 + 8 + 8);
   EXPECT_EQ(f.substr(0, 4), "TSWP");
-  EXPECT_EQ(f[4], 12);  // version, little-endian u16 (docs/wire.md: version 12)
+  EXPECT_EQ(f[4], 13);  // version, little-endian u16 (docs/wire.md: version 13)
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], static_cast<char>(MessageType::kHeartbeat));
   EXPECT_EQ(f[8], 20);  // body length

@@ -7,6 +7,8 @@
 // pod's hostname (tessera-worker-N: the rank comes from the ordinal) in a restart loop that
 // mirrors restartPolicy: Always.
 //
+// Each pod also has its own mount namespace and /dev/shm, so the ranks reduce over Gloo (TCP).
+//
 // 1. The fixture's greedy tokens at TP=2 over HTTP; cutting worker 1's link fails the request
 //    in flight clearly (503, retryable) and makes /ready say 503 within a few heartbeats; restoring it, the
 //    restarted rank re-registers and service resumes.
@@ -125,8 +127,11 @@ class Cluster {
                  host);
     if (!r) return r;
     fs::create_directories("/etc/netns/" + n);
-    testing::write_file("/etc/netns/" + n + "/hosts",
-                        "127.0.0.1 localhost\n10.213.0.1 tessera tessera-control\n");
+    // The workers' pod names too (a pod's own name resolves to its IP, as the kubelet's
+    // /etc/hosts says; Gloo listens on that address).
+    std::string hosts = "127.0.0.1 localhost\n10.213.0.1 tessera tessera-control\n";
+    for (int w = 0; w < 4; ++w) hosts += "10.213.0." + std::to_string(2 + w) + " tessera-worker-" + std::to_string(w) + "\n";
+    testing::write_file("/etc/netns/" + n + "/hosts", hosts);
     return ::testing::AssertionSuccess();
   }
 
@@ -263,8 +268,11 @@ std::string worker_script(const WorkerSpec& spec, const std::string& config, con
   for (const std::string& a : extra_args) cmd += " " + shell_quote(a);
   const std::string body = restart ? "while :; do " + cmd + "; echo \"[pod] exited with $?, restarting\"; sleep 0.3; done"
                                    : cmd + "; echo \"[pod] exited with $?\"";
-  // A UTS namespace of its own, so the pod has its own hostname.
-  return "exec unshare --uts /bin/sh -c " + shell_quote("hostname " + hostname + " && " + body);
+  // A UTS namespace of its own, so the pod has its own hostname, and a mount namespace with a
+  // /dev/shm of its own, as a pod has: ranks on different "hosts" share no shared memory, so
+  // worker.collectives auto picks Gloo.
+  return "exec unshare --uts --mount /bin/sh -c " +
+         shell_quote("mount -t tmpfs -o size=64m tmpfs /dev/shm && hostname " + hostname + " && " + body);
 }
 
 struct Golden {
@@ -342,6 +350,13 @@ TEST(MultiHost, FixtureTokensAcrossHostsAndALinkCutAndRestored) {
                                    "tcp://tessera-control:5560 (from worker.control_address)"))
       << testing::read_file(workers[1]->log);
   EXPECT_TRUE(log_has(coord, "rank 1 registered from host tessera-worker-1")) << testing::read_file(coord.log);
+  // Each pod has its own /dev/shm: the ranks reduce over Gloo, each listening on its pod's address.
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_TRUE(log_has(*workers[w], "rank " + std::to_string(w) +
+                                         "/2: collectives over gloo (the ranks do not share one /dev/shm)"))
+        << testing::read_file(workers[w]->log);
+    EXPECT_TRUE(log_has(*workers[w], "addr=[10.213.0." + std::to_string(2 + w) + "]")) << testing::read_file(workers[w]->log);
+  }
 
   const Golden g = golden_case();
   auto [code, body] = cl.http("POST", "/v1/completions", completion_body(g.prompt, g.greedy.size()));

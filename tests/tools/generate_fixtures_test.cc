@@ -36,13 +36,15 @@ struct FixtureRun {
   bool inject = true;
   bool one_at_a_time = false;
   bool streamed = false;  // --weights-budget 25%
+  bool gloo = false;      // --collectives gloo: the ranks reduce over TCP
 };
 
 std::string run_name(const ::testing::TestParamInfo<FixtureRun>& info) {
   std::string m = info.param.model;
   for (char& ch : m) if (ch == '-' || ch == '/' || ch == '.') ch = '_';
   return m + "_tp" + std::to_string(info.param.world) + (info.param.inject ? "_fused" : "_plain") +
-         (info.param.one_at_a_time ? "_single" : "_batched") + (info.param.streamed ? "_streamed" : "");
+         (info.param.one_at_a_time ? "_single" : "_batched") + (info.param.streamed ? "_streamed" : "") +
+         (info.param.gloo ? "_gloo" : "");
 }
 
 // The folder holding a model's config.json and goldens/: the model itself, or the folder of
@@ -100,6 +102,12 @@ std::vector<FixtureRun> runs() {
     }
     out.push_back({m, 1, true, false, true});
     if (tp_allowed(m, 2)) out.push_back({m, 2, true, false, true});
+    // Over Gloo as across hosts (the same exchange on loopback): fused and plain.
+    for (int world : {2, 3}) {
+      if (!tp_allowed(m, world)) continue;
+      out.push_back({m, world, true, false, false, true});
+      if (world == 2) out.push_back({m, world, false, false, false, true});
+    }
   }
   for (const std::string& m : torch_checkpoint_models()) {
     for (bool inject : {true, false}) {
@@ -119,8 +127,8 @@ class GenerateFixturesTest : public ::testing::TestWithParam<FixtureRun> {};
 // re-run that code on the same shapes, and kjv-llama (the largest fixture, a plain Llama
 // that tiny-llama already covers) runs only across ranks; the release build runs them all.
 bool run_under_sanitizers(const FixtureRun& p) {
-  // Streaming is the same code for every model: one model across ranks reaches it.
-  if (p.streamed) return p.model == "tiny-llama" && p.world > 1;
+  // Streaming is the same code for every model: one model across ranks reaches it; Gloo too.
+  if (p.streamed || p.gloo) return p.model == "tiny-llama" && p.world == 2 && p.inject;
   if (p.model == "kjv-llama") return p.world > 1;
   return p.world > 1 || (!p.inject && p.one_at_a_time);
 }
@@ -150,6 +158,7 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   if (p.one_at_a_time) cmd += " --max-num-seqs 1";
   if (p.world > 1) cmd += " --tensor-parallel " + std::to_string(p.world);
   if (p.streamed) cmd += " --weights-budget 25% --weights-spill-dir " + testing::shell_quote(dir);
+  if (p.gloo) cmd += " --collectives gloo";
   const auto r = testing::run_command(cmd);
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
   const std::vector<float> got = testing::read_f32_file(dir + "/logits.f32");
@@ -171,6 +180,7 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   EXPECT_LE(worst, 1e-3f);
   std::cout << "[ REPORT   ] tessera-generate " << p.model << " TP=" << p.world << (p.inject ? " fused" : " plain")
             << (p.one_at_a_time ? " one at a time" : " batched") << (p.streamed ? ", 25% of weights resident" : "")
+            << (p.gloo ? ", over Gloo" : "")
             << ": max |logit - reference| = " << worst
             << std::endl;
 }
@@ -277,6 +287,33 @@ TEST(GenerateFixturesOverrides, DeepSpeedKeepListOnFalconStillMatches) {
                                       " --max-new-tokens 24 --json --tensor-parallel 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"], c["greedy_ids"]);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// worker.collectives: auto on one host finds one /dev/shm and uses shared memory; nccl for
+// CPU ranks and an unknown name are refused by name.
+TEST(GenerateCollectives, AutoOnOneHostUsesSharedMemoryAndBadChoicesAreNamed) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string base = "TESSERA_LOG_LEVEL=info " + testing::bin_dir() + "/tessera-generate --model " +
+                           testing::shell_quote(testing::fixtures_dir() + "/tiny-llama") +
+                           " --prompt-ids 1,2,3 --max-new-tokens 2 --tensor-parallel 2";
+  const auto autos = testing::run_command(base);
+  ASSERT_EQ(autos.exit_code, 0) << autos.err;
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(autos.err.find("rank " + std::to_string(r) + "/2: collectives over shm (every rank sees this /dev/shm)"),
+              std::string::npos)
+        << autos.err;
+  const auto nccl = testing::run_command(base + " --collectives nccl");
+  EXPECT_NE(nccl.exit_code, 0);
+  EXPECT_NE(nccl.err.find("worker.collectives nccl cannot serve CPU ranks"), std::string::npos) << nccl.err;
+  const auto bogus = testing::run_command(base + " --collectives mpi");
+  EXPECT_NE(bogus.exit_code, 0);
+  EXPECT_NE(bogus.err.find("--collectives: \"mpi\" is not auto, shm, gloo or nccl"), std::string::npos) << bogus.err;
 }
 
 }  // namespace

@@ -92,6 +92,8 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.model.weights_prefetch_layers = o.residency.prefetch_layers;
   c.model.weights_streaming = o.residency.streaming;
   c.parallel.tensor_parallel = o.tensor_parallel;
+  c.worker.collectives = o.collectives;
+  c.worker.collectives_address = "127.0.0.1";  // every rank is a process of this host
   if (!o.draft_model.empty()) {
     c.speculative.method = SpeculativeConfig::Method::kDraft;
     c.speculative.draft_model = std::filesystem::absolute(o.draft_model).string();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/config.h"
 #include "common/dtype.h"
 #include "common/quantization.h"
 #include "common/status.h"
@@ -22,6 +23,7 @@ struct LocalExecutorOptions {
   DType dtype = DType::kF32;
   bool kernel_inject = true;
   int tensor_parallel = 1;
+  CollectivesKind collectives = CollectivesKind::kAuto;  // worker.collectives (over loopback for Gloo)
   std::string backend = "cpu";  // "cpu" | "cuda"
   int threads = 0;              // CPU threads per process; 0 = all cores
   QuantizationOptions quant;

@@ -280,6 +280,9 @@ StatusOr<bool> start_and_await_workers(const ServeOptions& o, WorkerGroup& group
     // names the coordinator for workers on other hosts).
     TesseraConfig local = c;
     local.worker.control_address = group.endpoint();
+    // Gloo between ranks of one host: over loopback unless the configuration names an address.
+    if (local.worker.collectives_address.empty() && local.worker.collectives_interface.empty())
+      local.worker.collectives_address = "127.0.0.1";
     TESSERA_ASSIGN_OR_RETURN(tmp, write_local_worker_config(local));
     TESSERA_RETURN_IF_ERROR(workers.start(executable_dir() + "/tessera-worker", tmp.path() + "/config.yaml",
                                           c.parallel.tensor_parallel));
