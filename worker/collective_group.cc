@@ -113,6 +113,8 @@ StatusOr<std::unique_ptr<Communicator>> make_group_communicator(const Collective
                             (o.gpu ? "GPU ranks (their tensors are in device memory: nccl or auto)"
                                    : "CPU ranks (nccl is for GPUs: auto, shm or gloo)"));
   TESSERA_LOG_INFO("rank {}/{}: collectives over {} ({})", o.rank, o.world_size, collectives_kind_name(kind), why);
+  // For the coordinator's /metrics (tessera:collectives_info).
+  if (o.rank == 0) TESSERA_RETURN_IF_ERROR(link.publish_collective_blob(std::string("collectives:") + collectives_kind_name(kind)));
   switch (kind) {
     case CollectivesKind::kShm:
       return make_shm_communicator(o.shm_group, o.rank, o.world_size, cgi::kShmSlotBytes, o.timeout_ms);

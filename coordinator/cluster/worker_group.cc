@@ -72,7 +72,7 @@ struct WorkerGroup::Impl {
   bool stopped = false;
   std::string plan_buf;
 
-  mutable std::mutex state_mu;  // guards slots, by_identity
+  mutable std::mutex state_mu;  // guards slots, by_identity, collective_blobs
   std::condition_variable state_cv;
   std::vector<Slot> slots;
   std::unordered_map<std::string, int> by_identity;
@@ -671,6 +671,16 @@ uint64_t WorkerGroup::kv_cache_epoch() const {
   uint64_t epoch = 0;
   for (const Slot& s : d.slots) epoch += static_cast<uint64_t>(s.registrations);
   return epoch;
+}
+
+std::string WorkerGroup::collectives() const {
+  const Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.state_mu);
+  if (d.slots.size() == 1) return "loopback";
+  const std::string prefix = "collectives:";
+  for (const auto& [origin, blob] : d.collective_blobs)
+    if (origin == 0 && blob.compare(0, prefix.size(), prefix) == 0) return blob.substr(prefix.size());
+  return "";
 }
 
 std::vector<RankStatus> WorkerGroup::status() const {

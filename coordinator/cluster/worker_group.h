@@ -109,6 +109,9 @@ class WorkerGroup final : public StepExecutor {
   uint64_t kv_cache_epoch() const override;
 
   std::vector<RankStatus> status() const;
+  // How the group's ranks reduce, as rank 0 chose (worker/collective_group.h): "loopback" for a
+  // group of one, "" until rank 0 has said.
+  std::string collectives() const;
   // CURVE handshakes refused by the allowed-key list so far.
   uint64_t refused_handshakes() const;
   // Tells every connected worker to exit (Shutdown) and stops the I/O thread. Idempotent.

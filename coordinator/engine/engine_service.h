@@ -101,6 +101,9 @@ struct EngineServiceStats {
   std::set<std::string> running_lora, waiting_lora;
   std::map<std::string, uint64_t> lora_requests;
   int max_lora = 0;  // the adapters served (set by the front end that renders the metrics)
+  // How the workers' ranks reduce ("loopback", "shm", "gloo", "nccl"; "" = not known yet), set
+  // by the front end as max_lora is.
+  std::string collectives;
 };
 
 class EngineService {

@@ -85,6 +85,8 @@ struct HttpServerOptions {
   bool lora_runtime_updates = false;
   // lora.max_loras: the `max_lora` of vllm:lora_requests_info; 0 (no limit): the number served.
   int lora_max_loras = 0;
+  // How the workers' ranks reduce, for /metrics (tessera:collectives_info); null: not shown.
+  std::function<std::string()> collectives;
   std::function<Status(const std::string& name, const std::string& dir)> check_lora;
   int threads = 2;                    // io_context threads
   ChatRenderer chat_renderer;         // chat template context -> prompt text; empty = the tokenizer's template

@@ -84,6 +84,7 @@ void HttpSession::handle(const Request& req) {
   if (path == "/metrics") {
     if (!route(http::verb::get, allowed)) return;
     EngineServiceStats stats = server_.service.stats();
+    if (server_.options.collectives) stats.collectives = server_.options.collectives();
     stats.max_lora = server_.options.lora_max_loras > 0 ? server_.options.lora_max_loras
                                                         : static_cast<int>(server_.api.lora_adapters->snapshot().size());
     return send(200, "text/plain; version=0.0.4; charset=utf-8",

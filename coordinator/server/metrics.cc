@@ -61,6 +61,11 @@ std::string render_vllm_series(const EngineServiceStats& s, const std::string& l
       s.kv_blocks_total > 0 ? 1.0 - static_cast<double>(s.kv_blocks_free) / s.kv_blocks_total : 0.0;
   one("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage);
   one("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", u(s.prompt_tokens_total));
+  if (!s.collectives.empty()) {
+    header(out, "tessera:collectives_info", "gauge", "How the tensor-parallel ranks reduce (worker.collectives as chosen).");
+    sample(out, "tessera:collectives_info", labels + (labels.empty() ? "" : ",") + "kind=\"" + escape_label(s.collectives) + "\"",
+           1.0);
+  }
   if (s.max_lora > 0) {
     // vLLM's shape, which the Gateway API Inference Extension's endpoint picker reads: the
     // adapters in the batch and waiting as comma-separated labels; the value is the time.

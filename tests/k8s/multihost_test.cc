@@ -363,6 +363,8 @@ TEST(MultiHost, FixtureTokensAcrossHostsAndALinkCutAndRestored) {
   ASSERT_EQ(code, 200) << body;
   EXPECT_EQ(token_ids(body), g.greedy) << body;
   EXPECT_EQ(cl.http("GET", "/ready").first, 200);
+  const std::string metrics = cl.http("GET", "/metrics").second;
+  EXPECT_NE(metrics.find("tessera:collectives_info{model_name=\"tiny-llama\",kind=\"gloo\"} 1"), std::string::npos) << metrics;
 
   // Cut worker 1's link while a long request runs.
   std::string inflight_body;

@@ -140,6 +140,8 @@ TEST(ServeLora, AdaptersAreServedByNameAndMixedInOneBatch) {
                          "waiting_lora_adapters=\"\"}"),
             std::string::npos)
       << metrics;
+  // Two ranks of one host reduce through shared memory (worker.collectives auto).
+  EXPECT_NE(metrics.find("tessera:collectives_info{model_name=\"kjv-llama\",kind=\"shm\"} 1"), std::string::npos) << metrics;
   for (const Adapter& a : adapters())
     EXPECT_NE(metrics.find("tessera:lora_requests_total{model_name=\"kjv-llama\",lora_name=\"" + a.name + "\"} " +
                            std::to_string(prompts.size() + 1)),

@@ -540,8 +540,10 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
     // The adapters served, shared by every front end (and changed at run time).
     auto loras = std::make_shared<ServedLoras>(c.lora.adapters);
     EngineStack stack{c, service, model.tokenizer.get(), served_api_context(c, loras, model, service), signals,
-                      [&c, &model, loras](std::shared_ptr<const ReplyCounter> zmq_replies) {
-                        return http_server_options(c, loras, {}, model, std::move(zmq_replies));
+                      [&c, &model, loras, g](std::shared_ptr<const ReplyCounter> zmq_replies) {
+                        HttpServerOptions ho = http_server_options(c, loras, {}, model, std::move(zmq_replies));
+                        ho.collectives = [g] { return g->collectives(); };
+                        return ho;
                       },
                       [g] { return g->is_complete(); }};
     served = front_end(stack);
