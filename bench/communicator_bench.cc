@@ -1,14 +1,19 @@
-// Latency of the shared-memory all_reduce between CPU ranks, each rank its own process
-// (fork), as the worker runs them. Rank 0 times every call of a back-to-back loop and
-// prints p50 / p90 / mean per call. Sizes: one decode token of a 768-wide model
-// (768 x 4 B), of a 4096-wide model (4096 x 4 B), and a 4 MB prefill activation.
-// World 4 is printed too but oversubscribes a 2-core machine (ranks then wait on yields).
+// Latency of the all_reduce between CPU ranks, each rank its own process, as the worker runs
+// them. Rank 0 times every call of a back-to-back loop and prints p50 / p90 / mean per call.
+//
+//   build/bin/communicator_bench [--quick]
+//     shared memory, ranks forked: one decode token of a 768-wide model (768 x 4 B), of a
+//     4096-wide model (4096 x 4 B), and a 4 MB prefill activation; world 4 is printed too but
+//     oversubscribes a 2-core machine (ranks then wait on yields).
+//   build/bin/communicator_bench --sweep shm
+//     shared memory, world 2 (forked), f32 messages of 4 KB to 16 MB.
+//   build/bin/communicator_bench --sweep gloo --rank R --rendezvous DIR --address A
+//     Gloo, world 2, the same sizes; one rank per invocation (bench/collectives_bench.sh runs
+//     the two in two network namespaces joined by a veth pair), meeting in folder DIR.
 //
 // A plain timing program (its own main) rather than Google Benchmark: every rank must run
 // exactly the same number of collectives, which Benchmark's adaptive iteration count
 // cannot promise across processes.
-//
-//   build/bin/communicator_bench [--quick]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +26,7 @@
 
 #include "common/communicator.h"
 #include "common/dtype.h"
+#include "worker/gloo_communicator.h"
 #include "worker/shm_communicator.h"
 
 namespace tessera {
@@ -36,13 +42,8 @@ struct Case {
   int iters;
 };
 
-// Runs one rank's loop; rank 0 returns per-call latencies in microseconds.
-std::vector<double> run_rank(const Case& c, const std::string& group, int rank, std::string& error) {
-  auto comm = make_shm_communicator(group, rank, c.world, c.max_bytes, 30000);
-  if (!comm.is_ok()) {
-    error = comm.status().to_string();
-    return {};
-  }
+// Runs one rank's loop on `comm`; rank 0 returns per-call latencies in microseconds.
+std::vector<double> time_rank(Communicator& comm, const Case& c, int rank, std::string& error) {
   const int64_t count = c.bytes / static_cast<int64_t>(dtype_size(c.dtype));
   std::vector<char> data(c.bytes);
   for (int64_t i = 0; i < c.bytes; ++i) data[i] = static_cast<char>((i * 7 + rank) & 0x3f);
@@ -51,7 +52,7 @@ std::vector<double> run_rank(const Case& c, const std::string& group, int rank, 
   const int warmup = std::max(10, c.iters / 10);
   for (int it = 0; it < warmup + c.iters; ++it) {
     const Clock::time_point t0 = Clock::now();
-    Status s = (*comm)->all_reduce_sum(data.data(), count, c.dtype);
+    Status s = comm.all_reduce_sum(data.data(), count, c.dtype);
     const Clock::time_point t1 = Clock::now();
     if (!s.is_ok()) {
       error = s.to_string();
@@ -64,7 +65,60 @@ std::vector<double> run_rank(const Case& c, const std::string& group, int rank, 
   return us;
 }
 
-bool run_case(const Case& c, int index) {
+std::vector<double> run_rank(const Case& c, const std::string& group, int rank, std::string& error) {
+  auto comm = make_shm_communicator(group, rank, c.world, c.max_bytes, 30000);
+  if (!comm.is_ok()) {
+    error = comm.status().to_string();
+    return {};
+  }
+  return time_rank(**comm, c, rank, error);
+}
+
+void print_row(const char* kind, const Case& c, std::vector<double> us) {
+  double mean = 0;
+  for (double x : us) mean += x;
+  mean /= static_cast<double>(us.size());
+  std::sort(us.begin(), us.end());
+  auto pct = [&](double p) { return us[static_cast<size_t>(p * static_cast<double>(us.size() - 1))]; };
+  std::printf("%-5s %-6s world %d %9lld B  iters %6d   p50 %9.2f us   p90 %9.2f us   mean %9.2f us   %7.3f GB/s(p50)\n",
+              kind, dtype_name(c.dtype), c.world, static_cast<long long>(c.bytes), c.iters, pct(0.5), pct(0.9), mean,
+              static_cast<double>(c.bytes) / (pct(0.5) * 1e3));
+}
+
+// f32 messages of 4 KB to 16 MB, world 2.
+std::vector<Case> sweep_cases(bool quick) {
+  std::vector<Case> out;
+  for (int64_t bytes = 4 << 10; bytes <= (16 << 20); bytes *= 4) {
+    const int iters = bytes <= (64 << 10) ? (quick ? 500 : 3000) : bytes <= (1 << 20) ? (quick ? 100 : 500) : (quick ? 20 : 60);
+    out.push_back({2, bytes, DType::kF32, 4u << 20, iters});
+  }
+  return out;
+}
+
+// One Gloo rank of a world-2 sweep; rank 0 prints.
+int run_gloo_sweep(int rank, const std::string& rendezvous, const std::string& address, bool quick) {
+  GlooOptions g;
+  g.rank = rank;
+  g.world_size = 2;
+  g.address = address;
+  auto comm = make_gloo_communicator(g, *make_folder_rendezvous(rendezvous));
+  if (!comm.is_ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().to_string().c_str());
+    return 1;
+  }
+  for (const Case& c : sweep_cases(quick)) {
+    std::string error;
+    std::vector<double> us = time_rank(**comm, c, rank, error);
+    if (!error.empty()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+      return 1;
+    }
+    if (rank == 0) print_row("gloo", c, us);
+  }
+  return 0;
+}
+
+bool run_case(const Case& c, int index, const char* kind = "shm") {
   const std::string group = "bench" + std::to_string(::getpid()) + "-" + std::to_string(index);
   std::vector<pid_t> peers;
   for (int r = 1; r < c.world; ++r) {
@@ -90,14 +144,7 @@ bool run_case(const Case& c, int index) {
                  error.c_str());
     return false;
   }
-  double mean = 0;
-  for (double x : us) mean += x;
-  mean /= static_cast<double>(us.size());
-  std::sort(us.begin(), us.end());
-  auto pct = [&](double p) { return us[static_cast<size_t>(p * static_cast<double>(us.size() - 1))]; };
-  std::printf("%-6s world %d %9lld B  max_bytes %8zu  iters %6d   p50 %9.2f us   p90 %9.2f us   mean %9.2f us   %7.2f GB/s(p50)\n",
-              dtype_name(c.dtype), c.world, static_cast<long long>(c.bytes), c.max_bytes, c.iters, pct(0.5),
-              pct(0.9), mean, static_cast<double>(c.bytes) / (pct(0.5) * 1e3));
+  print_row(kind, c, std::move(us));
   return true;
 }
 
@@ -107,7 +154,44 @@ bool run_case(const Case& c, int index) {
 int main(int argc, char** argv) {
   using tessera::Case;
   using tessera::DType;
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  std::string sweep, rendezvous, address = "127.0.0.1";
+  int rank = 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--sweep" && has_value) {
+      sweep = argv[++i];
+    } else if (a == "--rank" && has_value) {
+      rank = std::atoi(argv[++i]);
+    } else if (a == "--rendezvous" && has_value) {
+      rendezvous = argv[++i];
+    } else if (a == "--address" && has_value) {
+      address = argv[++i];
+    } else {
+      std::fprintf(stderr, "communicator_bench: unknown or incomplete argument %s (see the file's head)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (sweep == "gloo") {
+    if (rendezvous.empty() || (rank != 0 && rank != 1)) {
+      std::fprintf(stderr, "communicator_bench --sweep gloo needs --rank 0|1 and --rendezvous DIR\n");
+      return 2;
+    }
+    return tessera::run_gloo_sweep(rank, rendezvous, address, quick);
+  }
+  if (sweep == "shm") {
+    bool ok = true;
+    int index = 0;
+    for (const Case& c : tessera::sweep_cases(quick)) ok = tessera::run_case(c, 100 + index++) && ok;
+    return ok ? 0 : 1;
+  }
+  if (!sweep.empty()) {
+    std::fprintf(stderr, "communicator_bench: --sweep shm or gloo, not %s\n", sweep.c_str());
+    return 2;
+  }
   const int small_iters = quick ? 2000 : 20000;
   const int large_iters = quick ? 50 : 300;
   constexpr size_t kMax = 4u << 20;
