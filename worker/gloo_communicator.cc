@@ -1,5 +1,7 @@
 #include "worker/gloo_communicator.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -283,6 +285,32 @@ class GlooCommunicator final : public Communicator {
   std::string failed_;         // why the group failed; empty while it works
 };
 
+// While alive, the calling thread may run on every CPU of the machine (as far as its cpuset
+// allows); its own affinity comes back after. Gloo's I/O thread, started meanwhile, keeps the
+// wide one: a rank confined to its share of the cores (worker/cpu_share.h) would otherwise
+// run that thread on its compute core, where each wake-up waited for the scheduler's next
+// tick (an all-reduce of 4 KB: 3.9 ms with each rank on one core, against 0.13 ms).
+class OnEveryCpu {
+ public:
+  OnEveryCpu() {
+    saved_ok_ = ::pthread_getaffinity_np(::pthread_self(), sizeof(saved_), &saved_) == 0;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    const long n = ::sysconf(_SC_NPROCESSORS_CONF);
+    for (long c = 0; c < n && c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+    if (saved_ok_) ::pthread_setaffinity_np(::pthread_self(), sizeof(all), &all);  // refused: stays as it was
+  }
+  ~OnEveryCpu() {
+    if (saved_ok_) ::pthread_setaffinity_np(::pthread_self(), sizeof(saved_), &saved_);
+  }
+  OnEveryCpu(const OnEveryCpu&) = delete;
+  OnEveryCpu& operator=(const OnEveryCpu&) = delete;
+
+ private:
+  cpu_set_t saved_;
+  bool saved_ok_ = false;
+};
+
 }  // namespace gloo_comm
 
 std::unique_ptr<GlooRendezvous> make_folder_rendezvous(const std::string& dir) {
@@ -309,6 +337,7 @@ StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooOptions
   const std::string where = !o.interface.empty() ? "interface " + o.interface : "address " + attr.hostname;
   std::shared_ptr<::gloo::transport::Device> device;
   try {
+    const gloo_comm::OnEveryCpu every_cpu;  // the device's I/O thread starts now and keeps this affinity
     device = ::gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     return invalid_argument("gloo: rank " + std::to_string(o.rank) + " cannot listen on " + where + ": " + e.what());
