@@ -1,5 +1,7 @@
 #include "worker/gloo_communicator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -7,6 +9,7 @@
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -311,6 +314,41 @@ class OnEveryCpu {
   bool saved_ok_ = false;
 };
 
+// "; the peers' addresses for this rank: rank 1 at 10.0.0.2:43210, ..." from what they
+// published (Gloo's own error may not name the address it failed to reach); "" when none did.
+std::string peer_addresses(GlooRendezvous& rendezvous, int rank, int world) {
+  std::string out;
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    StatusOr<std::string> all = rendezvous.get(std::to_string(peer), 0);
+    if (!all.is_ok() || all->empty()) continue;
+    // The peer's list holds an address for each other rank, in rank order, itself left out.
+    const size_t each = all->size() / static_cast<size_t>(world - 1);
+    const size_t index = static_cast<size_t>(rank > peer ? rank - 1 : rank);
+    std::string where = "?";
+    try {
+      const ::gloo::transport::tcp::Address a(std::vector<char>(all->begin() + static_cast<std::ptrdiff_t>(index * each),
+                                                                 all->begin() + static_cast<std::ptrdiff_t>((index + 1) * each)));
+      const sockaddr_storage& ss = a.getSockaddr();
+      char host[INET6_ADDRSTRLEN] = "?";
+      int port = 0;
+      if (ss.ss_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+        ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+      } else if (ss.ss_family == AF_INET6) {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+        ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+      }
+      where = std::string(host) + ":" + std::to_string(port);
+    } catch (const std::exception&) {
+    }
+    out += (out.empty() ? "; the peers' addresses for this rank: rank " : ", rank ") + std::to_string(peer) + " at " + where;
+  }
+  return out;
+}
+
 }  // namespace gloo_comm
 
 std::unique_ptr<GlooRendezvous> make_folder_rendezvous(const std::string& dir) {
@@ -350,7 +388,8 @@ StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooOptions
     ctx->connectFullMesh(store, device);
   } catch (const std::exception& e) {
     return gloo_comm::unavailable("gloo: rank " + std::to_string(o.rank) + " (listening on " + device->str() +
-                       ") could not connect to its peers: " + e.what());
+                                  ") could not connect to its peers: " + e.what() +
+                                  gloo_comm::peer_addresses(rendezvous, o.rank, o.world_size));
   }
   // A rank's connections are up on its side when connectFullMesh returns, not yet on every
   // peer's; a barrier over the mesh makes the group whole for all before anyone uses it (or

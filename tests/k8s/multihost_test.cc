@@ -15,6 +15,7 @@
 // 2. CURVE with an allow-list: the group works with the right keys; a worker holding the
 //    server key but an unknown keypair is refused (both sides say so) and the group still
 //    serves.
+// 3. A Gloo address a peer cannot reach: the rank that cannot connect names it and fails set-up.
 //
 // Needs root and `ip netns` (skips visibly otherwise). Names are unique per run; everything
 // is torn down by RAII even when a check fails, and namespaces left by a killed earlier run
@@ -406,6 +407,28 @@ TEST(MultiHost, FixtureTokensAcrossHostsAndALinkCutAndRestored) {
   std::tie(code, body) = cl.http("POST", "/v1/completions", completion_body(g.prompt, g.greedy.size()));
   ASSERT_EQ(code, 200) << body;
   EXPECT_EQ(token_ids(body), g.greedy) << body;
+}
+
+// A rank whose Gloo address its peer cannot reach: rank 1 listens on an address of its own
+// (10.99.0.1, on its eth0) that rank 0's namespace has no route to. Rank 0 reports the
+// address it could not reach, and set-up fails instead of hanging.
+TEST(MultiHost, AGlooAddressAPeerCannotReachIsNamed) {
+  TESSERA_REQUIRE_FIXTURES();
+  TESSERA_REQUIRE_NETNS();
+  Cluster cl("g");
+  ASSERT_TRUE(start_cluster(cl, 2));
+  ASSERT_EQ(sh("ip -n " + cl.ns("w1") + " addr add 10.99.0.1/32 dev eth0").exit_code, 0);
+  const std::string config = write_config(cl.dir(), {});
+  const WorkerSpec spec = statefulset_worker();
+  PodProcess& coord = start_coordinator(cl, config);
+  PodProcess& w0 = cl.start("w0", "worker-0", worker_script(spec, config, "tessera-worker-0", {}, false));
+  PodProcess& w1 = cl.start("w1", "worker-1",
+                            worker_script(spec, config, "tessera-worker-1",
+                                          {"--set", "worker.collectives_address=10.99.0.1"}, false));
+  EXPECT_TRUE(wait_for([&] { return log_has(w0, "could not connect to its peers"); }, 40s))
+      << testing::read_file(w0.log) << testing::read_file(w1.log) << testing::read_file(coord.log);
+  EXPECT_TRUE(log_has(w0, "the peers' addresses for this rank: rank 1 at 10.99.0.1:")) << testing::read_file(w0.log);
+  EXPECT_TRUE(log_has(w1, "gloo: rank 1/2 listens on address 10.99.0.1")) << testing::read_file(w1.log);
 }
 
 TEST(MultiHost, CurveAllowListRefusesAWrongKeyAndTheGroupServes) {
