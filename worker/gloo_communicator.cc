@@ -1,6 +1,9 @@
 #include "worker/gloo_communicator.h"
 
 #include <arpa/inet.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
@@ -13,6 +16,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -314,6 +318,32 @@ class OnEveryCpu {
   bool saved_ok_ = false;
 };
 
+// What Gloo's device would refuse, checked first (its refusals leak what they looked up): an
+// interface that does not exist, an address that does not resolve or that no interface here has.
+Status check_listen(const ::gloo::transport::tcp::attr& attr) {
+  if (!attr.iface.empty()) {
+    if (::if_nametoindex(attr.iface.c_str()) == 0) return invalid_argument("no such network interface");
+    return Status::ok();
+  }
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(attr.hostname.c_str(), nullptr, &hints, &found); rc != 0)
+    return invalid_argument(std::string("cannot resolve it: ") + ::gai_strerror(rc));
+  std::string why = "no address";
+  bool bound = false;
+  for (const addrinfo* a = found; a != nullptr && !bound; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    bound = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: any
+    if (!bound) why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return bound ? Status::ok() : invalid_argument(why);
+}
+
 // "; the peers' addresses for this rank: rank 1 at 10.0.0.2:43210, ..." from what they
 // published (Gloo's own error may not name the address it failed to reach); "" when none did.
 std::string peer_addresses(GlooRendezvous& rendezvous, int rank, int world) {
@@ -373,6 +403,8 @@ StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooOptions
     attr.hostname = host;
   }
   const std::string where = !o.interface.empty() ? "interface " + o.interface : "address " + attr.hostname;
+  if (Status s = gloo_comm::check_listen(attr); !s.is_ok())
+    return invalid_argument("gloo: rank " + std::to_string(o.rank) + " cannot listen on " + where + ": " + s.message());
   std::shared_ptr<::gloo::transport::Device> device;
   try {
     const gloo_comm::OnEveryCpu every_cpu;  // the device's I/O thread starts now and keeps this affinity
