@@ -12,6 +12,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "coordinator/engine/engine.h"
 #include "kernels/backend.h"
@@ -235,7 +237,19 @@ TEST_P(SpeculativeEngineTest, RequestsThatOptOutCarryNoProposals) {
   EXPECT_EQ(run.stats.spec.num_drafts, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeEngineTest, ::testing::ValuesIn(testing::golden_models()),
+// The sanitizer pass (CI's second build) looks for memory errors, not for other numbers: the
+// proposals, their verification and the sampler are the same code for every model, so it runs
+// a dense, a MoE, an ALiBi and a soft-capped family; the release build runs every fixture.
+std::vector<std::string> models_for_this_build() {
+  std::vector<std::string> models = testing::golden_models();
+  if (testing::kSanitizedBuild)
+    std::erase_if(models, [](const std::string& m) {
+      return m != "tiny-llama" && m != "tiny-mixtral" && m != "tiny-bloom" && m != "tiny-gemma2";
+    });
+  return models;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeEngineTest, ::testing::ValuesIn(models_for_this_build()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
