@@ -1,4 +1,4 @@
-// Renders every Kubernetes overlay (k8s/overlays/*, k8s/lws) with `kubectl kustomize` and
+// Renders every Kubernetes overlay (k8s/overlays/*, k8s/lws, k8s/gateway) with `kubectl kustomize` and
 // checks the objects: each against the Kubernetes API's OpenAPI schemas (the npm package
 // kubernetes-models, plus a strict pass that rejects fields the schema does not know), then
 // against Tessera's own configuration in the ConfigMap: selectors match labels, every port the
@@ -130,6 +130,17 @@ async function checkRendering(target) {
         const errs = strictValidate(tmpl, lwt[key]);
         check(T(`${id} ${key} is a valid PodTemplateSpec`), errs.length === 0, errs.join("; "));
       }
+      continue;
+    }
+    if (o.kind === "InferencePool" || o.kind === "HTTPRoute") {
+      // Custom resources kubernetes-models has no schema for: their API version and the
+      // fields of the published API (inference.networking.k8s.io/v1, gateway.networking.k8s.io/v1).
+      const known = o.kind === "InferencePool"
+        ? { apiVersion: "inference.networking.k8s.io/v1", spec: ["selector", "targetPorts", "appProtocol", "endpointPickerRef"] }
+        : { apiVersion: "gateway.networking.k8s.io/v1", spec: ["parentRefs", "hostnames", "rules"] };
+      check(T(`${id} apiVersion`), o.apiVersion === known.apiVersion, o.apiVersion);
+      const unknown = Object.keys(o.spec || {}).filter((k) => !known.spec.includes(k));
+      check(T(`${id} spec has only known fields`), unknown.length === 0, unknown.join(", "));
       continue;
     }
     const validate = await schemaFor(o.apiVersion, o.kind);
@@ -278,15 +289,17 @@ async function checkRendering(target) {
         check(T(`${n} takes its rank from the pod (--rank auto)`), (c.args || []).join(" ").includes("--rank auto"));
       }
       if (isCoordinator(c)) check(T(`${n} asks for no GPU`), gpu === undefined);
-      // The config file the process reads is the ConfigMap's.
-      const args = c.args || [];
-      const cfgPath = args[args.indexOf("--config") + 1];
-      const mount = (c.volumeMounts || []).find((m) => m.mountPath === cfgPath || cfgPath.startsWith(m.mountPath + "/"));
-      const vol = mount && t.template.spec.volumes.find((v) => v.name === mount.name);
-      check(T(`${n} --config ${cfgPath} is the ConfigMap's tessera.yaml`),
-            vol && vol.configMap && vol.configMap.name === cm.metadata.name &&
-            (mount.subPath === "tessera.yaml" || cfgPath.endsWith("/tessera.yaml")),
-            JSON.stringify(vol));
+      // The config file a Tessera process reads is the ConfigMap's.
+      if (isCoordinator(c) || isWorker(c)) {
+        const args = c.args || [];
+        const cfgPath = args[args.indexOf("--config") + 1];
+        const mount = (c.volumeMounts || []).find((m) => m.mountPath === cfgPath || cfgPath.startsWith(m.mountPath + "/"));
+        const vol = mount && t.template.spec.volumes.find((v) => v.name === mount.name);
+        check(T(`${n} --config ${cfgPath} is the ConfigMap's tessera.yaml`),
+              vol && vol.configMap && vol.configMap.name === cm.metadata.name &&
+              (mount.subPath === "tessera.yaml" || cfgPath.endsWith("/tessera.yaml")),
+              JSON.stringify(vol));
+      }
       for (const v of t.template.spec.volumes || []) {
         if (v.configMap) check(T(`${n} volume ${v.name} names a rendered ConfigMap`), objs.some((o) => o.kind === "ConfigMap" && o.metadata.name === v.configMap.name), v.configMap.name);
       }
@@ -318,10 +331,49 @@ async function checkRendering(target) {
       dockerfile.includes("models " + path.dirname(model)) || dockerfile.includes(model), model);
     check(T("cpu-demo mounts no PersistentVolumeClaim"), templates.every((t) => (t.template.spec.volumes || []).every((v) => !v.persistentVolumeClaim)));
   }
+  if (target === "gateway") checkGateway(objs, T, coord, httpPort, lws, podLabels, services);
   console.log(`ok   ${target}: ${objs.length} objects`);
 }
 
-for (const target of ["overlays/single-node", "overlays/multi-node", "overlays/cpu-demo", "lws"]) {
+// The Gateway API Inference Extension variant: the pool is the groups' coordinators on the HTTP
+// port, its endpoint picker is reachable and reads metrics Tessera exports, the route leads to it.
+function checkGateway(objs, T, coord, httpPort, lws, podLabels, services) {
+  const pools = objs.filter((o) => o.kind === "InferencePool");
+  if (!check(T("one InferencePool"), pools.length === 1)) return;
+  const pool = pools[0].spec;
+  check(T("several serving groups (LeaderWorkerSet replicas >= 2)"), lws.length === 1 && lws[0].spec.replicas >= 2);
+  const leader = { owner: lws[0], template: lws[0].spec.leaderWorkerTemplate.leaderTemplate };
+  check(T("the InferencePool selects the coordinators' pods"), subset(pool.selector.matchLabels, podLabels(leader)) &&
+        leader.template.spec.containers.includes(coord.c), JSON.stringify(pool.selector));
+  check(T(`the InferencePool targets server.http.port ${httpPort}`), (pool.targetPorts || []).some((p) => p.number === httpPort));
+  const ref = pool.endpointPickerRef || {};
+  const picker = services.find((s) => s.metadata.name === ref.name);
+  check(T(`the endpoint picker's Service ${ref.name}:${ref.port && ref.port.number} exists`),
+        !!picker && (picker.spec.ports || []).some((p) => p.port === (ref.port || {}).number));
+  const epp = objs.find((o) => o.kind === "Deployment" && o.spec.template.spec.containers.some((c) =>
+    (c.args || []).includes("--pool-name=" + pools[0].metadata.name)));
+  if (check(T("an endpoint picker Deployment serves this pool"), !!epp)) {
+    const args = epp.spec.template.spec.containers.flatMap((c) => c.args || []);
+    const metricsSource = readFileSync(path.join(source, "coordinator/server/metrics.cc"), "utf8");
+    for (const flag of ["--total-queued-requests-metric=", "--kv-cache-usage-percentage-metric=", "--lora-info-metric="]) {
+      const arg = args.find((a) => a.startsWith(flag));
+      const name = arg ? arg.slice(flag.length) : "";
+      check(T(`the picker's ${flag.slice(0, -1)} is a metric Tessera exports (${name})`), name !== "" && metricsSource.includes(`"${name}"`));
+    }
+    const sa = epp.spec.template.spec.serviceAccountName;
+    const binding = objs.find((o) => o.kind === "RoleBinding" && o.subjects.some((x) => x.name === sa));
+    const role = binding && objs.find((o) => o.kind === "Role" && o.metadata.name === binding.roleRef.name);
+    const canRead = (group, resource) => role && role.rules.some((r) => r.apiGroups.includes(group) &&
+      r.resources.includes(resource) && ["get", "list", "watch"].every((v) => r.verbs.includes(v)));
+    check(T("the picker may read InferencePools and pods"), canRead("inference.networking.k8s.io", "inferencepools") && canRead("", "pods"));
+  }
+  const routes = objs.filter((o) => o.kind === "HTTPRoute");
+  check(T("an HTTPRoute leads to the InferencePool"), routes.some((r) => (r.spec.rules || []).some((rule) =>
+    (rule.backendRefs || []).some((b) => b.kind === "InferencePool" && b.group === "inference.networking.k8s.io" &&
+      b.name === pools[0].metadata.name))));
+}
+
+for (const target of ["overlays/single-node", "overlays/multi-node", "overlays/cpu-demo", "lws", "gateway"]) {
   await checkRendering(target);
 }
 const version = execFileSync(kubectl, ["version", "--client"], { stdio: ["ignore", "pipe", "ignore"] }).toString().split("\n")[0];
