@@ -561,7 +561,8 @@ namespace {
 
 // The configurations the Kubernetes manifests ship (ConfigMaps) are valid Tessera YAML.
 TEST(ConfigTest, KubernetesConfigMapsLoadAndValidate) {
-  for (const char* rel : {"k8s/base/tessera.yaml", "k8s/overlays/cpu-demo/tessera.yaml", "k8s/lws/tessera.yaml"}) {
+  for (const char* rel : {"k8s/base/tessera.yaml", "k8s/overlays/cpu-demo/tessera.yaml", "k8s/overlays/multi-node-cpu/tessera.yaml",
+                          "k8s/lws/tessera.yaml"}) {
     const std::string path = testing::source_dir() + "/" + rel;
     auto c = load_config_file(path);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();

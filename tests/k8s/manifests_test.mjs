@@ -317,7 +317,12 @@ async function checkRendering(target) {
     check(T("workers share one node (required pod affinity on the hostname)"), terms.some((x) =>
       x.topologyKey === "kubernetes.io/hostname" && subset(x.labelSelector.matchLabels, sts[0].spec.template.metadata.labels)));
   }
-  if (target === "overlays/multi-node") {
+  if (target === "overlays/multi-node-cpu") {
+    check(T("multi-node-cpu uses the CPU backend"), backend === "cpu");
+    check(T("multi-node-cpu lets the ranks pick Gloo (worker.collectives auto or gloo)"),
+          ["auto", "gloo", undefined].includes(worker.collectives), String(worker.collectives));
+  }
+  if (target === "overlays/multi-node" || target === "overlays/multi-node-cpu") {
     check(T("workers spread over nodes"), (wspec.topologySpreadConstraints || []).some((x) =>
       x.topologyKey === "kubernetes.io/hostname" && x.maxSkew === 1 && x.whenUnsatisfiable === "DoNotSchedule"));
     const anti = (((wspec.affinity || {}).podAntiAffinity || {}).requiredDuringSchedulingIgnoredDuringExecution) || [];
@@ -373,7 +378,7 @@ function checkGateway(objs, T, coord, httpPort, lws, podLabels, services) {
       b.name === pools[0].metadata.name))));
 }
 
-for (const target of ["overlays/single-node", "overlays/multi-node", "overlays/cpu-demo", "lws", "gateway"]) {
+for (const target of ["overlays/single-node", "overlays/multi-node", "overlays/multi-node-cpu", "overlays/cpu-demo", "lws", "gateway"]) {
   await checkRendering(target);
 }
 const version = execFileSync(kubectl, ["version", "--client"], { stdio: ["ignore", "pipe", "ignore"] }).toString().split("\n")[0];
