@@ -16,6 +16,7 @@
 //    server key but an unknown keypair is refused (both sides say so) and the group still
 //    serves.
 // 3. A Gloo address a peer cannot reach: the rank that cannot connect names it and fails set-up.
+// 4. Three ranks on three hosts (tiny-bloom) give the goldens.
 //
 // Needs root and `ip netns` (skips visibly otherwise). Names are unique per run; everything
 // is torn down by RAII even when a check fails, and namespaces left by a killed earlier run
@@ -231,7 +232,9 @@ WorkerSpec statefulset_worker() {
 }
 
 // The ConfigMap's tessera.yaml with this test's deployment values, written to DIR/tessera.yaml.
-std::string write_config(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& extra) {
+// `ranks`: the tensor_parallel the extra settings give (the base ConfigMap's is 2).
+std::string write_config(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& extra,
+                         int ranks = 2) {
   auto c = load_config_file(testing::source_dir() + "/k8s/base/tessera.yaml");
   EXPECT_TRUE(c.is_ok()) << c.status().to_string();
   std::vector<std::pair<std::string, std::string>> sets = {
@@ -246,7 +249,7 @@ std::string write_config(const std::string& dir, const std::vector<std::pair<std
   sets.insert(sets.end(), extra.begin(), extra.end());
   for (const auto& [k, v] : sets) EXPECT_TRUE(apply_override(c.value(), k, v).is_ok()) << k;
   EXPECT_TRUE(validate_config(c.value()).is_ok()) << validate_config(c.value()).to_string();
-  EXPECT_EQ(c->parallel.tensor_parallel, 2) << "the base ConfigMap's tensor_parallel";
+  EXPECT_EQ(c->parallel.tensor_parallel, ranks) << "the base ConfigMap's tensor_parallel, or the one asked for";
   const std::string path = dir + "/tessera.yaml";
   testing::write_file(path, dump_config_yaml(c.value()));
   return path;
@@ -281,8 +284,8 @@ struct Golden {
   std::vector<int32_t> greedy;
 };
 
-Golden golden_case() {
-  std::ifstream in(testing::fixtures_dir() + "/tiny-llama/goldens/index.json");
+Golden golden_case(const std::string& model = "tiny-llama") {
+  std::ifstream in(testing::fixtures_dir() + "/" + model + "/goldens/index.json");
   const auto g = nlohmann::json::parse(in)["cases"][2];
   return {g["prompt_ids"].get<std::vector<int32_t>>(), g["greedy_ids"].get<std::vector<int32_t>>()};
 }
@@ -293,7 +296,7 @@ std::string completion_body(const std::vector<int32_t>& prompt, int max_tokens) 
       .dump();
 }
 
-// The generated ids of a completion answer (tiny-llama has no tokenizer: "token_id:N").
+// The generated ids of a completion answer (the tiny fixtures have no tokenizer: "token_id:N").
 std::vector<int32_t> token_ids(const std::string& body) {
   std::vector<int32_t> ids;
   auto j = nlohmann::json::parse(body, nullptr, false);
@@ -429,6 +432,31 @@ TEST(MultiHost, AGlooAddressAPeerCannotReachIsNamed) {
       << testing::read_file(w0.log) << testing::read_file(w1.log) << testing::read_file(coord.log);
   EXPECT_TRUE(log_has(w0, "the peers' addresses for this rank: rank 1 at 10.99.0.1:")) << testing::read_file(w0.log);
   EXPECT_TRUE(log_has(w1, "gloo: rank 1/2 listens on address 10.99.0.1")) << testing::read_file(w1.log);
+}
+
+// Three ranks on three "hosts" (tiny-bloom: 6 heads, so 3 ranks divide it; an uneven vocabulary
+// split): the goldens over Gloo.
+TEST(MultiHost, ThreeRanksOverGlooGiveTheGoldens) {
+  TESSERA_REQUIRE_FIXTURES();
+  TESSERA_REQUIRE_NETNS();
+  Cluster cl("t");
+  ASSERT_TRUE(start_cluster(cl, 3));
+  const std::string config = write_config(cl.dir(), {{"model.path", testing::fixtures_dir() + "/tiny-bloom"},
+                                                     {"parallel.tensor_parallel", "3"}}, 3);
+  const WorkerSpec spec = statefulset_worker();
+  PodProcess& coord = start_coordinator(cl, config);
+  std::vector<PodProcess*> workers;
+  for (int w = 0; w < 3; ++w)
+    workers.push_back(&cl.start("w" + std::to_string(w), "worker-" + std::to_string(w),
+                                worker_script(spec, config, "tessera-worker-" + std::to_string(w), {}, true)));
+  ASSERT_TRUE(wait_for([&] { return log_has(coord, "listening on http://0.0.0.0:8000"); }, 90s))
+      << testing::read_file(coord.log) << testing::read_file(workers[2]->log);
+  for (int w = 0; w < 3; ++w)
+    EXPECT_TRUE(log_has(*workers[w], "rank " + std::to_string(w) + "/3: collectives over gloo")) << testing::read_file(workers[w]->log);
+  const Golden g = golden_case("tiny-bloom");
+  auto [code, body] = cl.http("POST", "/v1/completions", completion_body(g.prompt, g.greedy.size()));
+  ASSERT_EQ(code, 200) << body;
+  EXPECT_EQ(token_ids(body), g.greedy) << body;
 }
 
 TEST(MultiHost, CurveAllowListRefusesAWrongKeyAndTheGroupServes) {
