@@ -44,7 +44,6 @@ class Executor final : public StepExecutor {
   // rank's model. Without one, a plan that loads an adapter fails.
   using LoraLoader = std::function<StatusOr<LoraWeights>(const std::string& name, const std::string& dir)>;
   void set_lora_loader(LoraLoader loader) { lora_loader_ = std::move(loader); }
-  const LoraResidency& loras() const { return loras_; }
 
   const KvCache& cache() const { return cache_; }
   // The sequences whose state this executor holds (until a plan drops them).

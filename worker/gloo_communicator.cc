@@ -25,6 +25,7 @@
 
 #include "common/dtype.h"
 #include "common/logging.h"
+#include "worker/rank_order_sum.h"
 
 namespace tessera {
 namespace gloo_comm {
@@ -150,7 +151,10 @@ class GlooCommunicator final : public Communicator {
     scratch_.resize(bytes * static_cast<size_t>(world_size()));
     TESSERA_RETURN_IF_ERROR(exchange("all_reduce_sum", data, bytes, scratch_.data()));
     std::memcpy(scratch_.data() + static_cast<size_t>(rank()) * bytes, data, bytes);
-    sum_in_rank_order(data, count, dtype);
+    if (dtype == DType::kF32)
+      sum_parts<float>(data, count);
+    else
+      sum_parts<uint16_t>(data, count);
     return Status::ok();
   }
 
@@ -257,26 +261,13 @@ class GlooCommunicator final : public Communicator {
                        ", timeout " + std::to_string(timeout_.count()) + " ms)");
   }
 
-  // data = the ranks' parts in scratch_, summed in rank order (bf16 in f32, rounded once).
-  void sum_in_rank_order(void* data, int64_t count, DType dtype) const {
-    const int world = world_size();
-    if (dtype == DType::kF32) {
-      const auto* parts = reinterpret_cast<const float*>(scratch_.data());
-      auto* out = static_cast<float*>(data);
-      for (int64_t i = 0; i < count; ++i) {
-        float acc = parts[i];
-        for (int r = 1; r < world; ++r) acc += parts[static_cast<int64_t>(r) * count + i];
-        out[i] = acc;
-      }
-      return;
-    }
-    const auto* parts = reinterpret_cast<const uint16_t*>(scratch_.data());
-    auto* out = static_cast<uint16_t*>(data);
-    for (int64_t i = 0; i < count; ++i) {
-      float acc = bf16_to_f32(parts[i]);
-      for (int r = 1; r < world; ++r) acc += bf16_to_f32(parts[static_cast<int64_t>(r) * count + i]);
-      out[i] = f32_to_bf16(acc);
-    }
+  // data = the ranks' parts in scratch_ (T: float, or uint16_t for bf16), summed in rank
+  // order (worker/rank_order_sum.h).
+  template <typename T>
+  void sum_parts(void* data, int64_t count) const {
+    std::vector<const T*> parts;
+    for (int r = 0; r < world_size(); ++r) parts.push_back(reinterpret_cast<const T*>(scratch_.data()) + r * count);
+    sum_in_rank_order(parts.data(), world_size(), count, static_cast<T*>(data));
   }
 
   std::shared_ptr<::gloo::rendezvous::Context> ctx_;

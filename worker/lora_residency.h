@@ -29,7 +29,6 @@ class LoraResidency {
   bool remove(const std::string& name);
   // The held adapter of that name, or nullptr.
   const LoraWeights* find(const std::string& name) const;
-  const std::map<std::string, LoraWeights>& adapters() const { return adapters_; }
 
   // Makes every adapter in `names` resident for the coming step (each must be held), evicting
   // the least recently used resident ones not named; an error when more are named than can
@@ -41,17 +40,18 @@ class LoraResidency {
   int64_t reloads() const { return reloads_; }
 
  private:
-  struct Use {
+  struct Held {
+    LoraWeights weights;
     uint64_t last_step = 0;  // of make_resident's calls; 0: never named
     bool evicted = false;    // placed again when next named counts as a reload
   };
   // The resident adapter not in `keep` used least recently, or nullptr.
-  LoraWeights* least_recently_used(const std::set<std::string>& keep);
+  Held* least_recently_used(const std::set<std::string>& keep);
+  void evict(Held& held);
 
   Backend& backend_;
   int max_resident_ = 0;
-  std::map<std::string, LoraWeights> adapters_;
-  std::map<std::string, Use> uses_;
+  std::map<std::string, Held> held_;  // by name
   uint64_t clock_ = 0;
   int64_t reloads_ = 0;
 };

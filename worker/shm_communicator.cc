@@ -25,6 +25,7 @@
 #endif
 
 #include "common/check.h"
+#include "worker/rank_order_sum.h"
 
 namespace tessera {
 namespace {
@@ -167,36 +168,6 @@ StatusOr<Segment> map_fd(int fd, size_t size, const std::string& name) {
   return Segment(fd, base, size);
 }
 
-// ---- reduction kernels: always rank order 0..N-1 per element -------------------------
-
-void sum_f32(const float* const* src, int n_src, int64_t n, float* out) {
-  {
-    const float* __restrict a = src[0];
-    const float* __restrict b = src[1];
-    float* o = out;  // may alias src[0] (the large path reduces into slot 0)
-    for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
-  }
-  for (int k = 2; k < n_src; ++k) {
-    const float* __restrict s = src[k];
-    float* __restrict o = out;
-    for (int64_t i = 0; i < n; ++i) o[i] += s[i];
-  }
-}
-
-void sum_bf16(const uint16_t* const* src, int n_src, int64_t n, uint16_t* out) {
-  constexpr int64_t kBlock = 512;  // f32 accumulator stays in L1
-  float acc[kBlock];
-  for (int64_t base = 0; base < n; base += kBlock) {
-    const int64_t m = std::min(kBlock, n - base);
-    for (int64_t i = 0; i < m; ++i) acc[i] = bf16_to_f32(src[0][base + i]);
-    for (int k = 1; k < n_src; ++k) {
-      const uint16_t* s = src[k] + base;
-      for (int64_t i = 0; i < m; ++i) acc[i] += bf16_to_f32(s[i]);
-    }
-    for (int64_t i = 0; i < m; ++i) out[base + i] = f32_to_bf16(acc[i]);
-  }
-}
-
 class ShmCommunicator final : public Communicator {
  public:
   ShmCommunicator(std::string group, int rank, int world, Segment segment, int timeout_ms)
@@ -323,9 +294,9 @@ class ShmCommunicator final : public Communicator {
     const void* src[kMaxWorld];
     for (int k = 0; k < world_; ++k) src[k] = slot(b, k) + lo * esize;
     if (dtype == DType::kF32)
-      sum_f32(reinterpret_cast<const float* const*>(src), world_, n, reinterpret_cast<float*>(out));
+      sum_in_rank_order(reinterpret_cast<const float* const*>(src), world_, n, reinterpret_cast<float*>(out));
     else
-      sum_bf16(reinterpret_cast<const uint16_t* const*>(src), world_, n, reinterpret_cast<uint16_t*>(out));
+      sum_in_rank_order(reinterpret_cast<const uint16_t* const*>(src), world_, n, reinterpret_cast<uint16_t*>(out));
   }
 
   Status check_usable(const char* op) const {

@@ -441,16 +441,19 @@ Status WorkerLink::run(const WorkerSetupFn& setup, const WorkerStepFn& step) {
 }
 
 StatusOr<std::string> WorkerLink::share_collective_id(const std::string& rank0_id, std::chrono::milliseconds timeout) {
+  // Tagged: rank 0 publishes other blobs on the same channel (its choice of collectives, ...).
+  const std::string tag = "collective-id:";
   if (options_.rank == 0) {
     if (rank0_id.empty()) return invalid_argument(rank_tag(0) + ": rank 0 must supply the collective id");
-    TESSERA_RETURN_IF_ERROR(publish_collective_blob(rank0_id));
+    TESSERA_RETURN_IF_ERROR(publish_collective_blob(tag + rank0_id));
     return rank0_id;
   }
-  StatusOr<std::string> id = wait_collective_blob(0, [](const std::string&) { return true; }, timeout);
+  StatusOr<std::string> id = wait_collective_blob(
+      0, [&](const std::string& b) { return b.compare(0, tag.size(), tag) == 0; }, timeout);
   if (!id.is_ok())
     return link_unavailable(rank_tag(options_.rank) + ": no collective id from rank 0 (via the coordinator) within " +
                             std::to_string(timeout.count()) + " ms");
-  return id;
+  return id->substr(tag.size());
 }
 
 Status WorkerLink::publish_collective_blob(const std::string& blob) {

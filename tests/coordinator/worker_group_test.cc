@@ -509,6 +509,9 @@ struct IdSharingWorker {
     thread = std::thread([this, rank, wait] {
       result = link->run(
           [this, rank, wait](const wire::Assignment&) -> Status {
+            // Every rank publishes another blob first (as worker.collectives auto does), which
+            // the others must not take for rank 0's id.
+            TESSERA_RETURN_IF_ERROR(link->publish_collective_blob("shm-identity:rank-" + std::to_string(rank)));
             StatusOr<std::string> id = link->share_collective_id(rank == 0 ? "unique-id-of-rank-0" : "", wait);
             if (!id.is_ok()) return id.status();
             got = *id;
