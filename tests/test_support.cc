@@ -106,6 +106,40 @@ std::string make_temp_dir(const std::string& prefix) {
   return base.string();
 }
 
+std::string ranks_apart_bin_dir(const std::string& program, std::string* why_not) {
+  const CommandResult probe =
+      run_command("unshare --mount /bin/sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>&1");
+  if (probe.exit_code != 0) {
+    *why_not = "cannot give a process a /dev/shm of its own (unshare --mount; mount): " + probe.out + probe.err;
+    return "";
+  }
+  // Beside bin_dir() (a hard link stays on its file system), one folder per test program.
+  const std::string dir = bin_dir() + "/../ranks-apart-" + std::to_string(::getpid());
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  {
+    TempDirs& all = TempDirs::get();
+    std::lock_guard<std::mutex> lock(all.mu);
+    all.dirs.emplace_back(::getpid(), dir);
+  }
+  std::filesystem::remove(dir + "/" + program, ec);
+  std::filesystem::create_hard_link(bin_dir() + "/" + program, dir + "/" + program, ec);
+  if (ec) {
+    *why_not = "cannot link " + program + " into " + dir + ": " + ec.message();
+    return "";
+  }
+  std::string worker = "'";
+  for (char c : bin_dir() + "/tessera-worker") worker += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  worker += "'";
+  // The pid stays the worker's (exec all the way), so the launcher's signals reach it.
+  write_file(dir + "/tessera-worker",
+             "#!/bin/sh\n"
+             "exec unshare --mount /bin/sh -c 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec \"$0\" \"$@\"' " +
+                 worker + " \"$@\"\n");
+  std::filesystem::permissions(dir + "/tessera-worker", std::filesystem::perms::owner_all, ec);
+  return dir;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

@@ -26,6 +26,13 @@ std::string source_dir();
 // A fresh empty directory under the system temp dir; removed when the test program exits (the
 // caller may remove it sooner).
 std::string make_temp_dir(const std::string& prefix);
+// A folder holding `program` (hard-linked from bin_dir(), so that it finds its workers beside
+// it) and a tessera-worker that starts the real one in a mount namespace of its own with a
+// /dev/shm of its own, as a pod on another host has: the ranks `program` starts from there
+// share no shared memory (worker.collectives auto picks Gloo), though they share the network.
+// Removed when the test program exits. Empty, with the reason in `why_not`, where this
+// process may not make mount namespaces (it needs root, or unshare and mount from util-linux).
+std::string ranks_apart_bin_dir(const std::string& program, std::string* why_not);
 
 // True in the sanitized build (CI's second tree, configured with TESSERA_SANITIZE or
 // TESSERA_FUZZ: AddressSanitizer + UndefinedBehaviorSanitizer).

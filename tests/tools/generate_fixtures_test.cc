@@ -36,7 +36,9 @@ struct FixtureRun {
   bool inject = true;
   bool one_at_a_time = false;
   bool streamed = false;  // --weights-budget 25%
-  bool gloo = false;      // --collectives gloo: the ranks reduce over TCP
+  // The ranks in mount namespaces of their own, sharing no /dev/shm as on different hosts:
+  // worker.collectives auto finds that and reduces over Gloo (TCP).
+  bool gloo = false;
 };
 
 std::string run_name(const ::testing::TestParamInfo<FixtureRun>& info) {
@@ -102,11 +104,11 @@ std::vector<FixtureRun> runs() {
     }
     out.push_back({m, 1, true, false, true});
     if (tp_allowed(m, 2)) out.push_back({m, 2, true, false, true});
-    // Over Gloo as across hosts (the same exchange on loopback): fused and plain.
+    // Ranks apart, over Gloo as across hosts (on loopback): fused and plain.
     for (int world : {2, 3}) {
       if (!tp_allowed(m, world)) continue;
       out.push_back({m, world, true, false, false, true});
-      if (world == 2) out.push_back({m, world, false, false, false, true});
+      out.push_back({m, world, false, false, false, true});
     }
   }
   for (const std::string& m : torch_checkpoint_models()) {
@@ -151,16 +153,29 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   const int n_new = static_cast<int>(cases[0]["greedy_ids"].size());
   const std::string dir = testing::make_temp_dir("tessera-gen-fixtures");
   testing::write_golden_prompts(cases, dir + "/prompts.txt");
-  std::string cmd = testing::bin_dir() + "/tessera-generate --model " + testing::shell_quote(model) + " --prompt-ids-file " +
-                    testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens " + std::to_string(n_new) +
-                    " --json --dump-logits " + testing::shell_quote(dir + "/logits.f32");
+  std::string programs = testing::bin_dir();
+  if (p.gloo) {
+    std::string why_not;
+    programs = testing::ranks_apart_bin_dir("tessera-generate", &why_not);
+    if (programs.empty()) GTEST_SKIP() << "SKIPPED: " << why_not;
+  }
+  std::string cmd = std::string(p.gloo ? "TESSERA_LOG_LEVEL=info " : "") + programs + "/tessera-generate --model " +
+                    testing::shell_quote(model) + " --prompt-ids-file " + testing::shell_quote(dir + "/prompts.txt") +
+                    " --max-new-tokens " + std::to_string(n_new) + " --json --dump-logits " +
+                    testing::shell_quote(dir + "/logits.f32");
   if (!p.inject) cmd += " --no-kernel-inject";
   if (p.one_at_a_time) cmd += " --max-num-seqs 1";
   if (p.world > 1) cmd += " --tensor-parallel " + std::to_string(p.world);
   if (p.streamed) cmd += " --weights-budget 25% --weights-spill-dir " + testing::shell_quote(dir);
-  if (p.gloo) cmd += " --collectives gloo";
   const auto r = testing::run_command(cmd);
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+  if (p.gloo) {
+    for (int rank = 0; rank < p.world; ++rank) {
+      const std::string chosen = "rank " + std::to_string(rank) + "/" + std::to_string(p.world) +
+                                 ": collectives over gloo (the ranks do not share one /dev/shm)";
+      EXPECT_NE(r.err.find(chosen), std::string::npos) << "auto did not pick Gloo for ranks apart:\n" << r.err;
+    }
+  }
   const std::vector<float> got = testing::read_f32_file(dir + "/logits.f32");
   fs::remove_all(dir);
 
@@ -180,7 +195,7 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
   EXPECT_LE(worst, 1e-3f);
   std::cout << "[ REPORT   ] tessera-generate " << p.model << " TP=" << p.world << (p.inject ? " fused" : " plain")
             << (p.one_at_a_time ? " one at a time" : " batched") << (p.streamed ? ", 25% of weights resident" : "")
-            << (p.gloo ? ", over Gloo" : "")
+            << (p.gloo ? ", ranks apart (each its own /dev/shm), over Gloo" : "")
             << ": max |logit - reference| = " << worst
             << std::endl;
 }
