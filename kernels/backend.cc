@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/linear_int8_panels.h"
+#include "kernels/weight_stager.h"
 #ifdef TESSERA_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
@@ -58,6 +59,10 @@ void check_heads(const Backend& b, const TensorView& x, const char* op, const ch
 }
 
 }  // namespace
+
+StatusOr<std::unique_ptr<WeightStager>> Backend::make_weight_stager(size_t host_bytes, size_t slot_bytes, int slots) {
+  return make_host_weight_stager(host_bytes, slot_bytes, slots);
+}
 
 void Backend::embedding(const TensorView& ids, const TensorView& table, const TensorView& out) {
   TESSERA_CHECK(ids.dtype == DType::kI32 && ids.ndim == 1) << "ids " << ids.shape_string();

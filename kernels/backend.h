@@ -23,6 +23,8 @@
 
 namespace tessera {
 
+class WeightStager;
+
 // What a backend's device has: free is what an allocation could still get now (CPU: the
 // kernel's MemAvailable; CUDA: cudaMemGetInfo's free), total its whole memory.
 struct MemoryInfo {
@@ -102,6 +104,11 @@ class Backend {
   // Copies between host and this device; identical for the CPU backend.
   virtual void copy_to_host(const TensorView& src, void* dst) = 0;
   virtual void copy_from_host(const void* src, const TensorView& dst) = 0;
+  // Host memory and device slots for weights streamed to this device beyond the weights'
+  // memory budget (kernels/weight_stager.h). The CPU backend streams from a spill file
+  // instead (worker/weight_residency.h); its stager (host slots, memcpy) runs the device
+  // path's bookkeeping in tests.
+  virtual StatusOr<std::unique_ptr<WeightStager>> make_weight_stager(size_t host_bytes, size_t slot_bytes, int slots);
 
   // out[t, :] = table[ids[t], :]. ids: i32 [T]; table [V, H]; out f32 [T, H].
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out);

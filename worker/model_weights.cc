@@ -763,30 +763,32 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
 
 namespace {
 
-void place(Tensor& t, Backend& backend) {
-  if (!t.empty()) t = backend.place_weight(t);
+using Stays = std::function<bool(const Tensor&)>;
+
+void place(Tensor& t, Backend& backend, const Stays& stays) {
+  if (!t.empty() && !(stays && stays(t))) t = backend.place_weight(t);
 }
 
-void place(LinearWeights& l, Backend& backend) {
-  place(l.w, backend);
-  place(l.b, backend);
-  place(l.scales, backend);
+void place(LinearWeights& l, Backend& backend, const Stays& stays) {
+  place(l.w, backend, stays);
+  place(l.b, backend, stays);
+  place(l.scales, backend, stays);
 }
 
 }  // namespace
 
-void place_model_weights(ModelWeights& w, Backend& backend) {
+void place_model_weights(ModelWeights& w, Backend& backend, const Stays& stays) {
   const bool tied = !w.embed.empty() && w.lm_head.w.view().data == w.embed.view().data;
   for (Tensor* t : {&w.embed, &w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w, &w.final_norm_b}) {
-    place(*t, backend);
+    place(*t, backend, stays);
   }
   if (tied) {
     w.lm_head.w = w.embed;  // one buffer, placed once
-    place(w.lm_head.b, backend);
+    place(w.lm_head.b, backend, stays);
   } else {
-    place(w.lm_head, backend);
+    place(w.lm_head, backend, stays);
   }
-  for (LayerWeights& lw : w.layers) for_each_layer_tensor(lw, [&](Tensor& t) { place(t, backend); });
+  for (LayerWeights& lw : w.layers) for_each_layer_tensor(lw, [&](Tensor& t) { place(t, backend, stays); });
 }
 
 }  // namespace tessera

@@ -188,6 +188,9 @@ void for_each_layer_tensor(LayerWeights& lw, Fn&& fn) {
 // Hands every tensor of `weights` to backend.place_weight, once, so the weights live where
 // the backend wants them from load time on (CPU: unchanged; CUDA: device memory, the host
 // copies dropped). A tied LM head stays one buffer with the embedding.
-void place_model_weights(ModelWeights& weights, Backend& backend);
+// `stays` (may be empty): tensors it names are left where they are (streamed weights' host
+// copies, worker/staged_weights.h).
+void place_model_weights(ModelWeights& weights, Backend& backend,
+                         const std::function<bool(const Tensor&)>& stays = nullptr);
 
 }  // namespace tessera

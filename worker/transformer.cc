@@ -57,11 +57,11 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.int8_layout =
       cpu_backend != nullptr && cpu_backend->prefers_int8_panels() ? Int8WeightLayout::kCpuPanels : Int8WeightLayout::kRows;
   std::shared_ptr<WeightSpill> spill;
-  if (!options.residency.budget.all()) {
-    if (backend.kind() != BackendKind::kCpu) {
-      return invalid_argument("model.weights_memory_budget: weights are streamed on the CPU backend only so far; the " +
-                              backend.name() + " backend keeps every weight where it computes (leave the key at all)");
-    }
+  // A device streams from host memory into slots of its own (worker/staged_weights.h); the
+  // CPU from a spill file (worker/weight_residency.h).
+  const bool staged = !options.residency.budget.all() &&
+                      (backend.kind() != BackendKind::kCpu || options.residency.device_slots);
+  if (!options.residency.budget.all() && !staged) {
     // Decided layer by layer as they load, so that loading holds only what stays and one layer.
     // A share is of the weights as they will be stored (quantized ones at their own size).
     const int world = comm->world_size();
@@ -82,10 +82,20 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   }
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
+  std::unique_ptr<StagedWeights> staged_weights;
+  if (staged) {
+    // Before placing: the streamed units go to the stager's host memory, not the device.
+    TESSERA_ASSIGN_OR_RETURN(staged_weights, StagedWeights::make(weights.value(), options.residency, backend));
+  }
   // From here on the weights live where the backend keeps them (CUDA: device memory).
-  place_model_weights(weights.value(), backend);
+  if (staged_weights) {
+    place_model_weights(weights.value(), backend,
+                        [&](const Tensor& t) { return staged_weights->in_host_memory(t); });
+  } else {
+    place_model_weights(weights.value(), backend);
+  }
   std::unique_ptr<WeightResidency> residency;
-  if (!options.residency.budget.all()) {
+  if (!options.residency.budget.all() && !staged) {
     TESSERA_ASSIGN_OR_RETURN(residency, WeightResidency::make(weights.value(), options.residency, std::move(spill)));
     if (residency) ckpt->release_all();  // pages the spill read
   }
@@ -93,7 +103,16 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
                                                  options.kernel_inject, options.dtype, shard.value(), std::move(owned),
                                                  comm, backend));
   t->residency_ = std::move(residency);
+  if (staged_weights) {
+    staged_weights->bind(t->weights_);
+    t->staged_ = std::move(staged_weights);
+  }
   return t;
+}
+
+std::string Transformer::streaming_plan() const {
+  if (residency_) return residency_->plan();
+  return staged_ ? staged_->plan() : "";
 }
 
 Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string config_dir,
@@ -213,6 +232,7 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   Tensor delta2 = backend_.alloc({T, H}, DType::kF32);  // the MLP branch of a parallel block
 
   if (residency_) residency_->before_embedding(T);
+  if (staged_) staged_->before_embedding();
   if (weights_.vocab_split) {
     // Each rank looks up the ids in its vocabulary rows (zeros elsewhere); the sum over
     // ranks is the full embedding.
@@ -222,6 +242,7 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
     backend_.embedding(ids.view(), weights_.embed.view(), x.view());
   }
   if (residency_) residency_->after_embedding();
+  if (staged_) staged_->after_embedding();
   if (config_.arch->position == PositionKind::kLearned) {
     Tensor pos = backend_.alloc({T}, DType::kI32);
     backend_.copy_from_host(positions.data(), pos.view());
@@ -235,8 +256,10 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   const TensorView* pending = nullptr;  // the previous layer's output, not yet added
   for (int l = 0; l < config_.layers; ++l) {
     if (residency_) residency_->before_layer(l);
+    if (staged_) staged_->before_layer(l);
     layer_forward(l, x.view(), pending, h.view(), delta.view(), delta2.view(), positions, batch, cache);
     if (residency_) residency_->after_layer(l);
+    if (staged_) staged_->after_layer(l);
     pending = &delta.view();
   }
 
@@ -260,8 +283,10 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   backend_.gather_rows(x.view(), logit_rows, picked.view());
   add_and_norm(picked.view(), nullptr, weights_.final_norm_w, weights_.final_norm_b, normed.view());
   if (residency_) residency_->before_lm_head();
+  if (staged_) staged_->before_lm_head();
   lm_head(normed.view(), logits);
   if (residency_) residency_->after_lm_head();
+  if (staged_) staged_->after_lm_head();
   if (config_.final_softcap > 0) backend_.softcap(logits, config_.final_softcap);
   return comm_error_;
 }

@@ -18,6 +18,7 @@
 #include "worker/lora_weights.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
+#include "worker/staged_weights.h"
 #include "worker/weight_residency.h"
 
 namespace tessera {
@@ -35,7 +36,7 @@ struct ModelLoadOptions {
   std::optional<bool> check_weights;
   bool lm_head = true;  // false: no LM head (server.task embed; forward() then gives no logits)
   // model.weights_memory_budget and friends: the layers beyond the budget are streamed
-  // (worker/weight_residency.h; the CPU backend only).
+  // (the CPU: worker/weight_residency.h; a device: worker/staged_weights.h).
   WeightResidencyOptions residency;
 };
 
@@ -57,6 +58,10 @@ class Transformer {
   const ShardSpec& shard() const { return shard_; }
   // The weight streaming plan and accounting; null when every weight is resident.
   const WeightResidency* residency() const { return residency_.get(); }
+  // The same on a device backend: the units streamed from host memory into device slots.
+  const StagedWeights* staged() const { return staged_.get(); }
+  // The start-up plan of the weights streamed (either way), or "" when all are resident.
+  std::string streaming_plan() const;
 
   // tokens: the new tokens of all sequences, grouped per sequence as batch.query_start says.
   // Writes their K/V into `cache`, and fills `logits` [logit_rows.size(), vocab] with the
@@ -131,7 +136,8 @@ class Transformer {
   // This forward's adapter per token row (empty: none in the step), and its runs.
   std::vector<const LoraWeights*> token_adapters_;
   LoraRuns token_runs_;
-  std::unique_ptr<WeightResidency> residency_;  // streams the layers beyond the budget
+  std::unique_ptr<WeightResidency> residency_;  // streams the layers beyond the budget (CPU)
+  std::unique_ptr<StagedWeights> staged_;       // the same into device slots
 };
 
 // BLOOM's ALiBi slopes for `heads` heads, including the interleaved second series used when

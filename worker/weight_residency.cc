@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "worker/weight_units.h"
 
 namespace tessera {
 namespace {
@@ -26,26 +27,6 @@ constexpr size_t kHugePage = size_t{2} << 20;
 size_t align_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 size_t page_up(size_t n) { return align_up(n, kSpillPage); }
 size_t unit_alignment(WeightStreaming s) { return s == WeightStreaming::kMap ? kSpillPage : kHugePage; }
-
-std::string spill_mib(int64_t bytes) {
-  if (bytes < (int64_t{1} << 20)) return std::to_string((bytes + 1023) >> 10) + " KiB";
-  const int64_t tenths = (bytes * 10 + (1 << 19)) >> 20;
-  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " MiB";
-}
-
-std::string layers_text(int n) { return std::to_string(n) + (n == 1 ? " layer" : " layers"); }
-
-// The tensors of one streamed unit, each distinct buffer once (a tied head and table, or
-// views that share a buffer, count and move together).
-using UnitTensors = std::vector<Tensor*>;
-
-int64_t distinct_bytes(const UnitTensors& ts) {
-  std::unordered_map<const void*, size_t> seen;
-  int64_t total = 0;
-  for (Tensor* t : ts)
-    if (!t->empty() && seen.emplace(t->view().data, t->nbytes()).second) total += static_cast<int64_t>(t->nbytes());
-  return total;
-}
 
 Status write_all(int fd, const void* data, size_t bytes, size_t offset, const std::string& dir) {
   const char* p = static_cast<const char*>(data);
@@ -78,7 +59,6 @@ StatusOr<int> open_spill_file(const std::string& dir) {
   return fd;
 }
 
-int64_t tensor_bytes(const Tensor& t) { return t.empty() ? 0 : static_cast<int64_t>(t.nbytes()); }
 
 // Bytes a unit takes in the spill file at most: its distinct buffers, each 64-byte aligned,
 // the unit page-aligned.
@@ -238,18 +218,12 @@ std::string spill_dir_or_default(const std::string& dir) {
   return tmp != nullptr && *tmp != '\0' ? tmp : "/var/tmp";
 }
 
-Status check_prefetch(const WeightResidencyOptions& options) {
-  if (options.prefetch_layers >= 1) return Status::ok();
-  return invalid_argument("model.weights_prefetch_layers: at least 1 (the layer running), got " +
-                          std::to_string(options.prefetch_layers));
-}
-
 }  // namespace
 
 StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
                                                           int64_t estimated_rank_bytes, int64_t estimated_head_bytes) {
   if (options.budget.all()) return std::shared_ptr<WeightSpill>();
-  TESSERA_RETURN_IF_ERROR(check_prefetch(options));
+  TESSERA_RETURN_IF_ERROR(check_prefetch_layers(options.prefetch_layers));
   const int64_t budget = options.budget.bytes_for(estimated_rank_bytes);
   if (budget >= estimated_rank_bytes) return std::shared_ptr<WeightSpill>();
   // Room for the whole estimate twice over: the estimate is of the stored elements only.
@@ -282,75 +256,37 @@ Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw) {
 StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w, const WeightResidencyOptions& options,
                                                                  std::shared_ptr<WeightSpill> spill) {
   if (options.budget.all()) return std::unique_ptr<WeightResidency>();
-  TESSERA_RETURN_IF_ERROR(check_prefetch(options));
-  std::unique_ptr<WeightResidency> r(new WeightResidency());
-  r->prefetch_ = options.prefetch_layers;
-  const bool tied = !w.embed.empty() && w.lm_head.w.view().data == w.embed.view().data;
-  // The units in a step's order, and what each holds.
-  std::vector<UnitTensors> tensors;
-  if (!tied && !w.embed.empty()) {
-    r->table_unit_ = 0;
-    r->units_.push_back({"embedding table"});
-    r->units_.back().rows_only = true;
-    tensors.push_back({&w.embed});
-  }
-  r->first_layer_unit_ = static_cast<int>(r->units_.size());
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    r->units_.push_back({"layer " + std::to_string(l)});
-    tensors.emplace_back();
-    for_each_layer_tensor(w.layers[l], [&](Tensor& t) { tensors.back().push_back(&t); });
-  }
-  if (tied || !w.lm_head.w.empty()) {
-    r->head_unit_ = static_cast<int>(r->units_.size());
-    r->units_.push_back({tied ? "LM head (the embedding table)" : "LM head"});
-    tensors.push_back({&w.lm_head.w, &w.lm_head.scales});
-    if (tied) {
-      tensors.back().push_back(&w.embed);
-      r->table_unit_ = r->head_unit_;
-    }
-  }
-  if (r->table_unit_ >= 0)
-    r->units_[static_cast<size_t>(r->table_unit_)].row_bytes = static_cast<int64_t>(w.embed.nbytes()) / w.embed.dim(0);
-  int64_t all = 0;
-  for (size_t u = 0; u < r->units_.size(); ++u) all += r->units_[u].bytes = distinct_bytes(tensors[u]);
-  for (const Tensor* t : {&w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w, &w.final_norm_b, &w.lm_head.b})
-    r->fixed_bytes_ += tensor_bytes(*t);
-  all += r->fixed_bytes_;
+  TESSERA_RETURN_IF_ERROR(check_prefetch_layers(options.prefetch_layers));
+  WeightUnits plan = weight_units(w);
   // Layers already moved while loading keep their place; the budget is the one the load used.
   const bool loaded_spill = spill != nullptr && !spill->layer_ranges.empty();
-  r->budget_bytes_ = loaded_spill ? spill->budget_bytes : options.budget.bytes_for(all);
-  if (!loaded_spill && r->budget_bytes_ >= all) return std::unique_ptr<WeightResidency>();  // everything fits
-  if (r->budget_bytes_ < r->fixed_bytes_) {
-    return invalid_argument("model.weights_memory_budget " + options.budget.to_string() + " (" +
-                            spill_mib(r->budget_bytes_) + " of this rank's " + spill_mib(all) +
-                            " of weights) is below the norms and biases every step reads, which stay resident (" +
-                            spill_mib(r->fixed_bytes_) + ")");
+  std::vector<bool> layer_streamed;
+  if (loaded_spill)
+    for (const auto& range : spill->layer_ranges) layer_streamed.push_back(range.second > 0);
+  TESSERA_RETURN_IF_ERROR(
+      decide_streamed_units(plan, options.budget, loaded_spill ? spill->budget_bytes : -1, layer_streamed));
+  if (!plan.any_streamed()) return std::unique_ptr<WeightResidency>();  // everything fits
+  std::unique_ptr<WeightResidency> r(new WeightResidency());
+  r->prefetch_ = options.prefetch_layers;
+  r->first_layer_unit_ = plan.first_layer;
+  r->head_unit_ = plan.head;
+  r->table_unit_ = plan.table;
+  r->fixed_bytes_ = plan.fixed_bytes;
+  r->budget_bytes_ = plan.budget_bytes;
+  r->lists_ = unit_lists(plan);
+  std::vector<UnitTensors> tensors;
+  for (const WeightUnit& unit : plan.units) {
+    r->units_.push_back({unit.name});
+    r->units_.back().bytes = unit.bytes;
+    r->units_.back().streamed = unit.streamed;
+    tensors.push_back(unit.tensors);
   }
-
-  // Resident by the rule: the head, the layers from the first, the table; the rest streams.
-  std::vector<int> order;
-  if (r->head_unit_ >= 0) order.push_back(r->head_unit_);
-  for (size_t l = 0; l < w.layers.size(); ++l) order.push_back(r->layer_unit(static_cast<int>(l)));
-  if (!tied && r->table_unit_ >= 0) order.push_back(r->table_unit_);
-  int64_t room = r->budget_bytes_ - r->fixed_bytes_;
-  bool full = false;
-  for (int u : order) {
-    Unit& unit = r->units_[static_cast<size_t>(u)];
-    const int layer = r->layer_of(u);
-    if (loaded_spill && layer >= 0) {
-      unit.streamed = spill->layer_ranges[static_cast<size_t>(layer)].second > 0;
-      full = full || unit.streamed;
-    } else {
-      full = full || unit.bytes > room;  // resident units are a prefix of the order
-      unit.streamed = full;
-    }
-    if (!unit.streamed) room -= unit.bytes;
+  // The untied table is read a row per token; a tied one is the head's, read whole.
+  if (r->table_unit_ >= 0) {
+    r->units_[static_cast<size_t>(r->table_unit_)].rows_only = !plan.tied;
+    r->units_[static_cast<size_t>(r->table_unit_)].row_bytes = static_cast<int64_t>(w.embed.nbytes()) / w.embed.dim(0);
   }
-  if (std::none_of(r->units_.begin(), r->units_.end(), [](const Unit& u) { return u.streamed; }))
-    return std::unique_ptr<WeightResidency>();  // it all fits after all
-  r->resident_bytes_ = r->fixed_bytes_;
-  for (const Unit& unit : r->units_)
-    if (!unit.streamed) r->resident_bytes_ += unit.bytes;
+  r->resident_bytes_ = plan.resident_bytes();
   r->resident_set_bytes_ = r->peak_bytes_ = r->resident_bytes_;
 
   if (spill == nullptr) {
@@ -549,22 +485,9 @@ void WeightResidency::after_lm_head() {
 }
 
 std::string WeightResidency::plan() const {
-  int resident_layers = 0, streamed_layers = 0;
-  std::string resident_units = "norms", streamed_units;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const Unit& unit = units_[u];
-    if (layer_of(static_cast<int>(u)) >= 0) {
-      ++(unit.streamed ? streamed_layers : resident_layers);
-    } else {
-      std::string& list = unit.streamed ? streamed_units : resident_units;
-      list += (list.empty() ? "" : ", ") + unit.name;
-    }
-  }
-  if (resident_layers > 0) resident_units += ", " + layers_text(resident_layers);
-  if (streamed_layers > 0) streamed_units += (streamed_units.empty() ? "" : ", ") + layers_text(streamed_layers);
-  return "weights: budget " + spill_mib(budget_bytes_) + "; resident " + spill_mib(resident_set_bytes_) + " (" +
-         resident_units + "); streamed " + spill_mib(streamed_bytes()) + " per step (" + streamed_units +
-         "; the largest " + spill_mib(largest_streamed_) + ") from an unlinked spill file in " + spill_->dir() + "; " +
+  return "weights: budget " + weight_mib(budget_bytes_) + "; resident " + weight_mib(resident_set_bytes_) + " (" +
+         lists_.resident + "); streamed " + weight_mib(streamed_bytes()) + " per step (" + lists_.streamed +
+         "; the largest " + weight_mib(largest_streamed_) + ") from an unlinked spill file in " + spill_->dir() + "; " +
          std::to_string(prefetch_) + " in flight, brought in by " +
          weight_streaming_name(streaming()) + (streaming() == WeightStreaming::kMap ? " (madvise)" : " (pread)");
 }

@@ -22,10 +22,10 @@
 // keep them). The embedding table is read a row per token, always through the mapping: it is
 // never brought in whole, and only the pages of the step's rows count while it is in use.
 //
-// Which units stay resident, by a stated rule: the norms and biases outside the layers always;
-// then the LM head (read whole every step), then layers from the first, then the embedding
-// table (a row per token), while they fit in the budget. The budget bounds that resident set:
-// the units in flight come on top, at most prefetch_layers times the largest streamed unit.
+// Which units stay resident and the budget's accounting: worker/weight_units.h (the same rule
+// where a device streams from host memory: worker/staged_weights.h). The budget bounds that
+// resident set: the units in flight come on top, at most prefetch_layers times the largest
+// streamed unit.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -38,6 +38,7 @@
 #include "common/status.h"
 #include "common/weights_budget.h"
 #include "worker/model_weights.h"
+#include "worker/weight_units.h"
 
 namespace tessera {
 
@@ -48,6 +49,9 @@ struct WeightResidencyOptions {
   std::string spill_dir;    // where the spill file goes; empty: $TMPDIR, else /var/tmp
   int prefetch_layers = 2;  // streamed units in flight: the one running and those read ahead
   WeightStreaming streaming = WeightStreaming::kRead;  // how a unit is brought in
+  // Into device slots from host memory (worker/staged_weights.h): what a device backend
+  // always does; on the CPU backend only where a test runs that path without a device.
+  bool device_slots = false;
 };
 
 class WeightResidency {
@@ -136,6 +140,7 @@ class WeightResidency {
   int first_layer_unit_ = 0, head_unit_ = -1, table_unit_ = -1;
   int64_t resident_bytes_ = 0, resident_set_bytes_ = 0, peak_bytes_ = 0, budget_bytes_ = 0, largest_streamed_ = 0, fixed_bytes_ = 0;
   int prefetch_ = 2;
+  UnitLists lists_;  // for plan()
   int spare_ = -1;            // the unit whose pages are kept for the next fetch, or -1
   bool spare_valid_ = false;  // whether they hold it (it was read in before its release)
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)

@@ -190,7 +190,8 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.residency = {config.model.weights_memory_budget, config.model.weights_spill_dir,
                     config.model.weights_prefetch_layers, config.model.weights_streaming};
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
-    if (const WeightResidency* r = model->residency()) TESSERA_LOG_INFO("rank {}/{} {}", a.rank, a.world_size, r->plan());
+    if (const std::string plan = model->streaming_plan(); !plan.empty())
+      TESSERA_LOG_INFO("rank {}/{} {}", a.rank, a.world_size, plan);
     if (config.speculative.method == SpeculativeConfig::Method::kDraft) {
       TESSERA_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative.draft_model, mo, *backend));
       TESSERA_LOG_INFO("rank {}/{} loaded the draft {} ({} MB of weights, {})", a.rank, a.world_size,

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_weight_stager.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/launchers.h"
 
@@ -167,6 +168,11 @@ Tensor CudaBackend::place_weight(const Tensor& host) {
   }
   std::shared_ptr<const void> arena = weights_;  // the arena outlives every weight placed in it
   return Tensor::borrowed(with_data(v, d), std::move(arena));
+}
+
+StatusOr<std::unique_ptr<WeightStager>> CudaBackend::make_weight_stager(size_t host_bytes, size_t slot_bytes,
+                                                                         int slots) {
+  return cuda::make_cuda_weight_stager(device_, stream_, host_bytes, slot_bytes, slots);
 }
 
 StatusOr<MemoryInfo> CudaBackend::memory_info() const {

@@ -50,6 +50,8 @@ class CudaBackend final : public Backend {
   void copy_from_host(const void* src, const TensorView& dst) override;
   Tensor place_weight(const Tensor& host) override;
   StatusOr<MemoryInfo> memory_info() const override;
+  // Pinned host memory, device slots and a copy stream of their own (kernels/cuda/cuda_weight_stager.h).
+  StatusOr<std::unique_ptr<WeightStager>> make_weight_stager(size_t host_bytes, size_t slot_bytes, int slots) override;
 
   // Waits for all queued work and checks for errors reported by kernels.
   void synchronize();

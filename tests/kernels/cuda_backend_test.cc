@@ -24,6 +24,7 @@
 //    u * sum_k |x_k w_k| (u = 2^-11 for f16, 2^-8 for bf16: half an ulp, relative), so
 //    the bound is (u + 1e-5) * sum_k |x_k w_k|, times 1.2 after an activation (|gelu'| <
 //    1.13 for both GELUs, |silu'| < 1.1).
+#include "kernels/weight_stager.h"
 #include "tests/kernels/cuda_test_fixture.h"
 
 namespace tessera {
@@ -310,6 +311,44 @@ TEST_F(CudaBackendTest, PlacedWeightsAreDeviceCopiesIndependentOfTheirHostBuffer
     // Placing a device tensor again is a no-op (same memory).
     EXPECT_EQ(cuda_->place_weight(w_d).view().data, w_d.view().data);
   }
+}
+
+// Streamed weights (kernels/weight_stager.h): eight weight matrices in the stager's pinned
+// host memory go through two device slots in the order a step asks for them (each copied
+// ahead into the slot the matrix two before it used), and every linear over a slot gives
+// the CPU's result for its own matrix: a copy never lands in a slot before the linear that
+// read the slot's last matrix ran (release), nor runs after the linear that needs it (wait).
+TEST_F(CudaBackendTest, StagedWeightsCopiedAheadIntoSlotsGiveEachLinearItsOwnMatrix) {
+  const int64_t N = 192, K = 256, matrices = 8;
+  const size_t bytes = static_cast<size_t>(N * K) * sizeof(float);
+  auto stager = cuda_->make_weight_stager(bytes * matrices, bytes, 2);
+  ASSERT_TRUE(stager.is_ok()) << stager.status().to_string();
+  WeightStager& st = *stager.value();
+  Tensor x = random_host({3, K}, DType::kF32);
+  Tensor x_d = to_device(x);
+  std::vector<Tensor> refs, outs;
+  std::vector<std::vector<double>> tols;
+  for (int64_t m = 0; m < matrices; ++m) {
+    Tensor w = random_host({N, K}, DType::kF32, -0.5f, 0.5f);
+    std::memcpy(st.host() + m * bytes, w.data<void>(), bytes);
+    Tensor ref = Tensor::zeros({3, N}, DType::kF32);
+    cpu_->linear(x, w, Tensor(), ref);
+    refs.push_back(std::move(ref));
+    tols.push_back(LinearCase::tolerance(x, w, false));
+  }
+  st.copy_in(0, st.host(), bytes);
+  for (int64_t m = 0; m < matrices; ++m) {
+    const int slot = static_cast<int>(m % 2);
+    if (m + 1 < matrices) st.copy_in(1 - slot, st.host() + (m + 1) * bytes, bytes);  // the next, ahead
+    st.wait(slot);
+    TensorView wv(st.slot(slot), DType::kF32, {N, K}, DeviceKind::kCuda);
+    outs.push_back(cuda_->alloc({3, N}, DType::kF32));
+    cuda_->linear(x_d, Tensor::borrowed(wv, nullptr), Tensor(), outs.back());
+    st.release(slot);
+  }
+  for (int64_t m = 0; m < matrices; ++m)
+    expect_close(widen(refs[m]), device_f32(outs[m]), 0, 0, "linear over slot-staged matrix " + std::to_string(m),
+                 &tols[m]);
 }
 
 TEST_F(CudaBackendTest, UnplacedHostWeightsAreALoudErrorNotAKernelFault) {

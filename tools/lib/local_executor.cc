@@ -56,7 +56,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOpt
   lo.quant = o.quant;
   lo.residency = o.residency;
   TESSERA_ASSIGN_OR_RETURN(rt->model_, Transformer::load(o.model, lo, *rt->backend_));
-  if (const WeightResidency* r = rt->model_->residency()) TESSERA_LOG_INFO("{}", r->plan());
+  if (const std::string plan = rt->model_->streaming_plan(); !plan.empty()) TESSERA_LOG_INFO("{}", plan);
   if (!o.draft_model.empty()) {
     TESSERA_RETURN_IF_ERROR(check_draft_model(o.draft_model, rt->model_->config(), sc.max_model_len).status());
     TESSERA_ASSIGN_OR_RETURN(rt->draft_, load_draft_model(o.draft_model, lo, *rt->backend_));

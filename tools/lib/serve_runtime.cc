@@ -50,16 +50,18 @@ namespace {
 
 // What a rank of `weights` bytes holds resident under model.weights_memory_budget (the KV pool
 // gets the rest of the memory): the budget plus weights_prefetch_layers of the largest unit
-// streamed whole in flight (worker/weight_residency.h), estimated from the shapes: a layer's
+// streamed whole in flight (worker/weight_units.h), estimated from the shapes: a layer's
 // share of what is not the embedding table and LM head, or the LM head (vocab x hidden) when
-// the budget cannot keep it (the rule keeps it first; the table alone is read by rows).
-int64_t resident_weight_bytes(const ModelSection& model, const ModelConfig& mc, int world, int64_t weights) {
+// the budget cannot keep it (the rule keeps it first). On the CPU the table alone is read by
+// rows; a device copies it whole into its slots like the rest (`table_whole`).
+int64_t resident_weight_bytes(const ModelSection& model, const ModelConfig& mc, int world, int64_t weights,
+                              bool table_whole) {
   if (model.weights_memory_budget.all() || weights <= 0) return weights;
   const int64_t table = mc.vocab * mc.hidden * static_cast<int64_t>(dtype_size(model.dtype)) / world;
   const int64_t tables = mc.tie_embeddings ? table : 2 * table;
   const int64_t layer = mc.layers > 0 ? std::max<int64_t>(weights - tables, 0) / mc.layers : 0;
   const int64_t budget = model.weights_memory_budget.bytes_for(weights);
-  const int64_t streamed_whole = budget >= table ? layer : std::max(layer, table);
+  const int64_t streamed_whole = budget >= table && !table_whole ? layer : std::max(layer, table);
   return std::min(weights, budget + model.weights_prefetch_layers * streamed_whole);
 }
 
@@ -78,7 +80,9 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   // share a little larger).
   const QuantizationOptions quant = quantization_options(c.model);
   int64_t weights = static_cast<int64_t>(estimated_weight_bytes(*ckpt, mc, quant, c.model.dtype)) / world;
-  if (const int64_t held = resident_weight_bytes(c.model, mc, world, weights); held < weights) {
+  // auto may be a GPU: counted as one (the larger estimate).
+  const bool table_whole = c.worker.backend != BackendKind::kCpu;
+  if (const int64_t held = resident_weight_bytes(c.model, mc, world, weights, table_whole); held < weights) {
     TESSERA_LOG_INFO("weights: about {} of each rank's {} held resident (model.weights_memory_budget {} and {} "
                      "streamed unit(s) in flight); the KV pool is sized beside that",
                      format_bytes(held), format_bytes(weights), c.model.weights_memory_budget.to_string(),

@@ -9,7 +9,8 @@ namespace tessera {
 void add_weight_streaming_flags(CLI::App& app, WeightStreamingFlags& flags) {
   app.add_option("--weights-budget", flags.budget,
                  "bytes of weights each rank keeps resident (all, a byte count such as 6GiB, or a share such as 25%); "
-                 "the rest is streamed from a spill file (model.weights_memory_budget; CPU backend)")
+                 "the rest is streamed: on the CPU from a spill file, on CUDA from pinned host memory into device "
+                 "buffers (model.weights_memory_budget)")
       ->capture_default_str();
   app.add_option("--weights-spill-dir", flags.spill_dir,
                  "folder for the streamed weights' spill file (default: $TMPDIR, else /var/tmp)");
