@@ -2,8 +2,8 @@
 // its host stager (kernels/weight_stager.h) — the bookkeeping the CUDA backend runs with
 // pinned memory and a copy stream (its goldens: FixturesCuda/GoldenTest.*_staged, run by
 // tests/gpu/run.sh). kjv-llama's logits with a quarter resident equal every weight resident's,
-// bit for bit, for each prefetch depth; units still in their slots are not copied again; a
-// step that skips the LM head leaves no slot held.
+// bit for bit, for each prefetch depth and with int8 weights; units still in their slots are
+// not copied again; a step that skips the LM head leaves no slot held.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -23,10 +23,12 @@ struct Loaded {
   std::unique_ptr<Transformer> model;
 };
 
-Loaded load(const std::string& model, const std::string& budget, int prefetch = 2) {
+Loaded load(const std::string& model, const std::string& budget, int prefetch = 2,
+            WeightQuantization quant = WeightQuantization::kNone) {
   Loaded l;
   l.backend = make_backend("cpu", BackendOptions{2, 0, KernelOptions{}}).value();
   ModelLoadOptions lo;
+  lo.quant.kind = quant;
   lo.residency.budget = parse_weights_budget(budget).value();
   lo.residency.prefetch_layers = prefetch;
   lo.residency.device_slots = true;
@@ -87,6 +89,20 @@ TEST_P(StagedWeightsTest, AQuarterResidentGivesTheLogitsOfEveryWeightResident) {
 
 INSTANTIATE_TEST_SUITE_P(Prefetch, StagedWeightsTest, ::testing::Values(1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& i) { return "depth" + std::to_string(i.param); });
+
+// Int8 weights (the CPU's panels with their scales) streamed give the logits of int8 resident.
+TEST(StagedWeights, Int8WeightsStagedGiveTheLogitsOfInt8Resident) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::vector<GenerationRequest> reqs = golden_requests("kjv-llama");
+  Loaded resident = load("kjv-llama", "all", 2, WeightQuantization::kInt8);
+  Loaded staged = load("kjv-llama", "25%", 2, WeightQuantization::kInt8);
+  ASSERT_TRUE(resident.model && staged.model);
+  ASSERT_NE(staged.model->staged(), nullptr);
+  std::cout << "[ REPORT   ] " << staged.model->staged()->plan() << std::endl;
+  const std::vector<GenerationResult> want = generate(resident, reqs), got = generate(staged, reqs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].logits, want[i].logits) << "case " << i;
+}
 
 // With as many slots as streamed units, each unit is copied once and stays: later steps copy
 // nothing. (kjv-llama with all but a few units resident.)
