@@ -31,6 +31,20 @@ size_t lay_out(const UnitTensors& tensors, std::vector<size_t>* offsets) {
 
 }  // namespace
 
+Status check_device_streaming_options(const WeightResidencyOptions& o) {
+  if (!o.spill_dir.empty()) {
+    return invalid_argument("model.weights_spill_dir '" + o.spill_dir +
+                            "': a device streams its weights from pinned host memory, not from a spill file "
+                            "(leave the key empty)");
+  }
+  if (o.streaming != WeightStreaming::kRead) {
+    return invalid_argument(std::string("model.weights_streaming ") + weight_streaming_name(o.streaming) +
+                            ": a device copies its streamed weights from pinned host memory; map and direct are "
+                            "ways of reading the CPU's spill file (leave the key at read)");
+  }
+  return Status::ok();
+}
+
 StatusOr<std::unique_ptr<StagedWeights>> StagedWeights::make(ModelWeights& w, const WeightResidencyOptions& options,
                                                              Backend& backend) {
   if (options.budget.all()) return std::unique_ptr<StagedWeights>();

@@ -23,6 +23,11 @@
 
 namespace tessera {
 
+// A device streams from pinned host memory, not from a spill file: model.weights_spill_dir
+// or a model.weights_streaming other than the default would be silently unused there, so
+// they are refused naming the key.
+Status check_device_streaming_options(const WeightResidencyOptions& options);
+
 class StagedWeights {
  public:
   // Null when every weight fits the budget. Errors name the key: a budget below the tensors

@@ -84,6 +84,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   if (!weights.is_ok()) return weights.status().with_context(path);
   std::unique_ptr<StagedWeights> staged_weights;
   if (staged) {
+    if (backend.kind() != BackendKind::kCpu) TESSERA_RETURN_IF_ERROR(check_device_streaming_options(options.residency));
     // Before placing: the streamed units go to the stager's host memory, not the device.
     TESSERA_ASSIGN_OR_RETURN(staged_weights, StagedWeights::make(weights.value(), options.residency, backend));
   }

@@ -165,5 +165,19 @@ TEST(StagedWeights, AStepWithoutTheLmHeadLeavesNoSlotHeld) {
   EXPECT_EQ(chunked_prefill_logits(staged, prompt, 8), chunked_prefill_logits(resident, prompt, 8));
 }
 
+// What a device does not use is refused, naming the key, instead of being ignored.
+TEST(StagedWeights, ASpillFolderOrAWayOfReadingItIsRefusedForADevice) {
+  WeightResidencyOptions o;
+  o.budget = parse_weights_budget("25%").value();
+  EXPECT_TRUE(check_device_streaming_options(o).is_ok());
+  o.spill_dir = "/var/tmp";
+  const Status dir = check_device_streaming_options(o);
+  EXPECT_NE(dir.message().find("model.weights_spill_dir '/var/tmp'"), std::string::npos) << dir.to_string();
+  o.spill_dir.clear();
+  o.streaming = WeightStreaming::kDirect;
+  const Status way = check_device_streaming_options(o);
+  EXPECT_NE(way.message().find("model.weights_streaming direct"), std::string::npos) << way.to_string();
+}
+
 }  // namespace
 }  // namespace tessera
