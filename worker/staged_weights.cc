@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/check.h"
 
@@ -85,10 +86,10 @@ StatusOr<std::unique_ptr<StagedWeights>> StagedWeights::make(ModelWeights& w, co
     const WeightUnit& unit = units.units[u];
     if (!unit.streamed) continue;
     char* host = s->stager_->host() + s->host_offset_[u];
-    std::unordered_map<const void*, bool> copied;
+    std::unordered_set<const void*> copied;  // a buffer two tensors share, once
     for (size_t i = 0; i < unit.tensors.size(); ++i) {
       const Tensor* t = unit.tensors[i];
-      if (!t->empty() && copied.emplace(t->view().data, true).second)
+      if (!t->empty() && copied.insert(t->view().data).second)
         std::memcpy(host + s->tensor_offset_[u][i], t->view().data, t->nbytes());
     }
   }
