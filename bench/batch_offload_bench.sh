@@ -37,9 +37,7 @@ prefetch=${PREFETCH:-2}
 for s in "${streamings[@]}"; do
   [[ $s =~ ^(map|read|direct)$ ]] || die "STREAMING '$s' is not map, read or direct"
 done
-for n in "$rounds" "$prompt_len" "$gen_len" "$threads" "$prefetch" "${batches[@]}"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (ROUNDS, BATCH, PROMPT_LEN, GEN_LEN, THREADS)"
-done
+need_whole_numbers "ROUNDS, BATCH, PROMPT_LEN, GEN_LEN, THREADS" "$rounds" "$prompt_len" "$gen_len" "$threads" "$prefetch" "${batches[@]}"
 need_bin "$build/bin" "$BUILD_HINT" tessera-batch
 need_model "$model"
 work=$(mktemp -d)

@@ -20,15 +20,10 @@ build=${BUILD:-build}
 work=${WORK:-/tmp/tessera-collectives-bench}
 short=${GEN_SHORT:-16}
 long=${GEN_LONG:-144}
-for n in "$rounds" "$short" "$long"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (ROUNDS, GEN_SHORT, GEN_LONG)"
-done
+need_whole_numbers "ROUNDS, GEN_SHORT, GEN_LONG" "$rounds" "$short" "$long"
 ((long > short)) || die "GEN_LONG ($long) must be above GEN_SHORT ($short)"
 need_bin "$build/bin" "$BUILD_HINT" communicator_bench tessera-generate
-if [[ $model == /tmp/tessera-llama-100m-bf16 && ! -f $model/config.json ]]; then
-  BUILD=$build "$(dirname "$0")/make_models.sh" /tmp 100m-bf16 >/dev/null
-fi
-need_model "$model"
+need_model_or_make_default "$model" "$build"
 quick=()
 [[ ${QUICK:-0} == 1 ]] && quick=(--quick)
 mkdir -p "$work"

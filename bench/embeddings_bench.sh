@@ -22,9 +22,7 @@ rounds=${ROUNDS:-3}
 dtype=${DTYPE:-bfloat16}
 need_bin "$build/bin" "$BUILD_HINT" tessera-serve tessera-bench
 need_model "$model"
-for n in "$threads" "$batch" "$prompt_len" "$rounds"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (THREADS, BATCH, PROMPT_LEN, ROUNDS)"
-done
+need_whole_numbers "THREADS, BATCH, PROMPT_LEN, ROUNDS" "$threads" "$batch" "$prompt_len" "$rounds"
 mkdir -p "$out"
 trap 'stop_pid "$SERVE_PID"' EXIT
 

@@ -19,9 +19,7 @@ batch=${positional[1]:-1}
 gen=${positional[2]:-48}
 rounds=${positional[3]:-3}
 build=${BUILD:-build}
-for n in "$batch" "$gen" "$rounds" "${PROMPT_LEN:-64}" "${THREADS:-2}"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (BATCH, GEN_LEN, ROUNDS, PROMPT_LEN, THREADS)"
-done
+need_whole_numbers "BATCH, GEN_LEN, ROUNDS, PROMPT_LEN, THREADS" "$batch" "$gen" "$rounds" "${PROMPT_LEN:-64}" "${THREADS:-2}"
 need_bin "$build/bin" "$BUILD_HINT" tessera-bench
 need_model "$model"
 results=$(mktemp)

@@ -21,6 +21,23 @@ need_model() {  # DIR: a Hugging Face checkpoint folder
   [[ -f $1/config.json ]] || die "no checkpoint at $1 (no config.json; bench/make_models.sh makes the ones docs/benchmarks.md uses)"
 }
 
+# MODEL BUILD: need_model, after making bench/make_models.sh's ~100M bf16 Llama with BUILD's
+# programs when MODEL is that model's default path and it is not there yet.
+need_model_or_make_default() {
+  if [[ $1 == /tmp/tessera-llama-100m-bf16 && ! -f $1/config.json ]]; then
+    BUILD=$2 "$(dirname "$0")/make_models.sh" /tmp 100m-bf16 >/dev/null
+  fi
+  need_model "$1"
+}
+
+need_whole_numbers() {  # NAMES VALUE...: each VALUE a positive whole number; NAMES: the settings they come from
+  local names=$1 n
+  shift
+  for n in "$@"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number ($names)"
+  done
+}
+
 # tessera-serve on a free port, logging to DIR/serve.log; sets SERVE_PID and SERVE_PORT.
 # Usage: start_tessera_serve BIN_DIR DIR [tessera-serve flags...]
 SERVE_PID=""

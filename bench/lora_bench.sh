@@ -22,14 +22,9 @@ rank=${RANK:-16}
 count=${ADAPTERS:-8}
 gen=${GEN_LEN:-64}
 prompt=${PROMPT_LEN:-64}
-for n in "$rounds" "$threads" "$rank" "$count" "$gen" "$prompt"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (ROUNDS, THREADS, RANK, ADAPTERS, GEN_LEN, PROMPT_LEN)"
-done
+need_whole_numbers "ROUNDS, THREADS, RANK, ADAPTERS, GEN_LEN, PROMPT_LEN" "$rounds" "$threads" "$rank" "$count" "$gen" "$prompt"
 need_bin "$build/bin" "$BUILD_HINT" tessera-bench tessera-make-checkpoint
-if [[ $model == /tmp/tessera-llama-100m-bf16 && ! -f $model/config.json ]]; then
-  BUILD=$build "$(dirname "$0")/make_models.sh" /tmp 100m-bf16 >/dev/null
-fi
-need_model "$model"
+need_model_or_make_default "$model" "$build"
 mkdir -p "$work"
 
 # The adapters, made once per model, rank and number.

@@ -35,9 +35,7 @@ need_bin "$LLAMA_CPP_DIR/build/bin" "LLAMA_CPP_DIR must hold a llama.cpp built w
 need_bin "$build/bin" "$BUILD_HINT" tessera-serve tessera-loadgen
 need_model "$model"
 [[ -f $gguf ]] || die "no GGUF file at $gguf (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)"
-for n in "$threads" "$requests" "$slots" "$rate1_requests"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (THREADS, REQUESTS, SLOTS, RATE1_REQUESTS)"
-done
+need_whole_numbers "THREADS, REQUESTS, SLOTS, RATE1_REQUESTS" "$threads" "$requests" "$slots" "$rate1_requests"
 [[ $rates =~ ^[0-9.]+(,[0-9.]+)*$ ]] || die "RATES must be a comma-separated list of request rates, not '$rates'"
 mkdir -p "$out"
 TRACE=(--input-len 128 --output-len 64 --logprobs --no-progress)

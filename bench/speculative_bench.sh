@@ -31,9 +31,7 @@ threads=${THREADS:-2}
 k=${K:-4}
 gen=${GEN_LEN:-96}
 nprompts=${PROMPTS:-4}
-for n in "$rounds" "$threads" "$k" "$gen" "$nprompts"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (ROUNDS, THREADS, K, GEN_LEN, PROMPTS)"
-done
+need_whole_numbers "ROUNDS, THREADS, K, GEN_LEN, PROMPTS" "$rounds" "$threads" "$k" "$gen" "$nprompts"
 for c in "${cases[@]}"; do
   [[ $c =~ ^(self|draft|ngram|small|random)$ ]] || die "unknown case '$c' (self, draft, ngram, small, random)"
 done

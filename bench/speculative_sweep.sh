@@ -24,9 +24,7 @@ k=${K:-4}
 rates=${RATES:-1,2,4,8}
 requests=${REQUESTS:-40}
 output_len=${OUTPUT_LEN:-64}
-for n in "$threads" "$k" "$requests" "$output_len"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (THREADS, K, REQUESTS, OUTPUT_LEN)"
-done
+need_whole_numbers "THREADS, K, REQUESTS, OUTPUT_LEN" "$threads" "$k" "$requests" "$output_len"
 [[ $rates =~ ^[0-9.]+(,[0-9.]+)*$ ]] || die "RATES must be a comma-separated list of request rates, not '$rates'"
 for d in "${drafts[@]}"; do
   [[ $d =~ ^(self|draft)$ ]] || die "unknown draft '$d' (self, draft)"

@@ -21,9 +21,7 @@ shift $(($# < 3 ? $# : 3))
 batches=("$@")
 ((${#batches[@]})) || batches=(1 32)
 build=${BUILD:-build}
-for n in "$rounds" "${PROMPT_LEN:-64}" "${GEN_LEN:-32}" "${THREADS:-2}" "${batches[@]}"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "'$n' is not a positive whole number (ROUNDS, BATCH, PROMPT_LEN, GEN_LEN, THREADS)"
-done
+need_whole_numbers "ROUNDS, BATCH, PROMPT_LEN, GEN_LEN, THREADS" "$rounds" "${PROMPT_LEN:-64}" "${GEN_LEN:-32}" "${THREADS:-2}" "${batches[@]}"
 need_bin "$build/bin" "$BUILD_HINT" tessera-bench
 need_model "$model"
 results=$(mktemp)

@@ -184,17 +184,10 @@ void StagedWeights::after_layer(int layer) { done(units_.layer_unit(layer)); }
 void StagedWeights::before_lm_head() { use(units_.head); }
 void StagedWeights::after_lm_head() { done(units_.head); }
 
-int64_t StagedWeights::streamed_bytes() const {
-  int64_t n = 0;
-  for (const WeightUnit& u : units_.units)
-    if (u.streamed) n += u.bytes;
-  return n;
-}
-
 std::string StagedWeights::plan() const {
   const UnitLists lists = unit_lists(units_);
   return "weights: budget " + weight_mib(units_.budget_bytes) + "; resident " + weight_mib(units_.resident_bytes()) +
-         " (" + lists.resident + "); streamed " + weight_mib(streamed_bytes()) + " per step (" + lists.streamed +
+         " (" + lists.resident + "); streamed " + weight_mib(units_.streamed_bytes()) + " per step (" + lists.streamed +
          ") from host memory into " + std::to_string(slot_unit_.size()) +
          (slot_unit_.size() == 1 ? " device buffer of " : " device buffers of ") +
          weight_mib(static_cast<int64_t>(slot_bytes_)) + " (model.weights_prefetch_layers)";

@@ -53,7 +53,7 @@ class StagedWeights {
   int64_t budget_bytes() const { return units_.budget_bytes; }
   int64_t slot_bytes() const { return static_cast<int64_t>(slot_bytes_); }
   int64_t slots_bytes() const { return static_cast<int64_t>(slot_bytes_) * static_cast<int64_t>(slot_unit_.size()); }
-  int64_t streamed_bytes() const;
+  int64_t streamed_bytes() const { return units_.streamed_bytes(); }
   // Units copied into a slot so far (a unit still in its slot from the last step is not
   // copied again).
   int64_t copies() const { return copies_; }

@@ -274,6 +274,7 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   r->fixed_bytes_ = plan.fixed_bytes;
   r->budget_bytes_ = plan.budget_bytes;
   r->lists_ = unit_lists(plan);
+  r->streamed_bytes_ = plan.streamed_bytes();
   std::vector<UnitTensors> tensors;
   for (const WeightUnit& unit : plan.units) {
     r->units_.push_back({unit.name});
@@ -355,13 +356,6 @@ void WeightResidency::map_in(Unit& unit, std::unique_lock<std::mutex>& lock) {
   lock.lock();
   unit.pages = Unit::Pages::kIn;
   cv_.notify_all();
-}
-
-int64_t WeightResidency::streamed_bytes() const {
-  int64_t n = 0;
-  for (const Unit& u : units_)
-    if (u.streamed) n += u.bytes;
-  return n;
 }
 
 bool WeightResidency::use_or_drop_spare(int u, bool whole) {

@@ -88,7 +88,7 @@ class WeightResidency {
   int64_t largest_streamed_bytes() const { return largest_streamed_; }
   // Bytes of the units streamed: what a step reads from the spill file (the embedding table's
   // counted whole, though a step reads only its rows).
-  int64_t streamed_bytes() const;
+  int64_t streamed_bytes() const { return streamed_bytes_; }
   int prefetch_layers() const { return prefetch_; }
   // The start of the region the layers' tensors point into: the file's mapping (map) or the
   // anonymous region (read, direct); for a test reading the process's resident pages of it.
@@ -141,6 +141,7 @@ class WeightResidency {
   int64_t resident_bytes_ = 0, resident_set_bytes_ = 0, peak_bytes_ = 0, budget_bytes_ = 0, largest_streamed_ = 0, fixed_bytes_ = 0;
   int prefetch_ = 2;
   UnitLists lists_;  // for plan()
+  int64_t streamed_bytes_ = 0;
   int spare_ = -1;            // the unit whose pages are kept for the next fetch, or -1
   bool spare_valid_ = false;  // whether they hold it (it was read in before its release)
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)

@@ -30,6 +30,8 @@ Status check_prefetch_layers(int prefetch_layers) {
                           std::to_string(prefetch_layers));
 }
 
+int64_t WeightUnits::streamed_bytes() const { return all_bytes - resident_bytes(); }
+
 std::string weight_mib(int64_t bytes) {
   if (bytes < (int64_t{1} << 20)) return std::to_string((bytes + 1023) >> 10) + " KiB";
   const int64_t tenths = (bytes * 10 + (1 << 19)) >> 20;

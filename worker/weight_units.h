@@ -45,6 +45,7 @@ struct WeightUnits {
   }
   bool any_streamed() const;
   int64_t resident_bytes() const;  // the fixed tensors and the units not streamed
+  int64_t streamed_bytes() const;  // the units streamed
 };
 
 WeightUnits weight_units(ModelWeights& weights);
