@@ -105,6 +105,14 @@ StatusOr<std::unique_ptr<Communicator>> make_group_communicator(const Collective
       kind = shared ? CollectivesKind::kShm : CollectivesKind::kGloo;
       why = shared ? "every rank sees this /dev/shm" : "the ranks do not share one /dev/shm";
     }
+  } else if (kind == CollectivesKind::kShm && !o.gpu) {
+    // Checked, not assumed: ranks that do not share the segment's /dev/shm would only time
+    // out waiting for each other.
+    TESSERA_ASSIGN_OR_RETURN(const bool shared, cgi::all_share_shm(link, o));
+    if (!shared)
+      return invalid_argument("worker.collectives shm: the ranks do not share one /dev/shm (other hosts, or pods "
+                              "with their own); use gloo, or auto");
+    why = "worker.collectives";
   } else {
     why = "worker.collectives";
   }

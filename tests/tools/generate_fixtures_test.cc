@@ -331,5 +331,19 @@ TEST(GenerateCollectives, AutoOnOneHostUsesSharedMemoryAndBadChoicesAreNamed) {
   EXPECT_NE(bogus.err.find("--collectives: \"mpi\" is not auto, shm, gloo or nccl"), std::string::npos) << bogus.err;
 }
 
+// shm asked for where the ranks share no /dev/shm (each rank in a mount namespace of its own)
+// stops start-up naming the key, instead of the ranks waiting for each other until a timeout.
+TEST(GenerateCollectives, ShmAcrossRanksApartIsRefusedNamingTheKey) {
+  TESSERA_REQUIRE_FIXTURES();
+  std::string why_not;
+  const std::string programs = testing::ranks_apart_bin_dir("tessera-generate", &why_not);
+  if (programs.empty()) GTEST_SKIP() << "SKIPPED: " << why_not;
+  const auto r = testing::run_command(programs + "/tessera-generate --model " +
+                                      testing::shell_quote(testing::fixtures_dir() + "/tiny-llama") +
+                                      " --prompt-ids 1,2,3 --max-new-tokens 2 --tensor-parallel 2 --collectives shm");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("worker.collectives shm: the ranks do not share one /dev/shm"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace tessera
