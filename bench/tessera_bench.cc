@@ -41,7 +41,7 @@ namespace {
 
 struct Options {
   std::string model;
-  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-prefetch-layers, --weights-streaming
+  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-cache-dir, --weights-prefetch-layers, --weights-streaming
   std::string dtype = "float32";
   std::string quantize = "auto";            // --quantize auto|none|int8|int4 (docs/quantization.md)
   std::string quantize_group = "auto";  // --quantize-group

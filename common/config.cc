@@ -462,6 +462,7 @@ const std::vector<KeyDef>& schema() {
              [](const TesseraConfig& c, YAML::Emitter& out) { out << c.model.weights_memory_budget.to_string(); },
              nullptr},
       TESSERA_STRING_KEY("model.weights_spill_dir", model.weights_spill_dir, read_string),
+      TESSERA_STRING_KEY("model.weights_cache_dir", model.weights_cache_dir, read_string),
       TESSERA_INT_KEY("model.weights_prefetch_layers", model.weights_prefetch_layers, 1, 64),
       TESSERA_ENUM_KEY("model.weights_streaming", model.weights_streaming, kWeightStreamings),
       KeyDef{"model.quantization_rules", false,

@@ -44,11 +44,13 @@ struct ModelSection {
   std::string normalize = "auto";
   // ZeRO-Inference on the CPU backend (worker/weight_residency.h): the bytes of a rank's weights
   // kept resident (all, a byte count or a share such as 25%); the rest is streamed layer by
-  // layer from an unlinked spill file in weights_spill_dir ("" = $TMPDIR, else /var/tmp),
+  // layer from an unlinked spill file in weights_spill_dir ("" = $TMPDIR, else /var/tmp), or
+  // from a cache file kept in weights_cache_dir for the next start (worker/weight_cache.h),
   // weights_prefetch_layers streamed units in flight (the one running and those read ahead),
   // brought in as weights_streaming says (map, read or direct; common/weights_budget.h).
   WeightsBudget weights_memory_budget;
   std::string weights_spill_dir;
+  std::string weights_cache_dir;
   int weights_prefetch_layers = 2;
   WeightStreaming weights_streaming = WeightStreaming::kRead;
 };

@@ -36,7 +36,7 @@ namespace {
 
 struct Options {
   std::string model;
-  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-prefetch-layers, --weights-streaming
+  WeightStreamingFlags weights;  // --weights-budget, --weights-spill-dir, --weights-cache-dir, --weights-prefetch-layers, --weights-streaming
   std::string prompt;
   std::string prompt_ids;
   std::string prompt_ids_file;

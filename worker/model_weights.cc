@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/tensor_arena.h"
 #include "worker/weight_quantization.h"
+#include "worker/weight_units.h"
 
 namespace tessera {
 namespace {
@@ -646,6 +647,13 @@ int64_t layer_decode_bytes(const LayerWeights& lw, const ModelConfig& c) {
   return bytes;
 }
 
+// A layer's bytes, each buffer once (views sharing one).
+int64_t distinct_layer_bytes(LayerWeights& lw) {
+  UnitTensors ts;
+  for_each_layer_tensor(lw, [&](Tensor& t) { ts.push_back(&t); });
+  return distinct_bytes(ts);
+}
+
 }  // namespace
 
 StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
@@ -714,8 +722,17 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   WeightQuantizer quantizer(c, checkpoint, quant, options.plan, options.int8_layout, options.dtype);
   TESSERA_RETURN_IF_ERROR(quantizer.validity());
   mw.layers.resize(c.layers);
+  int64_t restored_bytes = 0;
   for (int l = 0; l < c.layers; ++l) {
     LayerWeights& lw = mw.layers[l];
+    if (options.layer_restored) {
+      TESSERA_ASSIGN_OR_RETURN(const bool restored, options.layer_restored(l, lw));
+      if (restored) {
+        TESSERA_RETURN_IF_ERROR(quantizer.restored_layer(mw, l));
+        restored_bytes += distinct_layer_bytes(lw);
+        continue;
+      }
+    }
     TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kAttnNorm, l, &lw.attn_norm_w, &lw.attn_norm_b));
     TESSERA_RETURN_IF_ERROR(load_attention(r, c, l, options, &lw));
     if (lw.attn_split != mw.layers[0].attn_split) {
@@ -754,7 +771,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
       if (!l.w.empty() && &l != &lw.router && &l != &lw.shared_gate) l.lora_site = mw.lora_sites++;
     });
   }
-  mw.total_bytes = r.total_bytes() + quantized_delta;
+  mw.total_bytes = r.total_bytes() + quantized_delta + restored_bytes;
   int64_t decode = bytes_of(mw.lm_head) + static_cast<int64_t>(mw.final_norm_w.nbytes());
   for (const LayerWeights& lw : mw.layers) decode += layer_decode_bytes(lw, c);
   mw.decode_bytes_per_token = decode;

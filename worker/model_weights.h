@@ -149,9 +149,13 @@ struct WeightLoadOptions {
   // false: no LM head is loaded (server.task embed: nothing is sampled); a tied one is the
   // embedding table, which is loaded anyway.
   bool lm_head = true;
-  // Called with each layer as soon as it is loaded, when no quantization follows (weight
-  // streaming moves the layers beyond its budget out of memory there: worker/weight_residency.h).
+  // Called with each layer as soon as it is loaded and quantized (weight streaming moves the
+  // layers beyond its budget out of memory there: worker/weight_residency.h).
   std::function<Status(int layer, LayerWeights&)> layer_loaded;
+  // Asked before each layer is loaded: true when it filled the layer from elsewhere (a cache
+  // file of streamed weights read back: worker/weight_spill.h), which is then not loaded,
+  // quantized or handed to layer_loaded.
+  std::function<StatusOr<bool>(int layer, LayerWeights&)> layer_restored;
 };
 // model.check_weights auto: the scan is on for checkpoints up to this size.
 inline constexpr int64_t kCheckWeightsAutoBytes = int64_t{8} << 30;

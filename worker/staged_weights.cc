@@ -38,6 +38,11 @@ Status check_device_streaming_options(const WeightResidencyOptions& o) {
                             "': a device streams its weights from pinned host memory, not from a spill file "
                             "(leave the key empty)");
   }
+  if (!o.cache_dir.empty()) {
+    return invalid_argument("model.weights_cache_dir '" + o.cache_dir +
+                            "': a device streams its weights from pinned host memory, not from a cache file "
+                            "(leave the key empty)");
+  }
   if (o.streaming != WeightStreaming::kRead) {
     return invalid_argument(std::string("model.weights_streaming ") + weight_streaming_name(o.streaming) +
                             ": a device copies its streamed weights from pinned host memory; map and direct are "

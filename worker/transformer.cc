@@ -6,7 +6,9 @@
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "worker/model_checkpoint.h"
+#include "worker/weight_cache.h"
 #include "worker/weight_quantization.h"
+#include "worker/weight_spill.h"
 
 namespace tessera {
 
@@ -57,6 +59,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.int8_layout =
       cpu_backend != nullptr && cpu_backend->prefers_int8_panels() ? Int8WeightLayout::kCpuPanels : Int8WeightLayout::kRows;
   std::shared_ptr<WeightSpill> spill;
+  nlohmann::json cache_identity;  // names the cache file of streamed weights (model.weights_cache_dir)
   // A device streams from host memory into slots of its own (worker/staged_weights.h); the
   // CPU from a spill file (worker/weight_residency.h).
   const bool staged = !options.residency.budget.all() &&
@@ -67,8 +70,16 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     const int world = comm->world_size();
     const auto elem = static_cast<int64_t>(dtype_size(options.dtype));
     const auto stored = static_cast<int64_t>(estimated_weight_bytes(*ckpt, config, options.quant, options.dtype));
+    if (!options.residency.cache_dir.empty()) {
+      cache_identity = weight_cache_identity(*ckpt, wo, options.residency.streaming);
+    }
     TESSERA_ASSIGN_OR_RETURN(spill, begin_weight_spill(options.residency, stored / world,
-                                                       config.vocab * config.hidden * elem / world));
+                                                       config.vocab * config.hidden * elem / world,
+                                                       cache_identity.is_null() ? nullptr : &cache_identity));
+    if (spill && spill->reused()) {
+      // The cache file decided every layer; the streamed ones come from it, not the checkpoint.
+      wo.layer_restored = [&spill](int l, LayerWeights& lw) { return spill->restore_layer(l, &lw); };
+    }
     if (spill) {
       // After each layer, the checkpoint's pages read so far leave the process too (a tensor
       // still borrowing them reads them again from the page cache), or the file would end up
@@ -97,7 +108,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   }
   std::unique_ptr<WeightResidency> residency;
   if (!options.residency.budget.all() && !staged) {
-    TESSERA_ASSIGN_OR_RETURN(residency, WeightResidency::make(weights.value(), options.residency, std::move(spill)));
+    TESSERA_ASSIGN_OR_RETURN(residency,
+                             WeightResidency::make(weights.value(), options.residency, std::move(spill),
+                                                   cache_identity.is_null() ? nullptr : &cache_identity));
     if (residency) ckpt->release_all();  // pages the spill read
   }
   std::unique_ptr<Transformer> t(new Transformer(std::move(config), std::move(weights).value(), ckpt->config_dir(),

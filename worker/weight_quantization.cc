@@ -421,6 +421,18 @@ Status WeightQuantizer::quantize_layer(ModelWeights& mw, int layer) {
   return quantize(list);
 }
 
+Status WeightQuantizer::restored_layer(ModelWeights& mw, int layer) {
+  done_.resize(mw.layers.size(), false);
+  if (layer < 0 || layer >= static_cast<int>(mw.layers.size()) || done_[static_cast<size_t>(layer)])
+    return internal_error("WeightQuantizer: layer " + std::to_string(layer) + " is not one restored");
+  done_[static_cast<size_t>(layer)] = true;
+  if (!options_.enabled()) return Status::ok();
+  for (const QuantCandidate& cand : candidates(mw, config_, *selector_, layer, layer + 1)) {
+    TESSERA_RETURN_IF_ERROR(selector_->kind_for(cand).status());
+  }
+  return Status::ok();
+}
+
 StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
   done_.resize(mw.layers.size(), false);
   std::vector<QuantCandidate> list;

@@ -90,6 +90,9 @@ class WeightQuantizer {
   Status validity() const;
   // Layer `layer` of `weights`, in its final form (once per layer).
   Status quantize_layer(ModelWeights& weights, int layer);
+  // Layer `layer` came already in its final form (a cache file read back): only the rules
+  // are matched against it, so a rule that only its linears match is not called unused.
+  Status restored_layer(ModelWeights& weights, int layer);
   // The layers not done yet and the LM head; the rules' checks. The change in weight bytes
   // over every call.
   StatusOr<int64_t> finish(ModelWeights& weights);

@@ -1,10 +1,12 @@
 #pragma once
 // ZeRO-Inference's lever on the CPU backend (docs/configuration.md, model.weights_memory_budget):
 // a rank keeps only part of its weights in its own memory and streams the rest from a backing
-// store as each step reaches them. The parts that do not fit are written once, in the compute
-// layout they were loaded in (converted dtypes, int8 or 4-bit panels), to a spill file in
-// model.weights_spill_dir, unlinked at once so nothing outlives the process, and mapped back
-// read-only; their tensors point into that mapping.
+// store as each step reaches them. The parts that do not fit are written, in the compute
+// layout they were loaded in (converted dtypes, int8 or 4-bit panels), to a file mapped back
+// read-only, and their tensors point into that mapping (worker/weight_spill.h): an unnamed
+// spill file in model.weights_spill_dir, written at each start, or a cache file in
+// model.weights_cache_dir, written by the first start and read back by the next ones (whose
+// streamed layers are then never loaded from the checkpoint).
 //
 // The units streamed are the embedding table, each layer and the LM head (a tied head is the
 // table). A step reads them in that order; before a streamed unit runs it and the units after
@@ -35,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/status.h"
 #include "common/weights_budget.h"
 #include "worker/model_weights.h"
@@ -52,17 +56,25 @@ struct WeightResidencyOptions {
   // Into device slots from host memory (worker/staged_weights.h): what a device backend
   // always does; on the CPU backend only where a test runs that path without a device.
   bool device_slots = false;
+  // Where the streamed units are kept for the next start (worker/weight_cache.h); empty: an
+  // unnamed spill file in spill_dir instead. At most one of the two is set.
+  std::string cache_dir;
 };
+
+// Both a spill and a cache folder, or no unit in flight, are refused naming the keys.
+Status check_weight_store_options(const WeightResidencyOptions& options);
 
 class WeightResidency {
  public:
   // Streams what `options.budget` leaves out of `weights` (host memory: the CPU backend);
   // null when every weight fits. Errors name the key: a budget below the tensors that always
-  // stay resident, a spill directory that cannot take the file.
+  // stay resident, a folder that cannot take the file, a cache file that is not this model's.
   // `spill`: the one begin_weight_spill made before loading, holding the layers moved while
-  // they loaded (null: everything is decided and moved here).
+  // they loaded or rebuilt from a cache file (null: everything is decided and moved here).
+  // `cache_identity` (worker/weight_cache.h): what names a cache file, with options.cache_dir.
   static StatusOr<std::unique_ptr<WeightResidency>> make(ModelWeights& weights, const WeightResidencyOptions& options,
-                                                         std::shared_ptr<WeightSpill> spill = nullptr);
+                                                         std::shared_ptr<WeightSpill> spill = nullptr,
+                                                         const nlohmann::json* cache_identity = nullptr);
   ~WeightResidency();
   WeightResidency(const WeightResidency&) = delete;
   WeightResidency& operator=(const WeightResidency&) = delete;
@@ -94,8 +106,10 @@ class WeightResidency {
   // anonymous region (read, direct); for a test reading the process's resident pages of it.
   const void* spill_begin() const { return base_; }
   WeightStreaming streaming() const;
-  // One line for the start-up log: resident and streamed bytes and units, the spill folder.
+  // One line for the start-up log: resident and streamed bytes and units, the file.
   std::string plan() const;
+  // The cache file this rank's streamed units were read back from (not written at this start).
+  bool cache_reused() const;
 
  private:
   struct Unit {
@@ -160,10 +174,11 @@ class WeightResidency {
 // `estimated_rank_bytes`, the rank's weights as stored) and the budget; then each layer as it
 // is loaded stays (layers from the first while they fit beside `estimated_head_bytes` for the
 // LM head, which the rule keeps first) or moves to the file at once. Null when the budget
-// holds everything. For weights quantized after loading it is not used (they are decided
-// and moved afterwards, by make()).
+// holds everything. With a cache file read back, the file decided every layer: the streamed
+// ones are rebuilt from it (WeightSpill::restore_layer) instead of being loaded.
 StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
-                                                          int64_t estimated_rank_bytes, int64_t estimated_head_bytes);
+                                                          int64_t estimated_rank_bytes, int64_t estimated_head_bytes,
+                                                          const nlohmann::json* cache_identity = nullptr);
 Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& layer_weights);
 
 }  // namespace tessera

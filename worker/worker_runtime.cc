@@ -187,8 +187,11 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.quant = quantization_options(config.model);
     mo.check_weights = config.model.check_weights;
     mo.lm_head = config.server.task != "embed";
-    mo.residency = {config.model.weights_memory_budget, config.model.weights_spill_dir,
-                    config.model.weights_prefetch_layers, config.model.weights_streaming};
+    mo.residency.budget = config.model.weights_memory_budget;
+    mo.residency.spill_dir = config.model.weights_spill_dir;
+    mo.residency.cache_dir = config.model.weights_cache_dir;
+    mo.residency.prefetch_layers = config.model.weights_prefetch_layers;
+    mo.residency.streaming = config.model.weights_streaming;
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
     if (const std::string plan = model->streaming_plan(); !plan.empty())
       TESSERA_LOG_INFO("rank {}/{} {}", a.rank, a.world_size, plan);

@@ -6,8 +6,9 @@
 // model's shapes allow among 2 and 3 (--tensor-parallel N). The PyTorch checkpoints of
 // torch-checkpoints/ (fixtures README section 6: .bin shards, the legacy format, a DeepSpeed
 // checkpoint JSON) go the same way, folder or JSON, at TP 1 and 2, fused and plain. With a
-// weights budget of 25% (--weights-budget: the other layers streamed from a spill file) every
-// golden model gives the goldens too, at TP 1 and 2.
+// weights budget of 25% (--weights-budget: the other layers streamed from a spill file at TP 1;
+// at TP 2 from a cache file, --weights-cache-dir, written by a first run and read back by a
+// second) every golden model gives the goldens too.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -159,42 +160,59 @@ TEST_P(GenerateFixturesTest, GreedyIdsAndLogitsMatchTheGoldens) {
     programs = testing::ranks_apart_bin_dir("tessera-generate", &why_not);
     if (programs.empty()) GTEST_SKIP() << "SKIPPED: " << why_not;
   }
-  std::string cmd = std::string(p.gloo ? "TESSERA_LOG_LEVEL=info " : "") + programs + "/tessera-generate --model " +
-                    testing::shell_quote(model) + " --prompt-ids-file " + testing::shell_quote(dir + "/prompts.txt") +
-                    " --max-new-tokens " + std::to_string(n_new) + " --json --dump-logits " +
-                    testing::shell_quote(dir + "/logits.f32");
+  // Streamed across ranks: through a cache file of streamed weights, twice: the first run
+  // writes it, the second reads the streamed layers back from it instead of the checkpoint.
+  const bool cached = p.streamed && p.world > 1;
+  std::string cmd = std::string(p.gloo || cached ? "TESSERA_LOG_LEVEL=info " : "") + programs +
+                    "/tessera-generate --model " + testing::shell_quote(model) + " --prompt-ids-file " +
+                    testing::shell_quote(dir + "/prompts.txt") + " --max-new-tokens " + std::to_string(n_new) +
+                    " --json --dump-logits " + testing::shell_quote(dir + "/logits.f32");
   if (!p.inject) cmd += " --no-kernel-inject";
   if (p.one_at_a_time) cmd += " --max-num-seqs 1";
   if (p.world > 1) cmd += " --tensor-parallel " + std::to_string(p.world);
-  if (p.streamed) cmd += " --weights-budget 25% --weights-spill-dir " + testing::shell_quote(dir);
-  const auto r = testing::run_command(cmd);
-  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
-  if (p.gloo) {
-    for (int rank = 0; rank < p.world; ++rank) {
-      const std::string chosen = "rank " + std::to_string(rank) + "/" + std::to_string(p.world) +
-                                 ": collectives over gloo (the ranks do not share one /dev/shm)";
-      EXPECT_NE(r.err.find(chosen), std::string::npos) << "auto did not pick Gloo for ranks apart:\n" << r.err;
-    }
+  if (p.streamed) {
+    cmd += " --weights-budget 25% " + std::string(cached ? "--weights-cache-dir " : "--weights-spill-dir ") +
+           testing::shell_quote(dir);
   }
-  const std::vector<float> got = testing::read_f32_file(dir + "/logits.f32");
-  fs::remove_all(dir);
-
-  std::stringstream out(r.out);
-  std::string line;
-  size_t offset = 0;
   float worst = 0;
-  for (const auto& c : cases) {
-    ASSERT_TRUE(std::getline(out, line)) << r.out;
-    EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]) << c["name"];
-    const std::vector<float> want = testing::read_f32_file(goldens + "/" + c["logits_file"].get<std::string>());
-    ASSERT_LE(offset + want.size(), got.size()) << "dumped logits end early";
-    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[offset + i] - want[i]));
-    offset += want.size();
+  for (int pass = 0; pass < (cached ? 2 : 1); ++pass) {
+    const auto r = testing::run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+    if (p.gloo) {
+      for (int rank = 0; rank < p.world; ++rank) {
+        const std::string chosen = "rank " + std::to_string(rank) + "/" + std::to_string(p.world) +
+                                   ": collectives over gloo (the ranks do not share one /dev/shm)";
+        EXPECT_NE(r.err.find(chosen), std::string::npos) << "auto did not pick Gloo for ranks apart:\n" << r.err;
+      }
+    }
+    if (cached) {
+      const std::string how = pass == 0 ? "(written now)" : "(read back)";
+      for (int rank = 0; rank < p.world; ++rank) {
+        const std::string file = "-rank" + std::to_string(rank) + "of" + std::to_string(p.world) + ".tessera-weights " + how;
+        EXPECT_NE(r.err.find(file), std::string::npos) << "pass " << pass << ", rank " << rank << ":\n" << r.err;
+      }
+    }
+    const std::vector<float> got = testing::read_f32_file(dir + "/logits.f32");
+    std::stringstream out(r.out);
+    std::string line;
+    size_t offset = 0;
+    for (const auto& c : cases) {
+      ASSERT_TRUE(std::getline(out, line)) << r.out;
+      EXPECT_EQ(nlohmann::json::parse(line)["output_ids"], c["greedy_ids"]) << c["name"] << " (pass " << pass << ")";
+      const std::vector<float> want = testing::read_f32_file(goldens + "/" + c["logits_file"].get<std::string>());
+      ASSERT_LE(offset + want.size(), got.size()) << "dumped logits end early";
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[offset + i] - want[i]));
+      offset += want.size();
+    }
+    EXPECT_EQ(offset, got.size()) << "dumped logits hold more rows than the cases";
   }
-  EXPECT_EQ(offset, got.size()) << "dumped logits hold more rows than the cases";
+  fs::remove_all(dir);
   EXPECT_LE(worst, 1e-3f);
   std::cout << "[ REPORT   ] tessera-generate " << p.model << " TP=" << p.world << (p.inject ? " fused" : " plain")
-            << (p.one_at_a_time ? " one at a time" : " batched") << (p.streamed ? ", 25% of weights resident" : "")
+            << (p.one_at_a_time ? " one at a time" : " batched")
+            << (p.streamed ? (p.world > 1 ? ", 25% of weights resident, through a cache file written then read back"
+                                          : ", 25% of weights resident")
+                           : "")
             << (p.gloo ? ", ranks apart (each its own /dev/shm), over Gloo" : "")
             << ": max |logit - reference| = " << worst
             << std::endl;

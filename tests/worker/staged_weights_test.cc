@@ -166,7 +166,7 @@ TEST(StagedWeights, AStepWithoutTheLmHeadLeavesNoSlotHeld) {
 }
 
 // What a device does not use is refused, naming the key, instead of being ignored.
-TEST(StagedWeights, ASpillFolderOrAWayOfReadingItIsRefusedForADevice) {
+TEST(StagedWeights, ASpillOrCacheFolderOrAWayOfReadingThemIsRefusedForADevice) {
   WeightResidencyOptions o;
   o.budget = parse_weights_budget("25%").value();
   EXPECT_TRUE(check_device_streaming_options(o).is_ok());
@@ -174,6 +174,11 @@ TEST(StagedWeights, ASpillFolderOrAWayOfReadingItIsRefusedForADevice) {
   const Status dir = check_device_streaming_options(o);
   EXPECT_NE(dir.message().find("model.weights_spill_dir '/var/tmp'"), std::string::npos) << dir.to_string();
   o.spill_dir.clear();
+  o.cache_dir = "/var/tmp/tessera-cache";
+  const Status cache = check_device_streaming_options(o);
+  EXPECT_NE(cache.message().find("model.weights_cache_dir '/var/tmp/tessera-cache'"), std::string::npos)
+      << cache.to_string();
+  o.cache_dir.clear();
   o.streaming = WeightStreaming::kDirect;
   const Status way = check_device_streaming_options(o);
   EXPECT_NE(way.message().find("model.weights_streaming direct"), std::string::npos) << way.to_string();

@@ -89,6 +89,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.model.quantization_rules = o.quant.rules;
   c.model.weights_memory_budget = o.residency.budget;
   c.model.weights_spill_dir = o.residency.spill_dir;
+  if (!o.residency.cache_dir.empty()) c.model.weights_cache_dir = std::filesystem::absolute(o.residency.cache_dir).string();
   c.model.weights_prefetch_layers = o.residency.prefetch_layers;
   c.model.weights_streaming = o.residency.streaming;
   c.parallel.tensor_parallel = o.tensor_parallel;

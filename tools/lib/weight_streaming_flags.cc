@@ -14,6 +14,10 @@ void add_weight_streaming_flags(CLI::App& app, WeightStreamingFlags& flags) {
       ->capture_default_str();
   app.add_option("--weights-spill-dir", flags.spill_dir,
                  "folder for the streamed weights' spill file (default: $TMPDIR, else /var/tmp)");
+  app.add_option("--weights-cache-dir", flags.cache_dir,
+                 "folder that keeps the streamed weights for the next start: the first writes a cache file per "
+                 "model, rank and options, later ones read it back instead of loading those layers "
+                 "(model.weights_cache_dir; instead of --weights-spill-dir)");
   app.add_option("--weights-prefetch-layers", flags.prefetch_layers,
                  "streamed units in flight: the one running and those read ahead (model.weights_prefetch_layers)")
       ->capture_default_str();
@@ -30,7 +34,13 @@ StatusOr<WeightResidencyOptions> weight_residency_from_flags(const WeightStreami
     return invalid_argument("--weights-prefetch-layers: expected 1 to 64, got " + std::to_string(flags.prefetch_layers));
   StatusOr<WeightStreaming> streaming = parse_weight_streaming(flags.streaming);
   if (!streaming.is_ok()) return invalid_argument("--weights-streaming: " + streaming.status().message());
-  return WeightResidencyOptions{*budget, flags.spill_dir, flags.prefetch_layers, *streaming};
+  WeightResidencyOptions o;
+  o.budget = *budget;
+  o.spill_dir = flags.spill_dir;
+  o.cache_dir = flags.cache_dir;
+  o.prefetch_layers = flags.prefetch_layers;
+  o.streaming = *streaming;
+  return o;
 }
 
 }  // namespace tessera
