@@ -143,9 +143,20 @@ std::string weight_cache_file_name(const nlohmann::json& identity) {
 }
 
 std::string weight_cache_difference(const nlohmann::json& written, const nlohmann::json& ours) {
+  const auto array_of_objects = [](const nlohmann::json& j, const char* key) {
+    if (!j.contains(key) || !j[key].is_array()) return false;
+    for (const auto& e : j[key])
+      if (!e.is_object()) return false;
+    return true;
+  };
+  if (!written.contains("format") || !written["format"].is_number_integer()) return "written in an unknown form";
   if (written.value("format", -1) != ours.value("format", -1)) {
     return "written by cache format " + written.value("format", nlohmann::json(nullptr)).dump() +
            " (this build reads and writes format " + std::to_string(kWeightCacheFormat) + ")";
+  }
+  if (!written.contains("model") || !written["model"].is_string() || !array_of_objects(written, "files") ||
+      !written.contains("layout") || !written["layout"].is_object()) {
+    return "written in an unknown form";
   }
   if (written.value("model", "") != ours.value("model", "")) {
     return "written for the model at '" + written.value("model", "") + "'";
@@ -216,19 +227,25 @@ StatusOr<TensorView> weight_cache_view(const nlohmann::json& r, char* base, size
   TensorView v;
   v.dtype = static_cast<DType>(dtype);
   v.ndim = static_cast<int>(r[1].size());
+  // Sizes are bounded before anything multiplies them: no record makes an extent overflow.
+  constexpr int64_t kMost = int64_t{1} << 40;
+  unsigned __int128 row = 1;
   for (size_t d = 0; d < r[1].size(); ++d) {
-    if (!r[1][d].is_number_integer() || r[1][d].get<int64_t>() < 0 || r[1][d].get<int64_t>() > (int64_t{1} << 40))
-      return bad();
+    if (!r[1][d].is_number_integer() || r[1][d].get<int64_t>() < 0 || r[1][d].get<int64_t>() > kMost) return bad();
     v.shape[d] = r[1][d].get<int64_t>();
+    if (d > 0) row *= static_cast<unsigned __int128>(v.shape[d]);
   }
   v.stride0 = r[2].get<int64_t>();
   const int64_t offset = r[3].get<int64_t>();
-  if (v.stride0 < 0 || (v.stride0 > 0 && v.stride0 < v.row_numel()) || v.stride0 > (int64_t{1} << 40) || offset < 0)
+  if (row > static_cast<unsigned __int128>(kMost) || v.stride0 < 0 || v.stride0 > kMost || offset < 0 || offset > kMost ||
+      (v.stride0 > 0 && v.stride0 < static_cast<int64_t>(row)))
     return bad();
   // Elements from the first to past the last: whole rows apart, the last row dense.
-  const int64_t extent = v.shape[0] == 0 ? 0 : (v.shape[0] - 1) * v.row_stride() + v.row_numel();
-  const auto last = static_cast<size_t>(offset) + static_cast<size_t>(extent) * dtype_size(v.dtype);
-  if (static_cast<size_t>(offset) < begin || last > end) {
+  const unsigned __int128 extent =
+      v.shape[0] == 0 ? 0
+                      : static_cast<unsigned __int128>(v.shape[0] - 1) * static_cast<unsigned __int128>(v.row_stride()) + row;
+  const unsigned __int128 last = static_cast<unsigned __int128>(offset) + extent * dtype_size(v.dtype);
+  if (static_cast<size_t>(offset) < begin || last > static_cast<unsigned __int128>(end)) {
     return invalid_argument("is damaged (a tensor lies outside its unit's bytes)");
   }
   v.data = base + offset;
@@ -255,9 +272,11 @@ Status restore_weight_cache_fields(const nlohmann::json& f, LayerWeights* lw) {
     return bad();
   const size_t experts = f["experts"].get<size_t>();
   if (experts > 4096) return bad();
-  lw->attn_split = f.value("attn_split", false);
-  lw->mlp_split = f.value("mlp_split", false);
-  lw->shared_split = f.value("shared_split", false);
+  for (const char* key : {"attn_split", "mlp_split", "shared_split"})
+    if (!f.contains(key) || !f[key].is_boolean()) return bad();
+  lw->attn_split = f["attn_split"].get<bool>();
+  lw->mlp_split = f["mlp_split"].get<bool>();
+  lw->shared_split = f["shared_split"].get<bool>();
   lw->expert_split.clear();
   for (const auto& s : f["expert_split"]) {
     if (!s.is_boolean()) return bad();

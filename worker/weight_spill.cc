@@ -34,7 +34,7 @@ Status write_all(int fd, const void* data, size_t bytes, size_t offset, const st
 // An unnamed file in `dir` (O_TMPFILE); where the filesystem has none, a file named `name`
 // with six characters made unique (left in *named).
 int open_unnamed(const std::string& dir, const std::string& name, std::string* named) {
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
     std::string path = dir + "/" + name + "XXXXXX";
     fd = ::mkostemp(path.data(), O_CLOEXEC);

@@ -17,7 +17,7 @@ void add_weight_streaming_flags(CLI::App& app, WeightStreamingFlags& flags) {
   app.add_option("--weights-cache-dir", flags.cache_dir,
                  "folder that keeps the streamed weights for the next start: the first writes a cache file per "
                  "model, rank and options, later ones read it back instead of loading those layers "
-                 "(model.weights_cache_dir; instead of --weights-spill-dir)");
+                 "(model.weights_cache_dir, instead of --weights-spill-dir; default: none, a spill file)");
   app.add_option("--weights-prefetch-layers", flags.prefetch_layers,
                  "streamed units in flight: the one running and those read ahead (model.weights_prefetch_layers)")
       ->capture_default_str();
