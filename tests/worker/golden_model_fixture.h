@@ -1,7 +1,8 @@
 #pragma once
 // A fixture model on the CPU backend with its goldens' prompt and greedy ids
 // (goldens/index.json), for the engine-level tests that run them through Engine + Scheduler +
-// Executor. Parameterised by the fixture folder's name (testing::golden_models()).
+// Executor. Parameterised by the fixture folder's name (testing::golden_models()). The same
+// prompts as Generator requests for the tests that run a Transformer directly.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 
 #include "kernels/backend.h"
 #include "tests/test_support.h"
+#include "worker/generator.h"
 #include "worker/transformer.h"
 
 namespace tessera::testing {
@@ -30,6 +32,18 @@ inline std::vector<GoldenIds> read_golden_ids(const std::string& model_dir) {
     cases.push_back({c["prompt_ids"].get<std::vector<int32_t>>(), c["greedy_ids"].get<std::vector<int32_t>>()});
   }
   return cases;
+}
+
+// The goldens' prompts as requests for Generator, each for as many tokens as its greedy ids.
+inline std::vector<GenerationRequest> golden_generation_requests(const std::string& model_dir) {
+  std::vector<GenerationRequest> reqs;
+  for (const GoldenIds& c : read_golden_ids(model_dir)) {
+    GenerationRequest r;
+    r.prompt = c.prompt;
+    r.max_new_tokens = static_cast<int>(c.greedy.size());
+    reqs.push_back(r);
+  }
+  return reqs;
 }
 
 class GoldenModelTest : public ::testing::TestWithParam<std::string> {

@@ -11,6 +11,7 @@
 
 #include "kernels/backend.h"
 #include "tests/test_support.h"
+#include "tests/worker/golden_model_fixture.h"
 #include "worker/generator.h"
 #include "worker/kv_cache.h"
 #include "worker/transformer.h"
@@ -39,16 +40,7 @@ Loaded load(const std::string& model, const std::string& budget, int prefetch = 
 }
 
 std::vector<GenerationRequest> golden_requests(const std::string& model) {
-  std::ifstream in(testing::fixtures_dir() + "/" + model + "/goldens/index.json");
-  std::vector<GenerationRequest> reqs;
-  const auto index = nlohmann::json::parse(in);
-  for (const auto& c : index["cases"]) {
-    GenerationRequest r;
-    r.prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = static_cast<int>(c["greedy_ids"].size());
-    reqs.push_back(r);
-  }
-  return reqs;
+  return testing::golden_generation_requests(testing::fixtures_dir() + "/" + model);
 }
 
 std::vector<GenerationResult> generate(Loaded& l, const std::vector<GenerationRequest>& reqs) {

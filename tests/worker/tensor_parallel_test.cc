@@ -13,6 +13,7 @@
 
 #include "kernels/backend.h"
 #include "tests/test_support.h"
+#include "tests/worker/golden_model_fixture.h"
 #include "worker/auto_tp.h"
 #include "worker/generator.h"
 #include "worker/shm_communicator.h"
@@ -50,13 +51,7 @@ int run_rank(const TpRun& p, int rank, const std::string& group, const std::stri
   }
   std::ifstream in(dir + "/goldens/index.json");
   auto index = nlohmann::json::parse(in);
-  std::vector<GenerationRequest> reqs;
-  for (const auto& c : index["cases"]) {
-    GenerationRequest r;
-    r.prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = static_cast<int>(c["greedy_ids"].size());
-    reqs.push_back(r);
-  }
+  const std::vector<GenerationRequest> reqs = testing::golden_generation_requests(dir);
   Generator gen(*model.value(), *backend.value());
   auto results = gen.generate(reqs, /*keep_logits=*/true);
   if (!results.is_ok()) return 4;

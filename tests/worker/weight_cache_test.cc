@@ -18,6 +18,7 @@
 
 #include "kernels/backend.h"
 #include "tests/test_support.h"
+#include "tests/worker/golden_model_fixture.h"
 #include "worker/generator.h"
 #include "worker/transformer.h"
 #include "worker/weight_cache.h"
@@ -55,17 +56,9 @@ Loaded load(const std::string& model, const std::string& budget, const std::stri
 
 // Every golden prompt's greedy ids and logits.
 std::vector<GenerationResult> goldens_run(const Loaded& l) {
-  std::ifstream in(testing::fixtures_dir() + "/kjv-llama/goldens/index.json");
-  const auto index = nlohmann::json::parse(in);
-  std::vector<GenerationRequest> reqs;
-  for (const auto& c : index["cases"]) {
-    GenerationRequest r;
-    r.prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = static_cast<int>(c["greedy_ids"].size());
-    reqs.push_back(r);
-  }
   Generator gen(*l.model, *l.backend);
-  auto out = gen.generate(reqs, /*keep_logits=*/true);
+  auto out = gen.generate(testing::golden_generation_requests(testing::fixtures_dir() + "/kjv-llama"),
+                          /*keep_logits=*/true);
   EXPECT_TRUE(out.is_ok()) << out.status().to_string();
   return out.is_ok() ? out.value() : std::vector<GenerationResult>{};
 }
