@@ -94,6 +94,19 @@ Status decide_streamed_units(WeightUnits& u, const WeightsBudget& budget, int64_
                             " of weights) is below the norms and biases every step reads, which stay resident (" +
                             weight_mib(u.fixed_bytes) + ")");
   }
+  // A byte count below one layer is taken for a slip of unit (500KB for 500MB): each layer
+  // is held whole while it runs, on top of the budget, so such a budget keeps no layer and
+  // says nothing about memory. Streaming every layer on purpose is a share (5%), which stays
+  // meaningful at any model size.
+  int64_t largest_layer = 0;
+  for (int i = 0; i < static_cast<int>(u.units.size()); ++i)
+    if (u.layer_of(i) >= 0) largest_layer = std::max(largest_layer, u.units[static_cast<size_t>(i)].bytes);
+  if (budget.bytes >= 0 && u.budget_bytes < largest_layer) {
+    return invalid_argument("model.weights_memory_budget " + budget.to_string() + " (" + weight_mib(u.budget_bytes) +
+                            ") is below this rank's largest layer (" + weight_mib(largest_layer) +
+                            "), which is held whole while it runs on top of the budget; give at least that, or a "
+                            "share such as 5% to stream every layer");
+  }
   // Resident by the rule: the head, the layers from the first, the table; the rest streams.
   std::vector<int> order;
   if (u.head >= 0) order.push_back(u.head);

@@ -52,8 +52,8 @@ WeightUnits weight_units(ModelWeights& weights);
 
 // Marks the units streamed under `budget` (a share is of all_bytes), or, where `budget_bytes`
 // is given (>= 0), under that many bytes. `layer_streamed` (may be empty): layers already
-// decided while loading, kept as they are. A budget below the fixed tensors is refused naming
-// the key.
+// decided while loading, kept as they are. A budget below the fixed tensors, or a byte count
+// (not a share) below the largest layer, is refused naming the key.
 Status decide_streamed_units(WeightUnits& units, const WeightsBudget& budget, int64_t budget_bytes = -1,
                              const std::vector<bool>& layer_streamed = {});
 

@@ -238,6 +238,18 @@ TEST(WeightResidency, BadBudgetsAndSpillFoldersAreRefusedNamingTheKey) {
   auto tiny = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *backend);
   ASSERT_FALSE(tiny.is_ok());
   EXPECT_NE(tiny.status().message().find("model.weights_memory_budget 1 "), std::string::npos) << tiny.status().to_string();
+  // A byte count below one layer (kjv-llama's are 1.5 MiB) is taken for a slip of unit; a
+  // share that small streams every layer, as asked.
+  lo.residency.budget = parse_weights_budget("100KiB").value();
+  auto slip = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *backend);
+  ASSERT_FALSE(slip.is_ok());
+  EXPECT_NE(slip.status().message().find("is below this rank's largest layer"), std::string::npos)
+      << slip.status().to_string();
+  lo.residency.budget = parse_weights_budget("1%").value();
+  auto every_layer = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *backend);
+  ASSERT_TRUE(every_layer.is_ok()) << every_layer.status().to_string();
+  EXPECT_NE(every_layer.value()->streaming_plan().find("6 layers"), std::string::npos)
+      << every_layer.value()->streaming_plan();
   lo.residency.budget = parse_weights_budget("25%").value();
   lo.residency.spill_dir = "/nonexistent/spill";
   auto nowhere = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *backend);
