@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -402,9 +403,18 @@ TEST_F(MakeCheckpointTest, PaddedCopyHasTheOriginalsPerplexity) {
   for (int64_t i = 0; i < q->numel(); ++i) q_sum += std::fabs(q->data<float>()[i]);
   EXPECT_EQ(zero_sum, 0.0) << "a new layer's output projections must be zero";
   EXPECT_GT(q_sum, 0.0) << "its other weights are random";
+  // Under the sanitizers the first 3 of the 24 held-out lines: the equality holds on any text.
+  std::string text = kjv + "/heldout.txt";
+  if (::tessera::testing::kSanitizedBuild) {
+    std::ifstream in(text);
+    std::ofstream head(dir_ + "/heldout-head.txt");
+    std::string line;
+    for (int i = 0; i < 3 && std::getline(in, line); ++i) head << line << "\n";
+    text = dir_ + "/heldout-head.txt";
+  }
   auto perplexity = [&](const std::string& model) {
     const auto p = run_command(::tessera::testing::bin_dir() + "/tessera-perplexity --model '" + model +
-                               "' --text-file '" + kjv + "/heldout.txt' --json");
+                               "' --text-file '" + text + "' --json");
     EXPECT_EQ(p.exit_code, 0) << p.err;
     return nlohmann::json::parse(p.out.substr(p.out.find('{'))).value("perplexity", 0.0);
   };
