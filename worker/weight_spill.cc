@@ -113,6 +113,17 @@ StatusOr<std::shared_ptr<WeightSpill>> WeightSpill::open_cache(const std::string
   s->budget_bytes = identity["layout"].value("budget_bytes", int64_t{0});
   const int layers = contents["layers"].get<int>();
   if (layers < 0 || layers > (1 << 20)) return s->error("is damaged (its layer count is not one)");
+  // Each unit in a place of its own.
+  std::vector<SpillRange> places;
+  for (const auto& [key, unit] : s->units_.items()) {
+    auto range = s->unit_range(key);
+    if (!range.is_ok()) return range.status();
+    places.push_back(range.value());
+  }
+  std::sort(places.begin(), places.end());
+  for (size_t i = 1; i < places.size(); ++i) {
+    if (places[i - 1].first + places[i - 1].second > places[i].first) return s->error("is damaged (two units overlap)");
+  }
   for (int l = 0; l < layers; ++l) {
     const std::string key = "layer " + std::to_string(l);
     if (!s->holds(key)) {

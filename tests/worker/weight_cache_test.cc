@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "kernels/backend.h"
 #include "tests/test_support.h"
@@ -258,6 +259,67 @@ TEST(WeightCache, AChangedCheckpointAnotherFormatOrADamagedFileIsRefusedNamingIt
   ASSERT_EQ(nowhere.model, nullptr);
   EXPECT_NE(nowhere.status.message().find("model.weights_cache_dir"), std::string::npos) << nowhere.status.to_string();
   EXPECT_NE(nowhere.status.message().find(blocked), std::string::npos) << nowhere.status.to_string();
+  fs::remove_all(dir);
+}
+
+
+// A trailer whose checksum holds but whose records do not describe the file (edited by hand,
+// written by a broken tool): every such file is refused naming the key, never read past its
+// units or taken for a layer of another shape.
+TEST(WeightCache, RecordsThatDoNotDescribeTheFileAreRefused) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = testing::make_temp_dir("tessera-weight-cache");
+  const std::string model = testing::fixtures_dir() + "/kjv-llama";
+  ASSERT_TRUE(load(model, "25%", dir).model);
+  ASSERT_EQ(files_in(dir).size(), 1u);
+  const std::string file = dir + "/" + files_in(dir)[0];
+  const std::string original = testing::read_file(file);
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  auto trailer = read_weight_cache_trailer(fd, original.size());
+  ::close(fd);
+  ASSERT_TRUE(trailer.is_ok()) << trailer.status().to_string();
+  const nlohmann::json good = trailer.value().contents;
+  using Edit = std::function<void(nlohmann::json&)>;
+  auto tensor = [](nlohmann::json& c) -> nlohmann::json& {  // layer 5's first matrix
+    for (auto& r : c["units"]["layer 5"]["tensors"])
+      if (!r.is_null() && r[1].size() >= 2) return r;
+    return c["units"]["layer 5"]["tensors"][0];
+  };
+  const std::vector<std::pair<std::string, Edit>> edits = {
+      {"a unit past the file", [](nlohmann::json& c) { c["units"]["layer 5"]["offset"] = uint64_t{1} << 40; }},
+      {"a span past the file", [](nlohmann::json& c) { c["units"]["layer 5"]["span"] = uint64_t{1} << 50; }},
+      {"a unit off its alignment", [](nlohmann::json& c) { c["units"]["layer 5"]["offset"] = 4096 + 64; }},
+      {"a negative offset", [](nlohmann::json& c) { c["units"]["layer 5"]["offset"] = -4096; }},
+      {"an unknown dtype", [&](nlohmann::json& c) { tensor(c)[0] = 99; }},
+      {"a negative size", [&](nlohmann::json& c) { tensor(c)[1][0] = -1; }},
+      {"a size past its unit", [&](nlohmann::json& c) { tensor(c)[1][0] = int64_t{1} << 30; }},
+      {"sizes whose product overflows", [&](nlohmann::json& c) { tensor(c)[1] = {1, int64_t{1} << 40, int64_t{1} << 40}; }},
+      {"a row stride below a row", [&](nlohmann::json& c) { tensor(c)[2] = 1; }},
+      {"a tensor before its unit", [&](nlohmann::json& c) { tensor(c)[3] = 0; }},
+      {"a record of another form", [&](nlohmann::json& c) { tensor(c) = "x"; }},
+      {"a tensor too few", [](nlohmann::json& c) { c["units"]["layer 5"]["tensors"].erase(0); }},
+      {"fields of another form", [](nlohmann::json& c) { c["units"]["layer 5"]["fields"] = {{"experts", "many"}}; }},
+      {"a split of another type", [](nlohmann::json& c) { c["units"]["layer 5"]["fields"]["attn_split"] = 3; }},
+      {"a million experts", [](nlohmann::json& c) { c["units"]["layer 5"]["fields"]["experts"] = 1000000; }},
+      {"two units in one place",
+       [](nlohmann::json& c) { c["units"]["layer 4"]["offset"] = c["units"]["layer 5"]["offset"]; }},
+      {"a unit this start does not stream", [](nlohmann::json& c) { c["units"]["LM head"] = c["units"]["layer 5"]; }},
+      {"a unit missing", [](nlohmann::json& c) { c["units"].erase("embedding table"); }},
+      {"a negative layer count", [](nlohmann::json& c) { c["layers"] = -1; }},
+      {"units of another form", [](nlohmann::json& c) { c["units"] = nlohmann::json::array(); }},
+      {"an identity of another form", [](nlohmann::json& c) { c["identity"]["files"] = "all"; }},
+  };
+  for (const auto& [what, edit] : edits) {
+    nlohmann::json contents = good;
+    edit(contents);
+    testing::write_file(file, original.substr(0, trailer.value().data_end) + encode_weight_cache_trailer(contents));
+    const Loaded l = load(model, "25%", dir);
+    EXPECT_EQ(l.model, nullptr) << what << ": not refused";
+    EXPECT_NE(l.status.message().find("model.weights_cache_dir"), std::string::npos) << what << ": " << l.status.to_string();
+  }
+  testing::write_file(file, original);
+  EXPECT_TRUE(load(model, "25%", dir).model) << "the file as written is read back";
   fs::remove_all(dir);
 }
 
