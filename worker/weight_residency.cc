@@ -1,24 +1,19 @@
 #include "worker/weight_residency.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <set>
 #include <tuple>
-#include <unordered_map>
 
-#include "common/check.h"
+#include <nlohmann/json.hpp>
+
 #include "worker/weight_spill.h"
 #include "worker/weight_units.h"
 
 namespace tessera {
-
 namespace {
 
 std::string spill_dir_or_default(const std::string& dir) {
