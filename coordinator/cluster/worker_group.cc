@@ -37,6 +37,9 @@ std::string_view view(const zmq::message_t& m) { return {static_cast<const char*
 
 struct Slot {
   std::string identity;  // ROUTER routing id of the current connection; empty when none
+  // The connection it had when declared dead: a setup failure it sent before it left can be
+  // read after that (a send to it failed first), and is still its own.
+  std::string dead_identity;
   bool registered = false;
   bool alive = false;
   bool ready = false;
@@ -173,6 +176,7 @@ struct WorkerGroup::Impl {
     // A rank whose setup failed usually leaves right after: keep why it failed, the useful part.
     s.error = s.setup_failed ? "setup failed: " + s.error + "; then " + why : why;
     if (!s.identity.empty()) by_identity.erase(s.identity);
+    s.dead_identity = s.identity;
     s.identity.clear();
     TESSERA_LOG_ERROR("worker group: rank {} (host {}, pid {}) declared dead: {}", rank, s.info.host, s.info.pid, why);
     state_cv.notify_all();
@@ -301,6 +305,7 @@ struct WorkerGroup::Impl {
       }
       if (!s.identity.empty()) by_identity.erase(s.identity);
       s.identity = identity;
+      s.dead_identity.clear();
       s.registered = true;
       s.alive = true;
       s.silent = false;
@@ -434,7 +439,10 @@ struct WorkerGroup::Impl {
         slots[rank].last_heard = Clock::now();
       }
     }
-    if (rank < 0) return reject(identity, "unknown peer (never registered, or declared dead): register again");
+    if (rank < 0) {
+      if (header.is_ok() && header->type == wire::MessageType::kReady && late_setup_failure(identity, msg)) return;
+      return reject(identity, "unknown peer (never registered, or declared dead): register again");
+    }
     if (!header.is_ok()) {
       TESSERA_LOG_WARN("worker group: unreadable message from rank {}: {}", rank, header.status().to_string());
       return;
@@ -469,6 +477,25 @@ struct WorkerGroup::Impl {
         TESSERA_LOG_WARN("worker group: unexpected {} message from rank {}", wire::message_type_name(header->type),
                          rank);
     }
+  }
+
+  // A rank that failed its setup and left at once can be declared dead first (a send to it
+  // found it gone) and its report read after: it is still why the group cannot start, so it
+  // is kept (wait_until_ready then stops on it instead of waiting for a rank that will not come).
+  bool late_setup_failure(const std::string& identity, const zmq::message_t& msg) {
+    wire::Ready ready;
+    if (!wire::decode(view(msg), &ready).is_ok() || ready.ok) return false;
+    std::lock_guard<std::mutex> lock(state_mu);
+    for (size_t r = 0; r < slots.size(); ++r) {
+      Slot& s = slots[r];
+      if (s.alive || s.setup_failed || s.dead_identity.empty() || s.dead_identity != identity) continue;
+      s.setup_failed = true;
+      s.error = "setup failed: " + ready.error + "; then " + s.error;
+      TESSERA_LOG_ERROR("worker group: rank {} setup failed (read after it was declared dead): {}", r, ready.error);
+      state_cv.notify_all();
+      return true;
+    }
+    return false;
   }
 
   void send_heartbeats() {
