@@ -31,6 +31,7 @@
 #include "worker/arch_spec.h"
 #include "worker/arch_tensors.h"
 #include "worker/model_config.h"
+#include "common/fnv1a.h"
 #include "common/splitmix64.h"
 
 namespace tessera {
@@ -133,12 +134,6 @@ struct Rng {
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
 };
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 // Box-Muller, two normals per pair of uniforms: mean + std * N(0, 1).
 void fill_normal(Rng& rng, float* out, size_t n, float mean, float std) {
   constexpr double kTwoPi = 6.283185307179586;
@@ -160,7 +155,7 @@ int64_t numel(const ExpectedTensor& t) {
 Status write_tensor(const std::function<Status(const void*, size_t)>& append, const ExpectedTensor& spec, DType dtype,
                     uint64_t seed) {
   constexpr size_t kChunk = 1 << 20;  // elements per chunk: 4 MB of f32
-  Rng rng{seed ^ fnv1a(spec.name)};
+  Rng rng{seed ^ fnv1a64(spec.name)};
   rng.next();
   float mean = spec.kind == ExpectedTensor::Kind::kNorm ? 1.f : 0.f;
   std::vector<float> f32(std::min<size_t>(kChunk, static_cast<size_t>(numel(spec))));

@@ -647,13 +647,6 @@ int64_t layer_decode_bytes(const LayerWeights& lw, const ModelConfig& c) {
   return bytes;
 }
 
-// A layer's bytes, each buffer once (views sharing one).
-int64_t distinct_layer_bytes(LayerWeights& lw) {
-  UnitTensors ts;
-  for_each_layer_tensor(lw, [&](Tensor& t) { ts.push_back(&t); });
-  return distinct_bytes(ts);
-}
-
 }  // namespace
 
 StatusOr<ShardSpec> ShardSpec::make(const ModelConfig& c, int rank, int world) {
@@ -729,7 +722,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
       TESSERA_ASSIGN_OR_RETURN(const bool restored, options.layer_restored(l, lw));
       if (restored) {
         TESSERA_RETURN_IF_ERROR(quantizer.restored_layer(mw, l));
-        restored_bytes += distinct_layer_bytes(lw);
+        restored_bytes += distinct_bytes(layer_tensors(lw));
         continue;
       }
     }

@@ -60,6 +60,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
       cpu_backend != nullptr && cpu_backend->prefers_int8_panels() ? Int8WeightLayout::kCpuPanels : Int8WeightLayout::kRows;
   std::shared_ptr<WeightSpill> spill;
   nlohmann::json cache_identity;  // names the cache file of streamed weights (model.weights_cache_dir)
+  const nlohmann::json* identity = nullptr;  // &cache_identity when there is one
   // A device streams from host memory into slots of its own (worker/staged_weights.h); the
   // CPU from a spill file (worker/weight_residency.h).
   const bool staged = !options.residency.budget.all() &&
@@ -72,10 +73,10 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     const auto stored = static_cast<int64_t>(estimated_weight_bytes(*ckpt, config, options.quant, options.dtype));
     if (!options.residency.cache_dir.empty()) {
       cache_identity = weight_cache_identity(*ckpt, wo, options.residency.streaming);
+      identity = &cache_identity;
     }
     TESSERA_ASSIGN_OR_RETURN(spill, begin_weight_spill(options.residency, stored / world,
-                                                       config.vocab * config.hidden * elem / world,
-                                                       cache_identity.is_null() ? nullptr : &cache_identity));
+                                                       config.vocab * config.hidden * elem / world, identity));
     if (spill && spill->reused()) {
       // The cache file decided every layer; the streamed ones come from it, not the checkpoint.
       wo.layer_restored = [&spill](int l, LayerWeights& lw) { return spill->restore_layer(l, &lw); };
@@ -109,8 +110,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   std::unique_ptr<WeightResidency> residency;
   if (!options.residency.budget.all() && !staged) {
     TESSERA_ASSIGN_OR_RETURN(residency,
-                             WeightResidency::make(weights.value(), options.residency, std::move(spill),
-                                                   cache_identity.is_null() ? nullptr : &cache_identity));
+                             WeightResidency::make(weights.value(), options.residency, std::move(spill), identity));
     if (residency) ckpt->release_all();  // pages the spill read
   }
   std::unique_ptr<Transformer> t(new Transformer(std::move(config), std::move(weights).value(), ckpt->config_dir(),

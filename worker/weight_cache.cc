@@ -9,7 +9,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/fnv1a.h"
 #include "common/parallel_roles.h"
+#include "common/wire/wire_buffer.h"
 
 namespace tessera {
 namespace {
@@ -17,30 +19,10 @@ namespace {
 constexpr char kCacheMagic[8] = {'T', 'S', 'W', 'C', 'A', 'C', 'H', 'E'};
 constexpr size_t kFooterBytes = 24;  // JSON length, checksum, magic
 
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (const unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string hex16(uint64_t v) {
-  static const char* digits = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = digits[v & 15];
+  char s[17];
+  std::snprintf(s, sizeof(s), "%016llx", static_cast<unsigned long long>(v));
   return s;
-}
-
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint64_t get_u64(const unsigned char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
 }
 
 std::string canonical(const std::string& path) {
@@ -179,19 +161,23 @@ std::string weight_cache_difference(const nlohmann::json& written, const nlohman
 std::string encode_weight_cache_trailer(const nlohmann::json& contents) {
   std::string out = contents.dump();
   const uint64_t length = out.size(), sum = fnv1a64(out);
-  put_u64(out, length);
-  put_u64(out, sum);
+  {
+    wire::WireWriter w(&out);
+    w.u64(length);
+    w.u64(sum);
+  }
   out.append(kCacheMagic, sizeof(kCacheMagic));
   return out;
 }
 
 StatusOr<WeightCacheTrailer> read_weight_cache_trailer(int fd, size_t file_bytes) {
-  unsigned char footer[kFooterBytes];
+  char footer[kFooterBytes];
   if (file_bytes < kFooterBytes || !read_all_at(fd, footer, kFooterBytes, file_bytes - kFooterBytes) ||
       std::memcmp(footer + 16, kCacheMagic, sizeof(kCacheMagic)) != 0) {
     return invalid_argument("is not a Tessera weight cache file (no trailer: cut short, or another program's)");
   }
-  const uint64_t length = get_u64(footer), sum = get_u64(footer + 8);
+  wire::WireReader in(std::string_view(footer, 16));
+  const uint64_t length = in.u64("trailer length"), sum = in.u64("trailer checksum");
   if (length > file_bytes - kFooterBytes) return invalid_argument("is damaged (its trailer claims more than the file)");
   std::string text(length, '\0');
   if (!read_all_at(fd, text.data(), length, file_bytes - kFooterBytes - length)) {

@@ -63,8 +63,7 @@ StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyO
 
 Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw) {
   if (spill.reused()) return Status::ok();  // the file decided every layer (streamed ones never loaded)
-  UnitTensors ts;
-  for_each_layer_tensor(lw, [&](Tensor& t) { ts.push_back(&t); });
+  const UnitTensors ts = layer_tensors(lw);
   if (static_cast<int>(spill.layer_ranges.size()) != layer) return internal_error("weight spill: layers out of order");
   const int64_t bytes = distinct_bytes(ts);
   // Layers from the first stay while they fit; from the first that does not, all stream.
@@ -74,7 +73,7 @@ Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw) {
     spill.layer_ranges.emplace_back(0, 0);
     return Status::ok();
   }
-  TESSERA_ASSIGN_OR_RETURN(const auto range, spill.append("layer " + std::to_string(layer), ts, nullptr, &lw));
+  TESSERA_ASSIGN_OR_RETURN(const auto range, spill.append(layer_unit_name(layer), ts, nullptr, &lw));
   spill.layer_ranges.push_back(range);
   return Status::ok();
 }

@@ -71,7 +71,7 @@ StatusOr<std::shared_ptr<WeightSpill>> WeightSpill::open(const std::string& dir,
   s->streaming_ = streaming;
   std::string named;
   s->fd_ = open_unnamed(dir, "tessera-weights-", &named);
-  if (s->fd_ < 0) return s->error(std::string("cannot create the spill file: ") + std::strerror(errno));
+  if (s->fd_ < 0) return s->folder_error(std::string("cannot create the spill file: ") + std::strerror(errno));
   if (!named.empty()) ::unlink(named.c_str());  // goes with the process all the same
   TESSERA_RETURN_IF_ERROR(s->map(reserve));
   return s;
@@ -87,32 +87,32 @@ StatusOr<std::shared_ptr<WeightSpill>> WeightSpill::open_cache(const std::string
   // A folder that is not there yet is made (as for a download folder); one that cannot be is refused.
   std::error_code made;
   std::filesystem::create_directories(dir, made);
-  if (made) return s->error("cannot create the cache file: cannot make the folder: " + made.message());
+  if (made) return s->folder_error("cannot create the cache file: cannot make the folder: " + made.message());
   const std::string name = weight_cache_file_name(identity);
   s->cache_path_ = dir + "/" + name;
   s->fd_ = ::open(s->cache_path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (s->fd_ < 0 && errno != ENOENT) {
-    return s->error(std::string("cannot open the cache file: ") + std::strerror(errno));
+    return s->file_error(std::string("cannot be opened: ") + std::strerror(errno));
   }
   if (s->fd_ < 0) {  // not written yet: written now
     s->fd_ = open_unnamed(dir, name + ".partial-", &s->partial_path_);
-    if (s->fd_ < 0) return s->error(std::string("cannot create the cache file: ") + std::strerror(errno));
+    if (s->fd_ < 0) return s->folder_error(std::string("cannot create the cache file: ") + std::strerror(errno));
     TESSERA_RETURN_IF_ERROR(s->map(reserve));
     return s;
   }
   struct stat st {};
-  if (::fstat(s->fd_, &st) != 0) return s->error(std::string("cannot read the cache file: ") + std::strerror(errno));
+  if (::fstat(s->fd_, &st) != 0) return s->file_error(std::string("cannot be read: ") + std::strerror(errno));
   auto trailer = read_weight_cache_trailer(s->fd_, static_cast<size_t>(st.st_size));
-  if (!trailer.is_ok()) return s->error(trailer.status().message() + "; delete it, and it is written anew");
+  if (!trailer.is_ok()) return s->file_error(trailer.status().message() + "; delete it, and it is written anew");
   const nlohmann::json& contents = trailer.value().contents;
   const std::string differs = weight_cache_difference(contents["identity"], identity);
-  if (!differs.empty()) return s->error("was " + differs + "; delete it, and it is written anew");
+  if (!differs.empty()) return s->file_error("was " + differs + "; delete it, and it is written anew");
   s->reused_ = true;
   s->units_ = contents["units"];
   s->end_ = trailer.value().data_end;
   s->budget_bytes = identity["layout"].value("budget_bytes", int64_t{0});
   const int layers = contents["layers"].get<int>();
-  if (layers < 0 || layers > (1 << 20)) return s->error("is damaged (its layer count is not one)");
+  if (layers < 0 || layers > (1 << 20)) return s->file_error("is damaged (its layer count is not one)");
   // Each unit in a place of its own.
   std::vector<SpillRange> places;
   for (const auto& [key, unit] : s->units_.items()) {
@@ -122,10 +122,11 @@ StatusOr<std::shared_ptr<WeightSpill>> WeightSpill::open_cache(const std::string
   }
   std::sort(places.begin(), places.end());
   for (size_t i = 1; i < places.size(); ++i) {
-    if (places[i - 1].first + places[i - 1].second > places[i].first) return s->error("is damaged (two units overlap)");
+    if (places[i - 1].first + places[i - 1].second > places[i].first)
+      return s->file_error("is damaged (two units overlap)");
   }
   for (int l = 0; l < layers; ++l) {
-    const std::string key = "layer " + std::to_string(l);
+    const std::string key = layer_unit_name(l);
     if (!s->holds(key)) {
       s->layer_ranges.emplace_back(0, 0);
       continue;
@@ -144,11 +145,12 @@ WeightSpill::~WeightSpill() {
   if (!partial_path_.empty() && !committed_) ::unlink(partial_path_.c_str());
 }
 
-Status WeightSpill::error(const std::string& what) const {
-  const std::string where = cache_path_.empty() ? "in '" + dir_ + "'" : "'" + cache_path_ + "'";
-  if (cache_path_.empty() || what.rfind("cannot create", 0) == 0)
-    return invalid_argument(key_ + ": " + what + " (folder '" + dir_ + "')");
-  return invalid_argument(key_ + ": the cache file " + where + " " + what);
+Status WeightSpill::folder_error(const std::string& what) const {
+  return invalid_argument(key_ + ": " + what + " (folder '" + dir_ + "')");
+}
+
+Status WeightSpill::file_error(const std::string& what) const {
+  return invalid_argument(key_ + ": the cache file '" + cache_path_ + "' " + what);
 }
 
 Status WeightSpill::map(size_t reserve) {
@@ -257,33 +259,32 @@ StatusOr<SpillRange> WeightSpill::unit_range(const std::string& key) const {
   const nlohmann::json& u = units_[key];
   if (!u.is_object() || !u.value("offset", nlohmann::json()).is_number_unsigned() ||
       !u.value("span", nlohmann::json()).is_number_unsigned() || !u.value("tensors", nlohmann::json()).is_array()) {
-    return error("is damaged (the record of " + key + " is not one)");
+    return file_error("is damaged (the record of " + key + " is not one)");
   }
   const auto offset = u["offset"].get<size_t>(), span = u["span"].get<size_t>();
   if (offset % spill_unit_alignment(streaming_) != 0 || span > end_ || offset > end_ - span) {
-    return error("is damaged (" + key + " lies outside the file's units)");
+    return file_error("is damaged (" + key + " lies outside the file's units)");
   }
   return SpillRange{offset, span};
 }
 
 StatusOr<bool> WeightSpill::restore_layer(int layer, LayerWeights* lw) {
-  const std::string key = "layer " + std::to_string(layer);
+  const std::string key = layer_unit_name(layer);
   if (!reused_ || !holds(key)) return false;
   TESSERA_ASSIGN_OR_RETURN(const SpillRange range, unit_range(key));
   const nlohmann::json& u = units_[key];
   Status fields = restore_weight_cache_fields(u.value("fields", nlohmann::json()), lw);
-  if (!fields.is_ok()) return error(fields.message());
-  UnitTensors ts;
-  for_each_layer_tensor(*lw, [&](Tensor& t) { ts.push_back(&t); });
+  if (!fields.is_ok()) return file_error(fields.message());
+  const UnitTensors ts = layer_tensors(*lw);
   const nlohmann::json& records = u["tensors"];
-  if (records.size() != ts.size()) return error("is damaged (" + key + " records another number of tensors)");
+  if (records.size() != ts.size()) return file_error("is damaged (" + key + " records another number of tensors)");
   for (size_t i = 0; i < ts.size(); ++i) {
     if (records[i].is_null()) {
       *ts[i] = Tensor();
       continue;
     }
     auto view = weight_cache_view(records[i], region_base(), range.first, range.first + range.second);
-    if (!view.is_ok()) return error(view.status().message());
+    if (!view.is_ok()) return file_error(view.status().message());
     *ts[i] = Tensor::borrowed(view.value(), region_);
   }
   restored_layers_.insert(layer);
@@ -291,18 +292,18 @@ StatusOr<bool> WeightSpill::restore_layer(int layer, LayerWeights* lw) {
 }
 
 StatusOr<SpillRange> WeightSpill::restore(const std::string& key, const UnitTensors& ts, const Tensor* by_rows) {
-  if (!reused_ || !holds(key)) return error("does not hold " + key + ", which this start streams");
+  if (!reused_ || !holds(key)) return file_error("does not hold " + key + ", which this start streams");
   TESSERA_ASSIGN_OR_RETURN(const SpillRange range, unit_range(key));
   const nlohmann::json& records = units_[key]["tensors"];
-  if (records.size() != ts.size()) return error("is damaged (" + key + " records another number of tensors)");
+  if (records.size() != ts.size()) return file_error("is damaged (" + key + " records another number of tensors)");
   for (size_t i = 0; i < ts.size(); ++i) {
-    if (records[i].is_null() != ts[i]->empty()) return error("does not match the model (" + key + ")");
+    if (records[i].is_null() != ts[i]->empty()) return file_error("does not match the model (" + key + ")");
     if (ts[i]->empty()) continue;
     const bool rows = ts[i] == by_rows;
     auto view = weight_cache_view(records[i], rows ? file_base() : region_base(), range.first,
                                   range.first + range.second);
-    if (!view.is_ok()) return error(view.status().message());
-    if (!same_view(view.value(), ts[i]->view())) return error("does not match the model (a tensor of " + key + ")");
+    if (!view.is_ok()) return file_error(view.status().message());
+    if (!same_view(view.value(), ts[i]->view())) return file_error("does not match the model (a tensor of " + key + ")");
     *ts[i] = Tensor::borrowed(view.value(), rows ? mapping_ : region_);
   }
   return range;

@@ -103,7 +103,9 @@ class WeightSpill {
   // Maps the file (and the anonymous region for read and direct) for `reserve` bytes.
   Status map(size_t reserve);
   StatusOr<SpillRange> unit_range(const std::string& key) const;
-  Status error(const std::string& what) const;  // names the key and the file
+  // Errors naming the key, and the folder (a file cannot be made there) or the cache file.
+  Status folder_error(const std::string& what) const;
+  Status file_error(const std::string& what) const;
 
   int fd_ = -1, direct_fd_ = -1;
   std::string dir_;

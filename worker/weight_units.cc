@@ -13,6 +13,14 @@ int64_t distinct_bytes(const UnitTensors& ts) {
   return total;
 }
 
+UnitTensors layer_tensors(LayerWeights& layer) {
+  UnitTensors ts;
+  for_each_layer_tensor(layer, [&](Tensor& t) { ts.push_back(&t); });
+  return ts;
+}
+
+std::string layer_unit_name(int layer) { return "layer " + std::to_string(layer); }
+
 bool WeightUnits::any_streamed() const {
   return std::any_of(units.begin(), units.end(), [](const WeightUnit& u) { return u.streamed; });
 }
@@ -65,8 +73,7 @@ WeightUnits weight_units(ModelWeights& w) {
   }
   u.first_layer = static_cast<int>(u.units.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
-    u.units.push_back({"layer " + std::to_string(l), {}});
-    for_each_layer_tensor(w.layers[l], [&](Tensor& t) { u.units.back().tensors.push_back(&t); });
+    u.units.push_back({layer_unit_name(static_cast<int>(l)), layer_tensors(w.layers[l])});
   }
   if (u.tied || !w.lm_head.w.empty()) {
     u.head = static_cast<int>(u.units.size());

@@ -21,6 +21,10 @@ namespace tessera {
 // that share a buffer).
 using UnitTensors = std::vector<Tensor*>;
 int64_t distinct_bytes(const UnitTensors& tensors);
+// A layer's tensors in for_each_layer_tensor's order (empty ones included), and the name its
+// unit goes by ("layer 3"; a cache file's records are keyed by it too).
+UnitTensors layer_tensors(LayerWeights& layer);
+std::string layer_unit_name(int layer);
 
 struct WeightUnit {
   std::string name;
