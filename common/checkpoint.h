@@ -65,6 +65,9 @@ class Checkpoint {
   void release(const std::string& name) const;
   // release() for every tensor, one call per file over the span its tensors cover.
   void release_all() const;
+  // The file whose whole mapping (WeightFile::whole_mapping) holds [data, data + nbytes):
+  // a tensor loaded without a copy; null for memory of any other kind.
+  std::shared_ptr<const WeightFile> file_holding(const void* data, size_t nbytes) const;
   // Sum of tensor bytes on disk (a PyTorch storage shared by several tensors counts once
   // per tensor).
   int64_t total_bytes() const { return total_bytes_; }

@@ -37,6 +37,7 @@ class SafetensorsFile : public WeightFile {
   // Drops the resident pages that lie wholly inside [data, data + nbytes) from this process
   // (madvise MADV_DONTNEED). The mapping stays valid: touching them again re-reads the file.
   void release(const void* data, size_t nbytes) const override;
+  Mapping whole_mapping() const override { return {static_cast<const char*>(base_), size_}; }
 
  private:
   SafetensorsFile() = default;

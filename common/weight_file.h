@@ -54,6 +54,15 @@ class WeightFile {
   // Drops the resident pages that lie wholly inside [data, data + nbytes) from this process
   // (madvise MADV_DONTNEED). The mapping stays valid: touching them again re-reads the file.
   virtual void release(const void* data, size_t nbytes) const = 0;
+  // The read-only mapping of the whole file from its first byte, which every tensor's data
+  // points into (so a tensor's file offset is data - base); {nullptr, 0} where the file is not
+  // mapped that way. Weights streamed beyond a memory budget are read straight from it where
+  // they are stored as the kernels read them (worker/checkpoint_backing.h).
+  struct Mapping {
+    const char* base = nullptr;
+    size_t size = 0;
+  };
+  virtual Mapping whole_mapping() const { return {}; }
 };
 
 // The madvise behind WeightFile::release for any read-only file mapping.

@@ -103,6 +103,17 @@ class WeightReader {
         check_finite_(check_finite),
         keep_blocks_(keep_blocks) {}
 
+  // While an AsStored(true) lives, no own copies are made: what is stored in the model
+  // dtype stays in the mapping (a layer streamed from the checkpoint file).
+  struct AsStored {
+    AsStored(WeightReader* r, bool as_stored) : r_(r), was_(r->own_copies_) {
+      if (as_stored) r->own_copies_ = false;
+    }
+    ~AsStored() { r_->own_copies_ = was_; }
+    WeightReader* r_;
+    bool was_;
+  };
+
   // The first alternative of a "a|b" name the checkpoint has (the first one when none).
   std::string resolve(const std::string& names) const {
     const std::vector<std::string> alts = name_alternatives(names);
@@ -726,8 +737,18 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
         continue;
       }
     }
+    // A layer to be streamed from the checkpoint as stored: its matrices neither packed
+    // (q|k|v, gate|up) nor copied (worker/checkpoint_backing.h).
+    const bool as_stored = options.layer_as_stored && options.layer_as_stored(l);
+    WeightReader::AsStored keep_mapped(&r, as_stored);
+    WeightLoadOptions unpacked;
+    if (as_stored) {
+      unpacked = options;
+      unpacked.kernel_inject = false;
+    }
+    const WeightLoadOptions& layer_options = as_stored ? unpacked : options;
     TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kAttnNorm, l, &lw.attn_norm_w, &lw.attn_norm_b));
-    TESSERA_RETURN_IF_ERROR(load_attention(r, c, l, options, &lw));
+    TESSERA_RETURN_IF_ERROR(load_attention(r, c, l, layer_options, &lw));
     if (lw.attn_split != mw.layers[0].attn_split) {
       // The KV cache is laid out once for all layers.
       return invalid_argument("TP plan: attention must be split in every layer or in none (layer " +
@@ -740,7 +761,7 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
     if (c.mlp_norm) {
       TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kMlpNorm, l, &lw.mlp_norm_w, &lw.mlp_norm_b));
     }
-    TESSERA_RETURN_IF_ERROR(load_mlp(r, c, l, options, &lw));
+    TESSERA_RETURN_IF_ERROR(load_mlp(r, c, l, layer_options, &lw));
     if (options.layer_loaded) {
       TESSERA_RETURN_IF_ERROR(quantizer.quantize_layer(mw, l));
       TESSERA_RETURN_IF_ERROR(options.layer_loaded(l, lw));

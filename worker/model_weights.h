@@ -156,6 +156,10 @@ struct WeightLoadOptions {
   // file of streamed weights read back: worker/weight_spill.h), which is then not loaded,
   // quantized or handed to layer_loaded.
   std::function<StatusOr<bool>(int layer, LayerWeights&)> layer_restored;
+  // Asked before each layer is loaded: true to load it as stored, its matrices neither packed
+  // nor copied, where they can stay in the checkpoint's mapping (a layer streamed from the
+  // checkpoint file: worker/checkpoint_backing.h).
+  std::function<bool(int layer)> layer_as_stored;
 };
 // model.check_weights auto: the scan is on for checkpoints up to this size.
 inline constexpr int64_t kCheckWeightsAutoBytes = int64_t{8} << 30;

@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "worker/checkpoint_backing.h"
 #include "worker/model_checkpoint.h"
 #include "worker/weight_cache.h"
 #include "worker/weight_quantization.h"
@@ -81,12 +82,21 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
       // The cache file decided every layer; the streamed ones come from it, not the checkpoint.
       wo.layer_restored = [&spill](int l, LayerWeights& lw) { return spill->restore_layer(l, &lw); };
     }
+    // Streamed layers mapped from the checkpoint where they are stored as the kernels read
+    // them (worker/checkpoint_backing.h): loaded as stored, and not written to the spill file.
+    const bool layers_from_checkpoint = spill && !spill->reused() && options.residency.cache_dir.empty() &&
+                                        options.residency.streaming == WeightStreaming::kMap;
+    if (layers_from_checkpoint && load_layers_as_stored(*ckpt, wo)) {
+      spill->layer_bytes = (stored / world - config.vocab * config.hidden * elem / world) / std::max<int64_t>(config.layers, 1);
+      wo.layer_as_stored = [&spill](int) { return spill_streams_next_layer(*spill); };
+    }
     if (spill) {
       // After each layer, the checkpoint's pages read so far leave the process too (a tensor
       // still borrowing them reads them again from the page cache), or the file would end up
       // resident whole.
-      wo.layer_loaded = [&spill, &ckpt](int l, LayerWeights& lw) {
-        TESSERA_RETURN_IF_ERROR(spill_loaded_layer(*spill, l, lw));
+      const Checkpoint* backing = layers_from_checkpoint ? ckpt.get() : nullptr;
+      wo.layer_loaded = [&spill, &ckpt, backing](int l, LayerWeights& lw) {
+        TESSERA_RETURN_IF_ERROR(spill_loaded_layer(*spill, l, lw, backing));
         ckpt->release_all();
         return Status::ok();
       };
@@ -110,7 +120,8 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   std::unique_ptr<WeightResidency> residency;
   if (!options.residency.budget.all() && !staged) {
     TESSERA_ASSIGN_OR_RETURN(residency,
-                             WeightResidency::make(weights.value(), options.residency, std::move(spill), identity));
+                             WeightResidency::make(weights.value(), options.residency, std::move(spill), identity,
+                                                   ckpt.get()));
     if (residency) ckpt->release_all();  // pages the spill read
   }
   std::unique_ptr<Transformer> t(new Transformer(std::move(config), std::move(weights).value(), ckpt->config_dir(),
@@ -489,7 +500,8 @@ void Transformer::mlp(const MlpWeights& w, const TensorView& h, const TensorView
       project(w.up, h, hidden.view(), Activation::kNone, lora);
       backend_.activate(hidden.view(), act);
     }
-  } else if (kernel_inject_) {
+  } else if (kernel_inject_ && !w.gate_up.w.empty()) {
+    // (A layer loaded as stored keeps gate and up apart on the fused path too.)
     Tensor gu = backend_.alloc({T, 2 * F}, DType::kF32);
     project(w.gate_up, h, gu.view(), Activation::kNone, lora);
     backend_.gated_act_packed(gu.view(), hidden.view(), act);

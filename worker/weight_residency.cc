@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/checkpoint_backing.h"
 #include "worker/weight_spill.h"
 #include "worker/weight_units.h"
 
@@ -31,6 +32,13 @@ StatusOr<std::shared_ptr<WeightSpill>> open_weight_store(const WeightResidencyOp
   nlohmann::json id = *identity;
   id["layout"]["budget_bytes"] = budget_bytes;
   return WeightSpill::open_cache(o.cache_dir, id, reserve, o.streaming);
+}
+
+// Whether the last layer loaded streams (to the spill file or from the checkpoint).
+bool last_layer_streams(const WeightSpill& spill) {
+  if (spill.layer_ranges.empty()) return false;
+  const int last = static_cast<int>(spill.layer_ranges.size()) - 1;
+  return spill.layer_ranges.back().second > 0 || spill.checkpoint_layers.contains(last);
 }
 
 }  // namespace
@@ -61,15 +69,24 @@ StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyO
   return spill;
 }
 
-Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw) {
+bool spill_streams_next_layer(const WeightSpill& spill) {
+  return !spill.reused() && (last_layer_streams(spill) || spill.layer_bytes > spill.room);
+}
+
+Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw, const Checkpoint* checkpoint) {
   if (spill.reused()) return Status::ok();  // the file decided every layer (streamed ones never loaded)
   const UnitTensors ts = layer_tensors(lw);
   if (static_cast<int>(spill.layer_ranges.size()) != layer) return internal_error("weight spill: layers out of order");
   const int64_t bytes = distinct_bytes(ts);
+  spill.layer_bytes = bytes;
   // Layers from the first stay while they fit; from the first that does not, all stream.
-  const bool streaming = !spill.layer_ranges.empty() && spill.layer_ranges.back().second > 0;
-  if (!streaming && bytes <= spill.room) {
+  if (!last_layer_streams(spill) && bytes <= spill.room) {
     spill.room -= bytes;
+    spill.layer_ranges.emplace_back(0, 0);
+    return Status::ok();
+  }
+  if (checkpoint != nullptr && checkpoint_span(*checkpoint, ts)) {
+    spill.checkpoint_layers.insert(layer);  // nothing to write: WeightResidency::make places it
     spill.layer_ranges.emplace_back(0, 0);
     return Status::ok();
   }
@@ -80,15 +97,18 @@ Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw) {
 
 StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w, const WeightResidencyOptions& options,
                                                                  std::shared_ptr<WeightSpill> spill,
-                                                                 const nlohmann::json* cache_identity) {
+                                                                 const nlohmann::json* cache_identity,
+                                                                 const Checkpoint* checkpoint) {
   if (options.budget.all()) return std::unique_ptr<WeightResidency>();
   TESSERA_RETURN_IF_ERROR(check_weight_store_options(options));
   WeightUnits plan = weight_units(w);
   // Layers already moved while loading keep their place; the budget is the one the load used.
   const bool loaded_spill = spill != nullptr && !spill->layer_ranges.empty();
   std::vector<bool> layer_streamed;
-  if (loaded_spill)
-    for (const auto& range : spill->layer_ranges) layer_streamed.push_back(range.second > 0);
+  if (loaded_spill) {
+    for (size_t l = 0; l < spill->layer_ranges.size(); ++l)
+      layer_streamed.push_back(spill->layer_ranges[l].second > 0 || spill->checkpoint_layers.contains(static_cast<int>(l)));
+  }
   TESSERA_RETURN_IF_ERROR(
       decide_streamed_units(plan, options.budget, loaded_spill ? spill->budget_bytes : -1, layer_streamed));
   if (!plan.any_streamed()) return std::unique_ptr<WeightResidency>();  // everything fits
@@ -132,10 +152,34 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
                               " holds other units than this start streams; delete it, and it is written anew");
     }
   }
+  // Units loaded without a copy stream from the checkpoint's files where they are brought in
+  // by mapping (map; the table, read by rows, always); not into a cache file's place.
+  const bool from_checkpoint = checkpoint != nullptr && options.cache_dir.empty();
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
     const int layer = r->layer_of(static_cast<int>(u));
+    std::optional<CheckpointSpan> in_file;
+    if (from_checkpoint && (unit.rows_only || options.streaming == WeightStreaming::kMap))
+      in_file = checkpoint_span(*checkpoint, tensors[u]);
+    if (layer >= 0 && loaded_spill && spill->checkpoint_layers.contains(layer) && !in_file)
+      return internal_error("weight streaming: " + unit.name + " no longer lies in the checkpoint file");
+    if (in_file) {
+      unit.in_checkpoint = true;
+      unit.base = unit.file_base = in_file->base();
+      unit.offset = in_file->offset;
+      unit.span = in_file->span;
+      // Its norms and biases converted at load stay where they are.
+      r->resident_set_bytes_ += in_file->outside_bytes;
+      r->resident_bytes_ += in_file->outside_bytes;
+      r->peak_bytes_ = r->resident_bytes_;
+      if (std::find(r->checkpoint_files_.begin(), r->checkpoint_files_.end(), in_file->file) == r->checkpoint_files_.end())
+        r->checkpoint_files_.push_back(in_file->file);
+      if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
+      continue;
+    }
+    unit.base = spill->region_base();
+    unit.file_base = spill->file_base();
     if (layer >= 0 && (spill->reused() ? spill->restored_at_load(layer) : loaded_spill)) {
       std::tie(unit.offset, unit.span) = spill->layer_ranges[static_cast<size_t>(layer)];
     } else if (spill->reused()) {
@@ -147,10 +191,16 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     }
     if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }
+  for (size_t u = 0; u < r->units_.size(); ++u) {
+    for (size_t v = 0; v < r->units_.size(); ++v) {
+      const Unit &a = r->units_[u], &b = r->units_[v];
+      if (u != v && a.in_checkpoint && b.in_checkpoint && a.base == b.base && a.offset < b.offset + b.span &&
+          b.offset < a.offset + a.span)
+        r->units_[u].sharing.push_back(static_cast<int>(v));
+    }
+  }
   TESSERA_RETURN_IF_ERROR(spill->commit(static_cast<int>(w.layers.size())));
   r->spill_ = spill;
-  r->base_ = spill->region_base();
-  r->file_base_ = spill->file_base();
   if (r->prefetch_ > 1) r->helper_ = std::thread([p = r.get()] { p->helper_loop(); });
   return r;
 }
@@ -158,6 +208,17 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
 WeightStreaming WeightResidency::streaming() const { return spill_->streaming(); }
 
 bool WeightResidency::cache_reused() const { return spill_->reused(); }
+
+std::vector<std::pair<const char*, size_t>> WeightResidency::streamed_ranges() const {
+  std::vector<std::pair<const char*, size_t>> ranges;
+  for (const Unit& unit : units_)
+    if (unit.streamed) ranges.emplace_back((unit.rows_only ? unit.file_base : unit.base) + unit.offset, unit.span);
+  return ranges;
+}
+
+int WeightResidency::checkpoint_units() const {
+  return static_cast<int>(std::count_if(units_.begin(), units_.end(), [](const Unit& u) { return u.in_checkpoint; }));
+}
 
 WeightResidency::~WeightResidency() {
   {
@@ -169,14 +230,14 @@ WeightResidency::~WeightResidency() {
 }
 
 void WeightResidency::populate(const Unit& unit) const {
-  if (streaming() != WeightStreaming::kMap) {
+  if (streaming() != WeightStreaming::kMap && !unit.in_checkpoint) {
     spill_->read_in(unit.offset, unit.span);
     return;
   }
 #ifdef MADV_POPULATE_READ
-  if (::madvise(base_ + unit.offset, unit.span, MADV_POPULATE_READ) == 0) return;
+  if (::madvise(unit.base + unit.offset, unit.span, MADV_POPULATE_READ) == 0) return;
 #endif
-  ::madvise(base_ + unit.offset, unit.span, MADV_WILLNEED);  // an older kernel: read ahead, fault in
+  ::madvise(unit.base + unit.offset, unit.span, MADV_WILLNEED);  // an older kernel: read ahead, fault in
 }
 
 void WeightResidency::helper_loop() {
@@ -212,10 +273,11 @@ bool WeightResidency::use_or_drop_spare(int u, bool whole) {
   // huge page), and the spare's range is left empty. Else (another size; a kernel before
   // 5.7) the spare's pages go and the read faults fresh ones in.
   if (whole && !same && spare.span == unit.span &&
-      ::mremap(base_ + spare.offset, spare.span, unit.span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
-               base_ + unit.offset) != MAP_FAILED)
+      !unit.in_checkpoint &&
+      ::mremap(spare.base + spare.offset, spare.span, unit.span, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+               unit.base + unit.offset) != MAP_FAILED)
     return false;
-  ::madvise(base_ + spare.offset, spare.span, MADV_DONTNEED);
+  ::madvise(spare.base + spare.offset, spare.span, MADV_DONTNEED);
   return false;
 }
 
@@ -255,14 +317,22 @@ void WeightResidency::release(int u, bool rows) {
   // Read into the process's own pages, a whole unit keeps them as the spare for the next
   // fetch (still counted), which reads into them instead of into fresh pages the kernel must
   // zero first (~1.6 GB a step on the ~1.1B model at 25%, CPU time beside the kernels).
-  if (streaming() != WeightStreaming::kMap && !rows && unit.in_flight == static_cast<int64_t>(unit.span) && spare_ < 0) {
+  if (streaming() != WeightStreaming::kMap && !unit.in_checkpoint && !rows &&
+      unit.in_flight == static_cast<int64_t>(unit.span) && spare_ < 0) {
     spare_ = u;
     spare_valid_ = was_in;
     unit.in_flight = 0;  // its bytes stay in resident_bytes_, as the spare's
     return;
   }
-  ::madvise(base_ + unit.offset, unit.span, MADV_DONTNEED);
-  if (rows && file_base_ != base_) ::madvise(file_base_ + unit.offset, unit.span, MADV_DONTNEED);
+  size_t begin = unit.offset, end = unit.offset + unit.span;
+  for (int other : unit.sharing) {
+    const Unit& o = units_[static_cast<size_t>(other)];
+    if (o.in_flight == 0) continue;
+    if (o.offset < begin + kSpillPage && begin < o.offset + o.span) begin += kSpillPage;  // its first page
+    if (o.offset < end && end - kSpillPage < o.offset + o.span) end -= kSpillPage;        // its last page
+  }
+  if (begin < end) ::madvise(unit.base + begin, end - begin, MADV_DONTNEED);
+  if (rows && unit.file_base != unit.base) ::madvise(unit.file_base + unit.offset, unit.span, MADV_DONTNEED);
   resident_bytes_ -= unit.in_flight;
   unit.in_flight = 0;
 }
@@ -323,9 +393,21 @@ void WeightResidency::after_lm_head() {
 std::string WeightResidency::plan() const {
   return "weights: budget " + weight_mib(budget_bytes_) + "; resident " + weight_mib(resident_set_bytes_) + " (" +
          lists_.resident + "); streamed " + weight_mib(streamed_bytes()) + " per step (" + lists_.streamed +
-         "; the largest " + weight_mib(largest_streamed_) + ") from " + spill_->describe() + "; " +
+         "; the largest " + weight_mib(largest_streamed_) + ") from " + streamed_from() + "; " +
          std::to_string(prefetch_) + " in flight, brought in by " +
          weight_streaming_name(streaming()) + (streaming() == WeightStreaming::kMap ? " (madvise)" : " (pread)");
+}
+
+std::string WeightResidency::streamed_from() const {
+  const int in_checkpoint = checkpoint_units();
+  if (in_checkpoint == 0) return spill_->describe();
+  std::string files;
+  for (const auto& file : checkpoint_files_) files += (files.empty() ? "" : ", ") + file->path();
+  const int streamed = static_cast<int>(std::count_if(units_.begin(), units_.end(), [](const Unit& u) { return u.streamed; }));
+  std::string from = (checkpoint_files_.size() > 1 ? "the checkpoint's files " : "the checkpoint file ") + files;
+  if (in_checkpoint == streamed) return from + " (as stored)";
+  return from + " (" + std::to_string(in_checkpoint) + " of the " + std::to_string(streamed) + " units, as stored) and " +
+         spill_->describe();
 }
 
 }  // namespace tessera

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -46,6 +47,8 @@
 
 namespace tessera {
 
+class Checkpoint;
+class WeightFile;
 class WeightSpill;
 
 struct WeightResidencyOptions {
@@ -72,9 +75,12 @@ class WeightResidency {
   // `spill`: the one begin_weight_spill made before loading, holding the layers moved while
   // they loaded or rebuilt from a cache file (null: everything is decided and moved here).
   // `cache_identity` (worker/weight_cache.h): what names a cache file, with options.cache_dir.
+  // `checkpoint` (may be null): the one the weights were loaded from, whose files units
+  // loaded without a copy stream from (worker/checkpoint_backing.h) instead of the spill file.
   static StatusOr<std::unique_ptr<WeightResidency>> make(ModelWeights& weights, const WeightResidencyOptions& options,
                                                          std::shared_ptr<WeightSpill> spill = nullptr,
-                                                         const nlohmann::json* cache_identity = nullptr);
+                                                         const nlohmann::json* cache_identity = nullptr,
+                                                         const Checkpoint* checkpoint = nullptr);
   ~WeightResidency();
   WeightResidency(const WeightResidency&) = delete;
   WeightResidency& operator=(const WeightResidency&) = delete;
@@ -102,9 +108,11 @@ class WeightResidency {
   // counted whole, though a step reads only its rows).
   int64_t streamed_bytes() const { return streamed_bytes_; }
   int prefetch_layers() const { return prefetch_; }
-  // The start of the region the layers' tensors point into: the file's mapping (map) or the
-  // anonymous region (read, direct); for a test reading the process's resident pages of it.
-  const void* spill_begin() const { return base_; }
+  // Where each streamed unit lies ([begin, begin + bytes), whole pages: where its tensors, or
+  // a table's rows, are read), for a test counting the process's pages there.
+  std::vector<std::pair<const char*, size_t>> streamed_ranges() const;
+  // How many units stream from the checkpoint's files (worker/checkpoint_backing.h).
+  int checkpoint_units() const;
   WeightStreaming streaming() const;
   // One line for the start-up log: resident and streamed bytes and units, the file.
   std::string plan() const;
@@ -118,7 +126,16 @@ class WeightResidency {
     bool streamed = false;
     bool rows_only = false;  // the untied embedding table: read a row per token
     int64_t row_bytes = 0;   // the table's (untied or tied): what one token's lookup reads
-    size_t offset = 0, span = 0;  // page-aligned region of the mapping when streamed
+    // Where its tensors point when streamed: the spill's region (or a checkpoint file's
+    // mapping), and the mapping a table read by rows is read through.
+    char* base = nullptr;
+    char* file_base = nullptr;
+    bool in_checkpoint = false;   // streamed from a checkpoint file, not the spill file
+    // Units of the same checkpoint file whose range shares a page with this one's (the
+    // tensors of two units may meet inside a page): released, a unit keeps such a page while
+    // the other is in flight, so that it is not faulted in again, with the pages around it.
+    std::vector<int> sharing;
+    size_t offset = 0, span = 0;  // page-aligned region of that mapping when streamed
     int64_t in_flight = 0;        // bytes counted while asked for
     // Its pages: not asked for, queued for the helper, being mapped in, in the process.
     enum class Pages : uint8_t { kOut, kQueued, kMapping, kIn } pages = Pages::kOut;
@@ -147,6 +164,8 @@ class WeightResidency {
   // by faults) or reads it into the anonymous region.
   void populate(const Unit& unit) const;
   void helper_loop();
+  // For plan(): the checkpoint's files and the spill or cache file, as far as units stream from them.
+  std::string streamed_from() const;
   // Marks a queued unit as being mapped, maps it with `lock` released, marks it in.
   void map_in(Unit& unit, std::unique_lock<std::mutex>& lock);
 
@@ -159,8 +178,7 @@ class WeightResidency {
   int spare_ = -1;            // the unit whose pages are kept for the next fetch, or -1
   bool spare_valid_ = false;  // whether they hold it (it was read in before its release)
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)
-  char* base_ = nullptr;       // where the layers' and the head's tensors point (spill_'s)
-  char* file_base_ = nullptr;  // spill_'s mapping of the file
+  std::vector<std::shared_ptr<const WeightFile>> checkpoint_files_;  // those units stream from
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
   std::mutex mu_;
   std::condition_variable cv_;
@@ -179,6 +197,12 @@ class WeightResidency {
 StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
                                                           int64_t estimated_rank_bytes, int64_t estimated_head_bytes,
                                                           const nlohmann::json* cache_identity = nullptr);
-Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& layer_weights);
+// `checkpoint` (null: none): the layer, when it streams and was loaded without a copy, streams
+// from the checkpoint file instead of being written to the spill file.
+Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& layer_weights,
+                          const Checkpoint* checkpoint = nullptr);
+// Whether the next layer to load will stream (the last one did, or one like it does not fit
+// what is left of the budget): asked before loading it as stored (worker/checkpoint_backing.h).
+bool spill_streams_next_layer(const WeightSpill& spill);
 
 }  // namespace tessera

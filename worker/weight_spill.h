@@ -95,8 +95,13 @@ class WeightSpill {
   // Layers decided while loading: their ranges ({0, 0}: resident); and the budget the load
   // decided by.
   std::vector<SpillRange> layer_ranges;
+  // Layers decided while loading to stream from the checkpoint file they were loaded from
+  // (worker/checkpoint_backing.h): not in this file, their layer_ranges {0, 0}.
+  std::set<int> checkpoint_layers;
   int64_t budget_bytes = 0;
   int64_t room = 0;  // budget left for more resident layers while loading
+  // The last layer's bytes as loaded; before the first, an estimate (layers are alike).
+  int64_t layer_bytes = 0;
 
  private:
   WeightSpill() = default;

@@ -29,6 +29,7 @@ class TorchCheckpointFile : public WeightFile {
   const std::string& path() const override { return file_->path(); }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   void release(const void* data, size_t nbytes) const override;
+  Mapping whole_mapping() const override { return {file_->data(), file_->size()}; }
   bool legacy_format() const { return legacy_; }
 
  private:

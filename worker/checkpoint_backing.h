@@ -1,0 +1,45 @@
+#pragma once
+// Streamed weights that need no file of their own (worker/weight_residency.h): where a unit's
+// matrices were loaded without a copy (stored in the checkpoint in the dtype and layout the
+// kernels read), the unit is streamed from the checkpoint file's own mapping instead of being
+// written to the spill file. Only where the unit is brought in by mapping its pages
+// (model.weights_streaming map; and the embedding table, which every way reads a row per token
+// through a mapping): read and direct bring units into the process's own pages, laid out for
+// that in the spill file. Not with model.weights_cache_dir, whose file holds every streamed
+// unit so that a later start loads none of them.
+//
+// On the fused path a layer's q, k, v and gate, up are packed into one matrix each at load (a
+// copy); a layer that will stream from the checkpoint is loaded as stored instead (separate
+// matrices, which the fused path also runs), so the default path streams from the checkpoint
+// too. That is decided before the layer loads (load_layers_as_stored, spill_streams_next_layer).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "common/checkpoint.h"
+#include "worker/model_weights.h"
+#include "worker/weight_units.h"
+
+namespace tessera {
+
+struct CheckpointSpan {
+  std::shared_ptr<const WeightFile> file;  // whose whole mapping the unit lies in
+  size_t offset = 0, span = 0;             // the page-aligned range covering its tensors there
+  // Its tensors elsewhere (norms and biases converted at load): they stay resident.
+  int64_t outside_bytes = 0;
+  char* base() const { return const_cast<char*>(file->whole_mapping().base); }
+};
+
+// Where `tensors` (one unit) lie in one file of `checkpoint`: every matrix (two or more
+// dimensions) inside that file's mapping, and the range covering the unit's tensors there at
+// most a quarter larger than they are (else a step would read other tensors' bytes besides).
+// nullopt otherwise: the unit goes to the spill file.
+std::optional<CheckpointSpan> checkpoint_span(const Checkpoint& checkpoint, const UnitTensors& tensors);
+
+// Whether layers streamed from this checkpoint can be read as stored, so that loading them
+// as stored (no packing, no copy) lets them stream from it: one rank holds whole matrices,
+// no quantization, and every matrix is stored in the compute dtype.
+bool load_layers_as_stored(const Checkpoint& checkpoint, const WeightLoadOptions& options);
+
+}  // namespace tessera
