@@ -40,7 +40,10 @@ StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(
     ends.push_back(offset);
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
+  // Padded with spaces (the format allows it) so that the data starts on 64 bytes: a reader
+  // that maps the file then finds each tensor whose offset is a multiple of 64 aligned as a
+  // copy would be, and its kernels can compute from the mapping (worker/checkpoint_backing.h).
+  text.append((64 - (8 + text.size()) % 64) % 64, ' ');
 
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
   w->path_ = path;

@@ -5,8 +5,10 @@
 // written to the spill file. Only where the unit is brought in by mapping its pages
 // (model.weights_streaming map; and the embedding table, which every way reads a row per token
 // through a mapping): read and direct bring units into the process's own pages, laid out for
-// that in the spill file. Not with model.weights_cache_dir, whose file holds every streamed
-// unit so that a later start loads none of them.
+// that in the spill file. Not where model.weights_spill_dir names a folder for the streamed
+// weights (a local disk for a checkpoint on a network volume), nor with
+// model.weights_cache_dir, whose file holds every streamed unit so that a later start loads
+// none of them.
 //
 // On the fused path a layer's q, k, v and gate, up are packed into one matrix each at load (a
 // copy); a layer that will stream from the checkpoint is loaded as stored instead (separate
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "common/checkpoint.h"
 #include "worker/model_weights.h"
@@ -32,14 +35,27 @@ struct CheckpointSpan {
 };
 
 // Where `tensors` (one unit) lie in one file of `checkpoint`: every matrix (two or more
-// dimensions) inside that file's mapping, and the range covering the unit's tensors there at
-// most a quarter larger than they are (else a step would read other tensors' bytes besides).
-// nullopt otherwise: the unit goes to the spill file.
-std::optional<CheckpointSpan> checkpoint_span(const Checkpoint& checkpoint, const UnitTensors& tensors);
+// dimensions) inside that file's mapping, starting on 64 bytes as a copy would (not needed
+// for a table read a row at a time: `rows_only`), and the range covering the unit's tensors
+// there at most a quarter larger than they are (else a step would read other tensors' bytes
+// besides). nullopt otherwise: the unit goes to the spill file.
+std::optional<CheckpointSpan> checkpoint_span(const Checkpoint& checkpoint, const UnitTensors& tensors,
+                                              bool rows_only = false);
+
+// Gives every tensor of `weights` that still lies in one of `files` a copy of its own, except
+// those of `streamed` (the units streamed from there) and the embedding table (read a row at
+// a time from the mapping on purpose). Those left are small ones (norms, biases: under 64
+// KiB, not copied at load) and a layer loaded as stored that then fitted the budget: read
+// from the mapping, they would map the pages around them back into the process (with large
+// page-cache folios, whole folios of the streamed units beside them) after those units were
+// released. Returns the bytes copied.
+int64_t copy_resident_from_files(ModelWeights& weights, const std::vector<const WeightFile*>& files,
+                                 const std::vector<const Tensor*>& streamed);
 
 // Whether layers streamed from this checkpoint can be read as stored, so that loading them
 // as stored (no packing, no copy) lets them stream from it: one rank holds whole matrices,
-// no quantization, and every matrix is stored in the compute dtype.
+// no quantization, and every matrix is stored in the compute dtype, starting on 64 bytes
+// (Tessera's own safetensors files start their data there; others often 8 bytes off).
 bool load_layers_as_stored(const Checkpoint& checkpoint, const WeightLoadOptions& options);
 
 }  // namespace tessera

@@ -84,7 +84,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     }
     // Streamed layers mapped from the checkpoint where they are stored as the kernels read
     // them (worker/checkpoint_backing.h): loaded as stored, and not written to the spill file.
-    const bool layers_from_checkpoint = spill && !spill->reused() && options.residency.cache_dir.empty() &&
+    const bool layers_from_checkpoint = spill && !spill->reused() && streams_from_checkpoint(options.residency) &&
                                         options.residency.streaming == WeightStreaming::kMap;
     if (layers_from_checkpoint && load_layers_as_stored(*ckpt, wo)) {
       spill->layer_bytes = (stored / world - config.vocab * config.hidden * elem / world) / std::max<int64_t>(config.layers, 1);

@@ -52,6 +52,8 @@ Status check_weight_store_options(const WeightResidencyOptions& o) {
   return check_prefetch_layers(o.prefetch_layers);
 }
 
+bool streams_from_checkpoint(const WeightResidencyOptions& o) { return o.spill_dir.empty() && o.cache_dir.empty(); }
+
 StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
                                                           int64_t estimated_rank_bytes, int64_t estimated_head_bytes,
                                                           const nlohmann::json* cache_identity) {
@@ -153,15 +155,15 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     }
   }
   // Units loaded without a copy stream from the checkpoint's files where they are brought in
-  // by mapping (map; the table, read by rows, always); not into a cache file's place.
-  const bool from_checkpoint = checkpoint != nullptr && options.cache_dir.empty();
+  // by mapping (map; the table, read by rows, always).
+  const bool from_checkpoint = checkpoint != nullptr && streams_from_checkpoint(options);
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
     const int layer = r->layer_of(static_cast<int>(u));
     std::optional<CheckpointSpan> in_file;
     if (from_checkpoint && (unit.rows_only || options.streaming == WeightStreaming::kMap))
-      in_file = checkpoint_span(*checkpoint, tensors[u]);
+      in_file = checkpoint_span(*checkpoint, tensors[u], unit.rows_only);
     if (layer >= 0 && loaded_spill && spill->checkpoint_layers.contains(layer) && !in_file)
       return internal_error("weight streaming: " + unit.name + " no longer lies in the checkpoint file");
     if (in_file) {
@@ -169,12 +171,14 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
       unit.base = unit.file_base = in_file->base();
       unit.offset = in_file->offset;
       unit.span = in_file->span;
+      unit.mapping_size = align_up(in_file->file->whole_mapping().size, kSpillPage);
       // Its norms and biases converted at load stay where they are.
       r->resident_set_bytes_ += in_file->outside_bytes;
       r->resident_bytes_ += in_file->outside_bytes;
       r->peak_bytes_ = r->resident_bytes_;
-      if (std::find(r->checkpoint_files_.begin(), r->checkpoint_files_.end(), in_file->file) == r->checkpoint_files_.end())
+      if (std::find(r->checkpoint_files_.begin(), r->checkpoint_files_.end(), in_file->file) == r->checkpoint_files_.end()) {
         r->checkpoint_files_.push_back(in_file->file);
+      }
       if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
       continue;
     }
@@ -191,13 +195,13 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     }
     if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }
-  for (size_t u = 0; u < r->units_.size(); ++u) {
-    for (size_t v = 0; v < r->units_.size(); ++v) {
-      const Unit &a = r->units_[u], &b = r->units_[v];
-      if (u != v && a.in_checkpoint && b.in_checkpoint && a.base == b.base && a.offset < b.offset + b.span &&
-          b.offset < a.offset + a.span)
-        r->units_[u].sharing.push_back(static_cast<int>(v));
-    }
+  if (!r->checkpoint_files_.empty()) {
+    std::vector<const WeightFile*> files;
+    for (const auto& f : r->checkpoint_files_) files.push_back(f.get());
+    std::vector<const Tensor*> streamed;
+    for (size_t u = 0; u < r->units_.size(); ++u)
+      if (r->units_[u].streamed) streamed.insert(streamed.end(), tensors[u].begin(), tensors[u].end());
+    copy_resident_from_files(w, files, streamed);
   }
   TESSERA_RETURN_IF_ERROR(spill->commit(static_cast<int>(w.layers.size())));
   r->spill_ = spill;
@@ -324,17 +328,22 @@ void WeightResidency::release(int u, bool rows) {
     unit.in_flight = 0;  // its bytes stay in resident_bytes_, as the spare's
     return;
   }
-  size_t begin = unit.offset, end = unit.offset + unit.span;
-  for (int other : unit.sharing) {
-    const Unit& o = units_[static_cast<size_t>(other)];
-    if (o.in_flight == 0) continue;
-    if (o.offset < begin + kSpillPage && begin < o.offset + o.span) begin += kSpillPage;  // its first page
-    if (o.offset < end && end - kSpillPage < o.offset + o.span) end -= kSpillPage;        // its last page
-  }
+  const auto [begin, end] = release_range(unit);
   if (begin < end) ::madvise(unit.base + begin, end - begin, MADV_DONTNEED);
   if (rows && unit.file_base != unit.base) ::madvise(unit.file_base + unit.offset, unit.span, MADV_DONTNEED);
   resident_bytes_ -= unit.in_flight;
   unit.in_flight = 0;
+}
+
+std::pair<size_t, size_t> WeightResidency::release_range(const Unit& unit) const {
+  if (!unit.in_checkpoint) return {unit.offset, unit.offset + unit.span};
+  size_t begin = 0, end = unit.mapping_size;
+  for (const Unit& o : units_) {
+    if (&o == &unit || !o.in_checkpoint || o.base != unit.base || o.in_flight == 0) continue;
+    if (o.offset + o.span <= unit.offset + kSpillPage) begin = std::max(begin, o.offset + o.span);  // below it
+    if (o.offset + kSpillPage >= unit.offset + unit.span) end = std::min(end, o.offset);            // above it
+  }
+  return {begin, end};
 }
 
 void WeightResidency::wait_in(int u) {

@@ -6,7 +6,9 @@
 // read-only, and their tensors point into that mapping (worker/weight_spill.h): an unnamed
 // spill file in model.weights_spill_dir, written at each start, or a cache file in
 // model.weights_cache_dir, written by the first start and read back by the next ones (whose
-// streamed layers are then never loaded from the checkpoint).
+// streamed layers are then never loaded from the checkpoint). Where neither folder is named,
+// units that lie in the checkpoint as the kernels read them are mapped from the checkpoint
+// file itself instead, and only the others go to a spill file (worker/checkpoint_backing.h).
 //
 // The units streamed are the embedding table, each layer and the LM head (a tied head is the
 // table). A step reads them in that order; before a streamed unit runs it and the units after
@@ -27,7 +29,8 @@
 // Which units stay resident and the budget's accounting: worker/weight_units.h (the same rule
 // where a device streams from host memory: worker/staged_weights.h). The budget bounds that
 // resident set: the units in flight come on top, at most prefetch_layers times the largest
-// streamed unit.
+// streamed unit (mapped from a checkpoint file, the kernel may map up to a page-cache folio,
+// at most 2 MiB, beyond each end of a unit in flight; they go with the unit).
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -63,6 +66,11 @@ struct WeightResidencyOptions {
   // unnamed spill file in spill_dir instead. At most one of the two is set.
   std::string cache_dir;
 };
+
+// Whether units loaded without a copy may stream from the checkpoint's own files
+// (worker/checkpoint_backing.h): unless a folder is named for the streamed weights
+// (spill_dir, say on a local disk where the checkpoint is on a network volume; cache_dir).
+bool streams_from_checkpoint(const WeightResidencyOptions& options);
 
 // Both a spill and a cache folder, or no unit in flight, are refused naming the keys.
 Status check_weight_store_options(const WeightResidencyOptions& options);
@@ -131,10 +139,7 @@ class WeightResidency {
     char* base = nullptr;
     char* file_base = nullptr;
     bool in_checkpoint = false;   // streamed from a checkpoint file, not the spill file
-    // Units of the same checkpoint file whose range shares a page with this one's (the
-    // tensors of two units may meet inside a page): released, a unit keeps such a page while
-    // the other is in flight, so that it is not faulted in again, with the pages around it.
-    std::vector<int> sharing;
+    size_t mapping_size = 0;  // of the checkpoint file's mapping it lies in
     size_t offset = 0, span = 0;  // page-aligned region of that mapping when streamed
     int64_t in_flight = 0;        // bytes counted while asked for
     // Its pages: not asked for, queued for the helper, being mapped in, in the process.
@@ -157,6 +162,12 @@ class WeightResidency {
   // mapping too).
   void release(int unit, bool rows = false);
   void read_ahead_from(int unit);
+  // [begin, end) of its mapping that a released unit gives back: its own range, and for a
+  // unit in a checkpoint file everything beside it up to the units there still in flight. The
+  // kernel maps page-cache pages around a fault (whole large folios, on filesystems that keep
+  // them), which may reach past a unit's ends into units already released; and two units'
+  // tensors may meet inside a page, which stays while the other is in flight.
+  std::pair<size_t, size_t> release_range(const Unit& unit) const;
   // Returns once a unit asked for whole is in the process (mapping it here if the helper has
   // not started on it).
   void wait_in(int unit);
