@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Start-up with streamed weights (docs/benchmarks.md, "Start-up from a weight cache file"): the
 # wall time of one tessera-generate run that loads MODEL in bfloat16 with --weights-budget
-# BUDGET and generates 8 tokens from a 16-token prompt, four ways back to back in each round
+# BUDGET and generates 8 tokens from a 16-token prompt, five ways back to back in each round
 # (so a change of load on a shared machine hits them alike):
 #   resident     every weight resident (--weights-budget all), for reference
 #   spill        streamed from an unnamed spill file, written at every start
 #   cache-write  the first start with --weights-cache-dir (an empty folder): writes the file
 #   cache-read   the next start: reads the streamed layers back from it
-# The checkpoint is read once before the rounds, so every start finds it in the page cache.
+#   mapped       --weights-streaming map with no folder named: the layers stored as the
+#                kernels read them are mapped from the checkpoint itself, nothing written
+# The checkpoint is read once before the rounds (reread_model_files), so every start finds it
+# in the page cache.
 # Prints each round and the medians, with each way's time over the spill start's.
 # Usage: bench/weight_cache_bench.sh MODEL_DIR [BUDGET] [ROUNDS]   (defaults 25%, 3)
 # Environment: BUILD (default build), THREADS (default 2), CACHE_PARENT (where the cache
@@ -27,7 +30,7 @@ parent=${CACHE_PARENT:-${TMPDIR:-/var/tmp}}
 work=$(mktemp -d "$parent/tessera-cache-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-cat "$model"/*.safetensors >/dev/null  # into the page cache for every way alike
+reread_model_files "$model"  # into the page cache for every way alike
 prompt=$(seq -s, 11 26)
 run() {  # NAME BUDGET [FLAGS...]: one start, its wall seconds appended to $work/times
   local name=$1 b=$2 start end
@@ -45,6 +48,7 @@ for round in $(seq "$rounds"); do
   run spill "$budget"
   run cache-write "$budget" --weights-cache-dir "$work/cache-$round"
   run cache-read "$budget" --weights-cache-dir "$work/cache-$round"
+  run mapped "$budget" --weights-streaming map
   rm -rf "$work/cache-$round"
 done
 python3 - "$work/times" "$rounds" <<'PY'
@@ -53,7 +57,7 @@ times = {}
 for line in open(sys.argv[1]):
     name, seconds = line.split()
     times.setdefault(name, []).append(float(seconds))
-ways = ["resident", "spill", "cache-write", "cache-read"]
+ways = ["resident", "spill", "cache-write", "cache-read", "mapped"]
 print("| round | " + " | ".join(f"{w} s" for w in ways) + " |")
 print("| --- " * (len(ways) + 1) + "|")
 for r in range(int(sys.argv[2])):

@@ -39,6 +39,7 @@ run() {  # BATCH KIND BUDGET [FLAG...]: one tessera-bench run, appended to $resu
     --json 2>/dev/null) || die "tessera-bench failed (batch $1, budget $3)"
   echo "$1 $2 $out" >>"$results"
 }
+reread_model_files "$model"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget (${STREAMING:-read}), prompt ${PROMPT_LEN:-64}, ${GEN_LEN:-32} generated, ${THREADS:-2} threads"
 for _ in $(seq "$rounds"); do
   for b in "${batches[@]}"; do
