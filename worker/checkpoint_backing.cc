@@ -44,7 +44,7 @@ std::optional<CheckpointSpan> checkpoint_span(const Checkpoint& checkpoint, cons
   }
   if (s.file == nullptr) return std::nullopt;
   s.offset = begin / kSpillPage * kSpillPage;
-  s.span = std::min(align_up(end, kSpillPage), s.file->whole_mapping().size) - s.offset;
+  s.span = align_up(end, kSpillPage) - s.offset;  // (the mapping takes the file's last page whole)
   if (s.span > static_cast<size_t>(inside) + static_cast<size_t>(inside) / 4 + 2 * kSpillPage) return std::nullopt;
   return s;
 }

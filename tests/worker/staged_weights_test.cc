@@ -17,7 +17,9 @@
 #include "worker/transformer.h"
 
 namespace tessera {
-namespace {
+// Named, not anonymous: a unity build may compile this file beside another test file with
+// helpers of the same names.
+namespace staged_weights_test {
 
 struct Loaded {
   std::unique_ptr<Backend> backend;

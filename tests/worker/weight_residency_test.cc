@@ -24,7 +24,9 @@
 #include "worker/transformer.h"
 
 namespace tessera {
-namespace {
+// Named, not anonymous: a unity build may compile this file beside another test file with
+// helpers of the same names.
+namespace weight_residency_test {
 
 // This process's pages where the streamed units lie (the spill file's mapping or region, the
 // checkpoint files' mappings: worker/checkpoint_backing.h), from /proc/self/pagemap's present
