@@ -13,12 +13,12 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "kernels/backend.h"
+#include "tests/data_on_64_bytes.h"
 #include "tests/test_support.h"
 #include "worker/generator.h"
 #include "worker/transformer.h"
@@ -46,25 +46,10 @@ int64_t streamed_rss(const WeightResidency& r) {
   return static_cast<int64_t>(present.size()) * 4096;
 }
 
-// kjv-llama with its safetensors header padded (with spaces, as the format allows) so that the
-// data starts on 64 bytes, as Tessera's own files do: its matrices then lie in the file as the
-// kernels read them, and a streamed layer is mapped from it (the fixture's own data starts 48
-// bytes off). Made once per process; the same weights, so the same goldens.
+// kjv-llama with its data on 64 bytes (its own starts 48 bytes off): streamed layers can then
+// be mapped from the file as stored. Made once per process.
 std::string aligned_kjv_llama() {
-  static const std::string dir = [] {
-    const std::string from = testing::fixtures_dir() + "/kjv-llama";
-    const std::string to = testing::make_temp_dir("tessera-kjv-aligned");
-    testing::write_file(to + "/config.json", testing::read_file(from + "/config.json"));
-    const std::string file = testing::read_file(from + "/model.safetensors");
-    uint64_t n = 0;
-    std::memcpy(&n, file.data(), 8);
-    std::string header = file.substr(8, n);
-    header.append((64 - (8 + header.size()) % 64) % 64, ' ');
-    const uint64_t padded = header.size();
-    std::string out(reinterpret_cast<const char*>(&padded), 8);
-    testing::write_file(to + "/model.safetensors", out + header + file.substr(8 + n));
-    return to;
-  }();
+  static const std::string dir = testing::copy_with_data_on_64_bytes(testing::fixtures_dir() + "/kjv-llama");
   return dir;
 }
 
