@@ -90,7 +90,9 @@ TEST(ServeBatches, ABatchRunsBesideTheOnlineApiAndWritesItsResultAndErrorFiles) 
   const std::vector<std::string> prompts = {"Who begat Enos?", "In the beginning", "The LORD is my shepherd"};
   // 500 lines: 470 greedy chat requests, and among them every tenth-and-fifth line not one
   // this batch runs (a broken line, a completion — the batch's endpoint is chat — a refused body).
-  constexpr int kLines = 500, kChats = 470;
+  // Under the sanitizers 100 lines, 94 of them chat (each kind of line still there; they look
+  // for memory errors, which the same code reaches with fewer, at 5x the time).
+  constexpr int kLines = testing::kSanitizedBuild ? 100 : 500, kChats = testing::kSanitizedBuild ? 94 : 470;
   std::map<std::string, json> chat_bodies;
   for (int i = 0, chats = 0; i < kLines; ++i) {
     if (i % 17 == 5 && chats + (kLines - i) > kChats) {
@@ -162,8 +164,8 @@ TEST(ServeBatches, ABatchRunsBesideTheOnlineApiAndWritesItsResultAndErrorFiles) 
     }
   }
   EXPECT_EQ(line_errors + refused, kLines - kChats);
-  EXPECT_GE(refused, 5);
-  EXPECT_GE(line_errors, 10);
+  EXPECT_GE(refused, kLines / 100);
+  EXPECT_GE(line_errors, kLines / 50);
   const json listed = body_json(testing::http(port, "GET", "/v1/batches"));
   ASSERT_EQ(listed["data"].size(), 1u);
   const std::string cancel = testing::http(port, "POST", "/v1/batches/" + created["id"].get<std::string>() + "/cancel");
