@@ -167,19 +167,7 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     if (layer >= 0 && loaded_spill && spill->checkpoint_layers.contains(layer) && !in_file)
       return internal_error("weight streaming: " + unit.name + " no longer lies in the checkpoint file");
     if (in_file) {
-      unit.in_checkpoint = true;
-      unit.base = unit.file_base = in_file->base();
-      unit.offset = in_file->offset;
-      unit.span = in_file->span;
-      unit.mapping_size = align_up(in_file->file->whole_mapping().size, kSpillPage);
-      // Its norms and biases converted at load stay where they are.
-      r->resident_set_bytes_ += in_file->outside_bytes;
-      r->resident_bytes_ += in_file->outside_bytes;
-      r->peak_bytes_ = r->resident_bytes_;
-      if (std::find(r->checkpoint_files_.begin(), r->checkpoint_files_.end(), in_file->file) == r->checkpoint_files_.end()) {
-        r->checkpoint_files_.push_back(in_file->file);
-      }
-      if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
+      r->stream_from_checkpoint(unit, *in_file);
       continue;
     }
     unit.base = spill->region_base();
@@ -195,18 +183,36 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     }
     if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }
-  if (!r->checkpoint_files_.empty()) {
-    std::vector<const WeightFile*> files;
-    for (const auto& f : r->checkpoint_files_) files.push_back(f.get());
-    std::vector<const Tensor*> streamed;
-    for (size_t u = 0; u < r->units_.size(); ++u)
-      if (r->units_[u].streamed) streamed.insert(streamed.end(), tensors[u].begin(), tensors[u].end());
-    copy_resident_from_files(w, files, streamed);
-  }
+  r->copy_resident_from_checkpoint(w, tensors);
   TESSERA_RETURN_IF_ERROR(spill->commit(static_cast<int>(w.layers.size())));
   r->spill_ = spill;
   if (r->prefetch_ > 1) r->helper_ = std::thread([p = r.get()] { p->helper_loop(); });
   return r;
+}
+
+void WeightResidency::stream_from_checkpoint(Unit& unit, const CheckpointSpan& in_file) {
+  unit.in_checkpoint = true;
+  unit.base = unit.file_base = in_file.base();
+  unit.offset = in_file.offset;
+  unit.span = in_file.span;
+  unit.mapping_size = align_up(in_file.file->whole_mapping().size, kSpillPage);
+  // Its norms and biases converted at load stay where they are.
+  resident_set_bytes_ += in_file.outside_bytes;
+  resident_bytes_ += in_file.outside_bytes;
+  peak_bytes_ = resident_bytes_;
+  if (std::find(checkpoint_files_.begin(), checkpoint_files_.end(), in_file.file) == checkpoint_files_.end())
+    checkpoint_files_.push_back(in_file.file);
+  if (!unit.rows_only) largest_streamed_ = std::max(largest_streamed_, static_cast<int64_t>(unit.span));
+}
+
+void WeightResidency::copy_resident_from_checkpoint(ModelWeights& w, const std::vector<UnitTensors>& tensors) {
+  if (checkpoint_files_.empty()) return;
+  std::vector<const WeightFile*> files;
+  for (const auto& f : checkpoint_files_) files.push_back(f.get());
+  std::vector<const Tensor*> streamed;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].streamed) streamed.insert(streamed.end(), tensors[u].begin(), tensors[u].end());
+  copy_resident_from_files(w, files, streamed);
 }
 
 WeightStreaming WeightResidency::streaming() const { return spill_->streaming(); }

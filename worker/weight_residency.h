@@ -51,6 +51,7 @@
 namespace tessera {
 
 class Checkpoint;
+struct CheckpointSpan;
 class WeightFile;
 class WeightSpill;
 
@@ -152,6 +153,11 @@ class WeightResidency {
   int layer_of(int unit) const {
     return unit >= first_layer_unit_ && unit != head_unit_ ? unit - first_layer_unit_ : -1;
   }
+  // Places a streamed unit in the checkpoint file it lies in (worker/checkpoint_backing.h).
+  void stream_from_checkpoint(Unit& unit, const CheckpointSpan& in_file);
+  // Once every unit is placed: copies of the resident tensors left in those files
+  // (copy_resident_from_files); `tensors`: each unit's.
+  void copy_resident_from_checkpoint(ModelWeights& weights, const std::vector<UnitTensors>& tensors);
   void fetch(int unit, int64_t bytes);
   // Read and direct keep the pages of the last unit released (the spare; at most one, counted
   // as in flight) for the next fetch: moved to that unit when it is whole and the same size,
