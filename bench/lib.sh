@@ -68,10 +68,10 @@ stop_pid() {  # PID: SIGTERM and wait (an already finished process is fine)
 # speculative-decoding benchmarks' target; made once.
 # Usage: make_padded_kjv_llama BIN_DIR KJV_DIR OUT_DIR
 reread_model_files() {  # DIR: its *.safetensors dropped from the page cache, then read once
-  # A checkpoint just written (bench/make_models.sh) sits in the page cache in the small pieces
-  # it was written in; read back from the disk it comes in large folios, as a checkpoint
-  # downloaded earlier does. Weights mapped from it ran 1.6 against 15 decode tok/s (~1.1B
-  # bf16, 25% resident, map): measure them as users have them.
+  # Weights mapped from a checkpoint just written (bench/make_models.sh) ran 1.6 decode tok/s,
+  # and 15 once it was read back from the disk (~1.1B bf16, 25% resident, map): how the page
+  # cache holds the file decides it (docs/benchmarks.md). Measured as a checkpoint read from
+  # the disk, as one downloaded earlier is.
   python3 - "$1"/*.safetensors <<'PY'
 import os, sys
 for path in sys.argv[1:]:
