@@ -409,13 +409,8 @@ void Checkpoint::release_all() const {
 }
 
 std::shared_ptr<const WeightFile> Checkpoint::file_holding(const void* data, size_t nbytes) const {
-  const auto* p = static_cast<const char*>(data);
-  for (const auto& file : files_) {
-    const WeightFile::Mapping m = file->whole_mapping();
-    // (Compared as addresses: p need not point into this mapping at all.)
-    const auto at = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(m.base);
-    if (m.base != nullptr && at >= base && nbytes <= m.size && at - base <= m.size - nbytes) return file;
-  }
+  for (const auto& file : files_)
+    if (file->whole_mapping().holds(data, nbytes)) return file;
   return nullptr;
 }
 

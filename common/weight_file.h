@@ -61,6 +61,12 @@ class WeightFile {
   struct Mapping {
     const char* base = nullptr;
     size_t size = 0;
+    // Whether [data, data + nbytes) lies inside it (compared as addresses: data need not
+    // point into it at all).
+    bool holds(const void* data, size_t nbytes) const {
+      const auto at = reinterpret_cast<uintptr_t>(data), from = reinterpret_cast<uintptr_t>(base);
+      return base != nullptr && at >= from && nbytes <= size && at - from <= size - nbytes;
+    }
   };
   virtual Mapping whole_mapping() const { return {}; }
 };

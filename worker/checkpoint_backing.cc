@@ -52,20 +52,15 @@ std::optional<CheckpointSpan> checkpoint_span(const Checkpoint& checkpoint, cons
 int64_t copy_resident_from_files(ModelWeights& w, const std::vector<const WeightFile*>& files,
                                  const std::vector<const Tensor*>& streamed) {
   auto in_files = [&](const Tensor& t) {
-    const auto at = reinterpret_cast<uintptr_t>(t.view().data);
-    for (const WeightFile* f : files) {
-      const WeightFile::Mapping m = f->whole_mapping();
-      if (at >= reinterpret_cast<uintptr_t>(m.base) && at < reinterpret_cast<uintptr_t>(m.base) + m.size) return true;
-    }
-    return false;
+    return std::any_of(files.begin(), files.end(),
+                       [&](const WeightFile* f) { return f->whole_mapping().holds(t.view().data, t.nbytes()); });
   };
   const std::unordered_set<const Tensor*> skip(streamed.begin(), streamed.end());
   int64_t copied = 0;
   auto own = [&](Tensor& t) {
     if (t.empty() || skip.contains(&t) || t.view().data == w.embed.view().data || !in_files(t)) return;
     const TensorView v = t.view();
-    std::vector<int64_t> dims(v.shape.begin(), v.shape.begin() + v.ndim);
-    Tensor copy = Tensor::zeros(dims, v.dtype);
+    Tensor copy = Tensor::zeros(v.dims(), v.dtype);
     // Row by row: a row view of a fused tensor may be strided.
     const size_t row = static_cast<size_t>(v.row_numel()) * dtype_size(v.dtype);
     const int64_t rows = v.ndim == 0 ? 1 : v.dim(0);

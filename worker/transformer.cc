@@ -72,12 +72,12 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     const int world = comm->world_size();
     const auto elem = static_cast<int64_t>(dtype_size(options.dtype));
     const auto stored = static_cast<int64_t>(estimated_weight_bytes(*ckpt, config, options.quant, options.dtype));
+    const int64_t head_bytes = config.vocab * config.hidden * elem / world;  // the LM head, which stays first
     if (!options.residency.cache_dir.empty()) {
       cache_identity = weight_cache_identity(*ckpt, wo, options.residency.streaming);
       identity = &cache_identity;
     }
-    TESSERA_ASSIGN_OR_RETURN(spill, begin_weight_spill(options.residency, stored / world,
-                                                       config.vocab * config.hidden * elem / world, identity));
+    TESSERA_ASSIGN_OR_RETURN(spill, begin_weight_spill(options.residency, stored / world, head_bytes, identity));
     if (spill && spill->reused()) {
       // The cache file decided every layer; the streamed ones come from it, not the checkpoint.
       wo.layer_restored = [&spill](int l, LayerWeights& lw) { return spill->restore_layer(l, &lw); };
@@ -87,7 +87,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     const bool layers_from_checkpoint = spill && !spill->reused() && streams_from_checkpoint(options.residency) &&
                                         options.residency.streaming == WeightStreaming::kMap;
     if (layers_from_checkpoint && load_layers_as_stored(*ckpt, wo)) {
-      spill->layer_bytes = (stored / world - config.vocab * config.hidden * elem / world) / std::max<int64_t>(config.layers, 1);
+      spill->layer_bytes = (stored / world - head_bytes) / std::max<int64_t>(config.layers, 1);
       wo.layer_as_stored = [&spill](int) { return spill_streams_next_layer(*spill); };
     }
     if (spill) {
