@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Offline batches with weights streamed from a spill file against every weight resident
+# Offline batches with weights streamed beyond a budget against every weight resident
 # (docs/benchmarks.md, "Offline batches beyond a memory budget"): tessera-batch on BATCH
 # token-id completions at once (scheduler.max_num_seqs BATCH, --max-in-flight BATCH), once
 # with every weight resident and once with model.weights_memory_budget BUDGET, back to back in
 # each round. Prints each run's completion tokens/s, the streamed / resident ratio, and the
 # bound the streamed run is held to: min(the resident run's rate, read bandwidth ÷ the bytes a
 # step streams × BATCH tokens a step). The bandwidth is that of reading the checkpoint's files
-# from the page cache (dd, warm) for map and read, which read the spill file (written at
-# start-up) through the page cache: page-cache-warm runs; and the disk's (dd iflag=direct) for
-# direct, which reads it with O_DIRECT every step: the cold-read case.
+# from the page cache (dd, warm) for map and read, which read the checkpoint's mapping (map,
+# where it holds the layers as computed) or the spill file written at start-up through the
+# page cache: page-cache-warm runs; and the disk's (dd iflag=direct) for direct, which reads
+# the spill file with O_DIRECT every step: the cold-read case.
 # Usage: bench/batch_offload_bench.sh MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]
 #   defaults: budget 25%, 1 round, batches 32 and 128.
 # Environment: BUILD (default build), PROMPT_LEN (default 16), GEN_LEN (default 32),
