@@ -35,8 +35,8 @@ struct CheckpointSpan {
 };
 
 // Where `tensors` (one unit) lie in one file of `checkpoint`: every matrix (two or more
-// dimensions) inside that file's mapping, starting on 64 bytes as a copy would (not needed
-// for a table read a row at a time: `rows_only`), and the range covering the unit's tensors
+// dimensions) inside that file's mapping, its elements on addresses a multiple of their size
+// (not needed for a table read a row at a time: `rows_only`), and the range covering the unit's tensors
 // there at most a quarter larger than they are (else a step would read other tensors' bytes
 // besides). nullopt otherwise: the unit goes to the spill file.
 std::optional<CheckpointSpan> checkpoint_span(const Checkpoint& checkpoint, const UnitTensors& tensors,
@@ -54,8 +54,8 @@ int64_t copy_resident_from_files(ModelWeights& weights, const std::vector<const 
 
 // Whether layers streamed from this checkpoint can be read as stored, so that loading them
 // as stored (no packing, no copy) lets them stream from it: one rank holds whole matrices,
-// no quantization, and every matrix is stored in the compute dtype, starting on 64 bytes
-// (Tessera's own safetensors files start their data there; others often 8 bytes off).
+// no quantization, and every matrix is stored in the compute dtype, its elements on a
+// multiple of their size.
 bool load_layers_as_stored(const Checkpoint& checkpoint, const WeightLoadOptions& options);
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/checkpoint_backing.h"
+#include "worker/checkpoint_huge_pages.h"
 #include "worker/weight_spill.h"
 #include "worker/weight_units.h"
 
@@ -184,6 +185,7 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }
   r->copy_resident_from_checkpoint(w, tensors);
+  if (options.streaming == WeightStreaming::kMap) r->map_checkpoint_layers_on_huge_pages();
   TESSERA_RETURN_IF_ERROR(spill->commit(static_cast<int>(w.layers.size())));
   r->spill_ = spill;
   if (r->prefetch_ > 1) r->helper_ = std::thread([p = r.get()] { p->helper_loop(); });
@@ -213,6 +215,17 @@ void WeightResidency::copy_resident_from_checkpoint(ModelWeights& w, const std::
   for (size_t u = 0; u < units_.size(); ++u)
     if (units_[u].streamed) streamed.insert(streamed.end(), tensors[u].begin(), tensors[u].end());
   copy_resident_from_files(w, files, streamed);
+}
+
+void WeightResidency::map_checkpoint_layers_on_huge_pages() {
+  for (const auto& file : checkpoint_files_) {
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (const Unit& unit : units_)
+      if (unit.in_checkpoint && !unit.rows_only && unit.base == file->whole_mapping().base)
+        ranges.emplace_back(unit.offset, unit.span);
+    const std::string note = map_on_huge_pages(*file, ranges).describe(file->path());
+    if (!note.empty()) huge_page_note_ += (huge_page_note_.empty() ? "" : "; ") + note;
+  }
 }
 
 WeightStreaming WeightResidency::streaming() const { return spill_->streaming(); }
@@ -410,7 +423,8 @@ std::string WeightResidency::plan() const {
          lists_.resident + "); streamed " + weight_mib(streamed_bytes()) + " per step (" + lists_.streamed +
          "; the largest " + weight_mib(largest_streamed_) + ") from " + streamed_from() + "; " +
          std::to_string(prefetch_) + " in flight, brought in by " +
-         weight_streaming_name(streaming()) + (streaming() == WeightStreaming::kMap ? " (madvise)" : " (pread)");
+         weight_streaming_name(streaming()) + (streaming() == WeightStreaming::kMap ? " (madvise)" : " (pread)") +
+         (huge_page_note_.empty() ? "" : "; " + huge_page_note_);
 }
 
 std::string WeightResidency::streamed_from() const {

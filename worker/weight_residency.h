@@ -158,6 +158,10 @@ class WeightResidency {
   // Once every unit is placed: copies of the resident tensors left in those files
   // (copy_resident_from_files); `tensors`: each unit's.
   void copy_resident_from_checkpoint(ModelWeights& weights, const std::vector<UnitTensors>& tensors);
+  // Once every unit is placed, with map: the layers streamed from the checkpoint mapped once,
+  // and read again onto 2 MiB pages where the page cache held them on small ones
+  // (worker/checkpoint_huge_pages.h); what was done goes to huge_page_note_ for plan().
+  void map_checkpoint_layers_on_huge_pages();
   void fetch(int unit, int64_t bytes);
   // Read and direct keep the pages of the last unit released (the spare; at most one, counted
   // as in flight) for the next fetch: moved to that unit when it is whole and the same size,
@@ -196,6 +200,7 @@ class WeightResidency {
   bool spare_valid_ = false;  // whether they hold it (it was read in before its release)
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)
   std::vector<std::shared_ptr<const WeightFile>> checkpoint_files_;  // those units stream from
+  std::string huge_page_note_;  // for plan(): layers read again onto 2 MiB pages at load
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
   std::mutex mu_;
   std::condition_variable cv_;

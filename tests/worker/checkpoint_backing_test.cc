@@ -1,9 +1,9 @@
 // Which streamed units may be read from the checkpoint file itself (worker/checkpoint_backing.h),
 // on real safetensors files written by Tessera's writer and opened as a checkpoint: matrices
-// borrowed from the file's mapping on 64 bytes qualify, with the page range covering them;
-// a matrix copied at load, one 8 bytes off 64 (unless read a row at a time), one in another
-// file, or a unit spread over a range much larger than its tensors do not; and the resident
-// tensors left in such a file get copies of their own.
+// borrowed from the file's mapping qualify (8 bytes off 64 too), with the page range covering
+// them; a matrix copied at load, one whose elements lie off their own size (unless read a row
+// at a time), one in another file, or a unit spread over a range much larger than its tensors
+// do not; and the resident tensors left in such a file get copies of their own.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -21,10 +21,11 @@ namespace {
 struct Named {
   std::string name;
   std::vector<int64_t> shape;
+  DType dtype = DType::kF32;  // or kBF16: 2 bytes an element
 };
 
-// A folder with config.json and model.safetensors holding `tensors` (f32, in that order, each
-// element its index), opened as a checkpoint.
+// A folder with config.json and model.safetensors holding `tensors` in that order (each f32
+// element its index; a bf16 tensor holds the first bytes of such floats), opened as a checkpoint.
 std::unique_ptr<Checkpoint> checkpoint_of(const std::vector<Named>& tensors) {
   const std::string dir = testing::make_temp_dir("tessera-ckpt-backing");
   testing::write_file(dir + "/config.json", "{}");
@@ -37,7 +38,7 @@ std::unique_ptr<Checkpoint> checkpoint_of(const std::vector<Named>& tensors) {
     for (int64_t i = 0; i < n; ++i) data.back()[static_cast<size_t>(i)] = static_cast<float>(i);
   }
   for (size_t i = 0; i < tensors.size(); ++i)
-    views.emplace_back(tensors[i].name, TensorView(data[i].data(), DType::kF32, tensors[i].shape));
+    views.emplace_back(tensors[i].name, TensorView(data[i].data(), tensors[i].dtype, tensors[i].shape));
   EXPECT_TRUE(write_safetensors(dir + "/model.safetensors", views).is_ok());
   auto ckpt = Checkpoint::open(dir);
   EXPECT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
@@ -76,9 +77,15 @@ TEST(CheckpointBacking, ACopiedOrMisalignedMatrixOrASparseUnitDoesNot) {
   ASSERT_TRUE(c);
   Tensor m = borrowed(*c, "m"), tail = borrowed(*c, "tail");
   ASSERT_NE(reinterpret_cast<uintptr_t>(m.data<const char>()) % 64, 0u) << "the file did not put m off 64";
-  EXPECT_FALSE(checkpoint_span(*c, {&m}).has_value()) << "a matrix 8 bytes off 64";
-  EXPECT_TRUE(checkpoint_span(*c, {&m}, /*rows_only=*/true).has_value())
-      << "a table read a row at a time";
+  EXPECT_TRUE(checkpoint_span(*c, {&m}).has_value()) << "a matrix 8 bytes off 64 (the kernels load unaligned)";
+  EXPECT_TRUE(checkpoint_span(*c, {&m}, /*rows_only=*/true).has_value()) << "a table read a row at a time";
+  // One bf16 element (2 bytes) puts the f32 matrix "w" 2 bytes off 4, where C++ cannot read it
+  // in place: the loader copies it, so it does not stream from the file.
+  auto off = checkpoint_of({{"half", {1}, DType::kBF16}, {"w", {32, 32}}});
+  ASSERT_TRUE(off);
+  Tensor w = borrowed(*off, "w");
+  EXPECT_FALSE(off->files().front()->whole_mapping().holds(w.data<const char>(), w.nbytes()));
+  EXPECT_FALSE(checkpoint_span(*off, {&w}).has_value()) << "an f32 matrix stored 2 bytes off 4";
   // m and tail with a megabyte of "big" between them: the range would read it each step.
   EXPECT_FALSE(checkpoint_span(*c, {&tail, &m}, true).has_value());
   Tensor copy = Tensor::zeros({32, 32}, DType::kF32);
