@@ -68,10 +68,10 @@ stop_pid() {  # PID: SIGTERM and wait (an already finished process is fine)
 # speculative-decoding benchmarks' target; made once.
 # Usage: make_padded_kjv_llama BIN_DIR KJV_DIR OUT_DIR
 reread_model_files() {  # DIR: its *.safetensors dropped from the page cache, then read once
-  # Weights mapped from a checkpoint just written (bench/make_models.sh) ran 1.6 decode tok/s,
-  # and 15 once it was read back from the disk (~1.1B bf16, 25% resident, map): how the page
-  # cache holds the file decides it (docs/benchmarks.md). Measured as a checkpoint read from
-  # the disk, as one downloaded earlier is.
+  # A checkpoint just written (bench/make_models.sh) sits in the page cache on small pages; the
+  # first start mapping its layers would read them again onto 2 MiB pages
+  # (worker/checkpoint_huge_pages.h) and time that too. Read back from the disk here, every
+  # start finds it as a checkpoint downloaded earlier is held.
   python3 - "$1"/*.safetensors <<'PY'
 import os, sys
 for path in sys.argv[1:]:
