@@ -59,7 +59,7 @@ std::string HugePageCheck::describe(const std::string& path) const {
                   weight_mib(bytes_read_again) + ", " + seconds_text + " s)";
   if (still_small > 0) {
     s += "; " + std::to_string(still_small) +
-         " stayed on small pages (the filesystem caches this file in small pieces, or another process maps it): "
+         " stay on small pages (the filesystem caches this file in small pieces, or another process maps it): "
          "they stream slower; model.weights_streaming read copies them onto huge pages instead";
   }
   return s;
@@ -115,7 +115,9 @@ HugePageCheck map_on_huge_pages(const WeightFile& file, const std::vector<std::p
       ::madvise(r.begin, r.size, MADV_DONTNEED);
       break;
     }
-    if (!mostly_huge(before, r.size)) {
+    if (!mostly_huge(before, r.size) && check.still_small > 0) {
+      ++check.still_small;  // reading one again did not help: the others would not either
+    } else if (!mostly_huge(before, r.size)) {
       // Written back first: the page cache drops only clean pages.
       if (fd < 0) {
         fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC);

@@ -27,7 +27,7 @@ struct HugePageCheck {
   int ranges = 0;             // ranges that hold at least one whole 2 MiB page
   int read_again = 0;         // of those, found on small pages and read again from the disk
   int64_t bytes_read_again = 0;
-  int still_small = 0;        // on small pages even after that (the filesystem's cache or the kernel)
+  int still_small = 0;        // on small pages after that, or left so once reading again did not help
   double seconds = 0;
   std::string not_possible;   // why nothing was tried, where it was not (e.g. THP disabled)
 
@@ -46,8 +46,9 @@ int64_t file_pmd_mapped_bytes(const void* address);
 
 // For each [offset, offset + size) of `file`'s whole mapping: asks for huge pages
 // (MADV_HUGEPAGE), maps it, and where less than 9/10 of its whole 2 MiB pages map as such,
-// reads it again from the disk as above. Leaves every range unmapped from this process
-// (MADV_DONTNEED), as streamed units are between steps.
+// reads it again from the disk as above; once a range read again stays on small pages, the
+// rest are not read again (a network volume would be read whole for nothing). Leaves every
+// range unmapped from this process (MADV_DONTNEED), as streamed units are between steps.
 HugePageCheck map_on_huge_pages(const WeightFile& file, const std::vector<std::pair<size_t, size_t>>& ranges);
 
 }  // namespace tessera
