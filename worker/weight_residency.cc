@@ -1,7 +1,11 @@
 #include "worker/weight_residency.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/check.h"
 #include "worker/checkpoint_backing.h"
 #include "worker/checkpoint_huge_pages.h"
 #include "worker/weight_spill.h"
@@ -36,6 +41,20 @@ StatusOr<std::shared_ptr<WeightSpill>> open_weight_store(const WeightResidencyOp
 }
 
 // Whether the last layer loaded streams (to the spill file or from the checkpoint).
+// [offset, offset + bytes) of a checkpoint file into `to`. As for the spill file, an I/O error
+// here is the disk failing under a running step: the worker stops, naming it.
+void read_checkpoint_range(int fd, const std::string& path, char* to, size_t offset, size_t bytes) {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, to, std::min<size_t>(bytes, size_t{1} << 30), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    TESSERA_CHECK(n > 0) << "cannot read streamed weights from the checkpoint file " << path << ": "
+                         << (n < 0 ? std::strerror(errno) : "it ended early");
+    to += n;
+    offset += static_cast<size_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
 bool last_layer_streams(const WeightSpill& spill) {
   if (spill.layer_ranges.empty()) return false;
   const int last = static_cast<int>(spill.layer_ranges.size()) - 1;
@@ -142,7 +161,11 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   if (spill == nullptr) {
     size_t bound = 0;
     for (size_t u = 0; u < r->units_.size(); ++u)
-      if (r->units_[u].streamed) bound += spill_span_bound(tensors[u], spill_unit_alignment(options.streaming));
+      if (r->units_[u].streamed) {
+        // (A unit read from the checkpoint takes its page range there, up to a quarter more.)
+        const size_t unit_bound = spill_span_bound(tensors[u], spill_unit_alignment(options.streaming));
+        bound += unit_bound + unit_bound / 4 + kHugePage;
+      }
     TESSERA_ASSIGN_OR_RETURN(spill, open_weight_store(options, cache_identity, plan.budget_bytes, bound));
   }
   if (spill->reused()) {
@@ -155,20 +178,24 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
                               " holds other units than this start streams; delete it, and it is written anew");
     }
   }
-  // Units loaded without a copy stream from the checkpoint's files where they are brought in
-  // by mapping (map; the table, read by rows, always).
+  // Units loaded without a copy stream from the checkpoint's files: mapped (map; the table,
+  // read by rows, always) or read into the region (read).
   const bool from_checkpoint = checkpoint != nullptr && streams_from_checkpoint(options);
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
     const int layer = r->layer_of(static_cast<int>(u));
     std::optional<CheckpointSpan> in_file;
-    if (from_checkpoint && (unit.rows_only || options.streaming == WeightStreaming::kMap))
+    if (from_checkpoint && (unit.rows_only || options.streaming != WeightStreaming::kDirect))
       in_file = checkpoint_span(*checkpoint, tensors[u], unit.rows_only);
     if (layer >= 0 && loaded_spill && spill->checkpoint_layers.contains(layer) && !in_file)
       return internal_error("weight streaming: " + unit.name + " no longer lies in the checkpoint file");
-    if (in_file) {
+    if (in_file && (unit.rows_only || options.streaming == WeightStreaming::kMap)) {
       r->stream_from_checkpoint(unit, *in_file);
+      continue;
+    }
+    if (in_file) {
+      TESSERA_RETURN_IF_ERROR(r->read_from_checkpoint(unit, *in_file, tensors[u], *spill));
       continue;
     }
     unit.base = spill->region_base();
@@ -207,6 +234,41 @@ void WeightResidency::stream_from_checkpoint(Unit& unit, const CheckpointSpan& i
   if (!unit.rows_only) largest_streamed_ = std::max(largest_streamed_, static_cast<int64_t>(unit.span));
 }
 
+Status WeightResidency::read_from_checkpoint(Unit& unit, const CheckpointSpan& in_file, const UnitTensors& tensors,
+                                             WeightSpill& spill) {
+  TESSERA_ASSIGN_OR_RETURN(unit.source_fd, checkpoint_fd(*in_file.file));
+  unit.source_path = in_file.file->path();
+  TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span), spill.place_in_region(in_file.span));
+  unit.base = spill.region_base();
+  unit.file_base = spill.file_base();
+  unit.source_offset = in_file.offset;
+  unit.source_bytes = std::min(in_file.span, in_file.file->whole_mapping().size - in_file.offset);
+  // Each tensor at the same place in the region as in the file's page range.
+  const char* from = in_file.base() + in_file.offset;
+  for (Tensor* t : tensors) {
+    if (t->empty() || !in_file.file->whole_mapping().holds(t->view().data, t->nbytes())) continue;
+    TensorView v = t->view();
+    v.data = unit.base + unit.offset + (static_cast<const char*>(v.data) - from);
+    *t = Tensor::borrowed(v, spill.region());
+  }
+  resident_set_bytes_ += in_file.outside_bytes;  // its norms and biases converted at load
+  resident_bytes_ += in_file.outside_bytes;
+  peak_bytes_ = resident_bytes_;
+  if (std::find(checkpoint_files_.begin(), checkpoint_files_.end(), in_file.file) == checkpoint_files_.end())
+    checkpoint_files_.push_back(in_file.file);
+  largest_streamed_ = std::max(largest_streamed_, static_cast<int64_t>(unit.span));
+  return Status::ok();
+}
+
+StatusOr<int> WeightResidency::checkpoint_fd(const WeightFile& file) {
+  for (const auto& [f, fd] : checkpoint_fds_)
+    if (f == &file) return fd;
+  const int fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return invalid_argument(file.path() + ": cannot be opened to read streamed weights: " + std::strerror(errno));
+  checkpoint_fds_.emplace_back(&file, fd);
+  return fd;
+}
+
 void WeightResidency::copy_resident_from_checkpoint(ModelWeights& w, const std::vector<UnitTensors>& tensors) {
   if (checkpoint_files_.empty()) return;
   std::vector<const WeightFile*> files;
@@ -240,7 +302,8 @@ std::vector<std::pair<const char*, size_t>> WeightResidency::streamed_ranges() c
 }
 
 int WeightResidency::checkpoint_units() const {
-  return static_cast<int>(std::count_if(units_.begin(), units_.end(), [](const Unit& u) { return u.in_checkpoint; }));
+  return static_cast<int>(
+      std::count_if(units_.begin(), units_.end(), [](const Unit& u) { return u.in_checkpoint || u.source_fd >= 0; }));
 }
 
 WeightResidency::~WeightResidency() {
@@ -250,9 +313,15 @@ WeightResidency::~WeightResidency() {
   }
   cv_.notify_all();
   if (helper_.joinable()) helper_.join();
+  for (const auto& [file, fd] : checkpoint_fds_) ::close(fd);
 }
 
 void WeightResidency::populate(const Unit& unit) const {
+  if (unit.source_fd >= 0) {
+    read_checkpoint_range(unit.source_fd, unit.source_path, unit.base + unit.offset, unit.source_offset,
+                          unit.source_bytes);
+    return;
+  }
   if (streaming() != WeightStreaming::kMap && !unit.in_checkpoint) {
     spill_->read_in(unit.offset, unit.span);
     return;

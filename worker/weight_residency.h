@@ -139,7 +139,13 @@ class WeightResidency {
     // mapping), and the mapping a table read by rows is read through.
     char* base = nullptr;
     char* file_base = nullptr;
-    bool in_checkpoint = false;   // streamed from a checkpoint file, not the spill file
+    bool in_checkpoint = false;   // streamed from a checkpoint file's mapping, not the spill file
+    // Read (pread) from a checkpoint file into its place in the spill's region, where the
+    // file's mapping is not used (read): the file, where the unit's pages start there, and
+    // how many bytes to read (the file may end inside its last page).
+    int source_fd = -1;
+    std::string source_path = {};  // for the error that stops the worker when a read fails
+    size_t source_offset = 0, source_bytes = 0;
     size_t mapping_size = 0;  // of the checkpoint file's mapping it lies in
     size_t offset = 0, span = 0;  // page-aligned region of that mapping when streamed
     int64_t in_flight = 0;        // bytes counted while asked for
@@ -155,6 +161,11 @@ class WeightResidency {
   }
   // Places a streamed unit in the checkpoint file it lies in (worker/checkpoint_backing.h).
   void stream_from_checkpoint(Unit& unit, const CheckpointSpan& in_file);
+  // With read: gives the unit a place in the spill's region, points its tensors there, and
+  // reads it from the checkpoint file into it each time it is fetched.
+  Status read_from_checkpoint(Unit& unit, const CheckpointSpan& in_file, const UnitTensors& tensors, WeightSpill& spill);
+  // The checkpoint files' descriptors for read_from_checkpoint, opened once each.
+  StatusOr<int> checkpoint_fd(const WeightFile& file);
   // Once every unit is placed: copies of the resident tensors left in those files
   // (copy_resident_from_files); `tensors`: each unit's.
   void copy_resident_from_checkpoint(ModelWeights& weights, const std::vector<UnitTensors>& tensors);
@@ -200,6 +211,7 @@ class WeightResidency {
   bool spare_valid_ = false;  // whether they hold it (it was read in before its release)
   std::shared_ptr<WeightSpill> spill_;  // the file and its mapping (the tensors keep the mapping too)
   std::vector<std::shared_ptr<const WeightFile>> checkpoint_files_;  // those units stream from
+  std::vector<std::pair<const WeightFile*, int>> checkpoint_fds_;   // closed with the residency
   std::string huge_page_note_;  // for plan(): layers read again onto 2 MiB pages at load
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
   std::mutex mu_;

@@ -309,6 +309,16 @@ StatusOr<SpillRange> WeightSpill::restore(const std::string& key, const UnitTens
   return range;
 }
 
+StatusOr<SpillRange> WeightSpill::place_in_region(size_t span) {
+  end_ = align_up(end_, alignment_);
+  const size_t offset = end_, bytes = align_up(span, alignment_);
+  if (offset + bytes > reserve_) {
+    return internal_error("weight spill: the units outgrew the reserved region (" + std::to_string(reserve_) + " bytes)");
+  }
+  end_ += bytes;
+  return SpillRange{offset, bytes};
+}
+
 void WeightSpill::read_in(size_t offset, size_t span) const {
   const int fd = direct_fd_ >= 0 ? direct_fd_ : fd_;
   char* to = region_base() + offset;

@@ -82,12 +82,17 @@ class WeightSpill {
   // record the same dtypes and shapes.
   StatusOr<SpillRange> restore(const std::string& key, const UnitTensors& tensors, const Tensor* by_rows = nullptr);
 
+  // A place of `span` bytes in the anonymous region (read) for a unit read from another file
+  // (a checkpoint's, worker/checkpoint_backing.h): nothing is written to this file there.
+  StatusOr<SpillRange> place_in_region(size_t span);
   // Reads [offset, offset + span) of the file into the anonymous region (read, direct). An
   // I/O error here is the disk failing under a running step: the worker stops, naming it
   // (the coordinator restarts it), as a fault on the mapping would.
   void read_in(size_t offset, size_t span) const;
   char* file_base() const { return static_cast<char*>(const_cast<void*>(mapping_.get())); }
   char* region_base() const { return static_cast<char*>(const_cast<void*>(region_.get())); }
+  // What keeps the region mapped: the owner of tensors pointing into it.
+  const std::shared_ptr<const void>& region() const { return region_; }
   WeightStreaming streaming() const { return streaming_; }
   // For the start-up plan: "an unlinked spill file in /var/tmp", "the cache file PATH (read back)".
   std::string describe() const;

@@ -121,11 +121,11 @@ TEST_P(WeightStreamingTest, AQuarterResidentGivesTheGoldensWithinTheBudgetAndWha
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->streaming(), GetParam());
   std::cout << "[ REPORT   ] " << r->plan() << std::endl;
-  // kjv-llama is stored in f32, as computed here (its data aligned as a copy would be):
-  // mapped, every streamed unit (the embedding table and 5 layers) comes from the checkpoint
-  // file; read and direct bring layers into the process's own pages from the spill file, and
-  // read the table's rows from the checkpoint.
-  EXPECT_EQ(r->checkpoint_units(), GetParam() == WeightStreaming::kMap ? 6 : 1);
+  // kjv-llama is stored in f32, as computed here: mapped or read, every streamed unit (the
+  // embedding table and 5 layers) comes from the checkpoint file, read bringing the layers
+  // into the process's own pages; direct reads the layers from the spill file, and the
+  // table's rows from the checkpoint.
+  EXPECT_EQ(r->checkpoint_units(), GetParam() == WeightStreaming::kDirect ? 1 : 6);
   const int64_t all = streamed.model->weights().total_bytes;
   EXPECT_LE(r->budget_bytes(), all / 4 + 1);
   std::vector<std::vector<int32_t>> greedy;
