@@ -6,9 +6,9 @@
 # each round. Prints each run's completion tokens/s, the streamed / resident ratio, and the
 # bound the streamed run is held to: min(the resident run's rate, read bandwidth ÷ the bytes a
 # step streams × BATCH tokens a step). The bandwidth is that of reading the checkpoint's files
-# from the page cache (dd, warm) for map and read, which read the checkpoint's mapping (map,
-# where it holds the layers as computed) or the spill file written at start-up through the
-# page cache: page-cache-warm runs; and the disk's (dd iflag=direct) for direct, which reads
+# from the page cache (dd, warm) for map and read, which map or copy (pread) the layers from
+# the checkpoint where it holds them as computed, else from the spill file written at
+# start-up, through the page cache: page-cache-warm runs; and the disk's (dd iflag=direct) for direct, which reads
 # the spill file with O_DIRECT every step: the cold-read case.
 # Usage: bench/batch_offload_bench.sh MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]
 #   defaults: budget 25%, 1 round, batches 32 and 128.

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Start-up with streamed weights (docs/benchmarks.md, "Start-up from a weight cache file"): the
 # wall time of one tessera-generate run that loads MODEL in bfloat16 with --weights-budget
-# BUDGET and generates 8 tokens from a 16-token prompt, five ways back to back in each round
+# BUDGET and generates 8 tokens from a 16-token prompt, six ways back to back in each round
 # (so a change of load on a shared machine hits them alike):
-#   resident     every weight resident (--weights-budget all), for reference
-#   spill        streamed from an unnamed spill file, written at every start
-#   cache-write  the first start with --weights-cache-dir (an empty folder): writes the file
-#   cache-read   the next start: reads the streamed layers back from it
-#   mapped       --weights-streaming map with no folder named: the layers stored as the
-#                kernels read them are mapped from the checkpoint itself, nothing written
+#   resident         every weight resident (--weights-budget all), for reference
+#   spill            streamed from an unnamed spill file in a named spill folder, written at
+#                    every start
+#   from-checkpoint  the default (read, no folder named): the layers stored as the kernels
+#                    read them are read from the checkpoint itself each step, nothing written
+#   cache-write      the first start with --weights-cache-dir (an empty folder): writes the file
+#   cache-read       the next start: reads the streamed layers back from it
+#   mapped           --weights-streaming map with no folder named: those layers mapped from
+#                    the checkpoint, nothing written
 # The checkpoint is read once before the rounds (reread_model_files), so every start finds it
 # in the page cache.
 # Prints each round and the medians, with each way's time over the spill start's.
@@ -45,7 +48,8 @@ run() {  # NAME BUDGET [FLAGS...]: one start, its wall seconds appended to $work
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, ${THREADS:-2} threads, cache folders under $parent"
 for round in $(seq "$rounds"); do
   run resident all
-  run spill "$budget"
+  run spill "$budget" --weights-spill-dir "$parent"
+  run from-checkpoint "$budget"
   run cache-write "$budget" --weights-cache-dir "$work/cache-$round"
   run cache-read "$budget" --weights-cache-dir "$work/cache-$round"
   run mapped "$budget" --weights-streaming map
@@ -57,7 +61,7 @@ times = {}
 for line in open(sys.argv[1]):
     name, seconds = line.split()
     times.setdefault(name, []).append(float(seconds))
-ways = ["resident", "spill", "cache-write", "cache-read", "mapped"]
+ways = ["resident", "spill", "from-checkpoint", "cache-write", "cache-read", "mapped"]
 print("| round | " + " | ".join(f"{w} s" for w in ways) + " |")
 print("| --- " * (len(ways) + 1) + "|")
 for r in range(int(sys.argv[2])):

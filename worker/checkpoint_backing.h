@@ -1,11 +1,11 @@
 #pragma once
 // Streamed weights that need no file of their own (worker/weight_residency.h): where a unit's
 // matrices were loaded without a copy (stored in the checkpoint in the dtype and layout the
-// kernels read), the unit is streamed from the checkpoint file's own mapping instead of being
-// written to the spill file. Only where the unit is brought in by mapping its pages
-// (model.weights_streaming map; and the embedding table, which every way reads a row per token
-// through a mapping): read and direct bring units into the process's own pages, laid out for
-// that in the spill file. Not where model.weights_spill_dir names a folder for the streamed
+// kernels read), the unit is streamed from the checkpoint file itself instead of being
+// written to the spill file: mapped (model.weights_streaming map; and the embedding table,
+// which every way reads a row per token through the mapping), or read with pread into a place
+// of its own in the process's memory (read). direct reads the spill file, whose units are laid
+// out for O_DIRECT. Not where model.weights_spill_dir names a folder for the streamed
 // weights (a local disk for a checkpoint on a network volume), nor with
 // model.weights_cache_dir, whose file holds every streamed unit so that a later start loads
 // none of them.
