@@ -389,8 +389,10 @@ TEST(MultiHost, FixtureTokensAcrossHostsAndALinkCutAndRestored) {
       << inflight_body;
   std::cout << "[ REPORT   ] in-flight request failed " << failed_after << " s after the cut: " << inflight_body
             << std::endl;
-  // /ready says the group is incomplete within a few heartbeats; /health stays up (liveness).
-  EXPECT_TRUE(wait_for([&] { return cl.http("GET", "/ready").first == 503; }, std::chrono::milliseconds(5 * kHeartbeatMs)));
+  // /ready says the group is incomplete within a few heartbeats (the sanitized build's times
+  // kSlowdown); /health stays up (liveness).
+  EXPECT_TRUE(wait_for([&] { return cl.http("GET", "/ready").first == 503; },
+                       std::chrono::milliseconds(static_cast<int>(5 * kHeartbeatMs * testing::kSlowdown))));
   EXPECT_EQ(cl.http("GET", "/health").first, 200);
   auto [refused_code, refused] = cl.http("POST", "/v1/completions", completion_body(g.prompt, 4));
   EXPECT_NE(refused_code, 200);
