@@ -1,5 +1,8 @@
 #include "worker/checkpoint_backing.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
@@ -88,6 +91,15 @@ bool load_layers_as_stored(const Checkpoint& checkpoint, const WeightLoadOptions
       if (info.shape.size() >= 2 &&
           (!info.dtype_supported || info.dtype != options.dtype || !info.contiguous() || !aligned(info.data, info.dtype)))
         return false;
+  }
+  return true;
+}
+
+bool checkpoint_takes_direct_reads(const Checkpoint& checkpoint) {
+  for (const auto& file : checkpoint.files()) {
+    const int fd = ::open(file->path().c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0) return false;
+    ::close(fd);
   }
   return true;
 }

@@ -4,8 +4,8 @@
 // kernels read), the unit is streamed from the checkpoint file itself instead of being
 // written to the spill file: mapped (model.weights_streaming map; and the embedding table,
 // which every way reads a row per token through the mapping), or read with pread into a place
-// of its own in the process's memory (read). direct reads the spill file, whose units are laid
-// out for O_DIRECT. Not where model.weights_spill_dir names a folder for the streamed
+// of its own in the process's memory (read; direct too, with O_DIRECT, where the checkpoint's
+// filesystem takes it). Not where model.weights_spill_dir names a folder for the streamed
 // weights (a local disk for a checkpoint on a network volume), nor with
 // model.weights_cache_dir, whose file holds every streamed unit so that a later start loads
 // none of them.
@@ -57,5 +57,9 @@ int64_t copy_resident_from_files(ModelWeights& weights, const std::vector<const 
 // no quantization, and every matrix is stored in the compute dtype, its elements on a
 // multiple of their size.
 bool load_layers_as_stored(const Checkpoint& checkpoint, const WeightLoadOptions& options);
+
+// Whether every file of `checkpoint` opens for O_DIRECT reads (model.weights_streaming direct
+// reads its layers so; where the filesystem refuses, they go to the spill file).
+bool checkpoint_takes_direct_reads(const Checkpoint& checkpoint);
 
 }  // namespace tessera

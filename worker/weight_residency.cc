@@ -42,16 +42,19 @@ StatusOr<std::shared_ptr<WeightSpill>> open_weight_store(const WeightResidencyOp
 
 // Whether the last layer loaded streams (to the spill file or from the checkpoint).
 // [offset, offset + bytes) of a checkpoint file into `to`. As for the spill file, an I/O error
-// here is the disk failing under a running step: the worker stops, naming it.
-void read_checkpoint_range(int fd, const std::string& path, char* to, size_t offset, size_t bytes) {
+// here is the disk failing under a running step: the worker stops, naming it. O_DIRECT
+// (`direct`) reads whole pages: `to` and `offset` start on one, and the last read asks for
+// the rest of a page past the bytes (the file may end there; `to` has room to the page's end).
+void read_checkpoint_range(int fd, const std::string& path, char* to, size_t offset, size_t bytes, bool direct) {
   while (bytes > 0) {
-    const ssize_t n = ::pread(fd, to, std::min<size_t>(bytes, size_t{1} << 30), static_cast<off_t>(offset));
+    const size_t ask = std::min<size_t>(direct ? align_up(bytes, kSpillPage) : bytes, size_t{1} << 30);
+    const ssize_t n = ::pread(fd, to, ask, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     TESSERA_CHECK(n > 0) << "cannot read streamed weights from the checkpoint file " << path << ": "
                          << (n < 0 ? std::strerror(errno) : "it ended early");
     to += n;
     offset += static_cast<size_t>(n);
-    bytes -= static_cast<size_t>(n);
+    bytes -= std::min(bytes, static_cast<size_t>(n));
   }
 }
 
@@ -179,14 +182,16 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     }
   }
   // Units loaded without a copy stream from the checkpoint's files: mapped (map; the table,
-  // read by rows, always) or read into the region (read).
+  // read by rows, always) or read into the region (read; direct with O_DIRECT).
   const bool from_checkpoint = checkpoint != nullptr && streams_from_checkpoint(options);
+  const bool layers_from_checkpoint = from_checkpoint && (options.streaming != WeightStreaming::kDirect ||
+                                                          checkpoint_takes_direct_reads(*checkpoint));
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
     const int layer = r->layer_of(static_cast<int>(u));
     std::optional<CheckpointSpan> in_file;
-    if (from_checkpoint && (unit.rows_only || options.streaming != WeightStreaming::kDirect))
+    if (from_checkpoint && (unit.rows_only || layers_from_checkpoint))
       in_file = checkpoint_span(*checkpoint, tensors[u], unit.rows_only);
     if (layer >= 0 && loaded_spill && spill->checkpoint_layers.contains(layer) && !in_file)
       return internal_error("weight streaming: " + unit.name + " no longer lies in the checkpoint file");
@@ -236,7 +241,8 @@ void WeightResidency::stream_from_checkpoint(Unit& unit, const CheckpointSpan& i
 
 Status WeightResidency::read_from_checkpoint(Unit& unit, const CheckpointSpan& in_file, const UnitTensors& tensors,
                                              WeightSpill& spill) {
-  TESSERA_ASSIGN_OR_RETURN(unit.source_fd, checkpoint_fd(*in_file.file));
+  unit.source_direct = spill.streaming() == WeightStreaming::kDirect;
+  TESSERA_ASSIGN_OR_RETURN(unit.source_fd, checkpoint_fd(*in_file.file, unit.source_direct));
   unit.source_path = in_file.file->path();
   TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span), spill.place_in_region(in_file.span));
   unit.base = spill.region_base();
@@ -260,10 +266,10 @@ Status WeightResidency::read_from_checkpoint(Unit& unit, const CheckpointSpan& i
   return Status::ok();
 }
 
-StatusOr<int> WeightResidency::checkpoint_fd(const WeightFile& file) {
+StatusOr<int> WeightResidency::checkpoint_fd(const WeightFile& file, bool direct) {
   for (const auto& [f, fd] : checkpoint_fds_)
     if (f == &file) return fd;
-  const int fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
   if (fd < 0) return invalid_argument(file.path() + ": cannot be opened to read streamed weights: " + std::strerror(errno));
   checkpoint_fds_.emplace_back(&file, fd);
   return fd;
@@ -319,7 +325,7 @@ WeightResidency::~WeightResidency() {
 void WeightResidency::populate(const Unit& unit) const {
   if (unit.source_fd >= 0) {
     read_checkpoint_range(unit.source_fd, unit.source_path, unit.base + unit.offset, unit.source_offset,
-                          unit.source_bytes);
+                          unit.source_bytes, unit.source_direct);
     return;
   }
   if (streaming() != WeightStreaming::kMap && !unit.in_checkpoint) {

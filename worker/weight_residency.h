@@ -144,6 +144,7 @@ class WeightResidency {
     // file's mapping is not used (read): the file, where the unit's pages start there, and
     // how many bytes to read (the file may end inside its last page).
     int source_fd = -1;
+    bool source_direct = false;  // opened with O_DIRECT (direct)
     std::string source_path = {};  // for the error that stops the worker when a read fails
     size_t source_offset = 0, source_bytes = 0;
     size_t mapping_size = 0;  // of the checkpoint file's mapping it lies in
@@ -161,11 +162,11 @@ class WeightResidency {
   }
   // Places a streamed unit in the checkpoint file it lies in (worker/checkpoint_backing.h).
   void stream_from_checkpoint(Unit& unit, const CheckpointSpan& in_file);
-  // With read: gives the unit a place in the spill's region, points its tensors there, and
-  // reads it from the checkpoint file into it each time it is fetched.
+  // With read and direct: gives the unit a place in the spill's region, points its tensors
+  // there, and reads it from the checkpoint file into it each time it is fetched.
   Status read_from_checkpoint(Unit& unit, const CheckpointSpan& in_file, const UnitTensors& tensors, WeightSpill& spill);
   // The checkpoint files' descriptors for read_from_checkpoint, opened once each.
-  StatusOr<int> checkpoint_fd(const WeightFile& file);
+  StatusOr<int> checkpoint_fd(const WeightFile& file, bool direct);
   // Once every unit is placed: copies of the resident tensors left in those files
   // (copy_resident_from_files); `tensors`: each unit's.
   void copy_resident_from_checkpoint(ModelWeights& weights, const std::vector<UnitTensors>& tensors);
