@@ -8,8 +8,8 @@
 # step streams × BATCH tokens a step). The bandwidth is that of reading the checkpoint's files
 # from the page cache (dd, warm) for map and read, which map or copy (pread) the layers from
 # the checkpoint where it holds them as computed, else from the spill file written at
-# start-up, through the page cache: page-cache-warm runs; and the disk's (dd iflag=direct) for direct, which reads
-# the spill file with O_DIRECT every step: the cold-read case.
+# start-up, through the page cache: page-cache-warm runs; and the disk's (dd iflag=direct)
+# for direct, which reads the same with O_DIRECT every step: the cold-read case.
 # Usage: bench/batch_offload_bench.sh MODEL_DIR [BUDGET] [ROUNDS] [BATCH...]
 #   defaults: budget 25%, 1 round, batches 32 and 128.
 # Environment: BUILD (default build), PROMPT_LEN (default 16), GEN_LEN (default 32),
