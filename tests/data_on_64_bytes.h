@@ -1,8 +1,9 @@
 #pragma once
 // A copy of the model folder `model` (config.json and model.safetensors) in a new temporary
 // folder, its safetensors header padded with spaces (as the format allows) so that the data
-// starts on 64 bytes, as Tessera's own files do: the same weights, so the same goldens, but
-// matrices a weight budget can map from the file as stored (worker/checkpoint_backing.h).
+// starts on 64 bytes, as Tessera's own files do: the same weights, so the same goldens, in the
+// layout Tessera writes (the fixtures start theirs elsewhere; a weight budget streams both from
+// the file as stored, worker/checkpoint_backing.h).
 #include <cstdint>
 #include <cstring>
 #include <string>

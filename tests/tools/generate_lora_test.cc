@@ -110,8 +110,8 @@ TEST(GenerateLora, EverySequenceOfAMixedBatchGetsItsSingleRequestTokens) {
   EXPECT_GE(differ, 3);
 }
 
-// With 25% of the weights resident and the layers mapped from the checkpoint as stored (its
-// data on 64 bytes; q, k, v and gate, up then unpacked), an adapter on q, v and the MLP gives
+// With 25% of the weights resident and the layers mapped from the checkpoint as stored (a copy
+// with its data on 64 bytes; q, k, v and gate, up then unpacked), an adapter on q, v and the MLP gives
 // the tokens it gives with every weight resident, and changes them.
 TEST(GenerateLora, LayersMappedFromTheCheckpointTakeTheAdapter) {
   TESSERA_REQUIRE_FIXTURES();

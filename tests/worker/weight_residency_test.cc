@@ -46,8 +46,8 @@ int64_t streamed_rss(const WeightResidency& r) {
   return static_cast<int64_t>(present.size()) * 4096;
 }
 
-// kjv-llama with its data on 64 bytes (its own starts 48 bytes off): streamed layers can then
-// be mapped from the file as stored. Made once per process.
+// kjv-llama with its data on 64 bytes, as Tessera's writer lays a file out (its own starts 48
+// bytes off, which UnitsConvertedAtLoad... below streams from too). Made once per process.
 std::string aligned_kjv_llama() {
   static const std::string dir = testing::copy_with_data_on_64_bytes(testing::fixtures_dir() + "/kjv-llama");
   return dir;
