@@ -10,12 +10,11 @@
 #include <cstring>
 #include <fstream>
 
+#include "worker/weight_spill.h"
 #include "worker/weight_units.h"
 
 namespace tessera {
 namespace {
-
-constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 
 struct Interior {
   char* begin = nullptr;  // the whole 2 MiB pages inside a range
@@ -24,7 +23,7 @@ struct Interior {
 
 Interior whole_huge_pages(const char* base, size_t offset, size_t size) {
   const uintptr_t from = reinterpret_cast<uintptr_t>(base) + offset, to = from + size;
-  const uintptr_t first = (from + kHugePage - 1) & ~(kHugePage - 1), last = to & ~(kHugePage - 1);
+  const uintptr_t first = align_up(from, kHugePage), last = to / kHugePage * kHugePage;
   if (last <= first) return {};
   return {reinterpret_cast<char*>(first), last - first};
 }
@@ -47,6 +46,23 @@ int64_t pmd_share_after_mapping(const Interior& r) {
 }
 
 bool mostly_huge(int64_t pmd_bytes, size_t size) { return pmd_bytes >= 0 && pmd_bytes * 10 >= static_cast<int64_t>(size) * 9; }
+
+// Drops `r` of `file` from the page cache (written back first: only clean pages go; `*fd`
+// opened on the first call) and maps it again, which reads it from the disk onto huge pages.
+void read_again(const WeightFile& file, const Interior& r, int* fd, HugePageCheck* check) {
+  if (*fd < 0) {
+    *fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (*fd >= 0) ::fdatasync(*fd);
+  }
+  ::madvise(r.begin, r.size, MADV_DONTNEED);
+  if (*fd >= 0) {
+    const off_t at = r.begin - file.whole_mapping().base;
+    ::posix_fadvise(*fd, at, static_cast<off_t>(r.size), POSIX_FADV_DONTNEED);
+  }
+  ++check->read_again;
+  check->bytes_read_again += static_cast<int64_t>(r.size);
+  if (!mostly_huge(pmd_share_after_mapping(r), r.size)) ++check->still_small;
+}
 
 }  // namespace
 
@@ -115,21 +131,10 @@ HugePageCheck map_on_huge_pages(const WeightFile& file, const std::vector<std::p
       ::madvise(r.begin, r.size, MADV_DONTNEED);
       break;
     }
-    if (!mostly_huge(before, r.size) && check.still_small > 0) {
-      ++check.still_small;  // reading one again did not help: the others would not either
-    } else if (!mostly_huge(before, r.size)) {
-      // Written back first: the page cache drops only clean pages.
-      if (fd < 0) {
-        fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) ::fdatasync(fd);
-      }
-      ::madvise(r.begin, r.size, MADV_DONTNEED);
-      if (fd >= 0) {
-        ::posix_fadvise(fd, static_cast<off_t>(r.begin - base), static_cast<off_t>(r.size), POSIX_FADV_DONTNEED);
-      }
-      ++check.read_again;
-      check.bytes_read_again += static_cast<int64_t>(r.size);
-      if (!mostly_huge(pmd_share_after_mapping(r), r.size)) ++check.still_small;
+    if (!mostly_huge(before, r.size)) {
+      // Once reading one again did not help, the others would not either.
+      if (check.still_small == 0) read_again(file, r, &fd, &check);
+      else ++check.still_small;
     }
     ::madvise(r.begin, r.size, MADV_DONTNEED);
   }

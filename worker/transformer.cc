@@ -84,10 +84,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     }
     // Streamed layers mapped or read from the checkpoint where they are stored as the kernels
     // read them (worker/checkpoint_backing.h): loaded as stored, and not written to the spill
-    // file. (direct: where the checkpoint's filesystem takes O_DIRECT reads.)
-    const bool layers_from_checkpoint = spill && !spill->reused() && streams_from_checkpoint(options.residency) &&
-                                        (options.residency.streaming != WeightStreaming::kDirect ||
-                                         checkpoint_takes_direct_reads(*ckpt));
+    // file.
+    const bool layers_from_checkpoint =
+        spill && !spill->reused() && streams_layers_from_checkpoint(options.residency, *ckpt);
     if (layers_from_checkpoint && load_layers_as_stored(*ckpt, wo)) {
       spill->layer_bytes = (stored / world - head_bytes) / std::max<int64_t>(config.layers, 1);
       wo.layer_as_stored = [&spill](int) { return spill_streams_next_layer(*spill); };

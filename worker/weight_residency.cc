@@ -14,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/check.h"
 #include "worker/checkpoint_backing.h"
 #include "worker/checkpoint_huge_pages.h"
 #include "worker/weight_spill.h"
@@ -41,23 +40,6 @@ StatusOr<std::shared_ptr<WeightSpill>> open_weight_store(const WeightResidencyOp
 }
 
 // Whether the last layer loaded streams (to the spill file or from the checkpoint).
-// [offset, offset + bytes) of a checkpoint file into `to`. As for the spill file, an I/O error
-// here is the disk failing under a running step: the worker stops, naming it. O_DIRECT
-// (`direct`) reads whole pages: `to` and `offset` start on one, and the last read asks for
-// the rest of a page past the bytes (the file may end there; `to` has room to the page's end).
-void read_checkpoint_range(int fd, const std::string& path, char* to, size_t offset, size_t bytes, bool direct) {
-  while (bytes > 0) {
-    const size_t ask = std::min<size_t>(direct ? align_up(bytes, kSpillPage) : bytes, size_t{1} << 30);
-    const ssize_t n = ::pread(fd, to, ask, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    TESSERA_CHECK(n > 0) << "cannot read streamed weights from the checkpoint file " << path << ": "
-                         << (n < 0 ? std::strerror(errno) : "it ended early");
-    to += n;
-    offset += static_cast<size_t>(n);
-    bytes -= std::min(bytes, static_cast<size_t>(n));
-  }
-}
-
 bool last_layer_streams(const WeightSpill& spill) {
   if (spill.layer_ranges.empty()) return false;
   const int last = static_cast<int>(spill.layer_ranges.size()) - 1;
@@ -76,6 +58,10 @@ Status check_weight_store_options(const WeightResidencyOptions& o) {
 }
 
 bool streams_from_checkpoint(const WeightResidencyOptions& o) { return o.spill_dir.empty() && o.cache_dir.empty(); }
+
+bool streams_layers_from_checkpoint(const WeightResidencyOptions& o, const Checkpoint& checkpoint) {
+  return streams_from_checkpoint(o) && (o.streaming != WeightStreaming::kDirect || checkpoint_takes_direct_reads(checkpoint));
+}
 
 StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
                                                           int64_t estimated_rank_bytes, int64_t estimated_head_bytes,
@@ -184,8 +170,7 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   // Units loaded without a copy stream from the checkpoint's files: mapped (map; the table,
   // read by rows, always) or read into the region (read; direct with O_DIRECT).
   const bool from_checkpoint = checkpoint != nullptr && streams_from_checkpoint(options);
-  const bool layers_from_checkpoint = from_checkpoint && (options.streaming != WeightStreaming::kDirect ||
-                                                          checkpoint_takes_direct_reads(*checkpoint));
+  const bool layers_from_checkpoint = from_checkpoint && streams_layers_from_checkpoint(options, *checkpoint);
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
@@ -224,12 +209,7 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   return r;
 }
 
-void WeightResidency::stream_from_checkpoint(Unit& unit, const CheckpointSpan& in_file) {
-  unit.in_checkpoint = true;
-  unit.base = unit.file_base = in_file.base();
-  unit.offset = in_file.offset;
-  unit.span = in_file.span;
-  unit.mapping_size = align_up(in_file.file->whole_mapping().size, kSpillPage);
+void WeightResidency::count_checkpoint_unit(const Unit& unit, const CheckpointSpan& in_file) {
   // Its norms and biases converted at load stay where they are.
   resident_set_bytes_ += in_file.outside_bytes;
   resident_bytes_ += in_file.outside_bytes;
@@ -239,11 +219,20 @@ void WeightResidency::stream_from_checkpoint(Unit& unit, const CheckpointSpan& i
   if (!unit.rows_only) largest_streamed_ = std::max(largest_streamed_, static_cast<int64_t>(unit.span));
 }
 
+void WeightResidency::stream_from_checkpoint(Unit& unit, const CheckpointSpan& in_file) {
+  unit.in_checkpoint = true;
+  unit.base = unit.file_base = in_file.base();
+  unit.offset = in_file.offset;
+  unit.span = in_file.span;
+  unit.mapping_size = align_up(in_file.file->whole_mapping().size, kSpillPage);
+  count_checkpoint_unit(unit, in_file);
+}
+
 Status WeightResidency::read_from_checkpoint(Unit& unit, const CheckpointSpan& in_file, const UnitTensors& tensors,
                                              WeightSpill& spill) {
-  unit.source_direct = spill.streaming() == WeightStreaming::kDirect;
-  TESSERA_ASSIGN_OR_RETURN(unit.source_fd, checkpoint_fd(*in_file.file, unit.source_direct));
-  unit.source_path = in_file.file->path();
+  TESSERA_ASSIGN_OR_RETURN(unit.source_fd,
+                           checkpoint_fd(*in_file.file, spill.streaming() == WeightStreaming::kDirect));
+  unit.source = in_file.file.get();
   TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span), spill.place_in_region(in_file.span));
   unit.base = spill.region_base();
   unit.file_base = spill.file_base();
@@ -257,12 +246,7 @@ Status WeightResidency::read_from_checkpoint(Unit& unit, const CheckpointSpan& i
     v.data = unit.base + unit.offset + (static_cast<const char*>(v.data) - from);
     *t = Tensor::borrowed(v, spill.region());
   }
-  resident_set_bytes_ += in_file.outside_bytes;  // its norms and biases converted at load
-  resident_bytes_ += in_file.outside_bytes;
-  peak_bytes_ = resident_bytes_;
-  if (std::find(checkpoint_files_.begin(), checkpoint_files_.end(), in_file.file) == checkpoint_files_.end())
-    checkpoint_files_.push_back(in_file.file);
-  largest_streamed_ = std::max(largest_streamed_, static_cast<int64_t>(unit.span));
+  count_checkpoint_unit(unit, in_file);
   return Status::ok();
 }
 
@@ -324,8 +308,8 @@ WeightResidency::~WeightResidency() {
 
 void WeightResidency::populate(const Unit& unit) const {
   if (unit.source_fd >= 0) {
-    read_checkpoint_range(unit.source_fd, unit.source_path, unit.base + unit.offset, unit.source_offset,
-                          unit.source_bytes, unit.source_direct);
+    read_streamed_range(unit.source_fd, unit.base + unit.offset, unit.source_offset, unit.source_bytes,
+                        streaming() == WeightStreaming::kDirect, "the checkpoint file " + unit.source->path());
     return;
   }
   if (streaming() != WeightStreaming::kMap && !unit.in_checkpoint) {

@@ -72,6 +72,10 @@ struct WeightResidencyOptions {
 // (worker/checkpoint_backing.h): unless a folder is named for the streamed weights
 // (spill_dir, say on a local disk where the checkpoint is on a network volume; cache_dir).
 bool streams_from_checkpoint(const WeightResidencyOptions& options);
+// Whether its layers may too: as above, and with direct only where every file of `checkpoint`
+// opens for O_DIRECT (else they go to the spill file). The load asks before loading a layer as
+// stored, WeightResidency::make before placing it.
+bool streams_layers_from_checkpoint(const WeightResidencyOptions& options, const Checkpoint& checkpoint);
 
 // Both a spill and a cache folder, or no unit in flight, are refused naming the keys.
 Status check_weight_store_options(const WeightResidencyOptions& options);
@@ -143,9 +147,8 @@ class WeightResidency {
     // Read (pread) from a checkpoint file into its place in the spill's region, where the
     // file's mapping is not used (read): the file, where the unit's pages start there, and
     // how many bytes to read (the file may end inside its last page).
-    int source_fd = -1;
-    bool source_direct = false;  // opened with O_DIRECT (direct)
-    std::string source_path = {};  // for the error that stops the worker when a read fails
+    int source_fd = -1;                    // opened with O_DIRECT for direct
+    const WeightFile* source = nullptr;    // named by the error that stops the worker when a read fails
     size_t source_offset = 0, source_bytes = 0;
     size_t mapping_size = 0;  // of the checkpoint file's mapping it lies in
     size_t offset = 0, span = 0;  // page-aligned region of that mapping when streamed
@@ -162,6 +165,9 @@ class WeightResidency {
   }
   // Places a streamed unit in the checkpoint file it lies in (worker/checkpoint_backing.h).
   void stream_from_checkpoint(Unit& unit, const CheckpointSpan& in_file);
+  // What both ways of streaming a unit from the checkpoint count: its converted tensors
+  // resident, its file, its size.
+  void count_checkpoint_unit(const Unit& unit, const CheckpointSpan& in_file);
   // With read and direct: gives the unit a place in the spill's region, points its tensors
   // there, and reads it from the checkpoint file into it each time it is fetched.
   Status read_from_checkpoint(Unit& unit, const CheckpointSpan& in_file, const UnitTensors& tensors, WeightSpill& spill);

@@ -319,18 +319,23 @@ StatusOr<SpillRange> WeightSpill::place_in_region(size_t span) {
   return SpillRange{offset, bytes};
 }
 
-void WeightSpill::read_in(size_t offset, size_t span) const {
-  const int fd = direct_fd_ >= 0 ? direct_fd_ : fd_;
-  char* to = region_base() + offset;
-  while (span > 0) {
-    const ssize_t n = ::pread(fd, to, std::min<size_t>(span, size_t{1} << 30), static_cast<off_t>(offset));
+void read_streamed_range(int fd, char* to, size_t offset, size_t bytes, bool whole_pages, const std::string& what) {
+  while (bytes > 0) {
+    const size_t ask = std::min<size_t>(whole_pages ? align_up(bytes, kSpillPage) : bytes, size_t{1} << 30);
+    const ssize_t n = ::pread(fd, to, ask, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    TESSERA_CHECK(n > 0) << "cannot read streamed weights from the file in '" << dir_
-                         << "': " << (n < 0 ? std::strerror(errno) : "it ended early");
+    TESSERA_CHECK(n > 0) << "cannot read streamed weights from " << what << ": "
+                         << (n < 0 ? std::strerror(errno) : "it ended early");
     to += n;
     offset += static_cast<size_t>(n);
-    span -= static_cast<size_t>(n);
+    bytes -= std::min(bytes, static_cast<size_t>(n));
   }
+}
+
+void WeightSpill::read_in(size_t offset, size_t span) const {
+  // (A unit's span is whole pages, as O_DIRECT needs.)
+  read_streamed_range(direct_fd_ >= 0 ? direct_fd_ : fd_, region_base() + offset, offset, span, false,
+                      "the file in '" + dir_ + "'");
 }
 
 std::string WeightSpill::describe() const {

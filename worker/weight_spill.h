@@ -45,6 +45,14 @@ size_t spill_span_bound(const UnitTensors& tensors, size_t alignment);
 // [offset, offset + span) of a unit in the file.
 using SpillRange = std::pair<size_t, size_t>;
 
+// Reads [offset, offset + bytes) of `fd` into `to` (read and direct bring streamed units in so,
+// from the spill file or a checkpoint's). With O_DIRECT (`whole_pages`) `to` and `offset`
+// start on a page and the last read asks for the rest of that page past the bytes: the file
+// may end there, and `to` must have room to the page's end. An I/O error here is the disk
+// failing under a running step: the worker stops, naming `what` (the coordinator restarts it),
+// as a fault on a mapping would.
+void read_streamed_range(int fd, char* to, size_t offset, size_t bytes, bool whole_pages, const std::string& what);
+
 class WeightSpill {
  public:
   // An unnamed spill file in `dir` with room for `reserve` bytes of units.
