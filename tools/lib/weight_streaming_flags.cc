@@ -9,12 +9,12 @@ namespace tessera {
 void add_weight_streaming_flags(CLI::App& app, WeightStreamingFlags& flags) {
   app.add_option("--weights-budget", flags.budget,
                  "bytes of weights each rank keeps resident (all, a byte count such as 6GiB, or a share such as 25%); "
-                 "the rest is streamed: on the CPU from a spill file (with map, from the checkpoint where it holds them "
-                 "as computed), on CUDA from pinned host memory into device buffers (model.weights_memory_budget)")
+                 "the rest is streamed: on the CPU from the checkpoint where it holds them as computed, else from a "
+                 "spill file, on CUDA from pinned host memory into device buffers (model.weights_memory_budget)")
       ->capture_default_str();
   app.add_option("--weights-spill-dir", flags.spill_dir,
                  "folder for the streamed weights' spill file, taking every streamed unit (default: $TMPDIR, else "
-                 "/var/tmp, and with map the units the checkpoint holds as computed are read from it)");
+                 "/var/tmp, and the units the checkpoint holds as computed are streamed from it)");
   app.add_option("--weights-cache-dir", flags.cache_dir,
                  "folder that keeps the streamed weights for the next start: the first writes a cache file per "
                  "model, rank and options, later ones read it back instead of loading those layers "
@@ -23,9 +23,9 @@ void add_weight_streaming_flags(CLI::App& app, WeightStreamingFlags& flags) {
                  "streamed units in flight: the one running and those read ahead (model.weights_prefetch_layers)")
       ->capture_default_str();
   app.add_option("--weights-streaming", flags.streaming,
-                 "how a streamed unit is brought in: map (madvise on the mapped file, or on the checkpoint where it "
-                 "holds the unit as computed), read (pread into the process's memory) or direct (pread with "
-                 "O_DIRECT) (model.weights_streaming)")
+                 "how a streamed unit is brought in from the checkpoint or the spill file: map (madvise on the "
+                 "mapped file), read (pread into the process's memory) or direct (pread with O_DIRECT) "
+                 "(model.weights_streaming)")
       ->capture_default_str();
 }
 
