@@ -4,7 +4,8 @@
 # batch-1 decode of 64 tokens (llama-bench -n), and batched decode of 8 and 32 sequences of 64
 # prompt + 32 generated tokens (tessera-bench --batch against llama-batched-bench's S_TG).
 # Each round runs Tessera and llama.cpp back to back, so the ratio printed for a round is
-# measured within minutes on the same machine; medians follow.
+# measured within minutes on the same machine; medians follow. Both engines' files are dropped
+# from the page cache and read back from the disk first (lib.sh's reread_files).
 #   LLAMA_CPP_DIR=DIR bench/compare_llamacpp.sh MODEL_DIR GGUF DTYPE [ROUNDS] [all|prefill|decode|batched]
 # MODEL_DIR: the Hugging Face checkpoint (bench/make_models.sh), or a GGUF file that Tessera
 # then reads itself (the same file as GGUF: a quantized one is compared on its own blocks);
@@ -36,6 +37,9 @@ fi
 [[ $dtype == float32 || $dtype == bfloat16 ]] || die "DTYPE must be float32 or bfloat16, not '$dtype'"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive whole number, not '$rounds'"
 case $what in all | prefill | decode | batched) ;; *) die "unknown part '$what' (all, prefill, decode or batched)" ;; esac
+# Both engines find their files in the page cache as a download read earlier is held (lib.sh).
+if [[ $model == *.gguf ]]; then reread_files "$model"; else reread_model_files "$model"; fi
+[[ $gguf == "$model" ]] || reread_files "$gguf"
 
 tessera() {  # FIELDS tessera-bench flags...: prints the FIELDS (Python over its JSON r) of one run
   local fields=$1 out

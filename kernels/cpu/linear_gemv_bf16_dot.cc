@@ -1,11 +1,11 @@
-// bf16 weights times bf16-rounded x for a few rows of x (batched decode, 2 to
+// bf16 weights times bf16-rounded x for a few rows of x (decode, 1 to
 // kBf16DotGemvMaxRows rows), on AVX-512 BF16: each weight row is read once, in place, and
 // every 64-byte load of it feeds one vdpbf16ps (32 products) per row of x. The packed GEMM
 // does the same arithmetic but first repacks W into column panels, which at these few rows
 // cost more than the products (perf, batch-8 decode of the ~100M model: packing 26% of the
 // step, the micro-kernel 11%). The registers hold 8 x rows x 2 weight rows of accumulators, so
 // only 2 weight rows stream at a time; the rows 2 pairs ahead are prefetched alongside, which
-// measured 1.14x on batch-8 decode against no prefetch.
+// measured 1.14x on batch-8 decode against no prefetch (not at batch 1: kPrefetchNextRows).
 //
 // Same rounding as the packed GEMM's bf16 dot kernel (x by f32_to_bf16, products exact,
 // sums f32); a different summation order (each 64-byte step's 32 products land in 16 lanes,
@@ -47,6 +47,14 @@ TESSERA_TARGET_AVX512_BF16 inline __attribute__((always_inline)) void step(const
   }
 }
 
+// Whether a tile prefetches the weight rows after its own. From two rows of x on it pays
+// (~1.1B bf16 decode, batch 2: 34-36 against 29-34 tok/s without; batch 8: 83-90 against
+// 62-71). With one row the hardware prefetchers keep up with the loop on huge pages, and the
+// prefetches only take load slots: ~100M bf16 batch-1 decode 174-200 tok/s without against
+// 154-171 with, six interleaved pairs; ~1.1B the same within noise (tessera-bench, 2026-12-06).
+template <int MT>
+inline constexpr bool kPrefetchNextRows = MT >= 2;
+
 // MT rows of bf16 x (rows kp apart, zero padded to kp, a multiple of 32) against weight rows
 // [n0, n1), R at a time; K tails load masked (zeros), matching the zero padding of x.
 template <int MT, int R>
@@ -69,8 +77,10 @@ TESSERA_TARGET_AVX512_BF16 void tile(const LinearArgs& a, const uint16_t* xb, in
     // the R the registers allow.
     const uint16_t* next = w + std::min(n + 2 * R, n1 - 1) * K;
     for (int64_t k = 0; k < k_main; k += 32) {
+      if constexpr (kPrefetchNextRows<MT>) {
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) __builtin_prefetch(next + r * K + k, 0, 3);
+        for (int r = 0; r < R; ++r) __builtin_prefetch(next + r * K + k, 0, 3);
+      }
       step<MT, R, false>(row, xb + m0 * kp, kp, k, 0, acc);
     }
     if (k_main < K) step<MT, R, true>(row, xb + m0 * kp, kp, k_main, tail, acc);
