@@ -78,7 +78,7 @@ requests() {  # BATCH: BATCH token-id completions of PROMPT_LEN tokens, GEN_LEN 
       "$i" "$(seq -s, $((100 + i)) $((100 + i + prompt_len - 1)))" "$gen_len"
   done
 }
-run() {  # BATCH BUDGET [STREAMING]: prints "TOKENS_PER_S STREAMED_BYTES"
+run() {  # BATCH BUDGET [STREAMING]: writes "TOKENS_PER_S STREAMED_BYTES" to $work/result
   local log="$work/log" rate streamed
   requests "$1" >"$work/in.jsonl"
   local inside=()
@@ -89,19 +89,23 @@ run() {  # BATCH BUDGET [STREAMING]: prints "TOKENS_PER_S STREAMED_BYTES"
     --set "model.weights_memory_budget=$2" --set "model.weights_streaming=${3:-read}" \
     --set "model.weights_prefetch_layers=$prefetch" >"$work/summary" 2>"$log" ||
     die "tessera-batch failed (batch $1, budget $2): $(tail -3 "$log")"
+  grep -q ' completed, 0 failed;' "$work/summary" ||
+    die "requests failed (batch $1, budget $2, ${3:-read}): $(cat "$work/summary"); $(grep -v ' info ' "$log" | tail -5)"
   rate=$(sed -n 's/.* and \([0-9]*\) completion tokens in \([0-9.e+-]*\) s$/\1 \2/p' "$work/summary" | awk '{printf "%.2f", $1 / $2}')
   # The worker's plan line: "weights: budget ...; streamed N.N MiB per step (...)".
   streamed=$(sed -n 's/.*weights: budget .*; streamed \([0-9.]*\) MiB per step.*/\1/p' "$log" | head -1)
-  echo "$rate $(echo "${streamed:-0} * 1048576" | bc -l)"
+  echo "$rate $(echo "${streamed:-0} * 1048576" | bc -l)" >"$work/result"
 }
 case_name="page-cache read $(printf %.1f "$cache_bandwidth") GB/s"
 [[ -n $limit ]] && case_name="streamed run in a memory cgroup of $limit bytes"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads, $prefetch in flight; $case_name; disk read (O_DIRECT) $(printf %.1f "$disk_bandwidth") GB/s"
 for _ in $(seq "$rounds"); do
   for b in "${batches[@]}"; do
-    read -r resident _ < <(run "$b" all)
+    run "$b" all  # not in a subshell: a failure stops the script
+    read -r resident _ <"$work/result"
     for s in "${streamings[@]}"; do
-      read -r streamed bytes < <(run "$b" "$budget" "$s")
+      run "$b" "$budget" "$s"
+      read -r streamed bytes <"$work/result"
       [[ $(echo "$bytes > 0" | bc) == 1 ]] || die "no streamed bytes in the plan of the batch-$b run at budget $budget"
       bandwidth=$cache_bandwidth
       [[ $s == direct ]] && bandwidth=$disk_bandwidth

@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "common/cgroup_memory.h"
 #include "worker/checkpoint_backing.h"
 #include "worker/checkpoint_huge_pages.h"
 #include "worker/weight_spill.h"
@@ -59,8 +61,22 @@ Status check_weight_store_options(const WeightResidencyOptions& o) {
 
 bool streams_from_checkpoint(const WeightResidencyOptions& o) { return o.spill_dir.empty() && o.cache_dir.empty(); }
 
+bool read_streams_from_spill_under_limit(const WeightResidencyOptions& o, const Checkpoint& checkpoint,
+                                         const std::optional<CgroupMemory>& limit) {
+  if (o.streaming != WeightStreaming::kRead || !limit) return false;
+  int64_t file_bytes = 0;
+  std::error_code ec;
+  for (const auto& file : checkpoint.files()) {
+    const auto size = std::filesystem::file_size(file->path(), ec);
+    if (!ec) file_bytes += static_cast<int64_t>(size);
+  }
+  return file_bytes > limit->limit_bytes;
+}
+
 bool streams_layers_from_checkpoint(const WeightResidencyOptions& o, const Checkpoint& checkpoint) {
-  return streams_from_checkpoint(o) && (o.streaming != WeightStreaming::kDirect || checkpoint_takes_direct_reads(checkpoint));
+  if (!streams_from_checkpoint(o)) return false;
+  if (o.streaming == WeightStreaming::kDirect) return checkpoint_takes_direct_reads(checkpoint);
+  return !read_streams_from_spill_under_limit(o, checkpoint, this_process_cgroup_memory());
 }
 
 StatusOr<std::shared_ptr<WeightSpill>> begin_weight_spill(const WeightResidencyOptions& options,
@@ -171,6 +187,11 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   // read by rows, always) or read into the region (read; direct with O_DIRECT).
   const bool from_checkpoint = checkpoint != nullptr && streams_from_checkpoint(options);
   const bool layers_from_checkpoint = from_checkpoint && streams_layers_from_checkpoint(options, *checkpoint);
+  if (const auto limit = this_process_cgroup_memory();
+      from_checkpoint && read_streams_from_spill_under_limit(options, *checkpoint, limit)) {
+    r->limit_note_ = "the layers go to the spill file, not read from the checkpoint: its files are larger than the " +
+                     weight_mib(limit->limit_bytes) + " memory limit (direct reads them without the page cache)";
+  }
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
@@ -483,7 +504,7 @@ std::string WeightResidency::plan() const {
          "; the largest " + weight_mib(largest_streamed_) + ") from " + streamed_from() + "; " +
          std::to_string(prefetch_) + " in flight, brought in by " +
          weight_streaming_name(streaming()) + (streaming() == WeightStreaming::kMap ? " (madvise)" : " (pread)") +
-         (huge_page_note_.empty() ? "" : "; " + huge_page_note_);
+         (huge_page_note_.empty() ? "" : "; " + huge_page_note_) + (limit_note_.empty() ? "" : "; " + limit_note_);
 }
 
 std::string WeightResidency::streamed_from() const {

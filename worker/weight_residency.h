@@ -36,6 +36,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -43,6 +44,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/cgroup_memory.h"
 #include "common/status.h"
 #include "common/weights_budget.h"
 #include "worker/model_weights.h"
@@ -76,6 +78,15 @@ bool streams_from_checkpoint(const WeightResidencyOptions& options);
 // opens for O_DIRECT (else they go to the spill file). The load asks before loading a layer as
 // stored, WeightResidency::make before placing it.
 bool streams_layers_from_checkpoint(const WeightResidencyOptions& options, const Checkpoint& checkpoint);
+// With read, whether the layers go to the spill file instead because the worker's memory group
+// (`limit`, this process's: common/cgroup_memory.h) is smaller than the checkpoint's files.
+// Reading the checkpoint there stalled the worker once the group's page cache held the file:
+// ~1.1B bf16 (2.2 GB), a 1.1 GB group, batch 128, the file read in that group before (by an
+// earlier run, or cat): 0 of 128 requests, the worker declared dead, the group hitting its
+// limit ~200,000 times a second; from the spill file 128 of 128 in 45 s. The page cache
+// cannot keep such a file in the group anyway; direct reads it without the page cache.
+bool read_streams_from_spill_under_limit(const WeightResidencyOptions& options, const Checkpoint& checkpoint,
+                                         const std::optional<CgroupMemory>& limit);
 
 // Both a spill and a cache folder, or no unit in flight, are refused naming the keys.
 Status check_weight_store_options(const WeightResidencyOptions& options);
@@ -220,6 +231,7 @@ class WeightResidency {
   std::vector<std::shared_ptr<const WeightFile>> checkpoint_files_;  // those units stream from
   std::vector<std::pair<const WeightFile*, int>> checkpoint_fds_;   // closed with the residency
   std::string huge_page_note_;  // for plan(): layers read again onto 2 MiB pages at load
+  std::string limit_note_;      // for plan(): read took the spill file under a memory limit
   // The helper that brings units ahead in; Unit::pages is guarded by mu_.
   std::mutex mu_;
   std::condition_variable cv_;

@@ -2,8 +2,8 @@
 // test creates (v2 memory.max, else v1 memory.limit_in_bytes; skipped visibly where neither can
 // be made, e.g. without root) limited to half a generated ~100M bf16 model's size. With 25% of
 // the weights resident, tessera-generate runs in it and gives the tokens of an unlimited
-// all-resident run; with every weight resident the same command is killed by the limit, so the
-// limit is real.
+// all-resident run (its layers from the spill file: the checkpoint is larger than the limit); with
+// every weight resident the same command is killed by the limit, so the limit is real.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -94,9 +94,11 @@ TEST(MemoryLimit, HalfTheModelsSizeServesItWithAQuarterResidentAndKillsItWhole) 
   ASSERT_EQ(unlimited.exit_code, 0) << unlimited.err;
   ASSERT_NE(unlimited.out.find('['), std::string::npos) << unlimited.out;
 
-  const testing::CommandResult streamed = cgroup->run(generate + " --weights-budget 25%");
+  const testing::CommandResult streamed = cgroup->run("env TESSERA_LOG_LEVEL=info " + generate + " --weights-budget 25%");
   EXPECT_EQ(streamed.exit_code, 0) << "killed by a limit of " << model_bytes / 2 << " bytes: " << streamed.err;
   EXPECT_EQ(streamed.out, unlimited.out) << "the same tokens as every weight resident without a limit";
+  EXPECT_NE(streamed.err.find("files are larger than the"), std::string::npos)
+      << "with read, a checkpoint larger than the limit streams from the spill file, and the plan says so: " << streamed.err;
 
   const testing::CommandResult whole = cgroup->run(generate);
   EXPECT_NE(whole.exit_code, 0) << "every weight resident fits in half the model's size: the limit is not real";

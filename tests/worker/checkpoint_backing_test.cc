@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "common/checkpoint.h"
 #include "common/safetensors_writer.h"
 #include "tests/test_support.h"
 #include "worker/checkpoint_backing.h"
+#include "worker/weight_residency.h"
 #include "worker/weight_spill.h"
 
 namespace tessera {
@@ -120,6 +122,26 @@ TEST(CheckpointBacking, ResidentTensorsLeftInTheFileGetCopiesOfTheirOwn) {
   EXPECT_FALSE(c->file_holding(w.layers[0].o.w.view().data, w.layers[0].o.w.nbytes()));
   EXPECT_FALSE(c->file_holding(w.final_norm_w.view().data, w.final_norm_w.nbytes()));
   EXPECT_EQ(std::vector<float>(w.layers[0].o.w.data<const float>(), w.layers[0].o.w.data<const float>() + 1024), want);
+}
+
+// read streams the checkpoint's layers unless the worker's memory group is smaller than the
+// checkpoint's files (then the spill file takes them); map and direct, or no limit, keep them.
+TEST(CheckpointBacking, ReadTakesTheSpillFileUnderAMemoryLimitSmallerThanTheCheckpoint) {
+  const auto ckpt = checkpoint_of({{"w", {256, 256}}});
+  ASSERT_NE(ckpt, nullptr);
+  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(ckpt->files().front()->path()));
+  WeightResidencyOptions read;
+  read.streaming = WeightStreaming::kRead;
+  const CgroupMemory smaller{file_bytes - 1, file_bytes / 2};
+  const CgroupMemory larger{file_bytes + 1, file_bytes};
+  EXPECT_TRUE(read_streams_from_spill_under_limit(read, *ckpt, smaller));
+  EXPECT_FALSE(read_streams_from_spill_under_limit(read, *ckpt, larger));
+  EXPECT_FALSE(read_streams_from_spill_under_limit(read, *ckpt, std::nullopt));
+  for (WeightStreaming other : {WeightStreaming::kMap, WeightStreaming::kDirect}) {
+    WeightResidencyOptions o;
+    o.streaming = other;
+    EXPECT_FALSE(read_streams_from_spill_under_limit(o, *ckpt, smaller)) << weight_streaming_name(other);
+  }
 }
 
 }  // namespace
