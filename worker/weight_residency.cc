@@ -187,10 +187,12 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
   // read by rows, always) or read into the region (read; direct with O_DIRECT).
   const bool from_checkpoint = checkpoint != nullptr && streams_from_checkpoint(options);
   const bool layers_from_checkpoint = from_checkpoint && streams_layers_from_checkpoint(options, *checkpoint);
-  if (const auto limit = this_process_cgroup_memory();
-      from_checkpoint && read_streams_from_spill_under_limit(options, *checkpoint, limit)) {
-    r->limit_note_ = "the layers go to the spill file, not read from the checkpoint: its files are larger than the " +
-                     weight_mib(limit->limit_bytes) + " memory limit (direct reads them without the page cache)";
+  // With read, only a memory limit below the checkpoint's size keeps its layers out of it.
+  if (from_checkpoint && !layers_from_checkpoint && options.streaming == WeightStreaming::kRead) {
+    if (const auto limit = this_process_cgroup_memory()) {
+      r->limit_note_ = "the layers go to the spill file, not read from the checkpoint: its files are larger than the " +
+                       weight_mib(limit->limit_bytes) + " memory limit (direct reads them without the page cache)";
+    }
   }
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];

@@ -74,9 +74,10 @@ struct WeightResidencyOptions {
 // (worker/checkpoint_backing.h): unless a folder is named for the streamed weights
 // (spill_dir, say on a local disk where the checkpoint is on a network volume; cache_dir).
 bool streams_from_checkpoint(const WeightResidencyOptions& options);
-// Whether its layers may too: as above, and with direct only where every file of `checkpoint`
-// opens for O_DIRECT (else they go to the spill file). The load asks before loading a layer as
-// stored, WeightResidency::make before placing it.
+// Whether its layers may too: as above, with direct only where every file of `checkpoint`
+// opens for O_DIRECT, and with read not under a memory limit below the checkpoint's size
+// (read_streams_from_spill_under_limit); else they go to the spill file. The load asks before
+// loading a layer as stored, WeightResidency::make before placing it.
 bool streams_layers_from_checkpoint(const WeightResidencyOptions& options, const Checkpoint& checkpoint);
 // With read, whether the layers go to the spill file instead because the worker's memory group
 // (`limit`, this process's: common/cgroup_memory.h) is smaller than the checkpoint's files.
