@@ -16,7 +16,10 @@
 #   THREADS (default 2), LIMIT_BYTES (default none: the page-cache-warm case): the streamed
 #   run goes into a memory cgroup of that many bytes (root; cgroup v2 or v1's memory
 #   hierarchy), where the spill file's pages cannot all stay cached, so it reads them from the
-#   disk — the cold case; every bandwidth is then the disk's.
+#   disk — the cold case; every bandwidth is then the disk's. STEP_TOKENS
+#   (scheduler.max_num_batched_tokens; default: the config's 4096, or 512 with LIMIT_BYTES,
+#   whose steps' activations must fit beside the weights and the KV pool: a 4096-token step of
+#   the ~1.1B model plans 754 MiB of them).
 #   STREAMING (default read): model.weights_streaming, or several ("map read direct"), each
 #   run streamed after the same resident run; PREFETCH (default 2): weights_prefetch_layers.
 set -euo pipefail
@@ -48,6 +51,8 @@ trap 'rm -rf "$work"' EXIT
 # it, then timed by dd) or from the disk (dd iflag=direct).
 limit=${LIMIT_BYTES:-}
 [[ -z $limit || $limit =~ ^[1-9][0-9]*$ ]] || die "LIMIT_BYTES '$limit' is not a whole number of bytes"
+step_tokens=${STEP_TOKENS:-$([[ -n $limit ]] && echo 512 || echo 4096)}
+need_whole_numbers "STEP_TOKENS" "$step_tokens"
 read_bandwidth() {  # cache|disk
   local f line bytes=0 seconds=0
   for f in "$model"/*.safetensors; do
@@ -85,7 +90,7 @@ run() {  # BATCH BUDGET [STREAMING]: writes "TOKENS_PER_S STREAMED_BYTES" to $wo
   # The cold case: the streamed run inside the memory cgroup (the resident one cannot fit it).
   [[ -n $MEMORY_CGROUP && $2 != all ]] && inside=(in_memory_cgroup)
   "${inside[@]}" "$build/bin/tessera-batch" "$work/in.jsonl" "$work/out.jsonl" --model "$model" --dtype bfloat16 \
-    --threads "$threads" --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" \
+    --threads "$threads" --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" --set "scheduler.max_num_batched_tokens=$step_tokens" \
     --set "model.weights_memory_budget=$2" --set "model.weights_streaming=${3:-read}" \
     --set "model.weights_prefetch_layers=$prefetch" >"$work/summary" 2>"$log" ||
     die "tessera-batch failed (batch $1, budget $2): $(tail -3 "$log")"
@@ -98,7 +103,7 @@ run() {  # BATCH BUDGET [STREAMING]: writes "TOKENS_PER_S STREAMED_BYTES" to $wo
 }
 case_name="page-cache read $(printf %.1f "$cache_bandwidth") GB/s"
 [[ -n $limit ]] && case_name="streamed run in a memory cgroup of $limit bytes"
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads, $prefetch in flight; $case_name; disk read (O_DIRECT) $(printf %.1f "$disk_bandwidth") GB/s"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n); $model, bf16, budget $budget, prompt $prompt_len, $gen_len generated, $threads threads, $prefetch in flight, steps of at most $step_tokens tokens; $case_name; disk read (O_DIRECT) $(printf %.1f "$disk_bandwidth") GB/s"
 for _ in $(seq "$rounds"); do
   for b in "${batches[@]}"; do
     run "$b" all  # not in a subshell: a failure stops the script

@@ -90,8 +90,15 @@ class Backend {
   // Where this backend's views must live (the fronts check every view against it).
   DeviceKind device() const { return kind() == BackendKind::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu; }
 
-  // Memory on this backend's device (zeroed).
+  // Memory on this backend's device (zeroed): a step's activations and outputs.
   virtual Tensor alloc(const std::vector<int64_t>& dims, DType dtype) = 0;
+  // Memory kept as long as the model (a KV cache pool), zeroed: on the CPU not drawn from the
+  // recycled activation buffers, so that their limit (below) counts activations alone.
+  virtual Tensor alloc_persistent(const std::vector<int64_t>& dims, DType dtype) { return alloc(dims, dtype); }
+  // The activation memory the worker planned (worker/activation_memory.h; the KV pool was
+  // sized beside it). The CPU backend keeps its recycled activation buffers within it; the
+  // CUDA backend's caching allocator does not yet (the default ignores it).
+  virtual void bound_activation_memory(int64_t /*bytes*/) {}
   // Where a parameter lives (ggml's buffer types): the loader hands every weight it read
   // (host memory: a mapped checkpoint or a converted copy) to place_weight once, at load
   // time, and ops receive the returned tensor from then on. CPU: `host` itself, no copy.

@@ -7,8 +7,8 @@ KvCache::KvCache(const ModelConfig& config, int block_size, int num_blocks, DTyp
   TESSERA_CHECK_GT(block_size, 0);
   TESSERA_CHECK_GT(num_blocks, 0);
   for (int64_t l = 0; l < config.layers; ++l) {
-    k_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
-    v_.push_back(backend.alloc({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
+    k_.push_back(backend.alloc_persistent({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
+    v_.push_back(backend.alloc_persistent({num_blocks, block_size, config.kv_heads, config.head_dim}, dtype));
   }
   if (backend.kind() == BackendKind::kCpu) {
     std::vector<KvPrefaulter::Region> regions;

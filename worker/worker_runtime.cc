@@ -11,6 +11,7 @@
 #include "common/zmq/curve_keys.h"
 #include "common/logging.h"
 #include "kernels/backend.h"
+#include "worker/activation_memory.h"
 #include "worker/auto_tp.h"
 #include "worker/cpu_share.h"
 #include "worker/draft_model.h"
@@ -195,6 +196,15 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
     if (const std::string plan = model->streaming_plan(); !plan.empty())
       TESSERA_LOG_INFO("rank {}/{} {}", a.rank, a.world_size, plan);
+    // The activation memory the KV pool was sized beside: the backend's recycled buffers stay
+    // within it.
+    const ModelWeights& loaded = model->weights();
+    const StepActivations activations = planned_step_activations(
+        config, ActivationWidths::of(model->config(), a.world_size, !loaded.layers.empty() && loaded.layers[0].attn_split,
+                                     !loaded.layers.empty() && loaded.layers[0].mlp_split, loaded.vocab_split));
+    backend->bound_activation_memory(activations.pooled);
+    TESSERA_LOG_INFO("rank {}/{} activations: {} planned ({:.1f} MiB of it in recycled buffers, held within that)",
+                     a.rank, a.world_size, activations.describe(), static_cast<double>(activations.pooled) / (1 << 20));
     if (config.speculative.method == SpeculativeConfig::Method::kDraft) {
       TESSERA_ASSIGN_OR_RETURN(draft, load_draft_model(config.speculative.draft_model, mo, *backend));
       TESSERA_LOG_INFO("rank {}/{} loaded the draft {} ({} MB of weights, {})", a.rank, a.world_size,

@@ -21,20 +21,27 @@ StatusOr<RankBudget> rank_budget(const CacheSection& cache, const KvPoolModel& m
     return internal_error("KV pool sizing has no model numbers for rank " + std::to_string(r));
   }
   const int64_t free = clamp_to_i64(reg.free_memory_bytes);
-  const int64_t weights = model.weight_bytes[r];
+  const int64_t activations =
+      r < static_cast<int>(model.activation_bytes.size()) ? model.activation_bytes[r] : 0;
+  // What a rank's other memory takes: its weights, and the largest step's activations.
+  const int64_t taken = model.weight_bytes[r] + activations;
+  const std::string less = format_bytes(model.weight_bytes[r]) + " of weights" +
+                           (activations > 0 ? " and " + format_bytes(activations) + " of activations (" +
+                                                  model.activation_step + ")"
+                                            : std::string());
   const int64_t per_block = model.bytes_per_block[r];
   if (per_block <= 0) return internal_error("KV pool sizing: rank " + std::to_string(r) + " has no KV bytes per block");
   const std::string who = "reported by rank " + std::to_string(r);
   RankBudget b;
   int64_t budget = 0;
   if (reg.backend == "cuda") {
-    budget = static_cast<int64_t>(cache.memory_fraction * static_cast<double>(free)) - weights;
+    budget = static_cast<int64_t>(cache.memory_fraction * static_cast<double>(free)) - taken;
     char fraction[32];
     std::snprintf(fraction, sizeof(fraction), "%g", cache.memory_fraction);
     b.why = std::string("cache.memory_fraction ") + fraction + " of the " + format_bytes(free) + " free " + who +
-            " (cuda) less " + format_bytes(weights) + " of weights";
+            " (cuda) less " + less;
   } else if (reg.backend == "cpu") {
-    const int64_t room = free - weights;
+    const int64_t room = free - taken;
     int64_t wanted = 0;
     std::string what;
     if (cache.cpu_kv_bytes) {
@@ -49,7 +56,7 @@ StatusOr<RankBudget> rank_budget(const CacheSection& cache, const KvPoolModel& m
       budget = wanted;
     } else {
       b.why = what + " capped to " + format_bytes(std::max<int64_t>(room, 0)) + ": the " + format_bytes(free) +
-              " available " + who + " less " + format_bytes(weights) + " of weights";
+              " available " + who + " less " + less;
       budget = room;
     }
   } else {
@@ -106,9 +113,10 @@ StatusOr<KvPoolSize> size_kv_pool(const CacheSection& cache, const KvPoolModel& 
     return resource_exhausted("cache.num_blocks auto: " + why + " holds " + std::to_string(smallest) + " blocks of " +
                               format_bytes(model.bytes_per_block[limiting]) + ", fewer than the " +
                               std::to_string(per_seq) + " one " + std::to_string(model.max_model_len) +
-                              "-token sequence needs; lower scheduler.max_model_len, give the rank more memory "
-                              "(cache.cpu_kv_bytes, cache.memory_fraction, worker.memory_limit_bytes) or set "
-                              "cache.num_blocks");
+                              "-token sequence needs; lower scheduler.max_model_len (or "
+                              "scheduler.max_num_batched_tokens, which sets the activations), give the rank more "
+                              "memory (cache.cpu_kv_bytes, cache.memory_fraction, worker.memory_limit_bytes) or "
+                              "set cache.num_blocks");
   }
   pool.num_blocks = smallest;
   pool.source = "auto: " + why;

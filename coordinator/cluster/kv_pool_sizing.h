@@ -6,9 +6,11 @@
 // since the coordinator library never reads model code.
 //
 // A rank's budget:
-//   cuda: cache.memory_fraction x its free device memory, less its weights;
+//   cuda: cache.memory_fraction x its free device memory, less its weights and its planned
+//         activations;
 //   cpu:  cache.cpu_kv_bytes (auto: min(2 GiB, 10% of its available memory)), and at most
-//         its available memory less its weights.
+//         its available memory less its weights and its planned activations (the largest
+//         step's: worker/activation_memory.h).
 // The pool is the smallest budget / bytes per block over the ranks, at most what
 // scheduler.max_num_seqs sequences of max_model_len tokens need, and at least one such
 // sequence (else an error naming the rank and the numbers).
@@ -36,6 +38,10 @@ struct KvPoolModel {
   // with model.weights_memory_budget, what it holds resident: the budget and the streamed
   // units in flight.
   std::vector<int64_t> weight_bytes;
+  // Per rank: the activations of the largest step (empty: none counted), and that step in
+  // words for messages ("a step of 4096 tokens and 256 rows of logits").
+  std::vector<int64_t> activation_bytes;
+  std::string activation_step;
   int block_size = 16;
   int64_t max_model_len = 0;
   int max_num_seqs = 1;

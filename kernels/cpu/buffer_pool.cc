@@ -2,7 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <bit>
+#include <iterator>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -54,11 +56,52 @@ size_t BufferPool::cached_bytes() const {
   return cached_bytes_;
 }
 
+size_t BufferPool::in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_bytes_;
+}
+
+size_t BufferPool::peak_held_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_held_bytes_;
+}
+
+size_t BufferPool::peak_in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_in_use_bytes_;
+}
+
+void BufferPool::set_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_bytes_ = bytes;
+  make_room(0);
+}
+
+void BufferPool::make_room(size_t more) {
+  if (limit_bytes_ == 0) return;
+  // Any free buffer will do: one of the class asked for would have been taken already.
+  for (auto it = free_.begin(); it != free_.end() && in_use_bytes_ + cached_bytes_ + more > limit_bytes_;) {
+    std::vector<void*>& buffers = it->second;
+    while (!buffers.empty() && in_use_bytes_ + cached_bytes_ + more > limit_bytes_) {
+      deallocate(buffers.back(), it->first);
+      buffers.pop_back();
+      cached_bytes_ -= it->first;
+    }
+    it = buffers.empty() ? free_.erase(it) : std::next(it);
+  }
+}
+
+void BufferPool::note_peaks() {
+  peak_held_bytes_ = std::max(peak_held_bytes_, in_use_bytes_ + cached_bytes_);
+  peak_in_use_bytes_ = std::max(peak_in_use_bytes_, in_use_bytes_);
+}
+
 Tensor BufferPool::zeros(const std::vector<int64_t>& dims, DType dtype) {
   const size_t bytes = TensorView(nullptr, dtype, dims).nbytes();
   if (bytes > kMaxPooledBytes) return Tensor::zeros(dims, dtype);
   size_t cls = size_class(bytes);
   void* p = nullptr;
+  bool fresh = false;
   {
     // The request's own class, else the smallest cached one up to 4x larger: a step of a
     // shape not seen yet (a 128-token prompt after the start-up warm-up's 512) then reuses
@@ -74,9 +117,15 @@ Tensor BufferPool::zeros(const std::vector<int64_t>& dims, DType dtype) {
         break;
       }
     }
+    if (p == nullptr) {
+      fresh = true;
+      make_room(cls);
+    }
+    in_use_bytes_ += cls;
+    note_peaks();
   }
   bool fresh_zero = false;
-  if (p == nullptr) p = allocate(cls, &fresh_zero);
+  if (fresh) p = allocate(cls, &fresh_zero);
   if (!fresh_zero) std::memset(p, 0, bytes);
   std::shared_ptr<BufferPool> self = shared_from_this();
   std::shared_ptr<const void> owner(p, [self, cls](const void* q) { self->release(const_cast<void*>(q), cls); });
@@ -86,7 +135,8 @@ Tensor BufferPool::zeros(const std::vector<int64_t>& dims, DType dtype) {
 void BufferPool::release(void* p, size_t cls) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (cached_bytes_ + cls <= kMaxCachedBytes) {
+    in_use_bytes_ -= cls;
+    if (cached_bytes_ + cls <= kMaxCachedBytes && (limit_bytes_ == 0 || in_use_bytes_ + cached_bytes_ + cls <= limit_bytes_)) {
       free_[cls].push_back(p);
       cached_bytes_ += cls;
       return;

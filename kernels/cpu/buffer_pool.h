@@ -11,8 +11,11 @@
 //
 // Bounds: sizes are rounded up to classes a quarter of a power of two apart (at most 25%
 // slack), at most kMaxCachedBytes of free buffers are kept (the rest go back to the
-// kernel), and buffers above kMaxPooledBytes (a KV cache pool) are never kept: they come
-// straight from mmap, lazily zero, as Tensor::zeros gives them.
+// kernel), and buffers above kMaxPooledBytes are never kept: they come straight from mmap,
+// lazily zero, as Tensor::zeros gives them. With a limit (set_limit: the worker's planned
+// activation memory, worker/activation_memory.h) the pool holds at most that much, buffers
+// in use and free ones together: a buffer that must be made fresh first sends free ones back
+// to the kernel. Only buffers in use beyond the limit take it further (the plan was short).
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -36,17 +39,31 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // reference to it goes.
   Tensor zeros(const std::vector<int64_t>& dims, DType dtype);
 
+  // At most `bytes` held, in use and free together (0: no limit beyond kMaxCachedBytes free).
+  void set_limit(size_t bytes);
+
   // The size class of a request (bytes actually reserved); exposed for tests.
   static size_t size_class(size_t bytes);
   size_t cached_bytes() const;
+  size_t in_use_bytes() const;
+  // The most held at once (in use and free), and the most in use, since made.
+  size_t peak_held_bytes() const;
+  size_t peak_in_use_bytes() const;
 
  private:
   BufferPool() = default;
   void release(void* p, size_t bytes);
+  // Sends free buffers back to the kernel until `more` bytes fit under the limit (or none are
+  // left). Called with mu_ held.
+  void make_room(size_t more);
+  void note_peaks();  // with mu_ held
 
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free buffers
   size_t cached_bytes_ = 0;
+  size_t in_use_bytes_ = 0;
+  size_t limit_bytes_ = 0;
+  size_t peak_held_bytes_ = 0, peak_in_use_bytes_ = 0;
 };
 
 }  // namespace tessera::cpu

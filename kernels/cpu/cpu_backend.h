@@ -22,6 +22,10 @@ class CpuBackend final : public Backend {
   BackendKind kind() const override { return BackendKind::kCpu; }
   std::string name() const override { return "cpu"; }
   Tensor alloc(const std::vector<int64_t>& dims, DType dtype) override;
+  Tensor alloc_persistent(const std::vector<int64_t>& dims, DType dtype) override;
+  void bound_activation_memory(int64_t bytes) override;
+  // The recycled activation buffers (their accounting, for tests and the plan's check).
+  const cpu::BufferPool& activation_pool() const { return *pool_; }
   void copy_to_host(const TensorView& src, void* dst) override;
   void copy_from_host(const void* src, const TensorView& dst) override;
   Tensor place_weight(const Tensor& host) override;

@@ -65,6 +65,35 @@ TEST(KvPoolSizing, CpuBudgetIsCappedByTheReportedMemoryLessWeights) {
       << pool->source;
 }
 
+// The largest step's activations come out of the room too: a worker whose pool took all its
+// weights left was killed by its container's limit at its first large step.
+TEST(KvPoolSizing, CpuAndCudaBudgetsLeaveTheLargestStepsActivations) {
+  CacheSection cache;
+  cache.cpu_kv_bytes = 1024 * kGiB;
+  KvPoolModel m = model(1, kMiB, 100 * kMiB);
+  m.activation_bytes = {200 * kMiB};
+  m.activation_step = "a step of 4096 tokens and 256 rows of logits";
+  auto pool = size_kv_pool(cache, m, {rank_report(0, "cpu", 612 * kMiB)});
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  EXPECT_EQ(pool->num_blocks, 312);
+  EXPECT_NE(pool->source.find("capped to 312.0 MiB: the 612.0 MiB available reported by rank 0 less 100.0 MiB of "
+                              "weights and 200.0 MiB of activations (a step of 4096 tokens and 256 rows of logits)"),
+            std::string::npos)
+      << pool->source;
+
+  cache.memory_fraction = 0.5;
+  auto device = size_kv_pool(cache, m, {rank_report(0, "cuda", 1024 * kMiB)});
+  ASSERT_TRUE(device.is_ok()) << device.status().to_string();
+  EXPECT_EQ(device->num_blocks, 512 - 300);
+
+  // Nothing left for one sequence: the error names the activations and the key that sets them.
+  m.activation_bytes = {500 * kMiB};
+  auto none = size_kv_pool(cache, m, {rank_report(0, "cpu", 612 * kMiB)});
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("500.0 MiB of activations"), std::string::npos) << none.status().to_string();
+  EXPECT_NE(none.status().message().find("scheduler.max_num_batched_tokens"), std::string::npos);
+}
+
 TEST(KvPoolSizing, CudaTakesTheMemoryFractionOfFreeLessWeights) {
   CacheSection cache;
   cache.memory_fraction = 0.5;

@@ -91,6 +91,35 @@ TEST(BufferPool, BuffersTooLargeToPoolAreNotCachedAndTheCacheIsCapped) {
   EXPECT_GT(pool->cached_bytes(), 0u);
 }
 
+// With a limit (the worker's planned activations) buffers in use and free ones together stay
+// within it: steps of shapes the cache cannot serve send free buffers back first; only buffers
+// in use beyond the limit take the pool past it, and those are not kept once freed.
+TEST(BufferPool, ALimitHoldsBuffersInUseAndFreeTogether) {
+  auto pool = BufferPool::create();
+  const size_t limit = size_t{8} << 20;
+  pool->set_limit(limit);
+  // Steps of ever new shapes (no cached class serves the next one), each within the limit.
+  for (int64_t rows = 64; rows <= 500; rows = rows * 3 / 2) {  // 64 .. 486 rows: 1 to 8 MiB a step
+    std::vector<Tensor> step;
+    for (int b = 0; b < 4; ++b) step.push_back(pool->zeros({rows, 1024}, DType::kF32));  // 4 x rows x 4 KiB
+    EXPECT_LE(pool->in_use_bytes() + pool->cached_bytes(), limit) << rows << " rows";
+  }
+  EXPECT_LE(pool->peak_held_bytes(), limit);
+  EXPECT_GT(pool->cached_bytes(), 0u) << "what fits stays cached";
+  // One step beyond the limit: it gets its memory, and gives back what is over once freed.
+  {
+    std::vector<Tensor> big;
+    for (int b = 0; b < 3; ++b) big.push_back(pool->zeros({1024, 1024}, DType::kF32));  // 12 MiB
+    EXPECT_GE(pool->in_use_bytes(), size_t{12} << 20);
+    EXPECT_EQ(pool->cached_bytes(), 0u) << "free buffers went back before the pool grew past its limit";
+  }
+  EXPECT_EQ(pool->in_use_bytes(), 0u);
+  EXPECT_LE(pool->cached_bytes(), limit);
+  // Lowering the limit sends free buffers back at once.
+  pool->set_limit(size_t{1} << 20);
+  EXPECT_LE(pool->cached_bytes(), size_t{1} << 20);
+}
+
 TEST(BufferPool, TensorsOutliveTheBackendThatAllocatedThem) {
   Tensor kept;
   {

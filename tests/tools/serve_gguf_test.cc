@@ -76,7 +76,9 @@ TEST(ServeGguf, KvPoolCountsInt8WeightsAtAByteEach) {
   auto estimate_mib = [&](const std::string& quantize) -> double {
     testing::ServeProcess server;
     EXPECT_TRUE(server.start({"--model", gguf, "--dtype", "float32", "--quantize", quantize, "--set",
-                              "cache.cpu_kv_bytes=1099511627776", "--set", "worker.memory_limit_bytes=41943040"}))
+                              "cache.cpu_kv_bytes=1099511627776", "--set", "worker.memory_limit_bytes=41943040",
+                              // steps small enough for the activations to leave the pool room
+                              "--set", "scheduler.max_num_batched_tokens=512", "--set", "worker.threads=2"}))
         << server.log();
     std::smatch m;
     const std::string log = server.log();

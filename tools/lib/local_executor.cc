@@ -106,6 +106,9 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.lora.max_loras = sc.max_loras;
   c.cache.block_size = sc.block_size;
   c.cache.num_blocks = sc.num_blocks;
+  // The workers plan their activation memory for the steps this scheduler makes.
+  c.scheduler.max_num_batched_tokens = sc.max_num_batched_tokens;
+  c.scheduler.max_num_seqs = sc.max_num_seqs;
   c.server.control = "ipc://" + rt->dir_.path() + "/control.ipc";
   c.worker.backend = o.backend == "cuda" ? BackendKind::kCuda : BackendKind::kCpu;
   c.worker.threads = o.threads;

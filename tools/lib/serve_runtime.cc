@@ -35,6 +35,7 @@
 #include "coordinator/cluster/local_workers.h"
 #include "coordinator/server/zmq_client_server.h"
 #include "tools/lib/shutdown_signals.h"
+#include "worker/activation_memory.h"
 #include "worker/draft_model.h"
 #include "worker/lora_adapter.h"
 #include "worker/kv_cache.h"
@@ -125,7 +126,16 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
                      device_slots ? ", the largest lora.max_loras on the device" : "");
     weights += adapter_bytes;
   }
+  // The largest step's activations beside them (worker/activation_memory.h), split as the
+  // loader splits (layer 0's groups stand for all).
+  const std::string down_name = tensor_name(mc.arch->name_of(TensorRole::kDown), 0);
+  const bool mlp_split = world > 1 && plan.role_of(down_name) != TpRole::kKeep;
+  const bool vocab_split = world > 1 && plan.role_of(mc.arch->name_of(TensorRole::kEmbed)) == TpRole::kVocab;
+  const StepActivations activations =
+      planned_step_activations(c, ActivationWidths::of(mc, world, attn_split, mlp_split, vocab_split));
   KvPoolModel m;
+  m.activation_step = "a step of " + std::to_string(activations.tokens) + " tokens and " +
+                      std::to_string(activations.logit_rows) + " rows of logits";
   m.block_size = c.cache.block_size;
   m.max_model_len = max_model_len;
   m.max_num_seqs = c.scheduler.max_num_seqs;
@@ -135,6 +145,7 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
     local.kv_heads = attn_split ? shard.kv_heads : mc.kv_heads;
     m.bytes_per_block.push_back(KvCache::bytes_per_block(local, c.cache.block_size, c.model.dtype) + draft_block_bytes);
     m.weight_bytes.push_back(weights);
+    m.activation_bytes.push_back(activations.bytes());
   }
   return m;
 }
