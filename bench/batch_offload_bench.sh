@@ -88,7 +88,12 @@ run() {  # BATCH BUDGET [STREAMING]: writes "TOKENS_PER_S STREAMED_BYTES" to $wo
   requests "$1" >"$work/in.jsonl"
   local inside=()
   # The cold case: the streamed run inside the memory cgroup (the resident one cannot fit it).
-  [[ -n $MEMORY_CGROUP && $2 != all ]] && inside=(in_memory_cgroup)
+  if [[ -n $MEMORY_CGROUP && $2 != all ]]; then
+    inside=(in_memory_cgroup)
+    # Each streamed run starts cold, as a fresh container would: the pages the run before left
+    # in the group's page cache (map's, still active) are not this run's to count against it.
+    drop_cached_files "$model"/*.safetensors
+  fi
   "${inside[@]}" "$build/bin/tessera-batch" "$work/in.jsonl" "$work/out.jsonl" --model "$model" --dtype bfloat16 \
     --threads "$threads" --max-in-flight "$1" --progress-s 0 --set "scheduler.max_num_seqs=$1" --set "scheduler.max_num_batched_tokens=$step_tokens" \
     --set "model.weights_memory_budget=$2" --set "model.weights_streaming=${3:-read}" \

@@ -67,21 +67,24 @@ stop_pid() {  # PID: SIGTERM and wait (an already finished process is fine)
 # kjv-llama padded to 32 layers and FFN 8192 in bf16 (309 MB, the same logits: models.md), the
 # speculative-decoding benchmarks' target; made once.
 # Usage: make_padded_kjv_llama BIN_DIR KJV_DIR OUT_DIR
-reread_files() {  # FILE...: each dropped from the page cache, then read once
-  # A file just written (bench/make_models.sh, llama.cpp's converter) sits in the page cache on
-  # small pages, and a process mapping it runs slower than on the 2 MiB pages of a file read
-  # from the disk (worker/checkpoint_huge_pages.h). Read back from the disk here, every start
-  # finds it as a file downloaded earlier is held.
+drop_cached_files() {  # FILE...: each dropped from the page cache (written back first)
   python3 - "$@" <<'PY'
 import os, sys
 for path in sys.argv[1:]:
     fd = os.open(path, os.O_RDONLY)
     os.fdatasync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    while os.read(fd, 1 << 24):
-        pass
     os.close(fd)
 PY
+}
+reread_files() {  # FILE...: each dropped from the page cache, then read once
+  # A file just written (bench/make_models.sh, llama.cpp's converter) sits in the page cache on
+  # small pages, and a process mapping it runs slower than on the 2 MiB pages of a file read
+  # from the disk (worker/checkpoint_huge_pages.h). Read back from the disk here, every start
+  # finds it as a file downloaded earlier is held.
+  local f
+  drop_cached_files "$@"
+  for f in "$@"; do cat "$f" >/dev/null; done
 }
 
 reread_model_files() {  # DIR: its *.safetensors, as reread_files

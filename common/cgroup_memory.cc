@@ -73,7 +73,13 @@ std::optional<CgroupMemory> cgroup_memory(const std::string& proc_self_cgroup, c
     const std::optional<int64_t> limit = read_bytes(dir / (v2 ? "memory.max" : "memory.limit_in_bytes"));
     const std::optional<int64_t> usage = read_bytes(dir / (v2 ? "memory.current" : "memory.usage_in_bytes"));
     if (limit && *limit < kNoLimit && usage) {
-      const int64_t droppable = stat_value(dir / "memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+      // File pages, active or not, are what the kernel reclaims before it kills anyone (written
+      // back first when dirty). Counting the active ones as held (kubelet's working set) made a
+      // worker restarted in its container, whose checkpoint's pages the last one had left
+      // active, report too little to hold the KV pool it had before.
+      const fs::path stat = dir / "memory.stat";
+      const int64_t droppable = stat_value(stat, v2 ? "inactive_file" : "total_inactive_file") +
+                                stat_value(stat, v2 ? "active_file" : "total_active_file");
       const int64_t held = std::max<int64_t>(0, *usage - droppable);
       const CgroupMemory here{*limit, std::max<int64_t>(0, *limit - held)};
       if (!tightest || here.available_bytes < tightest->available_bytes) tightest = here;

@@ -2,8 +2,9 @@
 // The memory limit of the cgroup this process runs in (a container's), so that a worker that
 // reports its memory reports what it may use there rather than what the host has: cgroup v2
 // (memory.max, memory.current) or v1's memory hierarchy (memory.limit_in_bytes,
-// memory.usage_in_bytes), the tightest limit among the group and its ancestors. Page cache the
-// group would drop (inactive_file) does not count as used.
+// memory.usage_in_bytes), the tightest limit among the group and its ancestors. The page cache
+// of files (active_file and inactive_file; not tmpfs or shared memory, which are anon) does not
+// count as used: the kernel reclaims it before the group's OOM killer acts.
 #include <cstdint>
 #include <optional>
 #include <string>
