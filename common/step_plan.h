@@ -15,6 +15,12 @@ namespace tessera {
 
 using SeqId = uint64_t;
 
+// The rows of prompt logprobs a step computes at most, with chunked prefill in continuous
+// batching (the scheduler cuts a prompt-logprob request's chunk to them): each row is a row of
+// logits over the whole vocabulary, so a 4096-token chunk of a 152k-token vocabulary would
+// take 2.5 GB. The workers plan their activation memory with them (worker/activation_memory.h).
+inline constexpr int kPromptLogprobRowsPerStep = 256;
+
 // How an embedding sequence's final hidden states (after the final norm) become its one vector:
 // the last token's row, the mean of every row, or the first row (CLS). kNone: a sequence that
 // generates. The executors return each step's share (StepResult::pooled); the scheduler

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/step_plan.h"
+
 namespace tessera {
 namespace {
 
@@ -89,9 +91,9 @@ StepActivations step_activations(const ActivationWidths& w, int64_t tokens, int6
   return a;
 }
 
-int64_t step_logit_rows(int64_t max_num_batched_tokens, int max_num_seqs, int speculative_tokens) {
-  const int64_t per_seq = 1 + std::max(speculative_tokens, 0);
-  return std::min<int64_t>(max_num_batched_tokens, int64_t{std::max(max_num_seqs, 1)} * per_seq);
+int64_t step_logit_rows(int64_t max_num_batched_tokens, int max_num_seqs, int speculative_tokens, int64_t prompt_rows) {
+  const int64_t sampled = int64_t{std::max(max_num_seqs, 1)} * (1 + std::max(speculative_tokens, 0));
+  return std::min<int64_t>(max_num_batched_tokens, sampled + std::max<int64_t>(prompt_rows, 0));
 }
 
 StepActivations planned_step_activations(const TesseraConfig& config, const ActivationWidths& widths) {
@@ -99,7 +101,10 @@ StepActivations planned_step_activations(const TesseraConfig& config, const Acti
   const int proposals = config.speculative.enabled() ? config.speculative.num_tokens : 0;
   const int threads = config.worker.threads > 0 ? config.worker.threads
                                                 : static_cast<int>(std::thread::hardware_concurrency());
-  return step_activations(widths, tokens, step_logit_rows(tokens, config.scheduler.max_num_seqs, proposals), threads);
+  const bool rows_cut = config.scheduler.chunked_prefill && config.scheduler.mode == BatchingMode::kContinuous;
+  const int64_t prompt_rows = rows_cut ? kPromptLogprobRowsPerStep : tokens;
+  return step_activations(widths, tokens, step_logit_rows(tokens, config.scheduler.max_num_seqs, proposals, prompt_rows),
+                          threads);
 }
 
 }  // namespace tessera

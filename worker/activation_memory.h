@@ -54,15 +54,15 @@ inline constexpr int64_t kKernelScratchBytesPerThread = int64_t{4} << 20;
 
 StepActivations step_activations(const ActivationWidths& widths, int64_t tokens, int64_t logit_rows, int threads);
 
-// The rows of logits a step computes for sampling at most: every running sequence's sampled
-// row and its speculative proposals, and no more than the step's tokens. Not held to it yet:
-// a request's prompt logprobs add a row per prompt token of its chunk (up to the step's
-// tokens), beyond the plan.
-int64_t step_logit_rows(int64_t max_num_batched_tokens, int max_num_seqs, int speculative_tokens);
+// The rows of logits a step computes at most: every running sequence's sampled row and its
+// speculative proposals, and `prompt_rows` of prompt logprobs (kPromptLogprobRowsPerStep where
+// the scheduler cuts chunks to them), and no more than the step's tokens (a row is a token's).
+int64_t step_logit_rows(int64_t max_num_batched_tokens, int max_num_seqs, int speculative_tokens, int64_t prompt_rows);
 
 // The plan for a configuration: its largest step, scheduler.max_num_batched_tokens tokens and
-// step_logit_rows of logits (with speculative.num_tokens proposals when speculation is on), on
-// worker.threads threads (0: this host's cores).
+// step_logit_rows of logits (speculative.num_tokens proposals when speculation is on; prompt
+// logprobs cut to kPromptLogprobRowsPerStep a step with chunked prefill in continuous batching,
+// else as many as the step's tokens), on worker.threads threads (0: this host's cores).
 StepActivations planned_step_activations(const TesseraConfig& config, const ActivationWidths& widths);
 
 }  // namespace tessera

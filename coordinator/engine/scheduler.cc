@@ -139,6 +139,7 @@ StepPlan Scheduler::schedule() {
       if (tpot_bound) ++tpot_capped_steps_;
     }
     const int prefill_offered = prefill_budget;
+    prompt_rows_left_ = kPromptLogprobRowsPerStep;
     schedule_prefills(plan, prefill_budget);
     admit_waiting(plan, prefill_budget);
     last_plan_.step_id = plan.step_id;
@@ -294,10 +295,10 @@ void Scheduler::schedule_prefills(StepPlan& plan, int& budget) {
     // (A choice forked in this plan is already in it: it samples from its parent's step.)
     if (e.seq.state() != SequenceState::kPrefill || scheduled_now(e)) continue;
     const int remaining = e.seq.num_tokens() - e.seq.num_computed();
-    int chunk = chunk_before_mask(e, remaining, std::min(remaining, budget));
+    const int from = e.seq.num_computed();
+    int chunk = chunk_within_prompt_rows(e, from, chunk_before_mask(e, remaining, std::min(remaining, budget)));
     if (chunk == 0) continue;
     if (!config_.chunked_prefill && chunk < remaining) continue;  // waits for a step with room
-    const int from = e.seq.num_computed();
     const SeqId id = e.seq.id();
     if (!blocks_.append_slots(id, from, from + chunk, &plan.block_copies)) {
       // Prefer a shorter chunk to preempting anyone; preempt only when nothing fits.
@@ -308,9 +309,23 @@ void Scheduler::schedule_prefills(StepPlan& plan, int& budget) {
       if (chunk == 0) continue;
       TESSERA_CHECK(blocks_.append_slots(id, from, from + chunk, &plan.block_copies));
     }
+    take_prompt_rows(e, from, chunk);
     add_step(e, chunk, plan, 0, {}, ask_executor_proposals(e, from + chunk, plan));
     budget -= chunk;
   }
+}
+
+int Scheduler::chunk_within_prompt_rows(const Entry& e, int from, int chunk) const {
+  if (e.seq.sampling().prompt_logprobs < 0 || !config_.chunked_prefill || config_.mode != BatchingMode::kContinuous)
+    return chunk;
+  // Rows for positions from .. prompt_len - 2 (the last prompt token's row samples instead).
+  const int rows = std::clamp(e.seq.prompt_len() - 1 - from, 0, chunk);
+  return rows <= prompt_rows_left_ ? chunk : prompt_rows_left_;
+}
+
+void Scheduler::take_prompt_rows(const Entry& e, int from, int chunk) {
+  if (e.seq.sampling().prompt_logprobs < 0) return;
+  prompt_rows_left_ -= std::clamp(e.seq.prompt_len() - 1 - from, 0, chunk);
 }
 
 bool Scheduler::make_room(Entry& e, int write_from, int end) {
@@ -377,6 +392,11 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       ++it;  // only its last prompt token is left, and that one samples: it waits for its mask
       continue;
     }
+    chunk = chunk_within_prompt_rows(e, cached, chunk);
+    if (chunk == 0) {
+      ++it;  // the step's prompt-logprob rows are taken: it starts in the next
+      continue;
+    }
     if (!config_.chunked_prefill && chunk < remaining) {
       if (!is_static) break;  // FCFS: the head waits for a step with room for its prompt
       chunk = 0;
@@ -403,6 +423,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int& budget) {
       ++static_members_left_;
     }
     if (chunk > 0) {
+      take_prompt_rows(e, cached, chunk);
       add_step(e, chunk, plan, 0, {}, ask_executor_proposals(e, cached + chunk, plan));
       budget -= chunk;
     }

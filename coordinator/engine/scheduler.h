@@ -383,6 +383,7 @@ class Scheduler {
   int step_decoding_ = 0;
   int step_proposal_rows_ = 0;
   int prefill_token_cap_ = 0;
+  int prompt_rows_left_ = 0;  // the plan's prompt-logprob rows still free (chunk_within_prompt_rows)
   uint64_t prefill_capped_steps_ = 0;
   uint64_t tpot_capped_steps_ = 0;
   uint64_t deferred_masks_total_ = 0;
@@ -406,6 +407,13 @@ class Scheduler {
   // How much of a `chunk` of `e`'s prompt (`remaining` tokens left) may run: all of it, or,
   // while its mask is deferred, none of the last token, which samples.
   int chunk_before_mask(const Entry& e, int remaining, int chunk) const;
+  // How much of a `chunk` of `e`'s prompt from position `from` fits the step's prompt-logprob
+  // rows left (kPromptLogprobRowsPerStep; one a token before the prompt's last, for a request
+  // asking prompt logprobs): all of it, fewer tokens, or 0 (it waits for the next step).
+  // Continuous batching with chunked prefill only: otherwise a prompt is not split.
+  int chunk_within_prompt_rows(const Entry& e, int from, int chunk) const;
+  // Takes the rows a chunk so cut computes from the step's.
+  void take_prompt_rows(const Entry& e, int from, int chunk);
   // Computes the masks of `entries` within one budget; true for each one that is done.
   std::vector<char> prepare_masks(const std::vector<Entry*>& entries);
   // After its mask: ends `e` (event filled, entry erased) when no token can continue its

@@ -117,6 +117,46 @@ TEST(SchedulerTest, LongPromptIsChunkedUnderTheTokenBudget) {
   h.run();
 }
 
+// Each prompt-logprob row is a row of logits over the vocabulary: a step computes at most
+// kPromptLogprobRowsPerStep of them (the workers' activation plan counts on it), so a request
+// asking them has its prompt cut to that many tokens a step, and a second one waits for a step
+// with rows left; requests without them take the rest of the token budget as before.
+TEST(SchedulerTest, PromptLogprobRowsOfAStepStayWithinTheirCap) {
+  SchedulerConfig c;
+  c.block_size = 16;
+  c.num_blocks = 512;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 1024;
+  c.max_model_len = 2048;
+  Harness h(c);
+  SamplingParams logprobs;
+  logprobs.prompt_logprobs = 1;
+  const int long_prompt = 2 * kPromptLogprobRowsPerStep + 100;
+  h.add(1, long_prompt, 2, 0, {}, logprobs);
+  h.add(2, 300, 2);
+  h.add(3, 40, 2, 0, {}, logprobs);
+  std::vector<size_t> first_chunks;
+  int first_step_of_3 = -1;
+  for (int step = 0; step < 50 && h.sched.has_work(); ++step) {
+    const ResolvedPlan plan = h.step();
+    int rows = 0, tokens = 0;
+    for (const ResolvedStep& s : plan.seqs) {
+      tokens += static_cast<int>(s.tokens.size());
+      if (s.sampling.prompt_logprobs < 0) continue;
+      const int prompt_len = static_cast<int>(h.prompt_len(s.seq_id));
+      rows += std::clamp(prompt_len - 1 - s.num_computed, 0, static_cast<int>(s.tokens.size()));
+      if (s.seq_id == 1 && s.num_computed < prompt_len) first_chunks.push_back(s.tokens.size());
+      if (s.seq_id == 3 && first_step_of_3 < 0) first_step_of_3 = step;
+    }
+    EXPECT_LE(rows, kPromptLogprobRowsPerStep) << "step " << step;
+    if (step == 0) EXPECT_EQ(tokens, kPromptLogprobRowsPerStep + 300) << "the plain prompt takes the rest";
+  }
+  EXPECT_FALSE(h.sched.has_work());
+  EXPECT_EQ(first_chunks, (std::vector<size_t>{kPromptLogprobRowsPerStep, kPromptLogprobRowsPerStep, 100}));
+  EXPECT_EQ(first_step_of_3, 2) << "the second prompt-logprob request starts in the first step with rows left";
+  EXPECT_EQ(h.finished.size(), 3u);
+}
+
 TEST(SchedulerTest, DecodesComeFirstThenPrefillChunksThenNewRequests) {
   Harness h(small_config());
   h.add(1, 5, 10);

@@ -66,25 +66,33 @@ TEST(ServeKvAuto, PoolIsCpuKvBytesOverEachRanksBlockBytesAndTheLogSaysSo) {
 TEST(ServeKvAuto, PoolFollowsTheMemoryTheWorkerReports) {
   TESSERA_REQUIRE_FIXTURES();
   // The worker offers 40 MiB (worker.memory_limit_bytes caps what it reports); a 1 TiB
-  // cache.cpu_kv_bytes is then cut to that, less the weights' estimate (~2.7 MB).
+  // cache.cpu_kv_bytes is then cut to that, less the weights' estimate (~2.7 MB) and the
+  // activations planned for a 512-token step on 2 threads.
   const int64_t limit = int64_t{40} << 20;
   const std::string model = testing::fixtures_dir() + "/tiny-llama";
   const int64_t file = static_cast<int64_t>(std::filesystem::file_size(model + "/model.safetensors"));
   testing::ServeProcess server;
   ASSERT_TRUE(server.start(tiny_llama_cpu_by_set_keys({"--set", "cache.cpu_kv_bytes=1099511627776", "--set",
-                                           "worker.memory_limit_bytes=" + std::to_string(limit)})))
+                                           "worker.memory_limit_bytes=" + std::to_string(limit), "--set",
+                                           "scheduler.max_num_batched_tokens=512", "--set", "worker.threads=2"})))
       << server.log();
+  const std::string log = server.log();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      log, m,
+      std::regex(R"(: the 40\.0 MiB available reported by rank 0 less 2\.6 MiB of weights and ([0-9.]+) MiB of )"
+                 R"(activations \(a step of 512 tokens and 512 rows of logits\)\))")))
+      << log;
+  const int64_t activations = static_cast<int64_t>(std::stod(m[1]) * (1 << 20));
   const int64_t block = tiny_llama_block_bytes(1);
   const int64_t blocks = kv_blocks_total(server.port());
-  // The weights' estimate is the parameters' bytes: the file less its header (< 64 KiB).
-  EXPECT_GE(blocks, (limit - file) / block);
-  EXPECT_LE(blocks, (limit - file + 65536) / block);
-  const std::string log = server.log();
+  // The weights' estimate is the parameters' bytes: the file less its header (< 64 KiB); the
+  // activations as logged, to 0.05 MiB.
+  EXPECT_GE(blocks, (limit - file - activations - 52429) / block);
+  EXPECT_LE(blocks, (limit - file - activations + 65536 + 52429) / block);
   EXPECT_NE(log.find("cache: " + std::to_string(blocks) +
                      " blocks of 16 tokens (auto: cache.cpu_kv_bytes 1.0 TiB capped to "),
             std::string::npos)
-      << log;
-  EXPECT_NE(log.find(": the 40.0 MiB available reported by rank 0 less 2.6 MiB of weights)"), std::string::npos)
       << log;
   EXPECT_NE(log.find("offering 41 MB (worker.memory_limit_bytes)"), std::string::npos) << log;
 }

@@ -103,10 +103,20 @@ TEST(ActivationMemory, ThePlanCoversEveryFixtureModelsStepsAndHoldsThePool) {
   }
 }
 
-TEST(ActivationMemory, LogitRowsAreTheSequencesSamplingRowsWithinTheStepsTokens) {
-  EXPECT_EQ(step_logit_rows(4096, 256, 0), 256);
-  EXPECT_EQ(step_logit_rows(4096, 256, 4), 1280);  // each sequence's row and its 4 proposals'
-  EXPECT_EQ(step_logit_rows(512, 256, 4), 512);
+TEST(ActivationMemory, LogitRowsAreTheSamplingRowsAndThePromptRowsWithinTheStepsTokens) {
+  EXPECT_EQ(step_logit_rows(4096, 256, 0, 0), 256);
+  EXPECT_EQ(step_logit_rows(4096, 256, 4, 0), 1280);  // each sequence's row and its 4 proposals'
+  EXPECT_EQ(step_logit_rows(4096, 256, 0, 256), 512);
+  EXPECT_EQ(step_logit_rows(512, 256, 4, 256), 512);
+  // A configuration's plan: prompt rows cut to kPromptLogprobRowsPerStep with chunked prefill,
+  // else as many as a step's tokens.
+  TesseraConfig config;
+  config.scheduler.max_num_batched_tokens = 2048;
+  config.scheduler.max_num_seqs = 16;
+  const ActivationWidths widths{.hidden = 64, .q_width = 64, .kv_width = 32, .ffn = 128, .vocab = 1000};
+  EXPECT_EQ(planned_step_activations(config, widths).logit_rows, 16 + kPromptLogprobRowsPerStep);
+  config.scheduler.chunked_prefill = false;
+  EXPECT_EQ(planned_step_activations(config, widths).logit_rows, 2048);
 }
 
 }  // namespace

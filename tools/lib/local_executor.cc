@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -106,9 +107,11 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.lora.max_loras = sc.max_loras;
   c.cache.block_size = sc.block_size;
   c.cache.num_blocks = sc.num_blocks;
-  // The workers plan their activation memory for the steps this scheduler makes.
+  // The workers plan their activation memory for the steps this scheduler makes (a step runs
+  // at most as many sequences as tokens: the configuration insists on it, and the plan is the
+  // same).
   c.scheduler.max_num_batched_tokens = sc.max_num_batched_tokens;
-  c.scheduler.max_num_seqs = sc.max_num_seqs;
+  c.scheduler.max_num_seqs = std::min(sc.max_num_seqs, sc.max_num_batched_tokens);
   c.server.control = "ipc://" + rt->dir_.path() + "/control.ipc";
   c.worker.backend = o.backend == "cuda" ? BackendKind::kCuda : BackendKind::kCpu;
   c.worker.threads = o.threads;
