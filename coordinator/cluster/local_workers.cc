@@ -5,10 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+
+#include "common/logging.h"
 
 namespace tessera {
 
@@ -27,6 +30,7 @@ Status LocalWorkers::start(const std::string& worker_binary, const std::string& 
   config_ = config_path;
   extra_ = extra_args;
   pids_.assign(world, -1);
+  lives_.assign(world, RankLife{});
   for (int r = 0; r < world; ++r) TESSERA_RETURN_IF_ERROR(spawn(r));
   return Status::ok();
 }
@@ -57,6 +61,8 @@ Status LocalWorkers::spawn(int rank) {
     _exit(127);
   }
   pids_[rank] = pid;
+  lives_[rank].started = std::chrono::steady_clock::now();
+  lives_[rank].exit_seen = false;
   return Status::ok();
 }
 
@@ -81,8 +87,23 @@ bool LocalWorkers::running(int rank) {
 
 int LocalWorkers::restart_exited() {
   int n = 0;
+  const auto now = std::chrono::steady_clock::now();
   for (int r = 0; r < static_cast<int>(pids_.size()); ++r) {
-    if (!running(r) && spawn(r).is_ok()) ++n;
+    if (running(r)) continue;
+    RankLife& life = lives_[r];
+    if (!life.exit_seen) {
+      life.exit_seen = true;
+      const auto lived = std::chrono::duration_cast<std::chrono::milliseconds>(now - life.started);
+      life.backoff = lived >= kSteadyRun ? std::chrono::milliseconds(0)
+                                         : std::clamp(2 * life.backoff, kFirstBackoff, kMaxBackoff);
+      life.next_start = now + life.backoff;
+      if (life.backoff > std::chrono::milliseconds(0)) {
+        TESSERA_LOG_WARN("rank {}'s worker exited {} ms after it started: starting it again in {} ms", r,
+                         lived.count(), life.backoff.count());
+      }
+    }
+    if (now < life.next_start) continue;
+    if (spawn(r).is_ok()) ++n;
   }
   return n;
 }

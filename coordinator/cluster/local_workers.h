@@ -5,6 +5,7 @@
 // orphans; stop() asks them to exit (SIGTERM), then kills stragglers.
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,14 @@ class LocalWorkers {
   bool running(int rank);
   // Restarts every rank whose process exited; returns how many. A supervisor calls this
   // periodically: a rank whose peer died leaves too (its collectives fail), and all of
-  // them must come back for the group to be whole.
+  // them must come back for the group to be whole. A rank whose process ran less than
+  // kSteadyRun waits before it starts again, twice as long each time it does so again
+  // (kFirstBackoff up to kMaxBackoff): a worker that cannot start (a refused registration, a
+  // model that fails to load) is not started 20 times a second.
   int restart_exited();
+  static constexpr std::chrono::milliseconds kSteadyRun{10000};
+  static constexpr std::chrono::milliseconds kFirstBackoff{100};
+  static constexpr std::chrono::milliseconds kMaxBackoff{5000};
   // SIGTERM, wait up to `grace_ms`, then SIGKILL; reaps every child.
   void stop(int grace_ms = 3000);
 
@@ -40,6 +47,12 @@ class LocalWorkers {
   std::string binary_, config_;
   std::vector<std::string> extra_;
   std::vector<pid_t> pids_;
+  struct RankLife {
+    std::chrono::steady_clock::time_point started, next_start;
+    std::chrono::milliseconds backoff{0};
+    bool exit_seen = false;  // its exit has set next_start
+  };
+  std::vector<RankLife> lives_;
 };
 
 // Folder of the running executable (to find tessera-worker beside tessera-serve).
