@@ -19,7 +19,7 @@
 #   disk — the cold case; every bandwidth is then the disk's. STEP_TOKENS
 #   (scheduler.max_num_batched_tokens; default: the config's 4096, or 512 with LIMIT_BYTES,
 #   whose steps' activations must fit beside the weights and the KV pool: a 4096-token step of
-#   the ~1.1B model plans 754 MiB of them).
+#   the ~1.1B model plans 829 MiB of them at batch 128).
 #   STREAMING (default read): model.weights_streaming, or several ("map read direct"), each
 #   run streamed after the same resident run; PREFETCH (default 2): weights_prefetch_layers.
 set -euo pipefail
