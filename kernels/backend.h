@@ -96,8 +96,9 @@ class Backend {
   // recycled activation buffers, so that their limit (below) counts activations alone.
   virtual Tensor alloc_persistent(const std::vector<int64_t>& dims, DType dtype) { return alloc(dims, dtype); }
   // The activation memory the worker planned (worker/activation_memory.h; the KV pool was
-  // sized beside it). The CPU backend keeps its recycled activation buffers within it; the
-  // CUDA backend's caching allocator does not yet (the default ignores it).
+  // sized beside it). The CPU backend keeps its recycled activation buffers within it. The
+  // default ignores it: the CUDA backend's caching allocator gives its cached blocks back
+  // when an allocation would otherwise fail instead.
   virtual void bound_activation_memory(int64_t /*bytes*/) {}
   // Where a parameter lives (ggml's buffer types): the loader hands every weight it read
   // (host memory: a mapped checkpoint or a converted copy) to place_weight once, at load

@@ -103,8 +103,8 @@ StepActivations planned_step_activations(const TesseraConfig& config, const Acti
                                                 : static_cast<int>(std::thread::hardware_concurrency());
   const bool rows_cut = config.scheduler.chunked_prefill && config.scheduler.mode == BatchingMode::kContinuous;
   const int64_t prompt_rows = rows_cut ? kPromptLogprobRowsPerStep : tokens;
-  return step_activations(widths, tokens, step_logit_rows(tokens, config.scheduler.max_num_seqs, proposals, prompt_rows),
-                          threads);
+  const int64_t rows = step_logit_rows(tokens, config.scheduler.max_num_seqs, proposals, prompt_rows);
+  return step_activations(widths, tokens, rows, threads);
 }
 
 }  // namespace tessera

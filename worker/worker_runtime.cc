@@ -199,9 +199,10 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     // The activation memory the KV pool was sized beside: the backend's recycled buffers stay
     // within it.
     const ModelWeights& loaded = model->weights();
+    const bool attn_split = !loaded.layers.empty() && loaded.layers[0].attn_split;
+    const bool mlp_split = !loaded.layers.empty() && loaded.layers[0].mlp_split;
     const StepActivations activations = planned_step_activations(
-        config, ActivationWidths::of(model->config(), a.world_size, !loaded.layers.empty() && loaded.layers[0].attn_split,
-                                     !loaded.layers.empty() && loaded.layers[0].mlp_split, loaded.vocab_split));
+        config, ActivationWidths::of(model->config(), a.world_size, attn_split, mlp_split, loaded.vocab_split));
     backend->bound_activation_memory(activations.pooled);
     TESSERA_LOG_INFO("rank {}/{} activations: {} planned ({:.1f} MiB of it in recycled buffers, held within that)",
                      a.rank, a.world_size, activations.describe(), static_cast<double>(activations.pooled) / (1 << 20));

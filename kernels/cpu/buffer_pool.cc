@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <iterator>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "common/check.h"
 
@@ -136,7 +136,9 @@ void BufferPool::release(void* p, size_t cls) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_bytes_ -= cls;
-    if (cached_bytes_ + cls <= kMaxCachedBytes && (limit_bytes_ == 0 || in_use_bytes_ + cached_bytes_ + cls <= limit_bytes_)) {
+    // Kept while the pool stays within its limit: a buffer in use beyond it goes back now.
+    const bool within_limit = limit_bytes_ == 0 || in_use_bytes_ + cached_bytes_ + cls <= limit_bytes_;
+    if (cached_bytes_ + cls <= kMaxCachedBytes && within_limit) {
       free_[cls].push_back(p);
       cached_bytes_ += cls;
       return;

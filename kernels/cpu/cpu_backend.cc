@@ -113,7 +113,9 @@ Tensor CpuBackend::alloc_persistent(const std::vector<int64_t>& dims, DType dtyp
   return Tensor::zeros(dims, dtype);
 }
 
-void CpuBackend::bound_activation_memory(int64_t bytes) { pool_->set_limit(static_cast<size_t>(std::max<int64_t>(bytes, 0))); }
+void CpuBackend::bound_activation_memory(int64_t bytes) {
+  pool_->set_limit(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
+}
 
 void CpuBackend::copy_to_host(const TensorView& src, void* dst) {
   TESSERA_CHECK(src.contiguous()) << "copy_to_host: " << src.shape_string() << " is strided, not one block of bytes";
