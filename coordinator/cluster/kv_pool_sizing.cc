@@ -10,6 +10,12 @@ namespace {
 struct RankBudget {
   int64_t blocks = 0;  // what the budget holds
   std::string why;     // how the budget was formed, for messages
+  // The most the rank could hold, for a rank registering after the pool was sized: a CPU
+  // rank's memory less its weights and activations (the auto share, a tenth of what it reports,
+  // moves with that report and would refuse a restarted rank over a few MiB); a CUDA rank's
+  // budget as above.
+  int64_t capacity = 0;
+  std::string capacity_why;
 };
 
 int64_t clamp_to_i64(uint64_t v) { return v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v); }
@@ -40,8 +46,11 @@ StatusOr<RankBudget> rank_budget(const CacheSection& cache, const KvPoolModel& m
     std::snprintf(fraction, sizeof(fraction), "%g", cache.memory_fraction);
     b.why = std::string("cache.memory_fraction ") + fraction + " of the " + format_bytes(free) + " free " + who +
             " (cuda) less " + less;
+    b.capacity_why = b.why;
   } else if (reg.backend == "cpu") {
     const int64_t room = free - taken;
+    b.capacity = std::max<int64_t>(room, 0) / per_block;
+    b.capacity_why = "the " + format_bytes(free) + " available " + who + " less " + less;
     int64_t wanted = 0;
     std::string what;
     if (cache.cpu_kv_bytes) {
@@ -64,6 +73,7 @@ StatusOr<RankBudget> rank_budget(const CacheSection& cache, const KvPoolModel& m
                             "'; cache.num_blocks auto knows cpu and cuda");
   }
   b.blocks = std::max<int64_t>(budget, 0) / per_block;
+  if (reg.backend == "cuda") b.capacity = b.blocks;
   return b;
 }
 
@@ -137,9 +147,9 @@ StatusOr<KvPoolSize> size_kv_pool(const CacheSection& cache, const KvPoolModel& 
 Status check_rank_fits_kv_pool(const CacheSection& cache, const KvPoolModel& model, const KvPoolSize& pool,
                                const wire::Register& reg) {
   TESSERA_ASSIGN_OR_RETURN(RankBudget b, rank_budget(cache, model, reg));
-  if (b.blocks >= pool.num_blocks) return Status::ok();
+  if (b.capacity >= pool.num_blocks) return Status::ok();
   return resource_exhausted("rank " + std::to_string(reg.rank) + " (host " + reg.host + ", pid " +
-                            std::to_string(reg.pid) + "): " + b.why + " holds " + std::to_string(b.blocks) +
+                            std::to_string(reg.pid) + "): " + b.capacity_why + " holds " + std::to_string(b.capacity) +
                             " KV blocks, fewer than the " + std::to_string(pool.num_blocks) +
                             " of the pool the group was sized with; free memory on that rank or restart the "
                             "coordinator to size the pool again");

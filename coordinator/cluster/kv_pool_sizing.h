@@ -62,8 +62,11 @@ struct KvPoolSize {
 StatusOr<KvPoolSize> size_kv_pool(const CacheSection& cache, const KvPoolModel& model,
                                   const std::vector<wire::Register>& ranks);
 
-// Whether a rank registering after the pool was sized (a restart) can hold it; the error
-// names the rank, the pool and its budget.
+// Whether a rank registering after the pool was sized (a restart) can hold it: a CPU rank
+// when its reported memory less its weights and activations holds the pool (not its own share
+// of that memory again: a tenth of a report a few MiB smaller than the first refused a
+// restarted rank for good), a CUDA rank when its budget does. The error names the rank, the
+// pool and the memory.
 Status check_rank_fits_kv_pool(const CacheSection& cache, const KvPoolModel& model, const KvPoolSize& pool,
                                const wire::Register& rank);
 

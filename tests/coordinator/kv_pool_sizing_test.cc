@@ -154,7 +154,29 @@ TEST(KvPoolSizing, ALaterRankMustHoldThePoolTheGroupWasSizedWith) {
   Status st = check_rank_fits_kv_pool(cache, m, *pool, rank_report(1, "cpu", 100 * kMiB));
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("rank 1 (host h1"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("holds 100 KV blocks, fewer than the 256 of the pool"), std::string::npos)
+  EXPECT_NE(st.message().find("the 100.0 MiB available reported by rank 1 less 0 bytes of weights holds 100 KV "
+                              "blocks, fewer than the 256 of the pool"),
+            std::string::npos)
+      << st.message();
+}
+
+// With the auto share (a tenth of what a rank reports) the pool is sized from the first
+// reports; a rank restarted later reports a little less (its container's memory moved by a
+// few MiB) and must still be taken while its memory holds the pool.
+TEST(KvPoolSizing, ARestartedRankReportingALittleLessStillHoldsTheAutoPool) {
+  CacheSection cache;  // cpu_kv_bytes auto
+  KvPoolModel m = model(1, 352 * 1024, 774 * kMiB);
+  m.activation_bytes = {210 * kMiB};
+  const int64_t reported = 1126 * kMiB;
+  auto pool = size_kv_pool(cache, m, {rank_report(0, "cpu", reported)});
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  EXPECT_EQ(pool->num_blocks, static_cast<int64_t>(0.1 * reported) / (352 * 1024));
+  EXPECT_TRUE(check_rank_fits_kv_pool(cache, m, *pool, rank_report(0, "cpu", reported - 3 * kMiB)).is_ok());
+  // Less than the weights, the activations and the pool need: refused.
+  const int64_t pool_bytes = pool->num_blocks * 352 * 1024;
+  Status st = check_rank_fits_kv_pool(cache, m, *pool, rank_report(0, "cpu", 984 * kMiB + pool_bytes - kMiB));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("less 774.0 MiB of weights and 210.0 MiB of activations"), std::string::npos)
       << st.message();
 }
 
