@@ -62,12 +62,14 @@ ActivationWidths ActivationWidths::of(const ModelConfig& c, int world, bool attn
   return w;
 }
 
+std::string StepActivations::step() const {
+  return "a step of " + std::to_string(tokens) + " tokens and " + std::to_string(logit_rows) + " rows of logits";
+}
+
 std::string StepActivations::describe() const {
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB for a step of %lld tokens and %lld rows of logits",
-                static_cast<double>(bytes()) / (1 << 20), static_cast<long long>(tokens),
-                static_cast<long long>(logit_rows));
-  return buf;
+  char mib[32];
+  std::snprintf(mib, sizeof(mib), "%.1f MiB", static_cast<double>(bytes()) / (1 << 20));
+  return mib + (" for " + step());
 }
 
 StepActivations step_activations(const ActivationWidths& w, int64_t tokens, int64_t logit_rows, int threads) {

@@ -44,7 +44,9 @@ struct StepActivations {
   int64_t pooled = 0;   // the backend's activation buffers at the step's peak (size classes included)
   int64_t scratch = 0;  // the kernels' per-thread copies and panels
   int64_t bytes() const { return pooled + scratch; }
-  // "412.0 MiB for a step of 4096 tokens and 256 rows of logits".
+  // "a step of 4096 tokens and 256 rows of logits".
+  std::string step() const;
+  // "412.0 MiB for " + step().
   std::string describe() const;
 };
 

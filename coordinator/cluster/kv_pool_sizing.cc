@@ -46,6 +46,7 @@ StatusOr<RankBudget> rank_budget(const CacheSection& cache, const KvPoolModel& m
     std::snprintf(fraction, sizeof(fraction), "%g", cache.memory_fraction);
     b.why = std::string("cache.memory_fraction ") + fraction + " of the " + format_bytes(free) + " free " + who +
             " (cuda) less " + less;
+    b.capacity = std::max<int64_t>(budget, 0) / per_block;
     b.capacity_why = b.why;
   } else if (reg.backend == "cpu") {
     const int64_t room = free - taken;
@@ -73,7 +74,6 @@ StatusOr<RankBudget> rank_budget(const CacheSection& cache, const KvPoolModel& m
                             "'; cache.num_blocks auto knows cpu and cuda");
   }
   b.blocks = std::max<int64_t>(budget, 0) / per_block;
-  if (reg.backend == "cuda") b.capacity = b.blocks;
   return b;
 }
 

@@ -315,17 +315,22 @@ void Scheduler::schedule_prefills(StepPlan& plan, int& budget) {
   }
 }
 
+namespace {
+// The prompt-logprob rows a chunk of `seq` from position `from` computes: one for each of
+// positions from .. prompt_len - 2 (the last prompt token's row samples instead); none
+// without prompt logprobs.
+int prompt_logprob_rows(const Sequence& seq, int from, int chunk) {
+  return seq.sampling().prompt_logprobs < 0 ? 0 : std::clamp(seq.prompt_len() - 1 - from, 0, chunk);
+}
+}  // namespace
+
 int Scheduler::chunk_within_prompt_rows(const Entry& e, int from, int chunk) const {
-  if (e.seq.sampling().prompt_logprobs < 0 || !config_.chunked_prefill || config_.mode != BatchingMode::kContinuous)
-    return chunk;
-  // Rows for positions from .. prompt_len - 2 (the last prompt token's row samples instead).
-  const int rows = std::clamp(e.seq.prompt_len() - 1 - from, 0, chunk);
-  return rows <= prompt_rows_left_ ? chunk : prompt_rows_left_;
+  if (!config_.chunked_prefill || config_.mode != BatchingMode::kContinuous) return chunk;
+  return prompt_logprob_rows(e.seq, from, chunk) <= prompt_rows_left_ ? chunk : prompt_rows_left_;
 }
 
 void Scheduler::take_prompt_rows(const Entry& e, int from, int chunk) {
-  if (e.seq.sampling().prompt_logprobs < 0) return;
-  prompt_rows_left_ -= std::clamp(e.seq.prompt_len() - 1 - from, 0, chunk);
+  prompt_rows_left_ -= prompt_logprob_rows(e.seq, from, chunk);
 }
 
 bool Scheduler::make_room(Entry& e, int write_from, int end) {

@@ -66,11 +66,6 @@ size_t BufferPool::peak_held_bytes() const {
   return peak_held_bytes_;
 }
 
-size_t BufferPool::peak_in_use_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return peak_in_use_bytes_;
-}
-
 void BufferPool::set_limit(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   limit_bytes_ = bytes;
@@ -91,10 +86,7 @@ void BufferPool::make_room(size_t more) {
   }
 }
 
-void BufferPool::note_peaks() {
-  peak_held_bytes_ = std::max(peak_held_bytes_, in_use_bytes_ + cached_bytes_);
-  peak_in_use_bytes_ = std::max(peak_in_use_bytes_, in_use_bytes_);
-}
+void BufferPool::note_peak() { peak_held_bytes_ = std::max(peak_held_bytes_, in_use_bytes_ + cached_bytes_); }
 
 Tensor BufferPool::zeros(const std::vector<int64_t>& dims, DType dtype) {
   const size_t bytes = TensorView(nullptr, dtype, dims).nbytes();
@@ -122,7 +114,7 @@ Tensor BufferPool::zeros(const std::vector<int64_t>& dims, DType dtype) {
       make_room(cls);
     }
     in_use_bytes_ += cls;
-    note_peaks();
+    note_peak();
   }
   bool fresh_zero = false;
   if (fresh) p = allocate(cls, &fresh_zero);

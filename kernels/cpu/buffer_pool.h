@@ -46,9 +46,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   static size_t size_class(size_t bytes);
   size_t cached_bytes() const;
   size_t in_use_bytes() const;
-  // The most held at once (in use and free), and the most in use, since made.
+  // The most held at once (in use and free) since made.
   size_t peak_held_bytes() const;
-  size_t peak_in_use_bytes() const;
 
  private:
   BufferPool() = default;
@@ -56,14 +55,14 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // Sends free buffers back to the kernel until `more` bytes fit under the limit (or none are
   // left). Called with mu_ held.
   void make_room(size_t more);
-  void note_peaks();  // with mu_ held
+  void note_peak();  // with mu_ held
 
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free buffers
   size_t cached_bytes_ = 0;
   size_t in_use_bytes_ = 0;
   size_t limit_bytes_ = 0;
-  size_t peak_held_bytes_ = 0, peak_in_use_bytes_ = 0;
+  size_t peak_held_bytes_ = 0;
 };
 
 }  // namespace tessera::cpu

@@ -134,8 +134,7 @@ StatusOr<KvPoolModel> kv_pool_model(const TesseraConfig& c, int64_t max_model_le
   const StepActivations activations =
       planned_step_activations(c, ActivationWidths::of(mc, world, attn_split, mlp_split, vocab_split));
   KvPoolModel m;
-  m.activation_step = "a step of " + std::to_string(activations.tokens) + " tokens and " +
-                      std::to_string(activations.logit_rows) + " rows of logits";
+  m.activation_step = activations.step();
   m.block_size = c.cache.block_size;
   m.max_model_len = max_model_len;
   m.max_num_seqs = c.scheduler.max_num_seqs;
