@@ -70,6 +70,8 @@ int batch_main(int argc, char** argv) {
   tessera::StatusOr<tessera::BatchCounts> result =
       tessera::Status(tessera::StatusCode::kUnavailable, "stopped by a signal during start-up; no request was run");
   const tessera::Status st = tessera::run_engine_stack(options, [&](tessera::EngineStack& stack) -> tessera::Status {
+    TESSERA_ASSIGN_OR_RETURN(const bool started, stack.start_engine());
+    if (!started) return tessera::Status::ok();
     std::atomic<bool> cancel{false};
     stack.signals.set_handler([&cancel](int sig, int) {
       TESSERA_LOG_WARN("signal {}: stopping the batch (running requests are cut; finished results are kept)", sig);

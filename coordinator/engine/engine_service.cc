@@ -556,6 +556,11 @@ void EngineService::start() {
   });
 }
 
+bool EngineService::has_untaken_submissions() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return !impl_->submits.empty();
+}
+
 void EngineService::drain_and_stop(std::chrono::milliseconds deadline) {
   bool on_loop_thread = false;
   {

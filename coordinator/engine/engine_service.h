@@ -115,6 +115,9 @@ class EngineService {
   EngineService& operator=(const EngineService&) = delete;
 
   void start();
+  // Whether requests were submitted that the loop has not taken yet (before start(): any
+  // submitted at all). A server warming up before start() stops when one comes.
+  bool has_untaken_submissions() const;
   // Stops admitting (submit returns Unavailable), lets running requests finish until
   // `deadline`, aborts the rest, then stops the loop thread.
   void drain_and_stop(std::chrono::milliseconds deadline);

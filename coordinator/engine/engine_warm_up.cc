@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,14 +41,20 @@ class EngineRequests {
  public:
   explicit EngineRequests(Engine& engine) : engine_(engine) {}
 
-  // The steps it took.
-  StatusOr<int> run(const std::vector<std::shared_ptr<const Request>>& requests) {
+  // The steps it took. Before each step `stop` (when set) may end the run, its requests left
+  // unfinished (drop_all still has the executors forget them).
+  StatusOr<int> run(const std::vector<std::shared_ptr<const Request>>& requests,
+                    const std::function<bool()>& stop = {}) {
     for (const auto& r : requests) {
       TESSERA_RETURN_IF_ERROR(engine_.add_request(next_id_, r));
       ids_.push_back(next_id_--);
     }
     int steps = 0;
     while (engine_.has_work()) {
+      if (stop && stop()) {
+        stopped_ = true;
+        break;
+      }
       for (const SequenceEvent& e : engine_.step()) {
         if (e.finished && e.reason == FinishReason::kError) return internal_error("warm-up step failed: " + e.error);
       }
@@ -65,8 +72,11 @@ class EngineRequests {
     return executor.execute(drop).status();
   }
 
+  bool stopped() const { return stopped_; }
+
  private:
   Engine& engine_;
+  bool stopped_ = false;
   std::vector<RequestId> ids_;
   RequestId next_id_ = kMaxRequestId;
 };
@@ -74,7 +84,7 @@ class EngineRequests {
 }  // namespace
 
 StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecutor& executor, int64_t vocab,
-                                        Pooling embeddings_only) {
+                                        Pooling embeddings_only, const std::function<bool()>& cut_short) {
   WarmUpReport report;
   if (vocab <= 0) return report;
   const auto started = std::chrono::steady_clock::now();
@@ -104,22 +114,25 @@ StatusOr<WarmUpReport> warm_up_executor(const SchedulerConfig& config, StepExecu
         r = std::move(embedding);
       }
     }
-    TESSERA_ASSIGN_OR_RETURN(const int steps, runner.run(requests));
+    TESSERA_ASSIGN_OR_RETURN(const int steps, runner.run(requests, cut_short));
     report.steps += steps;
     return Status::ok();
   };
-  if (longest >= 1) {
-    TESSERA_RETURN_IF_ERROR(run({make_request(warm_prompt(longest, vocab, 0), 2, greedy, no_stop)}));
-    report.prompt_tokens = longest;
-  }
+  // The short steps first: a request that cuts the warm-up short waits for the step running
+  // when it comes, and the long prefill is the longest step by far.
   if (sc.max_model_len >= kShortPrompt + kShortOutput && pool_tokens >= kShortPrompt + kShortOutput) {
     std::vector<std::shared_ptr<const Request>> short_ones;
     for (int i = 0; i < batch; ++i) {
       short_ones.push_back(make_request(warm_prompt(kShortPrompt, vocab, i + 1), kShortOutput, greedy, no_stop));
     }
     TESSERA_RETURN_IF_ERROR(run(short_ones));
-    report.decode_batch = batch;
+    if (!runner.stopped()) report.decode_batch = batch;
   }
+  if (longest >= 1 && !runner.stopped()) {
+    TESSERA_RETURN_IF_ERROR(run({make_request(warm_prompt(longest, vocab, 0), 2, greedy, no_stop)}));
+    if (!runner.stopped()) report.prompt_tokens = longest;
+  }
+  report.cut_short = runner.stopped();
   TESSERA_RETURN_IF_ERROR(runner.drop_all(executor));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;

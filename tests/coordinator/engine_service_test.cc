@@ -224,6 +224,21 @@ TEST(EngineServiceTest, AbortBeforeTheLoopStarts) {
   EXPECT_TRUE(wait_blocks_free(svc));
 }
 
+// A server warming up before start() stops once a request is submitted: it asks
+// has_untaken_submissions, true from the first submit until the loop takes them.
+TEST(EngineServiceTest, SubmissionsBeforeTheLoopStartsAreUntakenUntilItTakesThem) {
+  ScriptedExecutor exec(hashed_tokens(kScriptVocab));
+  EngineService svc(small_options(), exec, nullptr);
+  EXPECT_FALSE(svc.has_untaken_submissions());
+  Collector a;
+  ASSERT_TRUE(svc.submit(request({5}, 4), a.callback()).is_ok());
+  EXPECT_TRUE(svc.has_untaken_submissions());
+  svc.start();
+  ASSERT_TRUE(a.wait());
+  EXPECT_EQ(a.last().finish_reason, FinishReason::kLength);
+  EXPECT_FALSE(svc.has_untaken_submissions());
+}
+
 TEST(EngineServiceTest, InvalidRequestsAreNamedErrors) {
   ScriptedExecutor exec(hashed_tokens(kScriptVocab));
   EngineServiceOptions o = small_options();

@@ -96,6 +96,40 @@ TEST_F(EngineWarmUpTest, FitsATinyKvPool) {
   EXPECT_EQ(executor.sequences().size(), 0u);
 }
 
+// A server warms up while it takes requests: the warm-up asks before each step whether to
+// stop, and stopped midway it still leaves no sequence behind, so a request served next gets a
+// fresh executor's tokens.
+TEST_F(EngineWarmUpTest, CutShortItStopsBeforeTheNextStepAndLeavesNothingBehind) {
+  const SchedulerConfig c = config(64);
+  for (int allowed : {0, 1, 3}) {
+    Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+    testing::ScriptedExecutor counting(executor);
+    int asked = 0;
+    StatusOr<WarmUpReport> report =
+        warm_up_executor(c, counting, model_->config().vocab, Pooling::kNone, [&] { return asked++ >= allowed; });
+    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+    EXPECT_TRUE(report->cut_short) << allowed;
+    EXPECT_EQ(report->steps, allowed);
+    EXPECT_EQ(report->prompt_tokens, 0) << "the long prefill comes last";
+    // Steps 1..3 are the short batch's prefill and its two decode steps; none ran at 0.
+    EXPECT_EQ(counting.fed(), allowed == 0 ? 0 : allowed == 1 ? 4 * 4 : 4 * (4 + 2)) << allowed;
+    EXPECT_EQ(executor.sequences().size(), 0u) << allowed;
+    Executor fresh(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+    EXPECT_EQ(serve_one(executor, c), serve_one(fresh, c)) << allowed;
+  }
+}
+
+TEST_F(EngineWarmUpTest, NeverCutShortItRunsToItsEnd) {
+  const SchedulerConfig c = config(64);
+  Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
+  StatusOr<WarmUpReport> report =
+      warm_up_executor(c, executor, model_->config().vocab, Pooling::kNone, [] { return false; });
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_FALSE(report->cut_short);
+  EXPECT_EQ(report->prompt_tokens, 128);
+  EXPECT_EQ(report->decode_batch, 4);
+}
+
 // The step-cost curve speculative decoding's back-off reads: plain steps of 1, 2, 4, ... rows
 // (up to the token budget, 128 here, unless a step takes 4x a one-row step's first), each
 // timed five times (the times themselves are the host's); nothing is left on the executor, and a

@@ -1,7 +1,8 @@
 #pragma once
 // A real tessera-serve child process for the out-of-process service tests: `--port 0`, its
 // own ipc:// control and ZeroMQ-client endpoints in a fresh temp folder (tests running in
-// parallel never collide), ready once it logs "listening on http://127.0.0.1:PORT".
+// parallel never collide), ready once it logs "listening on http://127.0.0.1:PORT" (or another
+// line, set_ready_line).
 // Destroying it drains it with SIGTERM (SIGKILL if that takes over 60 s).
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -105,7 +106,7 @@ class ServeProcess {
     }
     ::close(log_fd);
     if (pid_ < 0) return false;
-    const std::regex listening("listening on http://127\\.0\\.0\\.1:(\\d+)");
+    const std::regex listening(ready_line_);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
       std::smatch m;
@@ -173,6 +174,10 @@ class ServeProcess {
   // Before start(): leave server.control and server.zmq_client to tessera-serve's defaults
   // (free ports) instead of this fixture's private ipc:// endpoints.
   void use_default_endpoints() { own_endpoints_ = false; }
+  // Before start(): the log line (a regex, its first group the port) start() waits for, in
+  // place of "listening on ..." (e.g. the earlier "taking requests on ..." of a server that
+  // still warms up).
+  void set_ready_line(const std::string& regex) { ready_line_ = regex; }
   // Before start(): NAME=VALUE in the child's environment, over the test's own.
   void set_env(const std::string& name, const std::string& value) { env_.push_back(name + "=" + value); }
 
@@ -189,6 +194,7 @@ class ServeProcess {
   rlim_t fd_limit_ = 0;
   std::string dir_, zmq_endpoint_, log_path_;
   bool own_endpoints_ = true;
+  std::string ready_line_ = "listening on http://127\\.0\\.0\\.1:(\\d+)";
   std::vector<std::string> env_;
 };
 

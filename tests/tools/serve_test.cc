@@ -52,6 +52,37 @@ TEST(Serve, SlidingWindowModelReleasesBlocksAndCountsThem) {
             << " KV blocks released by the window" << std::endl;
 }
 
+// A server takes requests before it is warm: one sent as soon as it does (while it warms up,
+// most often, which ends the warm-up: its sequences are dropped before the request runs) is
+// answered with the tokens a warm server gives, the goldens'.
+TEST(Serve, ARequestSentAsSoonAsTheServerTakesRequestsGetsTheGoldenTokens) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/kjv-llama";
+  std::ifstream in(model + "/goldens/index.json");
+  const auto golden = nlohmann::json::parse(in)["cases"][1];
+  const nlohmann::json req = {{"model", "kjv-llama"}, {"prompt", golden["prompt_ids"]},
+                              {"max_tokens", golden["greedy_ids"].size()}, {"temperature", 0}};
+  testing::ServeProcess server;
+  server.set_ready_line("taking requests on http://127\\.0\\.0\\.1:(\\d+)");
+  ASSERT_TRUE(server.start({"--model", model})) << server.log();
+  for (const char* when : {"first", "once serving"}) {
+    const std::string r = http(server.port(), "POST", "/v1/completions", req.dump());
+    ASSERT_EQ(testing::http_status(r), 200) << when << ": " << r << server.log();
+    const auto body = nlohmann::json::parse(testing::http_body(r));
+    EXPECT_EQ(body["usage"]["completion_tokens"], golden["greedy_ids"].size()) << when;
+    std::string text = body["choices"][0]["text"];
+    if (!text.empty() && text[0] == ' ') text.erase(0, 1);
+    EXPECT_EQ(text, golden["greedy_text"].get<std::string>()) << when;
+    // Serving now: the warm-up ended (cut short, or run to its end before the request came).
+    EXPECT_NE(server.log().find("listening on http://127.0.0.1:" + std::to_string(server.port())), std::string::npos)
+        << server.log();
+  }
+  std::smatch warm_up;
+  const std::string log = server.log();
+  ASSERT_TRUE(std::regex_search(log, warm_up, std::regex("warm-up: [^\n]*"))) << log;
+  std::cout << "[ REPORT   ] " << warm_up[0] << std::endl;
+}
+
 TEST(Serve, DefaultModelAnswersOpenAIRequestsAndDrainsOnSigterm) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string dir = testing::make_temp_dir("tessera-serve");

@@ -180,8 +180,24 @@ Status interrupted_setup(const ShutdownSignals& signals, const char* during) {
   return Status::ok();
 }
 
-// The tokenizer's own bos/eos ids (from tokenizer_config.json or the GGUF file) name rows
-// of the model's vocabulary: one past it could never be generated (a stop that never fires).
+// server.warm_up on the workers, logged; false when a signal stopped it (logged too).
+StatusOr<bool> warm_up_workers(const SchedulerConfig& sc, StepExecutor& group, int64_t vocab, Pooling embeddings_only,
+                               const ShutdownSignals& signals, const std::function<bool()>& cut_short) {
+  StatusOr<WarmUpReport> warm = warm_up_executor(sc, group, vocab, embeddings_only, cut_short);
+  if (signals.requested()) {
+    TESSERA_RETURN_IF_ERROR(interrupted_setup(signals, "warming up"));
+    return false;
+  }
+  if (!warm.is_ok()) return Status(warm.status().code(), "warm-up (server.warm_up): " + warm.status().message());
+  if (warm->cut_short) {
+    TESSERA_LOG_INFO("warm-up: cut short by the first request after {} step(s) ({:.2f} s)", warm->steps, warm->seconds);
+  } else {
+    TESSERA_LOG_INFO("warm-up: {} steps ({} sequences decoding, then a {}-token prefill) in {:.2f} s", warm->steps,
+                     warm->decode_batch, warm->prompt_tokens, warm->seconds);
+  }
+  return true;
+}
+
 // Speculative decoding's back-off reads what a verification row costs from a plain step's
 // time by its rows (SchedulerConfig::row_costs), measured here on the workers.
 Status measure_speculation_row_costs(SchedulerConfig& sc, StepExecutor& executor, int64_t vocab) {
@@ -520,14 +536,15 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
 
   sc.num_blocks = static_cast<int>(pool->num_blocks);
   TESSERA_RETURN_IF_ERROR(validate_scheduler_config(sc));
-  if (c.server.warm_up) {
-    // A server that only embeds has workers without an LM head: it warms up with embeddings.
-    const Pooling embeddings_only = c.server.task == "embed" ? model.embeddings->pooling : Pooling::kNone;
-    StatusOr<WarmUpReport> warm = warm_up_executor(sc, *group, mc.vocab, embeddings_only);
-    if (signals.requested()) return interrupted_setup(signals, "warming up");
-    if (!warm.is_ok()) return Status(warm.status().code(), "warm-up (server.warm_up): " + warm.status().message());
-    TESSERA_LOG_INFO("warm-up: {} steps ({}-token prefill, then {} sequences decoding) in {:.2f} s", warm->steps,
-                     warm->prompt_tokens, warm->decode_batch, warm->seconds);
+  // A server that only embeds has workers without an LM head: it warms up with embeddings.
+  const Pooling embeddings_only = c.server.task == "embed" ? model.embeddings->pooling : Pooling::kNone;
+  // The server takes requests while it warms up, and the first to come ends the warm-up,
+  // except under speculative decoding: its step costs are measured next, on warm steps,
+  // before any request runs.
+  const bool warm_before_serving = c.server.warm_up && sc.speculative.enabled();
+  if (warm_before_serving) {
+    TESSERA_ASSIGN_OR_RETURN(const bool warmed, warm_up_workers(sc, *group, mc.vocab, embeddings_only, signals, {}));
+    if (!warmed) return Status::ok();
   }
   if (sc.speculative.enabled()) {
     TESSERA_RETURN_IF_ERROR(measure_speculation_row_costs(sc, *group, mc.vocab));
@@ -542,7 +559,21 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
   eo.executor_ready = [g] { return g->is_complete(); };
   eo.executor_wait = std::chrono::seconds(c.server.worker_restart_wait_s);
   EngineService service(eo, *group, model.tokenizer.get());
-  service.start();
+  std::atomic<bool> engine_started{false};
+  // The front end calls it once it takes requests: they queue until the engine starts.
+  auto start_engine = [&]() -> StatusOr<bool> {
+    if (c.server.warm_up && !warm_before_serving) {
+      StatusOr<bool> warmed = warm_up_workers(sc, *group, mc.vocab, embeddings_only, signals,
+                                              [&service] { return service.has_untaken_submissions(); });
+      if (!warmed.is_ok() || !*warmed) {
+        service.drain_and_stop(std::chrono::milliseconds(0));  // what came meanwhile ends, answered
+        return warmed;
+      }
+    }
+    service.start();
+    engine_started = true;
+    return true;
+  };
 
   Status served;
   {
@@ -559,7 +590,8 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
                         ho.collectives = [g] { return g->collectives(); };
                         return ho;
                       },
-                      [g] { return g->is_complete(); }};
+                      [g, &engine_started] { return engine_started && g->is_complete(); },
+                      start_engine};
     served = front_end(stack);
     // However the front end ended, no request is left running when the workers go.
     service.drain_and_stop(std::chrono::milliseconds(0));
@@ -588,6 +620,11 @@ Status serve(ServeOptions o) {
     TESSERA_RETURN_IF_ERROR(http.start());
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ZmqClientServer> zmq_clients,
                              start_zmq_clients(c, ho, zmq_replies, service, stack.tokenizer));
+    // Requests are taken from here on (answered once the engine starts); the "listening on"
+    // line says the server is warm and serving.
+    TESSERA_LOG_INFO("taking requests on http://{}:{} (answered once the engine starts)", ho.host, http.port());
+    TESSERA_ASSIGN_OR_RETURN(const bool started, stack.start_engine());
+    if (!started) return Status::ok();
     TESSERA_LOG_INFO("listening on http://{}:{}", ho.host, http.port());
     // Serving. The first signal drains, a second one cuts the drain short.
     const int drain_seconds = c.server.drain_timeout_s;

@@ -33,15 +33,21 @@ struct EngineStack {
   ShutdownSignals& signals;
   // The HTTP server's options for this model (no API keys: serve() adds them).
   std::function<HttpServerOptions(std::shared_ptr<const ReplyCounter> zmq_replies)> http_options;
-  std::function<bool()> ready;  // the worker group is whole
+  std::function<bool()> ready;  // the engine started and the worker group is whole
+  // Warms the workers up (server.warm_up; cut short by the first request submitted meanwhile)
+  // and starts the engine. The front end calls it once, as soon as it takes requests (they
+  // queue until the engine starts) and before it says it is serving. False: a signal stopped
+  // the start-up (logged). On false or an error, requests submitted meanwhile have ended.
+  std::function<StatusOr<bool>()> start_engine;
 };
 using FrontEnd = std::function<Status(EngineStack&)>;
 // A front end's own checks of the configuration, run before any worker starts.
 using Preflight = std::function<Status(const TesseraConfig&)>;
 
 // Starts the workers (local ones when options.spawn_workers), reads the tokenizer and chat
-// template while they load, sizes the KV pool, warms up and starts the engine; then runs
-// `front_end` and shuts everything down when it returns (requests still running are cut).
+// template while they load, sizes the KV pool and makes the engine; then runs `front_end`
+// (which starts the engine, EngineStack::start_engine) and shuts everything down when it
+// returns (requests still running are cut).
 // A signal during set-up stops it at once (OK, front_end never runs).
 Status run_engine_stack(ServeOptions options, const FrontEnd& front_end, const Preflight& preflight = {});
 
