@@ -88,14 +88,6 @@ int64_t first_non_finite(const Tensor& t) {
 // GGUF file).
 enum class KeptBlocks { kNo, kAlways, kWhereAligned };
 
-// A tensor on the C heap, its contents unset: scratch that is written whole and freed soon.
-Tensor heap_tensor(const std::vector<int64_t>& dims, DType dtype) {
-  TensorView view(nullptr, dtype, dims);
-  std::shared_ptr<uint8_t[]> bytes(new uint8_t[view.nbytes() + 64]);
-  view.data = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(bytes.get()) + 63) / 64 * 64);
-  return Tensor::borrowed(view, std::move(bytes));
-}
-
 // Reads tensors (or this rank's slice of them) by name, checking each against the shape
 // config.json implies, so a mismatched checkpoint fails with the tensor's name rather than
 // garbage output. Linear weights are addressed in the logical [out, in] layout whatever
@@ -271,17 +263,9 @@ class WeightReader {
     }
     LinearWeights packed;
     const int64_t width = parts[0].w.dim(1);  // `in`, or the bytes of a row of blocks
+    packed.w = own_copies_ ? arena_.zeros({total, width}, parts[0].w.dtype())
+                           : Tensor::zeros({total, width}, parts[0].w.dtype());
     packed.ggml_blocks = parts[0].ggml_blocks;
-    if (packed.ggml_blocks >= 0) {
-      // Blocks are repacked by the quantizer right after their layer loads: the stacked
-      // copy is scratch, taken from the C heap, which hands the next layer's the same pages
-      // back (fresh mapped pages cost a kernel zeroing each: a quarter of a ~1.1B q4_K_M
-      // file's load went to stacking gate|up into new pages).
-      packed.w = heap_tensor({total, width}, parts[0].w.dtype());
-    } else {
-      packed.w = own_copies_ ? arena_.zeros({total, width}, parts[0].w.dtype())
-                             : Tensor::zeros({total, width}, parts[0].w.dtype());
-    }
     for (const RowSegment& s : segs) packed.source.rows.push_back({s.name, s.begin, s.count});
     char* dst = packed.w.data<char>();
     for (const LinearWeights& p : parts) {
@@ -737,8 +721,9 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   if (a.embedding_norm) {
     TESSERA_RETURN_IF_ERROR(load_norm(r, c, TensorRole::kEmbedNorm, -1, &mw.embed_norm_w, &mw.embed_norm_b));
   }
-  // With a layer hook (weights moved to the spill file as they load) each layer is quantized
-  // as soon as it is loaded, so the hook sees its final form; the rest at the end.
+  // Each layer is quantized as soon as it is loaded: a layer hook (weights moved to the spill
+  // file as they load) sees its final form, and only one layer's unquantized copies (stacked
+  // q|k|v and gate|up, converted dtypes) are held at a time; the LM head at the end.
   WeightQuantizer quantizer(c, checkpoint, quant, options.plan, options.int8_layout, options.dtype);
   TESSERA_RETURN_IF_ERROR(quantizer.validity());
   mw.layers.resize(c.layers);
