@@ -81,11 +81,10 @@ bool streams_from_checkpoint(const WeightResidencyOptions& options);
 bool streams_layers_from_checkpoint(const WeightResidencyOptions& options, const Checkpoint& checkpoint);
 // With read, whether the layers go to the spill file instead because the worker's memory group
 // (`limit`, this process's: common/cgroup_memory.h) is smaller than the checkpoint's files.
-// Reading the checkpoint there stalled the worker once the group's page cache held the file:
-// ~1.1B bf16 (2.2 GB), a 1.1 GB group, batch 128, the file read in that group before (by an
-// earlier run, or cat): 0 of 128 requests, the worker declared dead, the group hitting its
-// limit ~200,000 times a second; from the spill file 128 of 128 in 45 s. The page cache
-// cannot keep such a file in the group anyway; direct reads it without the page cache.
+// The page cache cannot keep such a file in the group, and reading the checkpoint through it
+// is the slower: ~1.1B bf16 (2.2 GB), a 1.1 GB group, batch 128, the file read in that group
+// before (by an earlier run, or cat): 53.6-53.7 s against 44.3-49.3 s from the spill file,
+// the group hitting its limit 15x as often. direct reads it without the page cache.
 bool read_streams_from_spill_under_limit(const WeightResidencyOptions& options, const Checkpoint& checkpoint,
                                          const std::optional<CgroupMemory>& limit);
 
