@@ -168,6 +168,12 @@ class WeightReader {
                                 std::to_string(bad) + (slice.axis < 0 ? "" : " of this rank's slice") + " as " +
                                 dtype_name(t->dtype()) + " (model.check_weights)");
       }
+      // The scan faulted in every page of a tensor used in place: one read a row at a time (an
+      // embedding table) or streamed later (a layer loaded as stored) needs none of them now,
+      // and they would stay resident (an embedding table of 49 MB was held whole through a
+      // rank's load); a page read again comes back from the page cache.
+      const char* now = t->data<const char>();
+      if ((!read_whole || !own_copies_) && now >= mapped && now < mapped + info->nbytes) ckpt_.release(name);
     }
     total_bytes_ += static_cast<int64_t>(t->nbytes());
     return t;

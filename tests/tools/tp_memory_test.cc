@@ -1,6 +1,7 @@
 // Each tensor-parallel rank reads only its slices of the checkpoint: loading a generated
-// ~500 MB f32 model at TP = 2, every rank's peak resident memory stays under 0.65x the full
-// model (the rank's half, plus the mapping pages it passes through).
+// ~500 MB f32 model at TP = 2, every rank's peak resident memory stays under 0.6x the full
+// model (the rank's half, plus the mapping pages it passes through; 0.53x measured, 0.63x
+// while the weight scan left the rank's half of the embedding table mapped in).
 //
 // Each rank is a fresh process (this binary re-run for the rank test below), as a worker is,
 // so its figure is the loader's alone: a forked copy of the test process would start with
@@ -28,7 +29,7 @@ constexpr char kRankEnv[] = "TESSERA_TP_MEMORY_RANK";  // "model dir|group|rank|
 
 // Under AddressSanitizer (CI's second pass) resident memory also holds its shadow (an eighth
 // of what the process touches), redzones and a quarantine of freed blocks (the loader's freed
-// temporaries: 0.67x of the model there against 0.51x in the plain build), so the bound is
+// temporaries: 0.67x of the model there against 0.53x in the plain build), so the bound is
 // checked in the plain build and only reported here.
 #if defined(TESSERA_SANITIZED)
 constexpr bool kResidentMemoryIsTheProgramsOwn = false;
@@ -143,7 +144,7 @@ TEST(TensorParallelMemory, EachRankHoldsAboutHalfOfA500MBModel) {
               << growth / file_bytes << " x the " << file_bytes / 1e6 << " MB model" << std::endl;
     EXPECT_GT(growth, 0);
     if (kResidentMemoryIsTheProgramsOwn) {
-      EXPECT_LT(growth, 0.65 * file_bytes);
+      EXPECT_LT(growth, 0.6 * file_bytes);
     }
   }
   std::filesystem::remove_all(dir);
@@ -151,8 +152,9 @@ TEST(TensorParallelMemory, EachRankHoldsAboutHalfOfA500MBModel) {
 
 // Quantizing at load holds one layer's float copies at a time (each layer is quantized as
 // soon as it has loaded): tessera-generate --quantize int8 on the same ~500 MB f32 model peaks
-// at 0.85x the file (the int8 matrices, the f32 embedding and LM head, a layer in flight);
-// quantized only once every layer had loaded it peaked at 1.2x.
+// at 0.68x the file (the int8 matrices, the f32 LM head, a layer in flight, the embedding's
+// rows in use); quantized only once every layer had loaded it peaked at 1.2x, and 0.87x while
+// the weight scan left the whole embedding table mapped in.
 TEST(QuantizedLoadMemory, Int8AtLoadPeaksBelowTheFloatModel) {
   const std::string dir = testing::make_temp_dir("tessera-quant-mem");
   auto gen = testing::run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch llama --preset 100m --out '" +
@@ -179,7 +181,7 @@ TEST(QuantizedLoadMemory, Int8AtLoadPeaksBelowTheFloatModel) {
   std::cout << "[ REPORT   ] --quantize int8 peak RSS " << peak / 1e6 << " MB = " << peak / file_bytes << " x the "
             << file_bytes / 1e6 << " MB f32 model" << std::endl;
   if (kResidentMemoryIsTheProgramsOwn) {
-    EXPECT_LT(peak, 0.95 * file_bytes);
+    EXPECT_LT(peak, 0.8 * file_bytes);
   }
   std::filesystem::remove_all(dir);
 }
