@@ -1,10 +1,7 @@
 #include "worker/model_weights.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "common/gguf/gguf_file.h"
-#include "common/logging.h"
 #include "worker/weight_quantization.h"
 #include "worker/weight_reader.h"
 #include "worker/weight_units.h"

@@ -5,7 +5,6 @@
 #include "common/gguf/gguf_file.h"
 #include "common/logging.h"
 #include "worker/weight_quantization.h"
-#include "worker/weight_units.h"
 
 namespace tessera::weight_loading {
 namespace {
@@ -69,8 +68,8 @@ std::string WeightReader::resolve(const std::string& names) const {
   return alts[0];
 }
 
-StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vector<int64_t>& shape, Slice slice, DType dtype,
-                         bool read_whole) {
+StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vector<int64_t>& shape, Slice slice,
+                                       DType dtype, bool read_whole) {
   const TensorInfo* info = ckpt_.find(name);
   if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
   // An unsupported dtype is reported by name before the shape is compared.
@@ -97,7 +96,8 @@ StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vecto
   // A converted or sliced copy no longer needs the mapped pages: drop them to keep peak
   // RSS near this rank's share. Copies are also made of strided PyTorch tensors and of
   // storages the legacy format left unaligned, so the test is where the data lives.
-  if (info->dtype != dtype || slice.axis == 1 || got < mapped || got >= mapped + info->nbytes) ckpt_.release(name);
+  const bool used_in_place = got >= mapped && got < mapped + info->nbytes;
+  if (info->dtype != dtype || slice.axis == 1 || !used_in_place) ckpt_.release(name);
   if (check_finite_) {
     if (const int64_t bad = first_non_finite(*t); bad >= 0) {
       return invalid_argument("tensor \"" + name + "\" holds a non-finite value (NaN or Inf) at element " +
@@ -108,8 +108,7 @@ StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vecto
     // embedding table) or streamed later (a layer loaded as stored) needs none of them now,
     // and they would stay resident (an embedding table of 49 MB was held whole through a
     // rank's load); a page read again comes back from the page cache.
-    const char* now = t->data<const char>();
-    if ((!read_whole || !own_copies_) && now >= mapped && now < mapped + info->nbytes) ckpt_.release(name);
+    if (used_in_place && (!read_whole || !own_copies_)) ckpt_.release(name);
   }
   total_bytes_ += static_cast<int64_t>(t->nbytes());
   return t;
@@ -140,8 +139,22 @@ StatusOr<Tensor> WeightReader::matrix(const std::string& name, int64_t out, int6
   return flipped;
 }
 
+template <typename Load>
+StatusOr<LinearWeights> WeightReader::blocks_or(const std::string& name, int64_t out, int64_t in, Slice slice,
+                                                Load load) {
+  LinearWeights l;
+  const int32_t blocks = kept_block_type(name, slice);
+  if (blocks >= 0) {
+    TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(name, out, in, slice));
+    l.ggml_blocks = blocks;
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(l.w, load());
+  }
+  return l;
+}
+
 StatusOr<LinearWeights> WeightReader::linear(const std::string& weight_name, int64_t out, int64_t in, Slice slice,
-                               bool add_bias) {
+                                             bool add_bias) {
   TESSERA_ASSIGN_OR_RETURN(LinearWeights l, blocks_or(weight_name, out, in, slice,
                                                       [&] { return matrix(weight_name, out, in, slice); }));
   if (slice.axis == 0) {
@@ -160,7 +173,8 @@ StatusOr<LinearWeights> WeightReader::linear(const std::string& weight_name, int
   return l;
 }
 
-StatusOr<LinearWeights> WeightReader::lm_head(const std::string& weight_name, int64_t vocab, int64_t hidden, Slice slice) {
+StatusOr<LinearWeights> WeightReader::lm_head(const std::string& weight_name, int64_t vocab, int64_t hidden,
+                                              Slice slice) {
   TESSERA_ASSIGN_OR_RETURN(LinearWeights l, blocks_or(weight_name, vocab, hidden, slice,
                                                       [&] { return load(weight_name, {vocab, hidden}, slice); }));
   TESSERA_ASSIGN_OR_RETURN(l.b, load_optional(bias_name(weight_name), {vocab}, slice));
@@ -222,19 +236,6 @@ bool WeightReader::mixed_blocks(const std::vector<RowSegment>& segs) const {
   bool any = false;
   for (const RowSegment& s : segs) any |= kept_block_type(s.name) >= 0;
   return any && !same_kept_blocks(segs);
-}
-
-template <typename Load>
-StatusOr<LinearWeights> WeightReader::blocks_or(const std::string& name, int64_t out, int64_t in, Slice slice, Load load) {
-  LinearWeights l;
-  const int32_t blocks = kept_block_type(name, slice);
-  if (blocks >= 0) {
-    TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(name, out, in, slice));
-    l.ggml_blocks = blocks;
-  } else {
-    TESSERA_ASSIGN_OR_RETURN(l.w, load());
-  }
-  return l;
 }
 
 int32_t WeightReader::kept_block_type(const std::string& name, Slice slice) const {
