@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 
 #include "common/string_util.h"
 
@@ -160,79 +161,72 @@ Status read_policy(const YAML::Node& n, const Where& w, std::map<std::string, st
   return Status::ok();
 }
 
-Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>* out) {
+namespace {
+
+// A list of {match: REGEX, <value_key>: VALUE} rules, both keys required: `read_value` reads
+// VALUE into the rule and `compile` compiles its regex when the config is read.
+template <typename Rule>
+Status read_match_rules(const YAML::Node& n, const Where& w, const std::string& value_key,
+                        const std::string& value_choices,
+                        const std::function<Status(const YAML::Node&, const Where&, Rule*)>& read_value,
+                        Status (*compile)(Rule*), std::vector<Rule>* out) {
+  const std::string shape = "{match: REGEX, " + value_key + ": " + value_choices + "}";
   if (n.IsNull()) {
     out->clear();
     return Status::ok();
   }
-  if (!n.IsSequence()) return w.error("expected a list of {match: REGEX, role: row|column|keep}, got " + w.got(n));
-  std::vector<TpRuleConfig> rules;
+  if (!n.IsSequence()) return w.error("expected a list of " + shape + ", got " + w.got(n));
+  std::vector<Rule> rules;
   for (size_t i = 0; i < n.size(); ++i) {
     const YAML::Node& r = n[i];
     const Where rw = w.child("[" + std::to_string(i) + "]", r);
-    if (!r.IsMap()) return rw.error("expected {match: REGEX, role: row|column|keep}, got " + rw.got(r));
-    TpRuleConfig rule;
-    bool has_match = false, has_role = false;
+    if (!r.IsMap()) return rw.error("expected " + shape + ", got " + rw.got(r));
+    Rule rule;
+    bool has_match = false, has_value = false;
     for (const auto& kv : r) {
       const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
       const Where kw = rw.child("." + key, kv.second);
       if (key == "match") {
         TESSERA_RETURN_IF_ERROR(read_string(kv.second, kw, &rule.match));
-        if (Status st = compile_tp_rule_regex(&rule); !st.is_ok()) return kw.error(st.message());
+        if (Status st = compile(&rule); !st.is_ok()) return kw.error(st.message());
         has_match = true;
-      } else if (key == "role") {
-        TESSERA_RETURN_IF_ERROR(read_enum<TpRole>(
-            kv.second, kw, {{"column", TpRole::kColumn}, {"row", TpRole::kRow}, {"keep", TpRole::kKeep}},
-            &rule.role));
-        has_role = true;
+      } else if (key == value_key) {
+        TESSERA_RETURN_IF_ERROR(read_value(kv.second, kw, &rule));
+        has_value = true;
       } else {
-        return kw.error("unknown key" + suggestion(key, {"match", "role"}));
+        return kw.error("unknown key" + suggestion(key, {"match", value_key}));
       }
     }
-    if (!has_match || !has_role) return rw.error(std::string("missing key '") + (has_match ? "role" : "match") + "'");
+    if (!has_match || !has_value)
+      return rw.error("missing key '" + (has_match ? value_key : std::string("match")) + "'");
     rules.push_back(std::move(rule));
   }
   *out = std::move(rules);
   return Status::ok();
 }
 
+}  // namespace
+
+Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>* out) {
+  return read_match_rules<TpRuleConfig>(
+      n, w, "role", "row|column|keep",
+      [](const YAML::Node& v, const Where& vw, TpRuleConfig* rule) {
+        return read_enum<TpRole>(v, vw, {{"column", TpRole::kColumn}, {"row", TpRole::kRow}, {"keep", TpRole::kKeep}},
+                                 &rule->role);
+      },
+      compile_tp_rule_regex, out);
+}
+
 Status read_quant_rules(const YAML::Node& n, const Where& w, std::vector<QuantRuleConfig>* out) {
-  const std::string shape = "{match: REGEX, quantize: int8|int4|none}";
-  if (n.IsNull()) {
-    out->clear();
-    return Status::ok();
-  }
-  if (!n.IsSequence()) return w.error("expected a list of " + shape + ", got " + w.got(n));
-  std::vector<QuantRuleConfig> rules;
-  for (size_t i = 0; i < n.size(); ++i) {
-    const YAML::Node& r = n[i];
-    const Where rw = w.child("[" + std::to_string(i) + "]", r);
-    if (!r.IsMap()) return rw.error("expected " + shape + ", got " + rw.got(r));
-    QuantRuleConfig rule;
-    bool has_match = false, has_quantize = false;
-    for (const auto& kv : r) {
-      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
-      const Where kw = rw.child("." + key, kv.second);
-      if (key == "match") {
-        TESSERA_RETURN_IF_ERROR(read_string(kv.second, kw, &rule.match));
-        if (Status st = compile_quant_rule_regex(&rule); !st.is_ok()) return kw.error(st.message());
-        has_match = true;
-      } else if (key == "quantize") {
-        TESSERA_RETURN_IF_ERROR(read_enum<WeightQuantization>(
-            kv.second, kw,
+  return read_match_rules<QuantRuleConfig>(
+      n, w, "quantize", "int8|int4|none",
+      [](const YAML::Node& v, const Where& vw, QuantRuleConfig* rule) {
+        return read_enum<WeightQuantization>(
+            v, vw,
             {{"int8", WeightQuantization::kInt8}, {"int4", WeightQuantization::kInt4}, {"none", WeightQuantization::kNone}},
-            &rule.quantize));
-        has_quantize = true;
-      } else {
-        return kw.error("unknown key" + suggestion(key, {"match", "quantize"}));
-      }
-    }
-    if (!has_match || !has_quantize)
-      return rw.error(std::string("missing key '") + (has_match ? "quantize" : "match") + "'");
-    rules.push_back(std::move(rule));
-  }
-  *out = std::move(rules);
-  return Status::ok();
+            &rule->quantize);
+      },
+      compile_quant_rule_regex, out);
 }
 
 // ---- a misspelt key -------------------------------------------------------------------
