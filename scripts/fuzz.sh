@@ -30,9 +30,10 @@ start=$(date +%s)
 # slower executions. Clang compiles this build in about 0.7x of GCC's time (measured on
 # coordinator/api/openai_api.cc: 13.8 s against 18.7 s).
 # Linked by lld: it links a sanitized test program in 0.7 s where GNU ld takes 2.3 s.
+# -Wno-pass-failed: clang does not vectorize at -O1, and says so for every `#pragma omp simd` loop.
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_FUZZ=ON \
   -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG -Wno-pass-failed" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DTESSERA_CUDA=OFF -DTESSERA_BUILD_BENCH=OFF -DTESSERA_BUILD_TESTS="$tests" >/dev/null
 if [[ $tests == ON ]]; then
   cmake --build "$build" -j"$(nproc)"

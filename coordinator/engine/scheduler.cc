@@ -82,7 +82,7 @@ Status Scheduler::add_request(RequestId id, std::shared_ptr<const Request> reque
   if (Status st = validate_request(*request, request_limits()); !st.is_ok())
     return invalid_argument(request_name(id) + ": " + st.message());
   SamplingParams sampling = choice_sampling(*request, id);
-  auto entry = std::make_unique<Entry>(Entry{Sequence(id, std::move(request), std::move(sampling), next_arrival_++)});
+  auto entry = std::make_unique<Entry>(Sequence(id, std::move(request), std::move(sampling), next_arrival_++));
   Entry& e = *entry;
   waiting_.insert(entry.get());
   entries_.emplace(id, std::move(entry));
@@ -99,7 +99,7 @@ void Scheduler::fork(Entry& parent, StepPlan& plan) {
   for (int c = 1; c < p.request().n; ++c) {
     const SeqId child_id = choice_seq_id(p.request_id(), c);
     TESSERA_CHECK(entries_.count(child_id) == 0) << "sequence " << child_id << " exists before its fork";
-    auto entry = std::make_unique<Entry>(Entry{p.fork(child_id, choice_sampling(p.request(), child_id))});
+    auto entry = std::make_unique<Entry>(p.fork(child_id, choice_sampling(p.request(), child_id)));
     Entry* e = entry.get();
     entries_.emplace(child_id, std::move(entry));
     if (parent.batch_member) {  // static batching: the batch lasts until every choice ends

@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/parallel_roles.h"
@@ -226,6 +227,7 @@ class Scheduler {
 
  private:
   struct Entry {
+    explicit Entry(Sequence seq) : seq(std::move(seq)) {}
     Sequence seq;
     uint64_t scheduled_step = 0;  // step_id + 1 of the last plan it was in (0 = never)
     bool batch_member = false;    // static mode: part of the current batch

@@ -91,7 +91,7 @@ std::vector<std::string> sample_frames() {
   d.logprobs = {-0.1f, -0.2f, -0.3f};
   out.push_back(encode(d));
   Final f = random_final(g);
-  f.choices = {{"stop", 3}, {"length", 4}};
+  f.choices = {{"stop", 3, {}}, {"length", 4, {}}};
   out.push_back(encode(f));
   out.push_back(encode(random_error(g)));
   out.push_back(encode(Reject{"no"}));

@@ -149,7 +149,9 @@ TEST(SchedulerTest, PromptLogprobRowsOfAStepStayWithinTheirCap) {
       if (s.seq_id == 3 && first_step_of_3 < 0) first_step_of_3 = step;
     }
     EXPECT_LE(rows, kPromptLogprobRowsPerStep) << "step " << step;
-    if (step == 0) EXPECT_EQ(tokens, kPromptLogprobRowsPerStep + 300) << "the plain prompt takes the rest";
+    if (step == 0) {
+      EXPECT_EQ(tokens, kPromptLogprobRowsPerStep + 300) << "the plain prompt takes the rest";
+    }
   }
   EXPECT_FALSE(h.sched.has_work());
   EXPECT_EQ(first_chunks, (std::vector<size_t>{kPromptLogprobRowsPerStep, kPromptLogprobRowsPerStep, 100}));

@@ -35,7 +35,7 @@ RunCounts run(const RowCostCurve& curve, int batch, int tokens) {
   config.speculative.num_tokens = 4;
   config.row_costs = curve;
   Scheduler sched(config);
-  for (RequestId id = 1; id <= batch; ++id) {
+  for (RequestId id = 1; id <= static_cast<RequestId>(batch); ++id) {
     auto r = std::make_shared<Request>();
     r->prompt = {1, 2, 3, 1, 2, 3, 1, 2};
     r->max_tokens = tokens;

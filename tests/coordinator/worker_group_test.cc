@@ -253,7 +253,9 @@ TEST(WorkerGroupTest, RankDyingDuringStepFailsThatStepNamingIt) {
       w1->link->stop(/*silently=*/true);  // the process "crashes" mid-step
       std::this_thread::sleep_for(400ms);
     }
-    return StepResult{plan.step_id, {}, "", {}};
+    StepResult r;
+    r.step_id = plan.step_id;
+    return r;
   };
   w1 = std::make_unique<FakeWorker>(g.group.endpoint(), 1, 2, kInterval, dying);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
@@ -271,7 +273,9 @@ TEST(WorkerGroupTest, RankErrorFailsTheStepNamingIt) {
   FakeWorker w0(g.group.endpoint(), 0, 2, 100ms);
   WorkerStepFn failing = [](const StepPlan& plan) -> StatusOr<StepResult> {
     if (plan.step_id == 2) return resource_exhausted("KV block 99 out of range");
-    return StepResult{plan.step_id, {}, "", {}};
+    StepResult r;
+    r.step_id = plan.step_id;
+    return r;
   };
   FakeWorker w1(g.group.endpoint(), 1, 2, 100ms, failing);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
@@ -292,7 +296,9 @@ TEST(WorkerGroupTest, RankWhoseCollectiveBrokeIsLostWhenTheStepReturns) {
   FakeWorker w0(g.group.endpoint(), 0, 2, 1000ms);
   WorkerStepFn broken = [](const StepPlan& plan) -> StatusOr<StepResult> {
     if (plan.step_id == 2) return Status(StatusCode::kUnavailable, "all_reduce_sum: missing rank(s) 0");
-    return StepResult{plan.step_id, {}, "", {}};
+    StepResult r;
+    r.step_id = plan.step_id;
+    return r;
   };
   FakeWorker w1(g.group.endpoint(), 1, 2, 1000ms, broken);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());

@@ -68,7 +68,9 @@ TEST(GreedyRows, HighestLogitLowestIdAndItsLogSoftmax) {
       EXPECT_EQ(ids.data<int32_t>()[r], want) << "vocab " << vocab << " row " << r;
       EXPECT_NEAR(lps.data<float>()[r], static_cast<double>(-std::log(z)), 1e-6) << "vocab " << vocab << " row " << r;
     }
-    if (vocab > 3) EXPECT_EQ(ids.data<int32_t>()[1], 1) << "ties go to the lowest id";
+    if (vocab > 3) {
+      EXPECT_EQ(ids.data<int32_t>()[1], 1) << "ties go to the lowest id";
+    }
   }
 }
 

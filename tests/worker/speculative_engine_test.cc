@@ -130,8 +130,9 @@ TEST_P(SpeculativeEngineTest, NgramProposalsGiveTheGreedyIdsAndLogprobsOfPlainDe
   for (size_t i = 0; i < cases_.size(); ++i) EXPECT_EQ(ids(pressed.outputs[i]), cases_[i].greedy) << "case " << i << " tight pool";
   // (With a sliding window on every layer the blocks the window left are freed, and the pool
   // may suffice.)
-  if (model_->config().kv_window() == 0)
+  if (model_->config().kv_window() == 0) {
     EXPECT_GT(pressed.stats.num_preemptions, 0u) << "the pool was meant to force preemption";
+  }
 
   EXPECT_GT(spec.stats.spec.num_drafts, 0u) << "no step carried proposals";
   EXPECT_LE(spec.stats.spec.num_accepted_tokens, spec.stats.spec.num_draft_tokens);
@@ -194,8 +195,9 @@ TEST_P(SpeculativeEngineTest, SelfDraftGivesTheGreedyIdsAndLogprobsOfPlainDecodi
   tight.max_num_batched_tokens = 16;
   const EngineRun pressed = run_engine(*model_, *backend_, cases_, tight, /*stagger=*/0, SamplingParams{}, true, &draft);
   for (size_t i = 0; i < cases_.size(); ++i) EXPECT_EQ(ids(pressed.outputs[i]), cases_[i].greedy) << "case " << i << " tight pool";
-  if (model_->config().kv_window() == 0)
+  if (model_->config().kv_window() == 0) {
     EXPECT_GT(pressed.stats.num_preemptions, 0u) << "the pool was meant to force preemption";
+  }
   std::cout << "[ REPORT   ] " << GetParam() << " self-draft: " << spec.stats.spec.num_accepted_tokens << " of "
             << spec.stats.spec.num_draft_tokens << " proposals accepted; " << spec.stats.num_steps << " steps against "
             << plain.stats.num_steps << " without; tight pool: " << pressed.stats.num_preemptions << " preemptions"

@@ -344,7 +344,9 @@ TEST(WeightResidency, BadBudgetsAndSpillFoldersAreRefusedNamingTheKey) {
       continue;
     }
     EXPECT_FALSE(b.is_ok()) << bad;
-    if (!b.is_ok()) EXPECT_NE(b.status().message().find(std::string("'") + bad + "'"), std::string::npos);
+    if (!b.is_ok()) {
+      EXPECT_NE(b.status().message().find(std::string("'") + bad + "'"), std::string::npos);
+    }
   }
   EXPECT_EQ(parse_weights_budget("6GiB").value().bytes, int64_t{6} << 30);
   EXPECT_EQ(parse_weights_budget("500MB").value().bytes, 500000000);

@@ -61,6 +61,7 @@ struct Stmt;
 using Body = std::vector<Stmt>;
 
 struct Stmt {
+  Stmt(StmtKind kind, int line) : kind(kind), line(line) {}
   StmtKind kind;
   int line = 0;
   std::string text;  // kText; kMacro's name; kSet's attribute (namespace assignment)
