@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <functional>
 
 #include "common/string_util.h"
 
@@ -163,12 +162,11 @@ Status read_policy(const YAML::Node& n, const Where& w, std::map<std::string, st
 
 namespace {
 
-// A list of {match: REGEX, <value_key>: VALUE} rules, both keys required: `read_value` reads
-// VALUE into the rule and `compile` compiles its regex when the config is read.
-template <typename Rule>
+// A list of {match: REGEX, <value_key>: VALUE} rules, both keys required: `read_value(node,
+// where, &rule)` reads VALUE into the rule and `compile` compiles its regex when the config is read.
+template <typename Rule, typename ReadValue>
 Status read_match_rules(const YAML::Node& n, const Where& w, const std::string& value_key,
-                        const std::string& value_choices,
-                        const std::function<Status(const YAML::Node&, const Where&, Rule*)>& read_value,
+                        const std::string& value_choices, const ReadValue& read_value,
                         Status (*compile)(Rule*), std::vector<Rule>* out) {
   const std::string shape = "{match: REGEX, " + value_key + ": " + value_choices + "}";
   if (n.IsNull()) {
@@ -208,7 +206,7 @@ Status read_match_rules(const YAML::Node& n, const Where& w, const std::string& 
 }  // namespace
 
 Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>* out) {
-  return read_match_rules<TpRuleConfig>(
+  return read_match_rules(
       n, w, "role", "row|column|keep",
       [](const YAML::Node& v, const Where& vw, TpRuleConfig* rule) {
         return read_enum<TpRole>(v, vw, {{"column", TpRole::kColumn}, {"row", TpRole::kRow}, {"keep", TpRole::kKeep}},
@@ -218,7 +216,7 @@ Status read_rules(const YAML::Node& n, const Where& w, std::vector<TpRuleConfig>
 }
 
 Status read_quant_rules(const YAML::Node& n, const Where& w, std::vector<QuantRuleConfig>* out) {
-  return read_match_rules<QuantRuleConfig>(
+  return read_match_rules(
       n, w, "quantize", "int8|int4|none",
       [](const YAML::Node& v, const Where& vw, QuantRuleConfig* rule) {
         return read_enum<WeightQuantization>(

@@ -36,6 +36,13 @@ StatusOr<StepResult> fake_step(const StepPlan& plan) {
   return r;
 }
 
+// The step answered with no tokens (the tests that use it look only at how the step ends).
+StepResult empty_result(const StepPlan& plan) {
+  StepResult r;
+  r.step_id = plan.step_id;
+  return r;
+}
+
 StepPlan decode_plan(uint64_t step_id, int num_seqs) {
   StepPlan p;
   p.step_id = step_id;
@@ -253,9 +260,7 @@ TEST(WorkerGroupTest, RankDyingDuringStepFailsThatStepNamingIt) {
       w1->link->stop(/*silently=*/true);  // the process "crashes" mid-step
       std::this_thread::sleep_for(400ms);
     }
-    StepResult r;
-    r.step_id = plan.step_id;
-    return r;
+    return empty_result(plan);
   };
   w1 = std::make_unique<FakeWorker>(g.group.endpoint(), 1, 2, kInterval, dying);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
@@ -273,9 +278,7 @@ TEST(WorkerGroupTest, RankErrorFailsTheStepNamingIt) {
   FakeWorker w0(g.group.endpoint(), 0, 2, 100ms);
   WorkerStepFn failing = [](const StepPlan& plan) -> StatusOr<StepResult> {
     if (plan.step_id == 2) return resource_exhausted("KV block 99 out of range");
-    StepResult r;
-    r.step_id = plan.step_id;
-    return r;
+    return empty_result(plan);
   };
   FakeWorker w1(g.group.endpoint(), 1, 2, 100ms, failing);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
@@ -296,9 +299,7 @@ TEST(WorkerGroupTest, RankWhoseCollectiveBrokeIsLostWhenTheStepReturns) {
   FakeWorker w0(g.group.endpoint(), 0, 2, 1000ms);
   WorkerStepFn broken = [](const StepPlan& plan) -> StatusOr<StepResult> {
     if (plan.step_id == 2) return Status(StatusCode::kUnavailable, "all_reduce_sum: missing rank(s) 0");
-    StepResult r;
-    r.step_id = plan.step_id;
-    return r;
+    return empty_result(plan);
   };
   FakeWorker w1(g.group.endpoint(), 1, 2, 1000ms, broken);
   ASSERT_TRUE(g.group.wait_until_ready(10s).is_ok());
