@@ -41,7 +41,7 @@ std::optional<int32_t> DraftModel::choose(const Feed& f, const float* logits, in
       return std::nullopt;
   } else {
     TokenDistribution q = token_distribution(req);
-    token = draw_token(q, counter_uniform(req.seed, static_cast<uint64_t>(req.token_index)));
+    token = q.draw(counter_uniform(req.seed, static_cast<uint64_t>(req.token_index)));
     // An unlikely draw is still proposed, and ends the proposals after it: leaving it out would
     // make whether this position is checked by the rule depend on the draw itself, and the
     // output would lean away from tokens the draft rarely draws (q = (0.95, 0.05), p = (0.5,

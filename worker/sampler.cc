@@ -141,67 +141,142 @@ TokenDistribution token_distribution(const SampleRequest& r) {
   const SamplingParams& p = *r.params;
   std::vector<float> adjusted;
   const float* logits = adjusted_logits(r, adjusted);
-  TokenDistribution d;
-  std::vector<int32_t>& order = d.ids;
-  order = allowed_ids(r);
-  if (order.empty()) {
-    order.resize(static_cast<size_t>(r.vocab));
-    std::iota(order.begin(), order.end(), 0);
+  // The candidates' ids: the mask's, the top-k's, or (none listed) the whole vocabulary.
+  std::vector<int32_t> ids = allowed_ids(r);
+  const int64_t num_allowed = ids.empty() ? r.vocab : static_cast<int64_t>(ids.size());
+  if (p.top_k > 0 && p.top_k < num_allowed) {
+    if (ids.empty()) {
+      ids.resize(static_cast<size_t>(r.vocab));
+      std::iota(ids.begin(), ids.end(), 0);
+    }
+    // Equal logits in id order, so a seed fully determines the draw.
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::partial_sort(ids.begin(), ids.begin() + p.top_k, ids.end(), by_logit);
+    ids.resize(static_cast<size_t>(p.top_k));
   }
-  const auto num_candidates = static_cast<int64_t>(order.size());
-  int64_t keep = num_candidates;
-  if (p.top_k > 0 && p.top_k < num_candidates) keep = p.top_k;
-  // Highest first; equal logits in id order, so a seed fully determines the draw.
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  if (keep < num_candidates) {
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
-    order.resize(keep);
-  } else {
-    std::sort(order.begin(), order.end(), by_logit);
+  const bool whole_vocabulary = ids.empty();
+  const size_t n = whole_vocabulary ? static_cast<size_t>(r.vocab) : ids.size();
+  std::vector<float> gathered;
+  if (!whole_vocabulary) {
+    gathered.resize(n);
+    for (size_t i = 0; i < n; ++i) gathered[i] = logits[ids[i]];
   }
-  std::vector<double>& prob = d.weights;
-  prob.resize(static_cast<size_t>(keep));
-  const double mx = logits[order[0]];
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp((logits[order[i]] - mx) / p.temperature);
-  if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
-    double mass = 0;
-    int64_t n = 0;
-    while (n < keep && mass < p.top_p * sum) mass += prob[n++];
-    keep = std::max<int64_t>(n, 1);
-  }
-  if (p.min_p > 0.0f) {  // prob[0] is the top token's
-    int64_t n = 1;
-    while (n < keep && prob[n] >= p.min_p * prob[0]) ++n;
-    keep = n;
-  }
-  order.resize(static_cast<size_t>(keep));
-  prob.resize(static_cast<size_t>(keep));
-  for (int64_t i = 0; i < keep; ++i) d.total += prob[i];
+  const float* x = whole_vocabulary ? logits : gathered.data();
+  std::vector<float> w(n);
+  const double total = cpu::exp_shifted(x, static_cast<int64_t>(n), *std::max_element(x, x + n), p.temperature, w.data());
+  std::vector<TokenDistribution::Candidate> candidates(n);
+  for (size_t i = 0; i < n; ++i) candidates[i] = {whole_vocabulary ? static_cast<int32_t>(i) : ids[i], w[i]};
+  TokenDistribution d(std::move(candidates), total);
+  if (p.top_p < 1.0f) d.keep_top_p(p.top_p);
+  if (p.min_p > 0.0f) d.keep_min_p(p.min_p);
   return d;
 }
 
+namespace {
+
+using Candidate = TokenDistribution::Candidate;
+
+// Draw order: highest weight first, equal weights by lower id. (A function object: the
+// algorithms inline it, where a function pointer costs a call per comparison.)
+struct InDrawOrder {
+  bool operator()(const Candidate& a, const Candidate& b) const {
+    return a.weight > b.weight || (a.weight == b.weight && a.id < b.id);
+  }
+};
+
+// Below this many candidates a selection sorts them and walks them.
+constexpr size_t kSortBelow = 32;
+
+double weight_sum(std::span<const Candidate> candidates) {
+  double sum = 0;
+  for (const Candidate& c : candidates) sum += c.weight;
+  return sum;
+}
+
+}  // namespace
+
+size_t TokenDistribution::select_by_mass(double mass) {
+  const InDrawOrder ahead;
+  auto at = [this](size_t i) { return candidates_.begin() + static_cast<std::ptrdiff_t>(i); };
+  size_t lo = 0, hi = candidates_.size();
+  double before = 0;  // the weight of [0, lo): all of it ahead of [lo, hi)
+  // First split: the candidates heavier than 1/256 of the total, at most 256 of them, ahead
+  // of the rest. In the peaked distributions of real text most draws land among them, after
+  // one pass over the vocabulary that moves only those few.
+  if (hi - lo > kSortBelow) {
+    const double floor = total_ / 256;
+    const auto mid = std::partition(at(lo), at(hi), [&](const Candidate& x) { return x.weight > floor; });
+    const auto split = static_cast<size_t>(mid - candidates_.begin());
+    const double heavy = weight_sum(std::span<const Candidate>(candidates_.data(), split));
+    if (heavy > mass) {
+      hi = split;
+    } else {
+      before = heavy;
+      lo = split;
+    }
+  }
+  // Quickselect on the running sum: split [lo, hi) around a pivot (the median of three) into
+  // the candidates ahead of it, the pivot, and the rest; go into the side where the sum passes.
+  while (hi - lo > kSortBelow) {
+    const Candidate& a = candidates_[lo];
+    const Candidate& b = candidates_[lo + (hi - lo) / 2];
+    const Candidate& c = candidates_[hi - 1];
+    const Candidate pivot = ahead(a, b) ? (ahead(b, c) ? b : ahead(a, c) ? c : a) : (ahead(a, c) ? a : ahead(b, c) ? c : b);
+    const auto mid = std::partition(at(lo), at(hi), [&](const Candidate& x) { return ahead(x, pivot); });
+    const auto split = static_cast<size_t>(mid - candidates_.begin());
+    const double ahead_mass = weight_sum(std::span<const Candidate>(&candidates_[lo], split - lo));
+    if (before + ahead_mass > mass) {
+      hi = split;
+      continue;
+    }
+    std::iter_swap(mid, std::find_if(mid, at(hi), [&](const Candidate& x) { return x.id == pivot.id; }));
+    before += ahead_mass;
+    if (before + pivot.weight > mass) return split;
+    before += pivot.weight;
+    lo = split + 1;
+  }
+  std::sort(at(lo), at(hi), ahead);
+  for (size_t k = lo; k < hi; ++k) {
+    before += candidates_[k].weight;
+    if (before > mass) return k;
+  }
+  // Rounding left `mass` at or past the total: the last candidate that could be drawn at all.
+  size_t last = candidates_.size();
+  for (size_t k = 0; k < candidates_.size(); ++k) {
+    if (candidates_[k].weight > 0 && (last == candidates_.size() || ahead(candidates_[last], candidates_[k]))) last = k;
+  }
+  return last == candidates_.size() ? 0 : last;
+}
+
+void TokenDistribution::keep_top_p(double fraction) {
+  if (candidates_.empty()) return;
+  candidates_.resize(select_by_mass(fraction * total_) + 1);
+  total_ = weight_sum(candidates_);
+}
+
+void TokenDistribution::keep_min_p(double fraction) {
+  if (candidates_.empty()) return;
+  const Candidate top = *std::min_element(candidates_.begin(), candidates_.end(), InDrawOrder{});
+  const double floor = fraction * top.weight;
+  const auto kept = std::partition(candidates_.begin(), candidates_.end(),
+                                   [&](const Candidate& c) { return c.id == top.id || c.weight >= floor; });
+  candidates_.erase(kept, candidates_.end());
+  total_ = weight_sum(candidates_);
+}
+
 double TokenDistribution::prob(int32_t id) const {
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] == id) return weights[i] / total;
+  for (const Candidate& c : candidates_)
+    if (c.id == id) return c.weight / total_;
   return 0.0;
 }
 
-int32_t draw_token(const TokenDistribution& d, double u) {
-  const double target = u * d.total;
-  double acc = 0;
-  for (size_t i = 0; i < d.ids.size(); ++i) {
-    acc += d.weights[i];
-    if (target < acc) return d.ids[i];
-  }
-  return d.ids.back();
-}
+int32_t TokenDistribution::draw(double u) { return candidates_[select_by_mass(u * total_)].id; }
 
 SampledToken sample_token(const SampleRequest& r) {
   SampledToken out;
   out.token = r.params->temperature <= 0.0f
                   ? greedy_token(r)
-                  : draw_token(token_distribution(r), counter_uniform(r.seed, static_cast<uint64_t>(r.token_index)));
+                  : token_distribution(r).draw(counter_uniform(r.seed, static_cast<uint64_t>(r.token_index)));
   fill_logprobs(r, out);
   return out;
 }

@@ -8,6 +8,7 @@
 // whatever else shares its batch and whether or not it was preempted.
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/sampling_params.h"
@@ -46,18 +47,48 @@ double counter_uniform(uint64_t seed, uint64_t counter);
 SampledToken sample_token(const SampleRequest& request);
 
 // What a temperature > 0 request draws from: the candidates top-k, top-p and min-p keep
-// (after the mask, logit_bias, min_tokens and penalties), highest logit first (ties to the
-// lower id), with unnormalised weights exp((logit - max) / temperature).
-struct TokenDistribution {
-  std::vector<int32_t> ids;
-  std::vector<double> weights;
-  double total = 0;  // sum of weights
+// (after the mask, logit_bias, min_tokens and penalties), with unnormalised weights
+// exp((logit - max) / temperature). Cuts and draws follow draw order (highest weight first,
+// equal weights by lower id) without sorting the candidates: a weighted selection finds
+// where the running sum of weights in that order passes a mass in linear expected time,
+// so plain temperature sampling (the OpenAI API's default) over a 128k vocabulary costs a
+// few passes over it, not a sort of it for every token.
+class TokenDistribution {
+ public:
+  struct Candidate {
+    int32_t id;
+    double weight;
+  };
+  TokenDistribution() = default;
+  // `total`: the weights' sum.
+  TokenDistribution(std::vector<Candidate> candidates, double total)
+      : candidates_(std::move(candidates)), total_(total) {}
+
+  size_t size() const { return candidates_.size(); }
+  double total() const { return total_; }  // the weights' sum
+  std::span<const Candidate> candidates() const { return candidates_; }  // in no set order
   // The probability of `id` (0 when it is not a candidate); a scan of the candidates.
   double prob(int32_t id) const;
+  // top-p: keeps the fewest candidates, first in draw order, whose weight passes `fraction`
+  // of the total (at least one).
+  void keep_top_p(double fraction);
+  // min-p: keeps the candidates whose weight is at least `fraction` of the heaviest one's.
+  void keep_min_p(double fraction);
+  // The candidate a uniform draw u in [0, 1) lands on: where the running sum of weights in
+  // draw order first passes u * total.
+  int32_t draw(double u);
+
+ private:
+  // Reorders the candidates so that the ones before the returned index are exactly those
+  // ahead of it in draw order, and returns the index of the candidate at which the running
+  // sum of weights in draw order first exceeds `mass` (the last candidate of positive weight
+  // when rounding leaves `mass` at or past the total).
+  size_t select_by_mass(double mass);
+
+  std::vector<Candidate> candidates_;
+  double total_ = 0;
 };
 TokenDistribution token_distribution(const SampleRequest& request);
-// The candidate a uniform draw u in [0, 1) lands on (cumulative weights in candidate order).
-int32_t draw_token(const TokenDistribution& d, double u);
 // The token a temperature-0 request takes: the highest adjusted logit (ties to the lowest id).
 int32_t greedy_token(const SampleRequest& request);
 // Fills token.logprob and the top alternatives from the raw logits of `request`.

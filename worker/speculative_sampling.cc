@@ -19,7 +19,7 @@ int64_t uniform_bits(uint64_t seed, SpeculativeStream stream, uint64_t index) {
 
 // d's probabilities at their ids in `row`, a dense row of the vocabulary (zero elsewhere).
 void scatter(const TokenDistribution& d, float* row) {
-  for (size_t i = 0; i < d.ids.size(); ++i) row[d.ids[i]] = static_cast<float>(d.weights[i] / d.total);
+  for (const TokenDistribution::Candidate& c : d.candidates()) row[c.id] = static_cast<float>(c.weight / d.total());
 }
 
 }  // namespace

@@ -12,4 +12,10 @@ namespace tessera::cpu {
 // so the terms are at most 1 and the sum of n terms loses nothing a log-probability shows.
 double sum_exp_shifted(const float* x, int64_t n, float max);
 
+// out[i] = exp((x[i] - max) / temperature), the same float exp, and their sum in double: the
+// sampler's unnormalised weights of a row of candidates. temperature > 0; max >= every x[i].
+// Each weight is within 3e-7 relative plus the float rounding of its argument (2^-24 of
+// |x[i] - max| / temperature): 1e-6 of a weight of e^-16, which no draw can tell.
+double exp_shifted(const float* x, int64_t n, float max, float temperature, float* out);
+
 }  // namespace tessera::cpu

@@ -1,6 +1,7 @@
-// cpu::sum_exp_shifted (the sampler's softmax normaliser) against a double-precision sum of
-// std::exp, on vocabulary-sized rows and short ones (vector tails), with -inf entries (masked
-// logits) and the spread of values real logits have.
+// cpu::sum_exp_shifted (the sampler's softmax normaliser) and cpu::exp_shifted (its
+// candidates' weights) against double-precision std::exp, on vocabulary-sized rows and short
+// ones (vector tails), with -inf entries (masked logits) and the spread of values real logits
+// have.
 #include "kernels/cpu/sum_exp.h"
 
 #include <gtest/gtest.h>
@@ -33,6 +34,32 @@ TEST(SumExpShifted, TermsFarBelowTheMaximumAddNothingAndNoNaN) {
   const double got = sum_exp_shifted(x.data(), static_cast<int64_t>(x.size()), 0.0f);
   const double want = 2.0 + std::exp(-1.0) + std::exp(-3.0) + std::exp(-87.0);
   EXPECT_NEAR(got, want, 3e-7 * want);
+}
+
+TEST(ExpShifted, EachWeightAndTheSumMatchDoubleReferenceAtEveryTemperature) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> logit(0.0f, 4.0f);
+  for (float temperature : {1.0f, 0.3f, 2.5f, 1e-4f}) {
+    for (int64_t n : {1, 7, 8, 9, 17, 32000}) {
+      std::vector<float> x(static_cast<size_t>(n)), out(static_cast<size_t>(n), -1.0f);
+      for (float& v : x) v = logit(rng);
+      if (n > 3) x[2] = -INFINITY;
+      const float mx = *std::max_element(x.begin(), x.end());
+      double want_sum = 0;
+      const double got_sum = exp_shifted(x.data(), n, mx, temperature, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double arg = (static_cast<double>(x[i]) - mx) / temperature;
+        const double want = std::exp(arg);
+        want_sum += want;
+        // The float exp's 2e-7, and the float rounding of its argument (a relative 2^-24 of
+        // it, so as much again of the result per unit of |arg|).
+        const double tolerance = std::isinf(arg) ? 0.0 : want * (3e-7 + 1.2e-7 * std::fabs(arg)) + 1e-37;
+        ASSERT_NEAR(out[i], want, tolerance) << "n=" << n << " t=" << temperature << " i=" << i;
+      }
+      EXPECT_NEAR(got_sum, want_sum, 3e-7 * want_sum) << "n=" << n << " t=" << temperature;
+      EXPECT_EQ(out[std::max_element(x.begin(), x.end()) - x.begin()], 1.0f);  // the maximum weighs 1
+    }
+  }
 }
 
 }  // namespace
