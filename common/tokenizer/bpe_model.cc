@@ -1,5 +1,6 @@
 #include "common/tokenizer/bpe_model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <queue>
 
@@ -53,6 +54,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::from_json(const Json& j, const std
       return unimplemented(where + ".dropout: BPE dropout (random merges) is not supported for inference");
     }
   }
+  m->split_at_word_marker_ = m->continuing_subword_prefix_.empty() && m->end_of_word_suffix_.empty() &&
+                             m->token_to_id(kWordMarker) >= 0 && !m->any_token_has_an_inner_word_marker();
   TESSERA_ASSIGN_OR_RETURN(std::string unk, get_string_or(j, "unk_token", where, ""));
   if (!unk.empty()) {
     m->unk_id_ = m->token_to_id(unk);
@@ -112,7 +115,37 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
   return &id_to_token_[id];
 }
 
+bool BpeModel::any_token_has_an_inner_word_marker() const {
+  const std::string_view marker = kWordMarker;
+  for (const auto& [token, id] : vocab_) {
+    size_t after_run = 0;
+    while (std::string_view(token).substr(after_run, marker.size()) == marker) after_run += marker.size();
+    if (token.find(marker, after_run) != std::string::npos) return true;
+  }
+  return false;
+}
+
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
+  if (!split_at_word_marker_) return tokenize_piece(word, out);
+  // Character by character as merge_word reads them, so that a piece starts where one of its
+  // characters did.
+  const std::string_view marker = kWordMarker;
+  size_t start = 0;
+  bool after_marker = true;
+  for (size_t i = 0; i < word.size();) {
+    const size_t len = std::min(utf8_sequence_length(static_cast<unsigned char>(word[i])), word.size() - i);
+    const bool is_marker = word.substr(i, len) == marker;
+    if (is_marker && !after_marker && i > start) {
+      tokenize_piece(word.substr(start, i - start), out);
+      start = i;
+    }
+    after_marker = is_marker;
+    i += len;
+  }
+  tokenize_piece(word.substr(start), out);
+}
+
+void BpeModel::tokenize_piece(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
     if (int32_t id = token_to_id(word); id >= 0) {

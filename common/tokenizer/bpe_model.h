@@ -1,8 +1,9 @@
 #pragma once
 // tokenizer.json `model` of type BPE: a vocabulary, a merge-rank table and the merge
 // loop (a priority queue over adjacent pairs, O(n log n) per word), with byte_fallback,
-// unk fusing, ignore_merges, continuing_subword_prefix / end_of_word_suffix, and a
-// word cache shared by all threads.
+// unk fusing, ignore_merges, continuing_subword_prefix / end_of_word_suffix, a word cache
+// shared by all threads, and words split at SentencePiece's word marker where the
+// vocabulary proves that changes nothing.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -53,6 +54,14 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+  // One piece of a word: from the word cache, else merged (and cached when short).
+  void tokenize_piece(std::string_view word, std::vector<int32_t>& out) const;
+  // Whether some token holds the word marker after a character that is not one.
+  bool any_token_has_an_inner_word_marker() const;
+
+  // SentencePiece's word marker "▁" (U+2581), which a Metaspace pre-tokenizer or normalizer
+  // puts where the text had spaces.
+  static constexpr const char* kWordMarker = "\xE2\x96\x81";
 
   VocabMap vocab_;
   std::vector<std::string> id_to_token_;
@@ -65,6 +74,12 @@ class BpeModel {
   bool ignore_merges_ = false;
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;
+  // A word is merged piece by piece, split before each word marker that follows another
+  // character, when no token has a marker after another character: no merge can then join
+  // across such a point, so the pieces merge to what the whole would, and short pieces come
+  // from the word cache. (A normalizer that turns spaces into markers with no pre-tokenizer,
+  // Llama 2's layout, hands the whole text over as one word.)
+  bool split_at_word_marker_ = false;
 
   // Word cache: shards keep threads of a server from serialising on one lock.
   static constexpr size_t kCacheShards = 16;

@@ -1,6 +1,9 @@
 // Randomized properties: byte-level round trips for arbitrary Unicode (and invalid
 // UTF-8, repaired the way Python's errors="replace" does), and the streaming
 // detokenizer's pieces concatenating to the full decode for every prefix.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <random>
 
 #include "common/tokenizer/incremental_detokenizer.h"
@@ -173,6 +176,32 @@ TEST(TokenizerProperty, IncrementalDetokenizerHoldsIncompleteCharacters) {
     all += p;
   }
   EXPECT_EQ(all, "a\xF0\x9F\x98\x80");
+}
+
+// BpeModel's split of a word at SentencePiece's word marker (bpe_model.h) against the same
+// vocabulary without it: one more token with a marker after a letter, which no merge makes,
+// turns the split off and changes nothing else, so both must give the same ids for any text
+// (Llama 2's layout hands the whole text to the BPE model as one word).
+TEST(TokenizerProperty, SplittingAWordAtTheWordMarkerChangesNoIds) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string dir = fixtures_dir() + "/tokenizers/llama2-spm";
+  nlohmann::json tokenizer_json = nlohmann::json::parse(testing::read_file(dir + "/tokenizer.json"));
+  const std::string config = testing::read_file(dir + "/tokenizer_config.json");
+  auto split = Tokenizer::from_json(tokenizer_json.dump(), config);
+  ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+  nlohmann::json& vocab = tokenizer_json["model"]["vocab"];
+  int64_t max_id = 0;
+  for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  vocab["a\xE2\x96\x81" "b"] = max_id + 1;
+  auto whole = Tokenizer::from_json(tokenizer_json.dump(), config);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  std::mt19937 rng(77);
+  for (int i = 0; i < 300; ++i) {
+    std::string s = random_text(rng, 1 + i % 60);
+    // Now and then a broken UTF-8 sequence just before a marker.
+    if (i % 7 == 0) s.insert(s.size() / 2, "x\xE2\x96\xE2\x96\x81y");
+    ASSERT_EQ(split.value()->encode(s, true), whole.value()->encode(s, true)) << "text " << i << ": " << s;
+  }
 }
 
 }  // namespace
