@@ -48,7 +48,6 @@ void BM_SampleToken(benchmark::State& state, Mode mode, float spread) {
   request.params = &params;
   request.seed = 11;
   int64_t draws = 0;
-  size_t kept = 0;
   for (auto _ : state) {
     request.logits = rows[static_cast<size_t>(draws % 8)].data();
     request.token_index = static_cast<int32_t>(draws);
@@ -56,7 +55,7 @@ void BM_SampleToken(benchmark::State& state, Mode mode, float spread) {
     ++draws;
   }
   request.logits = rows[0].data();
-  kept = tessera::token_distribution(request).size();
+  const size_t kept = tessera::token_distribution(request).size();
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(draws), benchmark::Counter::kIsRate);
   state.counters["kept"] = static_cast<double>(kept);
 }
