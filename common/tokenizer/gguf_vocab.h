@@ -21,8 +21,9 @@
 //   with a space, and not after a special token; SentencePiece (and llama.cpp) always add it.
 // - "gpt2" (byte-level BPE): vocabulary and tokenizer.ggml.merges ("left right"), the
 //   pre-tokenizer of the family named by tokenizer.ggml.pre, as its tokenizer.json spells it:
-//   default/gpt-2/phi-2 (GPT-2's), llama-bpe/llama3/llama-v3, qwen2 (with NFC), stablelm2,
-//   falcon, starcoder/refact, gpt-4o. An absent key is "default", taken as GPT-2's regex
+//   default/gpt-2/phi-2 (GPT-2's), llama-bpe/llama3/llama-v3/falcon3/pixtral, dbrx (Phi-4's),
+//   qwen2/deepseek-r1-qwen (with NFC), tekken (Mistral Nemo's), bloom, stablelm2, falcon,
+//   starcoder/refact, smollm, gpt-4o. An absent key is "default", taken as GPT-2's regex
 //   (llama.cpp's own "default" splits more finely). ByteLevel decoding. add_bos_token and
 //   clean_up_tokenization_spaces default to llama.cpp's choice for the family (BOS for Llama 3).
 // Any other model ("bert", "t5", "rwkv", ...) and any other pre-tokenizer is refused.

