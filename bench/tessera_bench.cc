@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "Hugging Face model folder or DeepSpeed checkpoint JSON")->required();
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
   add_weight_streaming_flags(app, o.weights);
-  app.add_option("--quantize", o.quantize, "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4")->capture_default_str();
+  app.add_option("--quantize", o.quantize, tessera::kQuantizeFlagHelp)->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|int4|none, repeatable, e.g. lm_head=int8 (default: none)");

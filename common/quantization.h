@@ -18,14 +18,15 @@ class Regex;
 enum class WeightQuantization : uint8_t {
   kNone,  // weights in the compute dtype (model.dtype)
   kInt8,  // symmetric int8, one f32 scale per group of consecutive input elements of each output row
-  // The default: for a GGUF file whose matrices are stored quantized, its q4_0 and q4_K
-  // matrices kept as 4-bit panels value for value and the others int8 (about a byte per
-  // weight in memory, not model.dtype's two or four); none for every other checkpoint. The
-  // loader decides once the checkpoint is open (resolve_quantization,
-  // worker/weight_quantization.h) and logs what it chose.
+  // The default: for a GGUF file whose matrices are stored quantized, each such matrix kept
+  // in its own bits value for value (q4_0 / q4_1 / q4_K as 4-bit panels, q5_0 / q5_1 / q5_K
+  // as 5-bit, q6_K as 6-bit, q8_0 as int8 with its scale per 32), not widened to
+  // model.dtype's two or four bytes; none for every other checkpoint. The loader decides once
+  // the checkpoint is open (resolve_quantization, worker/weight_quantization.h) and logs what
+  // it chose.
   kAuto,
-  // 4-bit weights (kernels/int4_layout.h): q4_0 / q4_K matrices of a GGUF file as they are,
-  // every other selected matrix quantized by q4_0's rule (groups of 32, an f16 scale each).
+  // 4-bit weights (kernels/int4_layout.h): q4_0 / q4_1 / q4_K matrices of a GGUF file as they
+  // are, every other selected matrix quantized by q4_0's rule (groups of 32, an f16 scale each).
   kInt4,
 };
 const char* weight_quantization_name(WeightQuantization q);  // "none", "int8", "auto", "int4"

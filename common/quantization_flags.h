@@ -10,6 +10,10 @@
 
 namespace tessera {
 
+// The --quantize help text, the same in every program (tessera-serve and tessera-batch too).
+inline constexpr const char* kQuantizeFlagHelp =
+    "weight quantization: auto (a GGUF file's quantized matrices in their own bits: q4_0/q4_1/q4_K 4-bit, "
+    "q5_0/q5_1/q5_K 5-bit, q6_K 6-bit, q8_0 int8; else none), none, int8 or int4";
 // The --quantize-group help text, the same in every program.
 inline constexpr const char* kQuantizeGroupHelp =
     "int8: input elements per scale, auto (default: 128, 64 or 32, the largest dividing each layer's input) or a "

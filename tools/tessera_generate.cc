@@ -325,7 +325,7 @@ int generate_main(int argc, char** argv) {
                                   "random seed for sampling (prompt i uses seed + i) (default: none, each sequence "
                                   "seeded from its id)");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4 (model.quantization)")
+  app.add_option("--quantize", o.quantize, std::string(tessera::kQuantizeFlagHelp) + " (model.quantization)")
       ->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();

@@ -225,7 +225,7 @@ int perplexity_main(int argc, char** argv) {
   auto* context_opt =
       app.add_option("--context", o.context, "tokens per chunk (default: the model's context); chunks share one token");
   app.add_option("--dtype", o.dtype, "weight storage: float32, float16 or bfloat16")->capture_default_str();
-  app.add_option("--quantize", o.quantize, "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4")->capture_default_str();
+  app.add_option("--quantize", o.quantize, tessera::kQuantizeFlagHelp)->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,

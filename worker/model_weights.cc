@@ -310,8 +310,8 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   // GPTQ/AWQ tensors would otherwise surface as a missing ".weight" tensor.
   TESSERA_RETURN_IF_ERROR(check_not_prequantized(checkpoint));
   // GGUF files hold every linear weight [out, in]: llama.cpp's converter transposed GPT-2's.
-  // Resolved once here: the reader keeps q4_0 / q4_K matrices as blocks when 4-bit panels
-  // are to be made of them.
+  // Resolved once here: the reader keeps quantized matrices as blocks when panels are to be
+  // made of them (panel_scheme_of_blocks).
   const QuantizationOptions quant = resolve_quantization(options.quant, checkpoint);
   const KeptBlocks kept_blocks = quant.kind == WeightQuantization::kInt4 ? KeptBlocks::kAlways
                              : quant.keep_blocks              ? KeptBlocks::kWhereAligned

@@ -510,8 +510,9 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
 // A checkpoint's weights as loaded, estimated before loading: every parameter in `dtype`, or
 // where the matrices become quantized (model.quantization int8 or int4, or auto on a GGUF
 // file of quantized blocks) the matrices but the embedding and LM head at a byte each and a
-// float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's q4_0 / q4_K
-// matrices; 6-bit: auto's q6_K ones); under auto an LM head stored in blocks is quantized too.
+// float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's q4_0 / q4_1 /
+// q4_K matrices; 5-bit: auto's q5_0 / q5_1 / q5_K ones; 6-bit: auto's q6_K ones); under auto
+// an LM head stored in blocks is quantized too.
 double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, const QuantizationOptions& options,
                               DType dtype) {
   const QuantizationOptions quant = resolve_quantization(options, ckpt);

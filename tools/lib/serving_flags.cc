@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "common/quantization_flags.h"
 #include "coordinator/cluster/local_workers.h"
 #include "tools/lib/local_endpoints.h"
 
@@ -31,8 +32,7 @@ void add_serving_flags(CLI::App& app, ServingFlags& f, bool http) {
                  "weight type: float32, float16 or bfloat16 (model.dtype) (default: float16; float32 without --config)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   app.add_option("--quantize", f.quantize,
-                 "weight quantization: auto (for a GGUF file with quantized matrices: its q4_0/q4_K ones 4-bit, the others int8; else none), none, int8 or int4 "
-                 "(model.quantization; docs/quantization.md) (default: auto)")
+                 std::string(kQuantizeFlagHelp) + " (model.quantization; docs/quantization.md) (default: auto)")
       ->check(CLI::IsMember({"auto", "none", "int8", "int4"}));
   app.add_option("--check-weights", f.check_weights,
                  "refuse NaN/Inf weights at load, naming the tensor: auto (checkpoints up to 8 GiB), true or false "
