@@ -4,6 +4,7 @@
 #include "kernels/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -294,7 +295,7 @@ void Backend::rejection_sample_rows(const TensorView& p, const TensorView& q, co
   rejection_sample_rows_impl(p, q, proposals, uniforms, tokens, accepted);
 }
 
-void Backend::rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) {
+void Backend::rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq, float magnitude) {
   check_heads(*this, x, "rotary", "x");
   const int64_t head_dim = x.dim(2);
   TESSERA_CHECK(positions.dtype == DType::kI32 && positions.ndim == 1 && positions.device == DeviceKind::kCpu)
@@ -305,7 +306,8 @@ void Backend::rotary(const TensorView& x, const TensorView& positions, const Ten
   TESSERA_CHECK(inv_freq.dtype == DType::kF32 && inv_freq.ndim == 1) << "inv_freq " << inv_freq.shape_string();
   TESSERA_CHECK(inv_freq.numel() >= 1 && 2 * inv_freq.numel() <= head_dim)
       << "rotary over " << 2 * inv_freq.numel() << " of " << head_dim << " dims";
-  rotary_impl(x, positions, inv_freq);
+  TESSERA_CHECK(std::isfinite(magnitude) && magnitude > 0) << "rotary: magnitude " << magnitude;
+  rotary_impl(x, positions, inv_freq, magnitude);
 }
 
 void Backend::head_rms_norm(const TensorView& x, const TensorView& gamma, float eps) {

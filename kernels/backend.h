@@ -186,7 +186,9 @@ class Backend {
   // inv_freq: f32 [R/2] on this backend; the first R dims of each head are rotated
   // (pairs i, i + R/2) and the rest pass through (GPT-NeoX's partial rotary: R < head_dim).
   // positions: i32 [T] in host memory (DeviceKind::kCpu), whatever the backend.
-  void rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq);
+  // magnitude scales cos and sin (LongRoPE's attention factor: the rotated dims grow by it, the
+  // others do not); 1 leaves the rotation a pure rotation.
+  void rotary(const TensorView& x, const TensorView& positions, const TensorView& inv_freq, float magnitude = 1.0f);
   // In place RMSNorm of every head of x f32 [T, heads, head_dim] (may be strided) with one
   // gamma [head_dim] for all heads (Qwen3's and Gemma 3's q/k norms).
   void head_rms_norm(const TensorView& x, const TensorView& gamma, float eps);
@@ -253,7 +255,8 @@ class Backend {
                                          const TensorView& uniforms, const TensorView& tokens,
                                          const TensorView& accepted) = 0;
   // x, q, k, v: 3-D [T, heads, head_dim], possibly strided along dimension 0.
-  virtual void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) = 0;
+  virtual void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq,
+                           float magnitude) = 0;
   virtual void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) = 0;
   // k and v share one row stride.
   virtual void write_kv_impl(const TensorView& k, const TensorView& v, const AttentionBatch& batch,

@@ -140,6 +140,41 @@ Status llama3_rope_from_factors(const GgufFile& file, const GgufTensor& t, nlohm
   return Status::ok();
 }
 
+// Phi-3's LongRoPE: the converter stores the factors as rope_factors_long/short.weight (f32,
+// one per rotated pair), the original context as rope.scaling.original_context_length and the
+// attention factor it computed as rope.scaling.attn_factor; back into transformers' form.
+Status phi3_longrope_from_factors(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                                  std::vector<std::string>* consumed) {
+  const GgufTensor* long_t = file.find_tensor("rope_factors_long.weight");
+  const GgufTensor* short_t = file.find_tensor("rope_factors_short.weight");
+  const std::string where = file.path() + ": Phi-3 LongRoPE";
+  if (long_t == nullptr || short_t == nullptr) {
+    return invalid_argument(where + ": " + (long_t == nullptr ? "rope_factors_long.weight" : "rope_factors_short.weight") +
+                            " is missing beside the other");
+  }
+  nlohmann::json rs = {{"rope_type", "longrope"}};
+  for (const GgufTensor* t : {long_t, short_t}) {
+    if (t->dims.size() != 1 || t->type != static_cast<uint32_t>(GgmlType::kF32)) {
+      return invalid_argument(where + ": " + t->name + " must be a 1-D f32 tensor");
+    }
+    std::vector<float> v(static_cast<size_t>(t->dims[0]));
+    TESSERA_RETURN_IF_ERROR(dequantize_ggml(t->type, t->data, t->dims[0], v.data()));
+    rs[t == long_t ? "long_factor" : "short_factor"] = v;
+    consumed->push_back(t->name);
+  }
+  const std::string original_key = arch + ".rope.scaling.original_context_length";
+  if (!file.has(original_key)) return invalid_argument(where + ": missing key " + original_key);
+  TESSERA_ASSIGN_OR_RETURN(int64_t original, file.get_int(original_key));
+  (*config)["original_max_position_embeddings"] = original;
+  const std::string attn_key = arch + ".rope.scaling.attn_factor";
+  if (file.has(attn_key)) {
+    TESSERA_ASSIGN_OR_RETURN(double attn, file.get_float(attn_key));
+    rs["attention_factor"] = attn;
+  }
+  (*config)["rope_scaling"] = rs;
+  return Status::ok();
+}
+
 }  // namespace
 
 Status gguf_config_llama(const GgufFile& file, const std::string&, nlohmann::json* config,
@@ -151,10 +186,9 @@ Status gguf_config_llama(const GgufFile& file, const std::string&, nlohmann::jso
 }
 
 Status gguf_config_phi3(const GgufFile& file, const std::string& arch, nlohmann::json* config,
-                        std::vector<std::string>*) {
+                        std::vector<std::string>* consumed) {
   if (file.find_tensor("rope_factors_long.weight") != nullptr || file.find_tensor("rope_factors_short.weight") != nullptr) {
-    return unimplemented(file.path() + ": Phi-3's long-context rope (rope_factors_long/short.weight: LongRoPE) is "
-                                       "not supported");
+    TESSERA_RETURN_IF_ERROR(phi3_longrope_from_factors(file, arch, config, consumed));
   }
   // Hugging Face's Phi-3 attends within its sliding window (llama.cpp's loader turns it off).
   const std::string window_key = arch + ".attention.sliding_window";

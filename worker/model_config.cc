@@ -12,6 +12,67 @@ namespace {
 
 namespace cf = config_fields;
 
+// A list of positive finite factors under `key` of rope_scaling.
+Status read_rope_factors(const nlohmann::json& rs, const std::string& where, const char* key, std::vector<float>* out) {
+  auto it = rs.find(key);
+  if (it == rs.end()) return invalid_argument(where + ": missing key \"" + std::string(key) + "\"");
+  if (!it->is_array() || it->empty()) {
+    return invalid_argument(where + ": \"" + std::string(key) + "\" must be a non-empty list of numbers, got " +
+                            it->dump().substr(0, 80));
+  }
+  out->clear();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const nlohmann::json& v = (*it)[i];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
+      return invalid_argument(where + ": " + key + "[" + std::to_string(i) + "] must be a positive number, got " +
+                              v.dump());
+    }
+    out->push_back(v.get<float>());
+  }
+  return Status::ok();
+}
+
+// longrope / su (transformers' _compute_longrope_parameters): original_max_position_embeddings
+// from the config's top level (Phi-3 keeps it there, and then factor = max_position_embeddings
+// / it) or from rope_scaling (with its factor); attention_factor given, else
+// sqrt(1 + ln(factor) / ln(original)) above a factor of 1.
+Status parse_longrope(const nlohmann::json& config, const nlohmann::json& rs, const std::string& where, ModelConfig* c) {
+  RopeScaling& s = c->rope_scaling;
+  s.kind = RopeScaling::Kind::kLongRope;
+  TESSERA_RETURN_IF_ERROR(read_rope_factors(rs, where, "short_factor", &s.short_factor));
+  TESSERA_RETURN_IF_ERROR(read_rope_factors(rs, where, "long_factor", &s.long_factor));
+  if (s.short_factor.size() != s.long_factor.size()) {
+    return invalid_argument(where + ": short_factor has " + std::to_string(s.short_factor.size()) +
+                            " entries and long_factor " + std::to_string(s.long_factor.size()));
+  }
+  const nlohmann::json* top = cf::find(config, {"original_max_position_embeddings"});
+  if (top != nullptr && !top->is_null()) {
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, where, {"original_max_position_embeddings"}, true,
+                                                  &s.original_max_positions));
+    if (c->max_positions == 0) {
+      return invalid_argument(where + ": original_max_position_embeddings needs max_position_embeddings beside it");
+    }
+    s.factor = static_cast<float>(static_cast<double>(c->max_positions) / static_cast<double>(s.original_max_positions));
+  } else {
+    if (cf::find(rs, {"original_max_position_embeddings"}) == nullptr && c->max_positions == 0) {
+      return invalid_argument(where + ": missing key \"original_max_position_embeddings\"");
+    }
+    s.original_max_positions = c->max_positions;
+    TESSERA_RETURN_IF_ERROR(
+        cf::read_positive_int(rs, where, {"original_max_position_embeddings"}, false, &s.original_max_positions));
+    if (cf::find(rs, {"factor"}) == nullptr) return invalid_argument(where + ": missing key \"factor\"");
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_float(rs, where, {"factor"}, &s.factor));
+  }
+  const nlohmann::json* given = cf::find(rs, {"attention_factor"});
+  if (given != nullptr && !given->is_null()) {
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_float(rs, where, {"attention_factor"}, &s.attention_factor));
+  } else if (s.factor > 1.0f && s.original_max_positions > 1) {
+    s.attention_factor = static_cast<float>(
+        std::sqrt(1.0 + std::log(static_cast<double>(s.factor)) / std::log(static_cast<double>(s.original_max_positions))));
+  }
+  return Status::ok();
+}
+
 Status parse_rope_scaling(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
   auto rs = config.find("rope_scaling");
   if (rs == config.end() || rs->is_null()) return Status::ok();
@@ -43,8 +104,9 @@ Status parse_rope_scaling(const nlohmann::json& config, const std::string& sourc
     }
     return Status::ok();
   }
+  if (type == "longrope" || type == "su") return parse_longrope(config, *rs, where, c);
   return unimplemented(source + ": rope_scaling of type \"" + type +
-                       "\" is not supported (supported: default, linear, llama3)");
+                       "\" is not supported (supported: default, linear, llama3, longrope)");
 }
 
 Status parse_moe(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
@@ -169,6 +231,12 @@ Status parse_rotary(const nlohmann::json& config, const std::string& source, Mod
     return invalid_argument(source + ": rotary embeddings need an even number of rotated dims, got " +
                             std::to_string(c->rotary_dim) + " of head_dim " + std::to_string(c->head_dim));
   }
+  const RopeScaling& s = c->rope_scaling;
+  if (s.kind == RopeScaling::Kind::kLongRope && static_cast<int64_t>(s.short_factor.size()) != c->rotary_dim / 2) {
+    return invalid_argument(source + " rope_scaling: short_factor and long_factor have " +
+                            std::to_string(s.short_factor.size()) + " entries, one per rotated pair needs " +
+                            std::to_string(c->rotary_dim / 2) + " (rotary dims " + std::to_string(c->rotary_dim) + ")");
+  }
   return Status::ok();
 }
 
@@ -292,6 +360,15 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) {
   }
   const RopeScaling& s = c.rope_scaling;
   if (local || s.kind == RopeScaling::Kind::kNone) return inv;
+  if (s.kind == RopeScaling::Kind::kLongRope) {
+    // 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)), in float32.
+    const std::vector<float>& ext = rope_uses_long_factors(c) ? s.long_factor : s.short_factor;
+    for (int64_t i = 0; i < half; ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+      inv[i] = 1.0f / (ext[i] * std::pow(theta, exponent));
+    }
+    return inv;
+  }
   if (s.kind == RopeScaling::Kind::kLinear) {
     for (float& f : inv) f /= s.factor;
     return inv;
@@ -313,6 +390,16 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) {
     f = (1.0f - smooth) * scaled / s.factor + smooth * scaled;
   }
   return inv;
+}
+
+bool rope_uses_long_factors(const ModelConfig& c) {
+  const int64_t context = c.served_context > 0 ? c.served_context : c.max_positions;
+  return c.rope_scaling.kind == RopeScaling::Kind::kLongRope && context > c.rope_scaling.original_max_positions;
+}
+
+float rope_magnitude(const ModelConfig& c, int layer) {
+  const bool local = c.layer[layer].local_rope && c.rope_local_theta > 0;
+  return !local && c.rope_scaling.kind == RopeScaling::Kind::kLongRope ? c.rope_scaling.attention_factor : 1.0f;
 }
 
 }  // namespace tessera

@@ -14,12 +14,17 @@ namespace tessera {
 
 // rope_scaling from config.json: how the inverse frequencies are changed.
 struct RopeScaling {
-  enum class Kind { kNone, kLinear, kLlama3 };
+  enum class Kind { kNone, kLinear, kLlama3, kLongRope };
   Kind kind = Kind::kNone;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;   // llama3
   float high_freq_factor = 4.0f;  // llama3
-  int64_t original_max_positions = 0;  // llama3
+  int64_t original_max_positions = 0;  // llama3, longrope
+  // longrope (Phi-3's "su", Phi-3.5, Phi-4-mini): each rotary pair's wavelength multiplied by
+  // short_factor[i] for a model serving at most original_max_positions tokens, by
+  // long_factor[i] beyond; cos and sin scaled by attention_factor.
+  std::vector<float> short_factor, long_factor;
+  float attention_factor = 1.0f;
 };
 
 // What differs between the layers of one model.
@@ -62,6 +67,9 @@ struct ModelConfig {
   int64_t shared_ffn = 0;   // width of the shared expert (Qwen2-MoE); 0 = none
   bool moe_normalize = true;
   int64_t max_positions = 0;  // 0 = unknown (ALiBi has no hard limit)
+  // The longest sequence this model serves (scheduler.max_model_len), set by the loader; 0 =
+  // max_positions. LongRoPE picks its factors by it.
+  int64_t served_context = 0;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   std::vector<LayerSpec> layer;  // [layers]
@@ -82,7 +90,17 @@ Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, cons
                     const std::string& who);
 
 // RoPE inverse frequencies of one layer ([rotary_dim / 2]), computed as transformers does
-// in float32 (_compute_default_rope_parameters, then the linear or llama3 scaling).
+// in float32 (_compute_default_rope_parameters, then the linear, llama3 or longrope scaling).
+// LongRoPE takes its long factors when the model serves more than original_max_positions
+// tokens (served_context, else max_positions), else its short ones, for every position: as
+// llama.cpp chooses (by its context size), so a position's rotation never depends on the
+// batch or on how a prompt was chunked. (transformers chooses per forward pass by the
+// sequence's length, so its keys before that length keep the short factors.)
 std::vector<float> rope_inv_freq(const ModelConfig& config, int layer);
+// The factor cos and sin of one layer's rotary are scaled by: LongRoPE's attention factor,
+// else 1.
+float rope_magnitude(const ModelConfig& config, int layer);
+// Whether LongRoPE's long factors are in use (for the load log).
+bool rope_uses_long_factors(const ModelConfig& config);
 
 }  // namespace tessera

@@ -35,6 +35,13 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, open_model_checkpoint(path));
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config,
                            parse_model_config(ckpt->config(), ckpt->config_source()));
+  config.served_context = options.max_context;
+  if (config.rope_scaling.kind == RopeScaling::Kind::kLongRope) {
+    TESSERA_LOG_INFO("rope: LongRoPE, the {} factors (serving {} tokens, original context {}), attention factor {}",
+                     rope_uses_long_factors(config) ? "long" : "short",
+                     config.served_context > 0 ? config.served_context : config.max_positions,
+                     config.rope_scaling.original_max_positions, config.rope_scaling.attention_factor);
+  }
   if (options.dtype != DType::kF32 && options.dtype != DType::kF16 && options.dtype != DType::kBF16) {
     return invalid_argument(std::string("unsupported weight dtype ") + dtype_name(options.dtype) +
                             " (expected float32, float16 or bfloat16)");
@@ -174,6 +181,7 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string c
       const std::vector<float> f = rope_inv_freq(config_, l);
       auto it = std::find(distinct.begin(), distinct.end(), f);
       layer_rope_.push_back(static_cast<int>(it - distinct.begin()));
+      layer_rope_magnitude_.push_back(rope_magnitude(config_, l));
       if (it == distinct.end()) distinct.push_back(f);
     }
     for (const std::vector<float>& f : distinct) {
@@ -470,8 +478,8 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
   if (config_.arch->position == PositionKind::kRotary) {
     const TensorView freq = rope_tables_[layer_rope_[layer]].view();
     const TensorView pos(const_cast<int32_t*>(positions.data()), DType::kI32, {T});  // host memory
-    backend_.rotary(q, pos, freq);
-    backend_.rotary(k, pos, freq);
+    backend_.rotary(q, pos, freq, layer_rope_magnitude_[layer]);
+    backend_.rotary(k, pos, freq, layer_rope_magnitude_[layer]);
   }
   backend_.write_kv(k, v, batch, cache.k(layer), cache.v(layer));
   Tensor attn = backend_.alloc({T, q_width}, DType::kF32);

@@ -35,6 +35,9 @@ struct ModelLoadOptions {
   // kCheckWeightsAutoBytes).
   std::optional<bool> check_weights;
   bool lm_head = true;  // false: no LM head (server.task embed; forward() then gives no logits)
+  // The longest sequence served (scheduler.max_model_len); 0 = the model's own context.
+  // LongRoPE picks its factors by it (ModelConfig::served_context).
+  int64_t max_context = 0;
   // model.weights_memory_budget and friends: the layers beyond the budget are streamed
   // (the CPU: worker/weight_residency.h; a device: worker/staged_weights.h).
   WeightResidencyOptions residency;
@@ -131,6 +134,7 @@ class Transformer {
   Tensor alibi_slopes_;  // [q_heads_] for ALiBi architectures, by global head index
   std::vector<Tensor> rope_tables_;  // distinct inverse-frequency tables (Gemma 3 has two)
   std::vector<int> layer_rope_;      // index into rope_tables_ per layer
+  std::vector<float> layer_rope_magnitude_;  // cos/sin scale per layer (LongRoPE's attention factor)
   float embed_scale_ = 0.0f;         // config's embed_scale rounded to the weight dtype
   Status comm_error_;    // the first failed collective; sticky
   // This forward's adapter per token row (empty: none in the step), and its runs.

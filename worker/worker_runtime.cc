@@ -188,6 +188,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.quant = quantization_options(config.model);
     mo.check_weights = config.model.check_weights;
     mo.lm_head = config.server.task != "embed";
+    mo.max_context = config.scheduler.max_model_len.value_or(0);
     mo.residency.budget = config.model.weights_memory_budget;
     mo.residency.spill_dir = config.model.weights_spill_dir;
     mo.residency.cache_dir = config.model.weights_cache_dir;

@@ -331,7 +331,8 @@ void CpuBackend::softcap_impl(const TensorView& x, float cap) {
   for (int64_t i = 0; i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
 }
 
-void CpuBackend::rotary_impl(const TensorView& x_v, const TensorView& positions_v, const TensorView& inv_freq) {
+void CpuBackend::rotary_impl(const TensorView& x_v, const TensorView& positions_v, const TensorView& inv_freq,
+                             float magnitude) {
   float* x = x_v.as<float>();
   const int32_t* positions = positions_v.as<int32_t>();
   const int64_t tokens = x_v.dim(0), heads = x_v.dim(1), head_dim = x_v.dim(2), row_stride = x_v.row_stride();
@@ -342,8 +343,8 @@ void CpuBackend::rotary_impl(const TensorView& x_v, const TensorView& positions_
     std::vector<float> cos_v(half), sin_v(half);
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(positions[t]) * freq[i];
-      cos_v[i] = std::cos(angle);
-      sin_v[i] = std::sin(angle);
+      cos_v[i] = magnitude * std::cos(angle);
+      sin_v[i] = magnitude * std::sin(angle);
     }
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + t * row_stride + h * head_dim;

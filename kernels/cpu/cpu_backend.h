@@ -61,7 +61,8 @@ class CpuBackend final : public Backend {
   void rejection_sample_rows_impl(const TensorView& p, const TensorView& q, const TensorView& proposals,
                                   const TensorView& uniforms, const TensorView& tokens,
                                   const TensorView& accepted) override;
-  void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) override;
+  void rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq,
+                   float magnitude) override;
   void head_rms_norm_impl(const TensorView& x, const TensorView& gamma, float eps) override;
   void write_kv_impl(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
                      const TensorView& k_cache, const TensorView& v_cache) override;

@@ -387,7 +387,8 @@ void CudaBackend::softcap_impl(const TensorView& x, float cap) {
   after_launch("softcap");
 }
 
-void CudaBackend::rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq) {
+void CudaBackend::rotary_impl(const TensorView& x, const TensorView& positions, const TensorView& inv_freq,
+                              float magnitude) {
   require_device({{&x, "x"}}, "rotary");
   const int64_t tokens = x.dim(0), heads = x.dim(1);
   if (tokens == 0 || heads == 0) return;
@@ -400,7 +401,7 @@ void CudaBackend::rotary_impl(const TensorView& x, const TensorView& positions, 
   const std::vector<const void*> dev =
       staging_->upload({{positions.data, static_cast<size_t>(tokens) * sizeof(int32_t)}}, stream_);
   cuda::launch::rotary(x.as<float>(), tokens, heads, x.dim(2), x.row_stride(), static_cast<const int32_t*>(dev[0]),
-                       freq.as<float>(), freq.numel(), stream_);
+                       freq.as<float>(), freq.numel(), magnitude, stream_);
   after_launch("rotary");
 }
 

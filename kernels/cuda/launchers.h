@@ -87,9 +87,10 @@ void rejection_sample_rows(const float* p, const float* q, int64_t rows, int64_t
 // ---- rotary.cu ------------------------------------------------------------------------------
 // Rotate-half RoPE in place on x[t * row_stride + h * head_dim + i] over the first
 // 2 * rot_half dims of each head (pairs i, i + rot_half); the rest are not touched.
-// angle = positions[t] * inv_freq[i], inv_freq [rot_half] (the model's own table).
+// angle = positions[t] * inv_freq[i], inv_freq [rot_half] (the model's own table); cos and
+// sin scaled by `magnitude` (1 for a pure rotation).
 void rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-            const int32_t* positions, const float* inv_freq, int64_t rot_half, Stream stream);
+            const int32_t* positions, const float* inv_freq, int64_t rot_half, float magnitude, Stream stream);
 
 // ---- kv_cache.cu ----------------------------------------------------------------------------
 // cache[slots[t] * width + i] = (cache dtype) k[t * row_stride + i] (and v), width =

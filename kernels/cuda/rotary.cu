@@ -10,13 +10,13 @@ namespace {
 
 // One block per (token, head); threads over the rotated half.
 __global__ void rotary_kernel(float* x, int64_t heads, int64_t head_dim, int64_t row_stride,
-                              const int32_t* positions, const float* inv_freq, int64_t rot_half) {
+                              const int32_t* positions, const float* inv_freq, int64_t rot_half, float magnitude) {
   const int64_t t = blockIdx.x / heads, h = blockIdx.x % heads;
   float* v = x + t * row_stride + h * head_dim;
   const float pos = static_cast<float>(positions[t]);
   for (int64_t i = threadIdx.x; i < rot_half; i += blockDim.x) {
     const float angle = pos * inv_freq[i];
-    const float c = cosf(angle), s = sinf(angle);
+    const float c = magnitude * cosf(angle), s = magnitude * sinf(angle);
     const float x0 = v[i], x1 = v[i + rot_half];
     v[i] = x0 * c - x1 * s;
     v[i + rot_half] = x1 * c + x0 * s;
@@ -28,11 +28,11 @@ __global__ void rotary_kernel(float* x, int64_t heads, int64_t head_dim, int64_t
 namespace launch {
 
 void rotary(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-            const int32_t* positions, const float* inv_freq, int64_t rot_half, Stream stream) {
+            const int32_t* positions, const float* inv_freq, int64_t rot_half, float magnitude, Stream stream) {
   if (tokens * heads == 0 || rot_half == 0) return;
   const int threads = rot_half >= 64 ? 64 : 32;
   rotary_kernel<<<tokens * heads, threads, 0, stream>>>(x, heads, head_dim, row_stride, positions, inv_freq,
-                                                        rot_half);
+                                                        rot_half, magnitude);
 }
 
 }  // namespace launch

@@ -561,10 +561,11 @@ TEST_F(CudaBackendTest, PartialRotaryTurnsOnlyTheFirstRDimsOfEachHead) {
   // GPT-NeoX's rotary_pct: R = rot dims of each head rotate (pairs i, i + R/2), the rest
   // pass through. x is a view into wider rows (k inside a packed qkv row): `lead` columns
   // before it, `extra` after.
-  struct Case { int64_t tokens, heads, head_dim, rot, lead, extra; float theta; };
-  for (Case c : {Case{1, 1, 4, 2, 0, 0, 10000.0f}, Case{3, 2, 64, 16, 128, 5, 10000.0f},
-                 Case{7, 4, 80, 20, 0, 33, 10000.0f}, Case{5, 3, 128, 64, 384, 0, 1e6f},
-                 Case{9, 8, 96, 94, 7, 1, 500000.0f}}) {
+  // `magnitude` scales cos and sin (LongRoPE's attention factor), in the rotated dims only.
+  struct Case { int64_t tokens, heads, head_dim, rot, lead, extra; float theta, magnitude; };
+  for (Case c : {Case{1, 1, 4, 2, 0, 0, 10000.0f, 1.0f}, Case{3, 2, 64, 16, 128, 5, 10000.0f, 1.0f},
+                 Case{7, 4, 80, 20, 0, 33, 10000.0f, 1.19f}, Case{5, 3, 128, 64, 384, 0, 1e6f, 1.0f},
+                 Case{9, 8, 96, 94, 7, 1, 500000.0f, 0.75f}}) {
     const int64_t stride = c.lead + c.heads * c.head_dim + c.extra;
     Tensor x = random_host({c.tokens, stride}, DType::kF32);
     std::uniform_int_distribution<int32_t> pos(0, 8191);
@@ -572,12 +573,13 @@ TEST_F(CudaBackendTest, PartialRotaryTurnsOnlyTheFirstRDimsOfEachHead) {
     for (int32_t& p : positions) p = pos(rng_);
     const Tensor inv_freq = rope_inv_freq(c.theta, c.rot);
     Tensor ref = host_copy(x);
-    cpu_->rotary(heads_in_rows(ref, c.lead, c.heads, c.head_dim), host_positions(positions), inv_freq);
+    cpu_->rotary(heads_in_rows(ref, c.lead, c.heads, c.head_dim), host_positions(positions), inv_freq, c.magnitude);
     Tensor xd = to_device(x), inv_freq_d = to_device(inv_freq);
-    cuda_->rotary(heads_in_rows(xd, c.lead, c.heads, c.head_dim), host_positions(positions), inv_freq_d);
+    cuda_->rotary(heads_in_rows(xd, c.lead, c.heads, c.head_dim), host_positions(positions), inv_freq_d,
+                  c.magnitude);
     const std::vector<float> got = device_f32(xd), in = widen(x);
     std::ostringstream tag;
-    tag << "partial rotary " << c.rot << " of " << c.head_dim << " heads=" << c.heads;
+    tag << "partial rotary " << c.rot << " of " << c.head_dim << " heads=" << c.heads << " magnitude " << c.magnitude;
     expect_close(widen(ref), got, 1e-6, 1e-5, tag.str());
     // Everything outside the rotated dims is the input, bit for bit.
     int64_t touched = 0;

@@ -6,6 +6,7 @@
 // rows closer together than their width, with a message that names the op and the argument.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -250,6 +251,31 @@ TEST_F(StridedViewsDeathTest, FrontsRefuseWrongShapesAndStrides) {
   EXPECT_DEATH(backend_.gated_act(qkv_.view().columns(0, 10), qkv_.view().columns(10, 10),
                                   qkv_.view().columns(20, 10), Activation::kSilu),
                "gated_act out must be contiguous");
+}
+
+// LongRoPE's attention factor: rotary with magnitude m gives m times the pure rotation in the
+// rotated dims (to rounding: cos and sin are scaled before the products) and leaves the
+// partial rotary's other dims as they were, bit for bit.
+TEST(RotaryMagnitude, ScalesTheRotatedDimsOnly) {
+  CpuBackend backend(1);
+  constexpr int64_t kTokens = 5, kHeads = 3, kHeadDim = 16, kRotHalf = 6;  // 12 of 16 dims rotate
+  const Tensor x = strided_random({kTokens, kHeads * kHeadDim}, 7);
+  Tensor pure = contiguous_columns(x, 0, kHeads * kHeadDim), scaled = contiguous_columns(x, 0, kHeads * kHeadDim);
+  Tensor inv_freq = Tensor::zeros({kRotHalf}, DType::kF32);
+  for (int64_t i = 0; i < kRotHalf; ++i) inv_freq.data<float>()[i] = 1.0f / std::pow(10000.0f, 2.0f * i / 12.0f);
+  std::vector<int32_t> pos = {0, 3, 17, 900, 4097};
+  const TensorView positions(pos.data(), DType::kI32, {kTokens});
+  constexpr float kMagnitude = 1.19f;
+  backend.rotary(pure.view().reshape({kTokens, kHeads, kHeadDim}), positions, inv_freq.view());
+  backend.rotary(scaled.view().reshape({kTokens, kHeads, kHeadDim}), positions, inv_freq.view(), kMagnitude);
+  for (int64_t i = 0; i < kTokens * kHeads * kHeadDim; ++i) {
+    const float p = pure.data<float>()[i], s = scaled.data<float>()[i];
+    if (i % kHeadDim < 2 * kRotHalf) {
+      EXPECT_NEAR(s, kMagnitude * p, 1e-6f + 1e-6f * std::fabs(s)) << "element " << i;
+    } else {
+      EXPECT_EQ(s, x.data<float>()[i]) << "element " << i << " is not rotated";
+    }
+  }
 }
 
 TEST_F(StridedViewsDeathTest, ContiguousOnlyOperationsRefuseStridedViews) {

@@ -68,10 +68,12 @@ struct FamilyRun {
   std::vector<GenerationResult> results;
 };
 
-StatusOr<FamilyRun> run_family(const std::string& path, const std::vector<FamilyCase>& cases) {
+// `max_context`: the served context (ModelLoadOptions::max_context; 0 = the model's own).
+StatusOr<FamilyRun> run_family(const std::string& path, const std::vector<FamilyCase>& cases, int64_t max_context = 0) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
   ModelLoadOptions lo;
   lo.dtype = DType::kF32;
+  lo.max_context = max_context;
   lo.quant.kind = WeightQuantization::kNone;  // the file's own values (auto would make q8_0 int8)
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(path, lo, *backend));
   Generator gen(*model, *backend);
@@ -243,6 +245,75 @@ std::string family_name(const ::testing::TestParamInfo<std::string>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufFamilyTest, ::testing::ValuesIn(testing::tiny_models()), family_name);
+
+// Phi-3's LongRoPE (Phi-3.5, Phi-4-mini): tiny-phi3's weights under a config with long and
+// short factors and an original context of 32 in a context of 256. The GGUF file (factors as
+// rope_factors_long/short.weight, the attention factor as rope.scaling.attn_factor) gives the
+// folder's logits serving 256 tokens (the long factors) and serving 32 (the short ones), and
+// the two differ; with short factors of 1 and an attention factor of 1, serving 32 tokens is
+// plain RoPE: the fixture's goldens (transformers' numbers).
+TEST(GgufPhi3LongRope, FactorsReadBackAsTheFolderInBothRegimes) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-phi3";
+  const std::vector<FamilyCase> cases = family_goldens(fixture);
+  const std::string tmp = testing::make_temp_dir("tessera-gguf-longrope");
+  auto folder_with = [&](const std::string& name, const nlohmann::json& rope_scaling) {
+    const std::string dir = tmp + "/" + name;
+    fs::create_directories(dir);
+    nlohmann::json config = nlohmann::json::parse(testing::read_file(fixture + "/config.json"));
+    config["max_position_embeddings"] = 256;
+    config["original_max_position_embeddings"] = 32;
+    config["rope_scaling"] = rope_scaling;
+    testing::write_file(dir + "/config.json", config.dump(2));
+    fs::create_symlink(fs::absolute(fixture + "/model.safetensors"), dir + "/model.safetensors");
+    return dir;
+  };
+  const std::string longrope = folder_with(
+      "longrope", {{"type", "longrope"},
+                   {"short_factor", {1.0, 1.05, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0}},
+                   {"long_factor", {1.0, 1.3, 2.1, 3.7, 6.0, 9.5, 14.0, 21.0}}});
+  auto conv = testing::gguf_from_hf(longrope, GgufOutType::kF32);
+  ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
+  const std::string gguf = write_gguf(*conv, tmp, "phi3-longrope");
+  float worst = 0;
+  std::vector<FamilyRun> folder_runs;
+  for (const int64_t served : {int64_t{0}, int64_t{32}}) {
+    auto from_file = run_family(gguf, cases, served);
+    auto from_folder = run_family(longrope, cases, served);
+    ASSERT_TRUE(from_file.is_ok() && from_folder.is_ok())
+        << from_file.status().to_string() << " " << from_folder.status().to_string();
+    worst = std::max(worst, compare_runs(*from_file, *from_folder, "longrope gguf vs folder"));
+    folder_runs.push_back(std::move(from_folder).value());
+  }
+  EXPECT_LE(worst, kSameWeightsBound);
+  float long_vs_short = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& a = folder_runs[0].results[i].logits;
+    const auto& b = folder_runs[1].results[i].logits;
+    for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) long_vs_short = std::max(long_vs_short, std::fabs(a[k] - b[k]));
+  }
+  EXPECT_GT(long_vs_short, 1e-2f) << "the long and the short factors gave the same logits";
+
+  const std::string unit = folder_with("unit", {{"rope_type", "longrope"},
+                                                {"short_factor", std::vector<double>(8, 1.0)},
+                                                {"long_factor", std::vector<double>(8, 4.0)},
+                                                {"attention_factor", 1.0}});
+  auto plain = run_family(unit, cases, 32);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  float vs_goldens = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t r = 0; r < plain->results[i].output.size(); ++r) {
+      EXPECT_EQ(plain->results[i].output[r], cases[i].greedy[r]) << "case " << i << " row " << r;
+      for (int64_t v = 0; v < plain->vocab; ++v)
+        vs_goldens = std::max(vs_goldens, std::fabs(plain->results[i].logits[r * plain->vocab + v] -
+                                                    cases[i].logits[r * plain->vocab + v]));
+    }
+  }
+  EXPECT_LE(vs_goldens, kGoldenBound);
+  std::cout << "[ REPORT   ] phi3 LongRoPE: gguf vs folder " << worst << " (long and short factors), long vs short "
+            << long_vs_short << ", unit factors vs goldens " << vs_goldens << std::endl;
+  fs::remove_all(tmp);
+}
 
 // model.quantization auto (the default): a file of quantized blocks (q8_0 here) is stored as int8
 // with a scale per 32 inputs (its LM head too), one of floats as it is; none keeps the decoded floats.

@@ -11,7 +11,7 @@
 //   bloom, gptneox: the fused QKV, per head [q, k, v], regrouped to [Q; K; V] (bias too).
 //   falcon: the fused QKV, per KV group [q..., k, v], regrouped to [Q; K; V].
 //   gpt2: the Conv1D weights (c_attn, c_proj, c_fc) transposed to [out, in].
-//   phi3: qkv_proj and gate_up_proj kept fused.
+//   phi3: qkv_proj and gate_up_proj kept fused; LongRoPE's factors as rope_factors_long/short.
 // What the file cannot say about the checkpoint (Mistral's sliding window, Gemma 2's
 // query_pre_attn_scalar, ...) is listed in GgufConversion::lost, with the value llama.cpp's
 // loader assumes instead, so a test can build the model the file describes.
@@ -490,7 +490,19 @@ class Converter {
     file_type_key();
     u32("attention.sliding_window", has("sliding_window") ? i({"sliding_window"}) : 0);
     if (has("rope_scaling") && hp_["rope_scaling"].contains("long_factor")) {
-      return unimplemented(ckpt_->path() + ": LongRoPE factors are not converted by this test converter");
+      // generate_extra_tensors: the factors as f32 tensors and the attention factor it
+      // computes (never the config's own attention_factor).
+      const nlohmann::json& rs = hp_["rope_scaling"];
+      const double scale = static_cast<double>(i({"max_position_embeddings"})) /
+                           static_cast<double>(i({"original_max_position_embeddings"}));
+      const double original = static_cast<double>(i({"original_max_position_embeddings"}));
+      f32("rope.scaling.attn_factor", scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(original)) : 1.0);
+      for (const char* which : {"long", "short"}) {
+        HfTensor t;
+        t.data = rs[std::string(which) + "_factor"].get<std::vector<float>>();
+        t.shape = {static_cast<int64_t>(t.data.size())};
+        put(std::string("rope_factors_") + which + ".weight", t);
+      }
     }
     std::map<std::string, std::string> layer = llama_layer_names();
     layer["self_attn.qkv_proj"] = "attn_qkv";

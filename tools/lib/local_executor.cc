@@ -56,6 +56,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_in_process(const LocalExecutorOpt
   lo.kernel_inject = o.kernel_inject;
   lo.quant = o.quant;
   lo.residency = o.residency;
+  lo.max_context = sc.max_model_len;
   TESSERA_ASSIGN_OR_RETURN(rt->model_, Transformer::load(o.model, lo, *rt->backend_));
   if (const std::string plan = rt->model_->streaming_plan(); !plan.empty()) TESSERA_LOG_INFO("{}", plan);
   if (!o.draft_model.empty()) {
@@ -100,8 +101,8 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
     c.speculative.method = SpeculativeConfig::Method::kDraft;
     c.speculative.draft_model = std::filesystem::absolute(o.draft_model).string();
     c.speculative.draft_min_probability = sc.speculative.draft_min_probability;
-    c.scheduler.max_model_len = sc.max_model_len;
   }
+  c.scheduler.max_model_len = sc.max_model_len;  // the workers' served context (LongRoPE's factors)
   for (const auto& [name, dir] : o.lora_adapters) c.lora.adapters[name] = std::filesystem::absolute(dir).string();
   c.lora.max_rank = o.lora_max_rank;
   c.lora.max_loras = sc.max_loras;
