@@ -244,21 +244,27 @@ TEST(GgufVocabLlama2Test, LlamaCppVectorsEncodeAsTokenizerJson) {
 
 // ---- gpt2: a byte-level GGUF written from GPT-2's tokenizer.json.
 
-GgufTestWriter vocab_gpt2_writer(const Json& hf, const std::string& pre) {
-  const std::vector<std::string> tokens = vocab_tokens_by_id(hf["model"]);
-  std::vector<int32_t> types(tokens.size(), 1);
-  types.back() = 3;  // <|endoftext|>
+// A "gpt2" vocabulary's keys: tokens and their types by id, a tokenizer.json's merges.
+GgufTestWriter vocab_byte_level_writer(const std::vector<std::string>& tokens, const std::vector<int32_t>& types,
+                                       const Json& hf_merges, const std::string& pre, uint32_t bos, uint32_t eos) {
   std::vector<std::string> merges;
-  for (const auto& m : hf["model"]["merges"]) merges.push_back(vocab_merge_text(m));
+  for (const auto& m : hf_merges) merges.push_back(vocab_merge_text(m));
   GgufTestWriter w;
   w.kv_string("tokenizer.ggml.model", "gpt2");
   w.kv_string("tokenizer.ggml.pre", pre);
   w.kv_strings("tokenizer.ggml.tokens", tokens);
   w.kv_i32s("tokenizer.ggml.token_type", types);
   w.kv_strings("tokenizer.ggml.merges", merges);
-  w.kv_u32("tokenizer.ggml.bos_token_id", 50256);
-  w.kv_u32("tokenizer.ggml.eos_token_id", 50256);
+  w.kv_u32("tokenizer.ggml.bos_token_id", bos);
+  w.kv_u32("tokenizer.ggml.eos_token_id", eos);
   return w;
+}
+
+GgufTestWriter vocab_gpt2_writer(const Json& hf, const std::string& pre) {
+  const std::vector<std::string> tokens = vocab_tokens_by_id(hf["model"]);
+  std::vector<int32_t> types(tokens.size(), 1);
+  types.back() = 3;  // <|endoftext|>
+  return vocab_byte_level_writer(tokens, types, hf["model"]["merges"], pre, 50256, 50256);
 }
 
 TEST(GgufVocabGpt2Test, LlamaCppVectorsEncodeAndDecode) {
@@ -368,23 +374,14 @@ std::string vocab_gguf_of_tokenizer_json(const Json& hf, const Json& config, con
     tokens[i] = "[PAD" + std::to_string(i) + "]";  // an id no entry has, as llama.cpp fills it
     types[i] = 5;
   }
-  std::vector<std::string> merges;
-  for (const auto& m : hf["model"]["merges"]) merges.push_back(vocab_merge_text(m));
   auto id_of = [&](const char* key) {
     const std::string text = config[key].get<std::string>();
     const auto at = std::find(tokens.begin(), tokens.end(), text);
     EXPECT_NE(at, tokens.end()) << key << " " << text;
     return static_cast<uint32_t>(at - tokens.begin());
   };
-  GgufTestWriter w;
-  w.kv_string("tokenizer.ggml.model", "gpt2");
-  w.kv_string("tokenizer.ggml.pre", pre);
-  w.kv_strings("tokenizer.ggml.tokens", tokens);
-  w.kv_i32s("tokenizer.ggml.token_type", types);
-  w.kv_strings("tokenizer.ggml.merges", merges);
-  w.kv_u32("tokenizer.ggml.bos_token_id", id_of("bos_token"));
-  w.kv_u32("tokenizer.ggml.eos_token_id", id_of("eos_token"));
-  return w.build();
+  return vocab_byte_level_writer(tokens, types, hf["model"]["merges"], pre, id_of("bos_token"), id_of("eos_token"))
+      .build();
 }
 
 TEST(GgufVocabRealTokenizersTest, TekkenAndCl100kEncodeAsTheirTokenizerJson) {
