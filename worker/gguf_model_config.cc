@@ -1,6 +1,7 @@
 #include "worker/gguf_model_config.h"
 
 #include <cmath>
+#include <utility>
 
 #include "common/gguf/gguf_file.h"
 #include "worker/arch_spec.h"
@@ -80,6 +81,21 @@ Status rope_scaling_from_gguf(const GgufFile& file, const std::string& arch, nlo
   if (file.has(arch + ".rope.scaling.original_context_length")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t n, file.get_int(arch + ".rope.scaling.original_context_length"));
     rs["original_max_position_embeddings"] = n;
+  }
+  if (type == "yarn") {
+    // What the converter copies from transformers' yarn parameters, back under their names.
+    for (const auto& [key, hf_key] : std::vector<std::pair<std::string, std::string>>{
+             {"yarn_attn_factor", "attention_factor"}, {"yarn_beta_fast", "beta_fast"}, {"yarn_beta_slow", "beta_slow"}}) {
+      if (!file.has(arch + ".rope.scaling." + key)) continue;
+      TESSERA_ASSIGN_OR_RETURN(double v, file.get_float(arch + ".rope.scaling." + key));
+      rs[hf_key] = v;
+    }
+    const std::string ext_key = arch + ".rope.scaling.yarn_ext_factor";
+    if (file.has(ext_key)) {
+      TESSERA_ASSIGN_OR_RETURN(double ext, file.get_float(ext_key));
+      if (ext != 1.0) return unimplemented(file.path() + ": " + ext_key + " is " + std::to_string(ext) +
+                                           ": YaRN with an extrapolation factor other than 1 is not supported");
+    }
   }
   (*config)["rope_scaling"] = rs;
   return Status::ok();

@@ -73,6 +73,39 @@ Status parse_longrope(const nlohmann::json& config, const nlohmann::json& rs, co
   return Status::ok();
 }
 
+// yarn (transformers' _compute_yarn_parameters): factor, original_max_position_embeddings
+// (else max_position_embeddings), beta_fast / beta_slow, truncate; attention_factor given, else
+// (0.1 mscale ln f + 1) / (0.1 mscale_all_dim ln f + 1) with both given (DeepSeek), else
+// 0.1 ln f + 1 above a factor of 1. The factor is rope_scaling's own, as vLLM and llama.cpp
+// take it (recent transformers divide max_position_embeddings by the original instead when
+// rope_scaling names one; the released Qwen configs leave the two equal, which would undo it).
+Status parse_yarn(const nlohmann::json& rs, const std::string& where, ModelConfig* c) {
+  RopeScaling& s = c->rope_scaling;
+  s.kind = RopeScaling::Kind::kYarn;
+  if (cf::find(rs, {"factor"}) == nullptr) return invalid_argument(where + ": missing key \"factor\"");
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(rs, where, {"factor"}, &s.factor));
+  s.original_max_positions = c->max_positions;
+  TESSERA_RETURN_IF_ERROR(
+      cf::read_positive_int(rs, where, {"original_max_position_embeddings"}, s.original_max_positions == 0,
+                            &s.original_max_positions));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(rs, where, {"beta_fast"}, &s.beta_fast));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(rs, where, {"beta_slow"}, &s.beta_slow));
+  TESSERA_RETURN_IF_ERROR(cf::read_bool(rs, where, {"truncate"}, &s.truncate));
+  auto mscale = [&](double m) { return s.factor <= 1.0f ? 1.0 : 0.1 * m * std::log(static_cast<double>(s.factor)) + 1.0; };
+  const nlohmann::json* given = cf::find(rs, {"attention_factor"});
+  const nlohmann::json* m = cf::find(rs, {"mscale"});
+  const nlohmann::json* m_all = cf::find(rs, {"mscale_all_dim"});
+  if (given != nullptr && !given->is_null()) {
+    TESSERA_RETURN_IF_ERROR(cf::read_positive_float(rs, where, {"attention_factor"}, &s.attention_factor));
+  } else if (m != nullptr && m_all != nullptr && m->is_number() && m_all->is_number() && m->get<double>() != 0 &&
+             m_all->get<double>() != 0) {
+    s.attention_factor = static_cast<float>(mscale(m->get<double>()) / mscale(m_all->get<double>()));
+  } else {
+    s.attention_factor = static_cast<float>(mscale(1.0));
+  }
+  return Status::ok();
+}
+
 Status parse_rope_scaling(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
   auto rs = config.find("rope_scaling");
   if (rs == config.end() || rs->is_null()) return Status::ok();
@@ -105,8 +138,9 @@ Status parse_rope_scaling(const nlohmann::json& config, const std::string& sourc
     return Status::ok();
   }
   if (type == "longrope" || type == "su") return parse_longrope(config, *rs, where, c);
+  if (type == "yarn") return parse_yarn(*rs, where, c);
   return unimplemented(source + ": rope_scaling of type \"" + type +
-                       "\" is not supported (supported: default, linear, llama3, longrope)");
+                       "\" is not supported (supported: default, linear, llama3, longrope, yarn)");
 }
 
 Status parse_moe(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
@@ -373,6 +407,28 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) {
     for (float& f : inv) f /= s.factor;
     return inv;
   }
+  if (s.kind == RopeScaling::Kind::kYarn) {
+    // The pair index at which a frequency turns `rotations` times over the original context.
+    auto correction_dim = [&](double rotations) {
+      return static_cast<double>(dim) * std::log(static_cast<double>(s.original_max_positions) / (rotations * 2.0 * M_PI)) /
+             (2.0 * std::log(static_cast<double>(theta)));
+    };
+    double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+    if (s.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      // The base frequency kept (extrapolation) where the ramp is 0, divided by factor
+      // (interpolation) where it is 1; float32 as transformers computes it.
+      const float pos_freq = std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
+      const float ramp =
+          std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f, 1.0f);
+      const float extrapolation = 1.0f - ramp;
+      inv[i] = 1.0f / (s.factor * pos_freq) * (1.0f - extrapolation) + 1.0f / pos_freq * extrapolation;
+    }
+    return inv;
+  }
   // llama3 (_compute_llama3_parameters): long wavelengths divided by factor, short ones
   // kept, those between interpolated.
   const float old_ctx = static_cast<float>(s.original_max_positions);
@@ -399,7 +455,8 @@ bool rope_uses_long_factors(const ModelConfig& c) {
 
 float rope_magnitude(const ModelConfig& c, int layer) {
   const bool local = c.layer[layer].local_rope && c.rope_local_theta > 0;
-  return !local && c.rope_scaling.kind == RopeScaling::Kind::kLongRope ? c.rope_scaling.attention_factor : 1.0f;
+  const bool scaled = c.rope_scaling.kind == RopeScaling::Kind::kLongRope || c.rope_scaling.kind == RopeScaling::Kind::kYarn;
+  return !local && scaled ? c.rope_scaling.attention_factor : 1.0f;
 }
 
 }  // namespace tessera

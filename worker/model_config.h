@@ -14,17 +14,22 @@ namespace tessera {
 
 // rope_scaling from config.json: how the inverse frequencies are changed.
 struct RopeScaling {
-  enum class Kind { kNone, kLinear, kLlama3, kLongRope };
+  enum class Kind { kNone, kLinear, kLlama3, kLongRope, kYarn };
   Kind kind = Kind::kNone;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;   // llama3
   float high_freq_factor = 4.0f;  // llama3
-  int64_t original_max_positions = 0;  // llama3, longrope
+  int64_t original_max_positions = 0;  // llama3, longrope, yarn
   // longrope (Phi-3's "su", Phi-3.5, Phi-4-mini): each rotary pair's wavelength multiplied by
   // short_factor[i] for a model serving at most original_max_positions tokens, by
   // long_factor[i] beyond; cos and sin scaled by attention_factor.
   std::vector<float> short_factor, long_factor;
-  float attention_factor = 1.0f;
+  float attention_factor = 1.0f;  // longrope, yarn: cos and sin scaled by it
+  // yarn (Qwen 2.5 / Qwen 3 long context): pairs turning fewer than beta_slow times over the
+  // original context are divided by factor, more than beta_fast times kept, a linear ramp
+  // between (bounds floored and ceiled unless truncate is false).
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  bool truncate = true;
 };
 
 // What differs between the layers of one model.
@@ -97,8 +102,8 @@ Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, cons
 // batch or on how a prompt was chunked. (transformers chooses per forward pass by the
 // sequence's length, so its keys before that length keep the short factors.)
 std::vector<float> rope_inv_freq(const ModelConfig& config, int layer);
-// The factor cos and sin of one layer's rotary are scaled by: LongRoPE's attention factor,
-// else 1.
+// The factor cos and sin of one layer's rotary are scaled by: LongRoPE's or YaRN's attention
+// factor, else 1.
 float rope_magnitude(const ModelConfig& config, int layer);
 // Whether LongRoPE's long factors are in use (for the load log).
 bool rope_uses_long_factors(const ModelConfig& config);

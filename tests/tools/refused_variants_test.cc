@@ -27,8 +27,7 @@ void PrintTo(const Variant& v, std::ostream* os) { *os << v.model << " with " <<
 std::vector<Variant> variants() {
   using J = nlohmann::json;
   return {
-      {"llama_rope_yarn", "tiny-llama3", J{{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
-       "rope_scaling of type \"yarn\""},
+      {"llama_rope_yarn_no_factor", "tiny-llama3", J{{"rope_scaling", {{"rope_type", "yarn"}}}}, "missing key \"factor\""},
       {"llama_rope_dynamic", "tiny-llama", J{{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}},
        "rope_scaling of type \"dynamic\""},
       {"llama3_missing_field", "tiny-llama3",
@@ -38,8 +37,8 @@ std::vector<Variant> variants() {
       {"mistral_layer_types", "tiny-mistral-swa",
        J{{"layer_types", {"sliding_attention", "chunked_attention", "full_attention"}}}, "layer_types[1]"},
       {"mistral_layer_types_count", "tiny-mistral-swa", J{{"layer_types", {"sliding_attention"}}}, "layer_types"},
-      {"qwen2_rope_yarn", "tiny-qwen2", J{{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}}},
-       "rope_scaling of type \"yarn\""},
+      {"qwen2_rope_yarn_beta", "tiny-qwen2", J{{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"beta_fast", -1}}}},
+       "beta_fast"},
       {"qwen3_activation", "tiny-qwen3", J{{"hidden_act", "gelu_quick"}}, "activation \"gelu_quick\""},
       {"qwen3_moe_dense_layer_index", "tiny-qwen3-moe", J{{"mlp_only_layers", {7}}}, "mlp_only_layers"},
       {"qwen3_moe_top_k", "tiny-qwen3-moe", J{{"num_experts_per_tok", 9}}, "num_experts_per_tok"},
@@ -56,8 +55,8 @@ std::vector<Variant> variants() {
        "short_factor[3] must be a positive number"},
       {"phi3_partial_rotary_odd", "tiny-phi3", J{{"partial_rotary_factor", 0.2}}, "even number of rotated dims"},
       {"gemma2_activation", "tiny-gemma2", J{{"hidden_activation", "gelu_quick"}}, "hidden_activation"},
-      {"gemma3_rope_yarn", "tiny-gemma3", J{{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}}},
-       "rope_scaling of type \"yarn\""},
+      {"gemma3_rope_longrope", "tiny-gemma3", J{{"rope_scaling", {{"rope_type", "longrope"}, {"factor", 8.0}}}},
+       "short_factor"},
       {"gemma3_query_scalar", "tiny-gemma3", J{{"query_pre_attn_scalar", -1}}, "query_pre_attn_scalar"},
       {"falcon_alibi", "tiny-falcon", J{{"alibi", true}}, "alibi"},
       {"falcon_new_arch_one_norm_sequential", "tiny-falcon",

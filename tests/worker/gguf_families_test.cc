@@ -315,6 +315,68 @@ TEST(GgufPhi3LongRope, FactorsReadBackAsTheFolderInBothRegimes) {
   fs::remove_all(tmp);
 }
 
+// YaRN (Qwen 2.5 / Qwen 3 long context) on tiny-qwen2's weights: the GGUF file (rope.scaling.type
+// yarn, factor, original context, betas) gives the folder's logits, for the default betas and
+// for given ones; YaRN changes them (against plain RoPE); a factor of 1 is plain RoPE: the
+// fixture's goldens.
+TEST(GgufYarn, ScalingReadsBackAsTheFolderAndFactorOneIsPlainRope) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-qwen2";
+  const std::vector<FamilyCase> cases = family_goldens(fixture);
+  const std::string tmp = testing::make_temp_dir("tessera-gguf-yarn");
+  auto folder_with = [&](const std::string& name, const nlohmann::json& rope_scaling) {
+    const std::string dir = tmp + "/" + name;
+    fs::create_directories(dir);
+    nlohmann::json config = nlohmann::json::parse(testing::read_file(fixture + "/config.json"));
+    config["rope_scaling"] = rope_scaling;
+    testing::write_file(dir + "/config.json", config.dump(2));
+    fs::create_symlink(fs::absolute(fixture + "/model.safetensors"), dir + "/model.safetensors");
+    return dir;
+  };
+  auto plain = run_family(fixture, cases);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  float worst = 0, vs_plain = 1e9f;
+  for (const nlohmann::json& rs :
+       {nlohmann::json{{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}},
+        nlohmann::json{{"rope_type", "yarn"}, {"factor", 8.0}, {"original_max_position_embeddings", 32},
+                       {"beta_fast", 16.0}, {"beta_slow", 2.0}}}) {
+    const std::string folder = folder_with("yarn" + std::to_string(rs["factor"].get<int>()), rs);
+    auto conv = testing::gguf_from_hf(folder, GgufOutType::kF32);
+    ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
+    auto from_file = run_family(write_gguf(*conv, tmp, "yarn" + std::to_string(rs["factor"].get<int>())), cases);
+    auto from_folder = run_family(folder, cases);
+    ASSERT_TRUE(from_file.is_ok() && from_folder.is_ok())
+        << from_file.status().to_string() << " " << from_folder.status().to_string();
+    worst = std::max(worst, compare_runs(*from_file, *from_folder, "yarn gguf vs folder"));
+    float diff = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto& a = from_folder->results[i].logits;
+      const auto& b = plain->results[i].logits;
+      for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) diff = std::max(diff, std::fabs(a[k] - b[k]));
+    }
+    vs_plain = std::min(vs_plain, diff);
+  }
+  EXPECT_LE(worst, kSameWeightsBound);
+  EXPECT_GT(vs_plain, 1e-2f) << "YaRN gave plain RoPE's logits";
+
+  auto unit = run_family(folder_with("unit", {{"type", "yarn"}, {"factor", 1.0}, {"original_max_position_embeddings", 16}}),
+                         cases);
+  ASSERT_TRUE(unit.is_ok()) << unit.status().to_string();
+  float vs_goldens = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t r = 0; r < unit->results[i].output.size(); ++r) {
+      EXPECT_EQ(unit->results[i].output[r], cases[i].greedy[r]) << "case " << i << " row " << r;
+      for (int64_t v = 0; v < unit->vocab; ++v)
+        vs_goldens = std::max(vs_goldens, std::fabs(unit->results[i].logits[r * unit->vocab + v] -
+                                                    cases[i].logits[r * unit->vocab + v]));
+    }
+  }
+  EXPECT_LE(vs_goldens, kGoldenBound);
+  std::cout << "[ REPORT   ] qwen2 YaRN: gguf vs folder " << worst << ", against plain RoPE at least " << vs_plain
+            << ", factor 1 vs goldens " << vs_goldens << std::endl;
+  fs::remove_all(tmp);
+}
+
 // model.quantization auto (the default): a file of quantized blocks (q8_0 here) is stored as int8
 // with a scale per 32 inputs (its LM head too), one of floats as it is; none keeps the decoded floats.
 TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {

@@ -5,7 +5,8 @@
 // general.architecture, the same `<arch>.*` metadata keys (only those that converter writes),
 // the same tensor names and the same data transforms:
 //   llama (Llama, Mistral, Mixtral): Q and K rows (weights and biases) interleaved per head;
-//     experts stacked [experts, rows, in]; Llama 3 rope scaling as rope_freqs.weight.
+//     experts stacked [experts, rows, in]; Llama 3 rope scaling as rope_freqs.weight; linear and
+//     yarn rope scaling as rope.scaling.* keys.
 //   qwen2moe / qwen3moe: experts stacked; qwen2moe's shared expert and its gate.
 //   gemma2 / gemma3: every *norm.weight stored as 1 + w (q/k norms too); gemma2 drops lm_head.
 //   bloom, gptneox: the fused QKV, per head [q, k, v], regrouped to [Q; K; V] (bias too).
@@ -242,7 +243,15 @@ class Converter {
     if (rope_type == "linear" && rope.contains("factor")) {
       str(arch_ + ".rope.scaling.type", "linear");
       f32("rope.scaling.factor", rope["factor"].get<double>());
-    }  // llama3: rope_freqs.weight (llama()); the fixtures use no other type
+    } else if (rope_type == "yarn" && rope.contains("factor")) {
+      str(arch_ + ".rope.scaling.type", "yarn");
+      f32("rope.scaling.factor", rope["factor"].get<double>());
+      u32("rope.scaling.original_context_length", rope["original_max_position_embeddings"].get<int64_t>());
+      for (const auto& [hf_key, key] : std::vector<std::pair<std::string, std::string>>{
+               {"attention_factor", "yarn_attn_factor"}, {"beta_fast", "yarn_beta_fast"}, {"beta_slow", "yarn_beta_slow"}}) {
+        if (rope.contains(hf_key)) f32("rope.scaling." + key, rope[hf_key].get<double>());
+      }
+    }  // llama3: rope_freqs.weight (llama()); longrope: phi3()
     if (auto v = find({"global_rope_theta", "rope_global_theta", "rope_theta_global", "rope_theta", "rotary_emb_base"});
         !v.is_null())
       f32("rope.freq_base", v.get<double>());
