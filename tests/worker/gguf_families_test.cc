@@ -112,16 +112,22 @@ std::string write_gguf(const GgufConversion& conv, const std::string& dir, const
   return path;
 }
 
+// A folder of `fixture`'s weights (linked) under its config.json with `edits` applied.
+std::string fixture_with_config(const std::string& fixture, const std::string& dir, const nlohmann::json& edits) {
+  fs::create_directories(dir);
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(fixture + "/config.json"));
+  for (const auto& [key, value] : edits.items()) config[key] = value;
+  testing::write_file(dir + "/config.json", config.dump(2));
+  fs::create_symlink(fs::absolute(fixture + "/model.safetensors"), dir + "/model.safetensors");
+  return dir;
+}
+
 // A folder with the fixture's weights (linked) and its config.json changed to what the GGUF
 // file says: the model the file describes, in Hugging Face form.
 std::string describe_as_file(const std::string& fixture, const GgufConversion& conv, const std::string& dir) {
-  const std::string twin = dir + "/as-gguf";
-  fs::create_directories(twin);
-  nlohmann::json config = nlohmann::json::parse(testing::read_file(fixture + "/config.json"));
-  for (const testing::GgufLostSetting& l : conv.lost) config[l.key] = l.gguf_value;
-  testing::write_file(twin + "/config.json", config.dump(2));
-  fs::create_symlink(fs::absolute(fixture + "/model.safetensors"), twin + "/model.safetensors");
-  return twin;
+  nlohmann::json edits = nlohmann::json::object();
+  for (const testing::GgufLostSetting& l : conv.lost) edits[l.key] = l.gguf_value;
+  return fixture_with_config(fixture, dir + "/as-gguf", edits);
 }
 
 // How many leading rows of a case the goldens may be compared on: all of them unless a
@@ -246,6 +252,30 @@ std::string family_name(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufFamilyTest, ::testing::ValuesIn(testing::tiny_models()), family_name);
 
+// The largest logit difference between two runs of the same cases (ids not compared).
+float largest_logit_difference(const FamilyRun& a, const FamilyRun& b) {
+  float worst = 0;
+  for (size_t i = 0; i < a.results.size(); ++i) {
+    const auto& x = a.results[i].logits;
+    const auto& y = b.results[i].logits;
+    for (size_t k = 0; k < std::min(x.size(), y.size()); ++k) worst = std::max(worst, std::fabs(x[k] - y[k]));
+  }
+  return worst;
+}
+
+// A run against the fixture's goldens on every row: ids equal; the largest logit difference.
+float difference_from_goldens(const FamilyRun& run, const std::vector<FamilyCase>& cases) {
+  float worst = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t r = 0; r < run.results[i].output.size(); ++r) {
+      EXPECT_EQ(run.results[i].output[r], cases[i].greedy[r]) << "case " << i << " row " << r;
+      for (int64_t v = 0; v < run.vocab; ++v)
+        worst = std::max(worst, std::fabs(run.results[i].logits[r * run.vocab + v] - cases[i].logits[r * run.vocab + v]));
+    }
+  }
+  return worst;
+}
+
 // Phi-3's LongRoPE (Phi-3.5, Phi-4-mini): tiny-phi3's weights under a config with long and
 // short factors and an original context of 32 in a context of 256. The GGUF file (factors as
 // rope_factors_long/short.weight, the attention factor as rope.scaling.attn_factor) gives the
@@ -258,15 +288,9 @@ TEST(GgufPhi3LongRope, FactorsReadBackAsTheFolderInBothRegimes) {
   const std::vector<FamilyCase> cases = family_goldens(fixture);
   const std::string tmp = testing::make_temp_dir("tessera-gguf-longrope");
   auto folder_with = [&](const std::string& name, const nlohmann::json& rope_scaling) {
-    const std::string dir = tmp + "/" + name;
-    fs::create_directories(dir);
-    nlohmann::json config = nlohmann::json::parse(testing::read_file(fixture + "/config.json"));
-    config["max_position_embeddings"] = 256;
-    config["original_max_position_embeddings"] = 32;
-    config["rope_scaling"] = rope_scaling;
-    testing::write_file(dir + "/config.json", config.dump(2));
-    fs::create_symlink(fs::absolute(fixture + "/model.safetensors"), dir + "/model.safetensors");
-    return dir;
+    return fixture_with_config(fixture, tmp + "/" + name,
+                               {{"max_position_embeddings", 256}, {"original_max_position_embeddings", 32},
+                                {"rope_scaling", rope_scaling}});
   };
   const std::string longrope = folder_with(
       "longrope", {{"type", "longrope"},
@@ -286,12 +310,7 @@ TEST(GgufPhi3LongRope, FactorsReadBackAsTheFolderInBothRegimes) {
     folder_runs.push_back(std::move(from_folder).value());
   }
   EXPECT_LE(worst, kSameWeightsBound);
-  float long_vs_short = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const auto& a = folder_runs[0].results[i].logits;
-    const auto& b = folder_runs[1].results[i].logits;
-    for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) long_vs_short = std::max(long_vs_short, std::fabs(a[k] - b[k]));
-  }
+  const float long_vs_short = largest_logit_difference(folder_runs[0], folder_runs[1]);
   EXPECT_GT(long_vs_short, 1e-2f) << "the long and the short factors gave the same logits";
 
   const std::string unit = folder_with("unit", {{"rope_type", "longrope"},
@@ -300,15 +319,7 @@ TEST(GgufPhi3LongRope, FactorsReadBackAsTheFolderInBothRegimes) {
                                                 {"attention_factor", 1.0}});
   auto plain = run_family(unit, cases, 32);
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
-  float vs_goldens = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    for (size_t r = 0; r < plain->results[i].output.size(); ++r) {
-      EXPECT_EQ(plain->results[i].output[r], cases[i].greedy[r]) << "case " << i << " row " << r;
-      for (int64_t v = 0; v < plain->vocab; ++v)
-        vs_goldens = std::max(vs_goldens, std::fabs(plain->results[i].logits[r * plain->vocab + v] -
-                                                    cases[i].logits[r * plain->vocab + v]));
-    }
-  }
+  const float vs_goldens = difference_from_goldens(*plain, cases);
   EXPECT_LE(vs_goldens, kGoldenBound);
   std::cout << "[ REPORT   ] phi3 LongRoPE: gguf vs folder " << worst << " (long and short factors), long vs short "
             << long_vs_short << ", unit factors vs goldens " << vs_goldens << std::endl;
@@ -325,13 +336,7 @@ TEST(GgufYarn, ScalingReadsBackAsTheFolderAndFactorOneIsPlainRope) {
   const std::vector<FamilyCase> cases = family_goldens(fixture);
   const std::string tmp = testing::make_temp_dir("tessera-gguf-yarn");
   auto folder_with = [&](const std::string& name, const nlohmann::json& rope_scaling) {
-    const std::string dir = tmp + "/" + name;
-    fs::create_directories(dir);
-    nlohmann::json config = nlohmann::json::parse(testing::read_file(fixture + "/config.json"));
-    config["rope_scaling"] = rope_scaling;
-    testing::write_file(dir + "/config.json", config.dump(2));
-    fs::create_symlink(fs::absolute(fixture + "/model.safetensors"), dir + "/model.safetensors");
-    return dir;
+    return fixture_with_config(fixture, tmp + "/" + name, {{"rope_scaling", rope_scaling}});
   };
   auto plain = run_family(fixture, cases);
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
@@ -348,13 +353,7 @@ TEST(GgufYarn, ScalingReadsBackAsTheFolderAndFactorOneIsPlainRope) {
     ASSERT_TRUE(from_file.is_ok() && from_folder.is_ok())
         << from_file.status().to_string() << " " << from_folder.status().to_string();
     worst = std::max(worst, compare_runs(*from_file, *from_folder, "yarn gguf vs folder"));
-    float diff = 0;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const auto& a = from_folder->results[i].logits;
-      const auto& b = plain->results[i].logits;
-      for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) diff = std::max(diff, std::fabs(a[k] - b[k]));
-    }
-    vs_plain = std::min(vs_plain, diff);
+    vs_plain = std::min(vs_plain, largest_logit_difference(*from_folder, *plain));
   }
   EXPECT_LE(worst, kSameWeightsBound);
   EXPECT_GT(vs_plain, 1e-2f) << "YaRN gave plain RoPE's logits";
@@ -362,15 +361,7 @@ TEST(GgufYarn, ScalingReadsBackAsTheFolderAndFactorOneIsPlainRope) {
   auto unit = run_family(folder_with("unit", {{"type", "yarn"}, {"factor", 1.0}, {"original_max_position_embeddings", 16}}),
                          cases);
   ASSERT_TRUE(unit.is_ok()) << unit.status().to_string();
-  float vs_goldens = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    for (size_t r = 0; r < unit->results[i].output.size(); ++r) {
-      EXPECT_EQ(unit->results[i].output[r], cases[i].greedy[r]) << "case " << i << " row " << r;
-      for (int64_t v = 0; v < unit->vocab; ++v)
-        vs_goldens = std::max(vs_goldens, std::fabs(unit->results[i].logits[r * unit->vocab + v] -
-                                                    cases[i].logits[r * unit->vocab + v]));
-    }
-  }
+  const float vs_goldens = difference_from_goldens(*unit, cases);
   EXPECT_LE(vs_goldens, kGoldenBound);
   std::cout << "[ REPORT   ] qwen2 YaRN: gguf vs folder " << worst << ", against plain RoPE at least " << vs_plain
             << ", factor 1 vs goldens " << vs_goldens << std::endl;
