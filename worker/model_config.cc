@@ -382,25 +382,30 @@ Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, cons
   return Status::ok();
 }
 
+namespace {
+
+// Gemma 3's sliding layers: their own RoPE base, never scaled.
+bool uses_local_rope(const ModelConfig& c, int layer) { return c.layer[layer].local_rope && c.rope_local_theta > 0; }
+
+}  // namespace
+
 std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) {
-  const bool local = c.layer[layer].local_rope && c.rope_local_theta > 0;
+  const bool local = uses_local_rope(c, layer);
   const float theta = local ? c.rope_local_theta : c.rope_theta;
   const int64_t dim = c.rotary_dim, half = dim / 2;
-  // transformers' float32 formula: 1 / theta ** (arange(0, dim, 2).float() / dim).
-  std::vector<float> inv(half);
+  // transformers' float32 formula: 1 / theta ** (arange(0, dim, 2).float() / dim); the scalings
+  // below start from the same base frequencies theta ** (2i / dim).
+  std::vector<float> base(half), inv(half);
   for (int64_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    inv[i] = 1.0f / std::pow(theta, exponent);
+    base[i] = std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
+    inv[i] = 1.0f / base[i];
   }
   const RopeScaling& s = c.rope_scaling;
   if (local || s.kind == RopeScaling::Kind::kNone) return inv;
   if (s.kind == RopeScaling::Kind::kLongRope) {
-    // 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)), in float32.
+    // 1 / (ext_factors * base), in float32.
     const std::vector<float>& ext = rope_uses_long_factors(c) ? s.long_factor : s.short_factor;
-    for (int64_t i = 0; i < half; ++i) {
-      const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-      inv[i] = 1.0f / (ext[i] * std::pow(theta, exponent));
-    }
+    for (int64_t i = 0; i < half; ++i) inv[i] = 1.0f / (ext[i] * base[i]);
     return inv;
   }
   if (s.kind == RopeScaling::Kind::kLinear) {
@@ -421,11 +426,10 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, int layer) {
     for (int64_t i = 0; i < half; ++i) {
       // The base frequency kept (extrapolation) where the ramp is 0, divided by factor
       // (interpolation) where it is 1; float32 as transformers computes it.
-      const float pos_freq = std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dim));
       const float ramp =
           std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f, 1.0f);
       const float extrapolation = 1.0f - ramp;
-      inv[i] = 1.0f / (s.factor * pos_freq) * (1.0f - extrapolation) + 1.0f / pos_freq * extrapolation;
+      inv[i] = 1.0f / (s.factor * base[i]) * (1.0f - extrapolation) + inv[i] * extrapolation;
     }
     return inv;
   }
@@ -454,7 +458,7 @@ bool rope_uses_long_factors(const ModelConfig& c) {
 }
 
 float rope_magnitude(const ModelConfig& c, int layer) {
-  const bool local = c.layer[layer].local_rope && c.rope_local_theta > 0;
+  const bool local = uses_local_rope(c, layer);
   const bool scaled = c.rope_scaling.kind == RopeScaling::Kind::kLongRope || c.rope_scaling.kind == RopeScaling::Kind::kYarn;
   return !local && scaled ? c.rope_scaling.attention_factor : 1.0f;
 }

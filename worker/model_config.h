@@ -95,7 +95,8 @@ Status check_prompt(const std::vector<int32_t>& prompt, int max_new_tokens, cons
                     const std::string& who);
 
 // RoPE inverse frequencies of one layer ([rotary_dim / 2]), computed as transformers does
-// in float32 (_compute_default_rope_parameters, then the linear, llama3 or longrope scaling).
+// in float32 (_compute_default_rope_parameters, then the linear, llama3, longrope or yarn
+// scaling).
 // LongRoPE takes its long factors when the model serves more than original_max_positions
 // tokens (served_context, else max_positions), else its short ones, for every position: as
 // llama.cpp chooses (by its context size), so a position's rotation never depends on the
