@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <vector>
 
 #include "common/gguf/ggml_dequant.h"
 #include "common/gguf/gguf_file.h"
@@ -235,6 +237,29 @@ Status gguf_config_falcon(const GgufFile& file, const std::string&, nlohmann::js
   (*config)["parallel_attn"] = true;
   (*config)["num_ln_in_parallel_attn"] = new_arch ? nlohmann::json(two_norms ? 2 : 1) : nlohmann::json(nullptr);
   if (!new_arch) config->erase("num_kv_heads");
+  return Status::ok();
+}
+
+// Granite: Llama's keys (and rope_freqs) plus the four multipliers under llama.cpp's names.
+// llama.cpp's loader takes an absent attention scale as 1 / sqrt(head width) (the converter
+// writes none when the config has none, where transformers would take 1), the other absent
+// ones as no scaling, and a rope.scaling.finetuned of false as no rotary at all.
+Status gguf_config_granite(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                           std::vector<std::string>* consumed) {
+  TESSERA_RETURN_IF_ERROR(gguf_config_llama(file, arch, config, consumed));
+  const std::string finetuned_key = arch + ".rope.scaling.finetuned";
+  if (file.has(finetuned_key)) {
+    TESSERA_ASSIGN_OR_RETURN(bool finetuned, file.get_bool(finetuned_key));
+    if (!finetuned) return unimplemented(file.path() + ": " + finetuned_key + " false (no rotary positions) is not supported");
+  }
+  const int64_t hidden = config_int(*config, "hidden_size", 0), heads = config_int(*config, "num_attention_heads", 1);
+  const double plain_attention = 1.0 / std::sqrt(static_cast<double>(hidden / heads));
+  for (const auto& [key, json_key, absent] : std::vector<std::tuple<std::string, std::string, double>>{
+           {"embedding_scale", "embedding_multiplier", 1.0}, {"residual_scale", "residual_multiplier", 1.0},
+           {"attention.scale", "attention_multiplier", plain_attention}, {"logit_scale", "logits_scaling", 1.0}}) {
+    (*config)[json_key] = absent;  // not the row's config_extras (a generated model's values)
+    TESSERA_RETURN_IF_ERROR(copy_key(file, arch + "." + key, json_key, config));
+  }
   return Status::ok();
 }
 

@@ -144,6 +144,7 @@ Status adapt_gemma_common(const nlohmann::json& config, const std::string& sourc
   TESSERA_RETURN_IF_ERROR(cap("final_logit_softcapping", default_final_cap, &c->final_softcap));
   // Scaled in the model's dtype by the transformer (transformers: torch.tensor(sqrt(h), dtype)).
   c->embed_scale = std::sqrt(static_cast<float>(c->hidden));
+  c->embed_scale_in_dtype = true;
   return Status::ok();
 }
 
@@ -156,6 +157,48 @@ Status adapt_gemma3(const nlohmann::json& config, const std::string& source, Mod
   c->rope_local_theta = 10000.0f;
   TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"rope_local_base_freq"}, &c->rope_local_theta));
   for (LayerSpec& l : c->layer) l.local_rope = l.window > 0;
+  return Status::ok();
+}
+
+// Granite's four multipliers (GraniteConfig's defaults are all 1; its attention scale then
+// is 1, not 1 / sqrt(head_dim)).
+Status adapt_granite(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  float attention = 1.0f;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"attention_multiplier"}, &attention));
+  for (LayerSpec& l : c->layer) l.attn_scale = attention;
+  float embedding = 1.0f;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"embedding_multiplier"}, &embedding));
+  c->embed_scale = embedding == 1.0f ? 0.0f : embedding;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"residual_multiplier"}, &c->residual_scale));
+  return cf::read_positive_float(config, source, {"logits_scaling"}, &c->logit_scale);
+}
+
+// SmolLM3: no_rope_layers (1 = the layer rotates, 0 = NoPE), else every
+// no_rope_layer_interval-th layer without positions (3, 7, 11, ... for 4, as SmolLM3Config
+// fills it). A sliding window only with use_sliding_window: on the layers layer_types names
+// (parse_windows read them), else on the NoPE layers.
+Status adapt_smollm3(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  int64_t interval = 4;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_int(config, source, {"no_rope_layer_interval"}, false, &interval));
+  for (int64_t l = 0; l < c->layers; ++l) c->layer[l].rope = (l + 1) % interval != 0;
+  if (const nlohmann::json* list = cf::find(config, {"no_rope_layers"})) {
+    if (!list->is_array() || static_cast<int64_t>(list->size()) != c->layers) {
+      return invalid_argument(source + ": \"no_rope_layers\" must list 0 or 1 per layer (" + std::to_string(c->layers) + ")");
+    }
+    for (int64_t l = 0; l < c->layers; ++l) {
+      const nlohmann::json& v = (*list)[l];
+      if (!v.is_number_integer() || (v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
+        return invalid_argument(source + ": no_rope_layers[" + std::to_string(l) + "] must be 0 or 1, got " + v.dump());
+      }
+      c->layer[l].rope = v.get<int64_t>() == 1;
+    }
+  }
+  bool use_window = false;
+  TESSERA_RETURN_IF_ERROR(cf::read_bool(config, source, {"use_sliding_window"}, &use_window));
+  const bool listed = cf::find(config, {"layer_types"}) != nullptr;
+  for (LayerSpec& l : c->layer) {
+    if (!use_window || (!listed && l.rope)) l.window = 0;
+  }
   return Status::ok();
 }
 
@@ -237,6 +280,46 @@ ArchSpec make_llama() {
   s.config_extras = R"({"hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "pretraining_tp": 1,
                         "rope_scaling": null})";
   s.windows = WindowLayers::kAll;  // Mistral's sliding_window (Llama has none)
+  return s;
+}
+
+// IBM Granite (3.x dense): Llama with multipliers on the embeddings, the attention scores,
+// each sub-block's output and the logits.
+ArchSpec make_granite() {
+  ArchSpec s = llama_layout();
+  s.name = "granite";
+  s.model_types = {"granite"};
+  s.hf_blocks = {"GraniteDecoderLayer"};
+  s.hf_architecture = "GraniteForCausalLM";
+  s.gguf_archs = {"granite"};
+  s.gguf_permuted_qk = true;  // converted by llama.cpp's Llama converter
+  s.gguf_config = gguf_config_granite;
+  s.keys.head_dim = {};  // GraniteConfig has none: hidden / heads
+  // Granite-3.1-2B's multipliers rather than GraniteConfig's defaults (all 1), so that a
+  // generated checkpoint exercises them.
+  s.config_extras = R"({"hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "rope_scaling": null,
+                        "embedding_multiplier": 12.0, "attention_multiplier": 0.015625, "residual_multiplier": 0.22,
+                        "logits_scaling": 8.0})";
+  s.adapt = adapt_granite;
+  return s;
+}
+
+// SmolLM3: Llama with no positions in some layers (NoPE: every fourth by default).
+ArchSpec make_smollm3() {
+  ArchSpec s = llama_layout();
+  s.name = "smollm3";
+  s.model_types = {"smollm3"};
+  s.hf_blocks = {"SmolLM3DecoderLayer"};
+  s.hf_architecture = "SmolLM3ForCausalLM";
+  s.gguf_archs = {"smollm3"};
+  s.gguf_permuted_qk = true;  // converted by llama.cpp's Llama converter
+  s.gguf_config = gguf_config_llama;
+  s.rope_theta = 2e6f;
+  s.config_extras = R"({"hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "rope_scaling": null,
+                        "use_sliding_window": false, "sliding_window": null, "no_rope_layer_interval": 4})";
+  s.tie_embeddings_default = true;
+  s.windows = WindowLayers::kAll;  // narrowed by adapt_smollm3
+  s.adapt = adapt_smollm3;
   return s;
 }
 
@@ -385,7 +468,6 @@ ArchSpec make_gemma2() {
   s.activation = Activation::kGeluTanh;
   s.keys.activation = {"hidden_activation", "hidden_act"};
   s.post_norms = true;
-  s.embed_scale = true;
   s.tie_embeddings_default = true;
   s.windows = WindowLayers::kEven;
   s.adapt = adapt_gemma2;
@@ -585,7 +667,7 @@ const std::vector<ArchSpec>& arch_specs() {
   static const std::vector<ArchSpec> specs = {make_bloom(),     make_llama(),     make_mixtral(), make_qwen2(),
                                               make_qwen3(),     make_qwen3_moe(), make_qwen2_moe(), make_phi3(),
                                               make_gemma2(),    make_gemma3(),    make_falcon(),  make_gpt_neox(),
-                                              make_gpt2(),      make_starcoder2()};
+                                              make_gpt2(),      make_starcoder2(), make_granite(), make_smollm3()};
   return specs;
 }
 

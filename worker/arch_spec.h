@@ -120,7 +120,6 @@ struct ArchSpec {
   bool post_norms = false;     // Gemma's norms on the sub-block outputs
   bool qk_norm = false;        // per-head q/k RMSNorm before RoPE
   bool embedding_norm = false;  // BLOOM's word_embeddings_layernorm
-  bool embed_scale = false;     // Gemma: embeddings * sqrt(hidden)
   bool conv1d_weights = false;  // GPT-2's Conv1D: linear weights stored [in, out]
   bool tie_embeddings_default = false;  // when config.json has no tie_word_embeddings
   WindowLayers windows = WindowLayers::kNone;

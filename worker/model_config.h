@@ -37,6 +37,7 @@ struct LayerSpec {
   int32_t window = 0;       // sliding window in tokens; 0 = full causal attention
   bool moe = false;         // routed experts here (else the dense MLP)
   bool local_rope = false;  // RoPE with rope_local_theta and no scaling (Gemma 3's sliding layers)
+  bool rope = true;         // false: no positions at all in this layer (SmolLM3's NoPE layers)
   float attn_scale = 1.0f;  // score multiplier
 };
 
@@ -64,7 +65,12 @@ struct ModelConfig {
   int64_t rotary_dim = 0;  // leading dims of each head that RoPE rotates (= head_dim unless partial)
   float attn_softcap = 0.0f;   // Gemma 2 attn_logit_softcapping; 0 = none
   float final_softcap = 0.0f;  // Gemma 2 final_logit_softcapping; 0 = none
-  float embed_scale = 0.0f;    // > 0: embeddings multiplied by it (Gemma: sqrt(hidden))
+  float embed_scale = 0.0f;    // > 0: embeddings multiplied by it (Gemma: sqrt(hidden); Granite's multiplier)
+  // Whether embed_scale is first rounded to the weight dtype (Gemma: torch.tensor(sqrt(h),
+  // dtype)); Granite multiplies by a Python float, which PyTorch keeps in float32.
+  bool embed_scale_in_dtype = false;
+  float residual_scale = 1.0f;  // Granite residual_multiplier: each sub-block's output times this
+  float logit_scale = 1.0f;     // Granite logits_scaling: the logits divided by this
   bool tie_embeddings = false;
   int64_t num_experts = 0;  // MoE only
   int64_t top_k = 0;        // MoE only

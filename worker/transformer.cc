@@ -191,10 +191,10 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string c
     }
   }
   if (config_.embed_scale > 0) {
-    // transformers multiplies by torch.tensor(sqrt(hidden), dtype=model dtype).
+    // Gemma: transformers multiplies by torch.tensor(sqrt(hidden), dtype=model dtype).
     uint16_t rounded = 0;
     embed_scale_ = config_.embed_scale;
-    if (dtype_ != DType::kF32) {
+    if (config_.embed_scale_in_dtype && dtype_ != DType::kF32) {
       convert_elements(&embed_scale_, DType::kF32, &rounded, dtype_, 1);
       convert_elements(&rounded, dtype_, &embed_scale_, DType::kF32, 1);
     }
@@ -292,6 +292,7 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
     if (residency_) residency_->before_layer(l);
     if (staged_) staged_->before_layer(l);
     layer_forward(l, x.view(), pending, h.view(), delta.view(), delta2.view(), positions, batch, cache);
+    if (config_.residual_scale != 1.0f) backend_.scale(delta.view(), config_.residual_scale);
     if (residency_) residency_->after_layer(l);
     if (staged_) staged_->after_layer(l);
     pending = &delta.view();
@@ -321,6 +322,7 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   lm_head(normed.view(), logits);
   if (residency_) residency_->after_lm_head();
   if (staged_) staged_->after_lm_head();
+  if (config_.logit_scale != 1.0f) backend_.scale(logits, 1.0f / config_.logit_scale);
   if (config_.final_softcap > 0) backend_.softcap(logits, config_.final_softcap);
   return comm_error_;
 }
@@ -348,6 +350,7 @@ void Transformer::layer_forward(int l, const TensorView& x, const TensorView* pe
   }
   attention_block(l, h, positions, batch, cache, delta, /*defer_reduce=*/false);
   if (!lw.post_attn_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_attn_norm_w, lw.post_attn_norm_b, delta);
+  if (config_.residual_scale != 1.0f) backend_.scale(delta, config_.residual_scale);
   add_and_norm(x, &delta, lw.mlp_norm_w, lw.mlp_norm_b, h);
   mlp_block(l, h, delta, /*defer_reduce=*/false);
   if (!lw.post_mlp_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_mlp_norm_w, lw.post_mlp_norm_b, delta);
@@ -475,7 +478,7 @@ bool Transformer::attention_block(int layer, const TensorView& h, const std::vec
     backend_.head_rms_norm(q, lw.q_norm, config_.norm_eps);
     backend_.head_rms_norm(k, lw.k_norm, config_.norm_eps);
   }
-  if (config_.arch->position == PositionKind::kRotary) {
+  if (config_.arch->position == PositionKind::kRotary && spec.rope) {
     const TensorView freq = rope_tables_[layer_rope_[layer]].view();
     const TensorView pos(const_cast<int32_t*>(positions.data()), DType::kI32, {T});  // host memory
     backend_.rotary(q, pos, freq, layer_rope_magnitude_[layer]);

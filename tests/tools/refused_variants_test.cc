@@ -73,6 +73,12 @@ std::vector<Variant> variants() {
       {"bloom_post_ln_residual", "tiny-bloom", J{{"apply_residual_connection_post_layernorm", true}},
        "apply_residual_connection_post_layernorm"},
       {"bloom_sliding_window", "tiny-bloom", J{{"sliding_window", 16}}, "\"sliding_window\" is not supported"},
+      {"granite_logits_scaling", "tiny-llama", J{{"model_type", "granite"}, {"logits_scaling", 0}}, "logits_scaling"},
+      {"granite_sliding_window", "tiny-llama", J{{"model_type", "granite"}, {"sliding_window", 64}},
+       "\"sliding_window\" is not supported"},
+      {"smollm3_no_rope_count", "tiny-llama", J{{"model_type", "smollm3"}, {"no_rope_layers", {1, 0}}}, "no_rope_layers"},
+      {"smollm3_no_rope_value", "tiny-llama", J{{"model_type", "smollm3"}, {"no_rope_layers", {1, 2, 1}}},
+       "no_rope_layers[1] must be 0 or 1"},
       {"unknown_model_type", "tiny-llama", J{{"model_type", "mamba"}}, "unknown model_type \"mamba\""},
   };
 }

@@ -563,5 +563,145 @@ TEST(GgufQwen3Moe, EveryLayerSparse) {
   fs::remove_all(tmp);
 }
 
+// tiny-llama's weights as a Granite checkpoint that computes the same function: embeddings
+// times m, each sub-block's output times r with its output projection (o_proj, down_proj)
+// times m / r, so the residual stream is m times Llama's; RMSNorm's epsilon times m^2, so
+// every norm sees Llama's input; q_proj times 1 / (a sqrt(head_dim)) against the attention
+// multiplier a; lm_head times s against logits_scaling s. A multiplier left out, or applied
+// where Granite does not apply it, moves the logits off tiny-llama's goldens.
+std::string granite_from_llama(const std::string& fixture, const std::string& folder) {
+  const double m = 12.0, r = 0.22, a = 0.015625, s = 8.0;
+  auto ckpt = Checkpoint::open(fixture);
+  EXPECT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  if (!ckpt.is_ok()) return "";
+  nlohmann::json config = (*ckpt)->config();
+  const double head_dim = config["hidden_size"].get<double>() / config["num_attention_heads"].get<double>();
+  config["model_type"] = "granite";
+  config["architectures"] = {"GraniteForCausalLM"};
+  config.erase("head_dim");
+  config["rms_norm_eps"] = config["rms_norm_eps"].get<double>() * m * m;
+  config["embedding_multiplier"] = m;
+  config["residual_multiplier"] = r;
+  config["attention_multiplier"] = a;
+  config["logits_scaling"] = s;
+  fs::create_directories(folder);
+  testing::write_file(folder + "/config.json", config.dump(2));
+  auto factor = [&](const std::string& name) {
+    if (name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos) return m / r;
+    if (name.find("q_proj.") != std::string::npos) return 1.0 / (a * std::sqrt(head_dim));
+    if (name.rfind("lm_head.", 0) == 0) return s;
+    return 1.0;
+  };
+  std::vector<Tensor> tensors;
+  std::vector<std::pair<std::string, TensorView>> views;
+  for (const std::string& name : (*ckpt)->tensor_names()) {
+    auto t = (*ckpt)->load(name, DType::kF32);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    if (!t.is_ok()) return "";
+    Tensor copy = Tensor::zeros(t->view().dims(), DType::kF32);
+    const float f = static_cast<float>(factor(name));
+    for (int64_t k = 0; k < t->numel(); ++k) copy.data<float>()[k] = t->data<float>()[k] * f;
+    tensors.push_back(std::move(copy));
+  }
+  size_t k = 0;
+  for (const std::string& name : (*ckpt)->tensor_names()) views.push_back({name, tensors[k++].view()});
+  const Status st = write_safetensors(folder + "/model.safetensors", views);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return folder;
+}
+
+// Granite (3.x dense) from a folder and from the GGUF file llama.cpp's converter writes for it
+// (granite.embedding_scale, residual_scale, attention.scale, logit_scale): both give
+// tiny-llama's goldens on tiny-llama's weights rescaled as granite_from_llama says.
+TEST(GgufGranite, MultipliersGiveTheLlamaGoldensFromFolderAndFile) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-llama";
+  const std::string tmp = testing::make_temp_dir("tessera-granite");
+  const std::string folder = granite_from_llama(fixture, tmp + "/tiny-granite");
+  ASSERT_FALSE(folder.empty());
+  const std::vector<FamilyCase> cases = family_goldens(fixture);
+  auto run = run_family(folder, cases);
+  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  const float vs_goldens = difference_from_goldens(*run, cases);
+  EXPECT_LE(vs_goldens, kGoldenBound);
+  std::cout << "[ REPORT   ] granite folder (tiny-llama rescaled): max |logit| diff vs goldens = " << vs_goldens << std::endl;
+  check_family_files("tiny-granite", folder, fixture, true);
+
+  // A file whose rope.scaling.finetuned is false has no rotary positions in llama.cpp.
+  auto conv = testing::gguf_from_hf(folder, GgufOutType::kF32);
+  ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
+  conv->writer.kv_bool("granite.rope.scaling.finetuned", false);
+  auto refused = run_family(write_gguf(*conv, tmp, "no-rope"), cases);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("granite.rope.scaling.finetuned false"), std::string::npos)
+      << refused.status().message();
+  fs::remove_all(tmp);
+}
+
+// SmolLM3's NoPE layers on tiny-llama's weights: with every layer rotating (no_rope_layers all
+// 1) it is tiny-llama (the goldens); a NoPE layer changes the logits, and the interval rule
+// puts it where the list does ((l + 1) % interval == 0: layer 2 of 3 for interval 3).
+TEST(GgufSmolLM3, NoPeLayersFromTheListOrTheInterval) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-llama";
+  const std::vector<FamilyCase> cases = family_goldens(fixture);
+  const std::string tmp = testing::make_temp_dir("tessera-smollm3");
+  auto run_with = [&](const std::string& name, nlohmann::json edits) {
+    edits["model_type"] = "smollm3";
+    edits["architectures"] = {"SmolLM3ForCausalLM"};
+    return run_family(fixture_with_config(fixture, tmp + "/" + name, edits), cases);
+  };
+  auto all_rope = run_with("all-rope", {{"no_rope_layers", {1, 1, 1}}});
+  auto listed = run_with("listed", {{"no_rope_layers", {1, 1, 0}}});
+  auto interval = run_with("interval", {{"no_rope_layer_interval", 3}});
+  ASSERT_TRUE(all_rope.is_ok() && listed.is_ok() && interval.is_ok())
+      << all_rope.status().to_string() << " " << listed.status().to_string() << " " << interval.status().to_string();
+  const float vs_goldens = difference_from_goldens(*all_rope, cases);
+  EXPECT_LE(vs_goldens, kGoldenBound);
+  const float nope_effect = largest_logit_difference(*listed, *all_rope);
+  EXPECT_GT(nope_effect, 1e-2f) << "a NoPE layer gave the logits of a rotating one";
+  const float list_vs_interval = compare_runs(*interval, *listed, "interval 3 vs no_rope_layers [1, 1, 0]");
+  EXPECT_EQ(list_vs_interval, 0.0f);
+  std::cout << "[ REPORT   ] smollm3: all layers rotating vs goldens " << vs_goldens << ", one NoPE layer moves the logits by "
+            << nope_effect << ", interval vs list " << list_vs_interval << std::endl;
+  fs::remove_all(tmp);
+}
+
+// The GGUF file of a 4-layer SmolLM3 (tiny-llama's layers and a copy of its layer 0 as layer 3,
+// which llama.cpp's loader, as SmolLM3Config by default, leaves without positions) gives the
+// folder's logits.
+TEST(GgufSmolLM3, FourLayerFileReadsBackAsTheFolder) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-llama";
+  auto ckpt = Checkpoint::open(fixture);
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  nlohmann::json config = (*ckpt)->config();
+  const int64_t layers = config["num_hidden_layers"].get<int64_t>();
+  config["num_hidden_layers"] = layers + 1;
+  config["model_type"] = "smollm3";
+  config["architectures"] = {"SmolLM3ForCausalLM"};
+  const std::string tmp = testing::make_temp_dir("tessera-smollm3-gguf");
+  const std::string folder = tmp + "/four-layers";
+  fs::create_directories(folder);
+  testing::write_file(folder + "/config.json", config.dump(2));
+  std::vector<std::pair<std::string, std::string>> names;  // name in the new folder -> in the fixture
+  const std::string first = "model.layers.0.", added = "model.layers." + std::to_string(layers) + ".";
+  for (const std::string& n : (*ckpt)->tensor_names()) {
+    names.push_back({n, n});
+    if (n.rfind(first, 0) == 0) names.push_back({added + n.substr(first.size()), n});
+  }
+  std::vector<Tensor> tensors;
+  std::vector<std::pair<std::string, TensorView>> views;
+  for (const auto& [to, from] : names) {
+    auto t = (*ckpt)->load(from, DType::kF32);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    tensors.push_back(std::move(t).value());
+  }
+  for (size_t k = 0; k < names.size(); ++k) views.push_back({names[k].first, tensors[k].view()});
+  ASSERT_TRUE(write_safetensors(folder + "/model.safetensors", views).is_ok());
+  check_family_files("smollm3-four-layers", folder, fixture, false);
+  fs::remove_all(tmp);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -7,6 +7,8 @@
 //   llama (Llama, Mistral, Mixtral): Q and K rows (weights and biases) interleaved per head;
 //     experts stacked [experts, rows, in]; Llama 3 rope scaling as rope_freqs.weight; linear and
 //     yarn rope scaling as rope.scaling.* keys.
+//   granite: llama's, without head_dim, and the four multipliers as granite.* keys.
+//   smollm3: llama's (the NoPE layers are not written: llama.cpp takes every fourth).
 //   qwen2moe / qwen3moe: experts stacked; qwen2moe's shared expert and its gate.
 //   gemma2 / gemma3: every *norm.weight stored as 1 + w (q/k norms too); gemma2 drops lm_head.
 //   bloom, gptneox: the fused QKV, per head [q, k, v], regrouped to [Q; K; V] (bias too).
@@ -158,7 +160,11 @@ class Converter {
     const std::string model_type = hp_.value("model_type", "");
     const std::string hf_arch = hp_.contains("architectures") ? hp_["architectures"][0].get<std::string>() : "";
     if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral") {
-      TESSERA_RETURN_IF_ERROR(llama());
+      TESSERA_RETURN_IF_ERROR(llama("llama"));
+    } else if (model_type == "granite") {
+      TESSERA_RETURN_IF_ERROR(granite());
+    } else if (model_type == "smollm3") {
+      TESSERA_RETURN_IF_ERROR(smollm3());
     } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen2_moe" || model_type == "qwen3_moe") {
       TESSERA_RETURN_IF_ERROR(qwen(model_type));
     } else if (model_type == "phi3") {
@@ -398,8 +404,8 @@ class Converter {
     return {{"model.embed_tokens", "token_embd"}, {"model.norm", "output_norm"}, {"lm_head", "output"}};
   }
 
-  Status llama() {
-    begin("llama");
+  Status llama(const std::string& arch) {
+    begin(arch);
     generic_keys();
     u32("vocab_size", i({"vocab_size"}));
     const int64_t heads = i({"num_attention_heads"});
@@ -445,6 +451,40 @@ class Converter {
                      if (ends_with(name, "k_proj.weight") || ends_with(name, "k_proj.bias")) return llama_permute(t, kv);
                      return t;
                    });
+  }
+
+  // GraniteModel (conversion/granite.py): the Llama converter without head_dim, then each
+  // multiplier the config gives (and is not 0) under llama.cpp's name.
+  Status granite() {
+    hp_.erase("head_dim");
+    TESSERA_RETURN_IF_ERROR(llama("granite"));
+    for (const auto& [hf_key, key] : std::vector<std::pair<std::string, std::string>>{
+             {"attention_multiplier", "attention.scale"}, {"embedding_multiplier", "embedding_scale"},
+             {"residual_multiplier", "residual_scale"}, {"logits_scaling", "logit_scale"}}) {
+      if (has(hf_key) && hp_[hf_key].get<double>() != 0) f32(key, hp_[hf_key].get<double>());
+    }
+    if (!has("attention_multiplier") || hp_["attention_multiplier"].get<double>() == 0) {
+      const double head_dim = static_cast<double>(i({"hidden_size"}) / i({"num_attention_heads"}));
+      lose("attention_multiplier", 1.0 / std::sqrt(head_dim),
+           "granite: the converter writes no attention.scale (llama.cpp takes 1/sqrt(head width), transformers 1)");
+    }
+    return Status::ok();
+  }
+
+  // SmolLM3Model: the Llama converter as it is. llama.cpp's loader takes every fourth layer
+  // as NoPE (3, 7, ...) and no sliding window, whatever the config says.
+  Status smollm3() {
+    TESSERA_RETURN_IF_ERROR(llama("smollm3"));
+    const int64_t layers = i({"num_hidden_layers"});
+    const int64_t interval = has("no_rope_layer_interval") ? i({"no_rope_layer_interval"}) : 4;
+    std::vector<int64_t> hf, gguf;
+    for (int64_t l = 0; l < layers; ++l) {
+      hf.push_back(has("no_rope_layers") ? hp_["no_rope_layers"][l].get<int64_t>() : (l + 1) % interval != 0);
+      gguf.push_back((l + 1) % 4 != 0);
+    }
+    if (hf != gguf) lose("no_rope_layers", gguf, "smollm3: llama.cpp's loader takes every fourth layer as NoPE");
+    if (hp_.value("use_sliding_window", false)) lose("use_sliding_window", false, "smollm3: the converter writes no window");
+    return Status::ok();
   }
 
   Status qwen(const std::string& model_type) {
@@ -732,7 +772,7 @@ class Converter {
   std::unique_ptr<Checkpoint> ckpt_;
   GgufOutType type_;
   std::vector<Kv> kvs_;
-  const nlohmann::json& hp_;
+  nlohmann::json hp_;  // a copy: a family converter may drop keys, as the real ones pop them
   std::string arch_;
   GgufConversion out_;
   std::set<std::string> done_;  // checkpoint tensors written (or dropped as the converter drops them)
