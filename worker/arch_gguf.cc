@@ -263,6 +263,32 @@ Status gguf_config_granite(const GgufFile& file, const std::string& arch, nlohma
   return Status::ok();
 }
 
+// MiniCPM: the converter writes embedding_scale = scale_emb, residual_scale = scale_depth /
+// sqrt(layers) and logit_scale = hidden / dim_model_base; back into those config keys (a key
+// absent: MiniCPM-2B's values, as llama.cpp's loader assumes them). LongRoPE factors as Phi-3's.
+Status gguf_config_minicpm(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                           std::vector<std::string>* consumed) {
+  TESSERA_RETURN_IF_ERROR(gguf_config_llama(file, arch, config, consumed));
+  if (file.find_tensor("rope_factors_long.weight") != nullptr || file.find_tensor("rope_factors_short.weight") != nullptr) {
+    TESSERA_RETURN_IF_ERROR(phi3_longrope_from_factors(file, arch, config, consumed));
+  }
+  const double layers = static_cast<double>(config_int(*config, "num_hidden_layers", 1));
+  const double hidden = static_cast<double>(config_int(*config, "hidden_size", 1));
+  auto read = [&](const std::string& key, double absent) -> StatusOr<double> {
+    if (!file.has(arch + "." + key)) return absent;
+    TESSERA_ASSIGN_OR_RETURN(double v, file.get_float(arch + "." + key));
+    if (!(v > 0) || !std::isfinite(v)) return invalid_argument(file.path() + ": " + arch + "." + key + " must be a positive number");
+    return v;
+  };
+  TESSERA_ASSIGN_OR_RETURN(double emb, read("embedding_scale", 12.0));
+  TESSERA_ASSIGN_OR_RETURN(double residual, read("residual_scale", 1.4 / std::sqrt(layers)));
+  TESSERA_ASSIGN_OR_RETURN(double logit, read("logit_scale", hidden / 256.0));
+  (*config)["scale_emb"] = emb;
+  (*config)["scale_depth"] = residual * std::sqrt(layers);
+  (*config)["dim_model_base"] = hidden / logit;
+  return Status::ok();
+}
+
 Status gguf_config_gpt_neox(const GgufFile& file, const std::string& arch, nlohmann::json* config,
                             std::vector<std::string>*) {
   return copy_key(file, arch + ".use_parallel_residual", "use_parallel_residual", config);

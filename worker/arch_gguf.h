@@ -29,6 +29,8 @@ Status gguf_config_falcon(const GgufFile& file, const std::string& arch, nlohman
                           std::vector<std::string>* consumed);
 Status gguf_config_granite(const GgufFile& file, const std::string& arch, nlohmann::json* config,
                            std::vector<std::string>* consumed);
+Status gguf_config_minicpm(const GgufFile& file, const std::string& arch, nlohmann::json* config,
+                           std::vector<std::string>* consumed);
 Status gguf_config_gpt_neox(const GgufFile& file, const std::string& arch, nlohmann::json* config,
                             std::vector<std::string>* consumed);
 

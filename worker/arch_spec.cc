@@ -173,6 +173,31 @@ Status adapt_granite(const nlohmann::json& config, const std::string& source, Mo
   return cf::read_positive_float(config, source, {"logits_scaling"}, &c->logit_scale);
 }
 
+// MiniCPM (1, 2): Granite's scalings under other names: embeddings times scale_emb, each
+// sub-block's output times scale_depth / sqrt(layers), the final hidden state (so the logits)
+// divided by hidden_size / dim_model_base. Required: the configuration class's defaults
+// are not the released models' values. MiniCPM-MoE and MiniCPM 4's sparse attention refused.
+Status adapt_minicpm(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
+  for (const char* key : {"scale_emb", "scale_depth", "dim_model_base"}) {
+    if (cf::find(config, {key}) == nullptr) return invalid_argument(source + ": missing key \"" + std::string(key) + "\" (MiniCPM)");
+  }
+  float emb = 1.0f, depth = 1.0f, base = 1.0f;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_emb"}, &emb));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_depth"}, &depth));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"dim_model_base"}, &base));
+  c->embed_scale = emb == 1.0f ? 0.0f : emb;
+  c->residual_scale = depth / std::sqrt(static_cast<float>(c->layers));
+  c->logit_scale = static_cast<float>(c->hidden) / base;
+  for (const char* key : {"num_experts", "sparse_config"}) {
+    const nlohmann::json* v = cf::find(config, {key});
+    if (v != nullptr && !(v->is_number() && v->get<double>() == 0)) {
+      return unimplemented(source + ": \"" + std::string(key) + "\" " + v->dump() + " (MiniCPM's " +
+                           (std::string(key) == "num_experts" ? "experts" : "sparse attention") + ") is not supported");
+    }
+  }
+  return Status::ok();
+}
+
 // SmolLM3: no_rope_layers (1 = the layer rotates, 0 = NoPE), else every
 // no_rope_layer_interval-th layer without positions (3, 7, 11, ... for 4, as SmolLM3Config
 // fills it). A sliding window only with use_sliding_window: on the layers layer_types names
@@ -301,6 +326,25 @@ ArchSpec make_granite() {
                         "embedding_multiplier": 12.0, "attention_multiplier": 0.015625, "residual_multiplier": 0.22,
                         "logits_scaling": 8.0})";
   s.adapt = adapt_granite;
+  return s;
+}
+
+// MiniCPM 1 and 2 (openbmb): Llama with Granite-like scalings (adapt_minicpm).
+ArchSpec make_minicpm() {
+  ArchSpec s = llama_layout();
+  s.name = "minicpm";
+  s.model_types = {"minicpm"};
+  s.hf_blocks = {"MiniCPMDecoderLayer"};
+  s.hf_architecture = "MiniCPMForCausalLM";
+  s.gguf_archs = {"minicpm"};
+  s.gguf_permuted_qk = true;  // llama.cpp's MiniCPM converter permutes as Llama's
+  s.gguf_config = gguf_config_minicpm;
+  s.keys.head_dim = {};
+  // MiniCPM-2B's scalings.
+  s.config_extras = R"({"hidden_act": "silu", "rope_scaling": null, "scale_emb": 12, "scale_depth": 1.4,
+                        "dim_model_base": 256})";
+  s.tie_embeddings_default = true;
+  s.adapt = adapt_minicpm;
   return s;
 }
 
@@ -667,7 +711,7 @@ const std::vector<ArchSpec>& arch_specs() {
   static const std::vector<ArchSpec> specs = {make_bloom(),     make_llama(),     make_mixtral(), make_qwen2(),
                                               make_qwen3(),     make_qwen3_moe(), make_qwen2_moe(), make_phi3(),
                                               make_gemma2(),    make_gemma3(),    make_falcon(),  make_gpt_neox(),
-                                              make_gpt2(),      make_starcoder2(), make_granite(), make_smollm3()};
+                                              make_gpt2(),      make_starcoder2(), make_granite(), make_smollm3(), make_minicpm()};
   return specs;
 }
 

@@ -292,6 +292,8 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
     if (residency_) residency_->before_layer(l);
     if (staged_) staged_->before_layer(l);
     layer_forward(l, x.view(), pending, h.view(), delta.view(), delta2.view(), positions, batch, cache);
+    // Granite's residual multiplier on the layer's last output (the MLP's, or a parallel
+    // block's sum); layer_forward scaled a sequential block's attention output already.
     if (config_.residual_scale != 1.0f) backend_.scale(delta.view(), config_.residual_scale);
     if (residency_) residency_->after_layer(l);
     if (staged_) staged_->after_layer(l);

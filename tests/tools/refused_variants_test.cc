@@ -79,6 +79,11 @@ std::vector<Variant> variants() {
       {"smollm3_no_rope_count", "tiny-llama", J{{"model_type", "smollm3"}, {"no_rope_layers", {1, 0}}}, "no_rope_layers"},
       {"smollm3_no_rope_value", "tiny-llama", J{{"model_type", "smollm3"}, {"no_rope_layers", {1, 2, 1}}},
        "no_rope_layers[1] must be 0 or 1"},
+      {"minicpm_no_scale_depth", "tiny-llama", J{{"model_type", "minicpm"}, {"scale_emb", 12}, {"dim_model_base", 32}},
+       "missing key \"scale_depth\""},
+      {"minicpm_experts", "tiny-llama",
+       J{{"model_type", "minicpm"}, {"scale_emb", 12}, {"scale_depth", 1.4}, {"dim_model_base", 32}, {"num_experts", 8}},
+       "\"num_experts\" 8"},
       {"unknown_model_type", "tiny-llama", J{{"model_type", "mamba"}}, "unknown model_type \"mamba\""},
   };
 }

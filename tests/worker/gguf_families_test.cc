@@ -569,21 +569,30 @@ TEST(GgufQwen3Moe, EveryLayerSparse) {
 // every norm sees Llama's input; q_proj times 1 / (a sqrt(head_dim)) against the attention
 // multiplier a; lm_head times s against logits_scaling s. A multiplier left out, or applied
 // where Granite does not apply it, moves the logits off tiny-llama's goldens.
-std::string granite_from_llama(const std::string& fixture, const std::string& folder) {
-  const double m = 12.0, r = 0.22, a = 0.015625, s = 8.0;
+// MiniCPM (minicpm = true) the same way, with no attention multiplier (a = 1 / sqrt(head_dim)):
+// scale_emb m, scale_depth r sqrt(layers), dim_model_base hidden / s.
+std::string granite_from_llama(const std::string& fixture, const std::string& folder, bool minicpm = false) {
+  const double m = 12.0, r = 0.22, s = 8.0;
   auto ckpt = Checkpoint::open(fixture);
   EXPECT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
   if (!ckpt.is_ok()) return "";
   nlohmann::json config = (*ckpt)->config();
   const double head_dim = config["hidden_size"].get<double>() / config["num_attention_heads"].get<double>();
-  config["model_type"] = "granite";
-  config["architectures"] = {"GraniteForCausalLM"};
+  const double a = minicpm ? 1.0 / std::sqrt(head_dim) : 0.015625;
+  config["model_type"] = minicpm ? "minicpm" : "granite";
+  config["architectures"] = {minicpm ? "MiniCPMForCausalLM" : "GraniteForCausalLM"};
   config.erase("head_dim");
   config["rms_norm_eps"] = config["rms_norm_eps"].get<double>() * m * m;
-  config["embedding_multiplier"] = m;
-  config["residual_multiplier"] = r;
-  config["attention_multiplier"] = a;
-  config["logits_scaling"] = s;
+  if (minicpm) {
+    config["scale_emb"] = m;
+    config["scale_depth"] = r * std::sqrt(config["num_hidden_layers"].get<double>());
+    config["dim_model_base"] = config["hidden_size"].get<double>() / s;
+  } else {
+    config["embedding_multiplier"] = m;
+    config["residual_multiplier"] = r;
+    config["attention_multiplier"] = a;
+    config["logits_scaling"] = s;
+  }
   fs::create_directories(folder);
   testing::write_file(folder + "/config.json", config.dump(2));
   auto factor = [&](const std::string& name) {
@@ -635,6 +644,24 @@ TEST(GgufGranite, MultipliersGiveTheLlamaGoldensFromFolderAndFile) {
   ASSERT_FALSE(refused.is_ok());
   EXPECT_NE(refused.status().message().find("granite.rope.scaling.finetuned false"), std::string::npos)
       << refused.status().message();
+  fs::remove_all(tmp);
+}
+
+// MiniCPM's scalings (scale_emb, scale_depth, dim_model_base) the same way: folder and file
+// (minicpm.embedding_scale, residual_scale, logit_scale) give tiny-llama's goldens.
+TEST(GgufMiniCpm, ScalingsGiveTheLlamaGoldensFromFolderAndFile) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-llama";
+  const std::string tmp = testing::make_temp_dir("tessera-minicpm");
+  const std::string folder = granite_from_llama(fixture, tmp + "/tiny-minicpm", /*minicpm=*/true);
+  ASSERT_FALSE(folder.empty());
+  const std::vector<FamilyCase> cases = family_goldens(fixture);
+  auto run = run_family(folder, cases);
+  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  const float vs_goldens = difference_from_goldens(*run, cases);
+  EXPECT_LE(vs_goldens, kGoldenBound);
+  std::cout << "[ REPORT   ] minicpm folder (tiny-llama rescaled): max |logit| diff vs goldens = " << vs_goldens << std::endl;
+  check_family_files("tiny-minicpm", folder, fixture, true);
   fs::remove_all(tmp);
 }
 

@@ -9,6 +9,8 @@
 //     yarn rope scaling as rope.scaling.* keys.
 //   granite: llama's, without head_dim, and the four multipliers as granite.* keys.
 //   smollm3: llama's (the NoPE layers are not written: llama.cpp takes every fourth).
+//   minicpm: the generic keys, scale_emb / scale_depth / dim_model_base as llama.cpp's
+//     embedding, residual and logit scales, Q and K permuted as Llama's.
 //   qwen2moe / qwen3moe: experts stacked; qwen2moe's shared expert and its gate.
 //   gemma2 / gemma3: every *norm.weight stored as 1 + w (q/k norms too); gemma2 drops lm_head.
 //   bloom, gptneox: the fused QKV, per head [q, k, v], regrouped to [Q; K; V] (bias too).
@@ -165,6 +167,8 @@ class Converter {
       TESSERA_RETURN_IF_ERROR(granite());
     } else if (model_type == "smollm3") {
       TESSERA_RETURN_IF_ERROR(smollm3());
+    } else if (model_type == "minicpm") {
+      TESSERA_RETURN_IF_ERROR(minicpm());
     } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen2_moe" || model_type == "qwen3_moe") {
       TESSERA_RETURN_IF_ERROR(qwen(model_type));
     } else if (model_type == "phi3") {
@@ -469,6 +473,24 @@ class Converter {
            "granite: the converter writes no attention.scale (llama.cpp takes 1/sqrt(head width), transformers 1)");
     }
     return Status::ok();
+  }
+
+  // MiniCPMModel (conversion/minicpm.py): TextModel's keys, the three scalings as llama.cpp's
+  // embedding / residual / logit scales, Q and K permuted as Llama's.
+  Status minicpm() {
+    begin("minicpm");
+    generic_keys();
+    const int64_t heads = i({"num_attention_heads"});
+    const int64_t kv = has("num_key_value_heads") ? i({"num_key_value_heads"}) : heads;
+    f32("embedding_scale", hp_["scale_emb"].get<double>());
+    f32("residual_scale", hp_["scale_depth"].get<double>() / std::sqrt(static_cast<double>(i({"num_hidden_layers"}))));
+    f32("logit_scale", static_cast<double>(i({"hidden_size"})) / hp_["dim_model_base"].get<double>());
+    return map_all("", llama_global_names(), "model.layers.", llama_layer_names(),
+                   [&](const std::string& name, HfTensor t) -> StatusOr<HfTensor> {
+                     if (ends_with(name, "q_proj.weight")) return llama_permute(t, heads);
+                     if (ends_with(name, "k_proj.weight")) return llama_permute(t, kv);
+                     return t;
+                   });
   }
 
   // SmolLM3Model: the Llama converter as it is. llama.cpp's loader takes every fourth layer

@@ -132,7 +132,9 @@ class SpeculativeDistributionTest : public ::testing::Test {
         sampling.seed = seed0 + static_cast<uint64_t>(i);
         StopConditions stop;
         stop.ignore_eos = true;
-        EXPECT_TRUE(engine.add_request(static_cast<RequestId>(i + 1), make_request(prompt, 5, sampling, stop)).is_ok());
+        // One token past the counted ones: the draft then proposes every counted token after
+        // the first (the last generated one is the bonus or correction token).
+        EXPECT_TRUE(engine.add_request(static_cast<RequestId>(i + 1), make_request(prompt, kPositions + 1, sampling, stop)).is_ok());
       }
       while (engine.has_work())
         for (const SequenceEvent& ev : engine.step()) {

@@ -91,3 +91,7 @@ run('gemma2_untied', 'gemma2', S + ' --kv-heads 2 --ffn 128', {'tie_word_embeddi
 run('gemma3_layer_types', 'gemma3', S + ' --kv-heads 1 --ffn 128', {'layer_types': ['full_attention', 'sliding_attention', 'full_attention'], 'sliding_window': 6, 'rope_scaling': {'rope_type': 'linear', 'factor': 8.0}})
 run('starcoder2_window', 'starcoder2', S + ' --kv-heads 2 --ffn 128', {'sliding_window': 11})
 run('mixtral_window', 'mixtral', S + ' --kv-heads 2 --ffn 64 --experts 4 --top-k 2', {'sliding_window': 10})
+run('granite_multipliers', 'granite', S + ' --kv-heads 2 --ffn 128', {'embedding_multiplier': 6.0, 'attention_multiplier': 0.09, 'residual_multiplier': 0.4, 'logits_scaling': 3.0})
+run('smollm3_nope', 'smollm3', S.replace('--layers 3', '--layers 8') + ' --kv-heads 2 --ffn 128', {})
+run('smollm3_list_window', 'smollm3', S + ' --kv-heads 2 --ffn 128', {'no_rope_layers': [1, 0, 0], 'use_sliding_window': True, 'sliding_window': 6})
+run('minicpm_scalings', 'minicpm', S + ' --kv-heads 2 --ffn 128 --tie-embeddings', {'scale_emb': 5.0, 'scale_depth': 1.4, 'dim_model_base': 16})

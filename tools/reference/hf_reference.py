@@ -99,7 +99,7 @@ class Model:
         else:
             H = c['hidden_size']; nh = c['num_attention_heads']; L = c['num_hidden_layers']
         D = c.get('head_dim') or H // nh
-        if t in ('qwen2', 'phi3', 'starcoder2', 'falcon', 'gpt_neox', 'gpt2', 'qwen2_moe'):
+        if t in ('qwen2', 'phi3', 'starcoder2', 'falcon', 'gpt_neox', 'gpt2', 'qwen2_moe', 'granite', 'minicpm'):
             D = H // nh
         kv = c.get('num_key_value_heads') or nh
         pre = {'gpt2': 'transformer.', 'falcon': 'transformer.', 'gpt_neox': 'gpt_neox.'}.get(t, 'model.')
@@ -113,6 +113,15 @@ class Model:
             x = W['model.embed_tokens.weight'][ids_t]
         if t in ('gemma2', 'gemma3_text'):
             x = x * torch.tensor(H ** 0.5, dtype=x.dtype)
+        if t == 'granite':  # GraniteModel: inputs_embeds * embedding_multiplier (a Python float)
+            x = x * self.g('embedding_multiplier', 1.0)
+        resid = self.g('residual_multiplier', 1.0) if t == 'granite' else 1.0
+        if t == 'minicpm':  # modeling_minicpm: scale_emb, scale_depth / sqrt(layers), hidden / dim_model_base
+            x = x * c['scale_emb']
+            resid = c['scale_depth'] / math.sqrt(L)
+        # SmolLM3Config: no_rope_layers (1 = rotary), else every no_rope_layer_interval-th layer is NoPE
+        interval = self.g('no_rope_layer_interval', 4)
+        use_rope = self.g('no_rope_layers', [int((i + 1) % interval != 0) for i in range(L)]) if t == 'smollm3' else [1] * L
         ln = t in ('falcon', 'gpt_neox', 'gpt2', 'starcoder2')
         gemma = t in ('gemma2', 'gemma3_text')
         eps = c.get('rms_norm_eps') or c.get('layer_norm_epsilon') or c.get('layer_norm_eps') or c.get('norm_epsilon') or 1e-5
@@ -179,8 +188,12 @@ class Model:
                 sliding = c.get('sliding_window') is not None
             elif t in ('qwen2', 'qwen3', 'qwen2_moe', 'qwen3_moe'):
                 sliding = c.get('use_sliding_window', False) and c.get('sliding_window') is not None and l >= c.get('max_window_layers', 28)
+            elif t == 'smollm3':  # layer_types' default: the NoPE layers slide when use_sliding_window
+                sliding = c.get('use_sliding_window', False) and c.get('sliding_window') is not None and not use_rope[l]
+            if t == 'smollm3' and not c.get('use_sliding_window', False):
+                sliding = False
             win = c.get('sliding_window') if sliding else None
-            if t != 'gpt2':
+            if t != 'gpt2' and use_rope[l]:
                 rot = D
                 if t == 'gpt_neox':
                     rot = int(D * c.get('rotary_pct', 1.0))
@@ -199,6 +212,8 @@ class Model:
                 scale = c.get('query_pre_attn_scalar', 256) ** -0.5
             if t == 'gpt2':
                 scale = scale if c.get('scale_attn_weights', True) else 1.0
+            if t == 'granite':  # GraniteAttention: scaling = attention_multiplier
+                scale = self.g('attention_multiplier', 1.0)
             s = (q @ k.transpose(-1, -2)) * scale
             if t == 'gpt2' and c.get('scale_attn_by_inverse_layer_idx', False):
                 s = s / float(l + 1)
@@ -273,9 +288,9 @@ class Model:
                     hmm = self.norm(x, p + 'post_attention_layernorm', True, eps=eps)
                 x = x + a + mlp(hmm)
             else:
-                x = x + a
+                x = x + a * resid
                 nm = {'gpt2': 'ln_2'}.get(t, 'post_attention_layernorm')
-                x = x + mlp(self.norm(x, p + nm, ln, gemma, eps))
+                x = x + mlp(self.norm(x, p + nm, ln, gemma, eps)) * resid
         fn = {'gpt2': 'transformer.ln_f', 'falcon': 'transformer.ln_f', 'gpt_neox': 'gpt_neox.final_layer_norm'}.get(t, 'model.norm')
         x = self.norm(x, fn, ln, gemma, eps)
         head = W.get('lm_head.weight')
@@ -284,6 +299,10 @@ class Model:
         if head is None:
             head = W[{'gpt2': 'transformer.wte.weight', 'falcon': 'transformer.word_embeddings.weight'}.get(t, 'model.embed_tokens.weight')]
         logits = x[-1] @ head.t()
+        if t == 'granite':
+            logits = logits / self.g('logits_scaling', 1.0)
+        if t == 'minicpm':
+            logits = logits / (H / c['dim_model_base'])
         cap = c.get('final_logit_softcapping') if gemma else None
         if cap:
             logits = torch.tanh(logits / cap) * cap
