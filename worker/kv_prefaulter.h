@@ -1,6 +1,6 @@
 #pragma once
 // Faults in the CPU KV pool's pages a little ahead of the blocks in use, on a background
-// thread that runs only when a CPU is idle, so no step pays for first touches.
+// thread at a low priority (nice 10), so no step pays for first touches.
 //
 // Why: the pool's pages are mapped lazily (a large pool takes no memory until used, see
 // Tensor::zeros), and with prefix caching on, every new sequence takes blocks no one has
