@@ -622,19 +622,31 @@ std::string granite_from_llama(const std::string& fixture, const std::string& fo
 // Granite (3.x dense) from a folder and from the GGUF file llama.cpp's converter writes for it
 // (granite.embedding_scale, residual_scale, attention.scale, logit_scale): both give
 // tiny-llama's goldens on tiny-llama's weights rescaled as granite_from_llama says.
-TEST(GgufGranite, MultipliersGiveTheLlamaGoldensFromFolderAndFile) {
-  TESSERA_REQUIRE_FIXTURES();
+// The rescaled tiny-llama (granite_from_llama) from its folder, then check_family_files on it:
+// both against tiny-llama's goldens. Returns the folder.
+std::string check_rescaled_llama(const std::string& tmp, bool minicpm) {
   const std::string fixture = testing::fixtures_dir() + "/tiny-llama";
-  const std::string tmp = testing::make_temp_dir("tessera-granite");
-  const std::string folder = granite_from_llama(fixture, tmp + "/tiny-granite");
-  ASSERT_FALSE(folder.empty());
+  const std::string name = minicpm ? "tiny-minicpm" : "tiny-granite";
+  const std::string folder = granite_from_llama(fixture, tmp + "/" + name, minicpm);
+  if (folder.empty()) return folder;
   const std::vector<FamilyCase> cases = family_goldens(fixture);
   auto run = run_family(folder, cases);
-  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  EXPECT_TRUE(run.is_ok()) << run.status().to_string();
+  if (!run.is_ok()) return folder;
   const float vs_goldens = difference_from_goldens(*run, cases);
   EXPECT_LE(vs_goldens, kGoldenBound);
-  std::cout << "[ REPORT   ] granite folder (tiny-llama rescaled): max |logit| diff vs goldens = " << vs_goldens << std::endl;
-  check_family_files("tiny-granite", folder, fixture, true);
+  std::cout << "[ REPORT   ] " << name << " folder (tiny-llama rescaled): max |logit| diff vs goldens = " << vs_goldens
+            << std::endl;
+  check_family_files(name, folder, fixture, true);
+  return folder;
+}
+
+TEST(GgufGranite, MultipliersGiveTheLlamaGoldensFromFolderAndFile) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string tmp = testing::make_temp_dir("tessera-granite");
+  const std::string folder = check_rescaled_llama(tmp, /*minicpm=*/false);
+  ASSERT_FALSE(folder.empty());
+  const std::vector<FamilyCase> cases = family_goldens(testing::fixtures_dir() + "/tiny-llama");
 
   // A file whose rope.scaling.finetuned is false has no rotary positions in llama.cpp.
   auto conv = testing::gguf_from_hf(folder, GgufOutType::kF32);
@@ -651,17 +663,8 @@ TEST(GgufGranite, MultipliersGiveTheLlamaGoldensFromFolderAndFile) {
 // (minicpm.embedding_scale, residual_scale, logit_scale) give tiny-llama's goldens.
 TEST(GgufMiniCpm, ScalingsGiveTheLlamaGoldensFromFolderAndFile) {
   TESSERA_REQUIRE_FIXTURES();
-  const std::string fixture = testing::fixtures_dir() + "/tiny-llama";
   const std::string tmp = testing::make_temp_dir("tessera-minicpm");
-  const std::string folder = granite_from_llama(fixture, tmp + "/tiny-minicpm", /*minicpm=*/true);
-  ASSERT_FALSE(folder.empty());
-  const std::vector<FamilyCase> cases = family_goldens(fixture);
-  auto run = run_family(folder, cases);
-  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
-  const float vs_goldens = difference_from_goldens(*run, cases);
-  EXPECT_LE(vs_goldens, kGoldenBound);
-  std::cout << "[ REPORT   ] minicpm folder (tiny-llama rescaled): max |logit| diff vs goldens = " << vs_goldens << std::endl;
-  check_family_files("tiny-minicpm", folder, fixture, true);
+  EXPECT_FALSE(check_rescaled_llama(tmp, /*minicpm=*/true).empty());
   fs::remove_all(tmp);
 }
 
