@@ -177,7 +177,7 @@ TEST_F(Cli, ErrorsAreOneLineAndExitCodes) {
     for (const std::string mode : {"", " --no-stream"}) {
       r = cli("complete" + url() + " " + flag + mode + " hello");
       EXPECT_EQ(r.exit_code, 1) << flag << mode;
-      EXPECT_NE(r.err.find("400"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(" 400 "), std::string::npos) << r.err;
       EXPECT_NE(r.err.find("temperature"), std::string::npos) << r.err;
       EXPECT_EQ(lines_of(r.err), 1) << r.err;
     }
@@ -241,13 +241,15 @@ TEST(CliAuth, ApiKeyFromFlagOrEnvironment) {
                             "--set", "cache.num_blocks=64"}))
       << server.log();
   const std::string url = " --url " + server.url();
+  // " 401 ": the status as the message spells it ("HTTP 401 ...", "error 401 ..."), not digits
+  // that a port or a temporary folder's name happens to hold.
   auto r = testing::run_command("env -u TESSERA_API_KEY -u OPENAI_API_KEY " + testing::bin_dir() + "/tessera-cli models" + url);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("401"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" 401 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("invalid_api_key"), std::string::npos) << r.err;
   r = testing::run_command("env -u TESSERA_API_KEY OPENAI_API_KEY=wrong " + testing::bin_dir() + "/tessera-cli models" + url);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("401"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" 401 "), std::string::npos) << r.err;
   r = cli("models --api-key sekrit" + url);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "tiny-llama\n");
@@ -264,11 +266,11 @@ TEST(CliAuth, ApiKeyFromFlagOrEnvironment) {
   r = testing::run_command("env -u TESSERA_API_KEY -u OPENAI_API_KEY " + testing::bin_dir() + "/tessera-cli complete" +
                            zmq + "hello");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("401"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" 401 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("invalid_api_key"), std::string::npos) << r.err;
   r = cli("complete --api-key sekrit" + zmq + "hello");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.err.find("401"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(" 401 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tokenizer"), std::string::npos) << r.err;
 }
 
