@@ -648,6 +648,14 @@ TEST(GgufGranite, MultipliersGiveTheLlamaGoldensFromFolderAndFile) {
   ASSERT_FALSE(folder.empty());
   const std::vector<FamilyCase> cases = family_goldens(testing::fixtures_dir() + "/tiny-llama");
 
+  // A config that gives only logits_scaling: the file has no attention, embedding or residual
+  // scale, which llama.cpp reads as 1/sqrt(head width), 1 and 1 (not the row's generated-model
+  // values); the test converter lists the attention scale as lost, so the folder compared is
+  // the one with 1/sqrt(head width).
+  const std::string sparse = fixture_with_config(testing::fixtures_dir() + "/tiny-llama", tmp + "/granite-sparse",
+                                                 {{"model_type", "granite"}, {"logits_scaling", 2.0}});
+  check_family_files("tiny-granite-logits-scaling-only", sparse, testing::fixtures_dir() + "/tiny-llama", false);
+
   // A file whose rope.scaling.finetuned is false has no rotary positions in llama.cpp.
   auto conv = testing::gguf_from_hf(folder, GgufOutType::kF32);
   ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
