@@ -166,9 +166,7 @@ Status adapt_granite(const nlohmann::json& config, const std::string& source, Mo
   float attention = 1.0f;
   TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"attention_multiplier"}, &attention));
   for (LayerSpec& l : c->layer) l.attn_scale = attention;
-  float embedding = 1.0f;
-  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"embedding_multiplier"}, &embedding));
-  c->embed_scale = embedding == 1.0f ? 0.0f : embedding;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"embedding_multiplier"}, &c->embed_scale));
   TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"residual_multiplier"}, &c->residual_scale));
   return cf::read_positive_float(config, source, {"logits_scaling"}, &c->logit_scale);
 }
@@ -181,11 +179,10 @@ Status adapt_minicpm(const nlohmann::json& config, const std::string& source, Mo
   for (const char* key : {"scale_emb", "scale_depth", "dim_model_base"}) {
     if (cf::find(config, {key}) == nullptr) return invalid_argument(source + ": missing key \"" + std::string(key) + "\" (MiniCPM)");
   }
-  float emb = 1.0f, depth = 1.0f, base = 1.0f;
-  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_emb"}, &emb));
+  float depth = 1.0f, base = 1.0f;
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_emb"}, &c->embed_scale));
   TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_depth"}, &depth));
   TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"dim_model_base"}, &base));
-  c->embed_scale = emb == 1.0f ? 0.0f : emb;
   c->residual_scale = depth / std::sqrt(static_cast<float>(c->layers));
   c->logit_scale = static_cast<float>(c->hidden) / base;
   for (const char* key : {"num_experts", "sparse_config"}) {

@@ -65,7 +65,7 @@ struct ModelConfig {
   int64_t rotary_dim = 0;  // leading dims of each head that RoPE rotates (= head_dim unless partial)
   float attn_softcap = 0.0f;   // Gemma 2 attn_logit_softcapping; 0 = none
   float final_softcap = 0.0f;  // Gemma 2 final_logit_softcapping; 0 = none
-  float embed_scale = 0.0f;    // > 0: embeddings multiplied by it (Gemma: sqrt(hidden); Granite's multiplier)
+  float embed_scale = 1.0f;    // embeddings multiplied by it (Gemma: sqrt(hidden); Granite's, MiniCPM's multiplier)
   // Whether embed_scale is first rounded to the weight dtype (Gemma: torch.tensor(sqrt(h),
   // dtype)); Granite multiplies by a Python float, which PyTorch keeps in float32.
   bool embed_scale_in_dtype = false;

@@ -190,7 +190,7 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, std::string c
       rope_tables_.push_back(backend_.place_weight(t));  // a parameter like any weight
     }
   }
-  if (config_.embed_scale > 0) {
+  if (config_.embed_scale != 1.0f) {
     // Gemma: transformers multiplies by torch.tensor(sqrt(hidden), dtype=model dtype).
     uint16_t rounded = 0;
     embed_scale_ = config_.embed_scale;
@@ -283,7 +283,7 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
     backend_.embedding(pos.view(), weights_.pos_embed.view(), h.view());
     backend_.add(x.view(), h.view(), x.view());
   }
-  if (embed_scale_ > 0) backend_.scale(x.view(), embed_scale_);
+  if (embed_scale_ != 1.0f) backend_.scale(x.view(), embed_scale_);
   if (config_.arch->embedding_norm) {
     backend_.layer_norm(x.view(), weights_.embed_norm_w, weights_.embed_norm_b, config_.norm_eps, x.view());
   }
@@ -292,9 +292,6 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
     if (residency_) residency_->before_layer(l);
     if (staged_) staged_->before_layer(l);
     layer_forward(l, x.view(), pending, h.view(), delta.view(), delta2.view(), positions, batch, cache);
-    // Granite's residual multiplier on the layer's last output (the MLP's, or a parallel
-    // block's sum); layer_forward scaled a sequential block's attention output already.
-    if (config_.residual_scale != 1.0f) backend_.scale(delta.view(), config_.residual_scale);
     if (residency_) residency_->after_layer(l);
     if (staged_) staged_->after_layer(l);
     pending = &delta.view();
@@ -343,19 +340,25 @@ void Transformer::layer_forward(int l, const TensorView& x, const TensorView* pe
     if (attn_partial && mlp_partial) {
       backend_.add(delta, delta2, delta);
       all_reduce(delta);
-      return;
+    } else {
+      if (attn_partial) all_reduce(delta);
+      if (mlp_partial) all_reduce(delta2);
+      backend_.add(delta, delta2, delta);
     }
-    if (attn_partial) all_reduce(delta);
-    if (mlp_partial) all_reduce(delta2);
-    backend_.add(delta, delta2, delta);
+    scale_residual(delta);
     return;
   }
   attention_block(l, h, positions, batch, cache, delta, /*defer_reduce=*/false);
   if (!lw.post_attn_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_attn_norm_w, lw.post_attn_norm_b, delta);
-  if (config_.residual_scale != 1.0f) backend_.scale(delta, config_.residual_scale);
+  scale_residual(delta);
   add_and_norm(x, &delta, lw.mlp_norm_w, lw.mlp_norm_b, h);
   mlp_block(l, h, delta, /*defer_reduce=*/false);
   if (!lw.post_mlp_norm_w.empty()) add_and_norm(delta, nullptr, lw.post_mlp_norm_w, lw.post_mlp_norm_b, delta);
+  scale_residual(delta);
+}
+
+void Transformer::scale_residual(const TensorView& delta) {
+  if (config_.residual_scale != 1.0f) backend_.scale(delta, config_.residual_scale);
 }
 
 Transformer::LoraRuns Transformer::lora_runs(const std::vector<int32_t>* rows) const {

@@ -118,6 +118,8 @@ class Transformer {
   void layer_forward(int layer, const TensorView& x, const TensorView* pending, const TensorView& h,
                      const TensorView& delta, const TensorView& delta2, const std::vector<int32_t>& positions,
                      const AttentionBatch& batch, KvCache& cache);
+  // A sub-block's output before the residual add, times residual_scale (Granite, MiniCPM).
+  void scale_residual(const TensorView& delta);
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -135,7 +137,7 @@ class Transformer {
   std::vector<Tensor> rope_tables_;  // distinct inverse-frequency tables (Gemma 3 has two)
   std::vector<int> layer_rope_;      // index into rope_tables_ per layer
   std::vector<float> layer_rope_magnitude_;  // cos/sin scale per layer (LongRoPE's attention factor)
-  float embed_scale_ = 0.0f;         // config's embed_scale rounded to the weight dtype
+  float embed_scale_ = 1.0f;         // config's embed_scale (rounded to the weight dtype where it says so)
   Status comm_error_;    // the first failed collective; sticky
   // This forward's adapter per token row (empty: none in the step), and its runs.
   std::vector<const LoraWeights*> token_adapters_;
