@@ -117,6 +117,9 @@ BENCHMARK(BM_Linear)
     ->ArgsProduct({{0, 1, 2}, {1, 4, 8, 64, 512}, {2048}, {768}})
     ->ArgsProduct({{0, 1, 2}, {1, 4, 8, 64, 512}, {768}, {2048}})
     ->ArgsProduct({{0, 1, 2}, {1, 4, 8, 64, 512}, {4096}, {4096}})
+    // The ~1.1B Llama's (docs/benchmarks.md): fused q/k/v, fused gate/up, down.
+    ->ArgsProduct({{0, 2}, {1, 8}, {2560, 11264}, {2048}})
+    ->ArgsProduct({{0, 2}, {1, 8}, {2048}, {5632}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

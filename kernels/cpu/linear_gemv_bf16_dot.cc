@@ -7,6 +7,13 @@
 // only 2 weight rows stream at a time; the rows 2 pairs ahead are prefetched alongside, which
 // measured 1.14x on batch-8 decode against no prefetch (not at batch 1: kPrefetchNextRows).
 //
+// One row of x (batch-1 decode) has no weight reuse to share, so it reads the rows one after
+// another (single_row): each thread's chunk is then one sequential stream. Against 4 rows side
+// by side (tile<1, 4>), batch-1 decode on the 2-core AMD EPYC host of docs/benchmarks.md
+// (tessera-bench, ABBA rounds, 2026-12-07): ~1.1B bf16 1.06-1.24x, ~100M bf16 1.17-1.32x.
+// linear_bench's one-matrix loops disagree on rows of 4 KB and more (0.78-1.03x); the
+// model's step, every matrix once, is what decode runs.
+//
 // Same rounding as the packed GEMM's bf16 dot kernel (x by f32_to_bf16, products exact,
 // sums f32); a different summation order (each 64-byte step's 32 products land in 16 lanes,
 // reduced across lanes at the end), so results agree with it to f32 summation error.
@@ -95,10 +102,35 @@ TESSERA_TARGET_AVX512_BF16 void tile(const LinearArgs& a, const uint16_t* xb, in
   }
 }
 
+// One row of x against weight rows [n0, n1), one row after another: the chunk is read as a
+// single sequential stream. One accumulator per row, 32 elements at a time in order, as
+// tile() sums: a sequence's logits do not depend on what else is in its batch. (The chain of
+// dot products allows ~40 GB/s per core at this host's clock, above what one core reads.)
+TESSERA_TARGET_AVX512_BF16 void single_row(const LinearArgs& a, const uint16_t* xb, int64_t n0, int64_t n1) {
+  const int64_t K = a.K;
+  const int64_t k_main = K & ~int64_t{31};
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (K - k_main)) - 1u);
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* row = w + n * K;
+    __m512 acc = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < k_main; k += 32) {
+      acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(xb + k), (__m512bh)_mm512_loadu_si512(row + k));
+    }
+    if (k_main < K) {
+      acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(xb + k_main),
+                             (__m512bh)_mm512_maskz_loadu_epi16(tail, row + k_main));
+    }
+    a.y[n] = finish_output(_mm512_reduce_add_ps(acc), a.bias, n, a.act);
+  }
+}
+
 // Rows [n0, n1) for every row of x: tiles of up to 8 rows of x, the weight rows of a group
 // reused from L1 by the later tiles.
 TESSERA_TARGET_AVX512_BF16 void rows(const LinearArgs& a, const uint16_t* xb, int64_t kp, int64_t n0, int64_t n1) {
   // Groups of 16 weight rows (24-64 KiB at K = 768-2048) stay in L1/L2 for the second tile.
+  if (a.M == 1) return single_row(a, xb, n0, n1);
   constexpr int64_t kGroup = 16;
   for (int64_t g = n0; g < n1; g += kGroup) {
     const int64_t g1 = std::min(n1, g + kGroup);

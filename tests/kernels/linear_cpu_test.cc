@@ -26,6 +26,7 @@
 
 #include "common/dtype.h"
 #include "common/kernel_options.h"
+#include "kernels/cpu/gemm_packed.h"
 
 namespace tessera {
 // Test names and failure messages print the dtype's name, not its bytes.
@@ -294,6 +295,37 @@ TEST(LinearCpu, SingleThreadMatchesAllThreads) {
   omp_set_num_threads(threads);
   // Same kernel, same per-row summation order: identical bits.
   EXPECT_EQ(std::memcmp(y_all.data(), y_one.data(), y_all.size() * sizeof(float)), 0);
+}
+
+// Decode batches: a row of x gets the same bits alone as beside other rows, so a sequence's
+// tokens do not depend on what else the scheduler runs with it. Holds where one kernel family
+// takes every batch size (AVX-512's f32/f16 GEMV up to 4 rows, the bf16 dot GEMV up to 16);
+// the single-row kernels stream differently from the tiles but must sum in the same order.
+TEST(LinearCpu, ARowAloneGetsTheBitsItGetsInADecodeBatch) {
+  if (detected_cpu_isa() != CpuIsa::kAvx512) GTEST_SKIP() << "the AVX-512 GEMV kernels are not usable here";
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t N = 1000;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<int64_t> batches = {2, 3, 4};
+    if (dtype == DType::kBF16) {
+      if (!detail::cpu_has_bf16_dot()) continue;  // without it bf16 batches of 1-2 take their own kernel
+      batches.insert(batches.end(), {9, 16});     // 9: a tile of 8, then a lone row
+    }
+    for (int64_t K : {300, 2048}) {
+      Weights w = make_weights(dtype, N, K, rng);
+      for (int64_t M : batches) {
+        std::vector<float> x(M * K), y(M * N), y_alone(N);
+        for (float& v : x) v = dist(rng);
+        linear(x.data(), M, K, K, w.data(), dtype, N, nullptr, y.data(), N, Activation::kNone);
+        for (int64_t m = 0; m < M; ++m) {
+          linear(x.data() + m * K, 1, K, K, w.data(), dtype, N, nullptr, y_alone.data(), N, Activation::kNone);
+          EXPECT_EQ(std::memcmp(y_alone.data(), y.data() + m * N, N * sizeof(float)), 0)
+              << dtype_name(dtype) << " K=" << K << " row " << m << " of " << M;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
