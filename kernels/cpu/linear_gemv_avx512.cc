@@ -96,7 +96,7 @@ TESSERA_TARGET_AVX512 void gemv_tile(const LinearArgs& a, int64_t m0, int64_t n0
 // is one sequential stream: with no x rows to share a weight load among, reading several rows
 // side by side only splits the stream. One accumulator, 16 elements at a time in order, as
 // gemv_tile sums (batch invariance, as in linear_gemv_bf16_dot.cc). ~100M f32 batch-1 decode
-// 1.04-1.22x against 16 rows side by side (tessera-bench, ABBA rounds, 2-core AMD EPYC,
+// 1.04-1.47x against 16 rows side by side (tessera-bench, ABBA rounds, 2-core AMD EPYC,
 // 2026-12-07; linear_gemv_bf16_dot.cc says why linear_bench is not the measure here).
 template <DType D>
 TESSERA_TARGET_AVX512 void gemv_single_row(const LinearArgs& a, int64_t m0, int64_t n0, int64_t n1) {

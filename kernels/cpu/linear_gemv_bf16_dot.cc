@@ -10,7 +10,7 @@
 // One row of x (batch-1 decode) has no weight reuse to share, so it reads the rows one after
 // another (single_row): each thread's chunk is then one sequential stream. Against 4 rows side
 // by side (tile<1, 4>), batch-1 decode on the 2-core AMD EPYC host of docs/benchmarks.md
-// (tessera-bench, ABBA rounds, 2026-12-07): ~1.1B bf16 1.06-1.24x, ~100M bf16 1.17-1.32x.
+// (tessera-bench, ABBA rounds, 2026-12-07): ~1.1B bf16 1.01-1.22x, ~100M bf16 1.17-1.59x.
 // linear_bench's one-matrix loops disagree on rows of 4 KB and more (0.78-1.03x); the
 // model's step, every matrix once, is what decode runs.
 //
@@ -104,8 +104,9 @@ TESSERA_TARGET_AVX512_BF16 void tile(const LinearArgs& a, const uint16_t* xb, in
 
 // One row of x against weight rows [n0, n1), one row after another: the chunk is read as a
 // single sequential stream. One accumulator per row, 32 elements at a time in order, as
-// tile() sums: a sequence's logits do not depend on what else is in its batch. (The chain of
-// dot products allows ~40 GB/s per core at this host's clock, above what one core reads.)
+// tile() sums: a sequence's logits do not depend on what else is in its batch. The single
+// chain of dot products keeps up with the memory: it measured as fast as four accumulators
+// taking turns (ABBA rounds of both, the same morning).
 TESSERA_TARGET_AVX512_BF16 void single_row(const LinearArgs& a, const uint16_t* xb, int64_t n0, int64_t n1) {
   const int64_t K = a.K;
   const int64_t k_main = K & ~int64_t{31};
@@ -129,8 +130,8 @@ TESSERA_TARGET_AVX512_BF16 void single_row(const LinearArgs& a, const uint16_t* 
 // Rows [n0, n1) for every row of x: tiles of up to 8 rows of x, the weight rows of a group
 // reused from L1 by the later tiles.
 TESSERA_TARGET_AVX512_BF16 void rows(const LinearArgs& a, const uint16_t* xb, int64_t kp, int64_t n0, int64_t n1) {
-  // Groups of 16 weight rows (24-64 KiB at K = 768-2048) stay in L1/L2 for the second tile.
   if (a.M == 1) return single_row(a, xb, n0, n1);
+  // Groups of 16 weight rows (24-64 KiB at K = 768-2048) stay in L1/L2 for the second tile.
   constexpr int64_t kGroup = 16;
   for (int64_t g = n0; g < n1; g += kGroup) {
     const int64_t g1 = std::min(n1, g + kGroup);
