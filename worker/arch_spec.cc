@@ -176,13 +176,10 @@ Status adapt_granite(const nlohmann::json& config, const std::string& source, Mo
 // divided by hidden_size / dim_model_base. Required: the configuration class's defaults
 // are not the released models' values. MiniCPM-MoE and MiniCPM 4's sparse attention refused.
 Status adapt_minicpm(const nlohmann::json& config, const std::string& source, ModelConfig* c) {
-  for (const char* key : {"scale_emb", "scale_depth", "dim_model_base"}) {
-    if (cf::find(config, {key}) == nullptr) return invalid_argument(source + ": missing key \"" + std::string(key) + "\" (MiniCPM)");
-  }
   float depth = 1.0f, base = 1.0f;
-  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_emb"}, &c->embed_scale));
-  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_depth"}, &depth));
-  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"dim_model_base"}, &base));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_emb"}, /*required=*/true, &c->embed_scale));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"scale_depth"}, /*required=*/true, &depth));
+  TESSERA_RETURN_IF_ERROR(cf::read_positive_float(config, source, {"dim_model_base"}, /*required=*/true, &base));
   c->residual_scale = depth / std::sqrt(static_cast<float>(c->layers));
   c->logit_scale = static_cast<float>(c->hidden) / base;
   for (const char* key : {"num_experts", "sparse_config"}) {

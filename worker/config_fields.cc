@@ -47,9 +47,17 @@ Status read_int(const nlohmann::json& config, const std::string& source, const K
 
 Status read_positive_float(const nlohmann::json& config, const std::string& source, const Keys& keys,
                            float* out) {
+  return read_positive_float(config, source, keys, /*required=*/false, out);
+}
+
+Status read_positive_float(const nlohmann::json& config, const std::string& source, const Keys& keys,
+                           bool required, float* out) {
   std::string key;
   const nlohmann::json* v = find(config, keys, &key);
-  if (v == nullptr) return Status::ok();
+  if (v == nullptr) {
+    if (required) return invalid_argument(source + ": missing key " + key_list(keys));
+    return Status::ok();
+  }
   if (!v->is_number() || v->get<double>() <= 0) {
     return invalid_argument(source + ": key \"" + key + "\" must be a positive number, got " + v->dump());
   }

@@ -24,6 +24,8 @@ Status read_positive_int(const nlohmann::json& config, const std::string& source
 Status read_int(const nlohmann::json& config, const std::string& source, const Keys& keys, int64_t* out);
 Status read_positive_float(const nlohmann::json& config, const std::string& source, const Keys& keys,
                            float* out);
+Status read_positive_float(const nlohmann::json& config, const std::string& source, const Keys& keys,
+                           bool required, float* out);
 Status read_bool(const nlohmann::json& config, const std::string& source, const Keys& keys, bool* out);
 Status read_string(const nlohmann::json& config, const std::string& source, const Keys& keys, std::string* out);
 

@@ -92,33 +92,6 @@ TESSERA_TARGET_AVX512 void gemv_tile(const LinearArgs& a, int64_t m0, int64_t n0
   }
 }
 
-// One row of x against weight rows [n0, n1), one weight row after another, so that the chunk
-// is one sequential stream: with no x rows to share a weight load among, reading several rows
-// side by side only splits the stream. One accumulator, 16 elements at a time in order, as
-// gemv_tile sums (batch invariance, as in linear_gemv_bf16_dot.cc). ~100M f32 batch-1 decode
-// 1.04-1.47x against 16 rows side by side (tessera-bench, ABBA rounds, 2-core AMD EPYC,
-// 2026-12-07; linear_gemv_bf16_dot.cc says why linear_bench is not the measure here).
-template <DType D>
-TESSERA_TARGET_AVX512 void gemv_single_row(const LinearArgs& a, int64_t m0, int64_t n0, int64_t n1) {
-  const int64_t K = a.K;
-  const float* x = a.x + m0 * a.ldx;
-  const int64_t k_main = K & ~int64_t{15};
-  const __mmask16 tail_mask = static_cast<__mmask16>((1u << (K - k_main)) - 1u);
-  for (int64_t n = n0; n < n1; ++n) {
-    const int64_t row = n * K;
-    __m512 acc = _mm512_setzero_ps();
-#pragma GCC unroll 4
-    for (int64_t k = 0; k < k_main; k += 16) {
-      acc = _mm512_fmadd_ps(load_w16<D, false>(a.w, row + k, 0), _mm512_loadu_ps(x + k), acc);
-    }
-    if (k_main < K) {
-      acc = _mm512_fmadd_ps(load_w16<D, true>(a.w, row + k_main, tail_mask), _mm512_maskz_loadu_ps(tail_mask, x + k_main),
-                            acc);
-    }
-    a.y[m0 * a.ldy + n] = finish_output(_mm512_reduce_add_ps(acc), a.bias, n, a.act);
-  }
-}
-
 // bf16 without shuffles: a 64-byte load holds 32 weights; shifting each 32-bit lane left by
 // 16 gives the even-indexed weights as f32, masking off the low half gives the odd ones.
 // Two cheap ALU ops per 32 weights instead of two cross-lane widenings per 16, which is
@@ -210,13 +183,16 @@ TESSERA_TARGET_AVX512 void gemv_bf16_pairs_for(const LinearArgs& a, int64_t m0, 
   gemv_tile_bf16_pairs<MT, R>(a, m0, n0, n1, xd.data(), kd);
 }
 
-// Weight rows per group for tiles of 2 or more rows of x (one row goes to gemv_single_row,
-// except a batch's last odd row): more rows, more weight loads shared by each x load, bounded
-// by keeping the MT*R accumulators in zmm registers.
+// Weight rows per group. From two rows of x on, more rows share each x load among more
+// weight loads, bounded by keeping the MT*R accumulators in zmm registers. One row of x has no
+// x loads worth sharing, and reads its weight rows one after another: each thread's chunk is
+// then one sequential stream, where rows side by side split it. ~100M f32 batch-1 decode
+// 1.04-1.47x against 16 rows side by side (tessera-bench, ABBA rounds, 2-core AMD EPYC,
+// 2026-12-07; linear_gemv_bf16_dot.cc says why linear_bench is not the measure here).
 template <DType D, int MT>
 TESSERA_TARGET_AVX512 void gemv_tile_for(const LinearArgs& a, int64_t m0, int64_t n0,
                                          int64_t n1) {
-  constexpr int R = MT == 1 ? 16 : (MT == 2 ? 8 : (MT <= 4 ? 4 : 2));
+  constexpr int R = MT == 1 ? 1 : (MT == 2 ? 8 : (MT <= 4 ? 4 : 2));
   gemv_tile<D, MT, R>(a, m0, n0, n1);
 }
 
@@ -236,7 +212,6 @@ TESSERA_TARGET_AVX512 void gemv_typed(const LinearArgs& a, int64_t m0, int64_t m
       return;
     }
   }
-  if (m1 - m0 == 1) return gemv_single_row<D>(a, m0, n0, n1);
   for (int64_t m = m0; m < m1; m += kGemvRowTile) {
     switch (std::min(kGemvRowTile, m1 - m)) {
       case 1: gemv_tile_for<D, 1>(a, m, n0, n1); break;

@@ -8,8 +8,9 @@
 // measured 1.14x on batch-8 decode against no prefetch (not at batch 1: kPrefetchNextRows).
 //
 // One row of x (batch-1 decode) has no weight reuse to share, so it reads the rows one after
-// another (single_row): each thread's chunk is then one sequential stream. Against 4 rows side
-// by side (tile<1, 4>), batch-1 decode on the 2-core AMD EPYC host of docs/benchmarks.md
+// another (tile<1, 1>): each thread's chunk is then one sequential stream, and the row's
+// single accumulator sums in the order every tile does, so a sequence's logits do not depend
+// on what else is in its batch. Against 4 rows side by side (tile<1, 4>), batch-1 decode on the 2-core AMD EPYC host of docs/benchmarks.md
 // (tessera-bench, ABBA rounds, 2026-12-07): ~1.1B bf16 1.01-1.22x, ~100M bf16 1.17-1.59x.
 // linear_bench's one-matrix loops disagree on rows of 4 KB and more (0.78-1.03x); the
 // model's step, every matrix once, is what decode runs.
@@ -102,42 +103,16 @@ TESSERA_TARGET_AVX512_BF16 void tile(const LinearArgs& a, const uint16_t* xb, in
   }
 }
 
-// One row of x against weight rows [n0, n1), one row after another: the chunk is read as a
-// single sequential stream. One accumulator per row, 32 elements at a time in order, as
-// tile() sums: a sequence's logits do not depend on what else is in its batch. The single
-// chain of dot products keeps up with the memory: it measured as fast as four accumulators
-// taking turns (ABBA rounds of both, the same morning).
-TESSERA_TARGET_AVX512_BF16 void single_row(const LinearArgs& a, const uint16_t* xb, int64_t n0, int64_t n1) {
-  const int64_t K = a.K;
-  const int64_t k_main = K & ~int64_t{31};
-  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (K - k_main)) - 1u);
-  const uint16_t* w = static_cast<const uint16_t*>(a.w);
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint16_t* row = w + n * K;
-    __m512 acc = _mm512_setzero_ps();
-#pragma GCC unroll 4
-    for (int64_t k = 0; k < k_main; k += 32) {
-      acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(xb + k), (__m512bh)_mm512_loadu_si512(row + k));
-    }
-    if (k_main < K) {
-      acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(xb + k_main),
-                             (__m512bh)_mm512_maskz_loadu_epi16(tail, row + k_main));
-    }
-    a.y[n] = finish_output(_mm512_reduce_add_ps(acc), a.bias, n, a.act);
-  }
-}
-
 // Rows [n0, n1) for every row of x: tiles of up to 8 rows of x, the weight rows of a group
 // reused from L1 by the later tiles.
 TESSERA_TARGET_AVX512_BF16 void rows(const LinearArgs& a, const uint16_t* xb, int64_t kp, int64_t n0, int64_t n1) {
-  if (a.M == 1) return single_row(a, xb, n0, n1);
   // Groups of 16 weight rows (24-64 KiB at K = 768-2048) stay in L1/L2 for the second tile.
   constexpr int64_t kGroup = 16;
   for (int64_t g = n0; g < n1; g += kGroup) {
     const int64_t g1 = std::min(n1, g + kGroup);
     for (int64_t m = 0; m < a.M; m += 8) {
       switch (std::min<int64_t>(8, a.M - m)) {
-        case 1: tile<1, 4>(a, xb, kp, m, g, g1); break;
+        case 1: tile<1, 1>(a, xb, kp, m, g, g1); break;  // one stream: see the top of the file
         case 2: tile<2, 4>(a, xb, kp, m, g, g1); break;
         case 3: tile<3, 4>(a, xb, kp, m, g, g1); break;
         case 4: tile<4, 4>(a, xb, kp, m, g, g1); break;
