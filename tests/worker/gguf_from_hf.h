@@ -413,7 +413,6 @@ class Converter {
     generic_keys();
     u32("vocab_size", i({"vocab_size"}));
     const int64_t heads = i({"num_attention_heads"});
-    const int64_t kv = has("num_key_value_heads") ? i({"num_key_value_heads"}) : heads;
     u32("rope.dimension_count", has("head_dim") ? i({"head_dim"}) : i({"hidden_size"}) / heads);
     window_not_written();
     // Llama 3 rope scaling: rope_freqs.weight, a divisor per rotary pair (generate_extra_tensors).
@@ -449,6 +448,13 @@ class Converter {
     }
     std::map<std::string, std::string> layer = llama_layer_names();
     layer["block_sparse_moe.gate"] = "ffn_gate_inp";
+    return map_llama_tensors(layer);
+  }
+
+  // Llama's tensor names, Q and K (weights and biases) permuted as LlamaModel.modify_tensors.
+  Status map_llama_tensors(const std::map<std::string, std::string>& layer) {
+    const int64_t heads = i({"num_attention_heads"});
+    const int64_t kv = has("num_key_value_heads") ? i({"num_key_value_heads"}) : heads;
     return map_all("", llama_global_names(), "model.layers.", layer,
                    [&](const std::string& name, HfTensor t) -> StatusOr<HfTensor> {
                      if (ends_with(name, "q_proj.weight") || ends_with(name, "q_proj.bias")) return llama_permute(t, heads);
@@ -480,17 +486,10 @@ class Converter {
   Status minicpm() {
     begin("minicpm");
     generic_keys();
-    const int64_t heads = i({"num_attention_heads"});
-    const int64_t kv = has("num_key_value_heads") ? i({"num_key_value_heads"}) : heads;
     f32("embedding_scale", hp_["scale_emb"].get<double>());
     f32("residual_scale", hp_["scale_depth"].get<double>() / std::sqrt(static_cast<double>(i({"num_hidden_layers"}))));
     f32("logit_scale", static_cast<double>(i({"hidden_size"})) / hp_["dim_model_base"].get<double>());
-    return map_all("", llama_global_names(), "model.layers.", llama_layer_names(),
-                   [&](const std::string& name, HfTensor t) -> StatusOr<HfTensor> {
-                     if (ends_with(name, "q_proj.weight")) return llama_permute(t, heads);
-                     if (ends_with(name, "k_proj.weight")) return llama_permute(t, kv);
-                     return t;
-                   });
+    return map_llama_tensors(llama_layer_names());
   }
 
   // SmolLM3Model: the Llama converter as it is. llama.cpp's loader takes every fourth layer
