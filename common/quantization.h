@@ -72,7 +72,9 @@ struct QuantizationOptions {
   // value (q4_* / q5_* / q6_K as panels of their bits, q8_0 as int8 with its own scales).
   bool keep_blocks = false;
   // Also set there: an LM head the file stores in quantized blocks is quantized too (int8, or
-  // 4-bit from q4 blocks), as the file's author chose; elsewhere only a rule quantizes it.
+  // 4-bit from q4 blocks), as the file's author chose, and one it stores in floats is not;
+  // elsewhere an untied LM head is int8 under int4 and stays in floats under int8 (a rule
+  // may say otherwise).
   bool lm_head_as_stored = false;
   // Some weights quantized for certain (kAuto is decided only once resolved against a checkpoint).
   bool enabled() const { return kind == WeightQuantization::kInt8 || kind == WeightQuantization::kInt4; }

@@ -77,6 +77,20 @@ constexpr int int4_top_bits(Int4Scheme scheme) {
       return 0;
   }
 }
+// m = o s for the schemes whose m is a multiple of s: o, the q value that stands for 0
+// (8, 16 or 32); 0 for the others (m a record entry of its own, or s and m from sc and mn).
+constexpr int int4_q_offset(Int4Scheme scheme) {
+  switch (scheme) {
+    case Int4Scheme::kSymmetric:
+      return 8;
+    case Int4Scheme::kSymmetric5:
+      return 16;
+    case Int4Scheme::kSixBit:
+      return 32;
+    default:
+      return 0;
+  }
+}
 // The offset m is a record entry of its own (not a multiple of s).
 constexpr bool int4_asymmetric(Int4Scheme scheme) {
   return scheme == Int4Scheme::kAsymmetric || scheme == Int4Scheme::kAsymmetric5;

@@ -27,9 +27,10 @@
 namespace tessera {
 
 // Bumped whenever what a cache file holds changes meaning: the trailer, a tensor's record, the
-// order for_each_layer_tensor visits a layer's tensors in, or a compute layout (int8 or 4-bit
-// panels).
-inline constexpr int kWeightCacheFormat = 1;
+// order for_each_layer_tensor visits a layer's tensors in, a compute layout (int8 or 4-bit
+// panels), or which tensors the same options quantize (2: model.quantization int4 makes the
+// LM head int8).
+inline constexpr int kWeightCacheFormat = 2;
 
 // What a cache file is for: the model (its folder or file, and each weight file's size and
 // modification time), this rank, and every option that decides the streamed units' bytes;

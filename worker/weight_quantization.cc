@@ -88,11 +88,9 @@ class QuantSelector {
     for (const std::string& name : cand.sources) {
       const TpRole r = role(name, cand.structural_role);
       const int rule = rule_for(name);
-      // The default: split linears, and under auto on a GGUF file an LM head stored quantized.
-      const bool stored_quantized = ckpt_.find(name) != nullptr && stored_in_ggml_blocks(*ckpt_.find(name));
-      const bool by_default = r == TpRole::kColumn || r == TpRole::kRow ||
-                              (r == TpRole::kVocab && q_.lm_head_as_stored && stored_quantized);
-      WeightQuantization kind = by_default ? q_.kind : WeightQuantization::kNone;
+      WeightQuantization kind = WeightQuantization::kNone;
+      if (r == TpRole::kColumn || r == TpRole::kRow) kind = q_.kind;
+      if (r == TpRole::kVocab) kind = default_lm_head_kind(name);
       if (rule >= 0) kind = q_.rules[static_cast<size_t>(rule)].quantize;
       if (kind != WeightQuantization::kNone && r == TpRole::kKeep) {
         return invalid_argument(rule_text(rule) + ": \"" + name + "\" is kept whole by the TP plan (role keep); " +
@@ -107,6 +105,18 @@ class QuantSelector {
       if (first.empty()) first = name;
     }
     return decided.value_or(WeightQuantization::kNone);
+  }
+
+  // An untied LM head's default: under int4, int8 (its rounding moves every logit, so it keeps
+  // 8 bits, as llama.cpp's 4-bit files keep their output matrix in 6; it is ~10% of a 4-bit
+  // ~1.1B model's bytes in bf16); under int8 the compute dtype (int8's error stays in the
+  // layers); under auto on a GGUF file the file's own choice (quantized where stored in blocks).
+  WeightQuantization default_lm_head_kind(const std::string& name) const {
+    if (q_.lm_head_as_stored) {
+      const TensorInfo* info = ckpt_.find(name);
+      return info != nullptr && stored_in_ggml_blocks(*info) ? q_.kind : WeightQuantization::kNone;
+    }
+    return q_.kind == WeightQuantization::kInt4 ? WeightQuantization::kInt8 : WeightQuantization::kNone;
   }
 
   // Rules quantizing the embedding (a lookup table), and rules that matched nothing.
@@ -441,7 +451,7 @@ StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
     std::vector<QuantCandidate> more = candidates(mw, config_, *selector_, layer, layer + 1);
     list.insert(list.end(), more.begin(), more.end());
   }
-  // The LM head: quantized only when a rule asks; never when it is the embedding itself.
+  // The LM head (default_lm_head_kind); never when it is the embedding itself.
   const std::string embed = selector_->resolve(TensorRole::kEmbed, -1);
   const bool tied = mw.lm_head.w.view().data == mw.embed.view().data;
   if (!tied && !mw.lm_head.w.empty())
@@ -507,12 +517,12 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
   return Status::ok();
 }
 
-// A checkpoint's weights as loaded, estimated before loading: every parameter in `dtype`, or
-// where the matrices become quantized (model.quantization int8 or int4, or auto on a GGUF
-// file of quantized blocks) the matrices but the embedding and LM head at a byte each and a
-// float scale per 32 (int8), or in their panels' bytes (4-bit: int4 and auto's q4_0 / q4_1 /
-// q4_K matrices; 5-bit: auto's q5_0 / q5_1 / q5_K ones; 6-bit: auto's q6_K ones); under auto
-// an LM head stored in blocks is quantized too.
+// A checkpoint's weights as loaded, estimated before loading (rules aside): every parameter in
+// `dtype`, or where the matrices become quantized (model.quantization int8 or int4, or auto on
+// a GGUF file of quantized blocks) the matrices but the embedding and LM head at a byte each
+// and a float scale per 32 (int8, and the LM head under int4), or in their panels' bytes
+// (4-bit: int4 and auto's q4_0 / q4_1 / q4_K matrices; 5-bit: auto's q5_0 / q5_1 / q5_K ones;
+// 6-bit: auto's q6_K ones); under auto an LM head stored in blocks is quantized too.
 double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, const QuantizationOptions& options,
                               DType dtype) {
   const QuantizationOptions quant = resolve_quantization(options, ckpt);
@@ -524,7 +534,10 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
     double n = 1;
     for (int64_t d : info.shape) n *= static_cast<double>(d);
     const bool blocks = stored_in_ggml_blocks(info);
-    const bool matrix = info.shape.size() == 2 && name != embed && (name != head || (quant.lm_head_as_stored && blocks));
+    const bool lm_head = name == head;
+    const bool head_quantized =
+        quant.lm_head_as_stored ? blocks : quant.kind == WeightQuantization::kInt4;  // default_lm_head_kind
+    const bool matrix = info.shape.size() == 2 && name != embed && (!lm_head || head_quantized);
     // keep_blocks is auto's: every kind it keeps, not only int4's.
     const std::optional<Int4Scheme> panels =
         blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
@@ -532,7 +545,7 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
     double per_weight = static_cast<double>(dtype_size(dtype));
     if (matrix && panels.has_value()) {
       per_weight = panel_bytes_per_weight(*panels);
-    } else if (matrix && quant.kind == WeightQuantization::kInt4) {
+    } else if (matrix && quant.kind == WeightQuantization::kInt4 && !lm_head) {
       per_weight = panel_bytes_per_weight(Int4Scheme::kSymmetric);
     } else if (matrix && quant.enabled()) {
       per_weight = 1.0 + 4.0 / 32.0;

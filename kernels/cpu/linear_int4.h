@@ -10,7 +10,8 @@
 // Arithmetic. x is quantized per group of 32 to 8 bits (scale max|x| / 127, llama.cpp's q8
 // activations for these types, with an f32 scale), so a weight group's products are exact
 // integer sums: sum_k w_k x_k = xs (s P - m X), where P = sum q_k xq_k and X = sum xq_k over
-// the group (32 inputs, or 16 for kSixBit). Every M
+// the group (32 inputs, or 16 for kSixBit), or xs s (P - o X) where m = o s
+// (int4_q_offset). Every M
 // runs this one arithmetic (decode and prefill alike): kernels for AVX-512 VNNI (vpdpbusd),
 // AVX2 (vpmaddubsw + vpmaddwd) and a scalar reference, each tested against the others and
 // against the dequantized float product (tests/kernels/linear_int4_test.cc).

@@ -32,20 +32,18 @@ TESSERA_TARGET_AVX2 inline __m256 i8x8(const uint8_t* at) {
 }
 
 // s and m of the panel's columns 8v .. 8v + 7 (v < 4) for weight group g: the values of
-// detail::int4_group_scale.
+// detail::int4_group_scale (m only where it is not o s: int4_q_offset).
 template <Int4Scheme S>
 TESSERA_TARGET_AVX2 inline void group_scales(const uint8_t* rec, int64_t g, __m256 s[4], __m256 m[4]) {
   for (int v = 0; v < 4; ++v) {
     if constexpr (S == Int4Scheme::kSymmetric || S == Int4Scheme::kSymmetric5) {
       s[v] = f16x8(rec + g * 64 + 16 * v);
-      m[v] = _mm256_mul_ps(_mm256_set1_ps(S == Int4Scheme::kSymmetric ? 8.0f : 16.0f), s[v]);
     } else if constexpr (int4_asymmetric(S)) {
       s[v] = f16x8(rec + g * 128 + 16 * v);
       m[v] = f16x8(rec + g * 128 + 64 + 16 * v);
     } else if constexpr (S == Int4Scheme::kSixBit) {
       const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
       s[v] = _mm256_mul_ps(f16x8(r + 16 * v), i8x8(r + 64 + (g % 16) * 32 + 8 * v));
-      m[v] = _mm256_mul_ps(_mm256_set1_ps(32.0f), s[v]);
     } else {
       const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
       s[v] = _mm256_mul_ps(f16x8(r + 16 * v), u8x8(r + 128 + (g % 8) * 32 + 8 * v));
@@ -81,7 +79,7 @@ TESSERA_TARGET_AVX2 inline __m256i top_bit(__m256i bits) {
 
 template <Int4Scheme S>
 TESSERA_TARGET_AVX2 void panel_row(const Int4Args& a, int64_t m, int64_t p) {
-  constexpr int kTop = int4_top_bits(S);
+  constexpr int kTop = int4_top_bits(S), kOffset = int4_q_offset(S);
   const int64_t K = a.K, G = int4_weight_group(S), groups = K / G, step = int4_step_bytes(S);
   const int32_t* xsum = G == kSixBitGroup ? a.xsum16 : a.xsum;
   const uint8_t* panel = a.nibbles + p * int4_panel_stride(S, K);
@@ -127,11 +125,16 @@ TESSERA_TARGET_AVX2 void panel_row(const Int4Args& a, int64_t m, int64_t p) {
     __m256 s[4], mo[4];
     group_scales<S>(rec, g, s, mo);
     const float xs = a.xs[m * (K / kInt4Group) + g * G / kInt4Group];
+    const int32_t X = xsum[m * groups + g];
     const __m256 sx = _mm256_set1_ps(xs);
-    const __m256 mx = _mm256_set1_ps(xs * static_cast<float>(xsum[m * groups + g]));
     for (int v = 0; v < 4; ++v) {
-      total[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[v]), _mm256_mul_ps(s[v], sx), total[v]);
-      total[v] = _mm256_fnmadd_ps(mo[v], mx, total[v]);
+      if constexpr (kOffset != 0) {
+        const __m256i P = _mm256_sub_epi32(acc[v], _mm256_set1_epi32(kOffset * X));
+        total[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), _mm256_mul_ps(s[v], sx), total[v]);
+      } else {
+        total[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[v]), _mm256_mul_ps(s[v], sx), total[v]);
+        total[v] = _mm256_fnmadd_ps(mo[v], _mm256_set1_ps(xs * static_cast<float>(X)), total[v]);
+      }
     }
   }
   alignas(32) float out[kInt4PanelColumns];

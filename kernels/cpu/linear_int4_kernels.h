@@ -69,6 +69,8 @@ struct Int4Args {
 
 // y columns of panels [p0, p1) for every row of x, bias and activation applied. The three
 // give the same bits: integer sums per weight group, then per group and column
+// total = fma(P - o X, s * xs, total) where m = o s (int4_q_offset: the offset subtracted in
+// integers, exactly, as ggml's own dot products do), else
 // total = fma(P, s * xs, total); total = fma(-m, xs * X, total).
 void int4_panels_scalar(const Int4Args& a, int64_t p0, int64_t p1);
 void int4_panels_avx2(const Int4Args& a, int64_t p0, int64_t p1);

@@ -138,6 +138,35 @@ std::vector<std::pair<float, float>> tiny_family_errors(QuantizationOptions q, c
   return out;
 }
 
+// The LM head's default: under int4 int8 where it has its own matrix (kjv-llama), the compute
+// dtype where a rule says `none` and where it is the embedding (tiny-llama3 ties them); under
+// int8 and none the compute dtype.
+TEST(QuantizedGoldenTest, AnUntiedLmHeadIsInt8UnderInt4UnlessARuleKeepsIt) {
+  TESSERA_REQUIRE_FIXTURES();
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.is_ok());
+  auto head_dtype = [&](const std::string& model, WeightQuantization kind, bool keep_rule) -> DType {
+    ModelLoadOptions lo;
+    lo.dtype = DType::kF32;
+    lo.quant.kind = kind;
+    if (keep_rule) {
+      QuantRuleConfig r;
+      r.match = "^lm_head\\.";
+      r.quantize = WeightQuantization::kNone;
+      EXPECT_TRUE(compile_quant_rule_regex(&r).is_ok());
+      lo.quant.rules.push_back(r);
+    }
+    auto loaded = Transformer::load(testing::fixtures_dir() + "/" + model, lo, **backend);
+    EXPECT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+    return loaded.is_ok() ? (*loaded)->weights().lm_head.w.dtype() : DType::kU8;
+  };
+  EXPECT_EQ(head_dtype("kjv-llama", WeightQuantization::kInt4, false), DType::kI8);
+  EXPECT_EQ(head_dtype("kjv-llama", WeightQuantization::kInt4, true), DType::kF32);
+  EXPECT_EQ(head_dtype("tiny-llama3", WeightQuantization::kInt4, false), DType::kF32);
+  EXPECT_EQ(head_dtype("kjv-llama", WeightQuantization::kInt8, false), DType::kF32);
+  EXPECT_EQ(head_dtype("kjv-llama", WeightQuantization::kNone, false), DType::kF32);
+}
+
 // Every tiny fixture model runs int8 (group 32), its logits near the f32 ones.
 TEST(QuantizedGoldenTest, EveryTinyFamilyRunsWithInt8Weights) {
   TESSERA_REQUIRE_FIXTURES();
