@@ -302,8 +302,8 @@ Status decode_blocks(LinearWeights& l, DType dtype) {
 
 // l as panels (kernels/int4_layout.h): ggml blocks value for value, anything else as 4-bit
 // by q4_0's rule from its floats. `names` for the error of an input width that
-// is not a multiple of 32.
-Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names) {
+// is not a multiple of 32. Returns the panels' scheme.
+StatusOr<Int4Scheme> make_int4(LinearWeights& l, TensorArena& arena, const std::string& names) {
   const int64_t N = l.w.dim(0);
   const bool blocks = l.ggml_blocks >= 0;
   const Int4Scheme scheme = blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(l.ggml_blocks), true).value()
@@ -333,7 +333,7 @@ Status make_int4(LinearWeights& l, TensorArena& arena, const std::string& names)
   l.w = std::move(nibbles);
   l.scales = std::move(scales);
   l.ggml_blocks = -1;
-  return Status::ok();
+  return scheme;
 }
 
 // Row-major int8 weights and their scales ([N, K], [N, K / group]) stored in l in `layout`.
@@ -436,6 +436,7 @@ Status WeightQuantizer::restored_layer(ModelWeights& mw, int layer) {
   if (layer < 0 || layer >= static_cast<int>(mw.layers.size()) || done_[static_cast<size_t>(layer)])
     return internal_error("WeightQuantizer: layer " + std::to_string(layer) + " is not one restored");
   done_[static_cast<size_t>(layer)] = true;
+  ++restored_layers_;
   if (!options_.enabled()) return Status::ok();
   for (const QuantCandidate& cand : candidates(mw, config_, *selector_, layer, layer + 1)) {
     TESSERA_RETURN_IF_ERROR(selector_->kind_for(cand).status());
@@ -457,8 +458,26 @@ StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
   if (!tied && !mw.lm_head.w.empty())
     list.push_back({&mw.lm_head, {selector_->resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
   TESSERA_RETURN_IF_ERROR(quantize(list));
-  if (options_.enabled()) TESSERA_RETURN_IF_ERROR(selector_->check_rules(embed, tied));
+  if (options_.enabled()) {
+    TESSERA_RETURN_IF_ERROR(selector_->check_rules(embed, tied));
+    std::string counts;
+    for (const auto& [made, n] : made_counts_) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + made;
+    const std::string restored =
+        restored_layers_ > 0 ? " (and " + std::to_string(restored_layers_) + " layers read back from the weight cache)" : "";
+    TESSERA_LOG_INFO("model.quantization {}: the layers' linear weights {}{}; the LM head {}",
+                     options_.keep_blocks ? "auto" : weight_quantization_name(options_.kind),
+                     counts.empty() ? "none" : counts, restored,
+                     tied ? "is the embedding (tied), in the compute dtype" : lm_head_made_.empty() ? "none" : lm_head_made_);
+  }
   return delta_;
+}
+
+void WeightQuantizer::count(const quantization_internal::QuantCandidate& cand, const std::string& made) {
+  if (cand.structural_role == TpRole::kVocab) {
+    lm_head_made_ = made;
+  } else {
+    ++made_counts_[made];
+  }
 }
 
 Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandidate>& list) {
@@ -482,18 +501,21 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
     const auto type = static_cast<GgmlType>(l.ggml_blocks);
     const bool as_stored = kept && q.keep_blocks && kind == WeightQuantization::kInt8;
     const int64_t before = bytes(l.w) + bytes(l.scales);
+    std::string made = "int8";  // what the matrix becomes, for the summary finish() logs
     if (as_stored && type == GgmlType::kQ8_0 && q.group == kGgmlQK) {
       make_int8_from_q8_0(l, arena, layout);
     } else if ((as_stored && type != GgmlType::kQ8_0) || kind == WeightQuantization::kInt4) {
       if (kind == WeightQuantization::kInt4 && kept && !panel_scheme_of_blocks(type, /*auto_kind=*/false)) {
         TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));
       }
-      TESSERA_RETURN_IF_ERROR(make_int4(l, arena, quoted_names(cand.sources)));
+      TESSERA_ASSIGN_OR_RETURN(const Int4Scheme scheme, make_int4(l, arena, quoted_names(cand.sources)));
+      made = std::to_string(4 + int4_top_bits(scheme)) + "-bit";
     } else {
       // Blocks kept that are not to be computed from after all (a rule, a kept role, a group).
       if (l.ggml_blocks >= 0) TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));
       if (kind == WeightQuantization::kNone) {
         delta_ += bytes(l.w) - before;
+        count(cand, dtype_name(l.w.dtype()));
         continue;
       }
       const int64_t N = l.w.dim(0), K = l.w.dim(1);
@@ -509,6 +531,7 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
       }
       make_int8(l, arena, group, layout);
     }
+    count(cand, made);
     delta_ += bytes(l.w) + bytes(l.scales) - before;
     // A weight used in place from the mapped checkpoint has no reader left: drop its pages so
     // the rank's memory is its quantized share (a page read again would come back from the file).

@@ -4,7 +4,9 @@
 // holds more than its own share. Also the refusal of checkpoints that are already quantized
 // in a format Tessera does not compute (GPTQ, AWQ, bitsandbytes ...).
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -43,8 +45,9 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
 // Quantizes, in place, every linear weight of `weights` that `options` (resolved as above)
 // selects, to options.kind (int8 or int4):
 //  - by default the column- and row-parallel linears of the TP plan (attention, MLPs, every
-//    expert and the shared expert); embeddings, norms, routers, gates kept whole and the LM
-//    head stay in the compute dtype (plan == nullptr: the built-in policy, the same split);
+//    expert and the shared expert), and under int4 an untied LM head, as int8; embeddings,
+//    norms, routers, gates kept whole and (under int8) the LM head stay in the compute dtype
+//    (plan == nullptr: the built-in policy, the same split);
 //  - options.rules (the first regex found in a weight's checkpoint name decides: int8, int4
 //    or none) override that, except that a tensor the plan keeps whole, the embedding and a
 //    tied LM head are never quantized, and a rule that matches no linear weight is an error.
@@ -64,9 +67,9 @@ StatusOr<int64_t> quantize_model_weights(ModelWeights& weights, const ModelConfi
 // A checkpoint's weights as loaded, estimated before loading (the KV pool's sizing, the
 // weights' memory budget): every parameter in `dtype`, or where the matrices become quantized
 // (model.quantization int8 or int4, or auto on a GGUF file of quantized blocks) the matrices
-// but the embedding and LM head at a byte each and a float scale per 32 (int8), or in their
-// panels' bytes (4-bit; 6-bit for auto's q6_K); under auto an LM head stored in blocks is
-// quantized too.
+// but the embedding at a byte each and a float scale per 32 (int8, and int4's LM head), or in
+// their panels' bytes (4-bit; 6-bit for auto's q6_K); under int8 the LM head stays in `dtype`,
+// under auto only an LM head stored in blocks is quantized.
 double estimated_weight_bytes(const Checkpoint& checkpoint, const ModelConfig& config,
                               const QuantizationOptions& options, DType dtype);
 
@@ -99,6 +102,8 @@ class WeightQuantizer {
 
  private:
   Status quantize(std::vector<quantization_internal::QuantCandidate>& list);
+  // Tallies what `cand` became ("int8", "4-bit", "6-bit", or its dtype when left as it was).
+  void count(const quantization_internal::QuantCandidate& cand, const std::string& made);
 
   const ModelConfig& config_;
   const Checkpoint& checkpoint_;
@@ -108,6 +113,9 @@ class WeightQuantizer {
   std::unique_ptr<quantization_internal::QuantSelector> selector_;
   std::vector<bool> done_;  // per layer
   int64_t delta_ = 0;
+  std::map<std::string, int> made_counts_;  // what the layers' matrices became, for finish()'s log
+  std::string lm_head_made_;                // and the LM head
+  int restored_layers_ = 0;
 };
 
 }  // namespace tessera

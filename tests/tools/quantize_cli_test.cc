@@ -114,6 +114,24 @@ TEST_F(QuantizeCliTest, Int8ForATensorThePlanKeepsWhole) {
                         "is kept whole by the TP plan (role keep)");
 }
 
+// The load says what the weights became (info level), the LM head by itself: int8 under int4,
+// the compute dtype under int8 or when a rule keeps it.
+TEST_F(QuantizeCliTest, TheLoadLogSaysWhatTheLinearsAndTheLmHeadBecame) {
+  auto load_log = [&](const std::string& extra) {
+    auto r = run_command("TESSERA_LOG_LEVEL=info " + testing::bin_dir() + "/tessera-generate --model " +
+                         testing::shell_quote(llama_) + " --prompt-ids 1,5 --max-new-tokens 1 " + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const size_t at = r.err.find("model.quantization ");
+    return at == std::string::npos ? r.err : r.err.substr(at, r.err.find('\n', at) - at);
+  };
+  const std::string int4 = load_log("--quantize int4");
+  EXPECT_NE(int4.find("model.quantization int4: the layers' linear weights "), std::string::npos) << int4;
+  EXPECT_NE(int4.find(" 4-bit; the LM head int8"), std::string::npos) << int4;
+  EXPECT_NE(load_log("--quantize int4 --quantize-rule 'lm_head=none'").find(" 4-bit; the LM head float32"),
+            std::string::npos);
+  EXPECT_NE(load_log("--quantize int8").find(" int8; the LM head float32"), std::string::npos);
+}
+
 TEST_F(QuantizeCliTest, RuleErrors) {
   expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'no_such_module=none'"),
                         "matches no linear weight of this model");
