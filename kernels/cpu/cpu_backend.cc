@@ -16,6 +16,7 @@
 
 #include "common/cgroup_memory.h"
 #include "kernels/cpu/activations.h"
+#include "kernels/cpu/gated_silu.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
@@ -261,14 +262,15 @@ void CpuBackend::gated_act_impl(const TensorView& gate_v, const TensorView& up_v
   const float* up = up_v.as<float>();
   float* out = out_v.as<float>();
   const int64_t tokens = gate_v.dim(0), width = gate_v.dim(1), in_stride = gate_v.row_stride();
+  const cpu::CpuIsa isa = usable_cpu_isa(options_.isa);
 #pragma omp parallel for if (tokens * width > kParallelGrain)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* g = gate + t * in_stride;
     const float* u = up + t * in_stride;
     float* o = out + t * width;
-    // The common case gets its own loop, so the compiler sees no switch inside it.
+    // The common case gets its own kernel (vector exp), so the compiler sees no switch inside it.
     if (act == Activation::kSilu) {
-      for (int64_t i = 0; i < width; ++i) o[i] = cpu::silu(g[i]) * u[i];
+      cpu::gated_silu_row(isa, g, u, width, o);
     } else {
       for (int64_t i = 0; i < width; ++i) o[i] = cpu::activate(g[i], act) * u[i];
     }
