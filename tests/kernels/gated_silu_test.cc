@@ -12,17 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/kernels/isa_param_test.h"
+
 namespace tessera::cpu {
 namespace {
 
-class GatedSiluTest : public ::testing::TestWithParam<CpuIsa> {
- protected:
-  void SetUp() override {
-    if (GetParam() > detected_cpu_isa())
-      GTEST_SKIP() << "SKIPPED: this CPU lacks " << cpu_isa_name(GetParam()) << " (has "
-                   << cpu_isa_name(detected_cpu_isa()) << ")";
-  }
-};
+class GatedSiluTest : public IsaParamTest {};
 
 TEST_P(GatedSiluTest, WithinRelative1e6OfDoublePrecision) {
   std::vector<float> g, u;

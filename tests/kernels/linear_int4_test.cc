@@ -21,6 +21,7 @@
 #include "common/gguf/ggml_dequant_blocks.h"
 #include "common/gguf/gguf_file.h"
 #include "tests/kernels/int4_test_blocks.h"
+#include "tests/kernels/isa_param_test.h"
 
 namespace tessera::cpu {
 namespace {
@@ -102,14 +103,7 @@ TEST(Int4Packing, QuantizeInt4StaysWithinHalfAStepOfEachWeight) {
   }
 }
 
-class LinearInt4Test : public ::testing::TestWithParam<CpuIsa> {
- protected:
-  void SetUp() override {
-    if (GetParam() > detected_cpu_isa())
-      GTEST_SKIP() << "SKIPPED: this CPU lacks " << cpu_isa_name(GetParam()) << " (has "
-                   << cpu_isa_name(detected_cpu_isa()) << ")";
-  }
-};
+class LinearInt4Test : public IsaParamTest {};
 
 std::vector<float> run(CpuIsa isa, const Packed& p, const std::vector<float>& x, int64_t M, const float* bias,
                        Activation act) {

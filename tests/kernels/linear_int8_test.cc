@@ -19,6 +19,7 @@
 #include "common/dtype.h"
 #include "kernels/cpu/linear_int8_kernels.h"
 #include "kernels/cpu/linear_int8_panels.h"
+#include "tests/kernels/isa_param_test.h"
 
 namespace tessera::cpu {
 namespace {
@@ -32,14 +33,8 @@ struct Int8Case {
 
 double silu_reference(double v) { return v / (1.0 + std::exp(-v)); }
 
-class LinearInt8Test : public ::testing::TestWithParam<CpuIsa> {
+class LinearInt8Test : public IsaParamTest {
  protected:
-  void SetUp() override {
-    if (GetParam() > detected_cpu_isa())
-      GTEST_SKIP() << "SKIPPED: this CPU lacks " << cpu_isa_name(GetParam()) << " (has "
-                   << cpu_isa_name(detected_cpu_isa()) << ")";
-  }
-
   // panels: the weights packed into load-time panels (linear_int8_panels.h) and multiplied
   // there, with the same 16-bit-x arithmetic (AVX-512 VNNI only).
   void check(const Int8Case& c, LinearPath path, bool bias, Activation act, bool int8_activations = false,
