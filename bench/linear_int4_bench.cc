@@ -52,9 +52,13 @@ Copies make_copies(const std::vector<float>& w, int64_t N, int64_t K, int64_t co
   c.bf16.resize(static_cast<size_t>(copies * N * K));
   c.nibbles.resize(static_cast<size_t>(copies * c.nibble_bytes()));
   c.scales.resize(static_cast<size_t>(copies * c.scale_bytes()));
-  for (int64_t i = 0; i < copies; ++i) {
-    for (int64_t e = 0; e < N * K; ++e) c.bf16[static_cast<size_t>(i * N * K + e)] = f32_to_bf16(w[static_cast<size_t>(e)]);
-    cpu::quantize_int4(w.data(), N, K, c.nibbles.data() + i * c.nibble_bytes(), c.scales.data() + i * c.scale_bytes());
+  // The first copy converted and quantized, the others copied from it.
+  for (int64_t e = 0; e < N * K; ++e) c.bf16[static_cast<size_t>(e)] = f32_to_bf16(w[static_cast<size_t>(e)]);
+  cpu::quantize_int4(w.data(), N, K, c.nibbles.data(), c.scales.data());
+  for (int64_t i = 1; i < copies; ++i) {
+    std::copy_n(c.bf16.begin(), N * K, c.bf16.begin() + i * N * K);
+    std::copy_n(c.nibbles.begin(), c.nibble_bytes(), c.nibbles.begin() + i * c.nibble_bytes());
+    std::copy_n(c.scales.begin(), c.scale_bytes(), c.scales.begin() + i * c.scale_bytes());
   }
   return c;
 }

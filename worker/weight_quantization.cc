@@ -31,6 +31,16 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// An untied LM head's default (q resolved), rules aside: under int4, int8 (its rounding moves
+// every logit, so it keeps 8 bits, as llama.cpp's 4-bit files keep their output matrix in 6;
+// in bf16 it is ~20% of a 4-bit ~1.1B step's bytes); under int8 the compute dtype (int8's
+// error stays in the layers); under auto on a GGUF file the file's own choice (quantized where
+// it is stored in blocks).
+WeightQuantization default_lm_head_kind(const QuantizationOptions& q, bool stored_in_blocks) {
+  if (q.lm_head_as_stored) return stored_in_blocks ? q.kind : WeightQuantization::kNone;
+  return q.kind == WeightQuantization::kInt4 ? WeightQuantization::kInt8 : WeightQuantization::kNone;
+}
+
 }  // namespace
 
 // (Named: WeightQuantizer, declared in the header, holds a selector.)
@@ -90,7 +100,10 @@ class QuantSelector {
       const int rule = rule_for(name);
       WeightQuantization kind = WeightQuantization::kNone;
       if (r == TpRole::kColumn || r == TpRole::kRow) kind = q_.kind;
-      if (r == TpRole::kVocab) kind = default_lm_head_kind(name);
+      if (r == TpRole::kVocab) {
+        const TensorInfo* info = ckpt_.find(name);
+        kind = default_lm_head_kind(q_, info != nullptr && stored_in_ggml_blocks(*info));
+      }
       if (rule >= 0) kind = q_.rules[static_cast<size_t>(rule)].quantize;
       if (kind != WeightQuantization::kNone && r == TpRole::kKeep) {
         return invalid_argument(rule_text(rule) + ": \"" + name + "\" is kept whole by the TP plan (role keep); " +
@@ -105,18 +118,6 @@ class QuantSelector {
       if (first.empty()) first = name;
     }
     return decided.value_or(WeightQuantization::kNone);
-  }
-
-  // An untied LM head's default: under int4, int8 (its rounding moves every logit, so it keeps
-  // 8 bits, as llama.cpp's 4-bit files keep their output matrix in 6; it is ~10% of a 4-bit
-  // ~1.1B model's bytes in bf16); under int8 the compute dtype (int8's error stays in the
-  // layers); under auto on a GGUF file the file's own choice (quantized where stored in blocks).
-  WeightQuantization default_lm_head_kind(const std::string& name) const {
-    if (q_.lm_head_as_stored) {
-      const TensorInfo* info = ckpt_.find(name);
-      return info != nullptr && stored_in_ggml_blocks(*info) ? q_.kind : WeightQuantization::kNone;
-    }
-    return q_.kind == WeightQuantization::kInt4 ? WeightQuantization::kInt8 : WeightQuantization::kNone;
   }
 
   // Rules quantizing the embedding (a lookup table), and rules that matched nothing.
@@ -464,10 +465,11 @@ StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
     for (const auto& [made, n] : made_counts_) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + made;
     const std::string restored =
         restored_layers_ > 0 ? " (and " + std::to_string(restored_layers_) + " layers read back from the weight cache)" : "";
+    const std::string head = tied ? "is the embedding (tied), in the compute dtype"
+                                  : (lm_head_made_.empty() ? "none" : lm_head_made_);
     TESSERA_LOG_INFO("model.quantization {}: the layers' linear weights {}{}; the LM head {}",
                      options_.keep_blocks ? "auto" : weight_quantization_name(options_.kind),
-                     counts.empty() ? "none" : counts, restored,
-                     tied ? "is the embedding (tied), in the compute dtype" : lm_head_made_.empty() ? "none" : lm_head_made_);
+                     counts.empty() ? "none" : counts, restored, head);
   }
   return delta_;
 }
@@ -557,10 +559,9 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
     double n = 1;
     for (int64_t d : info.shape) n *= static_cast<double>(d);
     const bool blocks = stored_in_ggml_blocks(info);
-    const bool lm_head = name == head;
-    const bool head_quantized =
-        quant.lm_head_as_stored ? blocks : quant.kind == WeightQuantization::kInt4;  // default_lm_head_kind
-    const bool matrix = info.shape.size() == 2 && name != embed && (!lm_head || head_quantized);
+    // What a matrix becomes by default: the LM head by its own rule, the others by the kind.
+    const WeightQuantization kind = name == head ? default_lm_head_kind(quant, blocks) : quant.kind;
+    const bool matrix = info.shape.size() == 2 && name != embed && kind != WeightQuantization::kNone;
     // keep_blocks is auto's: every kind it keeps, not only int4's.
     const std::optional<Int4Scheme> panels =
         blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
@@ -568,9 +569,9 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
     double per_weight = static_cast<double>(dtype_size(dtype));
     if (matrix && panels.has_value()) {
       per_weight = panel_bytes_per_weight(*panels);
-    } else if (matrix && quant.kind == WeightQuantization::kInt4 && !lm_head) {
+    } else if (matrix && kind == WeightQuantization::kInt4) {
       per_weight = panel_bytes_per_weight(Int4Scheme::kSymmetric);
-    } else if (matrix && quant.enabled()) {
+    } else if (matrix) {
       per_weight = 1.0 + 4.0 / 32.0;
     }
     bytes += n * per_weight;
