@@ -370,7 +370,8 @@ StatusOr<Tensor> Checkpoint::load_slice(const std::string& name, DType dtype, in
   return gather(*e->info, e->owner, dtype, out_dims, outer, count * inner, shape[axis] * inner, begin * inner);
 }
 
-StatusOr<Tensor> Checkpoint::load_blocks(const std::string& name, int axis, int64_t begin, int64_t count) const {
+StatusOr<Tensor> Checkpoint::load_blocks(const std::string& name, int axis, int64_t begin, int64_t count,
+                                         RecycledBuffers* scratch) const {
   const TensorInfo* info = find(name);
   if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
   if (!stored_in_ggml_blocks(*info) || info->shape.size() != 2) {
@@ -388,7 +389,7 @@ StatusOr<Tensor> Checkpoint::load_blocks(const std::string& name, int axis, int6
     const char* p = static_cast<const char*>(info->data) + first * row_bytes;
     return Tensor::borrowed(TensorView(const_cast<char*>(p), DType::kU8, {rows, row_bytes}), tensors_.at(name).owner);
   }
-  return ggml_block_rows(*info, axis, begin, count);
+  return ggml_block_rows(*info, axis, begin, count, scratch);
 }
 
 void Checkpoint::release(const std::string& name) const {

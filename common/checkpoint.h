@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "common/recycled_buffers.h"
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -58,8 +59,10 @@ class Checkpoint {
                               int64_t count) const;
   // A 2-D GGUF tensor stored in ggml blocks, kept as blocks (ggml_block_rows,
   // common/gguf/gguf_tensor_rows.h): the whole of it (axis -1) or a slice of rows (axis 0)
-  // or of inputs (axis 1, on block boundaries).
-  StatusOr<Tensor> load_blocks(const std::string& name, int axis, int64_t begin, int64_t count) const;
+  // or of inputs (axis 1, on block boundaries). Rows that must be copied (a row order, a
+  // slice of inputs) are copied into `scratch` where given.
+  StatusOr<Tensor> load_blocks(const std::string& name, int axis, int64_t begin, int64_t count,
+                               RecycledBuffers* scratch = nullptr) const;
   // Drops the mapped pages of `name` from this process once a converted copy exists, so
   // that peak RSS stays near the model size. Borrowed tensors stay valid (pages re-read).
   void release(const std::string& name) const;

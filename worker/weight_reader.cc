@@ -203,8 +203,10 @@ StatusOr<LinearWeights> WeightReader::gather(const std::vector<RowSegment>& segs
   }
   LinearWeights packed;
   const int64_t width = parts[0].w.dim(1);  // `in`, or the bytes of a row of blocks
-  packed.w = own_copies_ ? arena_.zeros({total, width}, parts[0].w.dtype())
-                         : Tensor::zeros({total, width}, parts[0].w.dtype());
+  // Kept blocks become panels (or are decoded) within the layer: their stacked copy is scratch.
+  packed.w = parts[0].ggml_blocks >= 0 ? scratch_.take({total, width}, parts[0].w.dtype())
+             : own_copies_             ? arena_.zeros({total, width}, parts[0].w.dtype())
+                                       : Tensor::zeros({total, width}, parts[0].w.dtype());
   packed.ggml_blocks = parts[0].ggml_blocks;
   for (const RowSegment& s : segs) packed.source.rows.push_back({s.name, s.begin, s.count});
   char* dst = packed.w.data<char>();
@@ -270,7 +272,7 @@ StatusOr<Tensor> WeightReader::blocks_matrix(const std::string& name, int64_t ou
     return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
                             " but config.json implies " + shape_str({out, in}));
   }
-  TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count));
+  TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count, &scratch_));
   // A copy (a slice of inputs, reordered rows) leaves the mapped pages unused; borrowed rows
   // are released once packed (quantize_model_weights).
   const char* mapped = static_cast<const char*>(info->data);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/recycled_buffers.h"
 #include "common/tensor.h"
 #include "common/tensor_arena.h"
 #include "worker/arch_spec.h"
@@ -157,6 +158,9 @@ class WeightReader {
   // used in place, and converted ones below a huge page (larger ones already are on them).
   static constexpr size_t kOwnCopyBytes = size_t{64} << 10;
   TensorArena arena_;
+  // The copies of kept ggml blocks (a fused matrix's parts stacked, rows put back in order),
+  // each read once by the packer and dropped with its layer.
+  RecycledBuffers scratch_;
   // While set, loads are reshaped into a new tensor (stacked, transposed) right after: no
   // own copy of the parts (arena memory is freed only with the whole chunk).
   bool reshaping_ = false;

@@ -94,7 +94,8 @@ StatusOr<Tensor> decode_ggml_rows(const TensorInfo& info, DType dtype, int axis,
   return out;
 }
 
-StatusOr<Tensor> ggml_block_rows(const TensorInfo& info, int axis, int64_t begin, int64_t count) {
+StatusOr<Tensor> ggml_block_rows(const TensorInfo& info, int axis, int64_t begin, int64_t count,
+                                 RecycledBuffers* scratch) {
   const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(info.ggml_type));
   if (traits == nullptr || info.shape.size() != 2 || info.value_offset != 0.0f) {
     return internal_error(info.file + ": tensor '" + info.name + "' cannot be read as rows of ggml blocks");
@@ -111,7 +112,8 @@ StatusOr<Tensor> ggml_block_rows(const TensorInfo& info, int axis, int64_t begin
   }
   const int64_t offset = col_begin / traits->block_elems * traits->block_bytes;
   const int64_t bytes = col_count / traits->block_elems * traits->block_bytes;
-  Tensor out = Tensor::zeros({row_count, bytes}, DType::kU8);
+  Tensor out = scratch != nullptr ? scratch->take({row_count, bytes}, DType::kU8)
+                                  : Tensor::zeros({row_count, bytes}, DType::kU8);
   const auto* src = static_cast<const uint8_t*>(info.data);
   for (int64_t r = 0; r < row_count; ++r) {
     const int64_t logical = row_begin + r;

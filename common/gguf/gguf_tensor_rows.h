@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "common/recycled_buffers.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "common/weight_file.h"
@@ -26,8 +27,10 @@ StatusOr<Tensor> decode_ggml_rows(const TensorInfo& info, DType dtype, int axis,
 // The same slice of a 2-D tensor stored in ggml blocks, kept as blocks: u8 [rows, bytes of
 // the row slice], rows in row_order's logical order (a row's blocks are never reordered).
 // A column slice (axis 1) must start and end on block boundaries; otherwise the error gives
-// the numbers (a tensor-parallel split inside a block). value_offset must be 0.
-StatusOr<Tensor> ggml_block_rows(const TensorInfo& info, int axis, int64_t begin, int64_t count);
+// the numbers (a tensor-parallel split inside a block). value_offset must be 0. The copy is
+// taken from `scratch` where given (load-time rows dropped once packed), else fresh.
+StatusOr<Tensor> ggml_block_rows(const TensorInfo& info, int axis, int64_t begin, int64_t count,
+                                 RecycledBuffers* scratch = nullptr);
 // Rows of `blocks` (as ggml_block_rows returns them) of ggml type `type`, decoded to
 // `dtype`: [rows, elements per row].
 StatusOr<Tensor> decode_ggml_block_rows(const Tensor& blocks, int32_t type, DType dtype);
