@@ -63,14 +63,16 @@ inline T load_element(const void* src, size_t i) {
   return v;
 }
 
-inline float load_as_f32(const void* src, DType t, size_t i) {
-  switch (t) {
-    case DType::kF32: return load_element<float>(src, i);
-    case DType::kF16: return f16_to_f32(load_element<uint16_t>(src, i));
-    case DType::kBF16: return bf16_to_f32(load_element<uint16_t>(src, i));
-    default: TESSERA_CHECK(false) << "not a float type: " << dtype_name(t);
+// One loop per pair of types, the conversion inlined: the compiler vectorizes it (a GGUF
+// file's embedding, decoded to bf16 at load, is 65M elements for a ~1.1B Llama; a switch on
+// the type per element kept that loop scalar, ~8% of a q4_K_M start-up's CPU time).
+template <typename Src, typename Dst, typename Convert>
+void convert_loop(const void* src, void* dst, size_t n, Convert convert) {
+  auto* d = static_cast<unsigned char*>(dst);
+  for (size_t i = 0; i < n; ++i) {
+    const Dst v = convert(load_element<Src>(src, i));
+    std::memcpy(d + i * sizeof(Dst), &v, sizeof(Dst));
   }
-  return 0.f;
 }
 }  // namespace
 
@@ -80,23 +82,21 @@ void convert_elements(const void* src, DType src_type, void* dst, DType dst_type
     return;
   }
   switch (dst_type) {
-    case DType::kF32: {
-      auto* d = static_cast<float*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = load_as_f32(src, src_type, i);
-      return;
-    }
-    case DType::kF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(load_as_f32(src, src_type, i));
-      return;
-    }
-    case DType::kBF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(load_as_f32(src, src_type, i));
-      return;
-    }
+    case DType::kF32:
+      if (src_type == DType::kF16) return convert_loop<uint16_t, float>(src, dst, n, f16_to_f32);
+      if (src_type == DType::kBF16) return convert_loop<uint16_t, float>(src, dst, n, bf16_to_f32);
+      break;
+    case DType::kF16:
+      if (src_type == DType::kF32) return convert_loop<float, uint16_t>(src, dst, n, [](float f) { return f32_to_f16(f); });
+      if (src_type == DType::kBF16) return convert_loop<uint16_t, uint16_t>(src, dst, n, [](uint16_t h) { return f32_to_f16(bf16_to_f32(h)); });
+      break;
+    case DType::kBF16:
+      if (src_type == DType::kF32) return convert_loop<float, uint16_t>(src, dst, n, [](float f) { return f32_to_bf16(f); });
+      if (src_type == DType::kF16) return convert_loop<uint16_t, uint16_t>(src, dst, n, [](uint16_t h) { return f32_to_bf16(f16_to_f32(h)); });
+      break;
     default: TESSERA_CHECK(false) << "cannot convert to " << dtype_name(dst_type);
   }
+  TESSERA_CHECK(false) << "not a float type: " << dtype_name(src_type);
 }
 
 }  // namespace tessera

@@ -19,39 +19,62 @@ namespace {
 
 constexpr int64_t kHalf = kInt4PanelColumns / 2;  // columns per nibble half of a panel
 
-// The steps of one panel from its columns' q values (`q`: 32 columns of K values, column c
-// at q + c K; 0 past N): the low 4 bits, and with kSixBit the top 2 (kernels/int4_layout.h).
-// Every byte of the panel is written, 4 inputs (a 32-bit word) at a time.
+// The steps of one panel from its columns' q values, given step by step (`q`: K / 4 steps of
+// kQStepBytes, the 4 values of each of the 32 columns in turn; 0 past N): the low 4 bits, and
+// with kSixBit the top 2 (kernels/int4_layout.h). Every byte of the panel is written. Each
+// step is a few lanes of 32-bit words side by side, a loop the compiler vectorizes.
+constexpr int64_t kQStepBytes = 4 * kInt4PanelColumns;
+
+inline uint32_t q_word(const uint8_t* step, int64_t c) {
+  uint32_t w;
+  std::memcpy(&w, step + 4 * c, sizeof(w));
+  return w;
+}
+
 void write_panel_steps(Int4Scheme scheme, int64_t K, const uint8_t* q, uint8_t* panel) {
   const int64_t step = int4_step_bytes(scheme);
-  auto four = [&](int64_t c, int64_t t) {
-    uint32_t w;
-    std::memcpy(&w, q + c * K + 4 * t, sizeof(w));
-    return w;
-  };
+  const int top_bits = int4_top_bits(scheme);
   for (int64_t t = 0; t < K / 4; ++t) {
+    const uint8_t* w = q + t * kQStepBytes;
     uint8_t* s = panel + t * step;
     for (int64_t j = 0; j < kHalf; ++j) {
-      const uint32_t v = (four(j, t) & 0x0f0f0f0fu) | ((four(kHalf + j, t) & 0x0f0f0f0fu) << 4);
+      const uint32_t v = (q_word(w, j) & 0x0f0f0f0fu) | ((q_word(w, kHalf + j) & 0x0f0f0f0fu) << 4);
       std::memcpy(s + 4 * j, &v, sizeof(v));
     }
-    if (int4_top_bits(scheme) == 2) {
+    if (top_bits == 2) {
       for (int64_t e = 0; e < 8; ++e) {  // the word of columns e, 8 + e, 16 + e, 24 + e: bits 0, 2, 4, 6
         uint32_t v = 0;
-        for (int64_t pair = 0; pair < 4; ++pair) v |= ((four(8 * pair + e, t) >> 4) & 0x03030303u) << (2 * pair);
+        for (int64_t pair = 0; pair < 4; ++pair) v |= ((q_word(w, 8 * pair + e) >> 4) & 0x03030303u) << (2 * pair);
         std::memcpy(s + 64 + 4 * e, &v, sizeof(v));
       }
-    } else if (int4_top_bits(scheme) == 1) {
+    } else if (top_bits == 1) {
       for (int64_t e = 0; e < 4; ++e) {  // the word of columns e, 4 + e, ..., 28 + e: bits 0 .. 7
         uint32_t v = 0;
-        for (int64_t bit = 0; bit < 8; ++bit) v |= ((four(4 * bit + e, t) >> 4) & 0x01010101u) << bit;
+        for (int64_t bit = 0; bit < 8; ++bit) v |= ((q_word(w, 4 * bit + e) >> 4) & 0x01010101u) << bit;
         std::memcpy(s + 64 + 4 * e, &v, sizeof(v));
       }
     }
   }
 }
 
-// Packs every panel: column(n, q, record) fills column n's q values and its scale data.
+// Where column c's q values go in a panel's steps (write_panel_steps): 4 inputs at a time, as
+// one 32-bit word, the value of input k + i in byte i.
+struct StepColumn {
+  uint8_t* steps;
+  int64_t c;
+  void put4(int64_t k, uint32_t word) const { std::memcpy(steps + k / 4 * kQStepBytes + 4 * c, &word, sizeof(word)); }
+  // 4 consecutive values from bytes (a block's values decoded one by one).
+  void put_bytes(int64_t k, const uint8_t* q, int64_t n) const {
+    for (int64_t i = 0; i < n; i += 4) {
+      uint32_t w;
+      std::memcpy(&w, q + i, sizeof(w));
+      put4(k + i, w);
+    }
+  }
+};
+
+// Packs every panel: column(n, c, out, record) puts column n's K q values through `out` and
+// fills its scale data.
 template <typename Column>
 void pack_panels(Int4Scheme scheme, int64_t N, int64_t K, uint8_t* nibbles, uint8_t* scales, Column column) {
   const int64_t panels = int4_panel_count(N);
@@ -60,14 +83,14 @@ void pack_panels(Int4Scheme scheme, int64_t N, int64_t K, uint8_t* nibbles, uint
   for (int64_t p = 0; p < panels; ++p) {
     // Reused by the thread (a fresh buffer of this size is a fresh mapping each time); zero
     // for the columns past N.
-    thread_local std::vector<uint8_t> q;
-    q.assign(static_cast<size_t>(kInt4PanelColumns * K), 0);
+    thread_local std::vector<uint8_t> steps;
+    steps.assign(static_cast<size_t>(kInt4PanelColumns * K), 0);
     uint8_t* rec = scales + p * record_bytes;
     std::memset(rec, 0, static_cast<size_t>(record_bytes));
     for (int64_t c = 0; c < kInt4PanelColumns && p * kInt4PanelColumns + c < N; ++c) {
-      column(p * kInt4PanelColumns + c, c, q.data() + c * K, rec);
+      column(p * kInt4PanelColumns + c, c, StepColumn{steps.data(), c}, rec);
     }
-    write_panel_steps(scheme, K, q.data(), nibbles + p * panel_bytes);
+    write_panel_steps(scheme, K, steps.data(), nibbles + p * panel_bytes);
   }
 }
 
@@ -87,14 +110,22 @@ struct SixBitRecord {
   int8_t* sc(int64_t g, int64_t c) const { return reinterpret_cast<int8_t*>(base + 64 + g * kInt4PanelColumns + c); }
 };
 
-// The q values of one block of 32 of q4_0 / q4_1 / q5_0 / q5_1: byte j of qs holds element j
-// in its low nibble and j + 16 in its high one; qh (5-bit types) bit i is element i's bit 4.
-void q32_values(const uint8_t qs[16], const uint8_t* qh, uint8_t* q) {
+// Bits 0-3 of x as bit 4 of bytes 0-3.
+inline uint32_t bit4_of_bytes(uint32_t x) {
+  return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
+
+// The q values of one block of 32 of q4_0 / q4_1 / q5_0 / q5_1 (inputs k0 ...): byte j of qs
+// holds element j in its low nibble and j + 16 in its high one; qh (5-bit types) bit i is
+// element i's bit 4. Four elements (one word of qs) at a time.
+void q32_values(const uint8_t qs[16], const uint8_t* qh, const StepColumn& out, int64_t k0) {
   uint32_t high = 0;
   if (qh != nullptr) std::memcpy(&high, qh, sizeof(high));
-  for (int j = 0; j < 16; ++j) {
-    q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((high >> j) & 1) << 4));
-    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((high >> (j + 16)) & 1) << 4));
+  for (int j = 0; j < 16; j += 4) {
+    uint32_t w;
+    std::memcpy(&w, qs + j, sizeof(w));
+    out.put4(k0 + j, (w & 0x0f0f0f0fu) | bit4_of_bytes(high >> j));
+    out.put4(k0 + 16 + j, ((w >> 4) & 0x0f0f0f0fu) | bit4_of_bytes(high >> (16 + j)));
   }
 }
 
@@ -102,22 +133,22 @@ void q32_values(const uint8_t qs[16], const uint8_t* qh, uint8_t* q) {
 template <typename Block>
 void pack_32_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
                     uint8_t* scales) {
-  pack_panels(scheme, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
+  pack_panels(scheme, N, K, nibbles, scales, [&](int64_t n, int64_t c, const StepColumn& q, uint8_t* rec) {
     for (int64_t b = 0; b < K / kGgmlQK; ++b) {
       const auto block = load_ggml_block<Block>(rows + n * row_bytes, b);
       uint16_t* out = reinterpret_cast<uint16_t*>(rec + b * int4_record_bytes(scheme));
       out[c] = block.d;
       if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-        q32_values(block.qs, nullptr, q + b * kGgmlQK);
+        q32_values(block.qs, nullptr, q, b * kGgmlQK);
       } else if constexpr (std::is_same_v<Block, BlockQ5_0>) {
-        q32_values(block.qs, block.qh, q + b * kGgmlQK);
+        q32_values(block.qs, block.qh, q, b * kGgmlQK);
       } else {
         // m is minus ggml's min (w = s q - m): the f16's sign bit flipped, exactly.
         out[kInt4PanelColumns + c] = static_cast<uint16_t>(block.m ^ 0x8000u);
         if constexpr (std::is_same_v<Block, BlockQ4_1>) {
-          q32_values(block.qs, nullptr, q + b * kGgmlQK);
+          q32_values(block.qs, nullptr, q, b * kGgmlQK);
         } else {
-          q32_values(block.qs, block.qh, q + b * kGgmlQK);
+          q32_values(block.qs, block.qh, q, b * kGgmlQK);
         }
       }
     }
@@ -129,22 +160,26 @@ void pack_32_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, i
 template <typename Block>
 void pack_k_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
                    uint8_t* scales) {
-  pack_panels(scheme, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
+  pack_panels(scheme, N, K, nibbles, scales, [&](int64_t n, int64_t c, const StepColumn& q, uint8_t* rec) {
     for (int64_t b = 0; b < K / kInt4SuperBlock; ++b) {
       const auto block = load_ggml_block<Block>(rows + n * row_bytes, b);
       const SuperRecord r{rec + b * kInt4SuperRecordBytes};
       *r.d(c) = block.d;
       *r.dmin(c) = block.dmin;
-      uint8_t* qb = q + b * kInt4SuperBlock;
+      const int64_t kb = b * kInt4SuperBlock;
       for (int i = 0; i < 4; ++i) {
-        for (int l = 0; l < 32; ++l) {
-          int low = block.qs[32 * i + l] & 0x0f, high = block.qs[32 * i + l] >> 4;
+        for (int l = 0; l < 32; l += 4) {
+          uint32_t w;
+          std::memcpy(&w, block.qs + 32 * i + l, sizeof(w));
+          uint32_t low = w & 0x0f0f0f0fu, high = (w >> 4) & 0x0f0f0f0fu;
           if constexpr (std::is_same_v<Block, BlockQ5_K>) {
-            low |= ((block.qh[l] >> (2 * i)) & 1) << 4;
-            high |= ((block.qh[l] >> (2 * i + 1)) & 1) << 4;
+            uint32_t h;
+            std::memcpy(&h, block.qh + l, sizeof(h));
+            low |= ((h >> (2 * i)) & 0x01010101u) << 4;
+            high |= ((h >> (2 * i + 1)) & 0x01010101u) << 4;
           }
-          qb[64 * i + l] = static_cast<uint8_t>(low);
-          qb[64 * i + 32 + l] = static_cast<uint8_t>(high);
+          q.put4(kb + 64 * i + l, low);
+          q.put4(kb + 64 * i + 32 + l, high);
         }
       }
       for (int s = 0; s < 8; ++s) {
@@ -159,13 +194,15 @@ void pack_k_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_bytes, in
 // q6_K: its q values as ggml_q6_k_values gives them, its d and 16 scales.
 void pack_q6_k_blocks(const uint8_t* rows, int64_t row_bytes, int64_t N, int64_t K, uint8_t* nibbles,
                       uint8_t* scales) {
-  pack_panels(Int4Scheme::kSixBit, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
+  pack_panels(Int4Scheme::kSixBit, N, K, nibbles, scales, [&](int64_t n, int64_t c, const StepColumn& q, uint8_t* rec) {
     for (int64_t b = 0; b < K / kInt4SuperBlock; ++b) {
       const auto block = load_ggml_block<BlockQ6_K>(rows + n * row_bytes, b);
       const SixBitRecord r{rec + b * kSixBitRecordBytes};
       *r.d(c) = block.d;
       for (int g = 0; g < 16; ++g) *r.sc(g, c) = block.scales[g];
-      ggml_q6_k_values(block, q + b * kInt4SuperBlock);
+      uint8_t values[kInt4SuperBlock];
+      ggml_q6_k_values(block, values);
+      q.put_bytes(b * kInt4SuperBlock, values, kInt4SuperBlock);
     }
   });
 }
@@ -196,7 +233,7 @@ void pack_int4_from_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_b
 void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8_t* scales) {
   TESSERA_CHECK(K % kInt4Group == 0) << "K=" << K;
   const int64_t groups = K / kInt4Group;
-  pack_panels(Int4Scheme::kSymmetric, N, K, nibbles, scales, [&](int64_t n, int64_t c, uint8_t* q, uint8_t* rec) {
+  pack_panels(Int4Scheme::kSymmetric, N, K, nibbles, scales, [&](int64_t n, int64_t c, const StepColumn& q, uint8_t* rec) {
     uint16_t* out = reinterpret_cast<uint16_t*>(rec);
     for (int64_t g = 0; g < groups; ++g) {
       const float* v = w + n * K + g * kInt4Group;
@@ -209,10 +246,12 @@ void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8
       }
       const float d = max / -8.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      uint8_t values[kInt4Group];
       for (int64_t k = 0; k < kInt4Group; ++k) {
         const int qi = static_cast<int>(v[k] * id + 8.5f);
-        q[g * kInt4Group + k] = static_cast<uint8_t>(std::clamp(qi, 0, 15));
+        values[k] = static_cast<uint8_t>(std::clamp(qi, 0, 15));
       }
+      q.put_bytes(g * kInt4Group, values, kInt4Group);
       out[g * kInt4PanelColumns + c] = f32_to_f16(d);
     }
   });
