@@ -274,11 +274,13 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
                                         int max_rank) {
   LoraAdapter adapter;
   adapter.path = dir;
-  if (base.from_gguf()) {
-    // Its tensors carry llama.cpp's names (and Llama's Q/K rows permuted), not the Hugging
-    // Face module names PEFT adapters are written against.
-    return invalid_argument(dir + ": LoRA adapters are served on Hugging Face checkpoints (safetensors, PyTorch or "
-                            "DeepSpeed files); the base model is a GGUF file");
+  // A GGUF base presents its tensors under the row's Hugging Face names, in the Hugging Face
+  // row order (worker/gguf_checkpoint.h: Llama's Q/K rows un-permuted, fused QKVs regrouped
+  // back), so an adapter's modules and lora_B rows match it as they match the folder.
+  if (lai::fs::is_regular_file(dir)) {
+    return invalid_argument(dir + ": is a file; a LoRA adapter is a PEFT folder (adapter_config.json with "
+                            "adapter_model.safetensors or adapter_model.bin); GGUF adapters (llama.cpp's "
+                            "convert_lora_to_gguf.py) are not read: give the folder they were converted from");
   }
   const std::string config_path = dir + "/adapter_config.json";
   std::ifstream in(config_path);

@@ -273,21 +273,45 @@ TEST(LoraAdapter, AdaptersThatDoNotFitTheBaseAreRefusedNamingTheFileAndTensor) {
   EXPECT_NE(nowhere.status().message().find("nope/adapter_config.json: cannot be read"), std::string::npos);
 }
 
-// A GGUF base carries llama.cpp's tensor names (and Llama's Q/K rows permuted), not the module
-// names adapters are written against: refused as such, not as an unknown module.
-TEST(LoraAdapter, AGgufBaseIsRefusedByWhatItIs) {
+// A GGUF base presents its tensors under the Hugging Face names (Q/K rows un-permuted), so a
+// PEFT adapter finds every module it targets there, with the base layers' shapes; an adapter
+// given as a file (a GGUF adapter of llama.cpp's) is refused as what it is.
+TEST(LoraAdapter, AGgufBaseTakesAdaptersUnderItsHuggingFaceNames) {
   TESSERA_REQUIRE_FIXTURES();
-  const std::string gguf = testing::fixtures_dir() + "/gguf/gguf-llama-F32.gguf";
+  const std::string gguf = testing::fixtures_dir() + "/gguf/gguf-llama-Q4_K_M.gguf";
   if (!fs::exists(gguf)) GTEST_SKIP() << "SKIPPED: " << gguf << " not found";
   auto ckpt = open_model_checkpoint(gguf);
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
   auto config = parse_model_config((*ckpt)->config(), (*ckpt)->config_source());
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  const int64_t hidden = config->hidden, r = 4, kv_out = config->kv_heads * config->head_dim;
+  std::vector<Factor> written;
+  for (int l = 0; l < config->layers; ++l) {
+    const std::string k = "model.layers." + std::to_string(l) + ".self_attn.k_proj";
+    const std::string up = "model.layers." + std::to_string(l) + ".mlp.up_proj";
+    written.push_back(factor(lora_name(k, 'A'), r, hidden));
+    written.push_back(factor(lora_name(k, 'B'), kv_out, r));
+    written.push_back(factor(lora_name(up, 'A'), r, hidden));
+    written.push_back(factor(lora_name(up, 'B'), config->ffn, r));
+  }
   AdapterDir dir;
-  dir.write(peft_config(4, {"q_proj"}), {});
-  auto a = load_lora_adapter(dir.path(), **ckpt, *config, 64);
-  ASSERT_FALSE(a.is_ok());
-  EXPECT_NE(a.status().message().find("the base model is a GGUF file"), std::string::npos) << a.status().to_string();
+  dir.write(peft_config(static_cast<int>(r), {"k_proj", "up_proj"}), written);
+  auto adapter = load_lora_adapter(dir.path(), **ckpt, *config, 64);
+  ASSERT_TRUE(adapter.is_ok()) << adapter.status().to_string();
+  ASSERT_EQ(adapter->modules.size(), static_cast<size_t>(2 * config->layers));
+  for (const LoraModule& m : adapter->modules) {
+    EXPECT_TRUE(m.target.role == TensorRole::kK || m.target.role == TensorRole::kUp) << m.target.name;
+    const auto b = std::find_if(written.begin(), written.end(), [&](const Factor& f) { return f.name == lora_name(m.target.name, 'B'); });
+    ASSERT_TRUE(b != written.end()) << m.target.name;
+    expect_factor(m.b, *b);
+  }
+  // llama.cpp's adapters are GGUF files (convert_lora_to_gguf.py): named as such, not "no
+  // adapter_config.json".
+  auto file = load_lora_adapter(gguf, **ckpt, *config, 64);
+  ASSERT_FALSE(file.is_ok());
+  EXPECT_NE(file.status().message().find(gguf + ": is a file; a LoRA adapter is a PEFT folder"), std::string::npos)
+      << file.status().to_string();
+  EXPECT_NE(file.status().message().find("GGUF adapters"), std::string::npos) << file.status().to_string();
 }
 
 }  // namespace
