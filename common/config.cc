@@ -146,11 +146,11 @@ KeyDef string_map_key(const char* path, std::map<std::string, std::string> AutoT
       }};
 }
 
-// A lora.adapters entry: a name a request's "model" can carry, and a folder.
+// A lora.adapters entry: a name a request's "model" can carry, and a folder or GGUF file.
 Status check_lora_entry(const std::string& name, const std::string& path, const Where& w) {
   if (!valid_lora_name(name))
     return w.error("adapter name \"" + name + "\" must be 1 to 128 characters of letters, digits and . _ - : /");
-  if (path.empty()) return w.error("adapter \"" + name + "\" needs its PEFT folder");
+  if (path.empty()) return w.error("adapter \"" + name + "\" needs its PEFT folder or GGUF adapter file");
   return Status::ok();
 }
 
@@ -353,7 +353,7 @@ const std::vector<KeyDef>& schema() {
                  c.lora.adapters.clear();
                  return Status::ok();
                }
-               if (!n.IsMap()) return w.error("expected a map of adapter name -> PEFT folder, got " + w.got(n));
+               if (!n.IsMap()) return w.error("expected a map of adapter name -> PEFT folder or GGUF adapter file, got " + w.got(n));
                std::map<std::string, std::string> m;
                for (const auto& kv : n) {
                  std::string name, path;

@@ -349,7 +349,7 @@ int generate_main(int argc, char** argv) {
   app.add_option("--speculative-tokens", o.speculative.num_tokens, "proposals checked per step, 1 to 16 (speculative.num_tokens)")
       ->capture_default_str();
   app.add_option("--lora", o.lora,
-                 "NAME=PATH, repeatable: a LoRA adapter (PEFT folder) loaded beside the model (lora.adapters); "
+                 "NAME=PATH, repeatable: a LoRA adapter (PEFT folder or GGUF adapter file) loaded beside the model (lora.adapters); "
                  "--prompt-lora says which prompts use it (default: none)");
   app.add_option("--lora-max-rank", o.lora_max_rank, "the largest adapter rank accepted (lora.max_rank)")
       ->capture_default_str();

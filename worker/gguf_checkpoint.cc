@@ -82,6 +82,49 @@ std::vector<int64_t> grouped_qkv_rows(int64_t heads, int64_t kv_heads, int64_t h
   return order;
 }
 
+}  // namespace
+
+TensorInfo gguf_tensor_view(const GgufTensor& t, const std::string& hf_name) {
+  TensorInfo info;
+  info.name = hf_name;
+  const auto type = static_cast<GgmlType>(t.type);
+  info.dtype = type == GgmlType::kF16 ? DType::kF16 : type == GgmlType::kBF16 ? DType::kBF16 : DType::kF32;
+  info.shape.assign(t.dims.rbegin(), t.dims.rend());  // GGUF lists the innermost first
+  info.data = t.data;
+  info.nbytes = t.nbytes;
+  info.file = t.file;
+  info.stored_dtype = ggml_type_name(t.type);
+  info.ggml_type = static_cast<int32_t>(t.type);
+  return info;
+}
+
+StatusOr<std::vector<int64_t>> gguf_hf_row_order(const ArchSpec& row, const ModelConfig& c, TensorRole role,
+                                                 int64_t rows, const std::string& what) {
+  if (row.gguf_permuted_qk && (role == R::kQ || role == R::kK)) {
+    const int64_t heads = role == R::kQ ? c.heads : c.kv_heads;
+    if (rows != heads * c.head_dim || c.head_dim % 2 != 0) {
+      return invalid_argument(what + " has " + std::to_string(rows) + " rows; " + std::to_string(heads) +
+                              " heads of " + std::to_string(c.head_dim) + " were expected");
+    }
+    return unpermuted_qk_rows(heads, c.head_dim);
+  }
+  if (role == R::kQkv && c.qkv == QkvLayout::kGrouped) {
+    if (rows != (c.heads + 2 * c.kv_heads) * c.head_dim) {
+      return invalid_argument(what + " has " + std::to_string(rows) + " rows; q, k and v of " +
+                              std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " heads of " +
+                              std::to_string(c.head_dim) + " were expected");
+    }
+    return grouped_qkv_rows(c.heads, c.kv_heads, c.head_dim);
+  }
+  return std::vector<int64_t>{};
+}
+
+std::shared_ptr<WeightFile> gguf_weight_file(std::unique_ptr<GgufFile> file, std::vector<TensorInfo> tensors) {
+  return std::make_shared<GgufWeightFile>(std::move(file), std::move(tensors));
+}
+
+namespace {
+
 bool is_norm_role(R role) {
   switch (role) {
     case R::kEmbedNorm: case R::kFinalNorm: case R::kAttnNorm: case R::kQNorm: case R::kKNorm:
@@ -138,42 +181,12 @@ class GgufTensorMapper {
     return t;
   }
 
-  static TensorInfo view(const GgufTensor& t, const std::string& hf_name) {
-    TensorInfo info;
-    info.name = hf_name;
-    const auto type = static_cast<GgmlType>(t.type);
-    info.dtype = type == GgmlType::kF16 ? DType::kF16 : type == GgmlType::kBF16 ? DType::kBF16 : DType::kF32;
-    info.shape.assign(t.dims.rbegin(), t.dims.rend());  // GGUF lists the innermost first
-    info.data = t.data;
-    info.nbytes = t.nbytes;
-    info.file = t.file;
-    info.stored_dtype = ggml_type_name(t.type);
-    info.ggml_type = static_cast<int32_t>(t.type);
-    return info;
-  }
-
   Status add(R role, const std::string& hf_name, const std::string& gguf_name) {
     TESSERA_ASSIGN_OR_RETURN(const GgufTensor* t, claim(gguf_name));
     if (t == nullptr) return Status::ok();  // absent: the loader says whether it was needed
-    TensorInfo info = view(*t, hf_name);
+    TensorInfo info = gguf_tensor_view(*t, hf_name);
     const int64_t rows = info.shape[0];  // a bias's elements are its rows
-    if (row_.gguf_permuted_qk && (role == R::kQ || role == R::kK)) {
-      const int64_t heads = role == R::kQ ? c_.heads : c_.kv_heads;
-      if (rows != heads * c_.head_dim || c_.head_dim % 2 != 0) {
-        return invalid_argument(file_.path() + ": tensor '" + gguf_name + "' has " + std::to_string(rows) +
-                                " rows; " + std::to_string(heads) + " heads of " + std::to_string(c_.head_dim) +
-                                " were expected");
-      }
-      info.row_order = unpermuted_qk_rows(heads, c_.head_dim);
-    }
-    if (role == R::kQkv && c_.qkv == QkvLayout::kGrouped) {
-      if (rows != (c_.heads + 2 * c_.kv_heads) * c_.head_dim) {
-        return invalid_argument(file_.path() + ": tensor '" + gguf_name + "' has " + std::to_string(rows) +
-                                " rows; q, k and v of " + std::to_string(c_.heads) + "/" + std::to_string(c_.kv_heads) +
-                                " heads of " + std::to_string(c_.head_dim) + " were expected");
-      }
-      info.row_order = grouped_qkv_rows(c_.heads, c_.kv_heads, c_.head_dim);
-    }
+    TESSERA_ASSIGN_OR_RETURN(info.row_order, gguf_hf_row_order(row_, c_, role, rows, file_.path() + ": tensor '" + gguf_name + "'"));
     if (is_norm_role(role) && row_.norm_weight_offset != 0.0f && hf_name.find(".bias") == std::string::npos) {
       info.value_offset = -row_.norm_weight_offset;  // the converter stored 1 + w
     }
@@ -191,7 +204,7 @@ class GgufTensorMapper {
     }
     const size_t per_expert = t->nbytes / static_cast<size_t>(c_.num_experts);
     for (int64_t e = 0; e < c_.num_experts; ++e) {
-      TensorInfo info = view(*t, tensor_name(hf_pattern, layer, static_cast<int>(e)));
+      TensorInfo info = gguf_tensor_view(*t, tensor_name(hf_pattern, layer, static_cast<int>(e)));
       info.shape = {t->dims[1], t->dims[0]};
       info.data = t->data + per_expert * static_cast<size_t>(e);
       info.nbytes = per_expert;
@@ -224,7 +237,7 @@ StatusOr<std::unique_ptr<Checkpoint>> open_gguf_checkpoint(const std::string& pa
   TESSERA_ASSIGN_OR_RETURN(ModelConfig c, parse_model_config(config, path));
   GgufTensorMapper mapper(*file, *row, c, consumed);
   TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> tensors, mapper.map());
-  auto weights = std::make_shared<GgufWeightFile>(std::move(file), std::move(tensors));
+  std::shared_ptr<WeightFile> weights = gguf_weight_file(std::move(file), std::move(tensors));
   return Checkpoint::from_weight_file(path, std::move(config), std::move(weights));
 }
 

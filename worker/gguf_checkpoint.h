@@ -6,15 +6,30 @@
 // (the rows llama.cpp's converter permuted are read through TensorInfo::row_order), decoded
 // from its ggml blocks when loaded. Every GGUF tensor must find its place: one that no role
 // claims, or of a type Tessera does not decode, is refused by name.
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/checkpoint.h"
 #include "common/gguf/gguf_file.h"  // is_gguf_path
 #include "common/status.h"
+#include "worker/arch_spec.h"
+#include "worker/model_config.h"
 
 namespace tessera {
 
 StatusOr<std::unique_ptr<Checkpoint>> open_gguf_checkpoint(const std::string& path);
+
+// The pieces the model and its LoRA adapters (worker/gguf_lora_adapter.h) are read with:
+// a GGUF tensor as the TensorInfo of `hf_name` (shape outermost first, its ggml type kept);
+// the Hugging Face order of the `rows` rows of a tensor of `role` (TensorInfo::row_order:
+// Llama's Q/K un-permuted, a grouped QKV regrouped; empty when stored in order), `what`
+// naming it in the error of a row count that does not fit `c`; and the file with its tensors
+// as a WeightFile that keeps it mapped.
+TensorInfo gguf_tensor_view(const GgufTensor& t, const std::string& hf_name);
+StatusOr<std::vector<int64_t>> gguf_hf_row_order(const ArchSpec& row, const ModelConfig& c, TensorRole role,
+                                                 int64_t rows, const std::string& what);
+std::shared_ptr<WeightFile> gguf_weight_file(std::unique_ptr<GgufFile> file, std::vector<TensorInfo> tensors);
 
 }  // namespace tessera

@@ -9,7 +9,9 @@
 #include <tuple>
 
 #include "common/checkpoint/torch_checkpoint.h"
+#include "common/gguf/gguf_file.h"
 #include "common/safetensors.h"
+#include "worker/gguf_lora_adapter.h"
 
 namespace tessera {
 namespace lora_adapter_internal {
@@ -277,22 +279,32 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
   // A GGUF base presents its tensors under the row's Hugging Face names, in the Hugging Face
   // row order (worker/gguf_checkpoint.h: Llama's Q/K rows un-permuted, fused QKVs regrouped
   // back), so an adapter's modules and lora_B rows match it as they match the folder.
+  std::shared_ptr<WeightFile> file;
+  std::string rank_source;  // where the rank was read, for the max_rank refusal
   if (lai::fs::is_regular_file(dir)) {
-    return invalid_argument(dir + ": is a file; a LoRA adapter is a PEFT folder (adapter_config.json with "
-                            "adapter_model.safetensors or adapter_model.bin); GGUF adapters (llama.cpp's "
-                            "convert_lora_to_gguf.py) are not read: give the folder they were converted from");
+    if (!is_gguf_path(dir)) {
+      return invalid_argument(dir + ": is a file; a LoRA adapter is a PEFT folder (adapter_config.json with "
+                              "adapter_model.safetensors or adapter_model.bin) or a GGUF adapter file (.gguf, "
+                              "llama.cpp's convert_lora_to_gguf.py)");
+    }
+    TESSERA_ASSIGN_OR_RETURN(GgufLoraAdapter gguf, open_gguf_lora_adapter(dir, c));
+    adapter.config = std::move(gguf.config);
+    file = std::move(gguf.factors);
+    rank_source = dir + ": its factors' rank";
+  } else {
+    const std::string config_path = dir + "/adapter_config.json";
+    std::ifstream in(config_path);
+    if (!in) return not_found(config_path + ": cannot be read (a PEFT adapter folder holds adapter_config.json)");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return invalid_argument(config_path + ": not valid JSON");
+    TESSERA_ASSIGN_OR_RETURN(adapter.config, parse_lora_adapter_config(j, config_path));
+    TESSERA_ASSIGN_OR_RETURN(file, lai::open_adapter_weights(dir));
+    rank_source = config_path + ": r:";
   }
-  const std::string config_path = dir + "/adapter_config.json";
-  std::ifstream in(config_path);
-  if (!in) return not_found(config_path + ": cannot be read (a PEFT adapter folder holds adapter_config.json)");
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_argument(config_path + ": not valid JSON");
-  TESSERA_ASSIGN_OR_RETURN(adapter.config, parse_lora_adapter_config(j, config_path));
   if (adapter.config.rank > max_rank) {
-    return lai::field_error(config_path, "r",
-                            std::to_string(adapter.config.rank) + " is above lora.max_rank " + std::to_string(max_rank));
+    return invalid_argument(rank_source + " " + std::to_string(adapter.config.rank) + " is above lora.max_rank " +
+                            std::to_string(max_rank));
   }
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<WeightFile> file, lai::open_adapter_weights(dir));
   const std::unique_ptr<Checkpoint> weights = Checkpoint::from_weight_file(file->path(), nlohmann::json::object(), file);
   std::map<std::string, LoraTargetModule> linears;
   for (LoraTargetModule& m : lora_target_modules(base, c)) linears.emplace(m.name, std::move(m));

@@ -1,6 +1,7 @@
 #pragma once
 // A LoRA adapter as people have it: a PEFT folder (adapter_config.json with adapter_model.
-// safetensors or adapter_model.bin), read against the base model it adapts. Each adapted
+// safetensors or adapter_model.bin), or llama.cpp's GGUF adapter file presented as one
+// (worker/gguf_lora_adapter.h), read against the base model it adapts. Each adapted
 // linear layer gets a low-rank update: y = W x + scale · B (A x), with A [r, in] and B [out, r]
 // as PEFT stores them (also for GPT-2's Conv1D layers: fan_in_fan_out only transposes the
 // merged delta) and scale = lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora.
@@ -67,12 +68,13 @@ struct LoraModule {
 };
 
 struct LoraAdapter {
-  std::string path;  // the folder
+  std::string path;  // the folder or file
   LoraAdapterConfig config;
   std::vector<LoraModule> modules;  // in the order of the base's layers, experts and roles
 };
 
-// Reads the adapter in `dir` for the base model `base` (its checkpoint and parsed config):
+// Reads the adapter in `dir` (a PEFT folder or a .gguf adapter file) for the base model `base`
+// (its checkpoint and parsed config):
 // every lora_A / lora_B pair must belong to a linear layer of the base's blocks (named as the
 // base's ArchSpec row names it), be targeted by target_modules, have the configured rank (at
 // most `max_rank`) and the base layer's input and output sizes. Errors name the file and the

@@ -274,8 +274,8 @@ TEST(LoraAdapter, AdaptersThatDoNotFitTheBaseAreRefusedNamingTheFileAndTensor) {
 }
 
 // A GGUF base presents its tensors under the Hugging Face names (Q/K rows un-permuted), so a
-// PEFT adapter finds every module it targets there, with the base layers' shapes; an adapter
-// given as a file (a GGUF adapter of llama.cpp's) is refused as what it is.
+// PEFT adapter finds every module it targets there, with the base layers' shapes; a file that
+// is no adapter is refused as what it is.
 TEST(LoraAdapter, AGgufBaseTakesAdaptersUnderItsHuggingFaceNames) {
   TESSERA_REQUIRE_FIXTURES();
   const std::string gguf = testing::fixtures_dir() + "/gguf/gguf-llama-Q4_K_M.gguf";
@@ -305,13 +305,16 @@ TEST(LoraAdapter, AGgufBaseTakesAdaptersUnderItsHuggingFaceNames) {
     ASSERT_TRUE(b != written.end()) << m.target.name;
     expect_factor(m.b, *b);
   }
-  // llama.cpp's adapters are GGUF files (convert_lora_to_gguf.py): named as such, not "no
-  // adapter_config.json".
-  auto file = load_lora_adapter(gguf, **ckpt, *config, 64);
-  ASSERT_FALSE(file.is_ok());
-  EXPECT_NE(file.status().message().find(gguf + ": is a file; a LoRA adapter is a PEFT folder"), std::string::npos)
-      << file.status().to_string();
-  EXPECT_NE(file.status().message().find("GGUF adapters"), std::string::npos) << file.status().to_string();
+  // A model file given as an adapter is named as what it is.
+  auto model = load_lora_adapter(gguf, **ckpt, *config, 64);
+  ASSERT_FALSE(model.is_ok());
+  EXPECT_NE(model.status().message().find("not 'adapter': a GGUF model, not a LoRA adapter"), std::string::npos)
+      << model.status().to_string();
+  // So is any other file.
+  auto other = load_lora_adapter(dir.path() + "/adapter_config.json", **ckpt, *config, 64);
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_NE(other.status().message().find("is a file; a LoRA adapter is a PEFT folder"), std::string::npos)
+      << other.status().to_string();
 }
 
 }  // namespace
