@@ -81,18 +81,22 @@ void convert_elements(const void* src, DType src_type, void* dst, DType dst_type
     std::memcpy(dst, src, n * dtype_size(src_type));
     return;
   }
+  const auto f16_of_f32 = [](float f) { return f32_to_f16(f); };
+  const auto bf16_of_f32 = [](float f) { return f32_to_bf16(f); };
+  const auto f16_of_bf16 = [](uint16_t h) { return f32_to_f16(bf16_to_f32(h)); };
+  const auto bf16_of_f16 = [](uint16_t h) { return f32_to_bf16(f16_to_f32(h)); };
   switch (dst_type) {
     case DType::kF32:
       if (src_type == DType::kF16) return convert_loop<uint16_t, float>(src, dst, n, f16_to_f32);
       if (src_type == DType::kBF16) return convert_loop<uint16_t, float>(src, dst, n, bf16_to_f32);
       break;
     case DType::kF16:
-      if (src_type == DType::kF32) return convert_loop<float, uint16_t>(src, dst, n, [](float f) { return f32_to_f16(f); });
-      if (src_type == DType::kBF16) return convert_loop<uint16_t, uint16_t>(src, dst, n, [](uint16_t h) { return f32_to_f16(bf16_to_f32(h)); });
+      if (src_type == DType::kF32) return convert_loop<float, uint16_t>(src, dst, n, f16_of_f32);
+      if (src_type == DType::kBF16) return convert_loop<uint16_t, uint16_t>(src, dst, n, f16_of_bf16);
       break;
     case DType::kBF16:
-      if (src_type == DType::kF32) return convert_loop<float, uint16_t>(src, dst, n, [](float f) { return f32_to_bf16(f); });
-      if (src_type == DType::kF16) return convert_loop<uint16_t, uint16_t>(src, dst, n, [](uint16_t h) { return f32_to_bf16(f16_to_f32(h)); });
+      if (src_type == DType::kF32) return convert_loop<float, uint16_t>(src, dst, n, bf16_of_f32);
+      if (src_type == DType::kF16) return convert_loop<uint16_t, uint16_t>(src, dst, n, bf16_of_f16);
       break;
     default: TESSERA_CHECK(false) << "cannot convert to " << dtype_name(dst_type);
   }

@@ -186,7 +186,8 @@ class GgufTensorMapper {
     if (t == nullptr) return Status::ok();  // absent: the loader says whether it was needed
     TensorInfo info = gguf_tensor_view(*t, hf_name);
     const int64_t rows = info.shape[0];  // a bias's elements are its rows
-    TESSERA_ASSIGN_OR_RETURN(info.row_order, gguf_hf_row_order(row_, c_, role, rows, file_.path() + ": tensor '" + gguf_name + "'"));
+    TESSERA_ASSIGN_OR_RETURN(info.row_order,
+                             gguf_hf_row_order(row_, c_, role, rows, file_.path() + ": tensor '" + gguf_name + "'"));
     if (is_norm_role(role) && row_.norm_weight_offset != 0.0f && hf_name.find(".bias") == std::string::npos) {
       info.value_offset = -row_.norm_weight_offset;  // the converter stored 1 + w
     }

@@ -34,8 +34,12 @@ std::string unclaimed_why(const std::string& name, const ArchSpec& row) {
   };
   if (is(R::kEmbed)) return "adapts the token embedding: adapters of the embedding are not implemented";
   if (is(R::kLmHead)) return "adapts the LM head: adapters of the LM head are not implemented";
-  if (name.find("norm") != std::string::npos) return "a norm's weight (mergekit-extract-lora): adapters that replace norms are not implemented";
-  if (name.find("ffn_gate_inp") != std::string::npos) return "adapts a router or the shared expert's gate: not implemented";
+  if (name.find("norm") != std::string::npos) {
+    return "a norm's weight (mergekit-extract-lora): adapters that replace norms are not implemented";
+  }
+  if (name.find("ffn_gate_inp") != std::string::npos) {
+    return "adapts a router or the shared expert's gate: not implemented";
+  }
   return "is not the lora_a / lora_b factor of a linear layer of a " + row.name + " model's blocks";
 }
 
@@ -53,7 +57,9 @@ class FactorMapper {
       }
     }
     for (const GgufTensor& t : file_.tensors()) {
-      if (used_.count(t.name) == 0) return invalid_argument(file_.path() + ": tensor '" + t.name + "' " + unclaimed_why(t.name, row_));
+      if (used_.count(t.name) == 0) {
+        return invalid_argument(file_.path() + ": tensor '" + t.name + "' " + unclaimed_why(t.name, row_));
+      }
     }
     if (out_.empty()) return invalid_argument(file_.path() + ": holds no LoRA factors");
     return std::move(out_);
@@ -98,8 +104,8 @@ class FactorMapper {
       return invalid_argument(file_.path() + ": tensor '" + a->name + "' has rank " + std::to_string(r) + ", others " +
                               std::to_string(rank_) + ": per-module ranks are not implemented");
     }
-    TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> order,
-                             gguf_hf_row_order(row_, c_, role, b->dims[1], file_.path() + ": tensor '" + b->name + "'"));
+    const std::string b_what = file_.path() + ": tensor '" + b->name + "'";
+    TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> order, gguf_hf_row_order(row_, c_, role, b->dims[1], b_what));
     for (int64_t e = 0; e < experts; ++e) {
       const std::string module = tensor_name(hf_pattern, layer, is_expert(role) ? static_cast<int>(e) : -1);
       const std::string stem = module.substr(0, module.size() - std::string(".weight").size());
@@ -140,7 +146,9 @@ Status check_adapter_keys(const GgufFile& file, const ModelConfig& c) {
                             "writes adapters)");
   }
   TESSERA_ASSIGN_OR_RETURN(const std::string kind, file.get_string("adapter.type"));
-  if (kind != "lora") return invalid_argument(file.path() + ": adapter.type is '" + kind + "'; only 'lora' adapters are served");
+  if (kind != "lora") {
+    return invalid_argument(file.path() + ": adapter.type is '" + kind + "'; only 'lora' adapters are served");
+  }
   TESSERA_ASSIGN_OR_RETURN(const std::string arch, file.get_string("general.architecture"));
   const std::vector<std::string>& ours = c.arch->gguf_archs;
   if (std::find(ours.begin(), ours.end(), arch) == ours.end()) {

@@ -233,7 +233,7 @@ void pack_int4_from_blocks(Int4Scheme scheme, const uint8_t* rows, int64_t row_b
 void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8_t* scales) {
   TESSERA_CHECK(K % kInt4Group == 0) << "K=" << K;
   const int64_t groups = K / kInt4Group;
-  pack_panels(Int4Scheme::kSymmetric, N, K, nibbles, scales, [&](int64_t n, int64_t c, const StepColumn& q, uint8_t* rec) {
+  const auto column = [&](int64_t n, int64_t c, const StepColumn& q, uint8_t* rec) {
     uint16_t* out = reinterpret_cast<uint16_t*>(rec);
     for (int64_t g = 0; g < groups; ++g) {
       const float* v = w + n * K + g * kInt4Group;
@@ -254,7 +254,8 @@ void quantize_int4(const float* w, int64_t N, int64_t K, uint8_t* nibbles, uint8
       q.put_bytes(g * kInt4Group, values, kInt4Group);
       out[g * kInt4PanelColumns + c] = f32_to_f16(d);
     }
-  });
+  };
+  pack_panels(Int4Scheme::kSymmetric, N, K, nibbles, scales, column);
 }
 
 void dequantize_int4(Int4Scheme scheme, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K,

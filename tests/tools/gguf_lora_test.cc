@@ -203,9 +203,11 @@ TEST(GgufLora, AdapterFilesThatCannotMeanWhatTheySayAreRefusedByName) {
   const std::vector<std::tuple<std::string, Edit, std::string>> cases = {
       {"model", [](testing::GgufTestWriter& g) { g.kvs.erase(g.kvs.begin() + 1); },
        "general.type is '', not 'adapter'"},
-      {"qwen2", [](testing::GgufTestWriter& g) { g.kvs[0] = testing::gguf_str("general.architecture") +
-                                                            testing::gguf_le(static_cast<uint32_t>(GgufValueType::kString)) +
-                                                            testing::gguf_str("qwen2"); },
+      {"qwen2",
+       [](testing::GgufTestWriter& g) {
+         g.kvs.erase(g.kvs.begin());
+         g.kv_string("general.architecture", "qwen2");
+       },
        "an adapter for a 'qwen2' model; the base is a llama model"},
       {"alora", [](testing::GgufTestWriter& g) { g.kv_i32s("adapter.alora.invocation_tokens", {5, 6}); },
        "adapter.alora.invocation_tokens: activated LoRA"},
