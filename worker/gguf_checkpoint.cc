@@ -225,6 +225,13 @@ class GgufTensorMapper {
 
 StatusOr<std::unique_ptr<Checkpoint>> open_gguf_checkpoint(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(path));
+  if (file->has("general.type")) {
+    TESSERA_ASSIGN_OR_RETURN(const std::string type, file->get_string("general.type"));
+    if (type == "adapter") {
+      return invalid_argument(path + ": a LoRA adapter (general.type adapter), not a model: serve it beside its base "
+                              "model (lora.adapters, --lora NAME=PATH)");
+    }
+  }
   std::string arch;
   TESSERA_ASSIGN_OR_RETURN(const ArchSpec* row, gguf_row(*file, &arch));
   const GgufTensor* embed = file->find_tensor(row->gguf_name_of(R::kEmbed));

@@ -218,6 +218,13 @@ TEST(GgufLora, AdapterFilesThatCannotMeanWhatTheySayAreRefusedByName) {
        },
        "'token_embd.weight.lora_a' adapts the token embedding"},
   };
+  // The adapter given as the model is named as what it is.
+  const std::string adapter = gguf_adapter_from_peft(peft, w.dir + "/adapter.gguf", heads, kv_heads);
+  const testing::CommandResult as_model = testing::run_command(testing::bin_dir() + "/tessera-generate --model '" +
+                                                               adapter + "' --prompt-ids 1,2,3 --max-new-tokens 1");
+  EXPECT_NE(as_model.exit_code, 0);
+  EXPECT_NE(as_model.err.find(adapter + ": a LoRA adapter (general.type adapter), not a model"), std::string::npos)
+      << as_model.err;
   for (const auto& [name, edit, want] : cases) {
     const std::string path = gguf_adapter_from_peft(peft, w.dir + "/" + name + ".gguf", heads, kv_heads, edit);
     const testing::CommandResult r =
