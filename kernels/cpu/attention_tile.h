@@ -35,7 +35,8 @@ struct AttentionTileOps {
   void (*gather_rows)(const void* const* k_rows, const void* const* v_rows, DType dtype, int64_t head_dim, int32_t n,
                       float* kr, float* vb);
   // s[j] = sum_d q[d] * kr[j * head_dim + d] for j < n (n <= kKeyBlock): one vector of
-  // products per key, summed across lanes 16 (8) keys at a time by a shuffle tree.
+  // products per key, summed across lanes 16 (8) keys at a time by a shuffle tree. kr is
+  // read for kKeyBlock rows whatever n (the rows past n may hold anything: not used).
   void (*scores_rows)(const float* q, const float* kr, int64_t head_dim, int64_t n, float* s);
 };
 

@@ -87,12 +87,10 @@ TESSERA_TARGET_AVX512 void scores_rows_avx512(const float* q, const float* kr, i
           head_dim - d >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (head_dim - d)) - 1u);
       const __m512 qd = _mm512_maskz_loadu_ps(mask, q + d);
       const float* k = kr + j0 * head_dim + d;
-      if (keys == 16) {
+      // All 16 rows even past n (kr holds kKeyBlock rows; those lanes' sums are not stored):
+      // a loop to `keys` indexes p at run time, which keeps all 16 accumulators in memory.
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) p[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, k + i * head_dim), qd, p[i]);
-      } else {
-        for (int64_t i = 0; i < keys; ++i) p[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, k + i * head_dim), qd, p[i]);
-      }
+      for (int i = 0; i < 16; ++i) p[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, k + i * head_dim), qd, p[i]);
     }
     const __m512 total = sum16_lanes(p);
     if (keys == 16) {
