@@ -6,8 +6,9 @@
 //    tensor-parallel 2 within 1e-4), while the adapter moves them; kjv-llama's 4-bit file (its
 //    q4_0 blocks as panels) serves an adapter of the kjv-llama folder;
 //  - llama.cpp's GGUF adapter (written here as convert_lora_to_gguf.py writes it from the same
-//    PEFT adapter: lora_b of Q and K permuted as the base's rows) gives the PEFT adapter's
-//    logits on the folder and on the GGUF base; what it cannot mean is refused by name.
+//    PEFT adapter: lora_b of Q and K permuted as the base's rows, experts' factors stacked)
+//    gives the PEFT adapter's logits on the folder and on the GGUF base, for tiny-llama and
+//    tiny-mixtral; what it cannot mean is refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,13 +119,15 @@ TEST(GgufLora, AFourBitFileServesAnAdapterOfItsFolder) {
 }
 
 // The GGUF adapter llama.cpp's convert_lora_to_gguf.py writes for a PEFT adapter of a Llama
-// (LlamaModel.modify_tensors on its LoraTorchTensor): each factor named after the base's GGUF
-// tensor plus ".lora_a" / ".lora_b", in ggml's shapes [in, r] and [r, out], q_proj's and
-// k_proj's lora_b rows permuted per head as the base's rows (the permutation moves B only);
-// general.type adapter, adapter.type lora, adapter.lora.alpha from adapter_config.json.
-// `edit` may change the writer before the file is built (the refusal cases).
+// or Mixtral (LlamaModel.modify_tensors on its LoraTorchTensor): each factor named after the
+// base's GGUF tensor plus ".lora_a" / ".lora_b", in ggml's shapes [in, r] and [r, out], q_proj's
+// and k_proj's lora_b rows permuted per head as the base's rows (the permutation moves B only),
+// the experts' factors stacked as their weights are ([in, r, experts], [r, out, experts]);
+// general.type adapter, adapter.type lora, adapter.lora.alpha from adapter_config.json. `edit`
+// may change the writer before the file is built (the refusal cases).
 std::string gguf_adapter_from_peft(const std::string& peft, const std::string& out, int64_t heads, int64_t kv_heads,
                                    const std::function<void(testing::GgufTestWriter&)>& edit = {}) {
+  using testing::gguf_from_hf_detail::HfTensor;
   const nlohmann::json config = nlohmann::json::parse(testing::read_file(peft + "/adapter_config.json"));
   auto file = SafetensorsFile::open(peft + "/adapter_model.safetensors");
   EXPECT_TRUE(file.is_ok()) << file.status().to_string();
@@ -132,42 +135,54 @@ std::string gguf_adapter_from_peft(const std::string& peft, const std::string& o
   const std::map<std::string, std::string> names = {
       {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"}, {"self_attn.v_proj", "attn_v"},
       {"self_attn.o_proj", "attn_output"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
-  const std::regex factor(R"(base_model\.model\.model\.layers\.(\d+)\.(.+)\.lora_([AB])\.weight)");
+      {"mlp.down_proj", "ffn_down"}, {"w1", "ffn_gate_exps"}, {"w2", "ffn_down_exps"}, {"w3", "ffn_up_exps"}};
+  const std::regex factor(
+      R"(base_model\.model\.model\.layers\.(\d+)\.(?:block_sparse_moe\.experts\.(\d+)\.)?(.+)\.lora_([AB])\.weight)");
   testing::GgufTestWriter w;
   w.kv_string("general.architecture", "llama");
   w.kv_string("general.type", "adapter");
   w.kv_string("adapter.type", "lora");
   w.kv_f32("adapter.lora.alpha", config["lora_alpha"].get<float>());
+  // By GGUF name: the factor, or each expert's in order.
+  std::map<std::string, std::map<int, HfTensor>> stacks;
   for (const TensorInfo& t : (*file)->tensors()) {
     std::smatch m;
     EXPECT_TRUE(std::regex_match(t.name, m, factor)) << t.name;
-    const std::string module = m[2];
+    const std::string module = m[3];
     auto loaded = factors->load(t.name, DType::kF32);
     EXPECT_TRUE(loaded.is_ok()) << loaded.status().to_string();
-    testing::gguf_from_hf_detail::HfTensor h{{loaded->dim(0), loaded->dim(1)}, {}};
+    HfTensor h{{loaded->dim(0), loaded->dim(1)}, {}};
     h.data.assign(loaded->data<float>(), loaded->data<float>() + loaded->numel());
-    if (m[3] == "B" && module == "self_attn.q_proj") h = testing::gguf_from_hf_detail::llama_permute(h, heads);
-    if (m[3] == "B" && module == "self_attn.k_proj") h = testing::gguf_from_hf_detail::llama_permute(h, kv_heads);
-    std::string bytes(h.data.size() * sizeof(float), '\0');
-    std::memcpy(bytes.data(), h.data.data(), bytes.size());
-    w.tensor("blk." + std::string(m[1]) + "." + names.at(module) + ".weight.lora_" + (m[3] == "A" ? "a" : "b"),
-             {static_cast<uint64_t>(h.shape[1]), static_cast<uint64_t>(h.shape[0])}, GgmlType::kF32, bytes);
+    if (m[4] == "B" && module == "self_attn.q_proj") h = testing::gguf_from_hf_detail::llama_permute(h, heads);
+    if (m[4] == "B" && module == "self_attn.k_proj") h = testing::gguf_from_hf_detail::llama_permute(h, kv_heads);
+    const std::string name =
+        "blk." + std::string(m[1]) + "." + names.at(module) + ".weight.lora_" + (m[4] == "A" ? "a" : "b");
+    stacks[name][m[2].matched ? std::stoi(m[2]) : -1] = std::move(h);
+  }
+  for (const auto& [name, parts] : stacks) {
+    std::string bytes;
+    for (const auto& [expert, h] : parts) bytes.append(reinterpret_cast<const char*>(h.data.data()), h.data.size() * 4);
+    const HfTensor& first = parts.begin()->second;
+    std::vector<uint64_t> dims = {static_cast<uint64_t>(first.shape[1]), static_cast<uint64_t>(first.shape[0])};
+    if (parts.begin()->first >= 0) dims.push_back(parts.size());
+    w.tensor(name, dims, GgmlType::kF32, bytes);
   }
   if (edit) edit(w);
   testing::write_file(out, w.build());
   return out;
 }
 
-TEST(GgufLora, LlamaCppsAdapterFileGivesThePeftAdaptersLogitsOnFolderAndFile) {
+class GgufAdapterFile : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufAdapterFile, GivesThePeftAdaptersLogitsOnFolderAndFile) {
   TESSERA_REQUIRE_FIXTURES();
   Workspace w;
-  const std::string folder = testing::fixtures_dir() + "/tiny-llama";
+  const std::string folder = testing::fixtures_dir() + "/" + GetParam();
   const nlohmann::json hf = nlohmann::json::parse(testing::read_file(folder + "/config.json"));
   const int64_t heads = hf["num_attention_heads"], kv_heads = hf.value("num_key_value_heads", heads);
   auto conv = testing::gguf_from_hf(folder);
   ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
-  const std::string gguf = w.dir + "/tiny-llama-F32.gguf";
+  const std::string gguf = w.dir + "/base-F32.gguf";
   testing::write_file(gguf, conv->writer.build());
   const std::string peft = make_adapter(folder, w.dir + "/adapter", 11);
   const std::string adapter = gguf_adapter_from_peft(peft, w.dir + "/adapter.gguf", heads, kv_heads);
@@ -177,13 +192,21 @@ TEST(GgufLora, LlamaCppsAdapterFileGivesThePeftAdaptersLogitsOnFolderAndFile) {
   const float on_folder = largest_difference(logits(w, folder, prompts, adapter), want);
   const float on_file = largest_difference(logits(w, gguf, prompts, adapter), want);
   const float moved = largest_difference(want, logits(w, folder, prompts, ""));
-  std::cout << "[ report ] tiny-llama, llama.cpp's adapter file against the PEFT folder it came from: on the folder "
-            << on_folder << ", on the GGUF base " << on_file << " (the adapter moves the logits up to " << moved << ")"
-            << std::endl;
+  std::cout << "[ report ] " << GetParam() << ", llama.cpp's adapter file against the PEFT folder it came from: on the "
+            << "folder " << on_folder << ", on the GGUF base " << on_file << " (the adapter moves the logits up to "
+            << moved << ")" << std::endl;
   EXPECT_GT(moved, 1e-2f);
   EXPECT_LE(on_folder, 1e-5f);
   EXPECT_LE(on_file, 1e-5f);
 }
+
+// tiny-llama: Q and K permuted; tiny-mixtral: its experts' factors stacked.
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufAdapterFile, ::testing::Values("tiny-llama", "tiny-mixtral"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(GgufLora, AdapterFilesThatCannotMeanWhatTheySayAreRefusedByName) {
   TESSERA_REQUIRE_FIXTURES();
