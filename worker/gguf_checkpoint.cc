@@ -98,6 +98,21 @@ TensorInfo gguf_tensor_view(const GgufTensor& t, const std::string& hf_name) {
   return info;
 }
 
+TensorInfo gguf_expert_view(const GgufTensor& t, int64_t experts, int64_t e, const std::string& hf_name) {
+  TensorInfo info = gguf_tensor_view(t, hf_name);
+  info.shape = {t.dims[1], t.dims[0]};
+  info.nbytes = t.nbytes / static_cast<size_t>(experts);
+  info.data = t.data + info.nbytes * static_cast<size_t>(e);
+  return info;
+}
+
+Status gguf_check_decodable(const GgufFile& file, const GgufTensor& t) {
+  if (ggml_type_dequantizable(t.type)) return Status::ok();
+  return unimplemented(file.path() + ": tensor '" + t.name + "' has type " + ggml_type_name(t.type) +
+                       ", which is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, "
+                       "q5_K, q6_K)");
+}
+
 StatusOr<std::vector<int64_t>> gguf_hf_row_order(const ArchSpec& row, const ModelConfig& c, TensorRole role,
                                                  int64_t rows, const std::string& what) {
   if (row.gguf_permuted_qk && (role == R::kQ || role == R::kK)) {
@@ -172,11 +187,7 @@ class GgufTensorMapper {
   StatusOr<const GgufTensor*> claim(const std::string& gguf_name) {
     const GgufTensor* t = file_.find_tensor(gguf_name);
     if (t == nullptr) return t;
-    if (!ggml_type_dequantizable(t->type)) {
-      return unimplemented(file_.path() + ": tensor '" + t->name + "' has type " + ggml_type_name(t->type) +
-                           ", which is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                           "q4_K, q5_K, q6_K)");
-    }
+    TESSERA_RETURN_IF_ERROR(gguf_check_decodable(file_, *t));
     used_.insert(t->name);
     return t;
   }
@@ -203,13 +214,8 @@ class GgufTensorMapper {
       return invalid_argument(file_.path() + ": tensor '" + gguf_name + "' should stack " +
                               std::to_string(c_.num_experts) + " experts in its outermost dimension");
     }
-    const size_t per_expert = t->nbytes / static_cast<size_t>(c_.num_experts);
     for (int64_t e = 0; e < c_.num_experts; ++e) {
-      TensorInfo info = gguf_tensor_view(*t, tensor_name(hf_pattern, layer, static_cast<int>(e)));
-      info.shape = {t->dims[1], t->dims[0]};
-      info.data = t->data + per_expert * static_cast<size_t>(e);
-      info.nbytes = per_expert;
-      out_.push_back(std::move(info));
+      out_.push_back(gguf_expert_view(*t, c_.num_experts, e, tensor_name(hf_pattern, layer, static_cast<int>(e))));
     }
     return Status::ok();
   }

@@ -28,6 +28,10 @@ StatusOr<std::unique_ptr<Checkpoint>> open_gguf_checkpoint(const std::string& pa
 // naming it in the error of a row count that does not fit `c`; and the file with its tensors
 // as a WeightFile that keeps it mapped.
 TensorInfo gguf_tensor_view(const GgufTensor& t, const std::string& hf_name);
+// Expert e's slice of a tensor stacking `experts` in its outermost dimension, as a 2-D view.
+TensorInfo gguf_expert_view(const GgufTensor& t, int64_t experts, int64_t e, const std::string& hf_name);
+// Refused naming the tensor and its type when Tessera does not decode that type.
+Status gguf_check_decodable(const GgufFile& file, const GgufTensor& t);
 StatusOr<std::vector<int64_t>> gguf_hf_row_order(const ArchSpec& row, const ModelConfig& c, TensorRole role,
                                                  int64_t rows, const std::string& what);
 std::shared_ptr<WeightFile> gguf_weight_file(std::unique_ptr<GgufFile> file, std::vector<TensorInfo> tensors);

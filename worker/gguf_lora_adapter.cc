@@ -4,7 +4,6 @@
 #include <set>
 #include <vector>
 
-#include "common/gguf/ggml_dequant.h"
 #include "common/gguf/gguf_file.h"
 #include "worker/arch_spec.h"
 #include "worker/arch_tensors.h"
@@ -71,11 +70,7 @@ class FactorMapper {
   StatusOr<const GgufTensor*> claim(const std::string& name) {
     const GgufTensor* t = file_.find_tensor(name);
     if (t == nullptr) return t;
-    if (!ggml_type_dequantizable(t->type)) {
-      return unimplemented(file_.path() + ": tensor '" + name + "' has type " + ggml_type_name(t->type) +
-                           ", which is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                           "q4_K, q5_K, q6_K)");
-    }
+    TESSERA_RETURN_IF_ERROR(gguf_check_decodable(file_, *t));
     used_.insert(t->name);
     return t;
   }
@@ -109,15 +104,10 @@ class FactorMapper {
     for (int64_t e = 0; e < experts; ++e) {
       const std::string module = tensor_name(hf_pattern, layer, is_expert(role) ? static_cast<int>(e) : -1);
       const std::string stem = module.substr(0, module.size() - std::string(".weight").size());
-      TensorInfo ai = gguf_tensor_view(*a, peft_name(stem, 'A')), bi = gguf_tensor_view(*b, peft_name(stem, 'B'));
-      if (dims == 3) {  // expert e's slice of each
-        ai.shape = {a->dims[1], a->dims[0]};
-        ai.nbytes = a->nbytes / static_cast<size_t>(experts);
-        ai.data = a->data + ai.nbytes * static_cast<size_t>(e);
-        bi.shape = {b->dims[1], b->dims[0]};
-        bi.nbytes = b->nbytes / static_cast<size_t>(experts);
-        bi.data = b->data + bi.nbytes * static_cast<size_t>(e);
-      }
+      TensorInfo ai = dims == 3 ? gguf_expert_view(*a, experts, e, peft_name(stem, 'A'))
+                                : gguf_tensor_view(*a, peft_name(stem, 'A'));
+      TensorInfo bi = dims == 3 ? gguf_expert_view(*b, experts, e, peft_name(stem, 'B'))
+                                : gguf_tensor_view(*b, peft_name(stem, 'B'));
       bi.row_order = order;
       out_.push_back(std::move(ai));
       out_.push_back(std::move(bi));
