@@ -65,10 +65,18 @@ TESSERA_TARGET_AVX2 void gather_avx2(const void* const* k_rows, const void* cons
 }
 
 TESSERA_TARGET_AVX2 void gather_rows_avx2(const void* const* k_rows, const void* const* v_rows, DType dtype,
-                                          int64_t head_dim, int32_t n, float* kr, float* vb) {
+                                          int64_t head_dim, int32_t n, int64_t groups, int64_t group_stride,
+                                          float* kr, float* vb) {
+  const size_t elem = dtype_size(dtype);
   for (int32_t i = 0; i < n; ++i) {
-    widen_row(k_rows[i], dtype, head_dim, kr + i * head_dim);
-    widen_row(v_rows[i], dtype, head_dim, vb + i * head_dim);
+    for (int64_t g = 0; g < groups; ++g) {
+      const auto* k = static_cast<const char*>(k_rows[i]) + g * head_dim * elem;
+      widen_row(k, dtype, head_dim, kr + g * group_stride + i * head_dim);
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      const auto* v = static_cast<const char*>(v_rows[i]) + g * head_dim * elem;
+      widen_row(v, dtype, head_dim, vb + g * group_stride + i * head_dim);
+    }
   }
 }
 

@@ -181,5 +181,18 @@ TEST(AttentionCpuTiled, LongPrefillOverManyBlocks) {
   check_tiled({4, 4, 64, 16, DType::kF32, false, 0, 0, {}}, {{129, 130}, {63, 2}}, rng);
 }
 
+// Decode rows (and short verify tiles) over more keys than a split chunk (kSplitKeys): their
+// attention is cut into key chunks over every KV head and merged; GQA, a tensor-parallel
+// rank's heads, ALiBi, a window longer than a chunk and a soft-cap, beside rows that are not
+// split (a short context, a tile of too many rows).
+TEST(AttentionCpuTiled, LongDecodeRowsSplitOverKeyChunksMatchReference) {
+  std::mt19937 rng(24);
+  check_tiled({8, 2, 64, 16, DType::kBF16, false, 0, 0, {}}, {{1300, 1}, {700, 2}, {511, 1}, {1024, 1}, {30, 1}},
+              rng);
+  check_tiled({3, 2, 96, 16, DType::kF16, true, 0, 0, {2, 2, 1}}, {{900, 1}, {40, 1}, {600, 3}}, rng);
+  check_tiled({4, 2, 64, 16, DType::kF32, false, 30.0f, 700, {}}, {{1500, 1}, {800, 2}, {100, 1}}, rng);
+  check_tiled({4, 4, 40, 5, DType::kBF16, true, 0, 0, {}}, {{1030, 1}, {1029, 2}}, rng);
+}
+
 }  // namespace
 }  // namespace tessera::cpu::detail
