@@ -80,6 +80,10 @@ enum class TensorRole {
   kCount
 };
 const char* tensor_role_name(TensorRole role);
+// A routed expert's matrix (stored once per expert, or stacked in GGUF files).
+inline bool is_expert_role(TensorRole role) {
+  return role == TensorRole::kExpertGate || role == TensorRole::kExpertUp || role == TensorRole::kExpertDown;
+}
 
 // config.json key names, each a list of aliases (the first one present wins: configs of
 // different ages and families spell the same thing differently).

@@ -147,7 +147,6 @@ bool is_norm_role(R role) {
     default: return false;
   }
 }
-bool is_expert_role(R role) { return role == R::kExpertGate || role == R::kExpertUp || role == R::kExpertDown; }
 
 // Builds the Hugging Face view of every GGUF tensor a role of the row claims.
 class GgufTensorMapper {

@@ -14,32 +14,28 @@ namespace {
 
 using R = TensorRole;
 
-// The linear layers of the blocks an adapter may change (lora_target_modules' roles).
-constexpr R kAdaptable[] = {R::kQ,          R::kK,        R::kV,          R::kQkv,      R::kO,
-                            R::kGate,       R::kUp,       R::kGateUp,     R::kDown,     R::kSharedGate,
-                            R::kSharedUp,   R::kSharedDown, R::kExpertGate, R::kExpertUp, R::kExpertDown};
-
-bool is_expert(R role) { return role == R::kExpertGate || role == R::kExpertUp || role == R::kExpertDown; }
-
 std::string peft_name(const std::string& module, char which) {
   return "base_model.model." + module + ".lora_" + which + ".weight";
 }
 
-// What a factor the roles did not claim adapts, for its refusal.
-std::string unclaimed_why(const std::string& name, const ArchSpec& row) {
-  const auto is = [&](R role) {
-    const std::string& g = row.gguf_name_of(role);
-    return !g.empty() && name.rfind(g, 0) == 0;
-  };
-  if (is(R::kEmbed)) return "adapts the token embedding: adapters of the embedding are not implemented";
-  if (is(R::kLmHead)) return "adapts the LM head: adapters of the LM head are not implemented";
-  if (name.find("norm") != std::string::npos) {
-    return "a norm's weight (mergekit-extract-lora): adapters that replace norms are not implemented";
+// What a factor the adaptable roles did not claim adapts, for its refusal: the row's GGUF
+// tensor it is named after (any layer), or nothing the row has.
+std::string unclaimed_why(const std::string& name, const ModelConfig& c) {
+  const ArchSpec& row = *c.arch;
+  for (size_t r = 0; r < static_cast<size_t>(R::kCount); ++r) {
+    const R role = static_cast<R>(r);
+    const std::string pattern = row.gguf_name_of(role).empty() ? "" : layout_alternative(row.gguf_name_of(role), c);
+    if (pattern.empty()) continue;
+    const bool per_layer = pattern.find("{L}") != std::string::npos;
+    for (int l = 0; l < (per_layer ? static_cast<int>(c.layers) : 1); ++l) {
+      if (name.rfind(tensor_name(pattern, l) + ".", 0) != 0) continue;
+      if (role == R::kEmbed) return "adapts the token embedding: adapters of the embedding are not implemented";
+      if (role == R::kLmHead) return "adapts the LM head: adapters of the LM head are not implemented";
+      return std::string("adapts the ") + tensor_role_name(role) + " tensor '" + tensor_name(pattern, l) +
+             "': adapters are implemented for the linear layers of the blocks (attention, MLP, experts) only";
+    }
   }
-  if (name.find("ffn_gate_inp") != std::string::npos) {
-    return "adapts a router or the shared expert's gate: not implemented";
-  }
-  return "is not the lora_a / lora_b factor of a linear layer of a " + row.name + " model's blocks";
+  return "is not the lora_a / lora_b factor of a tensor of a " + row.name + " model";
 }
 
 class FactorMapper {
@@ -47,7 +43,7 @@ class FactorMapper {
   FactorMapper(const GgufFile& file, const ModelConfig& c) : file_(file), c_(c), row_(*c.arch) {}
 
   StatusOr<std::vector<TensorInfo>> map() {
-    for (R role : kAdaptable) {
+    for (R role : lora_adaptable_roles()) {
       if (row_.name_of(role).empty() || row_.gguf_name_of(role).empty()) continue;
       const std::string hf = layout_alternative(row_.name_of(role), c_);
       const std::string gguf = layout_alternative(row_.gguf_name_of(role), c_);
@@ -57,7 +53,7 @@ class FactorMapper {
     }
     for (const GgufTensor& t : file_.tensors()) {
       if (used_.count(t.name) == 0) {
-        return invalid_argument(file_.path() + ": tensor '" + t.name + "' " + unclaimed_why(t.name, row_));
+        return invalid_argument(file_.path() + ": tensor '" + t.name + "' " + unclaimed_why(t.name, c_));
       }
     }
     if (out_.empty()) return invalid_argument(file_.path() + ": holds no LoRA factors");
@@ -84,8 +80,8 @@ class FactorMapper {
       return invalid_argument(file_.path() + ": tensor '" + gguf_weight + (a == nullptr ? ".lora_b" : ".lora_a") +
                               "' has no " + (a == nullptr ? "lora_a" : "lora_b") + " to pair with");
     }
-    const size_t dims = is_expert(role) ? 3 : 2;
-    const int64_t experts = is_expert(role) ? c_.num_experts : 1;
+    const size_t dims = is_expert_role(role) ? 3 : 2;
+    const int64_t experts = is_expert_role(role) ? c_.num_experts : 1;
     // ggml's shapes: lora_a [in, r(, experts)], lora_b [r, out(, experts)].
     if (a->dims.size() != dims || b->dims.size() != dims || a->dims[1] != b->dims[0] ||
         (dims == 3 && (a->dims[2] != experts || b->dims[2] != experts))) {
@@ -102,7 +98,7 @@ class FactorMapper {
     const std::string b_what = file_.path() + ": tensor '" + b->name + "'";
     TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> order, gguf_hf_row_order(row_, c_, role, b->dims[1], b_what));
     for (int64_t e = 0; e < experts; ++e) {
-      const std::string module = tensor_name(hf_pattern, layer, is_expert(role) ? static_cast<int>(e) : -1);
+      const std::string module = tensor_name(hf_pattern, layer, is_expert_role(role) ? static_cast<int>(e) : -1);
       const std::string stem = module.substr(0, module.size() - std::string(".weight").size());
       TensorInfo ai = dims == 3 ? gguf_expert_view(*a, experts, e, peft_name(stem, 'A'))
                                 : gguf_tensor_view(*a, peft_name(stem, 'A'));

@@ -76,13 +76,17 @@ std::pair<int64_t, int64_t> out_in(const Checkpoint& base, const ModelConfig& c,
 
 }  // namespace lora_adapter_internal
 
+const std::vector<TensorRole>& lora_adaptable_roles() {
+  static const std::vector<TensorRole> roles = {
+      TensorRole::kQ,          TensorRole::kK,        TensorRole::kV,          TensorRole::kQkv,
+      TensorRole::kO,          TensorRole::kGate,     TensorRole::kUp,         TensorRole::kGateUp,
+      TensorRole::kDown,       TensorRole::kSharedGate, TensorRole::kSharedUp, TensorRole::kSharedDown,
+      TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kExpertDown};
+  return roles;
+}
+
 // For each spelling the row accepts that the checkpoint holds.
 std::vector<LoraTargetModule> lora_target_modules(const Checkpoint& base, const ModelConfig& c) {
-  constexpr TensorRole kDense[] = {TensorRole::kQ,    TensorRole::kK,      TensorRole::kV,
-                                   TensorRole::kQkv,  TensorRole::kO,      TensorRole::kGate,
-                                   TensorRole::kUp,   TensorRole::kGateUp, TensorRole::kDown,
-                                   TensorRole::kSharedGate, TensorRole::kSharedUp, TensorRole::kSharedDown};
-  constexpr TensorRole kExpert[] = {TensorRole::kExpertGate, TensorRole::kExpertUp, TensorRole::kExpertDown};
   std::vector<LoraTargetModule> out;
   auto add = [&](TensorRole role, int layer, int expert) {
     for (const std::string& alt : name_alternatives(c.arch->name_of(role))) {
@@ -97,9 +101,11 @@ std::vector<LoraTargetModule> lora_target_modules(const Checkpoint& base, const 
     }
   };
   for (int l = 0; l < static_cast<int>(c.layers); ++l) {
-    for (TensorRole role : kDense) add(role, l, -1);
+    for (TensorRole role : lora_adaptable_roles())
+      if (!is_expert_role(role)) add(role, l, -1);
     for (int e = 0; e < static_cast<int>(c.num_experts); ++e)
-      for (TensorRole role : kExpert) add(role, l, e);
+      for (TensorRole role : lora_adaptable_roles())
+        if (is_expert_role(role)) add(role, l, e);
   }
   return out;
 }

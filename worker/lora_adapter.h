@@ -57,6 +57,9 @@ struct LoraTargetModule {
   int expert = -1;  // routed experts only
   int64_t out = 0, in = 0;
 };
+// The roles of those layers: the dense ones, then the routed experts' (is_expert_role).
+const std::vector<TensorRole>& lora_adaptable_roles();
+
 // Every such layer of `base`, in the order of its layers, experts and roles.
 std::vector<LoraTargetModule> lora_target_modules(const Checkpoint& base, const ModelConfig& config);
 
