@@ -44,8 +44,9 @@ if [[ $model == *.gguf ]]; then reread_files "$model"; else reread_model_files "
 tessera() {  # FIELDS tessera-bench flags...: prints the FIELDS (Python over its JSON r) of one run
   local fields=$1 out
   shift
-  out=$("$build/bin/tessera-bench" --model "$model" --dtype "$dtype" --threads "$threads" --json "$@") ||
-    die "tessera-bench failed: tessera-bench --model $model --dtype $dtype $*"
+  # shellcheck disable=SC2086 # TESSERA_FLAGS is a list of flags
+  out=$("$build/bin/tessera-bench" --model "$model" --dtype "$dtype" --threads "$threads" --json ${TESSERA_FLAGS:-} "$@") ||
+    die "tessera-bench failed: tessera-bench --model $model --dtype $dtype ${TESSERA_FLAGS:-} $*"
   json "$fields" <<<"$out"
 }
 llama_json() {  # TOOL FIELDS args...: runs a llama.cpp tool, prints FIELDS (Python over its JSON r)

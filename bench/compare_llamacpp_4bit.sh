@@ -49,9 +49,14 @@ if part files; then
 fi
 
 if part bf16; then
+  # Tessera's default (coded bf16 where the CPU has AVX-512 BF16: the same values in 12 bits
+  # a weight, docs/quantization.md), then its weights as 16-bit bfloat16.
   echo
-  echo "## bfloat16: the checkpoint in Tessera, $(basename "$bf16") in llama.cpp"
+  echo "## bfloat16: the checkpoint in Tessera (--bf16-coding auto), $(basename "$bf16") in llama.cpp"
   "$here/compare_llamacpp.sh" "$hf" "$bf16" bfloat16 "$rounds" decode | grep -v '^#'
+  echo
+  echo "## bfloat16: the checkpoint in Tessera (--bf16-coding off), $(basename "$bf16") in llama.cpp"
+  TESSERA_FLAGS="--bf16-coding off" "$here/compare_llamacpp.sh" "$hf" "$bf16" bfloat16 "$rounds" decode | grep -v '^#'
 fi
 
 decode_tok_s() {  # tessera-bench flags...: batch-1 decode tok/s
@@ -60,16 +65,16 @@ decode_tok_s() {  # tessera-bench flags...: batch-1 decode tok/s
 }
 if part int4; then
   echo
-  echo "## --quantize int4 against bfloat16, Tessera alone, batch-1 decode"
+  echo "## --quantize int4 against bfloat16 (16 bits a weight: --bf16-coding off), Tessera alone, batch-1 decode"
   # Each round runs bf16, int4, int4, bf16: the host's memory bandwidth drifts within
   # minutes, and the ratio of the sums cancels a drift that is steady over the round.
   echo "| round | bf16 tok/s | int4 tok/s | **int4 / bf16** (sums) |"
   echo "| --- | --- | --- | --- |"
   for round in $(seq "$rounds"); do
-    b1=$(decode_tok_s --quantize none)
+    b1=$(decode_tok_s --quantize none --bf16-coding off)
     q1=$(decode_tok_s --quantize int4)
     q2=$(decode_tok_s --quantize int4)
-    b2=$(decode_tok_s --quantize none)
+    b2=$(decode_tok_s --quantize none --bf16-coding off)
     python3 -c "print(f'| $round | {$b1:.1f}, {$b2:.1f} | {$q1:.1f}, {$q2:.1f} | **{($q1 + $q2) / ($b1 + $b2):.2f}** |')"
   done
 fi

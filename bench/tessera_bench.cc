@@ -46,6 +46,7 @@ struct Options {
   std::string quantize = "auto";            // --quantize auto|none|int8|int4 (docs/quantization.md)
   std::string quantize_group = "auto";  // --quantize-group
   std::vector<std::string> quantize_rules;  // --quantize-rule REGEX=int8|int4|none
+  std::string bf16_coding = "auto";  // --bf16-coding
   int prompt_len = 64;
   int gen_len = 32;
   int batch = 1;
@@ -82,7 +83,7 @@ Status run(const Options& o) {
     return invalid_argument("--prompt-len and --batch must be >= 1, --gen-len >= 2");
   }
   TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant,
-                           quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
+                           quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules, o.bf16_coding));
   // No configuration: the kernels' defaults with the TESSERA_CPU_* variables over them.
   TESSERA_ASSIGN_OR_RETURN(const KernelOptions kernels, kernel_options_from_environment());
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, BackendOptions{o.threads, 0, kernels}));
@@ -277,6 +278,7 @@ int main(int argc, char** argv) {
   app.add_option("--quantize", o.quantize, tessera::kQuantizeFlagHelp)->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
+  app.add_option("--bf16-coding", o.bf16_coding, tessera::kBf16CodingFlagHelp)->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules, "REGEX=int8|int4|none, repeatable, e.g. lm_head=int8 (default: none)");
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();

@@ -72,6 +72,8 @@ const std::vector<std::pair<const char*, DType>> kDtypes = {
 const std::vector<std::pair<const char*, WeightQuantization>> kQuantizations = {
     {"auto", WeightQuantization::kAuto}, {"none", WeightQuantization::kNone}, {"int8", WeightQuantization::kInt8},
     {"int4", WeightQuantization::kInt4}};
+const std::vector<std::pair<const char*, Bf16Coding>> kBf16Codings = {
+    {"auto", Bf16Coding::kAuto}, {"on", Bf16Coding::kOn}, {"off", Bf16Coding::kOff}};
 const std::vector<std::pair<const char*, CollectivesKind>> kCollectives = {{"auto", CollectivesKind::kAuto},
                                                                           {"shm", CollectivesKind::kShm},
                                                                           {"gloo", CollectivesKind::kGloo},
@@ -172,6 +174,7 @@ const std::vector<KeyDef>& schema() {
              },
              [](const TesseraConfig& c, YAML::Emitter& out) { out << quant_group_name(c.model.quantization_group); },
              nullptr},
+      TESSERA_ENUM_KEY("model.bf16_coding", model.bf16_coding, kBf16Codings),
       KeyDef{"model.check_weights", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                if (n.IsScalar() && n.Scalar() == "auto") {
@@ -616,6 +619,7 @@ QuantizationOptions quantization_options(const ModelSection& model) {
   q.kind = model.quantization;
   q.group = model.quantization_group;
   q.rules = model.quantization_rules;
+  q.bf16_coding = model.bf16_coding;
   for (QuantRuleConfig& r : q.rules) {
     if (!r.regex) (void)compile_quant_rule_regex(&r);  // validate_config reported a bad one
   }

@@ -32,6 +32,7 @@ struct ModelSection {
   WeightQuantization quantization = WeightQuantization::kAuto;
   int quantization_group = kDefaultQuantGroup;   // input elements per scale; kAutoQuantGroup = "auto"
   std::vector<QuantRuleConfig> quantization_rules;  // first match wins, over the default choice
+  Bf16Coding bf16_coding = Bf16Coding::kAuto;       // coded bf16 linear weights (common/quantization.h)
   // Refuse weights holding NaN or Inf at load, naming the tensor; nullopt = auto: for
   // checkpoints up to kCheckWeightsAutoBytes (worker/model_weights.h; the scan reads every
   // weight once more).

@@ -23,6 +23,22 @@ std::optional<WeightQuantization> parse_weight_quantization(std::string_view nam
   return std::nullopt;
 }
 
+const char* bf16_coding_name(Bf16Coding c) {
+  switch (c) {
+    case Bf16Coding::kAuto: return "auto";
+    case Bf16Coding::kOn: return "on";
+    case Bf16Coding::kOff: return "off";
+  }
+  return "?";
+}
+
+std::optional<Bf16Coding> parse_bf16_coding(std::string_view name) {
+  if (name == "auto") return Bf16Coding::kAuto;
+  if (name == "on") return Bf16Coding::kOn;
+  if (name == "off") return Bf16Coding::kOff;
+  return std::nullopt;
+}
+
 bool valid_quant_group(int group) {
   return group >= kMinQuantGroup && group <= kMaxQuantGroup && group % 32 == 0;
 }

@@ -33,6 +33,18 @@ const char* weight_quantization_name(WeightQuantization q);  // "none", "int8", 
 // "none" / "int8" / "auto" / "int4"; nullopt for anything else.
 std::optional<WeightQuantization> parse_weight_quantization(std::string_view name);
 
+// Coded bf16 weights (`model.bf16_coding`; kernels/coded_bf16_layout.h): bfloat16 linear
+// weights kept in 12 bits per weight, losslessly, which decode reads 3/4 as many bytes of.
+enum class Bf16Coding : uint8_t {
+  // The default: on where the CPU backend has its fast kernel (AVX-512 BF16 with bf16 dot
+  // products on) for model.dtype bfloat16 with every weight resident; off elsewhere.
+  kAuto,
+  kOn,
+  kOff,
+};
+const char* bf16_coding_name(Bf16Coding c);  // "auto", "on", "off"
+std::optional<Bf16Coding> parse_bf16_coding(std::string_view name);
+
 // Group sizes a user may choose: a multiple of 32 in [32, 256] (the SIMD kernels read a group
 // as whole 16- and 32-lane vectors).
 inline constexpr int kMinQuantGroup = 32;
@@ -76,6 +88,9 @@ struct QuantizationOptions {
   // elsewhere an untied LM head is int8 under int4 and stays in floats under int8 (a rule
   // may say otherwise).
   bool lm_head_as_stored = false;
+  // Whether the linear weights left in bfloat16 are coded (Bf16Coding); the loader makes
+  // kAuto definite before it loads (worker/transformer.cc) and codes only under kOn.
+  Bf16Coding bf16_coding = Bf16Coding::kAuto;
   // Some weights quantized for certain (kAuto is decided only once resolved against a checkpoint).
   bool enabled() const { return kind == WeightQuantization::kInt8 || kind == WeightQuantization::kInt4; }
 };

@@ -19,7 +19,14 @@ inline constexpr const char* kQuantizeGroupHelp =
     "int8: input elements per scale, auto (default: 128, 64 or 32, the largest dividing each layer's input) or a "
     "multiple of 32 in [32, 256]";
 
+// The --bf16-coding help text (model.bf16_coding), the same in every program.
+inline constexpr const char* kBf16CodingFlagHelp =
+    "coded bf16 linear weights, 12 bits each, lossless (model.bf16_coding; docs/quantization.md): auto (on for "
+    "bfloat16 weights where the CPU has AVX-512 BF16), on or off";
+
+// bf16_coding: --bf16-coding's value (auto, on or off).
 StatusOr<QuantizationOptions> quantization_from_flags(const std::string& quantize, const std::string& group,
-                                                      const std::vector<std::string>& rules = {});
+                                                      const std::vector<std::string>& rules = {},
+                                                      const std::string& bf16_coding = "auto");
 
 }  // namespace tessera

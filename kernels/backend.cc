@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "kernels/coded_bf16_layout.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/linear_int8_panels.h"
 #include "kernels/weight_stager.h"
@@ -212,6 +213,26 @@ void Backend::linear_int4(const TensorView& x, const TensorView& w, const Tensor
       << " and out " << out.shape_string();
   if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), N) << "linear_int4 bias";
   linear_int4_impl(x, w, scales, bias, out, act);
+}
+
+void Backend::linear_coded_bf16(const TensorView& x, const TensorView& body, const TensorView& side,
+                                const TensorView& bias, const TensorView& out, Activation act) {
+  check_on_device(*this, x, "linear_coded_bf16", "x");
+  check_on_device(*this, out, "linear_coded_bf16", "out");
+  check_on_device(*this, body, "linear_coded_bf16", "body", kFromPlaceWeight);
+  check_on_device(*this, side, "linear_coded_bf16", "side", kFromPlaceWeight);
+  if (!bias.empty()) check_on_device(*this, bias, "linear_coded_bf16", "bias", kFromPlaceWeight);
+  check_f32_2d(x, "linear_coded_bf16 x");
+  check_f32_2d(out, "linear_coded_bf16 out");
+  const int64_t N = out.dim(1), K = x.dim(1);
+  TESSERA_CHECK(is_coded_bf16(body, side) && body.contiguous() && side.contiguous() && body.dim(0) == N &&
+                coded_bf16_codable(K) && body.dim(1) == coded_bf16_row_bytes(K) && side.dim(0) >= 5 * N + 1 &&
+                (side.dim(0) - 5 * N - 1) % 2 == 0 && out.dim(0) == x.dim(0))
+      << "linear_coded_bf16: body " << body.shape_string() << " " << dtype_name(body.dtype) << " and side "
+      << side.shape_string() << " " << dtype_name(side.dtype) << " for x " << x.shape_string() << " and out "
+      << out.shape_string() << " (kernels/coded_bf16_layout.h)";
+  if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), N) << "linear_coded_bf16 bias";
+  linear_coded_bf16_impl(x, body, side, bias, out, act);
 }
 
 void Backend::activate(const TensorView& x, Activation act) {

@@ -149,6 +149,11 @@ class Backend {
   // scheme is read off the two (int4_scheme_of).
   void linear_int4(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                    const TensorView& out, Activation act = Activation::kNone);
+  // Coded bf16 weights, lossless (kernels/coded_bf16_layout.h): out = act(x · W^T + bias), W
+  // the [N, K] bf16 matrix held as body u8 [N, coded_bf16_row_bytes(K)] and side i32 (its
+  // tables and escapes); K a multiple of 64.
+  void linear_coded_bf16(const TensorView& x, const TensorView& body, const TensorView& side, const TensorView& bias,
+                         const TensorView& out, Activation act = Activation::kNone);
   // In place: x = act(x).
   void activate(const TensorView& x, Activation act);
   // out[T, F] = act(gate[T, F]) * up[T, F] (SwiGLU with silu, GeGLU with a gelu). gate and
@@ -243,6 +248,8 @@ class Backend {
                                 const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
                                 const TensorView& bias, const TensorView& out, Activation act) = 0;
+  virtual void linear_coded_bf16_impl(const TensorView& x, const TensorView& body, const TensorView& side,
+                                     const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void activate_impl(const TensorView& x, Activation act) = 0;
   // gate and up share one row stride; out is contiguous.
   virtual void gated_act_impl(const TensorView& gate, const TensorView& up, const TensorView& out,
@@ -283,6 +290,12 @@ int64_t int4_record_elements(Int4Scheme scheme);
 // The scheme of a linear_int4 weight from its panels' step size and its scales' dtype and
 // record size; nullopt when they match none.
 std::optional<Int4Scheme> int4_scheme_of(const TensorView& w, const TensorView& scales);
+
+// Whether a linear weight and its second tensor are coded bf16 (Backend::linear_coded_bf16):
+// a 2-D u8 body beside a 1-D i32 side tensor (int8 and 4-bit weights look otherwise).
+inline bool is_coded_bf16(const TensorView& w, const TensorView& side) {
+  return w.dtype == DType::kU8 && w.ndim == 2 && side.dtype == DType::kI32 && side.ndim == 1;
+}
 
 struct BackendOptions {
   int num_threads = 0;  // CPU threads; <= 0 keeps OpenMP's default (all cores, or OMP_NUM_THREADS)

@@ -55,6 +55,7 @@ struct Options {
   std::string quantize = "auto";
   std::string quantize_group = "auto";
   std::vector<std::string> quantize_rules;
+  std::string bf16_coding = "auto";  // --bf16-coding
   std::string backend = "cpu";
   bool no_kernel_inject = false;
   std::string dump_logits;
@@ -232,7 +233,7 @@ Status run(const Options& o) {
   lo.draft_model = o.speculative.draft_model;
   lo.lora_adapters = adapters;
   lo.lora_max_rank = o.lora_max_rank;
-  TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
+  TESSERA_ASSIGN_OR_RETURN(lo.quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules, o.bf16_coding));
   TESSERA_ASSIGN_OR_RETURN(lo.residency, weight_residency_from_flags(o.weights));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<LocalExecutor> local, LocalExecutor::start(lo, sc));
   std::unique_ptr<LogitRecorder> recorder;
@@ -329,6 +330,7 @@ int generate_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
+  app.add_option("--bf16-coding", o.bf16_coding, tessera::kBf16CodingFlagHelp)->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,
                  "REGEX=int8|int4|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
   add_weight_streaming_flags(app, o.weights);

@@ -41,6 +41,7 @@ struct Options {
   std::string quantize = "auto";
   std::string quantize_group = "auto";
   std::vector<std::string> quantize_rules;
+  std::string bf16_coding = "auto";  // --bf16-coding
   int tensor_parallel = 1;
   std::string backend = "cpu";
   int threads = 0;
@@ -92,7 +93,7 @@ class Progress {
 Status run(const Options& o) {
   const auto dtype = parse_float_dtype(o.dtype);
   if (!dtype) return invalid_argument("--dtype: unsupported \"" + o.dtype + "\" (expected float32, float16 or bfloat16)");
-  TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules));
+  TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant, quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules, o.bf16_coding));
   if (o.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
   if (o.max_num_batched_tokens < o.max_num_seqs)
     return invalid_argument("--max-num-batched-tokens must be at least --max-num-seqs");
@@ -228,6 +229,7 @@ int perplexity_main(int argc, char** argv) {
   app.add_option("--quantize", o.quantize, tessera::kQuantizeFlagHelp)->capture_default_str();
   app.add_option("--quantize-group", o.quantize_group, tessera::kQuantizeGroupHelp)
       ->capture_default_str();
+  app.add_option("--bf16-coding", o.bf16_coding, tessera::kBf16CodingFlagHelp)->capture_default_str();
   app.add_option("--quantize-rule", o.quantize_rules,
                  "REGEX=int8|int4|none, repeatable: the first whose regex is found in a linear weight's name decides (default: none)");
   app.add_option("--tensor-parallel", o.tensor_parallel, "run through N tessera-worker processes")->capture_default_str();

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "kernels/backend.h"
+#include "kernels/coded_bf16_layout.h"
 #include "worker/model_config.h"
 #include "worker/tp_plan.h"
 
@@ -34,6 +35,8 @@ struct LinearSource {
 struct LinearWeights {
   Tensor w;  // [out, in]: the compute dtype, or int8 (docs/quantization.md), or int8 panels
   Tensor b;  // [out] or empty
+  // Coded bf16 w (u8 body [out, coded_bf16_row_bytes(in)], kernels/coded_bf16_layout.h): its
+  // side tensor (i32 tables and escapes).
   Tensor scales;  // int8 w only: f32 [out, in / group], or the panels' [ceil(out / 32), in / group, 32];
                   // 4-bit w (u8 nibble panels, kernels/int4_layout.h): f16 or u8 records
   // Load time only: w holds this rank's rows of a GGUF matrix as ggml blocks of this type
@@ -55,6 +58,7 @@ enum class Int8WeightLayout { kRows, kCpuPanels };
 // The input width of a linear layer, in any layout (int8 panels hold 2 inputs per byte
 // pair step, 4-bit panels 4 per 64-byte step).
 inline int64_t linear_in_features(const LinearWeights& l) {
+  if (is_coded_bf16(l.w.view(), l.scales.view())) return coded_bf16_inputs(l.w.dim(1));
   if (l.w.view().ndim != 3) return l.w.dim(1);
   return l.w.dtype() == DType::kU8 ? l.w.dim(1) * 4 : l.w.dim(1) * 2;
 }

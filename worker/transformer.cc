@@ -12,6 +12,33 @@
 #include "worker/weight_spill.h"
 
 namespace tessera {
+namespace {
+
+// model.bf16_coding made definite (common/quantization.h): auto codes where the CPU backend
+// decodes coded weights on its fast kernel, for bfloat16 weights that all stay resident;
+// on is refused where it cannot apply rather than ignored.
+StatusOr<Bf16Coding> resolve_bf16_coding(const ModelLoadOptions& options, const Backend& backend) {
+  const Bf16Coding asked = options.quant.bf16_coding;
+  if (asked == Bf16Coding::kOff) return Bf16Coding::kOff;
+  const bool streamed = !options.residency.budget.all();
+  if (asked == Bf16Coding::kOn) {
+    if (options.dtype != DType::kBF16) {
+      return invalid_argument(std::string("model.bf16_coding on codes bfloat16 weights, but model.dtype is ") +
+                              dtype_name(options.dtype) + "; set model.dtype bfloat16 or model.bf16_coding off");
+    }
+    if (streamed) {
+      return invalid_argument(
+          "model.bf16_coding on: coded weights are not streamed; set model.weights_memory_budget all or "
+          "model.bf16_coding off");
+    }
+    return Bf16Coding::kOn;
+  }
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  const bool fast = cpu != nullptr && cpu->codes_bf16_fast();
+  return options.dtype == DType::kBF16 && fast && !streamed ? Bf16Coding::kOn : Bf16Coding::kOff;
+}
+
+}  // namespace
 
 std::vector<float> alibi_slopes(int64_t heads) {
   // As transformers' build_alibi_tensor: slopes of the closest power of two, then every
@@ -60,6 +87,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   wo.shard = shard.value();
   wo.plan = options.plan;
   wo.quant = options.quant;
+  TESSERA_ASSIGN_OR_RETURN(wo.quant.bf16_coding, resolve_bf16_coding(options, backend));
   wo.own_copies = backend.kind() == BackendKind::kCpu;
   wo.check_finite = options.check_weights.value_or(ckpt->total_bytes() <= kCheckWeightsAutoBytes);
   wo.lm_head = options.lm_head;
@@ -78,7 +106,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
     // A share is of the weights as they will be stored (quantized ones at their own size).
     const int world = comm->world_size();
     const auto elem = static_cast<int64_t>(dtype_size(options.dtype));
-    const auto stored = static_cast<int64_t>(estimated_weight_bytes(*ckpt, config, options.quant, options.dtype));
+    const auto stored = static_cast<int64_t>(estimated_weight_bytes(*ckpt, config, wo.quant, options.dtype));
     const int64_t head_bytes = config.vocab * config.hidden * elem / world;  // the LM head, which stays first
     if (!options.residency.cache_dir.empty()) {
       cache_identity = weight_cache_identity(*ckpt, wo, options.residency.streaming);
@@ -398,6 +426,8 @@ void Transformer::project(const LinearWeights& w, const TensorView& x, const Ten
   }
   if (w.w.dtype() == DType::kI8) {
     backend_.linear_int8(x, w.w, w.scales, w.b, out, act);
+  } else if (is_coded_bf16(w.w.view(), w.scales.view())) {
+    backend_.linear_coded_bf16(x, w.w, w.scales, w.b, out, act);
   } else if (w.w.dtype() == DType::kU8) {
     backend_.linear_int4(x, w.w, w.scales, w.b, out, act);
   } else if (act == Activation::kNone) {

@@ -102,6 +102,7 @@ nlohmann::json weight_cache_identity(const Checkpoint& checkpoint, const WeightL
       {"world", o.shard.world},
       {"tp_plan", plan},
       {"quantization", {{"kind", weight_quantization_name(o.quant.kind)}, {"group", o.quant.group}, {"rules", rules}}},
+      {"bf16_coding", bf16_coding_name(o.quant.bf16_coding)},
       {"int8_layout", o.int8_layout == Int8WeightLayout::kCpuPanels ? "cpu panels" : "rows"},
       {"lm_head", o.lm_head},
       // map starts units on pages, read and direct on 2 MiB (worker/weight_spill.h).

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/tensor_arena.h"
 #include "common/tokenizer/regex.h"
+#include "kernels/coded_bf16.h"
 #include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_panels.h"
@@ -381,6 +382,17 @@ void make_int8_from_q8_0(LinearWeights& l, TensorArena& arena, Int8WeightLayout 
   store_int8(l, arena, rows, row_scales, N, K, kGgmlQK, layout);
 }
 
+// A bfloat16 matrix left unquantized becomes coded bf16 under model.bf16_coding on, when its
+// input width is a multiple of the coded block (kernels/coded_bf16_layout.h); true if it did.
+bool code_bf16_matrix(LinearWeights& l, TensorArena& arena) {
+  if (l.w.dtype() != DType::kBF16 || l.w.view().ndim != 2 || !l.w.view().contiguous() || !coded_bf16_codable(l.w.dim(1)))
+    return false;
+  CodedBf16Matrix coded = encode_coded_bf16(l.w.data<uint16_t>(), l.w.dim(0), l.w.dim(1), &arena);
+  l.w = std::move(coded.body);
+  l.scales = std::move(coded.side);
+  return true;
+}
+
 std::string quoted_names(const std::vector<std::string>& sources) {
   std::string names;
   for (const std::string& n : sources) names += (names.empty() ? "\"" : " + \"") + n + "\"";
@@ -459,19 +471,24 @@ StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
   if (!tied && !mw.lm_head.w.empty())
     list.push_back({&mw.lm_head, {selector_->resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
   TESSERA_RETURN_IF_ERROR(quantize(list));
-  if (options_.enabled()) {
-    TESSERA_RETURN_IF_ERROR(selector_->check_rules(embed, tied));
+  if (options_.enabled()) TESSERA_RETURN_IF_ERROR(selector_->check_rules(embed, tied));
+  if (options_.enabled() || options_.bf16_coding == Bf16Coding::kOn) {
     std::string counts;
     for (const auto& [made, n] : made_counts_) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + made;
     const std::string restored =
         restored_layers_ > 0 ? " (and " + std::to_string(restored_layers_) + " layers read back from the weight cache)" : "";
     const std::string head = tied ? "is the embedding (tied), in the compute dtype"
                                   : (lm_head_made_.empty() ? "none" : lm_head_made_);
-    TESSERA_LOG_INFO("model.quantization {}: the layers' linear weights {}{}; the LM head {}",
+    TESSERA_LOG_INFO("model.quantization {}{}: the layers' linear weights {}{}; the LM head {}",
                      options_.keep_blocks ? "auto" : weight_quantization_name(options_.kind),
+                     options_.bf16_coding == Bf16Coding::kOn ? ", model.bf16_coding on" : "",
                      counts.empty() ? "none" : counts, restored, head);
   }
   return delta_;
+}
+
+bool WeightQuantizer::code_bf16(LinearWeights& l, TensorArena& arena) const {
+  return options_.bf16_coding == Bf16Coding::kOn && code_bf16_matrix(l, arena);
 }
 
 void WeightQuantizer::count(const quantization_internal::QuantCandidate& cand, const std::string& made) {
@@ -516,8 +533,9 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
       // Blocks kept that are not to be computed from after all (a rule, a kept role, a group).
       if (l.ggml_blocks >= 0) TESSERA_RETURN_IF_ERROR(decode_blocks(l, dtype));
       if (kind == WeightQuantization::kNone) {
-        delta_ += bytes(l.w) - before;
-        count(cand, dtype_name(l.w.dtype()));
+        const bool coded = code_bf16(l, arena);
+        delta_ += bytes(l.w) + bytes(l.scales) - before;
+        count(cand, coded ? "coded bf16" : dtype_name(l.w.dtype()));
         continue;
       }
       const int64_t N = l.w.dim(0), K = l.w.dim(1);
@@ -567,7 +585,12 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
         blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
                                     : std::nullopt;
     double per_weight = static_cast<double>(dtype_size(dtype));
-    if (matrix && panels.has_value()) {
+    const bool coded = quant.bf16_coding == Bf16Coding::kOn && dtype == DType::kBF16 && info.shape.size() == 2 &&
+                       name != embed && kind == WeightQuantization::kNone && !blocks &&
+                       coded_bf16_codable(info.shape[1]);
+    if (coded) {
+      per_weight = 1.5;
+    } else if (matrix && panels.has_value()) {
       per_weight = panel_bytes_per_weight(*panels);
     } else if (matrix && kind == WeightQuantization::kInt4) {
       per_weight = panel_bytes_per_weight(Int4Scheme::kSymmetric);

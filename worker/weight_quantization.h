@@ -14,6 +14,7 @@
 #include "common/gguf/gguf_file.h"
 #include "common/quantization.h"
 #include "common/status.h"
+#include "common/tensor_arena.h"
 #include "worker/model_config.h"
 #include "worker/model_weights.h"
 #include "worker/tp_plan.h"
@@ -102,6 +103,8 @@ class WeightQuantizer {
 
  private:
   Status quantize(std::vector<quantization_internal::QuantCandidate>& list);
+  // Codes l as bf16 (kernels/coded_bf16.h) where model.bf16_coding is on and it can be.
+  bool code_bf16(LinearWeights& l, TensorArena& arena) const;
   // Tallies what `cand` became ("int8", "4-bit", "6-bit", or its dtype when left as it was).
   void count(const quantization_internal::QuantCandidate& cand, const std::string& made);
 

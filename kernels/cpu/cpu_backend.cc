@@ -18,6 +18,7 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/gated_silu.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/linear_coded_bf16.h"
 #include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_int8_panels.h"
@@ -107,6 +108,10 @@ CpuBackend::CpuBackend(int num_threads, const CpuKernelOptions& options) : optio
 }
 
 bool CpuBackend::prefers_int8_panels() const { return cpu::int8_panels_preferred(options_); }
+
+bool CpuBackend::codes_bf16_fast() const {
+  return cpu::detail::coded_bf16_gemv_runs(cpu::detail::linear_options(options_), 1);
+}
 
 Tensor CpuBackend::alloc(const std::vector<int64_t>& dims, DType dtype) { return pool_->zeros(dims, dtype); }
 
@@ -239,6 +244,15 @@ void CpuBackend::linear_int4_impl(const TensorView& x, const TensorView& w, cons
   cpu::linear_int4(cpu::Int4LinearOptions{usable_cpu_isa(options_.isa)}, *int4_scheme_of(w, scales), x.as<float>(),
                    x.dim(0), x.dim(1), x.dim(1), w.as<uint8_t>(), scales.as<uint8_t>(), out.dim(1), b,
                    out.as<float>(), out.dim(1), act);
+}
+
+void CpuBackend::linear_coded_bf16_impl(const TensorView& x, const TensorView& body, const TensorView& side,
+                                        const TensorView& bias, const TensorView& out, Activation act) {
+  Tensor bias_f32;
+  const float* b = f32_bias(bias, &bias_f32);
+  cpu::linear_coded_bf16(cpu::detail::linear_options(options_), x.as<float>(), x.dim(0), x.dim(1), x.dim(1),
+                         body.as<uint8_t>(), side.as<int32_t>(), side.dim(0), out.dim(1), b, out.as<float>(),
+                         out.dim(1), act);
 }
 
 void CpuBackend::linear_impl(const TensorView& x, const TensorView& w, const TensorView& bias,

@@ -34,6 +34,9 @@ class CpuBackend final : public Backend {
   const CpuKernelOptions& kernel_options() const { return options_; }
   // Whether int8 linears should be loaded as panels for this backend (linear_int8_panels.h).
   bool prefers_int8_panels() const;
+  // Whether coded bf16 weights decode on this CPU's fast kernel (linear_coded_bf16.h: AVX-512
+  // BF16 with bf16 dot products on); elsewhere they decode a chunk at a time.
+  bool codes_bf16_fast() const;
 
  protected:
   void embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
@@ -49,6 +52,8 @@ class CpuBackend final : public Backend {
                    const TensorView& out, Activation act) override;
   void linear_int8_impl(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                         const TensorView& out, Activation act) override;
+  void linear_coded_bf16_impl(const TensorView& x, const TensorView& body, const TensorView& side,
+                              const TensorView& bias, const TensorView& out, Activation act) override;
   void linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,
                         const TensorView& out, Activation act) override;
   void activate_impl(const TensorView& x, Activation act) override;

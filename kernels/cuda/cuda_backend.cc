@@ -333,6 +333,23 @@ void CudaBackend::linear_int4_impl(const TensorView& x, const TensorView& w, con
       });
 }
 
+// Coded bf16 weights (kernels/cuda/linear_coded_bf16.cu).
+void CudaBackend::linear_coded_bf16_impl(const TensorView& x, const TensorView& body, const TensorView& side,
+                                         const TensorView& bias, const TensorView& out, Activation act) {
+  require_device({{&x, "x"}, {&out, "out"}}, "linear_coded_bf16");
+  require_placed({{&body, "body"}, {&side, "side"}, {&bias, "bias"}}, "linear_coded_bf16");
+  const int64_t M = x.dim(0), K = x.dim(1), N = out.dim(1), side_elements = side.dim(0);
+  quantized_linear(
+      x, bias, out, act, cuda::launch::kCodedBf16GemvMaxRows, "linear_coded_bf16",
+      [&](Activation a) {
+        cuda::launch::linear_coded_bf16_gemv(x.as<float>(), M, K, body.as<uint8_t>(), side.as<int32_t>(),
+                                             side_elements, N, nullptr, out.as<float>(), a, stream_);
+      },
+      [&](float* wf) {
+        cuda::launch::dequantize_coded_bf16(body.as<uint8_t>(), side.as<int32_t>(), side_elements, N, K, wf, stream_);
+      });
+}
+
 void CudaBackend::activate_impl(const TensorView& x, Activation act) {
   require_device({{&x, "x"}}, "activate");
   cuda::launch::activate(x.as<float>(), x.numel(), act, stream_);

@@ -55,6 +55,17 @@ void linear_int4_gemv(const float* x, int64_t M, int64_t K, Int4Scheme scheme, c
 void dequantize_int4(Int4Scheme scheme, const uint8_t* nibbles, const uint8_t* scales, int64_t N, int64_t K,
                      float* out, Stream stream);
 
+// ---- linear_coded_bf16.cu ----------------------------------------------------------------------
+// Coded bf16 weights (Backend::linear_coded_bf16, kernels/coded_bf16_layout.h): body and side
+// as laid out there. gemv: y[M, N] = act(x[M, K] · W^T + bias) for M <= kCodedBf16GemvMaxRows
+// (bias f32 or nullptr). dequantize: out[N, K] f32, escapes included.
+inline constexpr int kCodedBf16GemvMaxRows = 8;
+void linear_coded_bf16_gemv(const float* x, int64_t M, int64_t K, const uint8_t* body, const int32_t* side,
+                            int64_t side_elements, int64_t N, const float* bias, float* y, Activation act,
+                            Stream stream);
+void dequantize_coded_bf16(const uint8_t* body, const int32_t* side, int64_t side_elements, int64_t N, int64_t K,
+                           float* out, Stream stream);
+
 // ---- elementwise.cu -------------------------------------------------------------------------
 // Activations are kernels/cpu/activations.h's formulas, in f32; kNone is the identity.
 // out[i] = (dtype) in[i], round to nearest even (the f16/bf16 copy of a GEMM input).

@@ -132,6 +132,34 @@ TEST_F(QuantizeCliTest, TheLoadLogSaysWhatTheLinearsAndTheLmHeadBecame) {
   EXPECT_NE(load_log("--quantize int8").find(" int8; the LM head float32"), std::string::npos);
 }
 
+// Coded bf16 (model.bf16_coding, kernels/coded_bf16_layout.h): the same values in 12 bits a
+// weight, so the same tokens as 16-bit bf16, alone and at tensor-parallel 2 (where o_proj's
+// 32-wide slices stay uncoded: not a multiple of the 64-input block); the load log says what
+// was coded; what cannot apply is refused in one line.
+TEST_F(QuantizeCliTest, CodedBf16GivesBf16sTokensAndSaysSo) {
+  auto plain = generate(llama_, "--dtype bfloat16 --bf16-coding off");
+  auto coded = generate(llama_, "--dtype bfloat16 --bf16-coding on");
+  auto coded_tp2 = generate(llama_, "--dtype bfloat16 --bf16-coding on --tensor-parallel 2");
+  auto plain_tp2 = generate(llama_, "--dtype bfloat16 --bf16-coding off --tensor-parallel 2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(coded.exit_code, 0) << coded.err;
+  ASSERT_EQ(coded_tp2.exit_code, 0) << coded_tp2.err;
+  ASSERT_EQ(plain_tp2.exit_code, 0) << plain_tp2.err;
+  EXPECT_EQ(nlohmann::json::parse(coded.out)["output_ids"], nlohmann::json::parse(plain.out)["output_ids"]);
+  EXPECT_EQ(nlohmann::json::parse(coded_tp2.out)["output_ids"], nlohmann::json::parse(plain_tp2.out)["output_ids"]);
+  auto r = run_command("TESSERA_LOG_LEVEL=info " + testing::bin_dir() + "/tessera-generate --model " +
+                       testing::shell_quote(llama_) + " --prompt-ids 1,5 --max-new-tokens 1 --dtype bfloat16 --bf16-coding on");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("model.quantization none, model.bf16_coding on: the layers' linear weights "), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" coded bf16; the LM head coded bf16"), std::string::npos) << r.err;
+  expect_one_line_error(generate(llama_, "--dtype float32 --bf16-coding on"),
+                        "model.bf16_coding on codes bfloat16 weights, but model.dtype is float32");
+  expect_one_line_error(generate(llama_, "--dtype bfloat16 --bf16-coding on --weights-budget 50%"),
+                        "model.bf16_coding on: coded weights are not streamed");
+  expect_one_line_error(generate(llama_, "--bf16-coding yes"), "--bf16-coding: unsupported \"yes\" (expected auto, on or off)");
+}
+
 TEST_F(QuantizeCliTest, RuleErrors) {
   expect_one_line_error(generate(llama_, "--quantize int8 --quantize-group 32 --quantize-rule 'no_such_module=none'"),
                         "matches no linear weight of this model");

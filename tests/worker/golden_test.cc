@@ -49,19 +49,27 @@ struct Param {
   // A quarter of the weights resident, the rest streamed into device slots each step
   // (worker/staged_weights.h; on the CPU through its host stager).
   bool staged = false;
+  // model.bf16_coding (auto: coded where the CPU has AVX-512 BF16).
+  Bf16Coding coding = Bf16Coding::kAuto;
 };
+
+std::string coding_suffix(Bf16Coding c) {
+  return c == Bf16Coding::kAuto ? "" : (c == Bf16Coding::kOn ? " coded" : " uncoded");
+}
 
 // Readable (and stable) in test listings, instead of the bytes of the struct.
 void PrintTo(const Param& p, std::ostream* os) {
   *os << p.backend << " " << p.model << " " << dtype_name(p.dtype) << (p.inject ? " fused" : " plain")
-      << (p.staged ? " staged" : "");
+      << (p.staged ? " staged" : "") << coding_suffix(p.coding);
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::string m = info.param.model;
   for (char& ch : m) if (ch == '-') ch = '_';
+  std::string coding = coding_suffix(info.param.coding);
+  if (!coding.empty()) coding[0] = '_';
   return m + "_" + dtype_name(info.param.dtype) + (info.param.inject ? "_fused" : "_plain") +
-         (info.param.staged ? "_staged" : "");
+         (info.param.staged ? "_staged" : "") + coding;
 }
 
 class GoldenTest : public ::testing::TestWithParam<Param> {
@@ -79,6 +87,7 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
     ModelLoadOptions lo;
     lo.dtype = GetParam().dtype;
     lo.kernel_inject = GetParam().inject;
+    lo.quant.bf16_coding = GetParam().coding;
     if (GetParam().staged) {
       lo.residency.budget = parse_weights_budget("25%").value();
       lo.residency.device_slots = true;
@@ -86,6 +95,18 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
     auto model = Transformer::load(dir_, lo, *backend_);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     model_ = std::move(model).value();
+    if (GetParam().coding != Bf16Coding::kAuto) {
+      // Every model here has linears whose input width is a multiple of 64 (the coded block).
+      int coded = 0;
+      for (const LayerWeights& lw : model_->weights().layers) {
+        for_each_layer_linear(lw, [&](const LinearWeights& l) { coded += is_coded_bf16(l.w.view(), l.scales.view()); });
+      }
+      if (GetParam().coding == Bf16Coding::kOn) {
+        EXPECT_GT(coded, 0) << "no linear weight was coded";
+      } else {
+        EXPECT_EQ(coded, 0);
+      }
+    }
     if (GetParam().staged) {
       ASSERT_NE(model_->staged(), nullptr) << "nothing streamed at 25%";
       std::cout << "[ REPORT   ] " << model_->staged()->plan() << std::endl;
@@ -222,6 +243,23 @@ std::vector<Param> staged_params(const std::string& backend) {
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(FixturesStaged, GoldenTest, ::testing::ValuesIn(staged_params("cpu")), param_name);
+
+// bf16 with its linears coded (kernels/coded_bf16_layout.h) and not, whatever the CPU: where
+// it has no AVX-512 BF16 the coded weights decode a chunk at a time into the bf16 kernels.
+// Under the sanitizers the models of one row each.
+std::vector<Param> coding_params() {
+  std::vector<Param> out;
+  for (const std::string& m : testing::golden_models()) {
+    if (testing::kSanitizedBuild && m != "tiny-llama" && m != "tiny-mixtral" && m != "kjv-llama") continue;
+    for (const Bf16Coding c : {Bf16Coding::kOn, Bf16Coding::kOff}) {
+      Param p{m, DType::kBF16, true, "cpu"};
+      p.coding = c;
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(FixturesBf16Coding, GoldenTest, ::testing::ValuesIn(coding_params()), param_name);
 #ifdef TESSERA_WITH_CUDA
 // The same goldens and tolerances on the CUDA backend (skipped without a device). With
 // f16/bf16 weights its GEMMs also round the activations to the weight dtype (cuBLAS

@@ -67,6 +67,9 @@ Loaded load(const std::string& budget, WeightQuantization quant = WeightQuantiza
   ModelLoadOptions lo;
   lo.dtype = dtype;
   lo.quant.kind = quant;
+  // Streamed weights are never coded (model.bf16_coding), so neither are the resident ones
+  // they are compared with bit for bit: the same kernels on both sides.
+  lo.quant.bf16_coding = Bf16Coding::kOff;
   lo.residency.budget = parse_weights_budget(budget).value();
   lo.residency.streaming = streaming;
   auto m = Transformer::load(aligned_kjv_llama(), lo, *l.backend);

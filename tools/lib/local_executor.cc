@@ -89,6 +89,7 @@ StatusOr<std::unique_ptr<LocalExecutor>> start_workers(const LocalExecutorOption
   c.model.quantization = o.quant.kind;
   c.model.quantization_group = o.quant.group;
   c.model.quantization_rules = o.quant.rules;
+  c.model.bf16_coding = o.quant.bf16_coding;
   c.model.weights_memory_budget = o.residency.budget;
   c.model.weights_spill_dir = o.residency.spill_dir;
   if (!o.residency.cache_dir.empty()) c.model.weights_cache_dir = std::filesystem::absolute(o.residency.cache_dir).string();

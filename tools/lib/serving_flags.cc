@@ -34,6 +34,8 @@ void add_serving_flags(CLI::App& app, ServingFlags& f, bool http) {
   app.add_option("--quantize", f.quantize,
                  std::string(kQuantizeFlagHelp) + " (model.quantization; docs/quantization.md) (default: auto)")
       ->check(CLI::IsMember({"auto", "none", "int8", "int4"}));
+  app.add_option("--bf16-coding", f.bf16_coding, std::string(kBf16CodingFlagHelp) + " (default: auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--check-weights", f.check_weights,
                  "refuse NaN/Inf weights at load, naming the tensor: auto (checkpoints up to 8 GiB), true or false "
                  "(model.check_weights) (default: auto)")
@@ -69,6 +71,7 @@ StatusOr<TesseraConfig> config_from_serving_flags(const ServingFlags& f, const s
   if (!f.model.empty()) flags.push_back("model.path=" + f.model);
   if (!f.dtype.empty()) flags.push_back("model.dtype=" + f.dtype);
   if (!f.quantize.empty()) flags.push_back("model.quantization=" + f.quantize);
+  if (!f.bf16_coding.empty()) flags.push_back("model.bf16_coding=" + f.bf16_coding);
   if (!f.check_weights.empty()) flags.push_back("model.check_weights=" + f.check_weights);
   if (f.threads >= 0) flags.push_back("worker.threads=" + std::to_string(f.threads));
   if (!f.host.empty()) flags.push_back("server.http.host=" + f.host);

@@ -13,7 +13,7 @@
 namespace tessera {
 
 struct ServingFlags {
-  std::string config_path, model, host, backend, dtype, quantize, check_weights;
+  std::string config_path, model, host, backend, dtype, quantize, bf16_coding, check_weights;
   int port = -1, tensor_parallel = 0, threads = -1;
   std::vector<std::string> overrides;
 };

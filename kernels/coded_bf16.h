@@ -1,0 +1,29 @@
+#pragma once
+// Making coded bf16 weights (kernels/coded_bf16_layout.h) from a bf16 matrix, and the
+// portable decoder every kernel and test checks against.
+#include <cstdint>
+
+#include "common/tensor.h"
+#include "common/tensor_arena.h"
+#include "kernels/coded_bf16_layout.h"
+
+namespace tessera {
+
+struct CodedBf16Matrix {
+  Tensor body;  // u8 [N, coded_bf16_row_bytes(K)]
+  Tensor side;  // i32 [CodedBf16Side::elements(N, escapes)]
+};
+
+// Codes the bf16 matrix w [N, K] (rows K apart; K must be coded_bf16_codable), rows in
+// parallel (OpenMP). Each row's table is the window of 7 consecutive high bytes that holds
+// most of its weights (both signs counted together); everything else is an escape. The
+// body comes from `arena` (null: a tensor of its own).
+CodedBf16Matrix encode_coded_bf16(const uint16_t* w, int64_t N, int64_t K, TensorArena* arena = nullptr);
+
+// Rows [n0, n1) of a coded matrix (body rows coded_bf16_row_bytes(K) apart, side as laid
+// out for N rows) back to bf16 into out (rows K apart), escapes included: exactly the
+// matrix that was coded.
+void decode_coded_bf16_rows(const uint8_t* body, const int32_t* side, int64_t N, int64_t side_elements, int64_t K,
+                            int64_t n0, int64_t n1, uint16_t* out);
+
+}  // namespace tessera
