@@ -19,6 +19,9 @@ struct CodedBf16Matrix {
 // most of its weights (both signs counted together); everything else is an escape. The
 // body comes from `arena` (null: a tensor of its own).
 CodedBf16Matrix encode_coded_bf16(const uint16_t* w, int64_t N, int64_t K, TensorArena* arena = nullptr);
+// The same with the portable encoder (simd false) or AVX-512 BW's where the CPU has it (true;
+// what encode_coded_bf16 uses): for tests that hold the two to the same bytes.
+CodedBf16Matrix encode_coded_bf16_with(const uint16_t* w, int64_t N, int64_t K, TensorArena* arena, bool simd);
 
 // Rows [n0, n1) of a coded matrix (body rows coded_bf16_row_bytes(K) apart, side as laid
 // out for N rows) back to bf16 into out (rows K apart), escapes included: exactly the

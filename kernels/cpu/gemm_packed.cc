@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/coded_bf16_layout.h"
 #include "kernels/cpu/next_block_prefetcher.h"
 
 namespace tessera::cpu::detail {
@@ -29,6 +30,7 @@ constexpr int64_t kChunkColumns = 256;
 
 // One instruction set's micro-kernel and the panel packer whose layout it reads.
 struct Kernel {
+  CpuIsa isa;
   int mr, nr;
   void (*pack)(const WeightSource&, PanelFormat, int64_t n0, int64_t k0, int64_t kc, void* dst);
   void (*run)(PanelFormat, const float* xp, const void* panel, int64_t kc, float* c, int64_t ldc, bool accumulate);
@@ -42,8 +44,8 @@ void pack_avx2_panel(const WeightSource& s, PanelFormat f, int64_t n0, int64_t k
 
 Kernel kernel_for(CpuIsa isa) {
   TESSERA_CHECK(gemm_packed_supported(isa)) << "no packed GEMM kernel for " << cpu_isa_name(isa);
-  if (isa == CpuIsa::kAvx512) return {kAvx512Mr, kAvx512Nr, pack_panel_avx512, microkernel_avx512};
-  return {kAvx2Mr, kAvx2Nr, pack_avx2_panel, microkernel_avx2};
+  if (isa == CpuIsa::kAvx512) return {isa, kAvx512Mr, kAvx512Nr, pack_panel_avx512, microkernel_avx512};
+  return {isa, kAvx2Mr, kAvx2Nr, pack_avx2_panel, microkernel_avx2};
 }
 static_assert(kAvx2Mr <= kMaxMr && kAvx512Mr <= kMaxMr && kAvx2Nr <= kMaxNr && kAvx512Nr <= kMaxNr);
 
@@ -70,6 +72,15 @@ void pack_x(const LinearArgs& a, int mr, int64_t tiles, float* xp) {
 // packer then transposes: one code path for every format's panel layout.
 void pack_panel(const Kernel& kernel, const WeightSource& source, PanelFormat format, int64_t n0, int64_t k0,
                 int64_t kc, void* dst) {
+  if (source.dtype == DType::kU8) {
+    // Coded bf16: the panel's rows of this K block back to bf16, then bf16's packer.
+    thread_local std::vector<uint16_t> coded_buffer;
+    const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(kernel.nr, source.N - n0));
+    uint16_t* block = scratch(coded_buffer, std::max<int64_t>(1, rows * kc));
+    decode_coded_bf16_block(kernel.isa, source, n0, rows, k0, kc, block);
+    kernel.pack(WeightSource{block, DType::kBF16, rows, kc}, format, 0, 0, kc, dst);
+    return;
+  }
   if (source.dtype != DType::kI8) {
     kernel.pack(source, format, n0, k0, kc, dst);
     return;
@@ -147,7 +158,7 @@ void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& 
   const int mr = kernel.mr, nr = kernel.nr;
   const int64_t chunk_panels = kernel.chunk_panels();
   const int64_t elem = panel_element_bytes(format);
-  const int64_t source_elem = static_cast<int64_t>(dtype_size(source.dtype));
+  const int64_t source_row_bytes = source.row_bytes();
   // x is packed as floats, or (bf16 pairs) as words of two k each.
   const int64_t x_per_word = format == PanelFormat::kBF16Pairs ? 2 : 1;
   thread_local std::vector<char> chunk_buffer;
@@ -162,8 +173,9 @@ void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& 
         // The block after this one: the next K block of this chunk, or the next chunk's first.
         const int64_t nc0 = last_k ? c1 : c0, nc1 = last_k ? std::min(p1, c1 + chunk_panels) : c1;
         const int64_t nk0 = last_k ? 0 : k0 + kc;
-        prefetch.start(source.w, source.K * source_elem, nc0 * nr, std::min(a.N, nc1 * nr), nk0 * source_elem,
-                       std::min(kKc, a.K - nk0) * source_elem, tiles * (c1 - c0));
+        const int64_t nk1 = std::min(a.K, nk0 + kKc);
+        prefetch.start(source.w, source_row_bytes, nc0 * nr, std::min(a.N, nc1 * nr), source.k_bytes(nk0),
+                       source.k_bytes(nk1) - source.k_bytes(nk0), tiles * (c1 - c0));
       }
       auto panel_at = [&](int64_t p) -> const void* {
         if (prepacked) return static_cast<const char*>(prepacked->panel(p)) + k0 * nr * elem;
@@ -187,6 +199,14 @@ void gemm_panels(const Kernel& kernel, const LinearArgs& a, const WeightSource& 
 }
 
 }  // namespace
+
+int64_t WeightSource::row_bytes() const {
+  return dtype == DType::kU8 ? coded_bf16_row_bytes(K) : K * static_cast<int64_t>(dtype_size(dtype));
+}
+
+int64_t WeightSource::k_bytes(int64_t k) const {
+  return dtype == DType::kU8 ? coded_bf16_row_bytes(k) : k * static_cast<int64_t>(dtype_size(dtype));
+}
 
 PanelFormat panel_format_for(DType w_dtype) {
   switch (w_dtype) {
@@ -278,6 +298,15 @@ void run_gemm_packed(CpuIsa isa, const LinearArgs& a, const WeightSource& source
 
 void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked, bool bf16_dot) {
   run_gemm_packed(isa, a, WeightSource{a.w, a.w_dtype, a.N, a.K}, prepacked, bf16_dot);
+}
+
+void gemm_packed_coded_bf16(CpuIsa isa, const LinearArgs& a, const int32_t* side, int64_t side_elements,
+                            bool bf16_dot) {
+  TESSERA_CHECK(a.w_dtype == DType::kBF16 && coded_bf16_codable(a.K)) << "coded bf16 GEMM: K=" << a.K;
+  WeightSource source{a.w, DType::kU8, a.N, a.K};
+  source.coded_side = side;
+  source.coded_side_elements = side_elements;
+  run_gemm_packed(isa, a, source, nullptr, bf16_dot);
 }
 
 bool cpu_has_bf16_dot() {

@@ -42,13 +42,20 @@ int64_t panel_element_bytes(PanelFormat format);
 
 // The source a panel is packed from: row-major W[N, K] of `dtype`, rows exactly K apart.
 // dtype kI8: int8 weights with one f32 scale per `group` inputs of a row (scales[N, K /
-// group], linear_int8.h), packed as f32 panels of q * scale.
+// group], linear_int8.h), packed as f32 panels of q * scale. dtype kU8: coded bf16
+// (kernels/coded_bf16_layout.h: w the body, coded_side its side tensor of
+// coded_side_elements), decoded a panel's K block at a time and packed as bf16.
 struct WeightSource {
   const void* w;
   DType dtype;
   int64_t N, K;
   const float* scales = nullptr;
   int64_t group = 0;
+  const int32_t* coded_side = nullptr;
+  int64_t coded_side_elements = 0;
+  // Bytes from one row of the source to the next, and the offset of input k in a row.
+  int64_t row_bytes() const;
+  int64_t k_bytes(int64_t k) const;
 };
 
 // Whether the packed GEMM has a micro-kernel for this instruction set (AVX2 and AVX-512).
@@ -87,6 +94,14 @@ class PackedWeights {
 // model runs in bf16. Products are exact; sums stay f32. linear() asks for it unless
 // CpuKernelOptions::bf16_dot is off (linear_cpu.h); callers here choose.
 void gemm_packed(CpuIsa isa, const LinearArgs& a, const PackedWeights* prepacked = nullptr, bool bf16_dot = false);
+// The same for coded bf16 weights (a.w the body, a.w_dtype kBF16: the panels' format is
+// bf16's, or bf16 pairs with bf16_dot).
+void gemm_packed_coded_bf16(CpuIsa isa, const LinearArgs& a, const int32_t* side, int64_t side_elements,
+                            bool bf16_dot);
+// Rows [n0, n0 + rows) of a coded source, inputs [k0, k0 + kc) (multiples of 64), decoded to
+// bf16 into out (rows kc apart), escapes included (linear_coded_bf16.cc).
+void decode_coded_bf16_block(CpuIsa isa, const WeightSource& source, int64_t n0, int64_t rows, int64_t k0, int64_t kc,
+                             uint16_t* out);
 // Whether this CPU (and build) can run the bf16 dot-product kernel.
 bool cpu_has_bf16_dot();
 // The same for int8 weights (a.w_dtype kI8, a.w the int8 rows, `scales` and `group` as in

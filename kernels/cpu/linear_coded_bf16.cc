@@ -64,35 +64,67 @@ TESSERA_TARGET_AVX512 inline __m512i row_table(const Coded& c, int64_t n) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c.table(n))));
 }
 
-// MT rows of bf16 x (rows K apart) against weight rows [n0, n1): each block decoded once
-// and multiplied into every row of x; each row of x sums in the same order whatever MT is.
+// Whether a tile prefetches the weight rows after its own: as gemv_bf16_dot, from two rows
+// of x on (with one, the hardware prefetchers keep up with a single stream).
 template <int MT>
+inline constexpr bool kPrefetchNextRows = MT >= 2;
+
+// MT rows of bf16 x (rows K apart) against weight rows [n0, n1), R at a time: each block of
+// a weight row decoded once and multiplied into every row of x. Each (x row, weight row) has
+// one accumulator that takes the 64 inputs of a block in order, so a row of x sums in the
+// same order whatever MT and R are (its logits do not depend on the rest of its batch).
+template <int MT, int R>
 TESSERA_TARGET_AVX512_BF16 void tile(const Coded& c, const uint16_t* xb, int64_t m0, int64_t n0, int64_t n1,
                                      const float* bias, float* y, int64_t ldy, Activation act) {
   const int64_t K = c.K;
-  for (int64_t n = n0; n < n1; ++n) {
-    const __m512i table = row_table(c, n);
-    const uint8_t* block = c.body + n * c.row_bytes;
-    __m512 acc[MT][2];
+  for (int64_t n = n0; n < n1; n += R) {
+    __m512i table[R];
+    const uint8_t* block[R];
+    const uint8_t* next[R];  // the rows R after these, prefetched alongside
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = std::min(n + r, n1 - 1);
+      table[r] = row_table(c, row);
+      block[r] = c.body + row * c.row_bytes;
+      next[r] = c.body + std::min(n + R + r, n1 - 1) * c.row_bytes;
+    }
+    __m512 acc[MT][R];
 #pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += kCodedBf16Block, block += kCodedBf16BlockBytes) {
-      __m512i first, second;
-      decode_block(block, table, &first, &second);
+    for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0, at = 0; k < K; k += kCodedBf16Block, at += kCodedBf16BlockBytes) {
+      __m512i first[R], second[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        if constexpr (kPrefetchNextRows<MT>) {
+          __builtin_prefetch(next[r] + at, 0, 3);
+          __builtin_prefetch(next[r] + at + 64, 0, 3);
+        }
+        decode_block(block[r] + at, table[r], &first[r], &second[r]);
+      }
 #pragma GCC unroll 8
       for (int i = 0; i < MT; ++i) {
         const uint16_t* xr = xb + (m0 + i) * K + k;
-        acc[i][0] = _mm512_dpbf16_ps(acc[i][0], (__m512bh)_mm512_loadu_si512(xr), (__m512bh)first);
-        acc[i][1] = _mm512_dpbf16_ps(acc[i][1], (__m512bh)_mm512_loadu_si512(xr + 32), (__m512bh)second);
+        const __m512bh x0 = (__m512bh)_mm512_loadu_si512(xr), x1 = (__m512bh)_mm512_loadu_si512(xr + 32);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          acc[i][r] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[i][r], x0, (__m512bh)first[r]), x1, (__m512bh)second[r]);
+        }
       }
     }
-    const int32_t e0 = c.escapes_begin(n), e1 = c.escapes_begin(n + 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if (n + r >= n1) break;
+      const int32_t e0 = c.escapes_begin(n + r), e1 = c.escapes_begin(n + r + 1);
 #pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) {
-      float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
-      const uint16_t* xr = xb + (m0 + i) * K;
-      for (int32_t e = e0; e < e1; ++e) sum += c.escape_value(e) * bf16_to_f32(xr[c.escape_column(e)]);
-      y[(m0 + i) * ldy + n] = detail::finish_output(sum, bias, n, act);
+      for (int i = 0; i < MT; ++i) {
+        float sum = _mm512_reduce_add_ps(acc[i][r]);
+        const uint16_t* xr = xb + (m0 + i) * K;
+        for (int32_t e = e0; e < e1; ++e) sum += c.escape_value(e) * bf16_to_f32(xr[c.escape_column(e)]);
+        y[(m0 + i) * ldy + n + r] = detail::finish_output(sum, bias, n + r, act);
+      }
     }
   }
 }
@@ -106,14 +138,14 @@ TESSERA_TARGET_AVX512_BF16 void gemv_rows(const Coded& c, const uint16_t* xb, in
     const int64_t g1 = std::min(n1, g + kGroup);
     for (int64_t m = 0; m < M; m += 8) {
       switch (std::min<int64_t>(8, M - m)) {
-        case 1: tile<1>(c, xb, m, g, g1, bias, y, ldy, act); break;
-        case 2: tile<2>(c, xb, m, g, g1, bias, y, ldy, act); break;
-        case 3: tile<3>(c, xb, m, g, g1, bias, y, ldy, act); break;
-        case 4: tile<4>(c, xb, m, g, g1, bias, y, ldy, act); break;
-        case 5: tile<5>(c, xb, m, g, g1, bias, y, ldy, act); break;
-        case 6: tile<6>(c, xb, m, g, g1, bias, y, ldy, act); break;
-        case 7: tile<7>(c, xb, m, g, g1, bias, y, ldy, act); break;
-        default: tile<8>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        case 1: tile<1, 1>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        case 2: tile<2, 2>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        case 3: tile<3, 2>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        case 4: tile<4, 2>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        case 5: tile<5, 2>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        case 6: tile<6, 2>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        case 7: tile<7, 2>(c, xb, m, g, g1, bias, y, ldy, act); break;
+        default: tile<8, 2>(c, xb, m, g, g1, bias, y, ldy, act); break;
       }
     }
   }
@@ -152,6 +184,22 @@ TESSERA_TARGET_AVX512 void decode_rows_avx512(const Coded& c, int64_t n0, int64_
   }
 }
 
+// Rows [n0, n0 + rows) of one block of inputs [k0, k0 + kc) back to bf16, escapes patched in.
+TESSERA_TARGET_AVX512 void decode_block_avx512(const Coded& c, int64_t n0, int64_t rows, int64_t k0, int64_t kc,
+                                               uint16_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = n0 + r;
+    const __m512i table = row_table(c, n);
+    const uint8_t* block = c.body + n * c.row_bytes + coded_bf16_row_bytes(k0);
+    for (int64_t k = 0; k < kc; k += kCodedBf16Block, block += kCodedBf16BlockBytes) {
+      __m512i first, second;
+      decode_block(block, table, &first, &second);
+      _mm512_storeu_si512(out + r * kc + k, first);
+      _mm512_storeu_si512(out + r * kc + k + 32, second);
+    }
+  }
+}
+
 // Chunks of about this many bytes of decoded rows: big enough that the packed GEMM keeps
 // its blocking, small enough to stay out of the way of the model's memory.
 constexpr int64_t kDecodedChunkBytes = int64_t{4} << 20;
@@ -183,10 +231,41 @@ void decoded_chunks(const detail::LinearOptions& options, const Coded& c, const 
 }  // namespace
 
 namespace detail {
+
 bool coded_bf16_gemv_runs(const LinearOptions& options, int64_t M) {
   return M <= kBf16DotGemvMaxRows && options.bf16_dot && std::min(options.isa, detected_cpu_isa()) == CpuIsa::kAvx512 &&
          cpu_has_bf16_dot() && options.path != LinearPath::kGemm;
 }
+
+void decode_coded_bf16_block(CpuIsa isa, const WeightSource& source, int64_t n0, int64_t rows, int64_t k0, int64_t kc,
+                             uint16_t* out) {
+  const Coded c{static_cast<const uint8_t*>(source.w), source.coded_side,
+                CodedBf16Side::of(source.N, source.coded_side_elements), source.K, coded_bf16_row_bytes(source.K)};
+  if (isa == CpuIsa::kAvx512) {
+    decode_block_avx512(c, n0, rows, k0, kc, out);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* table = c.table(n0 + r);
+      const uint8_t* blocks = c.body + (n0 + r) * c.row_bytes + coded_bf16_row_bytes(k0);
+      for (int64_t k = 0; k < kc; ++k) {
+        const uint8_t* codes = blocks + k / kCodedBf16Block * kCodedBf16BlockBytes;
+        const int p = coded_bf16_position(static_cast<int>(k % kCodedBf16Block));
+        const int code = p % 2 == 0 ? codes[p / 2] & 0x0f : codes[p / 2] >> 4;
+        out[r * kc + k] = static_cast<uint16_t>(table[code] << 8 | codes[32 + p]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int32_t e = c.escapes_begin(n0 + r); e < c.escapes_begin(n0 + r + 1); ++e) {
+      const int64_t k = c.escape_column(e);
+      if (k < k0 || k >= k0 + kc) continue;
+      uint32_t bits;
+      std::memcpy(&bits, c.side + c.layout.values() + e, sizeof bits);
+      out[r * kc + (k - k0)] = static_cast<uint16_t>(bits >> 16);
+    }
+  }
+}
+
 }  // namespace detail
 
 void linear_coded_bf16(const detail::LinearOptions& options, const float* x, int64_t M, int64_t K, int64_t ldx,
@@ -201,6 +280,20 @@ void linear_coded_bf16(const detail::LinearOptions& options, const float* x, int
   clamped.isa = std::min(options.isa, detected_cpu_isa());
   if (detail::coded_bf16_gemv_runs(clamped, M)) {
     coded_gemv(c, x, M, ldx, N, bias, y, ldy, act);
+    return;
+  }
+  // Where the bf16 linear layer would run the packed GEMM, it runs on the coded matrix,
+  // decoding each panel's K block as it packs it; elsewhere whole chunks of rows are decoded.
+  const bool packed = detail::gemm_packed_supported(clamped.isa) &&
+                      (clamped.gemm == GemmKernel::kPacked ||
+                       (clamped.gemm == GemmKernel::kAuto &&
+                        detail::packed_gemm_preferred(clamped.isa, DType::kBF16, M, clamped.gemm_policy)));
+  const bool gemv = clamped.path == detail::LinearPath::kGemv ||
+                    (clamped.path == detail::LinearPath::kAuto &&
+                     M <= gemv_rows_before_packed_gemm(clamped.isa, DType::kBF16, clamped.bf16_dot));
+  if (packed && !gemv) {
+    const detail::LinearArgs args{x, M, K, ldx, body, DType::kBF16, N, bias, y, ldy, act};
+    detail::gemm_packed_coded_bf16(clamped.isa, args, side, side_elements, clamped.bf16_dot);
   } else {
     decoded_chunks(clamped, c, x, M, ldx, N, bias, y, ldy, act);
   }

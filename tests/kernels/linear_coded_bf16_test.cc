@@ -70,6 +70,16 @@ TEST(CodedBf16, DecodesToTheSameBits) {
   }
 }
 
+TEST(CodedBf16, ThePortableAndTheSimdEncoderWriteTheSameBytes) {
+  const int64_t N = 41, K = 320;
+  const std::vector<uint16_t> w = test_matrix(N, K, 5, /*specials=*/true);
+  const CodedBf16Matrix portable = encode_coded_bf16_with(w.data(), N, K, nullptr, /*simd=*/false);
+  const CodedBf16Matrix simd = encode_coded_bf16_with(w.data(), N, K, nullptr, /*simd=*/true);
+  ASSERT_EQ(portable.side.numel(), simd.side.numel());
+  EXPECT_EQ(std::memcmp(portable.body.data<uint8_t>(), simd.body.data<uint8_t>(), portable.body.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(portable.side.data<int32_t>(), simd.side.data<int32_t>(), portable.side.nbytes()), 0);
+}
+
 TEST(CodedBf16, GaussianRowsTakeThreeQuartersOfTheBytesWithFewEscapes) {
   const int64_t N = 256, K = 2048;
   std::vector<uint16_t> w = test_matrix(N, K, 7, /*specials=*/false);
