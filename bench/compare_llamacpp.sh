@@ -14,7 +14,8 @@
 # llama.cpp checkout built by hand outside this repository (CPU only, Release,
 # -DGGML_NATIVE=ON), with llama-bench and llama-batched-bench in build/bin.
 # Environment: BUILD (default build), THREADS (default 2), PREFILL_LENS (default "64 512"),
-# BATCHES (default "8 32"). Defaults: 2 rounds, all.
+# BATCHES (default "8 32"), TESSERA_FLAGS (more tessera-bench flags, e.g. "--bf16-coding off").
+# Defaults: 2 rounds, all.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"

@@ -200,25 +200,35 @@ CodedBf16Matrix encode_coded_bf16_with(const uint16_t* w, int64_t N, int64_t K, 
 }
 
 void decode_coded_bf16_rows(const uint8_t* body, const int32_t* side, int64_t N, int64_t side_elements, int64_t K,
-                            int64_t n0, int64_t n1, uint16_t* out) {
+                            int64_t n0, int64_t n1, int64_t k0, int64_t k1, uint16_t* out) {
   const CodedBf16Side layout = CodedBf16Side::of(N, side_elements);
   const auto* tables = reinterpret_cast<const uint8_t*>(side + layout.tables());
-  const int64_t row_bytes = coded_bf16_row_bytes(K);
+  const int64_t row_bytes = coded_bf16_row_bytes(K), width = k1 - k0;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* table = tables + n * kCodedBf16TableSize;
-    uint16_t* dst = out + (n - n0) * K;
-    for (int64_t b = 0; b < K / kCodedBf16Block; ++b) {
+    uint16_t* dst = out + (n - n0) * width;
+    for (int64_t b = k0 / kCodedBf16Block; b < k1 / kCodedBf16Block; ++b) {
       const uint8_t* codes = body + n * row_bytes + b * kCodedBf16BlockBytes;
       for (int i = 0; i < kCodedBf16Block; ++i) {
         const int p = coded_bf16_position(i);
         const int c = p % 2 == 0 ? codes[p / 2] & 0x0f : codes[p / 2] >> 4;
-        dst[b * kCodedBf16Block + i] = static_cast<uint16_t>(table[c] << 8 | codes[32 + p]);
+        dst[b * kCodedBf16Block + i - k0] = static_cast<uint16_t>(table[c] << 8 | codes[32 + p]);
       }
     }
+  }
+  patch_coded_bf16_escapes(side, N, side_elements, n0, n1, k0, k1, out);
+}
+
+void patch_coded_bf16_escapes(const int32_t* side, int64_t N, int64_t side_elements, int64_t n0, int64_t n1,
+                              int64_t k0, int64_t k1, uint16_t* out) {
+  const CodedBf16Side layout = CodedBf16Side::of(N, side_elements);
+  for (int64_t n = n0; n < n1; ++n) {
     for (int32_t e = side[layout.row_start() + n]; e < side[layout.row_start() + n + 1]; ++e) {
+      const int64_t k = side[layout.columns() + e];
+      if (k < k0 || k >= k1) continue;
       uint32_t bits;
       std::memcpy(&bits, side + layout.values() + e, sizeof bits);
-      dst[side[layout.columns() + e]] = static_cast<uint16_t>(bits >> 16);
+      out[(n - n0) * (k1 - k0) + (k - k0)] = static_cast<uint16_t>(bits >> 16);
     }
   }
 }

@@ -23,10 +23,14 @@ CodedBf16Matrix encode_coded_bf16(const uint16_t* w, int64_t N, int64_t K, Tenso
 // what encode_coded_bf16 uses): for tests that hold the two to the same bytes.
 CodedBf16Matrix encode_coded_bf16_with(const uint16_t* w, int64_t N, int64_t K, TensorArena* arena, bool simd);
 
-// Rows [n0, n1) of a coded matrix (body rows coded_bf16_row_bytes(K) apart, side as laid
-// out for N rows) back to bf16 into out (rows K apart), escapes included: exactly the
-// matrix that was coded.
+// Rows [n0, n1), inputs [k0, k1) (multiples of 64) of a coded matrix (body rows
+// coded_bf16_row_bytes(K) apart, side as laid out for N rows) back to bf16 into out (rows
+// k1 - k0 apart), escapes included: exactly the matrix that was coded.
 void decode_coded_bf16_rows(const uint8_t* body, const int32_t* side, int64_t N, int64_t side_elements, int64_t K,
-                            int64_t n0, int64_t n1, uint16_t* out);
+                            int64_t n0, int64_t n1, int64_t k0, int64_t k1, uint16_t* out);
+// The escapes of those rows and inputs written into out (laid out as above): for a decoder
+// that leaves them +0.
+void patch_coded_bf16_escapes(const int32_t* side, int64_t N, int64_t side_elements, int64_t n0, int64_t n1,
+                              int64_t k0, int64_t k1, uint16_t* out);
 
 }  // namespace tessera

@@ -536,6 +536,10 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
         const bool coded = code_bf16(l, arena);
         delta_ += bytes(l.w) + bytes(l.scales) - before;
         count(cand, coded ? "coded bf16" : dtype_name(l.w.dtype()));
+        // As below: a coded matrix no longer reads the pages it was coded from.
+        if (coded) {
+          for (const std::string& name : cand.sources) checkpoint.release(name);
+        }
         continue;
       }
       const int64_t N = l.w.dim(0), K = l.w.dim(1);

@@ -164,27 +164,7 @@ void coded_gemv(const Coded& c, const float* x, int64_t M, int64_t ldx, int64_t 
   for (int64_t ch = 0; ch < chunks.count(); ++ch) gemv_rows(c, xb, M, chunks.begin(ch), chunks.begin(ch + 1), bias, y, ldy, act);
 }
 
-// Rows [n0, n1) back to bf16 (out rows K apart), escapes patched in.
-TESSERA_TARGET_AVX512 void decode_rows_avx512(const Coded& c, int64_t n0, int64_t n1, uint16_t* out) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const __m512i table = row_table(c, n);
-    const uint8_t* block = c.body + n * c.row_bytes;
-    uint16_t* dst = out + (n - n0) * c.K;
-    for (int64_t k = 0; k < c.K; k += kCodedBf16Block, block += kCodedBf16BlockBytes) {
-      __m512i first, second;
-      decode_block(block, table, &first, &second);
-      _mm512_storeu_si512(dst + k, first);
-      _mm512_storeu_si512(dst + k + 32, second);
-    }
-    for (int32_t e = c.escapes_begin(n); e < c.escapes_begin(n + 1); ++e) {
-      uint32_t bits;
-      std::memcpy(&bits, c.side + c.layout.values() + e, sizeof bits);
-      dst[c.escape_column(e)] = static_cast<uint16_t>(bits >> 16);
-    }
-  }
-}
-
-// Rows [n0, n0 + rows) of one block of inputs [k0, k0 + kc) back to bf16, escapes patched in.
+// Rows [n0, n0 + rows), inputs [k0, k0 + kc) back to bf16 (out rows kc apart), escapes as +0.
 TESSERA_TARGET_AVX512 void decode_block_avx512(const Coded& c, int64_t n0, int64_t rows, int64_t k0, int64_t kc,
                                                uint16_t* out) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -210,18 +190,14 @@ void decoded_chunks(const detail::LinearOptions& options, const Coded& c, const 
   const int64_t chunk = std::max<int64_t>(32, kDecodedChunkBytes / (2 * K) / 32 * 32);
   thread_local std::vector<uint16_t> decoded;
   uint16_t* w = detail::scratch(decoded, std::min(chunk, N) * K);
-  const bool simd = options.isa == CpuIsa::kAvx512;
+  detail::WeightSource source{c.body, DType::kU8, N, K};
+  source.coded_side = c.side;
+  source.coded_side_elements = CodedBf16Side::elements(N, c.layout.escapes);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t n1 = std::min(N, n0 + chunk);
 #pragma omp parallel for schedule(static) if (n1 - n0 >= 64)
     for (int64_t r = n0; r < n1; r += 16) {
-      const int64_t r1 = std::min(n1, r + 16);
-      if (simd) {
-        decode_rows_avx512(c, r, r1, w + (r - n0) * K);
-      } else {
-        decode_coded_bf16_rows(c.body, c.side, c.layout.rows, CodedBf16Side::elements(c.layout.rows, c.layout.escapes),
-                               K, r, r1, w + (r - n0) * K);
-      }
+      detail::decode_coded_bf16_block(options.isa, source, r, std::min(n1, r + 16) - r, 0, K, w + (r - n0) * K);
     }
     detail::linear_with(options, x, M, K, ldx, w, DType::kBF16, n1 - n0, bias != nullptr ? bias + n0 : nullptr, y + n0,
                         ldy, act);
@@ -243,26 +219,10 @@ void decode_coded_bf16_block(CpuIsa isa, const WeightSource& source, int64_t n0,
                 CodedBf16Side::of(source.N, source.coded_side_elements), source.K, coded_bf16_row_bytes(source.K)};
   if (isa == CpuIsa::kAvx512) {
     decode_block_avx512(c, n0, rows, k0, kc, out);
+    patch_coded_bf16_escapes(source.coded_side, source.N, source.coded_side_elements, n0, n0 + rows, k0, k0 + kc, out);
   } else {
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* table = c.table(n0 + r);
-      const uint8_t* blocks = c.body + (n0 + r) * c.row_bytes + coded_bf16_row_bytes(k0);
-      for (int64_t k = 0; k < kc; ++k) {
-        const uint8_t* codes = blocks + k / kCodedBf16Block * kCodedBf16BlockBytes;
-        const int p = coded_bf16_position(static_cast<int>(k % kCodedBf16Block));
-        const int code = p % 2 == 0 ? codes[p / 2] & 0x0f : codes[p / 2] >> 4;
-        out[r * kc + k] = static_cast<uint16_t>(table[code] << 8 | codes[32 + p]);
-      }
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int32_t e = c.escapes_begin(n0 + r); e < c.escapes_begin(n0 + r + 1); ++e) {
-      const int64_t k = c.escape_column(e);
-      if (k < k0 || k >= k0 + kc) continue;
-      uint32_t bits;
-      std::memcpy(&bits, c.side + c.layout.values() + e, sizeof bits);
-      out[r * kc + (k - k0)] = static_cast<uint16_t>(bits >> 16);
-    }
+    decode_coded_bf16_rows(c.body, source.coded_side, source.N, source.coded_side_elements, source.K, n0, n0 + rows, k0,
+                           k0 + kc, out);
   }
 }
 

@@ -61,12 +61,16 @@ TEST(CodedBf16, DecodesToTheSameBits) {
     const CodedBf16Matrix c = code(w, N, K);
     ASSERT_EQ(c.body.dim(1), K / 64 * 96);
     std::vector<uint16_t> back(w.size(), 0x1234);
-    decode_coded_bf16_rows(c.body.data<uint8_t>(), c.side.data<int32_t>(), N, c.side.numel(), K, 0, N, back.data());
+    decode_coded_bf16_rows(c.body.data<uint8_t>(), c.side.data<int32_t>(), N, c.side.numel(), K, 0, N, 0, K, back.data());
     for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(back[i], w[i]) << "K=" << K << " element " << i;
-    // A later slice of rows decodes alone.
-    std::vector<uint16_t> part(static_cast<size_t>(5 * K));
-    decode_coded_bf16_rows(c.body.data<uint8_t>(), c.side.data<int32_t>(), N, c.side.numel(), K, 30, 35, part.data());
-    for (int64_t i = 0; i < 5 * K; ++i) ASSERT_EQ(part[i], w[30 * K + i]) << "row slice, element " << i;
+    // A later slice of rows and inputs decodes alone.
+    const int64_t k0 = K > 64 ? 64 : 0, width = K - k0;
+    std::vector<uint16_t> part(static_cast<size_t>(5 * width));
+    decode_coded_bf16_rows(c.body.data<uint8_t>(), c.side.data<int32_t>(), N, c.side.numel(), K, 30, 35, k0, K,
+                           part.data());
+    for (int64_t r = 0; r < 5; ++r) {
+      for (int64_t k = 0; k < width; ++k) ASSERT_EQ(part[r * width + k], w[(30 + r) * K + k0 + k]) << "slice " << r << ", " << k;
+    }
   }
 }
 
