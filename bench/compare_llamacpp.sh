@@ -14,7 +14,7 @@
 # llama.cpp checkout built by hand outside this repository (CPU only, Release,
 # -DGGML_NATIVE=ON), with llama-bench and llama-batched-bench in build/bin.
 # Environment: BUILD (default build), THREADS (default 2), PREFILL_LENS (default "64 512"),
-# BATCHES (default "8 32"), TESSERA_FLAGS (more tessera-bench flags, e.g. "--bf16-coding off").
+# BATCHES (default "8 32"), ENGINE_FLAGS (more tessera-bench flags, e.g. "--bf16-coding off").
 # Defaults: 2 rounds, all.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -45,9 +45,9 @@ if [[ $model == *.gguf ]]; then reread_files "$model"; else reread_model_files "
 tessera() {  # FIELDS tessera-bench flags...: prints the FIELDS (Python over its JSON r) of one run
   local fields=$1 out
   shift
-  # shellcheck disable=SC2086 # TESSERA_FLAGS is a list of flags
-  out=$("$build/bin/tessera-bench" --model "$model" --dtype "$dtype" --threads "$threads" --json ${TESSERA_FLAGS:-} "$@") ||
-    die "tessera-bench failed: tessera-bench --model $model --dtype $dtype ${TESSERA_FLAGS:-} $*"
+  # shellcheck disable=SC2086 # ENGINE_FLAGS is a list of flags
+  out=$("$build/bin/tessera-bench" --model "$model" --dtype "$dtype" --threads "$threads" --json ${ENGINE_FLAGS:-} "$@") ||
+    die "tessera-bench failed: tessera-bench --model $model --dtype $dtype ${ENGINE_FLAGS:-} $*"
   json "$fields" <<<"$out"
 }
 llama_json() {  # TOOL FIELDS args...: runs a llama.cpp tool, prints FIELDS (Python over its JSON r)

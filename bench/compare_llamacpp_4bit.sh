@@ -56,7 +56,7 @@ if part bf16; then
   "$here/compare_llamacpp.sh" "$hf" "$bf16" bfloat16 "$rounds" decode | grep -v '^#'
   echo
   echo "## bfloat16: the checkpoint in Tessera (--bf16-coding off), $(basename "$bf16") in llama.cpp"
-  TESSERA_FLAGS="--bf16-coding off" "$here/compare_llamacpp.sh" "$hf" "$bf16" bfloat16 "$rounds" decode | grep -v '^#'
+  ENGINE_FLAGS="--bf16-coding off" "$here/compare_llamacpp.sh" "$hf" "$bf16" bfloat16 "$rounds" decode | grep -v '^#'
 fi
 
 decode_tok_s() {  # tessera-bench flags...: batch-1 decode tok/s
