@@ -85,6 +85,22 @@ void Backend::embedding(const TensorView& ids, const TensorView& table, const Te
   embedding_impl(ids, table, out, row_offset);
 }
 
+void Backend::embedding_coded_bf16(const TensorView& ids, const TensorView& body, const TensorView& side,
+                                   const TensorView& out, int64_t row_offset) {
+  TESSERA_CHECK(ids.dtype == DType::kI32 && ids.ndim == 1) << "ids " << ids.shape_string();
+  check_f32_2d(out, "embedding out");
+  check_on_device(*this, body, "embedding_coded_bf16", "body", kFromPlaceWeight);
+  check_on_device(*this, side, "embedding_coded_bf16", "side", kFromPlaceWeight);
+  const int64_t V = body.dim(0), H = out.dim(1);
+  TESSERA_CHECK(is_coded_bf16(body, side) && body.contiguous() && side.contiguous() && coded_bf16_codable(H) &&
+                body.dim(1) == coded_bf16_row_bytes(H) && side.dim(0) >= 5 * V + 1 && (side.dim(0) - 5 * V - 1) % 2 == 0)
+      << "embedding_coded_bf16: body " << body.shape_string() << " and side " << side.shape_string() << " for out "
+      << out.shape_string() << " (kernels/coded_bf16_layout.h)";
+  TESSERA_CHECK_EQ(out.dim(0), ids.dim(0));
+  TESSERA_CHECK_GE(row_offset, -1);
+  embedding_coded_bf16_impl(ids, body, side, out, row_offset);
+}
+
 void Backend::layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                          float eps, const TensorView& out) {
   check_f32_2d(x, "layer_norm x");

@@ -123,6 +123,11 @@ class Backend {
   // Vocabulary-parallel form: the table holds rows [row_offset, row_offset + V) of the full
   // vocabulary; ids outside them give zero rows (another rank holds those).
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out, int64_t row_offset);
+  // The same lookup in a coded bf16 table (kernels/coded_bf16_layout.h: body u8 [V,
+  // coded_bf16_row_bytes(H)], side i32): a tied embedding whose LM head is coded. row_offset
+  // -1: the whole vocabulary; else the vocabulary-parallel form above.
+  void embedding_coded_bf16(const TensorView& ids, const TensorView& body, const TensorView& side,
+                            const TensorView& out, int64_t row_offset = -1);
   // out = layer_norm(x) * gamma + beta over the last dim. x, out f32 [T, H].
   void layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
                   const TensorView& out);
@@ -248,6 +253,8 @@ class Backend {
                                 const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales,
                                 const TensorView& bias, const TensorView& out, Activation act) = 0;
+  virtual void embedding_coded_bf16_impl(const TensorView& ids, const TensorView& body, const TensorView& side,
+                                        const TensorView& out, int64_t row_offset) = 0;
   virtual void linear_coded_bf16_impl(const TensorView& x, const TensorView& body, const TensorView& side,
                                      const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void activate_impl(const TensorView& x, Activation act) = 0;

@@ -421,11 +421,13 @@ void place(LinearWeights& l, Backend& backend, const Stays& stays) {
 
 void place_model_weights(ModelWeights& w, Backend& backend, const Stays& stays) {
   const bool tied = !w.embed.empty() && w.lm_head.w.view().data == w.embed.view().data;
-  for (Tensor* t : {&w.embed, &w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w, &w.final_norm_b}) {
+  for (Tensor* t : {&w.embed, &w.embed_side, &w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w,
+                    &w.final_norm_b}) {
     place(*t, backend, stays);
   }
   if (tied) {
     w.lm_head.w = w.embed;  // one buffer, placed once
+    w.lm_head.scales = w.embed_side;
     place(w.lm_head.b, backend, stays);
   } else {
     place(w.lm_head, backend, stays);

@@ -117,6 +117,9 @@ struct LayerWeights {
 struct ModelWeights {
   bool vocab_split = false;  // embedding and LM head hold rows [vocab_offset, +vocab) only
   Tensor embed;
+  // A tied embedding coded with its LM head (model.bf16_coding): embed is the coded body and
+  // this its side tensor (kernels/coded_bf16_layout.h); empty otherwise.
+  Tensor embed_side;
   Tensor pos_embed;  // learned positions [max_positions, hidden] (GPT-2), whole on every rank
   Tensor embed_norm_w, embed_norm_b;
   Tensor final_norm_w, final_norm_b;

@@ -295,14 +295,17 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
 
   if (residency_) residency_->before_embedding(T);
   if (staged_) staged_->before_embedding();
-  if (weights_.vocab_split) {
-    // Each rank looks up the ids in its vocabulary rows (zeros elsewhere); the sum over
-    // ranks is the full embedding.
-    backend_.embedding(ids.view(), weights_.embed.view(), x.view(), shard_.vocab_offset);
-    all_reduce(x.view());
+  // Each rank of a vocabulary split looks up the ids in its rows (zeros elsewhere); the sum
+  // over ranks is the full embedding.
+  const int64_t row_offset = weights_.vocab_split ? shard_.vocab_offset : -1;
+  if (!weights_.embed_side.empty()) {
+    backend_.embedding_coded_bf16(ids.view(), weights_.embed.view(), weights_.embed_side.view(), x.view(), row_offset);
+  } else if (weights_.vocab_split) {
+    backend_.embedding(ids.view(), weights_.embed.view(), x.view(), row_offset);
   } else {
     backend_.embedding(ids.view(), weights_.embed.view(), x.view());
   }
+  if (weights_.vocab_split) all_reduce(x.view());
   if (residency_) residency_->after_embedding();
   if (staged_) staged_->after_embedding();
   if (config_.arch->position == PositionKind::kLearned) {

@@ -471,13 +471,32 @@ StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
   if (!tied && !mw.lm_head.w.empty())
     list.push_back({&mw.lm_head, {selector_->resolve(TensorRole::kLmHead, -1)}, TpRole::kVocab});
   TESSERA_RETURN_IF_ERROR(quantize(list));
+  // A tied LM head is the embedding table: coded, the table is looked up from the codes
+  // (Backend::embedding_coded_bf16) and the head multiplies them, one buffer for both.
+  bool tied_coded = false;
+  if (tied && !mw.lm_head.w.empty() && options_.bf16_coding == Bf16Coding::kOn) {
+    LinearWeights head;
+    head.w = mw.embed;
+    const int64_t before = bytes(mw.embed);
+    TensorArena arena;
+    if (code_bf16(head, arena)) {
+      mw.embed = head.w;
+      mw.embed_side = head.scales;
+      mw.lm_head.w = head.w;
+      mw.lm_head.scales = head.scales;
+      delta_ += bytes(head.w) + bytes(head.scales) - before;
+      tied_coded = true;
+      checkpoint_.release(embed);
+    }
+  }
   if (options_.enabled()) TESSERA_RETURN_IF_ERROR(selector_->check_rules(embed, tied));
   if (options_.enabled() || options_.bf16_coding == Bf16Coding::kOn) {
     std::string counts;
     for (const auto& [made, n] : made_counts_) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + made;
     const std::string restored =
         restored_layers_ > 0 ? " (and " + std::to_string(restored_layers_) + " layers read back from the weight cache)" : "";
-    const std::string head = tied ? "is the embedding (tied), in the compute dtype"
+    const std::string head = tied ? (tied_coded ? "is the embedding (tied), both coded bf16"
+                                                : "is the embedding (tied), in the compute dtype")
                                   : (lm_head_made_.empty() ? "none" : lm_head_made_);
     TESSERA_LOG_INFO("model.quantization {}{}: the layers' linear weights {}{}; the LM head {}",
                      options_.keep_blocks ? "auto" : weight_quantization_name(options_.kind),

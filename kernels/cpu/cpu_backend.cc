@@ -18,6 +18,7 @@
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/gated_silu.h"
 #include "kernels/cpu/linear_cpu.h"
+#include "kernels/coded_bf16.h"
 #include "kernels/cpu/linear_coded_bf16.h"
 #include "kernels/cpu/linear_int4.h"
 #include "kernels/cpu/linear_int8.h"
@@ -178,6 +179,26 @@ void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, 
     TESSERA_CHECK(row >= 0 && row < rows) << "token id " << id[t] << " outside vocab " << rows;
     const char* src = static_cast<const char*>(table.data) + row * h * dtype_size(table.dtype);
     convert_elements(src, table.dtype, o + t * h, DType::kF32, h);
+  }
+}
+
+void CpuBackend::embedding_coded_bf16_impl(const TensorView& ids, const TensorView& body, const TensorView& side,
+                                           const TensorView& out, int64_t row_offset) {
+  const int64_t h = out.dim(1), rows = body.dim(0);
+  const int32_t* id = ids.as<int32_t>();
+  float* o = out.as<float>();
+  thread_local std::vector<uint16_t> row_buffer;
+  if (static_cast<int64_t>(row_buffer.size()) < h) row_buffer.resize(static_cast<size_t>(h));
+  for (int64_t t = 0; t < ids.dim(0); ++t) {
+    const int64_t row = id[t] - std::max<int64_t>(row_offset, 0);
+    if (row_offset >= 0 && (row < 0 || row >= rows)) {  // another rank's part of the vocabulary
+      std::fill(o + t * h, o + (t + 1) * h, 0.0f);
+      continue;
+    }
+    TESSERA_CHECK(row >= 0 && row < rows) << "token id " << id[t] << " outside vocab " << rows;
+    decode_coded_bf16_rows(body.as<uint8_t>(), side.as<int32_t>(), rows, side.dim(0), h, row, row + 1, 0, h,
+                           row_buffer.data());
+    convert_elements(row_buffer.data(), DType::kBF16, o + t * h, DType::kF32, h);
   }
 }
 

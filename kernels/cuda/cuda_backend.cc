@@ -194,6 +194,16 @@ void CudaBackend::embedding_impl(const TensorView& ids, const TensorView& table,
   after_launch("embedding");
 }
 
+void CudaBackend::embedding_coded_bf16_impl(const TensorView& ids, const TensorView& body, const TensorView& side,
+                                            const TensorView& out, int64_t row_offset) {
+  require_device({{&ids, "ids"}, {&out, "out"}}, "embedding_coded_bf16");
+  require_placed({{&body, "body"}, {&side, "side"}}, "embedding_coded_bf16");
+  cuda::launch::embedding_coded_bf16(ids.as<int32_t>(), ids.dim(0), body.as<uint8_t>(), side.as<int32_t>(),
+                                     side.dim(0), body.dim(0), out.dim(1), row_offset, out.as<float>(),
+                                     error_flag_device_, stream_);
+  after_launch("embedding_coded_bf16");
+}
+
 void CudaBackend::layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
                                   const TensorView& out) {
   require_device({{&x, "x"}, {&out, "out"}}, "layer_norm");

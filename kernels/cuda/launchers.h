@@ -65,6 +65,12 @@ void linear_coded_bf16_gemv(const float* x, int64_t M, int64_t K, const uint8_t*
                             Stream stream);
 void dequantize_coded_bf16(const uint8_t* body, const int32_t* side, int64_t side_elements, int64_t N, int64_t K,
                            float* out, Stream stream);
+// Backend::embedding_coded_bf16: out[t, :] = row ids[t] (less row_offset when >= 0) of the
+// coded table [rows, hidden], as launch::embedding does for a plain table (zeros for another
+// rank's ids; an id outside the whole vocabulary sets error_flag).
+void embedding_coded_bf16(const int32_t* ids, int64_t tokens, const uint8_t* body, const int32_t* side,
+                          int64_t side_elements, int64_t rows, int64_t hidden, int64_t row_offset, float* out,
+                          int* error_flag, Stream stream);
 
 // ---- elementwise.cu -------------------------------------------------------------------------
 // Activations are kernels/cpu/activations.h's formulas, in f32; kNone is the identity.

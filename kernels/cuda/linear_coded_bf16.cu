@@ -7,6 +7,7 @@
 //    x stays f32 here (the CPU rounds it to bf16; the op test allows for that).
 //  - dequantize: the coded matrix -> f32 [N, K] in the backend's workspace (escapes patched
 //    in by a second kernel, a thread per row), for cuBLAS at larger M.
+//  - embedding: a coded table's rows gathered, a block per token (a tied LM head's table).
 // Compiled in CI; run by tests/gpu/run.sh where a GPU is present.
 #include "kernels/coded_bf16_layout.h"
 #include "kernels/cuda/device_util.cuh"
@@ -81,6 +82,31 @@ __global__ void patch_escapes_kernel(CodedRows w, int64_t N, float* __restrict__
   }
 }
 
+// One block per token: its row decoded by the block's threads, then its escapes by thread 0.
+__global__ void embedding_coded_bf16_kernel(const int32_t* ids, CodedRows w, int64_t rows, int64_t row_offset,
+                                            float* out, int* error_flag) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  const int64_t row = static_cast<int64_t>(id) - (row_offset > 0 ? row_offset : 0);
+  float* o = out + t * w.K;
+  if (row < 0 || row >= rows) {
+    for (int64_t i = threadIdx.x; i < w.K; i += blockDim.x) o[i] = 0.0f;
+    if (row_offset < 0 && threadIdx.x == 0 && error_flag != nullptr) {
+      *reinterpret_cast<volatile int*>(error_flag + 1) = id;
+      __threadfence_system();
+      *reinterpret_cast<volatile int*>(error_flag) = 1;
+    }
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < w.K; i += blockDim.x) o[i] = coded_weight(w, row, i);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int32_t e = w.side[w.layout.row_start() + row]; e < w.side[w.layout.row_start() + row + 1]; ++e) {
+      o[w.side[w.layout.columns() + e]] = __int_as_float(w.side[w.layout.values() + e]);
+    }
+  }
+}
+
 CodedRows coded_rows(const uint8_t* body, const int32_t* side, int64_t side_elements, int64_t N, int64_t K) {
   return CodedRows{body, side, CodedBf16Side::of(N, side_elements), K, coded_bf16_row_bytes(K)};
 }
@@ -111,6 +137,15 @@ void dequantize_coded_bf16(const uint8_t* body, const int32_t* side, int64_t sid
   const CodedRows w = coded_rows(body, side, side_elements, N, K);
   dequantize_coded_bf16_kernel<<<blocks_for(N * K), kThreads, 0, stream>>>(w, N, out);
   patch_escapes_kernel<<<blocks_for(N), kThreads, 0, stream>>>(w, N, out);
+}
+
+void embedding_coded_bf16(const int32_t* ids, int64_t tokens, const uint8_t* body, const int32_t* side,
+                          int64_t side_elements, int64_t rows, int64_t hidden, int64_t row_offset, float* out,
+                          int* error_flag, Stream stream) {
+  if (tokens == 0 || hidden == 0) return;
+  const CodedRows w = coded_rows(body, side, side_elements, rows, hidden);
+  embedding_coded_bf16_kernel<<<tokens, hidden >= 256 ? 256 : 128, 0, stream>>>(ids, w, rows, row_offset, out,
+                                                                                 error_flag);
 }
 
 }  // namespace launch

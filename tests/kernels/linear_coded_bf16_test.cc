@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kernels/backend.h"
 #include "kernels/coded_bf16.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/gemm_packed.h"
@@ -117,6 +118,33 @@ void reference(const std::vector<float>& x, int64_t M, int64_t K, const std::vec
       (*bound)[m * N + n] = 1e-6 + 2e-6 * a * (1 + std::log2(static_cast<double>(K)));
     }
   }
+}
+
+// A coded table's rows come back as the bf16 table's, through the CPU backend's lookup: the
+// whole vocabulary, and a vocabulary-parallel rank's rows (zeros for the other rank's ids).
+TEST(CodedBf16, EmbeddingLooksUpTheTablesRows) {
+  const int64_t V = 50, H = 128;
+  const std::vector<uint16_t> w = test_matrix(V, H, 9, /*specials=*/false);
+  const CodedBf16Matrix c = code(w, V, H);
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.is_ok());
+  Tensor table = Tensor::zeros({V, H}, DType::kBF16);
+  std::memcpy(table.data<uint16_t>(), w.data(), w.size() * 2);
+  Tensor ids = Tensor::zeros({4}, DType::kI32);
+  const int32_t picked[] = {0, 49, 7, 23};
+  std::memcpy(ids.data<int32_t>(), picked, sizeof picked);
+  Tensor want = Tensor::zeros({4, H}, DType::kF32), got = Tensor::zeros({4, H}, DType::kF32);
+  backend.value()->embedding(ids.view(), table.view(), want.view());
+  backend.value()->embedding_coded_bf16(ids.view(), c.body.view(), c.side.view(), got.view());
+  EXPECT_EQ(std::memcmp(want.data<float>(), got.data<float>(), 4 * H * sizeof(float)), 0);
+  // Rank 1 of 2 holds rows [25, 50): ids 0 and 7 are another rank's.
+  const CodedBf16Matrix half = encode_coded_bf16(w.data() + 25 * H, 25, H);
+  Tensor rank_half = Tensor::zeros({25, H}, DType::kBF16);
+  std::memcpy(rank_half.data<uint16_t>(), w.data() + 25 * H, 25 * H * 2);
+  backend.value()->embedding(ids.view(), rank_half.view(), want.view(), 25);
+  backend.value()->embedding_coded_bf16(ids.view(), half.body.view(), half.side.view(), got.view(), 25);
+  EXPECT_EQ(std::memcmp(want.data<float>(), got.data<float>(), 4 * H * sizeof(float)), 0);
+  EXPECT_EQ(got.data<float>()[0], 0.0f);
 }
 
 class CodedBf16Linear : public IsaParamTest {};

@@ -101,10 +101,14 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
       for (const LayerWeights& lw : model_->weights().layers) {
         for_each_layer_linear(lw, [&](const LinearWeights& l) { coded += is_coded_bf16(l.w.view(), l.scales.view()); });
       }
+      // A tied table is coded with its LM head (hidden 64 or more, a multiple of 64, here).
+      const bool tied_coded = !model_->weights().embed_side.empty();
       if (GetParam().coding == Bf16Coding::kOn) {
         EXPECT_GT(coded, 0) << "no linear weight was coded";
+        EXPECT_EQ(tied_coded, model_->config().tie_embeddings && model_->config().hidden % 64 == 0);
       } else {
         EXPECT_EQ(coded, 0);
+        EXPECT_FALSE(tied_coded);
       }
     }
     if (GetParam().staged) {
