@@ -316,8 +316,11 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   const KeptBlocks kept_blocks = quant.kind == WeightQuantization::kInt4 ? KeptBlocks::kAlways
                              : quant.keep_blocks              ? KeptBlocks::kWhereAligned
                                                                    : KeptBlocks::kNo;
+  // Under model.bf16_coding on with nothing quantized, every bf16 linear is coded as its layer
+  // loads (an untied LM head at the end).
+  const bool codes_bf16 = quant.bf16_coding == Bf16Coding::kOn && !quant.enabled() && !quant.keep_blocks;
   WeightReader r(checkpoint, options.dtype, a.conv1d_weights && !checkpoint.from_gguf(), options.own_copies,
-                 kept_blocks, options.check_finite);
+                 kept_blocks, options.check_finite, codes_bf16);
   const ShardSpec& sh = options.shard;
   ModelWeights mw;
   const std::string& embed_name = a.name_of(TensorRole::kEmbed);

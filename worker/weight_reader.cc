@@ -85,7 +85,7 @@ StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vecto
   const char* got = t->data<const char>();
   const bool in_mapping = got >= mapped && got < mapped + info->nbytes;
   if (own_copies_ && read_whole && !reshaping_ && t->nbytes() >= kOwnCopyBytes &&
-      (in_mapping || t->nbytes() < kHugePageBytes)) {
+      (in_mapping || t->nbytes() < kHugePageBytes) && !to_be_coded(t->dtype(), t->view().dims())) {
     // Read whole every step: copied out of the file's 4 KiB pages (or a small converted
     // copy's, on the C heap) into memory on huge pages (Tensor::zeros says why).
     Tensor copy = arena_.zeros(t->view().dims(), t->dtype());
@@ -204,7 +204,8 @@ StatusOr<LinearWeights> WeightReader::gather(const std::vector<RowSegment>& segs
   LinearWeights packed;
   const int64_t width = parts[0].w.dim(1);  // `in`, or the bytes of a row of blocks
   // Kept blocks become panels (or are decoded) within the layer: their stacked copy is scratch.
-  packed.w = parts[0].ggml_blocks >= 0 ? scratch_.take({total, width}, parts[0].w.dtype())
+  const bool scratch = parts[0].ggml_blocks >= 0 || to_be_coded(parts[0].w.dtype(), {total, width});
+  packed.w = scratch                    ? scratch_.take({total, width}, parts[0].w.dtype())
              : own_copies_             ? arena_.zeros({total, width}, parts[0].w.dtype())
                                        : Tensor::zeros({total, width}, parts[0].w.dtype());
   packed.ggml_blocks = parts[0].ggml_blocks;

@@ -53,13 +53,17 @@ enum class KeptBlocks { kNo, kAlways, kWhereAligned };
 // their storage (conv1d: stored [in, out]).
 class WeightReader {
  public:
+  // codes_bf16: every linear weight left in bfloat16 is to be coded within its layer
+  // (model.bf16_coding; worker/weight_quantization.h), so a bf16 matrix the coding takes is
+  // read in place (no own copy) and a stacked one is recycled scratch.
   WeightReader(const Checkpoint& ckpt, DType dtype, bool conv1d, bool own_copies, KeptBlocks keep_blocks,
-               bool check_finite)
+               bool check_finite, bool codes_bf16 = false)
       : ckpt_(ckpt),
         dtype_(dtype),
         conv1d_(conv1d),
         own_copies_(own_copies),
         check_finite_(check_finite),
+        codes_bf16_(codes_bf16),
         keep_blocks_(keep_blocks) {}
 
   // While an AsStored(true) lives, no own copies are made: what is stored in the model
@@ -159,7 +163,8 @@ class WeightReader {
   static constexpr size_t kOwnCopyBytes = size_t{64} << 10;
   TensorArena arena_;
   // The copies of kept ggml blocks (a fused matrix's parts stacked, rows put back in order),
-  // each read once by the packer and dropped with its layer.
+  // each read once by the packer and dropped with its layer; and the stacked bf16 matrices
+  // the coding reads once.
   RecycledBuffers scratch_;
   // While set, loads are reshaped into a new tensor (stacked, transposed) right after: no
   // own copy of the parts (arena memory is freed only with the whole chunk).
@@ -175,6 +180,11 @@ class WeightReader {
   bool conv1d_;
   bool own_copies_;  // WeightLoadOptions::own_copies
   bool check_finite_;  // WeightLoadOptions::check_finite
+  bool codes_bf16_;
+  // Whether a tensor of this dtype and shape is one the coding will replace within its layer.
+  bool to_be_coded(DType dtype, const std::vector<int64_t>& dims) const {
+    return codes_bf16_ && dtype == DType::kBF16 && dims.size() == 2 && coded_bf16_codable(dims[1]);
+  }
   KeptBlocks keep_blocks_;
   int64_t total_bytes_ = 0;
 };
