@@ -165,9 +165,14 @@ StatusOr<MemoryInfo> CpuBackend::memory_info() const {
   return m;
 }
 
-void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
-                                int64_t row_offset) {
-  const int64_t h = table.dim(1), rows = table.dim(0);
+namespace {
+
+// Each token's row of a table of `rows` rows of h values into out (f32 [T, h]) through
+// copy_row(row, dst), row_offset as Backend::embedding says: zeros for another rank's ids.
+template <typename CopyRow>
+void gather_table_rows(const TensorView& ids, int64_t rows, int64_t row_offset, const TensorView& out,
+                       CopyRow&& copy_row) {
+  const int64_t h = out.dim(1);
   const int32_t* id = ids.as<int32_t>();
   float* o = out.as<float>();
   for (int64_t t = 0; t < ids.dim(0); ++t) {
@@ -177,29 +182,31 @@ void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, 
       continue;
     }
     TESSERA_CHECK(row >= 0 && row < rows) << "token id " << id[t] << " outside vocab " << rows;
-    const char* src = static_cast<const char*>(table.data) + row * h * dtype_size(table.dtype);
-    convert_elements(src, table.dtype, o + t * h, DType::kF32, h);
+    copy_row(row, o + t * h);
   }
+}
+
+}  // namespace
+
+void CpuBackend::embedding_impl(const TensorView& ids, const TensorView& table, const TensorView& out,
+                                int64_t row_offset) {
+  const int64_t h = table.dim(1);
+  gather_table_rows(ids, table.dim(0), row_offset, out, [&](int64_t row, float* dst) {
+    const char* src = static_cast<const char*>(table.data) + row * h * dtype_size(table.dtype);
+    convert_elements(src, table.dtype, dst, DType::kF32, h);
+  });
 }
 
 void CpuBackend::embedding_coded_bf16_impl(const TensorView& ids, const TensorView& body, const TensorView& side,
                                            const TensorView& out, int64_t row_offset) {
   const int64_t h = out.dim(1), rows = body.dim(0);
-  const int32_t* id = ids.as<int32_t>();
-  float* o = out.as<float>();
   thread_local std::vector<uint16_t> row_buffer;
   if (static_cast<int64_t>(row_buffer.size()) < h) row_buffer.resize(static_cast<size_t>(h));
-  for (int64_t t = 0; t < ids.dim(0); ++t) {
-    const int64_t row = id[t] - std::max<int64_t>(row_offset, 0);
-    if (row_offset >= 0 && (row < 0 || row >= rows)) {  // another rank's part of the vocabulary
-      std::fill(o + t * h, o + (t + 1) * h, 0.0f);
-      continue;
-    }
-    TESSERA_CHECK(row >= 0 && row < rows) << "token id " << id[t] << " outside vocab " << rows;
+  gather_table_rows(ids, rows, row_offset, out, [&](int64_t row, float* dst) {
     decode_coded_bf16_rows(body.as<uint8_t>(), side.as<int32_t>(), rows, side.dim(0), h, row, row + 1, 0, h,
                            row_buffer.data());
-    convert_elements(row_buffer.data(), DType::kBF16, o + t * h, DType::kF32, h);
-  }
+    convert_elements(row_buffer.data(), DType::kBF16, dst, DType::kF32, h);
+  });
 }
 
 void CpuBackend::layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta,
