@@ -206,7 +206,8 @@ run_step cuda_op_tests_alone 60 ctest --test-dir "$build" -R '^CudaBackend.*Memo
   --timeout "$test_timeout" --output-on-failure --output-junit "$out/cuda_op_tests_alone.xml"
 log "  cuda op tests run alone: $(ctest_counts "$step_dir/cuda_op_tests_alone.log")"
 # The fixture goldens on the CUDA backend: tests/worker/golden_test.cc, FixturesCuda/* (with a
-# quarter of the weights resident and the rest streamed into device slots too: *_staged).
+# quarter of the weights resident and the rest streamed into device slots too: *_staged; and
+# bf16 with coded weights: *_coded).
 run_step cuda_golden_tests 150 ctest --test-dir "$build" -R '^FixturesCuda/' -j "$jobs" \
   --timeout "$test_timeout" --output-on-failure --output-junit "$out/cuda_golden_tests.xml"
 log "  cuda golden tests: $(ctest_counts "$step_dir/cuda_golden_tests.log")"

@@ -272,6 +272,13 @@ INSTANTIATE_TEST_SUITE_P(FixturesBf16Coding, GoldenTest, ::testing::ValuesIn(cod
 std::vector<Param> cuda_params() {
   std::vector<Param> out = all_params("cuda");
   for (const Param& p : staged_params("cuda")) out.push_back(p);
+  // Coded bf16 (auto leaves it off on CUDA): the CUDA twins (GEMV, dequantize + cuBLAS, the
+  // tied table's lookup) end to end.
+  for (const std::string& m : testing::golden_models()) {
+    Param p{m, DType::kBF16, true, "cuda"};
+    p.coding = Bf16Coding::kOn;
+    out.push_back(p);
+  }
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(FixturesCuda, GoldenTest, ::testing::ValuesIn(cuda_params()), param_name);
