@@ -1,5 +1,6 @@
 // The coded bf16 linear layer (linear_coded_bf16.h): the AVX-512 BF16 GEMV over the coded
-// blocks, and the decode-a-chunk-then-bf16 path for everything else.
+// blocks, the block decoders the packed GEMM packs from, the decode-a-chunk-then-bf16 path,
+// and the choice between them.
 #include "kernels/cpu/linear_coded_bf16.h"
 
 #include <immintrin.h>

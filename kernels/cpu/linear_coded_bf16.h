@@ -1,12 +1,15 @@
 #pragma once
 // The CPU linear layer over coded bf16 weights (kernels/coded_bf16_layout.h): y = act(x · W^T
-// + bias) with W's 12-bit-per-weight form. Decode (up to kBf16DotGemvMaxRows rows of x) on
-// AVX-512 BF16 CPUs with bf16 dot products on reads each block once, turns its codes into
-// high bytes with one in-register table lookup (vpshufb) and multiplies as gemv_bf16_dot
-// does (x rounded to bf16, products exact, f32 sums); the escapes are added per row. Every
-// other call (prefill, batched decode past 16 rows, other CPUs) decodes W a chunk of rows at
-// a time back to the exact bf16 matrix and runs the bf16 linear layer on it (linear_cpu.h):
-// the compute-bound regime pays for decoding once per chunk, not per row of x.
+// + bias) with W's 12-bit-per-weight form, in the regimes the bf16 linear layer has
+// (linear_cpu.h):
+//  - up to kBf16DotGemvMaxRows rows of x on AVX-512 BF16 CPUs with bf16 dot products on: a
+//    GEMV that reads each block once, turns its codes into high bytes with one in-register
+//    table lookup (vpshufb) and multiplies as gemv_bf16_dot does (x rounded to bf16, products
+//    exact, f32 sums); the escapes are added per row;
+//  - where the bf16 layer would run the packed GEMM (prefill, larger batches): that GEMM,
+//    decoding each panel's K block as it packs it (gemm_packed.h, WeightSource kU8);
+//  - otherwise (the scalar build, small M without bf16 dot products): chunks of rows decoded
+//    back to the exact bf16 matrix, then the bf16 linear layer on them.
 #include <cstdint>
 
 #include "kernels/activation.h"
