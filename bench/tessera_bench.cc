@@ -100,6 +100,12 @@ Status run(const Options& o) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(o.model, lo, *backend));
   if (const WeightResidency* r = model->residency()) std::cerr << r->plan() << "\n";
   const ModelConfig& c = model->config();
+  // What model.bf16_coding auto became: the report says which bf16 ran.
+  int coded_linears = 0;
+  for (const LayerWeights& lw : model->weights().layers) {
+    for_each_layer_linear(lw, [&](const LinearWeights& l) { coded_linears += is_coded_bf16(l.w.view(), l.scales.view()); });
+  }
+  const std::string coding_label = coded_linears > 0 ? ", coded bf16 linears" : "";
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(std::min<int64_t>(3, c.vocab - 1), static_cast<int32_t>(c.vocab - 1));
@@ -244,7 +250,7 @@ Status run(const Options& o) {
     std::cout << j.dump() << std::endl;
   } else {
     std::cout << "model " << o.model << " (" << c.model_type << ", " << dtype_name(*dtype)
-              << quantization_label(lo.quant) << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
+              << quantization_label(lo.quant) << coding_label << (lo.kernel_inject ? ", fused" : ", plain") << ")\n"
               << "prefill: " << prefill_tok_s << " tok/s (" << t.prefill_tokens << " tokens)\n"
               << "decode:  " << decode_tok_s << " tok/s (batch " << o.batch << ", " << t.decode_steps << " steps"
               << (via_engine ? ", serving path" : "") << ")\n"
