@@ -101,11 +101,7 @@ Status run(const Options& o) {
   if (const WeightResidency* r = model->residency()) std::cerr << r->plan() << "\n";
   const ModelConfig& c = model->config();
   // What model.bf16_coding auto became: the report says which bf16 ran.
-  int coded_linears = 0;
-  for (const LayerWeights& lw : model->weights().layers) {
-    for_each_layer_linear(lw, [&](const LinearWeights& l) { coded_linears += is_coded_bf16(l.w.view(), l.scales.view()); });
-  }
-  const std::string coding_label = coded_linears > 0 ? ", coded bf16 linears" : "";
+  const std::string coding_label = coded_bf16_linears(model->weights()) > 0 ? ", coded bf16 linears" : "";
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(std::min<int64_t>(3, c.vocab - 1), static_cast<int32_t>(c.vocab - 1));

@@ -60,6 +60,17 @@ void check_heads(const Backend& b, const TensorView& x, const char* op, const ch
       << op << ": " << what << " " << x.shape_string() << ": row stride below heads * head_dim";
 }
 
+// A coded bf16 matrix of `rows` rows of `inputs` inputs, as kernels/coded_bf16_layout.h lays
+// it out (the fronts of linear_coded_bf16 and embedding_coded_bf16).
+void check_coded_bf16(const char* op, const TensorView& body, const TensorView& side, int64_t rows, int64_t inputs) {
+  TESSERA_CHECK(is_coded_bf16(body, side) && body.contiguous() && side.contiguous() && body.dim(0) == rows &&
+                coded_bf16_codable(inputs) && body.dim(1) == coded_bf16_row_bytes(inputs) &&
+                CodedBf16Side::fits(rows, side.dim(0)))
+      << op << ": body " << body.shape_string() << " " << dtype_name(body.dtype) << " and side "
+      << side.shape_string() << " " << dtype_name(side.dtype) << " for " << rows << " rows of " << inputs
+      << " inputs (kernels/coded_bf16_layout.h)";
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<WeightStager>> Backend::make_weight_stager(size_t host_bytes, size_t slot_bytes, int slots) {
@@ -91,11 +102,7 @@ void Backend::embedding_coded_bf16(const TensorView& ids, const TensorView& body
   check_f32_2d(out, "embedding out");
   check_on_device(*this, body, "embedding_coded_bf16", "body", kFromPlaceWeight);
   check_on_device(*this, side, "embedding_coded_bf16", "side", kFromPlaceWeight);
-  const int64_t V = body.dim(0), H = out.dim(1);
-  TESSERA_CHECK(is_coded_bf16(body, side) && body.contiguous() && side.contiguous() && coded_bf16_codable(H) &&
-                body.dim(1) == coded_bf16_row_bytes(H) && side.dim(0) >= 5 * V + 1 && (side.dim(0) - 5 * V - 1) % 2 == 0)
-      << "embedding_coded_bf16: body " << body.shape_string() << " and side " << side.shape_string() << " for out "
-      << out.shape_string() << " (kernels/coded_bf16_layout.h)";
+  check_coded_bf16("embedding_coded_bf16", body, side, body.dim(0), out.dim(1));
   TESSERA_CHECK_EQ(out.dim(0), ids.dim(0));
   TESSERA_CHECK_GE(row_offset, -1);
   embedding_coded_bf16_impl(ids, body, side, out, row_offset);
@@ -240,13 +247,9 @@ void Backend::linear_coded_bf16(const TensorView& x, const TensorView& body, con
   if (!bias.empty()) check_on_device(*this, bias, "linear_coded_bf16", "bias", kFromPlaceWeight);
   check_f32_2d(x, "linear_coded_bf16 x");
   check_f32_2d(out, "linear_coded_bf16 out");
-  const int64_t N = out.dim(1), K = x.dim(1);
-  TESSERA_CHECK(is_coded_bf16(body, side) && body.contiguous() && side.contiguous() && body.dim(0) == N &&
-                coded_bf16_codable(K) && body.dim(1) == coded_bf16_row_bytes(K) && side.dim(0) >= 5 * N + 1 &&
-                (side.dim(0) - 5 * N - 1) % 2 == 0 && out.dim(0) == x.dim(0))
-      << "linear_coded_bf16: body " << body.shape_string() << " " << dtype_name(body.dtype) << " and side "
-      << side.shape_string() << " " << dtype_name(side.dtype) << " for x " << x.shape_string() << " and out "
-      << out.shape_string() << " (kernels/coded_bf16_layout.h)";
+  const int64_t N = out.dim(1);
+  check_coded_bf16("linear_coded_bf16", body, side, N, x.dim(1));
+  TESSERA_CHECK_EQ(out.dim(0), x.dim(0)) << "linear_coded_bf16: x " << x.shape_string() << " out " << out.shape_string();
   if (!bias.empty()) TESSERA_CHECK_EQ(bias.numel(), N) << "linear_coded_bf16 bias";
   linear_coded_bf16_impl(x, body, side, bias, out, act);
 }

@@ -2,12 +2,19 @@
 // Making coded bf16 weights (kernels/coded_bf16_layout.h) from a bf16 matrix, and the
 // portable decoder every kernel and test checks against.
 #include <cstdint>
+#include <vector>
 
 #include "common/tensor.h"
 #include "common/tensor_arena.h"
 #include "kernels/coded_bf16_layout.h"
 
 namespace tessera {
+
+// Whether a weight of this dtype and shape can be coded: a bf16 matrix whose input width is a
+// multiple of the coded block. What the loader codes, reads in place for it and estimates.
+inline bool bf16_matrix_codable(DType dtype, const std::vector<int64_t>& dims) {
+  return dtype == DType::kBF16 && dims.size() == 2 && coded_bf16_codable(dims[1]);
+}
 
 struct CodedBf16Matrix {
   Tensor body;  // u8 [N, coded_bf16_row_bytes(K)]

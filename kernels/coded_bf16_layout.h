@@ -63,6 +63,10 @@ struct CodedBf16Side {
     return {rows, (side_elements - 5 * rows - 1) / 2};
   }
   TESSERA_CODED_BF16_HD static int64_t elements(int64_t rows, int64_t escapes) { return 5 * rows + 1 + 2 * escapes; }
+  // Whether side_elements is a side tensor's size for `rows` rows (some escape count).
+  TESSERA_CODED_BF16_HD static bool fits(int64_t rows, int64_t side_elements) {
+    return side_elements >= 5 * rows + 1 && (side_elements - 5 * rows - 1) % 2 == 0;
+  }
   TESSERA_CODED_BF16_HD int64_t tables() const { return 0; }
   TESSERA_CODED_BF16_HD int64_t row_start() const { return 4 * rows; }
   TESSERA_CODED_BF16_HD int64_t columns() const { return 5 * rows + 1; }

@@ -200,6 +200,15 @@ void for_each_layer_tensor(LayerWeights& lw, Fn&& fn) {
   });
 }
 
+// How many of the layers' linears are held as coded bf16 (what model.bf16_coding became).
+inline int coded_bf16_linears(const ModelWeights& w) {
+  int coded = 0;
+  for (const LayerWeights& lw : w.layers) {
+    for_each_layer_linear(lw, [&](const LinearWeights& l) { coded += is_coded_bf16(l.w.view(), l.scales.view()); });
+  }
+  return coded;
+}
+
 // Hands every tensor of `weights` to backend.place_weight, once, so the weights live where
 // the backend wants them from load time on (CPU: unchanged; CUDA: device memory, the host
 // copies dropped). A tied LM head stays one buffer with the embedding.

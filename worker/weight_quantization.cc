@@ -385,8 +385,7 @@ void make_int8_from_q8_0(LinearWeights& l, TensorArena& arena, Int8WeightLayout 
 // A bfloat16 matrix left unquantized becomes coded bf16 under model.bf16_coding on, when its
 // input width is a multiple of the coded block (kernels/coded_bf16_layout.h); true if it did.
 bool code_bf16_matrix(LinearWeights& l, TensorArena& arena) {
-  if (l.w.dtype() != DType::kBF16 || l.w.view().ndim != 2 || !l.w.view().contiguous() || !coded_bf16_codable(l.w.dim(1)))
-    return false;
+  if (!bf16_matrix_codable(l.w.dtype(), l.w.view().dims()) || !l.w.view().contiguous()) return false;
   CodedBf16Matrix coded = encode_coded_bf16(l.w.data<uint16_t>(), l.w.dim(0), l.w.dim(1), &arena);
   l.w = std::move(coded.body);
   l.scales = std::move(coded.side);
@@ -608,9 +607,8 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
         blocks && quant.keep_blocks ? panel_scheme_of_blocks(static_cast<GgmlType>(info.ggml_type), /*auto_kind=*/true)
                                     : std::nullopt;
     double per_weight = static_cast<double>(dtype_size(dtype));
-    const bool coded = quant.bf16_coding == Bf16Coding::kOn && dtype == DType::kBF16 && info.shape.size() == 2 &&
-                       name != embed && kind == WeightQuantization::kNone && !blocks &&
-                       coded_bf16_codable(info.shape[1]);
+    const bool coded = quant.bf16_coding == Bf16Coding::kOn && name != embed && kind == WeightQuantization::kNone &&
+                       !blocks && bf16_matrix_codable(dtype, info.shape);
     if (coded) {
       per_weight = 1.5;
     } else if (matrix && panels.has_value()) {

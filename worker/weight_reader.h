@@ -11,6 +11,7 @@
 #include "common/recycled_buffers.h"
 #include "common/tensor.h"
 #include "common/tensor_arena.h"
+#include "kernels/coded_bf16.h"
 #include "worker/arch_spec.h"
 #include "worker/model_weights.h"
 
@@ -183,7 +184,7 @@ class WeightReader {
   bool codes_bf16_;
   // Whether a tensor of this dtype and shape is one the coding will replace within its layer.
   bool to_be_coded(DType dtype, const std::vector<int64_t>& dims) const {
-    return codes_bf16_ && dtype == DType::kBF16 && dims.size() == 2 && coded_bf16_codable(dims[1]);
+    return codes_bf16_ && bf16_matrix_codable(dtype, dims);
   }
   KeptBlocks keep_blocks_;
   int64_t total_bytes_ = 0;

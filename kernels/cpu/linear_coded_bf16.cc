@@ -61,7 +61,8 @@ TESSERA_TARGET_AVX512 inline __attribute__((always_inline)) void decode_block(co
   *second = _mm512_unpackhi_epi8(low, high);
 }
 
-TESSERA_TARGET_AVX512 inline __m512i row_table(const Coded& c, int64_t n) {
+// Row n's table of high bytes in every 16-byte lane (vpshufb looks up within lanes).
+TESSERA_TARGET_AVX512 inline __m512i broadcast_table(const Coded& c, int64_t n) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c.table(n))));
 }
 
@@ -85,7 +86,7 @@ TESSERA_TARGET_AVX512_BF16 void tile(const Coded& c, const uint16_t* xb, int64_t
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const int64_t row = std::min(n + r, n1 - 1);
-      table[r] = row_table(c, row);
+      table[r] = broadcast_table(c, row);
       block[r] = c.body + row * c.row_bytes;
       next[r] = c.body + std::min(n + R + r, n1 - 1) * c.row_bytes;
     }
@@ -170,7 +171,7 @@ TESSERA_TARGET_AVX512 void decode_block_avx512(const Coded& c, int64_t n0, int64
                                                uint16_t* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = n0 + r;
-    const __m512i table = row_table(c, n);
+    const __m512i table = broadcast_table(c, n);
     const uint8_t* block = c.body + n * c.row_bytes + coded_bf16_row_bytes(k0);
     for (int64_t k = 0; k < kc; k += kCodedBf16Block, block += kCodedBf16BlockBytes) {
       __m512i first, second;

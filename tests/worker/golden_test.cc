@@ -97,10 +97,7 @@ class GoldenTest : public ::testing::TestWithParam<Param> {
     model_ = std::move(model).value();
     if (GetParam().coding != Bf16Coding::kAuto) {
       // Every model here has linears whose input width is a multiple of 64 (the coded block).
-      int coded = 0;
-      for (const LayerWeights& lw : model_->weights().layers) {
-        for_each_layer_linear(lw, [&](const LinearWeights& l) { coded += is_coded_bf16(l.w.view(), l.scales.view()); });
-      }
+      const int coded = coded_bf16_linears(model_->weights());
       // A tied table is coded with its LM head (hidden 64 or more, a multiple of 64, here).
       const bool tied_coded = !model_->weights().embed_side.empty();
       if (GetParam().coding == Bf16Coding::kOn) {
