@@ -104,12 +104,19 @@ TEST(TensorParallelMemoryRank, DISABLED_LoadOneRankAndReportItsPeak) {
   ASSERT_EQ(write(fd, &growth, sizeof(growth)), static_cast<ssize_t>(sizeof(growth)));
 }
 
+// A generated ~100M Llama (seed 3) in dir/m, `flags` added (e.g. --dtype bfloat16); its
+// safetensors file's size, 0 (and a failure) if it could not be made.
+double make_100m_llama(const std::string& dir, const std::string& flags = "") {
+  auto gen = testing::run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch llama --preset 100m --out '" +
+                                  dir + "/m' --seed 3 " + flags);
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  if (gen.exit_code != 0) return 0;
+  return static_cast<double>(std::filesystem::file_size(dir + "/m/model.safetensors"));
+}
+
 TEST(TensorParallelMemory, EachRankHoldsAboutHalfOfA500MBModel) {
   const std::string dir = testing::make_temp_dir("tessera-tp-mem");
-  auto gen = testing::run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch llama --preset 100m --out '" +
-                                  dir + "/m' --seed 3");
-  ASSERT_EQ(gen.exit_code, 0) << gen.err;
-  const double file_bytes = static_cast<double>(std::filesystem::file_size(dir + "/m/model.safetensors"));
+  const double file_bytes = make_100m_llama(dir);
   ASSERT_GT(file_bytes, 400e6);
 
   const std::string group = "tp-mem-" + std::to_string(getpid());
@@ -185,10 +192,8 @@ double generate_peak_rss(const std::string& model, const std::vector<std::string
 
 TEST(QuantizedLoadMemory, Int8AtLoadPeaksBelowTheFloatModel) {
   const std::string dir = testing::make_temp_dir("tessera-quant-mem");
-  auto gen = testing::run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch llama --preset 100m --out '" +
-                                  dir + "/m' --seed 3");
-  ASSERT_EQ(gen.exit_code, 0) << gen.err;
-  const double file_bytes = static_cast<double>(std::filesystem::file_size(dir + "/m/model.safetensors"));
+  const double file_bytes = make_100m_llama(dir);
+  ASSERT_GT(file_bytes, 0);
   const double peak = generate_peak_rss(dir + "/m", {"--quantize", "int8"});
   std::cout << "[ REPORT   ] --quantize int8 peak RSS " << peak / 1e6 << " MB = " << peak / file_bytes << " x the "
             << file_bytes / 1e6 << " MB f32 model" << std::endl;
@@ -204,10 +209,8 @@ TEST(QuantizedLoadMemory, Int8AtLoadPeaksBelowTheFloatModel) {
 // beside its coded copy and the coded layers, plus the process's ~40 MB).
 TEST(QuantizedLoadMemory, CodedBf16AtLoadPeaksBelowTheBf16Model) {
   const std::string dir = testing::make_temp_dir("tessera-coded-mem");
-  auto gen = testing::run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch llama --preset 100m --out '" +
-                                  dir + "/m' --seed 3 --dtype bfloat16");
-  ASSERT_EQ(gen.exit_code, 0) << gen.err;
-  const double file_bytes = static_cast<double>(std::filesystem::file_size(dir + "/m/model.safetensors"));
+  const double file_bytes = make_100m_llama(dir, "--dtype bfloat16");
+  ASSERT_GT(file_bytes, 0);
   const double coded = generate_peak_rss(dir + "/m", {"--dtype", "bfloat16", "--bf16-coding", "on"});
   const double plain = generate_peak_rss(dir + "/m", {"--dtype", "bfloat16", "--bf16-coding", "off"});
   std::cout << "[ REPORT   ] coded bf16 peak RSS " << coded / 1e6 << " MB = " << coded / file_bytes << " x the "
