@@ -80,6 +80,8 @@ const std::vector<std::pair<const char*, CollectivesKind>> kCollectives = {{"aut
                                                                           {"nccl", CollectivesKind::kNccl}};
 const std::vector<std::pair<const char*, WeightStreaming>> kWeightStreamings = {
     {"map", WeightStreaming::kMap}, {"read", WeightStreaming::kRead}, {"direct", WeightStreaming::kDirect}};
+const std::vector<std::pair<const char*, WeightHugePages>> kWeightHugePages = {
+    {"auto", WeightHugePages::kAuto}, {"load", WeightHugePages::kLoad}, {"after_start", WeightHugePages::kAfterStart}};
 const std::vector<std::pair<const char*, SpeculativeConfig::Method>>& kSpeculativeMethods = speculative_method_names();
 const std::vector<std::pair<const char*, BatchingMode>> kModes = {
     {"continuous", BatchingMode::kContinuous}, {"static", BatchingMode::kStatic}};
@@ -208,6 +210,7 @@ const std::vector<KeyDef>& schema() {
       TESSERA_STRING_KEY("model.weights_cache_dir", model.weights_cache_dir, read_string),
       TESSERA_INT_KEY("model.weights_prefetch_layers", model.weights_prefetch_layers, 1, 64),
       TESSERA_ENUM_KEY("model.weights_streaming", model.weights_streaming, kWeightStreamings),
+      TESSERA_ENUM_KEY("model.weights_huge_pages", model.weights_huge_pages, kWeightHugePages),
       KeyDef{"model.quantization_rules", false,
              [](TesseraConfig& c, const YAML::Node& n, const Where& w) {
                return read_quant_rules(n, w, &c.model.quantization_rules);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/huge_pages.h"
 #include "common/kernel_options.h"
 #include "common/parallel_roles.h"
 #include "common/quantization.h"
@@ -54,6 +55,12 @@ struct ModelSection {
   std::string weights_cache_dir;
   int weights_prefetch_layers = 2;
   WeightStreaming weights_streaming = WeightStreaming::kRead;
+  // When a CPU rank's resident weights go onto 2 MiB pages (common/huge_pages.h): load,
+  // after_start, or auto = after_start in tessera-serve (its first answer does not wait for
+  // 2 MiB pages to be touched) and load in the tools that time or run steps right after
+  // loading (tessera-bench, -generate, -perplexity, -batch), whose steps would run on 4 KiB
+  // pages until the move.
+  WeightHugePages weights_huge_pages = WeightHugePages::kAuto;
 };
 // The loader's view of the model section's quantization keys.
 QuantizationOptions quantization_options(const ModelSection& model);

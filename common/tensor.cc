@@ -7,6 +7,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/huge_pages.h"
+
 namespace tessera {
 
 TensorView::TensorView(void* d, DType t, std::initializer_list<int64_t> dims, DeviceKind dev)
@@ -112,9 +114,12 @@ Tensor Tensor::zeros(const std::vector<int64_t>& dims, DType dtype) {
     void* m = mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     TESSERA_CHECK(m != MAP_FAILED) << "out of memory allocating " << padded << " bytes: " << std::strerror(errno);
     const uintptr_t aligned = (reinterpret_cast<uintptr_t>(m) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    madvise(reinterpret_cast<void*>(aligned), padded, MADV_HUGEPAGE);
     t.view_.data = reinterpret_cast<void*>(aligned);
     t.owner_ = std::shared_ptr<const void>(m, [reserved](const void* q) { munmap(const_cast<void*>(q), reserved); });
+    // Under a HugePageDeferral (weights loaded with model.weights_huge_pages after_start) the
+    // advice waits until the pages are written (common/huge_pages.h says why).
+    const size_t windows = (reinterpret_cast<uintptr_t>(m) + reserved - aligned) / kHugePageBytes * kHugePageBytes;
+    if (!HugePageDeferral::defer(t.owner_, t.view_.data, windows)) madvise(t.view_.data, padded, MADV_HUGEPAGE);
     return t;
   }
   void* p = std::aligned_alloc(64, padded);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "common/logging.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -138,8 +139,14 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
       };
     }
   }
+  // The weights' memory comes on 4 KiB pages, moved onto 2 MiB ones once written.
+  std::optional<HugePageDeferral> deferral;
+  if (options.huge_pages == WeightHugePages::kAfterStart && backend.kind() == BackendKind::kCpu) deferral.emplace();
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
+  std::vector<DeferredRange> deferred;  // (the streaming buffers made below are not the weights')
+  if (deferral) deferred = deferral->take();
+  deferral.reset();
   std::unique_ptr<StagedWeights> staged_weights;
   if (staged) {
     if (backend.kind() != BackendKind::kCpu) TESSERA_RETURN_IF_ERROR(check_device_streaming_options(options.residency));
@@ -164,6 +171,7 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
                                                  options.kernel_inject, options.dtype, shard.value(), std::move(owned),
                                                  comm, backend));
   t->residency_ = std::move(residency);
+  if (!deferred.empty()) t->huge_page_mover_ = std::make_unique<HugePageMover>(std::move(deferred), options.log_prefix);
   if (staged_weights) {
     staged_weights->bind(t->weights_);
     t->staged_ = std::move(staged_weights);

@@ -12,6 +12,7 @@
 
 #include "common/checkpoint.h"
 #include "common/communicator.h"
+#include "common/huge_pages.h"
 #include "common/status.h"
 #include "kernels/backend.h"
 #include "worker/kv_cache.h"
@@ -41,6 +42,10 @@ struct ModelLoadOptions {
   // model.weights_memory_budget and friends: the layers beyond the budget are streamed
   // (the CPU: worker/weight_residency.h; a device: worker/staged_weights.h).
   WeightResidencyOptions residency;
+  // On the CPU backend, when the resident weights go onto 2 MiB pages (common/huge_pages.h;
+  // kAuto is taken as kLoad here: the tools that serve resolve it before).
+  WeightHugePages huge_pages = WeightHugePages::kLoad;
+  std::string log_prefix = "weights";  // who the huge-page mover's log line names ("rank 0/2")
 };
 
 class Transformer {
@@ -65,6 +70,9 @@ class Transformer {
   const StagedWeights* staged() const { return staged_.get(); }
   // The start-up plan of the weights streamed (either way), or "" when all are resident.
   std::string streaming_plan() const;
+  // What moves the resident weights onto 2 MiB pages after start (model.weights_huge_pages
+  // after_start on the CPU backend); null otherwise.
+  const HugePageMover* huge_page_mover() const { return huge_page_mover_.get(); }
 
   // tokens: the new tokens of all sequences, grouped per sequence as batch.query_start says.
   // Writes their K/V into `cache`, and fills `logits` [logit_rows.size(), vocab] with the
@@ -144,6 +152,9 @@ class Transformer {
   LoraRuns token_runs_;
   std::unique_ptr<WeightResidency> residency_;  // streams the layers beyond the budget (CPU)
   std::unique_ptr<StagedWeights> staged_;       // the same into device slots
+  // Moves the resident weights onto 2 MiB pages after start (model.weights_huge_pages
+  // after_start); null otherwise.
+  std::unique_ptr<HugePageMover> huge_page_mover_;
 };
 
 // BLOOM's ALiBi slopes for `heads` heads, including the interleaved second series used when

@@ -67,7 +67,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
 
 TEST(ConfigTest, EverySectionParses) {
   const char* yaml = R"(
-model: {path: /models/x, dtype: bfloat16, kernel_inject: false}
+model: {path: /models/x, dtype: bfloat16, kernel_inject: false, weights_huge_pages: after_start}
 parallel:
   tensor_parallel: 4
   auto_tp:
@@ -97,6 +97,7 @@ worker: {backend: cpu, threads: 6, memory_limit_bytes: 1000000}
   EXPECT_EQ(c->model.path, "/models/x");
   EXPECT_EQ(c->model.dtype, DType::kBF16);
   EXPECT_FALSE(c->model.kernel_inject);
+  EXPECT_EQ(c->model.weights_huge_pages, WeightHugePages::kAfterStart);
   EXPECT_EQ(c->parallel.tensor_parallel, 4);
   EXPECT_EQ(c->parallel.auto_tp.all_reduce_linear.at("w2"), "mixtral");
   EXPECT_EQ(c->parallel.auto_tp.keep_linear.at("gate"), "mixtral");
@@ -141,6 +142,7 @@ worker: {backend: cpu, threads: 6, memory_limit_bytes: 1000000}
   EXPECT_EQ(again->cache.num_blocks, 1000);
   EXPECT_EQ(again->cache.cpu_kv_bytes, 67108864);
   EXPECT_EQ(again->worker.memory_limit_bytes, 1000000);
+  EXPECT_EQ(again->model.weights_huge_pages, WeightHugePages::kAfterStart);
 }
 
 TEST(ConfigTest, DefaultsDumpRoundTrips) {
@@ -184,6 +186,7 @@ TEST(ConfigTest, WrongTypesAndValuesNameThePathAndExpectation) {
       {"worker: {memory_limit_bytes: -1}", {"worker.memory_limit_bytes", "expected an integer in [0, ", "got '-1'"}},
       {"model: {dtype: float8}", {"model.dtype", "expected float32 | float16 | bfloat16, got 'float8'"}},
       {"model: {kernel_inject: maybe}", {"model.kernel_inject", "expected true or false"}},
+      {"model: {weights_huge_pages: later}", {"model.weights_huge_pages", "auto | load | after_start", "got 'later'"}},
       {"model: {path: [a]}", {"model.path", "expected a string, got a list"}},
       {"cache: {num_blocks: lots}", {"cache.num_blocks", "expected \"auto\" or an integer >= 1, got 'lots'"}},
       {"cache: {memory_fraction: 1.5}", {"cache.memory_fraction", "expected a number in (0, 1], got '1.5'"}},

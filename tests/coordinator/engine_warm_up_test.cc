@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -74,9 +75,9 @@ TEST_F(EngineWarmUpTest, RunsTheLongestChunkAndADecodeBatchAndLeavesNothingBehin
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   EXPECT_EQ(report->prompt_tokens, 128);  // the token budget (under max_model_len and the pool)
   EXPECT_EQ(report->decode_batch, 4);     // max_num_seqs
-  // The long prompt, its one decode step (2 tokens generated); 4 prompts of 4 tokens and
-  // their two decode steps each (3 tokens generated).
-  EXPECT_EQ(counting.fed(), 128 + 1 + 4 * (4 + 2));
+  // The long prompt, its one decode step (2 tokens generated); one prompt of 4 tokens alone,
+  // then 4 together, and their two decode steps each (3 tokens generated).
+  EXPECT_EQ(counting.fed(), 128 + 1 + 5 * (4 + 2));
   EXPECT_GE(report->steps, 4);
   EXPECT_EQ(executor.sequences().size(), 0u);
 
@@ -101,7 +102,7 @@ TEST_F(EngineWarmUpTest, FitsATinyKvPool) {
 // fresh executor's tokens.
 TEST_F(EngineWarmUpTest, CutShortItStopsBeforeTheNextStepAndLeavesNothingBehind) {
   const SchedulerConfig c = config(64);
-  for (int allowed : {0, 1, 3}) {
+  for (int allowed : {0, 1, 3, 4}) {
     Executor executor(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
     testing::ScriptedExecutor counting(executor);
     int asked = 0;
@@ -111,8 +112,11 @@ TEST_F(EngineWarmUpTest, CutShortItStopsBeforeTheNextStepAndLeavesNothingBehind)
     EXPECT_TRUE(report->cut_short) << allowed;
     EXPECT_EQ(report->steps, allowed);
     EXPECT_EQ(report->prompt_tokens, 0) << "the long prefill comes last";
-    // Steps 1..3 are the short batch's prefill and its two decode steps; none ran at 0.
-    EXPECT_EQ(counting.fed(), allowed == 0 ? 0 : allowed == 1 ? 4 * 4 : 4 * (4 + 2)) << allowed;
+    // Steps 1..3 are the lone short request's prefill and its two decode steps (a first
+    // request's steps, so one arriving meanwhile waits the least); none ran at 0.
+    // Step 4 is the short batch's prefill.
+    const std::map<int, int> fed = {{0, 0}, {1, 4}, {3, 4 + 2}, {4, 4 + 2 + 4 * 4}};
+    EXPECT_EQ(counting.fed(), fed.at(allowed)) << allowed;
     EXPECT_EQ(executor.sequences().size(), 0u) << allowed;
     Executor fresh(*model_, *backend_, c.block_size, c.num_blocks, model_->dtype());
     EXPECT_EQ(serve_one(executor, c), serve_one(fresh, c)) << allowed;

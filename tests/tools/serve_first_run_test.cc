@@ -1,8 +1,10 @@
 // First-run behaviour of a real tessera-serve: --dtype and --threads set model.dtype and
-// worker.threads (as the workers' configuration shows), the automatic backend's CPU fallback
+// worker.threads (as the workers' configuration shows), the weights go onto 2 MiB pages
+// after start, the automatic backend's CPU fallback
 // is one plain log line, and a large CPU KV pool costs neither set-up work nor resident memory
 // until its blocks are used.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -46,6 +48,13 @@ TEST(ServeFirstRun, DtypeAndThreadsFlagsReachTheWorkers) {
   const std::string config = workers_config(tmp);
   EXPECT_NE(config.find("dtype: bfloat16"), std::string::npos) << config;
   EXPECT_NE(config.find("threads: 2"), std::string::npos) << config;
+  // A server's first answer does not wait for its weights' 2 MiB pages: model.weights_huge_pages
+  // auto reaches the workers as after_start, and each moves its weights once loaded.
+  EXPECT_NE(config.find("weights_huge_pages: after_start"), std::string::npos) << config;
+  for (int i = 0; i < 200 && server.log().find("weights on huge pages after start") == std::string::npos; ++i) {
+    usleep(50000);
+  }
+  EXPECT_NE(server.log().find("rank 0/1: weights on huge pages after start"), std::string::npos) << server.log();
   server.stop();
   fs::remove_all(tmp);
 }

@@ -604,6 +604,10 @@ Status run_engine_stack(ServeOptions o, const FrontEnd& front_end, const Preflig
 }
 
 Status serve(ServeOptions o) {
+  // A server's first answer should not wait for its weights' 2 MiB pages (common/huge_pages.h).
+  if (o.config.model.weights_huge_pages == WeightHugePages::kAuto) {
+    o.config.model.weights_huge_pages = WeightHugePages::kAfterStart;
+  }
   std::vector<std::string> api_keys;
   const auto read_keys = [&api_keys](const TesseraConfig& c) -> Status {
     TESSERA_ASSIGN_OR_RETURN(api_keys, configured_api_keys(c.server.http));
