@@ -32,6 +32,10 @@ KvPrefaulter::KvPrefaulter(std::vector<Region> regions, int num_blocks)
   size_t largest = 1;
   for (const Region& r : regions_) largest = std::max(largest, r.block_bytes);
   ahead_ = std::max<int>(16, static_cast<int>(kHugePageBytes / largest));
+  // The first step's blocks (the lowest: BlockManager hands them out in ascending order) at
+  // once, while the worker finishes its start-up: a first step that faulted them itself,
+  // one 2 MiB page per layer's K and V, took 0.1-0.3 s longer on a VM (a ~1.1B model's 44).
+  target_ = std::min(num_blocks_, ahead_);
   thread_ = std::thread([this] { run(); });
 }
 

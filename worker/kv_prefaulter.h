@@ -34,6 +34,7 @@ class KvPrefaulter {
   KvPrefaulter(const KvPrefaulter&) = delete;
   KvPrefaulter& operator=(const KvPrefaulter&) = delete;
 
+  // From construction on, the first ahead_blocks() are populated (a first step's).
   // Blocks below `end` are in use: populate up to `end` plus the margin ahead.
   void in_use_below(int end);
   // How many blocks (from 0) have been populated; for tests.

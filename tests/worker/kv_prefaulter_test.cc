@@ -61,7 +61,14 @@ TEST(KvPrefaulter, FaultsInTheBlocksAheadOfUseAndNoFurther) {
   KvPrefaulter p({{k.base, block_bytes}, {v.base, block_bytes}}, kBlocks);
   const int ahead = p.ahead_blocks();
   EXPECT_EQ(ahead, static_cast<int>((size_t{2} << 20) / block_bytes));
-  EXPECT_EQ(p.populated_blocks(), 0) << "nothing before a step says what is in use";
+  // Before any step, the first step's blocks (the lowest), and no more.
+  ASSERT_TRUE(wait_for_populated(p, ahead));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(p.populated_blocks(), ahead);
+  for (const Mapping* m : {&k, &v}) {
+    const std::vector<bool> beyond = m->resident((ahead + 16) * block_bytes, kBlocks * block_bytes);
+    EXPECT_EQ(std::count(beyond.begin(), beyond.end(), true), 0) << "nothing far beyond the first step's blocks";
+  }
 
   p.in_use_below(10);
   ASSERT_TRUE(wait_for_populated(p, 10 + ahead));
