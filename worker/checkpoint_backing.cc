@@ -85,6 +85,7 @@ int64_t copy_resident_from_files(ModelWeights& w, const std::vector<const Weight
 bool load_layers_as_stored(const Checkpoint& checkpoint, const WeightLoadOptions& options) {
   if (options.shard.world != 1 || checkpoint.from_gguf()) return false;
   if (resolve_quantization(options.quant, checkpoint).enabled()) return false;
+  if (options.quant.bf16_coding == Bf16Coding::kOn) return false;  // coded layers are not as stored
   for (const auto& file : checkpoint.files()) {
     if (file->whole_mapping().base == nullptr) return false;
     for (const TensorInfo& info : file->tensors())

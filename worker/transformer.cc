@@ -16,8 +16,9 @@ namespace tessera {
 namespace {
 
 // model.bf16_coding made definite (common/quantization.h): auto codes where the CPU backend
-// decodes coded weights on its fast kernel, for bfloat16 weights that all stay resident;
-// on is refused where it cannot apply rather than ignored.
+// decodes coded weights on its fast kernel, for bfloat16 weights that all stay resident (under
+// a budget the streamed layers come from the checkpoint as stored where they can, which coded
+// layers cannot); on is refused where it cannot apply rather than ignored.
 StatusOr<Bf16Coding> resolve_bf16_coding(const ModelLoadOptions& options, const Backend& backend) {
   const Bf16Coding asked = options.quant.bf16_coding;
   if (asked == Bf16Coding::kOff) return Bf16Coding::kOff;
@@ -27,10 +28,10 @@ StatusOr<Bf16Coding> resolve_bf16_coding(const ModelLoadOptions& options, const 
       return invalid_argument(std::string("model.bf16_coding on codes bfloat16 weights, but model.dtype is ") +
                               dtype_name(options.dtype) + "; set model.dtype bfloat16 or model.bf16_coding off");
     }
-    if (streamed) {
+    if (streamed && (backend.kind() != BackendKind::kCpu || options.residency.device_slots)) {
       return invalid_argument(
-          "model.bf16_coding on: coded weights are not streamed; set model.weights_memory_budget all or "
-          "model.bf16_coding off");
+          "model.bf16_coding on: coded weights are streamed on the CPU backend only (from its spill file), not into "
+          "device buffers; set model.weights_memory_budget all or model.bf16_coding off");
     }
     return Bf16Coding::kOn;
   }

@@ -117,7 +117,7 @@ Status spill_loaded_layer(WeightSpill& spill, int layer, LayerWeights& lw, const
     spill.layer_ranges.emplace_back(0, 0);
     return Status::ok();
   }
-  TESSERA_ASSIGN_OR_RETURN(const auto range, spill.append(layer_unit_name(layer), ts, nullptr, &lw));
+  TESSERA_ASSIGN_OR_RETURN(const auto range, spill.append(layer_unit_name(layer), ts, {}, &lw));
   spill.layer_ranges.push_back(range);
   return Status::ok();
 }
@@ -216,11 +216,11 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     if (layer >= 0 && (spill->reused() ? spill->restored_at_load(layer) : loaded_spill)) {
       std::tie(unit.offset, unit.span) = spill->layer_ranges[static_cast<size_t>(layer)];
     } else if (spill->reused()) {
-      TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span), spill->restore(unit.name, tensors[u], &w.embed));
+      TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span), spill->restore(unit.name, tensors[u], {&w.embed, &w.embed_side}));
     } else {
       LayerWeights* fields = layer >= 0 ? &w.layers[static_cast<size_t>(layer)] : nullptr;
       TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span),
-                               spill->append(unit.name, tensors[u], &w.embed, fields));
+                               spill->append(unit.name, tensors[u], {&w.embed, &w.embed_side}, fields));
     }
     if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }

@@ -18,6 +18,10 @@
 namespace tessera {
 namespace {
 
+bool read_by_rows(const Tensor* t, const RowTensors& by_rows) {
+  return std::find(by_rows.begin(), by_rows.end(), t) != by_rows.end();
+}
+
 Status write_all(int fd, const void* data, size_t bytes, size_t offset, const std::string& what) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -183,7 +187,7 @@ Status WeightSpill::map(size_t reserve) {
   return Status::ok();
 }
 
-StatusOr<SpillRange> WeightSpill::append(const std::string& key, const UnitTensors& ts, const Tensor* by_rows,
+StatusOr<SpillRange> WeightSpill::append(const std::string& key, const UnitTensors& ts, const RowTensors& by_rows,
                                          LayerWeights* layer) {
   if (reused_) return internal_error("weight cache: '" + key + "' appended to a file read back");
   const size_t offset = end_;
@@ -209,13 +213,13 @@ StatusOr<SpillRange> WeightSpill::append(const std::string& key, const UnitTenso
   // The padding is in the file too: a unit is read whole, to its aligned end.
   if (::ftruncate(fd_, static_cast<off_t>(end_)) != 0) return resource_exhausted(cannot_write + std::strerror(errno));
   for (const auto& [tensor, at_offset] : placements) {
-    const std::shared_ptr<const void>& owner = tensor == by_rows ? mapping_ : region_;
+    const std::shared_ptr<const void>& owner = read_by_rows(tensor, by_rows) ? mapping_ : region_;
     TensorView v = tensor->view();
     v.data = static_cast<char*>(const_cast<void*>(owner.get())) + at_offset;
     *tensor = Tensor::borrowed(v, owner);
   }
   nlohmann::json records = nlohmann::json::array();
-  for (Tensor* t : ts) records.push_back(weight_cache_tensor(*t, t == by_rows ? file_base() : region_base()));
+  for (Tensor* t : ts) records.push_back(weight_cache_tensor(*t, read_by_rows(t, by_rows) ? file_base() : region_base()));
   units_[key] = {{"offset", offset}, {"span", end_ - offset}, {"tensors", records}};
   if (layer != nullptr) units_[key]["fields"] = weight_cache_fields(*layer);
   ::madvise(file_base() + offset, end_ - offset, MADV_DONTNEED);  // not resident until a step asks
@@ -291,7 +295,7 @@ StatusOr<bool> WeightSpill::restore_layer(int layer, LayerWeights* lw) {
   return true;
 }
 
-StatusOr<SpillRange> WeightSpill::restore(const std::string& key, const UnitTensors& ts, const Tensor* by_rows) {
+StatusOr<SpillRange> WeightSpill::restore(const std::string& key, const UnitTensors& ts, const RowTensors& by_rows) {
   if (!reused_ || !holds(key)) return file_error("does not hold " + key + ", which this start streams");
   TESSERA_ASSIGN_OR_RETURN(const SpillRange range, unit_range(key));
   const nlohmann::json& records = units_[key]["tensors"];
@@ -299,7 +303,7 @@ StatusOr<SpillRange> WeightSpill::restore(const std::string& key, const UnitTens
   for (size_t i = 0; i < ts.size(); ++i) {
     if (records[i].is_null() != ts[i]->empty()) return file_error("does not match the model (" + key + ")");
     if (ts[i]->empty()) continue;
-    const bool rows = ts[i] == by_rows;
+    const bool rows = read_by_rows(ts[i], by_rows);
     auto view = weight_cache_view(records[i], rows ? file_base() : region_base(), range.first,
                                   range.first + range.second);
     if (!view.is_ok()) return file_error(view.status().message());

@@ -53,6 +53,9 @@ using SpillRange = std::pair<size_t, size_t>;
 // as a fault on a mapping would.
 void read_streamed_range(int fd, char* to, size_t offset, size_t bytes, bool whole_pages, const std::string& what);
 
+// The tensors of a unit read a row per token, through the file's mapping.
+using RowTensors = std::vector<const Tensor*>;
+
 class WeightSpill {
  public:
   // An unnamed spill file in `dir` with room for `reserve` bytes of units.
@@ -67,11 +70,11 @@ class WeightSpill {
   WeightSpill(const WeightSpill&) = delete;
   WeightSpill& operator=(const WeightSpill&) = delete;
 
-  // Writes the unit's distinct buffers and re-points its tensors, `by_rows` (the embedding
-  // table, read a row per token; a tied head's view of the same buffer is not) into the
-  // mapping; records their places under `key` (a unit's name), with `layer`'s fields when
-  // the unit is a layer.
-  StatusOr<SpillRange> append(const std::string& key, const UnitTensors& tensors, const Tensor* by_rows = nullptr,
+  // Writes the unit's distinct buffers and re-points its tensors, those in `by_rows` (the
+  // embedding table, read a row per token, and a coded table's side tensor; a tied head's
+  // views of the same buffers are not) into the mapping; records their places under `key` (a
+  // unit's name), with `layer`'s fields when the unit is a layer.
+  StatusOr<SpillRange> append(const std::string& key, const UnitTensors& tensors, const RowTensors& by_rows = {},
                               LayerWeights* layer = nullptr);
   // A cache file's trailer, then its name (the file is complete: every streamed unit was
   // appended). `layers`: the model's layer count.
@@ -88,7 +91,7 @@ class WeightSpill {
   StatusOr<bool> restore_layer(int layer, LayerWeights* lw);
   // Points a loaded unit's tensors at their places in a cache file read back; the file must
   // record the same dtypes and shapes.
-  StatusOr<SpillRange> restore(const std::string& key, const UnitTensors& tensors, const Tensor* by_rows = nullptr);
+  StatusOr<SpillRange> restore(const std::string& key, const UnitTensors& tensors, const RowTensors& by_rows = {});
 
   // A place of `span` bytes in the anonymous region (read) for a unit read from another file
   // (a checkpoint's, worker/checkpoint_backing.h): nothing is written to this file there.

@@ -79,7 +79,9 @@ WeightUnits weight_units(ModelWeights& w) {
     u.head = static_cast<int>(u.units.size());
     u.units.push_back({u.tied ? "LM head (the embedding table)" : "LM head", {&w.lm_head.w, &w.lm_head.scales}});
     if (u.tied) {
+      // (A coded table's side tensor is the head's scales: one buffer, as the table is the head's.)
       u.units.back().tensors.push_back(&w.embed);
+      u.units.back().tensors.push_back(&w.embed_side);
       u.table = u.head;
     }
   }

@@ -31,10 +31,10 @@ class QuantizeCliTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // A tiny random-weight checkpoint (hidden 64, 4 heads of 16, ffn 128).
-  std::string make(const std::string& arch) {
-    const std::string out = dir_ + "/" + arch;
+  std::string make(const std::string& arch, const std::string& extra = "") {
+    const std::string out = dir_ + "/" + arch + (extra.empty() ? "" : "-tied");
     auto r = run_command(testing::bin_dir() + "/tessera-make-checkpoint --arch " + arch + " --preset tiny --out " +
-                         testing::shell_quote(out) + " --seed 11");
+                         testing::shell_quote(out) + " --seed 11 " + extra);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return out;
   }
@@ -135,7 +135,8 @@ TEST_F(QuantizeCliTest, TheLoadLogSaysWhatTheLinearsAndTheLmHeadBecame) {
 // Coded bf16 (model.bf16_coding, kernels/coded_bf16_layout.h): the same values in 12 bits a
 // weight, so the same tokens as 16-bit bf16, alone and at tensor-parallel 2 (where o_proj's
 // 32-wide slices stay uncoded: not a multiple of the 64-input block); the load log says what
-// was coded; what cannot apply is refused in one line.
+// was coded; under a weights budget the coded layers stream from the spill file (an untied
+// and a tied LM head); what cannot apply is refused in one line.
 TEST_F(QuantizeCliTest, CodedBf16GivesBf16sTokensAndSaysSo) {
   auto plain = generate(llama_, "--dtype bfloat16 --bf16-coding off");
   auto coded = generate(llama_, "--dtype bfloat16 --bf16-coding on");
@@ -155,8 +156,20 @@ TEST_F(QuantizeCliTest, CodedBf16GivesBf16sTokensAndSaysSo) {
   EXPECT_NE(r.err.find(" coded bf16; the LM head coded bf16"), std::string::npos) << r.err;
   expect_one_line_error(generate(llama_, "--dtype float32 --bf16-coding on"),
                         "model.bf16_coding on codes bfloat16 weights, but model.dtype is float32");
-  expect_one_line_error(generate(llama_, "--dtype bfloat16 --bf16-coding on --weights-budget 50%"),
-                        "model.bf16_coding on: coded weights are not streamed");
+  const std::string tied = make("llama", "--tie-embeddings");
+  for (const std::string& model : {llama_, tied}) {
+    auto resident = generate(model, "--dtype bfloat16 --bf16-coding off");
+    auto streamed = run_command("TESSERA_LOG_LEVEL=info " + testing::bin_dir() + "/tessera-generate --model " +
+                                testing::shell_quote(model) +
+                                " --prompt-ids 1,5,9,13 --max-new-tokens 8 --json --dtype bfloat16 --bf16-coding on "
+                                "--weights-budget 30%");
+    ASSERT_EQ(resident.exit_code, 0) << resident.err;
+    ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+    EXPECT_NE(streamed.err.find(" coded bf16"), std::string::npos) << streamed.err;
+    EXPECT_NE(streamed.err.find("from an unlinked spill file"), std::string::npos) << streamed.err;
+    const std::string json = streamed.out.substr(streamed.out.find('{'));
+    EXPECT_EQ(nlohmann::json::parse(json)["output_ids"], nlohmann::json::parse(resident.out)["output_ids"]) << model;
+  }
   expect_one_line_error(generate(llama_, "--bf16-coding yes"), "--bf16-coding: unsupported \"yes\" (expected auto, on or off)");
 }
 

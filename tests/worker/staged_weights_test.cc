@@ -178,5 +178,24 @@ TEST(StagedWeights, ASpillOrCacheFolderOrAWayOfReadingThemIsRefusedForADevice) {
   EXPECT_NE(way.message().find("model.weights_streaming direct"), std::string::npos) << way.to_string();
 }
 
+// Coded bf16 weights stream from the CPU backend's spill file, not into device buffers:
+// asked for with units streamed into them, the load is refused in one line.
+TEST(StagedWeights, CodedBf16IntoDeviceBuffersIsRefusedNamingTheKey) {
+  TESSERA_REQUIRE_FIXTURES();
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.is_ok());
+  ModelLoadOptions lo;
+  lo.dtype = DType::kBF16;
+  lo.quant.bf16_coding = Bf16Coding::kOn;
+  lo.residency.budget = parse_weights_budget("25%").value();
+  lo.residency.device_slots = true;
+  auto m = Transformer::load(testing::fixtures_dir() + "/tiny-llama", lo, **backend);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("model.bf16_coding on: coded weights are streamed on the CPU backend only"),
+            std::string::npos)
+      << m.status().to_string();
+  EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera

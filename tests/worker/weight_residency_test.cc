@@ -59,7 +59,8 @@ struct Loaded {
 };
 
 Loaded load(const std::string& budget, WeightQuantization quant = WeightQuantization::kNone,
-            WeightStreaming streaming = WeightStreaming::kRead, DType dtype = DType::kF32) {
+            WeightStreaming streaming = WeightStreaming::kRead, DType dtype = DType::kF32,
+            Bf16Coding coding = Bf16Coding::kOff) {
   Loaded l;
   auto b = make_backend("cpu", BackendOptions{2, 0, KernelOptions{}});
   EXPECT_TRUE(b.is_ok());
@@ -67,9 +68,9 @@ Loaded load(const std::string& budget, WeightQuantization quant = WeightQuantiza
   ModelLoadOptions lo;
   lo.dtype = dtype;
   lo.quant.kind = quant;
-  // Streamed weights are never coded (model.bf16_coding), so neither are the resident ones
-  // they are compared with bit for bit: the same kernels on both sides.
-  lo.quant.bf16_coding = Bf16Coding::kOff;
+  // Coded (model.bf16_coding on) or not on both sides of a comparison, bit for bit: the same
+  // kernels on both sides.
+  lo.quant.bf16_coding = coding;
   lo.residency.budget = parse_weights_budget(budget).value();
   lo.residency.streaming = streaming;
   auto m = Transformer::load(aligned_kjv_llama(), lo, *l.backend);
@@ -217,6 +218,33 @@ TEST_P(WeightStreamingTest, Int8WeightsStreamedGiveTheLogitsOfInt8Resident) {
     EXPECT_EQ(got.value()[i].output, want.value()[i].output) << "case " << i;
     EXPECT_EQ(got.value()[i].logits, want.value()[i].logits) << "case " << i;
   }
+}
+
+// Coded bf16 layers (model.bf16_coding on) stream from the spill file in their 12 bits, never
+// from the checkpoint (they are not as stored there): the logits of coded weights all resident,
+// bit for bit, within the budget and what is in flight.
+TEST_P(WeightStreamingTest, CodedBf16WeightsStreamedGiveTheLogitsOfCodedResident) {
+  TESSERA_REQUIRE_FIXTURES();
+  Loaded streamed = load("25%", WeightQuantization::kNone, GetParam(), DType::kBF16, Bf16Coding::kOn);
+  Loaded resident = load("all", WeightQuantization::kNone, WeightStreaming::kRead, DType::kBF16, Bf16Coding::kOn);
+  ASSERT_TRUE(streamed.model && resident.model);
+  const WeightResidency* r = streamed.model->residency();
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->checkpoint_units(), 0) << r->plan();
+  const int coded = coded_bf16_linears(streamed.model->weights());
+  EXPECT_EQ(coded, coded_bf16_linears(resident.model->weights()));
+  EXPECT_GT(coded, 0);
+  std::vector<std::vector<int32_t>> greedy;
+  const std::vector<GenerationRequest> reqs = golden_requests(&greedy);
+  Generator a(*streamed.model, *streamed.backend), b(*resident.model, *resident.backend);
+  auto got = a.generate(reqs, true), want = b.generate(reqs, true);
+  ASSERT_TRUE(got.is_ok() && want.is_ok());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got.value()[i].output, want.value()[i].output) << "case " << i;
+    EXPECT_EQ(got.value()[i].logits, want.value()[i].logits) << "case " << i;
+  }
+  EXPECT_GT(r->streamed_bytes(), 0);
+  EXPECT_LE(r->peak_resident_bytes(), r->budget_bytes() + r->prefetch_layers() * r->largest_streamed_bytes());
 }
 
 // One layer streamed, one in flight, on a model with a tied head (no table read by rows): each
