@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/gguf/ggml_block_element.h"
 #include "common/logging.h"
 #include "kernels/coded_bf16_layout.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -106,6 +107,22 @@ void Backend::embedding_coded_bf16(const TensorView& ids, const TensorView& body
   TESSERA_CHECK_EQ(out.dim(0), ids.dim(0));
   TESSERA_CHECK_GE(row_offset, -1);
   embedding_coded_bf16_impl(ids, body, side, out, row_offset);
+}
+
+void Backend::embedding_ggml(const TensorView& ids, const TensorView& table, uint32_t ggml_type,
+                             const TensorView& out, int64_t row_offset) {
+  TESSERA_CHECK(ids.dtype == DType::kI32 && ids.ndim == 1) << "ids " << ids.shape_string();
+  check_f32_2d(out, "embedding out");
+  check_on_device(*this, table, "embedding_ggml", "table", kFromPlaceWeight);
+  TESSERA_CHECK(ggml_element::decodes(ggml_type)) << "embedding_ggml: ggml type " << ggml_type << " is not decoded";
+  const int64_t h = out.dim(1), per_block = ggml_element::block_elems(ggml_type);
+  TESSERA_CHECK(table.ndim == 2 && table.dtype == DType::kU8 && table.contiguous() && h % per_block == 0 &&
+                table.dim(1) == h / per_block * ggml_element::block_bytes(ggml_type))
+      << "embedding_ggml: table " << table.shape_string() << " " << dtype_name(table.dtype) << " is not rows of " << h
+      << " elements in ggml type " << ggml_type << " blocks";
+  TESSERA_CHECK_EQ(out.dim(0), ids.dim(0));
+  TESSERA_CHECK_GE(row_offset, -1);
+  embedding_ggml_impl(ids, table, ggml_type, out, row_offset);
 }
 
 void Backend::layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta,

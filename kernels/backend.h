@@ -128,6 +128,12 @@ class Backend {
   // -1: the whole vocabulary; else the vocabulary-parallel form above.
   void embedding_coded_bf16(const TensorView& ids, const TensorView& body, const TensorView& side,
                             const TensorView& out, int64_t row_offset = -1);
+  // The same lookup in a table kept in ggml's quantized blocks (an untied GGUF embedding):
+  // table u8 [V, H / block_elems * block_bytes], each row its blocks of `ggml_type` (q8_0,
+  // q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K; common/gguf/ggml_block_element.h), decoded to
+  // f32 as dequantize_ggml does. row_offset as for embedding_coded_bf16.
+  void embedding_ggml(const TensorView& ids, const TensorView& table, uint32_t ggml_type, const TensorView& out,
+                      int64_t row_offset = -1);
   // out = layer_norm(x) * gamma + beta over the last dim. x, out f32 [T, H].
   void layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
                   const TensorView& out);
@@ -255,6 +261,8 @@ class Backend {
                                 const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void embedding_coded_bf16_impl(const TensorView& ids, const TensorView& body, const TensorView& side,
                                         const TensorView& out, int64_t row_offset) = 0;
+  virtual void embedding_ggml_impl(const TensorView& ids, const TensorView& table, uint32_t ggml_type,
+                                   const TensorView& out, int64_t row_offset) = 0;
   virtual void linear_coded_bf16_impl(const TensorView& x, const TensorView& body, const TensorView& side,
                                      const TensorView& bias, const TensorView& out, Activation act) = 0;
   virtual void activate_impl(const TensorView& x, Activation act) = 0;

@@ -328,8 +328,9 @@ StatusOr<ModelWeights> load_model_weights(const Checkpoint& checkpoint, const Mo
   mw.vocab_split = sh.world > 1 && (options.plan == nullptr || options.plan->role_of(embed_name) == TpRole::kVocab);
   const Slice vocab_rows = mw.vocab_split ? rows(sh.vocab_offset, sh.vocab_rows) : Slice{};
   // Tied to the LM head, the table is read whole every step; otherwise a row per token.
-  TESSERA_ASSIGN_OR_RETURN(mw.embed, c.tie_embeddings ? r.load(embed_name, {c.vocab, c.hidden}, vocab_rows)
-                                                      : r.load_sparsely_read(embed_name, {c.vocab, c.hidden}, vocab_rows));
+  TESSERA_ASSIGN_OR_RETURN(mw.embed, c.tie_embeddings
+                                         ? r.load(embed_name, {c.vocab, c.hidden}, vocab_rows)
+                                         : r.sparse_table(embed_name, c.vocab, c.hidden, vocab_rows, &mw.embed_blocks));
   if (a.position == PositionKind::kLearned) {
     TESSERA_ASSIGN_OR_RETURN(mw.pos_embed, r.load_sparsely_read(a.name_of(TensorRole::kPosEmbed), {c.max_positions, c.hidden}));
   }

@@ -120,6 +120,9 @@ struct ModelWeights {
   // A tied embedding coded with its LM head (model.bf16_coding): embed is the coded body and
   // this its side tensor (kernels/coded_bf16_layout.h); empty otherwise.
   Tensor embed_side;
+  // An untied table kept in a GGUF file's quantized blocks (u8 [vocab, row bytes], in the
+  // file's mapping; Backend::embedding_ggml): their ggml type; -1 otherwise.
+  int32_t embed_blocks = -1;
   Tensor pos_embed;  // learned positions [max_positions, hidden] (GPT-2), whole on every rank
   Tensor embed_norm_w, embed_norm_b;
   Tensor final_norm_w, final_norm_b;

@@ -309,6 +309,9 @@ Status Transformer::forward(const std::vector<int32_t>& tokens, const AttentionB
   const int64_t row_offset = weights_.vocab_split ? shard_.vocab_offset : -1;
   if (!weights_.embed_side.empty()) {
     backend_.embedding_coded_bf16(ids.view(), weights_.embed.view(), weights_.embed_side.view(), x.view(), row_offset);
+  } else if (weights_.embed_blocks >= 0) {
+    backend_.embedding_ggml(ids.view(), weights_.embed.view(), static_cast<uint32_t>(weights_.embed_blocks), x.view(),
+                            row_offset);
   } else if (weights_.vocab_split) {
     backend_.embedding(ids.view(), weights_.embed.view(), x.view(), row_offset);
   } else {

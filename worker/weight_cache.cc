@@ -121,7 +121,8 @@ std::string weight_cache_file_name(const nlohmann::json& identity) {
   for (char& c : stem)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
   const nlohmann::json& layout = identity.at("layout");
-  return stem + "-" + hex16(fnv1a64(model + "\n" + layout.dump())) + "-rank" +
+  const std::string format = std::to_string(identity.value("format", 0));
+  return stem + "-" + hex16(fnv1a64(model + "\n" + format + "\n" + layout.dump())) + "-rank" +
          std::to_string(layout.value("rank", 0)) + "of" + std::to_string(layout.value("world", 1)) + ".tessera-weights";
 }
 

@@ -29,8 +29,9 @@ namespace tessera {
 // Bumped whenever what a cache file holds changes meaning: the trailer, a tensor's record, the
 // order for_each_layer_tensor visits a layer's tensors in, a compute layout (int8 or 4-bit
 // panels), or which tensors the same options quantize (2: model.quantization int4 makes the
-// LM head int8).
-inline constexpr int kWeightCacheFormat = 2;
+// LM head int8; 3: a GGUF file's untied embedding stays in its blocks). The file's name
+// hashes the format too, so a start finds no file of another format (it writes its own).
+inline constexpr int kWeightCacheFormat = 3;
 
 // What a cache file is for: the model (its folder or file, and each weight file's size and
 // modification time), this rank, and every option that decides the streamed units' bytes;

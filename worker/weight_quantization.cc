@@ -10,6 +10,7 @@
 #include "common/gguf/gguf_file.h"
 #include "common/gguf/gguf_tensor_rows.h"
 #include "common/logging.h"
+#include "common/gguf/ggml_block_element.h"
 #include "common/tensor_arena.h"
 #include "common/tokenizer/regex.h"
 #include "kernels/coded_bf16.h"
@@ -609,8 +610,14 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
     double per_weight = static_cast<double>(dtype_size(dtype));
     const bool coded = quant.bf16_coding == Bf16Coding::kOn && name != embed && kind == WeightQuantization::kNone &&
                        !blocks && bf16_matrix_codable(dtype, info.shape);
+    // An untied table in blocks stays in them (WeightReader::sparse_table).
+    const bool table_blocks = name == embed && !mc.tie_embeddings && blocks && quant.keep_blocks &&
+                              ggml_element::decodes(static_cast<uint32_t>(info.ggml_type));
     if (coded) {
       per_weight = 1.5;
+    } else if (table_blocks) {
+      const auto type = static_cast<uint32_t>(info.ggml_type);
+      per_weight = static_cast<double>(ggml_element::block_bytes(type)) / static_cast<double>(ggml_element::block_elems(type));
     } else if (matrix && panels.has_value()) {
       per_weight = panel_bytes_per_weight(*panels);
     } else if (matrix && kind == WeightQuantization::kInt4) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/gguf/ggml_block_element.h"
 #include "common/gguf/gguf_file.h"
 #include "common/logging.h"
 #include "worker/weight_quantization.h"
@@ -111,6 +112,24 @@ StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vecto
     if (used_in_place && (!read_whole || !own_copies_)) ckpt_.release(name);
   }
   total_bytes_ += static_cast<int64_t>(t->nbytes());
+  return t;
+}
+
+StatusOr<Tensor> WeightReader::sparse_table(const std::string& name, int64_t rows, int64_t cols, Slice slice,
+                                            int32_t* blocks) {
+  *blocks = kept_block_type(name, slice);
+  if (*blocks < 0 || !ggml_element::decodes(static_cast<uint32_t>(*blocks))) {
+    *blocks = -1;
+    return load_sparsely_read(name, {rows, cols}, slice);
+  }
+  const TensorInfo* info = ckpt_.find(name);
+  if (info->shape != std::vector<int64_t>{rows, cols}) {
+    return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) + " but config.json implies " +
+                            shape_str({rows, cols}));
+  }
+  // No scratch: the table outlives the load (a slice of rows is borrowed from the mapping).
+  TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count));
+  total_bytes_ += static_cast<int64_t>(t.nbytes());
   return t;
 }
 

@@ -94,6 +94,12 @@ class WeightReader {
   StatusOr<Tensor> load_as(const std::string& name, const std::vector<int64_t>& shape, Slice slice, DType dtype,
                            bool read_whole = true);
 
+  // An embedding table read a row per token: kept in its GGUF file's quantized blocks (in
+  // the mapping, so only the rows used become resident; Backend::embedding_ggml decodes
+  // them) where this reader keeps a linear weight's blocks, else as load_sparsely_read reads
+  // it. *blocks: the ggml type kept, or -1.
+  StatusOr<Tensor> sparse_table(const std::string& name, int64_t rows, int64_t cols, Slice slice, int32_t* blocks);
+
   // Optional tensors (biases): empty when the checkpoint lacks them.
   StatusOr<Tensor> load_optional(const std::string& name, const std::vector<int64_t>& shape, Slice slice = {}) {
     if (ckpt_.find(name) == nullptr) return Tensor();

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/cgroup_memory.h"
+#include "common/gguf/ggml_dequant.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/gated_silu.h"
 #include "kernels/cpu/linear_cpu.h"
@@ -206,6 +207,15 @@ void CpuBackend::embedding_coded_bf16_impl(const TensorView& ids, const TensorVi
     decode_coded_bf16_rows(body.as<uint8_t>(), side.as<int32_t>(), rows, side.dim(0), h, row, row + 1, 0, h,
                            row_buffer.data());
     convert_elements(row_buffer.data(), DType::kBF16, dst, DType::kF32, h);
+  });
+}
+
+void CpuBackend::embedding_ggml_impl(const TensorView& ids, const TensorView& table, uint32_t ggml_type,
+                                     const TensorView& out, int64_t row_offset) {
+  const int64_t h = out.dim(1), row_bytes = table.dim(1);
+  gather_table_rows(ids, table.dim(0), row_offset, out, [&](int64_t row, float* dst) {
+    // The front checked the type and the row's whole blocks.
+    TESSERA_CHECK(dequantize_ggml(ggml_type, table.as<uint8_t>() + row * row_bytes, h, dst).is_ok());
   });
 }
 

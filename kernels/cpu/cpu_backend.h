@@ -54,6 +54,8 @@ class CpuBackend final : public Backend {
                         const TensorView& out, Activation act) override;
   void embedding_coded_bf16_impl(const TensorView& ids, const TensorView& body, const TensorView& side,
                                  const TensorView& out, int64_t row_offset) override;
+  void embedding_ggml_impl(const TensorView& ids, const TensorView& table, uint32_t ggml_type, const TensorView& out,
+                           int64_t row_offset) override;
   void linear_coded_bf16_impl(const TensorView& x, const TensorView& body, const TensorView& side,
                               const TensorView& bias, const TensorView& out, Activation act) override;
   void linear_int4_impl(const TensorView& x, const TensorView& w, const TensorView& scales, const TensorView& bias,

@@ -204,6 +204,15 @@ void CudaBackend::embedding_coded_bf16_impl(const TensorView& ids, const TensorV
   after_launch("embedding_coded_bf16");
 }
 
+void CudaBackend::embedding_ggml_impl(const TensorView& ids, const TensorView& table, uint32_t ggml_type,
+                                      const TensorView& out, int64_t row_offset) {
+  require_device({{&ids, "ids"}, {&out, "out"}}, "embedding_ggml");
+  require_placed({{&table, "table"}}, "embedding_ggml");
+  cuda::launch::embedding_ggml(ids.as<int32_t>(), ids.dim(0), table.as<uint8_t>(), table.dim(0), table.dim(1),
+                               ggml_type, out.dim(1), row_offset, out.as<float>(), error_flag_device_, stream_);
+  after_launch("embedding_ggml");
+}
+
 void CudaBackend::layer_norm_impl(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
                                   const TensorView& out) {
   require_device({{&x, "x"}, {&out, "out"}}, "layer_norm");

@@ -72,6 +72,14 @@ void embedding_coded_bf16(const int32_t* ids, int64_t tokens, const uint8_t* bod
                           int64_t side_elements, int64_t rows, int64_t hidden, int64_t row_offset, float* out,
                           int* error_flag, Stream stream);
 
+// ---- embedding_ggml.cu ----------------------------------------------------------------------
+// Backend::embedding_ggml: out[t, :] = row ids[t] (less row_offset when >= 0) of a table of
+// `rows` rows of `row_bytes` bytes, each `hidden` elements in blocks of ggml type `ggml_type`
+// (common/gguf/ggml_block_element.h), as launch::embedding does for a plain table.
+void embedding_ggml(const int32_t* ids, int64_t tokens, const uint8_t* table, int64_t rows, int64_t row_bytes,
+                    uint32_t ggml_type, int64_t hidden, int64_t row_offset, float* out, int* error_flag,
+                    Stream stream);
+
 // ---- elementwise.cu -------------------------------------------------------------------------
 // Activations are kernels/cpu/activations.h's formulas, in f32; kNone is the identity.
 // out[i] = (dtype) in[i], round to nearest even (the f16/bf16 copy of a GEMM input).

@@ -194,7 +194,7 @@ if [ -n "$gpu" ]; then
 fi
 
 # ---- tests ------------------------------------------------------------------------------------
-# CUDA op tests: tests/kernels/cuda_backend_test.cc, cuda_linear_int8_test.cc, cuda_linear_int4_test.cc and cuda_linear_coded_bf16_test.cc (CudaBackendTest.*, CudaBackendSelection.*; the int8, 4-bit and coded bf16 kernels against the CPU ones).
+# CUDA op tests: tests/kernels/cuda_backend_test.cc, cuda_linear_int8_test.cc, cuda_linear_int4_test.cc and cuda_linear_coded_bf16_test.cc (CudaBackendTest.*, CudaBackendSelection.*; the int8, 4-bit and coded bf16 kernels and the lookup in ggml blocks against the CPU ones).
 # TESSERA_CUDA_SYNC=1: every launch is checked where it happens, so a failure names its kernel.
 export TESSERA_CUDA_SYNC=1
 # The op tests run side by side, except those that read the device's free memory, which the

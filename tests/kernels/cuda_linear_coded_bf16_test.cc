@@ -3,6 +3,7 @@
 // (the GEMV kernel) and larger M (dequantize + cuBLAS), with and without bias and an
 // activation. The CPU rounds x to bf16 for its dot products, CUDA keeps it f32, so the bound
 // per output is that rounding, 2^-8 sum |x w|, plus f32 accumulation.
+// Also the lookup in a table kept as ggml blocks (the other embedding of a GGUF file).
 // Skips without a device; tests/gpu/run.sh runs it.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "kernels/coded_bf16.h"
+#include "tests/kernels/int4_test_blocks.h"
 #include "tests/kernels/cuda_test_fixture.h"
 
 namespace tessera {
@@ -80,6 +82,31 @@ TEST_F(CudaBackendTest, EmbeddingCodedBf16MatchesCpu) {
     cpu_->embedding_coded_bf16(ids, c.body, c.side, ref, offset);
     cuda_->embedding_coded_bf16(ids_d, body_d, side_d, out, offset);
     expect_close(widen(ref), device_f32(out), 0, 0, "embedding_coded_bf16 row_offset " + std::to_string(offset));
+  }
+}
+
+// A table kept in ggml blocks (an untied GGUF embedding; kernels/cuda/embedding.cu, each
+// element decoded by common/gguf/ggml_block_element.h) against the CPU's lookup, which decodes
+// whole rows with dequantize_ggml: every block type, the whole vocabulary and a rank's rows.
+TEST_F(CudaBackendTest, EmbeddingGgmlMatchesCpu) {
+  std::mt19937 rng(3);
+  const int64_t V = 60, H = 512;
+  Tensor ids = Tensor::zeros({5}, DType::kI32);
+  const int32_t picked[] = {0, 59, 7, 30, 42};
+  std::memcpy(ids.data<int32_t>(), picked, sizeof picked);
+  Tensor ids_d = to_device(ids);
+  for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                              GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const Tensor table = random_ggml_table(type, V, H, rng);
+    Tensor table_d = cuda_->place_weight(table);
+    for (const int64_t offset : {int64_t{-1}, int64_t{0}, int64_t{20}}) {
+      Tensor ref = Tensor::zeros({5, H}, DType::kF32);
+      Tensor out = cuda_->alloc({5, H}, DType::kF32);
+      cpu_->embedding_ggml(ids, table, static_cast<uint32_t>(type), ref, offset);
+      cuda_->embedding_ggml(ids_d, table_d, static_cast<uint32_t>(type), out, offset);
+      expect_close(widen(ref), device_f32(out), 0, 0,
+                   "embedding_ggml " + ggml_type_name(static_cast<uint32_t>(type)) + " row_offset " + std::to_string(offset));
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/gguf/ggml_dequant_blocks.h"
 #include "common/gguf/gguf_file.h"
+#include "common/tensor.h"
 #include "kernels/int4_layout.h"
 
 namespace tessera {
@@ -73,5 +74,26 @@ inline std::vector<uint8_t> random_block_rows(std::mt19937& rng, Int4Scheme sche
 inline constexpr Int4Scheme kAllSchemes[] = {Int4Scheme::kSymmetric,   Int4Scheme::kSymmetric5,  Int4Scheme::kAsymmetric,
                                       Int4Scheme::kAsymmetric5, Int4Scheme::kSuperBlock,  Int4Scheme::kSuperBlock5,
                                       Int4Scheme::kSixBit};
+
+// V rows of H elements in random blocks of `type` (q8_0 too), as a u8 tensor [V, row bytes]:
+// an embedding table kept as blocks.
+inline Tensor random_ggml_table(GgmlType type, int64_t V, int64_t H, std::mt19937& rng) {
+  std::vector<uint8_t> rows;
+  if (type == GgmlType::kQ8_0) {
+    rows.resize(static_cast<size_t>(V * H / kGgmlQK * sizeof(BlockQ8_0)));
+    for (uint8_t& b : rows) b = static_cast<uint8_t>(rng());
+    for (size_t at = 0; at < rows.size(); at += sizeof(BlockQ8_0)) {
+      const uint16_t d = f32_to_f16(0.01f * static_cast<float>(rng() % 100 + 1));
+      std::memcpy(&rows[at], &d, 2);
+    }
+  } else {
+    for (const Int4Scheme s : kAllSchemes) {
+      if (block_type_of(s).type == type) rows = random_block_rows(rng, s, V, H);
+    }
+  }
+  Tensor t = Tensor::zeros({V, static_cast<int64_t>(rows.size()) / V}, DType::kU8);
+  std::memcpy(t.data<uint8_t>(), rows.data(), rows.size());
+  return t;
+}
 
 }  // namespace tessera

@@ -380,6 +380,7 @@ TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
   const std::string q8_path = write_gguf(*q8, tmp, "auto-Q8_0"), f32_path = write_gguf(*f32, tmp, "auto-F32");
   auto backend = make_backend("cpu");
   ASSERT_TRUE(backend.is_ok());
+  int64_t table_bytes = 0;  // the last load's embedding table
   auto weight_bytes = [&](const std::string& path, WeightQuantization kind, int group = kAutoQuantGroup,
                           const std::string& rule = "") -> int64_t {
     ModelLoadOptions lo;
@@ -395,14 +396,19 @@ TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
     }
     auto model = Transformer::load(path, lo, **backend);
     EXPECT_TRUE(model.is_ok()) << model.status().to_string();
-    return model.is_ok() ? (*model)->weights().total_bytes : -1;
+    if (!model.is_ok()) return -1;
+    table_bytes = static_cast<int64_t>((*model)->weights().embed.nbytes());
+    return (*model)->weights().total_bytes;
   };
   const int64_t q8_auto = weight_bytes(q8_path, WeightQuantization::kAuto);
+  const int64_t auto_table = table_bytes;
   const int64_t q8_none = weight_bytes(q8_path, WeightQuantization::kNone);
   // auto keeps the blocks' scale per 32 inputs, and quantizes the LM head the file stores in
-  // blocks, as int8 does when a rule asks.
+  // blocks, as int8 does when a rule asks; its table stays in the blocks (34 bytes per 32
+  // values), which int8 decodes to floats.
   const int64_t q8_int8 = weight_bytes(q8_path, WeightQuantization::kInt8, 32, "lm_head");
-  EXPECT_EQ(q8_auto, q8_int8);
+  EXPECT_EQ(auto_table * 32 / 34 * 4, table_bytes);
+  EXPECT_EQ(q8_auto - auto_table, q8_int8 - table_bytes);
   EXPECT_LT(q8_auto, q8_none);
   EXPECT_EQ(weight_bytes(f32_path, WeightQuantization::kAuto), weight_bytes(f32_path, WeightQuantization::kNone));
   fs::remove_all(tmp);
@@ -413,6 +419,7 @@ TEST(GgufAutoQuantization, QuantizedBlocksBecomeInt8FloatsStayFloats) {
 // down projection, the LM head), each value for value (their logits:
 // GgufGenerate.FourBitFilesWithTheDefaultQuantization). A layer whose V is q6_K beside a Q
 // and K of another type keeps three matrices rather than one decoded to int8.
+// (and the untied embedding in its own blocks, Backend::embedding_ggml)
 TEST(GgufAutoQuantization, KQuantMixesKeepEveryMatrixInItsOwnPanels) {
   TESSERA_REQUIRE_FIXTURES();
   for (const std::string file : {"gguf-llama-Q4_K_M", "gguf-llama-Q5_K_M"}) {
@@ -463,6 +470,12 @@ TEST(GgufAutoQuantization, KQuantMixesKeepEveryMatrixInItsOwnPanels) {
     }
     EXPECT_GT(mixed, 0) << "the file has no layer of mixed q, k, v types";
     EXPECT_EQ(scheme_of(w.lm_head), expected("lm_head.weight"));
+    // The untied embedding stays in its blocks, in the file's mapping (a row decoded per token).
+    const TensorInfo* table = (*ckpt)->find("model.embed_tokens.weight");
+    ASSERT_NE(table, nullptr);
+    EXPECT_EQ(w.embed_blocks, table->ggml_type);
+    EXPECT_EQ(w.embed.dtype(), DType::kU8);
+    EXPECT_EQ(static_cast<int64_t>(w.embed.nbytes()), static_cast<int64_t>(table->nbytes));
   }
 }
 

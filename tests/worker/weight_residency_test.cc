@@ -93,6 +93,19 @@ std::vector<GenerationRequest> golden_requests(std::vector<std::vector<int32_t>>
   return reqs;
 }
 
+// The goldens' prompts on both, batched: the same tokens and logits, bit for bit.
+void expect_same_tokens_and_logits(const Loaded& streamed, const Loaded& resident) {
+  std::vector<std::vector<int32_t>> greedy;
+  const std::vector<GenerationRequest> reqs = golden_requests(&greedy);
+  Generator a(*streamed.model, *streamed.backend), b(*resident.model, *resident.backend);
+  auto got = a.generate(reqs, true), want = b.generate(reqs, true);
+  ASSERT_TRUE(got.is_ok() && want.is_ok());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got.value()[i].output, want.value()[i].output) << "case " << i;
+    EXPECT_EQ(got.value()[i].logits, want.value()[i].logits) << "case " << i;
+  }
+}
+
 // Whether files in the default spill folder ($TMPDIR, else /var/tmp) can be read with O_DIRECT,
 // as weights_streaming direct reads them (an overlay filesystem in a container may refuse).
 bool spill_folder_takes_direct_reads() {
@@ -209,15 +222,7 @@ TEST_P(WeightStreamingTest, Int8WeightsStreamedGiveTheLogitsOfInt8Resident) {
   Loaded streamed = load("25%", WeightQuantization::kInt8, GetParam()), resident = load("all", WeightQuantization::kInt8);
   ASSERT_TRUE(streamed.model && resident.model);
   ASSERT_NE(streamed.model->residency(), nullptr);
-  std::vector<std::vector<int32_t>> greedy;
-  const std::vector<GenerationRequest> reqs = golden_requests(&greedy);
-  Generator a(*streamed.model, *streamed.backend), b(*resident.model, *resident.backend);
-  auto got = a.generate(reqs, true), want = b.generate(reqs, true);
-  ASSERT_TRUE(got.is_ok() && want.is_ok());
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(got.value()[i].output, want.value()[i].output) << "case " << i;
-    EXPECT_EQ(got.value()[i].logits, want.value()[i].logits) << "case " << i;
-  }
+  expect_same_tokens_and_logits(streamed, resident);
 }
 
 // Coded bf16 layers (model.bf16_coding on) stream from the spill file in their 12 bits, never
@@ -234,15 +239,7 @@ TEST_P(WeightStreamingTest, CodedBf16WeightsStreamedGiveTheLogitsOfCodedResident
   const int coded = coded_bf16_linears(streamed.model->weights());
   EXPECT_EQ(coded, coded_bf16_linears(resident.model->weights()));
   EXPECT_GT(coded, 0);
-  std::vector<std::vector<int32_t>> greedy;
-  const std::vector<GenerationRequest> reqs = golden_requests(&greedy);
-  Generator a(*streamed.model, *streamed.backend), b(*resident.model, *resident.backend);
-  auto got = a.generate(reqs, true), want = b.generate(reqs, true);
-  ASSERT_TRUE(got.is_ok() && want.is_ok());
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(got.value()[i].output, want.value()[i].output) << "case " << i;
-    EXPECT_EQ(got.value()[i].logits, want.value()[i].logits) << "case " << i;
-  }
+  expect_same_tokens_and_logits(streamed, resident);
   EXPECT_GT(r->streamed_bytes(), 0);
   EXPECT_LE(r->peak_resident_bytes(), r->budget_bytes() + r->prefetch_layers() * r->largest_streamed_bytes());
 }
