@@ -479,6 +479,43 @@ TEST(GgufAutoQuantization, KQuantMixesKeepEveryMatrixInItsOwnPanels) {
   }
 }
 
+// The table kept in its blocks streams like any unit beyond a weights budget: a quarter of
+// the Q4_K_M file's weights resident gives every weight resident's tokens and logits, bit for
+// bit, each way of bringing the units in.
+TEST(GgufAutoQuantization, TheTableInItsBlocksStreamsBeyondABudget) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string path = testing::fixtures_dir() + "/gguf/gguf-llama-Q4_K_M.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << "SKIPPED: no " << path;
+  auto backend = make_backend("cpu");
+  ASSERT_TRUE(backend.is_ok());
+  GenerationRequest req;
+  req.prompt = {1, 5, 9, 13, 200, 7};
+  req.max_new_tokens = 8;
+  auto run = [&](const std::string& budget, WeightStreaming streaming) -> StatusOr<GenerationResult> {
+    ModelLoadOptions lo;
+    lo.residency.budget = parse_weights_budget(budget).value();
+    lo.residency.streaming = streaming;
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(path, lo, **backend));
+    EXPECT_GE(model->weights().embed_blocks, 0) << "the table was decoded";
+    EXPECT_EQ(model->residency() != nullptr, budget != "all");
+    if (model->residency() != nullptr) {
+      EXPECT_NE(model->residency()->plan().find("per step (embedding table"), std::string::npos)
+          << model->residency()->plan();
+    }
+    Generator gen(*model, **backend);
+    TESSERA_ASSIGN_OR_RETURN(std::vector<GenerationResult> out, gen.generate({req}, true));
+    return out[0];
+  };
+  auto resident = run("all", WeightStreaming::kRead);
+  ASSERT_TRUE(resident.is_ok()) << resident.status().to_string();
+  for (const WeightStreaming way : {WeightStreaming::kRead, WeightStreaming::kMap}) {
+    auto streamed = run("25%", way);
+    ASSERT_TRUE(streamed.is_ok()) << streamed.status().to_string();
+    EXPECT_EQ(streamed->output, resident->output) << weight_streaming_name(way);
+    EXPECT_EQ(streamed->logits, resident->logits) << weight_streaming_name(way);
+  }
+}
+
 // auto on a Q8_0 file: its matrices (and LM head) become int8 with the blocks' own values and
 // scales, nothing rounded again (the rows layout: what a device backend reads).
 TEST(GgufAutoQuantization, Q8_0MatricesKeepTheirOwnInt8ValuesAndScales) {
