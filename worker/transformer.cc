@@ -142,7 +142,12 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::load(const std::string& path
   }
   // The weights' memory comes on 4 KiB pages, moved onto 2 MiB ones once written.
   std::optional<HugePageDeferral> deferral;
-  if (options.huge_pages == WeightHugePages::kAfterStart && backend.kind() == BackendKind::kCpu) deferral.emplace();
+  if (options.huge_pages == WeightHugePages::kAfterStart && backend.kind() == BackendKind::kCpu) {
+    deferral.emplace();
+  } else if (options.huge_pages == WeightHugePages::kAfterStart) {
+    TESSERA_LOG_INFO("{}: model.weights_huge_pages after_start has nothing to move: the weights go to device memory",
+                     options.log_prefix);
+  }
   auto weights = load_model_weights(*ckpt, config, wo);
   if (!weights.is_ok()) return weights.status().with_context(path);
   std::vector<DeferredRange> deferred;  // (the streaming buffers made below are not the weights')
