@@ -122,15 +122,8 @@ StatusOr<Tensor> WeightReader::sparse_table(const std::string& name, int64_t row
     *blocks = -1;
     return load_sparsely_read(name, {rows, cols}, slice);
   }
-  const TensorInfo* info = ckpt_.find(name);
-  if (info->shape != std::vector<int64_t>{rows, cols}) {
-    return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) + " but config.json implies " +
-                            shape_str({rows, cols}));
-  }
   // No scratch: the table outlives the load (a slice of rows is borrowed from the mapping).
-  TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count));
-  total_bytes_ += static_cast<int64_t>(t.nbytes());
-  return t;
+  return blocks_matrix(name, rows, cols, slice, nullptr);
 }
 
 Status WeightReader::norm(const std::string& names, int64_t size, NormKind kind, float offset, Tensor* w, Tensor* b) {
@@ -164,7 +157,7 @@ StatusOr<LinearWeights> WeightReader::blocks_or(const std::string& name, int64_t
   LinearWeights l;
   const int32_t blocks = kept_block_type(name, slice);
   if (blocks >= 0) {
-    TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(name, out, in, slice));
+    TESSERA_ASSIGN_OR_RETURN(l.w, blocks_matrix(name, out, in, slice, &scratch_));
     l.ggml_blocks = blocks;
   } else {
     TESSERA_ASSIGN_OR_RETURN(l.w, load());
@@ -286,13 +279,14 @@ bool WeightReader::same_kept_blocks(const std::vector<RowSegment>& segs) const {
   return true;
 }
 
-StatusOr<Tensor> WeightReader::blocks_matrix(const std::string& name, int64_t out, int64_t in, Slice slice) {
+StatusOr<Tensor> WeightReader::blocks_matrix(const std::string& name, int64_t out, int64_t in, Slice slice,
+                                             RecycledBuffers* scratch) {
   const TensorInfo* info = ckpt_.find(name);
   if (info->shape != std::vector<int64_t>{out, in}) {
     return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
                             " but config.json implies " + shape_str({out, in}));
   }
-  TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count, &scratch_));
+  TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count, scratch));
   // A copy (a slice of inputs, reordered rows) leaves the mapped pages unused; borrowed rows
   // are released once packed (quantize_model_weights).
   const char* mapped = static_cast<const char*>(info->data);

@@ -153,7 +153,11 @@ class WeightReader {
   bool same_kept_blocks(const std::vector<RowSegment>& segs) const;
 
   // A kept matrix's rows as blocks, the shape checked as load_as does.
-  StatusOr<Tensor> blocks_matrix(const std::string& name, int64_t out, int64_t in, Slice slice);
+  // `scratch` takes the rows that must be copied (a row order, a slice of inputs): this
+  // reader's recycled scratch for what is packed within its layer, nullptr for a tensor kept
+  // as it is read (the embedding table).
+  StatusOr<Tensor> blocks_matrix(const std::string& name, int64_t out, int64_t in, Slice slice,
+                                 RecycledBuffers* scratch);
 
   // While a KeepingBlocks(false) lives, kept types are decoded like any other.
   struct KeepingBlocks {

@@ -194,6 +194,8 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
                        weight_mib(limit->limit_bytes) + " memory limit (direct reads them without the page cache)";
     }
   }
+  // Read a row per token through the file's mapping: the table and a coded table's side tensor.
+  const RowTensors table_rows = {&w.embed, &w.embed_side};
   for (size_t u = 0; u < r->units_.size(); ++u) {
     Unit& unit = r->units_[u];
     if (!unit.streamed) continue;
@@ -216,11 +218,11 @@ StatusOr<std::unique_ptr<WeightResidency>> WeightResidency::make(ModelWeights& w
     if (layer >= 0 && (spill->reused() ? spill->restored_at_load(layer) : loaded_spill)) {
       std::tie(unit.offset, unit.span) = spill->layer_ranges[static_cast<size_t>(layer)];
     } else if (spill->reused()) {
-      TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span), spill->restore(unit.name, tensors[u], {&w.embed, &w.embed_side}));
+      TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span), spill->restore(unit.name, tensors[u], table_rows));
     } else {
       LayerWeights* fields = layer >= 0 ? &w.layers[static_cast<size_t>(layer)] : nullptr;
       TESSERA_ASSIGN_OR_RETURN(std::tie(unit.offset, unit.span),
-                               spill->append(unit.name, tensors[u], {&w.embed, &w.embed_side}, fields));
+                               spill->append(unit.name, tensors[u], table_rows, fields));
     }
     if (!unit.rows_only) r->largest_streamed_ = std::max(r->largest_streamed_, static_cast<int64_t>(unit.span));
   }

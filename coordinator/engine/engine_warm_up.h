@@ -33,8 +33,9 @@ struct WarmUpReport {
 };
 
 // One short request alone (4 prompt tokens, 3 generated; where the batch below is more than
-// one), a decode batch of min(max_num_seqs, 8) such requests where they fit, then one prompt as long as a step's token budget allows, at most 128 tokens (capped
-// by max_model_len and the KV pool).
+// one), a decode batch of min(max_num_seqs, 8) such requests where they fit, then one prompt
+// as long as a step's token budget allows, at most 128 tokens (capped by max_model_len and the
+// KV pool).
 // `vocab` bounds the (arbitrary) prompt ids. An executor error ends it with that error.
 // `embeddings_only` (a pooling): a server that only embeds (its workers have no LM head) warms
 // up with embedding requests of the same prompts instead, so nothing is sampled.

@@ -32,6 +32,23 @@ __device__ __forceinline__ float load_as_f32(const void* p, DType t, int64_t i) 
   }
 }
 
+// An embedding lookup's row for token id `id` (`row`, less any row_offset) lies outside the
+// table of `rows` rows: then its output row o is zeros and, for the whole vocabulary
+// (row_offset < 0), the id is reported through error_flag (mapped host memory, int[2]: [0] =
+// 1, [1] = the id; the host sees it after its next synchronisation). Every thread of the
+// token's block calls it.
+__device__ __forceinline__ bool outside_table(int32_t id, int64_t row, int64_t rows, int64_t row_offset, float* o,
+                                              int64_t hidden, int* error_flag) {
+  if (row >= 0 && row < rows) return false;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = 0.0f;
+  if (row_offset < 0 && threadIdx.x == 0 && error_flag != nullptr) {
+    *reinterpret_cast<volatile int*>(error_flag + 1) = id;
+    __threadfence_system();
+    *reinterpret_cast<volatile int*>(error_flag) = 1;
+  }
+  return true;
+}
+
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }

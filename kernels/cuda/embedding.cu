@@ -7,21 +7,6 @@
 namespace tessera::cuda {
 namespace {
 
-// Whether token t's row lies outside the table: then its output row is zeros and, for the
-// whole vocabulary (row_offset < 0), the id is reported through error_flag (mapped host
-// memory: the host sees it after its next synchronisation).
-__device__ bool outside_table(int32_t id, int64_t row, int64_t rows, int64_t row_offset, float* o, int64_t hidden,
-                              int* error_flag) {
-  if (row >= 0 && row < rows) return false;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = 0.0f;
-  if (row_offset < 0 && threadIdx.x == 0 && error_flag != nullptr) {
-    *reinterpret_cast<volatile int*>(error_flag + 1) = id;
-    __threadfence_system();
-    *reinterpret_cast<volatile int*>(error_flag) = 1;
-  }
-  return true;
-}
-
 __global__ void embedding_kernel(const int32_t* ids, const void* table, DType dtype, int64_t rows, int64_t hidden,
                                  int64_t row_offset, float* out, int* error_flag) {
   const int64_t t = blockIdx.x;

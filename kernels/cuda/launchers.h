@@ -23,6 +23,11 @@ using Stream = CUstream_st*;
 // [0] = 1, [1] = the id), which the backend checks at its next synchronisation.
 void embedding(const int32_t* ids, int64_t tokens, const void* table, DType table_dtype, int64_t rows,
                int64_t hidden, int64_t row_offset, float* out, int* error_flag, Stream stream);
+// Backend::embedding_ggml: the same of a table of `rows` rows of `row_bytes` bytes, each
+// `hidden` elements in blocks of ggml type `ggml_type` (common/gguf/ggml_block_element.h).
+void embedding_ggml(const int32_t* ids, int64_t tokens, const uint8_t* table, int64_t rows, int64_t row_bytes,
+                    uint32_t ggml_type, int64_t hidden, int64_t row_offset, float* out, int* error_flag,
+                    Stream stream);
 
 // ---- norms.cu -------------------------------------------------------------------------------
 // One block per row; statistics in double (as the CPU reference). delta != nullptr: fused
@@ -71,14 +76,6 @@ void dequantize_coded_bf16(const uint8_t* body, const int32_t* side, int64_t sid
 void embedding_coded_bf16(const int32_t* ids, int64_t tokens, const uint8_t* body, const int32_t* side,
                           int64_t side_elements, int64_t rows, int64_t hidden, int64_t row_offset, float* out,
                           int* error_flag, Stream stream);
-
-// ---- embedding_ggml.cu ----------------------------------------------------------------------
-// Backend::embedding_ggml: out[t, :] = row ids[t] (less row_offset when >= 0) of a table of
-// `rows` rows of `row_bytes` bytes, each `hidden` elements in blocks of ggml type `ggml_type`
-// (common/gguf/ggml_block_element.h), as launch::embedding does for a plain table.
-void embedding_ggml(const int32_t* ids, int64_t tokens, const uint8_t* table, int64_t rows, int64_t row_bytes,
-                    uint32_t ggml_type, int64_t hidden, int64_t row_offset, float* out, int* error_flag,
-                    Stream stream);
 
 // ---- elementwise.cu -------------------------------------------------------------------------
 // Activations are kernels/cpu/activations.h's formulas, in f32; kNone is the identity.

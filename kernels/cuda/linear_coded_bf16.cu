@@ -89,15 +89,7 @@ __global__ void embedding_coded_bf16_kernel(const int32_t* ids, CodedRows w, int
   const int32_t id = ids[t];
   const int64_t row = static_cast<int64_t>(id) - (row_offset > 0 ? row_offset : 0);
   float* o = out + t * w.K;
-  if (row < 0 || row >= rows) {
-    for (int64_t i = threadIdx.x; i < w.K; i += blockDim.x) o[i] = 0.0f;
-    if (row_offset < 0 && threadIdx.x == 0 && error_flag != nullptr) {
-      *reinterpret_cast<volatile int*>(error_flag + 1) = id;
-      __threadfence_system();
-      *reinterpret_cast<volatile int*>(error_flag) = 1;
-    }
-    return;
-  }
+  if (outside_table(id, row, rows, row_offset, o, w.K, error_flag)) return;
   for (int64_t i = threadIdx.x; i < w.K; i += blockDim.x) o[i] = coded_weight(w, row, i);
   __syncthreads();
   if (threadIdx.x == 0) {
