@@ -4,7 +4,10 @@
 # batch-1 decode of 64 tokens (llama-bench -n), and batched decode of 8 and 32 sequences of 64
 # prompt + 32 generated tokens (tessera-bench --batch against llama-batched-bench's S_TG).
 # Each round runs Tessera and llama.cpp back to back, so the ratio printed for a round is
-# measured within minutes on the same machine; medians follow. Both engines' files are dropped
+# measured within minutes on the same machine; medians follow. Prefill and batch-1 decode
+# time 3 runs in each engine (tessera-bench --repetitions 3, llama-bench -r 3): the host's
+# memory bandwidth swings within seconds, and one 64-token decode (about a second) against
+# llama.cpp's three caught those swings in one engine only. Both engines' files are dropped
 # from the page cache and read back from the disk first (lib.sh's reread_files).
 #   LLAMA_CPP_DIR=DIR bench/compare_llamacpp.sh MODEL_DIR GGUF DTYPE [ROUNDS] [all|prefill|decode|batched]
 # MODEL_DIR: the Hugging Face checkpoint (bench/make_models.sh), or a GGUF file that Tessera
@@ -67,14 +70,15 @@ echo "# $model ($dtype) against $gguf, llama.cpp $commit, $threads threads, $rou
 for round in $(seq "$rounds"); do
   if [[ $what == all || $what == prefill ]]; then
     for p in "${prefill_lens[@]}"; do
-      t=$(tessera "r['prefill_tok_s'], r['prefill_gflop_s'], r['prefill_compute_fraction']" --prompt-len "$p" --gen-len 2)
+      t=$(tessera "r['prefill_tok_s'], r['prefill_gflop_s'], r['prefill_compute_fraction']" --prompt-len "$p" --gen-len 2 \
+        --repetitions 3)
       echo "prefill-$p $round $t" >>"$results"
     done
     llama_json llama-bench "'\n'.join(f\"llama prefill-{x['n_prompt']} $round {x['avg_ts']}\" for x in r)" \
       -m "$gguf" -p "$(IFS=,; echo "${prefill_lens[*]}")" -n 0 -t "$threads" -r 3 -o json >>"$results"
   fi
   if [[ $what == all || $what == decode ]]; then
-    t=$(tessera "r['decode_tok_s'], r['roofline_fraction']" --prompt-len 64 --gen-len 64 --batch 1)
+    t=$(tessera "r['decode_tok_s'], r['roofline_fraction']" --prompt-len 64 --gen-len 64 --batch 1 --repetitions 3)
     echo "decode-1 $round $t" >>"$results"
     llama_json llama-bench "'\n'.join(f\"llama decode-1 $round {x['avg_ts']}\" for x in r)" \
       -m "$gguf" -p 0 -n 64 -t "$threads" -r 3 -o json >>"$results"

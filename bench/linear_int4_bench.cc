@@ -6,7 +6,9 @@
 //  - hot: one thread, a slice of the layer that stays in L2, so the time is the kernel's own
 //    instruction cost per weight byte (the ceiling on what it can stream).
 // Prints, per M, the median time per call and the weight bytes per second of each, and the
-// int4 / bf16 speed ratio.
+// int4 / bf16 speed ratio. Then, at one row of x, the panels of the GGUF block types a q4_0
+// and a q4_K_M file keep (q4_0, q4_K, q6_K, packed from random blocks) in the same two
+// settings: the bytes per second each scheme's kernel streams.
 //
 //   build/bin/linear_int4_bench [ROUNDS] [N K]   (default 5632 x 2048: the ~1.1B Llama's up)
 #include <omp.h>
@@ -15,10 +17,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <cstddef>
+#include <utility>
 #include <random>
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/gguf/ggml_dequant_blocks.h"
 #include "common/kernel_options.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_int4.h"
@@ -100,6 +106,97 @@ void report(const char* setting, const Copies& c, int64_t M, Timing t) {
               bf16_bytes / t.bf16_s / 1e9, int4_bytes / t.int4_s / 1e9, t.bf16_s / t.int4_s);
 }
 
+// Random ggml blocks of `Block` for an N x K matrix, their f16 scale fields small and finite
+// (the fields at `scale_offsets` within a block).
+template <typename Block>
+std::vector<uint8_t> random_blocks(int64_t N, int64_t K, int64_t block_elems, std::initializer_list<size_t> scale_offsets) {
+  std::mt19937 rng(11);
+  std::vector<uint8_t> bytes(static_cast<size_t>(N * K / block_elems) * sizeof(Block));
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> u(0.001f, 0.01f);
+  for (size_t at = 0; at < bytes.size(); at += sizeof(Block)) {
+    for (const size_t off : scale_offsets) {
+      const uint16_t h = f32_to_f16(u(rng));
+      std::memcpy(&bytes[at + off], &h, sizeof(h));
+    }
+  }
+  return bytes;
+}
+
+// `copies` copies of one N x K matrix packed as `scheme` from random blocks of its ggml type.
+struct SchemeCopies {
+  Int4Scheme scheme;
+  int64_t N, K, copies, bytes;
+  std::vector<uint8_t> nibbles, scales;
+};
+
+SchemeCopies scheme_copies(Int4Scheme scheme, int64_t N, int64_t K, int64_t copies) {
+  std::vector<uint8_t> blocks;
+  int64_t block_elems = 0, block_bytes = 0;
+  if (scheme == Int4Scheme::kSymmetric) {
+    block_elems = kGgmlQK, block_bytes = sizeof(BlockQ4_0);
+    blocks = random_blocks<BlockQ4_0>(N, K, block_elems, {0});
+  } else if (scheme == Int4Scheme::kSuperBlock) {
+    block_elems = kGgmlQKK, block_bytes = sizeof(BlockQ4_K);
+    blocks = random_blocks<BlockQ4_K>(N, K, block_elems, {0, 2});
+  } else {
+    block_elems = kGgmlQKK, block_bytes = sizeof(BlockQ6_K);
+    blocks = random_blocks<BlockQ6_K>(N, K, block_elems, {offsetof(BlockQ6_K, d)});
+  }
+  const int64_t nb = int4_nibble_bytes(scheme, N, K), sb = int4_scale_bytes(scheme, N, K);
+  SchemeCopies c{scheme, N, K, copies, nb + sb, std::vector<uint8_t>(static_cast<size_t>(copies * nb)),
+                 std::vector<uint8_t>(static_cast<size_t>(copies * sb))};
+  cpu::pack_int4_from_blocks(scheme, blocks.data(), K / block_elems * block_bytes, N, K, c.nibbles.data(),
+                             c.scales.data());
+  for (int64_t i = 1; i < copies; ++i) {
+    std::copy_n(c.nibbles.begin(), nb, c.nibbles.begin() + i * nb);
+    std::copy_n(c.scales.begin(), sb, c.scales.begin() + i * sb);
+  }
+  return c;
+}
+
+// Median weight GB/s of one row of x through `c`'s copies in turn.
+double scheme_gb_s(const cpu::Int4LinearOptions& options, const SchemeCopies& c, int rounds, int calls) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(c.K)), y(static_cast<size_t>(c.N));
+  for (float& v : x) v = u(rng);
+  const int64_t nb = int4_nibble_bytes(c.scheme, c.N, c.K), sb = int4_scale_bytes(c.scheme, c.N, c.K);
+  std::vector<double> rates;
+  int64_t n = 0;
+  for (int r = 0; r < rounds + 1; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i, ++n) {
+      const int64_t at = n % c.copies;
+      cpu::linear_int4(options, c.scheme, x.data(), 1, c.K, c.K, c.nibbles.data() + at * nb, c.scales.data() + at * sb,
+                       c.N, nullptr, y.data(), c.N, Activation::kNone);
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count() / calls;
+    if (r > 0) rates.push_back(static_cast<double>(c.bytes) / s / 1e9);
+  }
+  return median(rates);
+}
+
+void report_schemes(const cpu::Int4LinearOptions& options, int64_t N, int64_t K, int rounds, int threads) {
+  std::printf("\n| scheme (ggml type) | N x K | cold GB/s (%d threads) | hot GB/s (1 thread) |\n| --- | --- | --- | --- |\n",
+              threads);
+  const std::pair<Int4Scheme, const char*> schemes[] = {
+      {Int4Scheme::kSymmetric, "q4_0"}, {Int4Scheme::kSuperBlock, "q4_K"}, {Int4Scheme::kSixBit, "q6_K"}};
+  for (const auto& [scheme, name] : schemes) {
+    if (K % int4_k_multiple(scheme) != 0) continue;
+    const int64_t bytes = int4_nibble_bytes(scheme, N, K) + int4_scale_bytes(scheme, N, K);
+    const SchemeCopies cold = scheme_copies(scheme, N, K, std::max<int64_t>(1, static_cast<int64_t>(kColdBytes) / bytes));
+    const int64_t hot_rows = std::clamp<int64_t>(N * static_cast<int64_t>(kHotBytes) / bytes / 32 * 32, 32, N);
+    const SchemeCopies hot = scheme_copies(scheme, hot_rows, K, 1);
+    omp_set_num_threads(threads);
+    const double cold_rate = scheme_gb_s(options, cold, rounds, static_cast<int>(cold.copies));
+    omp_set_num_threads(1);
+    const double hot_rate = scheme_gb_s(options, hot, rounds, 200);
+    std::printf("| %s (%s) | %lld x %lld | %.1f | %.1f |\n", int4_scheme_name(scheme), name, static_cast<long long>(N),
+                static_cast<long long>(K), cold_rate, hot_rate);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,5 +232,6 @@ int main(int argc, char** argv) {
     omp_set_num_threads(1);
     report("hot", hot, M, time_both(bf16_options, int4_options, hot, M, rounds, 200));
   }
+  report_schemes(int4_options, N, K, rounds, threads);
   return 0;
 }

@@ -49,6 +49,7 @@ struct Options {
   std::string bf16_coding = "auto";  // --bf16-coding
   int prompt_len = 64;
   int gen_len = 32;
+  int repetitions = 1;  // timed runs after the warm-up, their tokens and seconds summed (llama-bench -r)
   int batch = 1;
   int threads = 0;
   std::string backend = "cpu";
@@ -82,6 +83,7 @@ Status run(const Options& o) {
   if (o.prompt_len < 1 || o.gen_len < 2 || o.batch < 1) {
     return invalid_argument("--prompt-len and --batch must be >= 1, --gen-len >= 2");
   }
+  if (o.repetitions < 1) return invalid_argument("--repetitions must be >= 1, not " + std::to_string(o.repetitions));
   TESSERA_ASSIGN_OR_RETURN(const QuantizationOptions quant,
                            quantization_from_flags(o.quantize, o.quantize_group, o.quantize_rules, o.bf16_coding));
   // No configuration: the kernels' defaults with the TESSERA_CPU_* variables over them.
@@ -115,6 +117,10 @@ Status run(const Options& o) {
   }
   TESSERA_ASSIGN_OR_RETURN(const SpeculativeConfig spec, speculative_from_flags(o.speculative));
   const bool via_engine = o.engine || spec.enabled() || !o.prompt_ids_file.empty() || !o.lora.empty();
+  if (via_engine && o.repetitions != 1) {
+    return invalid_argument("--repetitions is for the bare generation loop, not the serving path (--engine, --speculative, "
+                            "--lora, --prompt-ids-file)");
+  }
   TESSERA_ASSIGN_OR_RETURN(const auto lora_flags, lora_adapters_from_flags(o.lora));
   std::vector<LoraWeights> adapters;
   for (const auto& [name, dir] : lora_flags) {
@@ -160,7 +166,15 @@ Status run(const Options& o) {
     std::vector<GenerationRequest> warm = reqs;
     for (GenerationRequest& r : warm) r.max_new_tokens = 2;
     TESSERA_RETURN_IF_ERROR(gen.generate(warm, false).status());
-    TESSERA_RETURN_IF_ERROR(gen.generate(reqs, false, &t).status());
+    for (int r = 0; r < o.repetitions; ++r) {
+      GenerationTimings one;
+      TESSERA_RETURN_IF_ERROR(gen.generate(reqs, false, &one).status());
+      t.prefill_seconds += one.prefill_seconds;
+      t.decode_seconds += one.decode_seconds;
+      t.prefill_tokens += one.prefill_tokens;
+      t.decode_tokens += one.decode_tokens;
+      t.decode_steps += one.decode_steps;
+    }
   }
   // Peak RSS of loading + generating, taken before the bandwidth probe allocates its arrays.
   const int64_t peak_rss = peak_rss_bytes();
@@ -186,9 +200,12 @@ Status run(const Options& o) {
   const ModelFlops flops = model_flops(model->weights(), c, model->shard().q_heads);
   // (With a prompt file, its mean length; with speculation the decode steps also score the
   // proposals, which these figures leave out.)
-  const int mean_prompt = static_cast<int>(t.prefill_tokens / static_cast<int64_t>(prompts.size()));
-  const double prefill_gflop_s = prefill_flops(flops, o.batch, mean_prompt) / t.prefill_seconds / 1e9;
-  const double decode_gflop_s = decode_flops(flops, o.batch, mean_prompt, t.decode_steps) / t.decode_seconds / 1e9;
+  // (With --repetitions, the figures of one run times their count over the summed seconds.)
+  const int64_t runs = via_engine ? 1 : o.repetitions;
+  const int mean_prompt = static_cast<int>(t.prefill_tokens / static_cast<int64_t>(prompts.size()) / runs);
+  const double prefill_gflop_s = runs * prefill_flops(flops, o.batch, mean_prompt) / t.prefill_seconds / 1e9;
+  const double decode_gflop_s =
+      runs * decode_flops(flops, o.batch, mean_prompt, t.decode_steps / runs) / t.decode_seconds / 1e9;
   auto of_peak = [&](double gflop_s) { return peak_gflop_s > 0 ? gflop_s / peak_gflop_s : 0.0; };
 
   const double prefill_tok_s = t.prefill_tokens / t.prefill_seconds;
@@ -228,6 +245,7 @@ Status run(const Options& o) {
   j["lora_adapters"] = adapters.size();  // --lora: the sequences took them in turn
   j["decode_tokens"] = t.decode_tokens;
   j["decode_steps"] = t.decode_steps;
+  j["repetitions"] = runs;
   j["spec_num_drafts"] = spec_stats.num_drafts;
   j["spec_num_draft_tokens"] = spec_stats.num_draft_tokens;
   j["spec_num_accepted_tokens"] = spec_stats.num_accepted_tokens;
@@ -285,6 +303,10 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-len", o.prompt_len, "prompt tokens per sequence")->capture_default_str();
   app.add_option("--gen-len", o.gen_len, "generated tokens per sequence")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences run together")->capture_default_str();
+  app.add_option("--repetitions", o.repetitions,
+                 "timed runs of the bare generation loop after the warm-up, their tokens and seconds summed (as "
+                 "llama-bench -r)")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   app.add_flag("--no-kernel-inject", o.no_kernel_inject, "plain op sequence instead of fused kernels");

@@ -11,9 +11,15 @@
 // 0.8x as fast, in cache and from DRAM: bench/linear_int4_bench.cc); 4 rows of x reuse each
 // unpacked step 4 times.
 //
-// Without top bits the step's high nibbles stay in place: the two masks replace a mask, a
-// shift and a mask (linear_int4_bench, 2026-12-07, one thread in L2: 57.6-59.9 GB/s of panels
-// against 53.2-53.3 before, 1 row; 9.6 against 8.6-8.7, 8 rows, with the integer offsets).
+// Without top bits the step needs one mask: the whole byte (low nibble plus 16 times the high
+// one) goes into one product and the low nibbles into the other, and the group's high-nibble
+// sums are the difference divided by 16, exactly (decode is bound by instructions per byte
+// as much as by DRAM: each 512-bit operation takes a pipe for two cycles on Zen 4).
+//
+// A super-block scheme's f16 d (and dmin) are converted once per super-block, into a small
+// array the groups' scale products read (the tile takes the registers): one thread in L2,
+// q4_K 49.8-54.5 GB/s of panels against 43.7-48.6 before both changes (linear_int4_bench,
+// interleaved, 2026-12-07); q4_0 59.4-60.8 against 56.3-59.3.
 //
 // Top bits (5- and 6-bit schemes): the step's 16 or 32 bytes of them, broadcast to every
 // 16- or 32-byte lane of a 64-byte register, are shifted per lane (kernels/int4_layout.h puts
@@ -46,10 +52,34 @@ TESSERA_TARGET_AVX512_VNNI inline __m512 i8x16(const uint8_t* at) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))));
 }
 
-// The s and m of a panel's 32 columns for weight group g, as two halves of 16: the values of
-// detail::int4_group_scale (m only where it is not o s: int4_q_offset).
+// A super-block's d (and dmin) of a panel's 32 columns as f32, converted once for its groups.
+struct SuperBlockScales {
+  alignas(64) float d[32], dmin[32];
+};
+
 template <Int4Scheme S>
-TESSERA_TARGET_AVX512_VNNI inline void group_scales(const uint8_t* rec, int64_t g, __m512 s[2], __m512 m[2]) {
+constexpr bool has_super_blocks() {
+  return int4_super_block(S) || S == Int4Scheme::kSixBit;
+}
+
+// At the first group of each super-block, its record's d (and dmin) converted into `out`.
+template <Int4Scheme S>
+TESSERA_TARGET_AVX512_VNNI inline void convert_super_block(const uint8_t* rec, int64_t g, SuperBlockScales& out) {
+  constexpr int64_t kGroups = int4_super_block(S) ? 8 : 16, kRecordBytes = int4_record_bytes(S);
+  if (g % kGroups != 0) return;
+  const uint8_t* r = rec + (g / kGroups) * kRecordBytes;
+  for (int half = 0; half < 2; ++half) {
+    _mm512_store_ps(out.d + 16 * half, f16x16(r + 32 * half));
+    if constexpr (int4_super_block(S)) _mm512_store_ps(out.dmin + 16 * half, f16x16(r + 64 + 32 * half));
+  }
+}
+
+// The s and m of a panel's 32 columns for weight group g, as two halves of 16: the values of
+// detail::int4_group_scale (m only where it is not o s: int4_q_offset). `sb`: the group's
+// super-block's d and dmin (super-block schemes).
+template <Int4Scheme S>
+TESSERA_TARGET_AVX512_VNNI inline void group_scales(const uint8_t* rec, int64_t g, [[maybe_unused]] const SuperBlockScales& sb,
+                                                    __m512 s[2], __m512 m[2]) {
   for (int half = 0; half < 2; ++half) {
     if constexpr (S == Int4Scheme::kSymmetric || S == Int4Scheme::kSymmetric5) {
       s[half] = f16x16(rec + g * 64 + 32 * half);
@@ -58,11 +88,11 @@ TESSERA_TARGET_AVX512_VNNI inline void group_scales(const uint8_t* rec, int64_t 
       m[half] = f16x16(rec + g * 128 + 64 + 32 * half);
     } else if constexpr (S == Int4Scheme::kSixBit) {
       const uint8_t* r = rec + (g / 16) * kSixBitRecordBytes;
-      s[half] = _mm512_mul_ps(f16x16(r + 32 * half), i8x16(r + 64 + (g % 16) * 32 + 16 * half));
+      s[half] = _mm512_mul_ps(_mm512_load_ps(sb.d + 16 * half), i8x16(r + 64 + (g % 16) * 32 + 16 * half));
     } else {
       const uint8_t* r = rec + (g / 8) * kInt4SuperRecordBytes;
-      s[half] = _mm512_mul_ps(f16x16(r + 32 * half), u8x16(r + 128 + (g % 8) * 32 + 16 * half));
-      m[half] = _mm512_mul_ps(f16x16(r + 64 + 32 * half), u8x16(r + 384 + (g % 8) * 32 + 16 * half));
+      s[half] = _mm512_mul_ps(_mm512_load_ps(sb.d + 16 * half), u8x16(r + 128 + (g % 8) * 32 + 16 * half));
+      m[half] = _mm512_mul_ps(_mm512_load_ps(sb.dmin + 16 * half), u8x16(r + 384 + (g % 8) * 32 + 16 * half));
     }
   }
 }
@@ -95,26 +125,27 @@ TESSERA_TARGET_AVX512_VNNI inline void merge_top_bits(const uint8_t* top, const 
   hi = _mm512_ternarylogic_epi32(hi, _mm512_srlv_epi16(bits, sh.hi_right), sh.mask, 0xF8);
 }
 
-// A step's low and high nibbles as vpdpbusd's unsigned bytes. Without top bits the high
-// nibbles stay where they are, 16 times their value (one mask instead of a shift and a mask;
-// a group's sums stay exact: 32 x 240 x 127 < 2^31), and unscale_high divides the group's
-// sums by 16, exactly.
+// A step's two operands of vpdpbusd's unsigned bytes: with top bits, the low and the high
+// columns' values; without, the low nibbles and the whole byte (lo + 16 hi: a group's sums
+// stay exact, 32 x 255 x 127 < 2^31), which high_sums turns into the high columns' sums.
 template <int BITS>
 TESSERA_TARGET_AVX512_VNNI inline void split_nibbles(__m512i v, const uint8_t* top, [[maybe_unused]] const TopBitShifts& sh,
                                                      __m512i& lo, __m512i& hi) {
   lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
   if constexpr (BITS == 0) {
-    hi = _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)));
+    hi = v;
   } else {
     hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
     merge_top_bits<BITS>(top, sh, lo, hi);
   }
 }
 
+// The high columns' group sums from the second operand's (split_nibbles): without top bits
+// (whole bytes - low nibbles) / 16, exactly.
 template <int BITS>
-TESSERA_TARGET_AVX512_VNNI inline __m512i unscale_high(__m512i sums) {
-  if constexpr (BITS == 0) return _mm512_srai_epi32(sums, 4);
-  return sums;
+TESSERA_TARGET_AVX512_VNNI inline __m512i high_sums(__m512i lo_sums, __m512i second_sums) {
+  if constexpr (BITS == 0) return _mm512_srai_epi32(_mm512_sub_epi32(second_sums, lo_sums), 4);
+  return second_sums;
 }
 
 template <Int4Scheme S, int MT, int PN>
@@ -134,7 +165,11 @@ TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) 
   for (int i = 0; i < MT; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < PN; ++j) total[i][j][0] = total[i][j][1] = _mm512_setzero_ps();
+  [[maybe_unused]] SuperBlockScales super[has_super_blocks<S>() ? PN : 1];
   for (int64_t g = 0; g < groups; ++g) {
+    if constexpr (has_super_blocks<S>()) {
+      for (int j = 0; j < PN; ++j) convert_super_block<S>(a.scales + (p0 + j) * record_stride, g, super[j]);
+    }
     __m512i acc[MT][PN][2];
 #pragma GCC unroll 4
     for (int i = 0; i < MT; ++i)
@@ -160,11 +195,11 @@ TESSERA_TARGET_AVX512_VNNI void tile(const Int4Args& a, int64_t m0, int64_t p0) 
 #pragma GCC unroll 4
     for (int i = 0; i < MT; ++i)
 #pragma GCC unroll 4
-      for (int j = 0; j < PN; ++j) acc[i][j][1] = unscale_high<kTop>(acc[i][j][1]);
+      for (int j = 0; j < PN; ++j) acc[i][j][1] = high_sums<kTop>(acc[i][j][0], acc[i][j][1]);
 #pragma GCC unroll 4
     for (int j = 0; j < PN; ++j) {
       __m512 s[2], m[2];
-      group_scales<S>(a.scales + (p0 + j) * record_stride, g, s, m);
+      group_scales<S>(a.scales + (p0 + j) * record_stride, g, super[has_super_blocks<S>() ? j : 0], s, m);
 #pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) {
         const float xs = a.xs[(m0 + i) * x_groups + g * G / kInt4Group];

@@ -47,6 +47,34 @@ TEST(TesseraBenchJson, ReportsBothRooflines) {
   EXPECT_NEAR(j["decode_compute_fraction"].get<double>(), j["decode_gflop_s"].get<double>() / peak, 1e-9);
 }
 
+// --repetitions runs the timed generation that many times and sums them: the steps are the
+// runs' steps added up (gen-len 4: 3 decode steps a run).
+TEST(TesseraBenchJson, RepetitionsSumTheTimedRuns) {
+  if (!TESSERA_HAS_BENCH) GTEST_SKIP() << "SKIPPED: tessera-bench not built here (TESSERA_BUILD_BENCH=OFF)";
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/tiny-llama";
+  const testing::CommandResult r = testing::run_command(
+      bench_command("--model " + model + " --prompt-len 8 --gen-len 4 --batch 2 --repetitions 3 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find_last_of('{')));
+  EXPECT_EQ(j["repetitions"].get<int>(), 3);
+  EXPECT_EQ(j["decode_steps"].get<int>(), 3 * 3);
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
+}
+
+TEST(TesseraBenchJson, RefusesRepetitionsItCannotRun) {
+  if (!TESSERA_HAS_BENCH) GTEST_SKIP() << "SKIPPED: tessera-bench not built here (TESSERA_BUILD_BENCH=OFF)";
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string model = testing::fixtures_dir() + "/tiny-llama";
+  const testing::CommandResult zero = testing::run_command(bench_command("--model " + model + " --repetitions 0 --json"));
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.err.find("--repetitions must be >= 1"), std::string::npos) << zero.err;
+  const testing::CommandResult engine =
+      testing::run_command(bench_command("--model " + model + " --repetitions 2 --engine --json"));
+  EXPECT_NE(engine.exit_code, 0);
+  EXPECT_NE(engine.err.find("--repetitions is for the bare generation loop"), std::string::npos) << engine.err;
+}
+
 TEST(TesseraBenchJson, RejectsAnUnknownDtype) {
   if (!TESSERA_HAS_BENCH) GTEST_SKIP() << "SKIPPED: tessera-bench not built here (TESSERA_BUILD_BENCH=OFF)";
   TESSERA_REQUIRE_FIXTURES();
