@@ -7,7 +7,9 @@
 # measured within minutes on the same machine; medians follow. Prefill and batch-1 decode
 # time 3 runs in each engine (tessera-bench --repetitions 3, llama-bench -r 3): the host's
 # memory bandwidth swings within seconds, and one 64-token decode (about a second) against
-# llama.cpp's three caught those swings in one engine only. Both engines' files are dropped
+# llama.cpp's three caught those swings in one engine only. Batch-1 decode, the case closest
+# to the bandwidth, runs Tessera, llama.cpp, llama.cpp, Tessera in each round and prints the
+# means of each engine's two. Both engines' files are dropped
 # from the page cache and read back from the disk first (lib.sh's reread_files).
 #   LLAMA_CPP_DIR=DIR bench/compare_llamacpp.sh MODEL_DIR GGUF DTYPE [ROUNDS] [all|prefill|decode|batched]
 # MODEL_DIR: the Hugging Face checkpoint (bench/make_models.sh), or a GGUF file that Tessera
@@ -78,10 +80,16 @@ for round in $(seq "$rounds"); do
       -m "$gguf" -p "$(IFS=,; echo "${prefill_lens[*]}")" -n 0 -t "$threads" -r 3 -o json >>"$results"
   fi
   if [[ $what == all || $what == decode ]]; then
-    t=$(tessera "r['decode_tok_s'], r['roofline_fraction']" --prompt-len 64 --gen-len 64 --batch 1 --repetitions 3)
-    echo "decode-1 $round $t" >>"$results"
-    llama_json llama-bench "'\n'.join(f\"llama decode-1 $round {x['avg_ts']}\" for x in r)" \
-      -m "$gguf" -p 0 -n 64 -t "$threads" -r 3 -o json >>"$results"
+    # Tessera, llama.cpp, llama.cpp, Tessera: the means of each pair cancel a drift of the
+    # host's bandwidth that is steady over the round.
+    t1=$(tessera "r['decode_tok_s'], r['roofline_fraction']" --prompt-len 64 --gen-len 64 --batch 1 --repetitions 3)
+    l1=$(llama_json llama-bench "r[0]['avg_ts']" -m "$gguf" -p 0 -n 64 -t "$threads" -r 3 -o json)
+    l2=$(llama_json llama-bench "r[0]['avg_ts']" -m "$gguf" -p 0 -n 64 -t "$threads" -r 3 -o json)
+    t2=$(tessera "r['decode_tok_s'], r['roofline_fraction']" --prompt-len 64 --gen-len 64 --batch 1 --repetitions 3)
+    read -r t1s t1r <<<"$t1"
+    read -r t2s t2r <<<"$t2"
+    python3 -c "print('decode-1 $round', ($t1s + $t2s) / 2, ($t1r + $t2r) / 2)" >>"$results"
+    python3 -c "print('llama decode-1 $round', ($l1 + $l2) / 2)" >>"$results"
   fi
   if [[ $what == all || $what == batched ]]; then
     for b in "${batches[@]}"; do
