@@ -17,17 +17,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <cstddef>
-#include <utility>
 #include <random>
 #include <vector>
 
 #include "common/dtype.h"
-#include "common/gguf/ggml_dequant_blocks.h"
 #include "common/kernel_options.h"
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/linear_int4.h"
+#include "tests/kernels/int4_test_blocks.h"  // random ggml blocks, as the op tests make them
 
 namespace {
 
@@ -106,23 +103,6 @@ void report(const char* setting, const Copies& c, int64_t M, Timing t) {
               bf16_bytes / t.bf16_s / 1e9, int4_bytes / t.int4_s / 1e9, t.bf16_s / t.int4_s);
 }
 
-// Random ggml blocks of `Block` for an N x K matrix, their f16 scale fields small and finite
-// (the fields at `scale_offsets` within a block).
-template <typename Block>
-std::vector<uint8_t> random_blocks(int64_t N, int64_t K, int64_t block_elems, std::initializer_list<size_t> scale_offsets) {
-  std::mt19937 rng(11);
-  std::vector<uint8_t> bytes(static_cast<size_t>(N * K / block_elems) * sizeof(Block));
-  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> u(0.001f, 0.01f);
-  for (size_t at = 0; at < bytes.size(); at += sizeof(Block)) {
-    for (const size_t off : scale_offsets) {
-      const uint16_t h = f32_to_f16(u(rng));
-      std::memcpy(&bytes[at + off], &h, sizeof(h));
-    }
-  }
-  return bytes;
-}
-
 // `copies` copies of one N x K matrix packed as `scheme` from random blocks of its ggml type.
 struct SchemeCopies {
   Int4Scheme scheme;
@@ -131,22 +111,13 @@ struct SchemeCopies {
 };
 
 SchemeCopies scheme_copies(Int4Scheme scheme, int64_t N, int64_t K, int64_t copies) {
-  std::vector<uint8_t> blocks;
-  int64_t block_elems = 0, block_bytes = 0;
-  if (scheme == Int4Scheme::kSymmetric) {
-    block_elems = kGgmlQK, block_bytes = sizeof(BlockQ4_0);
-    blocks = random_blocks<BlockQ4_0>(N, K, block_elems, {0});
-  } else if (scheme == Int4Scheme::kSuperBlock) {
-    block_elems = kGgmlQKK, block_bytes = sizeof(BlockQ4_K);
-    blocks = random_blocks<BlockQ4_K>(N, K, block_elems, {0, 2});
-  } else {
-    block_elems = kGgmlQKK, block_bytes = sizeof(BlockQ6_K);
-    blocks = random_blocks<BlockQ6_K>(N, K, block_elems, {offsetof(BlockQ6_K, d)});
-  }
+  std::mt19937 rng(11);
+  const std::vector<uint8_t> blocks = random_block_rows(rng, scheme, N, K);
+  const BlockType bt = block_type_of(scheme);
   const int64_t nb = int4_nibble_bytes(scheme, N, K), sb = int4_scale_bytes(scheme, N, K);
   SchemeCopies c{scheme, N, K, copies, nb + sb, std::vector<uint8_t>(static_cast<size_t>(copies * nb)),
                  std::vector<uint8_t>(static_cast<size_t>(copies * sb))};
-  cpu::pack_int4_from_blocks(scheme, blocks.data(), K / block_elems * block_bytes, N, K, c.nibbles.data(),
+  cpu::pack_int4_from_blocks(scheme, blocks.data(), K / bt.elems * bt.bytes, N, K, c.nibbles.data(),
                              c.scales.data());
   for (int64_t i = 1; i < copies; ++i) {
     std::copy_n(c.nibbles.begin(), nb, c.nibbles.begin() + i * nb);
@@ -180,9 +151,8 @@ double scheme_gb_s(const cpu::Int4LinearOptions& options, const SchemeCopies& c,
 void report_schemes(const cpu::Int4LinearOptions& options, int64_t N, int64_t K, int rounds, int threads) {
   std::printf("\n| scheme (ggml type) | N x K | cold GB/s (%d threads) | hot GB/s (1 thread) |\n| --- | --- | --- | --- |\n",
               threads);
-  const std::pair<Int4Scheme, const char*> schemes[] = {
-      {Int4Scheme::kSymmetric, "q4_0"}, {Int4Scheme::kSuperBlock, "q4_K"}, {Int4Scheme::kSixBit, "q6_K"}};
-  for (const auto& [scheme, name] : schemes) {
+  for (const Int4Scheme scheme : {Int4Scheme::kSymmetric, Int4Scheme::kSuperBlock, Int4Scheme::kSixBit}) {
+    const char* name = ggml_type_traits(static_cast<uint32_t>(block_type_of(scheme).type))->name;
     if (K % int4_k_multiple(scheme) != 0) continue;
     const int64_t bytes = int4_nibble_bytes(scheme, N, K) + int4_scale_bytes(scheme, N, K);
     const SchemeCopies cold = scheme_copies(scheme, N, K, std::max<int64_t>(1, static_cast<int64_t>(kColdBytes) / bytes));

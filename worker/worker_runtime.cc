@@ -194,8 +194,7 @@ Status run_worker(const TesseraConfig& local_config, int rank) {
     mo.residency.cache_dir = config.model.weights_cache_dir;
     mo.residency.prefetch_layers = config.model.weights_prefetch_layers;
     mo.residency.streaming = config.model.weights_streaming;
-    mo.huge_pages = config.model.weights_huge_pages == WeightHugePages::kAuto ? WeightHugePages::kLoad
-                                                                             : config.model.weights_huge_pages;
+    mo.huge_pages = config.model.weights_huge_pages;  // (auto loads onto huge pages: serve() chose before)
     mo.log_prefix = "rank " + std::to_string(a.rank) + "/" + std::to_string(a.world_size);
     TESSERA_ASSIGN_OR_RETURN(model, Transformer::load(a.model_path, mo, *backend));
     if (const std::string plan = model->streaming_plan(); !plan.empty())
