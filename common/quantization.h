@@ -83,11 +83,11 @@ struct QuantizationOptions {
   // kInt8): matrices stored in blocks a kernel computes from are kept as they are, value for
   // value (q4_* / q5_* / q6_K as panels of their bits, q8_0 as int8 with its own scales).
   bool keep_blocks = false;
-  // Also set there: an LM head the file stores in quantized blocks is quantized too (int8, or
-  // 4-bit from q4 blocks), as the file's author chose, and one it stores in floats is not;
-  // elsewhere an untied LM head is int8 under int4 and stays in floats under int8 (a rule
-  // may say otherwise).
-  bool lm_head_as_stored = false;
+  // Also set there: every linear weight is computed as the file stores it, the LM head
+  // included: quantized where it is stored in quantized blocks (int8, or panels from 4- to
+  // 6-bit blocks), in the compute dtype where it is stored in floats (a rule may say
+  // otherwise). Elsewhere an untied LM head is int8 under int4 and stays in floats under int8.
+  bool as_stored = false;
   // Whether the linear weights left in bfloat16 are coded (Bf16Coding); the loader makes
   // kAuto definite before it loads (worker/transformer.cc) and codes only under kOn.
   Bf16Coding bf16_coding = Bf16Coding::kAuto;

@@ -33,13 +33,17 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// An untied LM head's default (q resolved), rules aside: under int4, int8 (its rounding moves
-// every logit, so it keeps 8 bits, as llama.cpp's 4-bit files keep their output matrix in 6;
-// in bf16 it is ~20% of a 4-bit ~1.1B step's bytes); under int8 the compute dtype (int8's
-// error stays in the layers); under auto on a GGUF file the file's own choice (quantized where
-// it is stored in blocks).
-WeightQuantization default_lm_head_kind(const QuantizationOptions& q, bool stored_in_blocks) {
-  if (q.lm_head_as_stored) return stored_in_blocks ? q.kind : WeightQuantization::kNone;
+// What a linear weight becomes by default (q resolved), rules aside. Under auto on a GGUF file
+// (as_stored) the file's own choice: a matrix stored in quantized blocks is computed from them,
+// one stored in floats (llama-quantize's fallback for a shape its type cannot block, or a
+// --tensor-type override) stays in the compute dtype. Elsewhere the column- and row-parallel
+// matrices take the kind, and an untied LM head is int8 under int4 (its rounding moves every
+// logit, so it keeps 8 bits, as llama.cpp's 4-bit files keep their output matrix in 6; in
+// bf16 it is ~20% of a 4-bit ~1.1B step's bytes) and in the compute dtype under int8 (int8's
+// error stays in the layers).
+WeightQuantization default_kind(const QuantizationOptions& q, bool lm_head, bool stored_in_blocks) {
+  if (q.as_stored) return stored_in_blocks ? q.kind : WeightQuantization::kNone;
+  if (!lm_head) return q.kind;
   return q.kind == WeightQuantization::kInt4 ? WeightQuantization::kInt8 : WeightQuantization::kNone;
 }
 
@@ -97,21 +101,25 @@ class QuantSelector {
   StatusOr<WeightQuantization> kind_for(const QuantCandidate& cand) {
     std::optional<WeightQuantization> decided;
     std::string first;
+    bool ruled = false;
     for (const std::string& name : cand.sources) {
       const TpRole r = role(name, cand.structural_role);
       const int rule = rule_for(name);
       WeightQuantization kind = WeightQuantization::kNone;
-      if (r == TpRole::kColumn || r == TpRole::kRow) kind = q_.kind;
-      if (r == TpRole::kVocab) {
+      if (r == TpRole::kColumn || r == TpRole::kRow || r == TpRole::kVocab) {
         const TensorInfo* info = ckpt_.find(name);
-        kind = default_lm_head_kind(q_, info != nullptr && stored_in_ggml_blocks(*info));
+        kind = default_kind(q_, r == TpRole::kVocab, info != nullptr && stored_in_ggml_blocks(*info));
       }
       if (rule >= 0) kind = q_.rules[static_cast<size_t>(rule)].quantize;
+      ruled |= rule >= 0;
       if (kind != WeightQuantization::kNone && r == TpRole::kKeep) {
         return invalid_argument(rule_text(rule) + ": \"" + name + "\" is kept whole by the TP plan (role keep); " +
                                 weight_quantization_name(kind) +
                                 " applies only to column- and row-parallel linears and the LM head");
       }
+      // A GGUF file's gate in blocks packed with an up it stores in floats (a llama-quantize
+      // --tensor-type override): the loader decoded the packed matrix, so it stays decoded.
+      if (decided && *decided != kind && q_.as_stored && !ruled) return WeightQuantization::kNone;
       if (decided && *decided != kind) {
         return invalid_argument("model.quantization_rules: \"" + first + "\" and \"" + name +
                                 "\" are packed into one matrix (kernel_inject) and must be quantized alike");
@@ -280,7 +288,7 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   }
   if (block_types.empty()) return q;
   q.kind = WeightQuantization::kInt8;
-  q.lm_head_as_stored = true;
+  q.as_stored = true;
   // int8 weights made from blocks of 32 (q8_0, q5_0 ...) or of 16 (q6_K's sub-blocks) keep
   // a scale per 32 inputs: 128 would fold four of the file's scales into one.
   if (q.group == kAutoQuantGroup) q.group = kInt4Group;
@@ -288,8 +296,8 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   for (const std::string& t : block_types) types += (types.empty() ? "" : ", ") + t;
   TESSERA_LOG_INFO("model.quantization auto: {} stores its matrices as {} blocks, each computed from as stored "
                    "(q4_*, q5_* and q6_K in panels of their bits, q8_0 as int8 with its own scales; a matrix whose "
-                   "tensor-parallel slice cuts its blocks as int8); model.quantization: none decodes them all to "
-                   "model.dtype instead",
+                   "tensor-parallel slice cuts its blocks as int8; those it stores in floats in model.dtype); "
+                   "model.quantization: none decodes them all to model.dtype instead",
                    checkpoint.path(), types);
   return q;
 }
@@ -465,7 +473,7 @@ StatusOr<int64_t> WeightQuantizer::finish(ModelWeights& mw) {
     std::vector<QuantCandidate> more = candidates(mw, config_, *selector_, layer, layer + 1);
     list.insert(list.end(), more.begin(), more.end());
   }
-  // The LM head (default_lm_head_kind); never when it is the embedding itself.
+  // The LM head (default_kind); never when it is the embedding itself.
   const std::string embed = selector_->resolve(TensorRole::kEmbed, -1);
   const bool tied = mw.lm_head.w.view().data == mw.embed.view().data;
   if (!tied && !mw.lm_head.w.empty())
@@ -600,8 +608,7 @@ double estimated_weight_bytes(const Checkpoint& ckpt, const ModelConfig& mc, con
     double n = 1;
     for (int64_t d : info.shape) n *= static_cast<double>(d);
     const bool blocks = stored_in_ggml_blocks(info);
-    // What a matrix becomes by default: the LM head by its own rule, the others by the kind.
-    const WeightQuantization kind = name == head ? default_lm_head_kind(quant, blocks) : quant.kind;
+    const WeightQuantization kind = default_kind(quant, name == head, blocks);
     const bool matrix = info.shape.size() == 2 && name != embed && kind != WeightQuantization::kNone;
     // keep_blocks is auto's: every kind it keeps, not only int4's.
     const std::optional<Int4Scheme> panels =

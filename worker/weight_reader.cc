@@ -1,5 +1,6 @@
 #include "worker/weight_reader.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/gguf/ggml_block_element.h"
@@ -14,6 +15,21 @@ std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+// How many outer dimensions of 1 `expected` has beyond a GGUF tensor's `stored` shape, or -1
+// when they differ otherwise. GGUF writers list a tensor's dimensions up to its last one
+// above 1 (ggml_n_dims): llama.cpp's converter writes Qwen2-MoE's [1, hidden] shared-expert
+// gate as two dimensions, llama-quantize writes it again as one.
+int dropped_outer_ones(const std::vector<int64_t>& stored, const std::vector<int64_t>& expected) {
+  if (stored.size() > expected.size()) return -1;
+  const size_t extra = expected.size() - stored.size();
+  for (size_t i = 0; i < extra; ++i) {
+    if (expected[i] != 1) return -1;
+  }
+  return std::equal(stored.begin(), stored.end(), expected.begin() + static_cast<std::ptrdiff_t>(extra))
+             ? static_cast<int>(extra)
+             : -1;
 }
 
 // The index of the first NaN or Inf (all exponent bits set) of a float tensor; -1 when it
@@ -75,13 +91,16 @@ StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vecto
   if (info == nullptr) return not_found("checkpoint has no tensor \"" + name + "\"");
   // An unsupported dtype is reported by name before the shape is compared.
   if (!info->dtype_supported) return ckpt_.load(name, dtype).status();
-  if (info->shape != shape) {
+  const int dropped = info->ggml_type >= 0 ? dropped_outer_ones(info->shape, shape) : 0;
+  if (info->shape != shape && dropped <= 0) {
     return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
                             " but config.json implies " + shape_str(shape));
   }
-  StatusOr<Tensor> t = slice.axis < 0 ? ckpt_.load(name, dtype)
-                                      : ckpt_.load_slice(name, dtype, slice.axis, slice.begin, slice.count);
+  // A slice of an outer dimension of 1 the file left out is the whole tensor.
+  const int axis = slice.axis < 0 ? -1 : slice.axis - dropped;
+  StatusOr<Tensor> t = axis < 0 ? ckpt_.load(name, dtype) : ckpt_.load_slice(name, dtype, axis, slice.begin, slice.count);
   if (!t.is_ok()) return t.status();
+  if (dropped > 0) t->mutable_view() = TensorView(t->data<void>(), t->dtype(), shape);
   const char* mapped = static_cast<const char*>(info->data);
   const char* got = t->data<const char>();
   const bool in_mapping = got >= mapped && got < mapped + info->nbytes;
