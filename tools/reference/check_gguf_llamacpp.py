@@ -1,0 +1,155 @@
+# Tessera against llama.cpp on GGUF files llama.cpp's own tools make: each Hugging Face folder
+# is converted by LLAMA_CPP_DIR's convert_hf_to_gguf.py (f32), requantized by its
+# llama-quantize to each type, and every file runs greedy through tessera-generate
+# (--dump-logits) and teacher-forced on the same ids through llama.cpp (llamacpp_logits.cc,
+# built here against LLAMA_CPP_DIR). Printed per file: the largest logit difference over three
+# prompts (5, 17 and 60 random ids, 12 generated), how many of llama.cpp's argmaxes equal
+# Tessera's ids, and the flips on a clear margin (ids that differ where llama.cpp's top-1/top-2
+# margin exceeds twice that row's difference). Exit status 1 on any such flip or failure.
+#
+# The folders need no tokenizer (the file gets llama.cpp's "no_vocab" model: ids only).
+# Needs numpy and torch (Debian's python3-torch will do) for the converter.
+# Usage: LLAMA_CPP_DIR=/path/to/llama.cpp /usr/bin/python3 tools/reference/check_gguf_llamacpp.py
+#            [--build build] [--types F32,Q8_0,Q4_K_M] [--out DIR] [--quantize-flags '...'] FOLDER...
+import argparse, json, os, random, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TYPES = "F32,F16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q4_K_S,Q4_K_M,Q5_K_S,Q5_K_M,Q6_K"
+
+
+def convert(llama_dir, folder, out):
+    """convert_hf_to_gguf.py on `folder`, in this process, without a vocabulary."""
+    shim = tempfile.mkdtemp(prefix="tessera-gguf-shim-")
+    os.makedirs(shim + "/transformers")
+    # The converter falls back to config.json when AutoConfig fails; no tokenizer is read.
+    with open(shim + "/transformers/__init__.py", "w") as f:
+        f.write("class AutoConfig:\n    @staticmethod\n    def from_pretrained(*a, **k):\n"
+                "        raise RuntimeError('no transformers here')\nclass AutoTokenizer(AutoConfig):\n    pass\n")
+    sys.path[:0] = [shim, llama_dir, llama_dir + "/gguf-py"]
+    import torch
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32", "uint64"):
+        if not hasattr(torch, name):  # older torch (Debian's 1.13) lacks them; never used here
+            setattr(torch, name, type(name, (), {})())
+    import importlib, pkgutil
+    import conversion
+    import conversion.base as base
+    for module in pkgutil.iter_modules(conversion.__path__):
+        try:
+            importlib.import_module("conversion." + module.name)
+        except Exception:
+            pass  # a family whose module needs what is not installed: not checked here
+
+    def no_vocab(self):
+        self.gguf_writer.add_tokenizer_model("no_vocab")
+        hp = self.hparams
+        self.gguf_writer.add_vocab_size(hp.get("vocab_size") or hp["text_config"]["vocab_size"])
+
+    def subclasses(c):
+        for s in c.__subclasses__():
+            yield s
+            yield from subclasses(s)
+    for c in [base.TextModel] + list(subclasses(base.TextModel)):
+        if "set_vocab" in c.__dict__:
+            c.set_vocab = no_vocab
+    # Gemma 3's converter counts the vocabulary in tokenizer.json to trim the table: a folder
+    # without one is staged (links) beside a tokenizer.json of vocab_size plain entries.
+    if not os.path.exists(folder + "/tokenizer.json"):
+        staged = tempfile.mkdtemp(prefix="tessera-gguf-folder-")
+        for entry in os.listdir(folder):
+            os.symlink(os.path.abspath(folder + "/" + entry), staged + "/" + entry)
+        vocab = json.load(open(folder + "/config.json")).get("vocab_size")
+        if vocab:
+            with open(staged + "/tokenizer.json", "w") as f:
+                json.dump({"model": {"vocab": {"t%d" % i: i for i in range(vocab)}}, "added_tokens": []}, f)
+        folder = staged
+    import convert_hf_to_gguf
+    sys.argv = ["convert_hf_to_gguf.py", folder, "--outtype", "f32", "--outfile", out]
+    convert_hf_to_gguf.main()
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def compare(gguf, vocab, bin_dir, logits_tool, work):
+    """(largest difference, equal argmaxes, rows, clear-margin flips) over three prompts, or an error line."""
+    import numpy as np
+    worst, equal, rows, flips = 0.0, 0, 0, 0
+    for n in (5, 17, 60):
+        rng = random.Random(n)
+        prompt = [rng.randrange(3, vocab) for _ in range(n)]
+        g = run([bin_dir + "/tessera-generate", "--model", gguf, "--prompt-ids", ",".join(map(str, prompt)),
+                 "--max-new-tokens", "12", "--dump-logits", work + "/t.f32", "--json"])
+        if g.returncode != 0:
+            return "tessera-generate: " + g.stderr.strip().splitlines()[-1]
+        ids = json.loads(g.stdout.strip().splitlines()[-1])["output_ids"]
+        t = np.fromfile(work + "/t.f32", dtype=np.float32).reshape(-1, vocab)
+        ll = run([logits_tool, gguf, "512", ",".join(map(str, prompt + ids[:-1])), work + "/l.f32"])
+        if ll.returncode != 0:
+            return "llama.cpp: " + (ll.stderr.strip().splitlines() or ["exit %d" % ll.returncode])[-1]
+        l = np.fromfile(work + "/l.f32", dtype=np.float32).reshape(-1, vocab)[n - 1:]
+        diff = np.abs(l - t).max(axis=1)
+        top2 = np.sort(l, axis=1)[:, -2:]
+        argmax = l.argmax(axis=1)
+        worst = max(worst, float(diff.max()))
+        equal += int((argmax == np.array(ids)).sum())
+        rows += len(ids)
+        flips += int(((argmax != np.array(ids)) & (top2[:, 1] - top2[:, 0] > 2 * diff)).sum())
+    return worst, equal, rows, flips
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("folders", nargs="*")
+    p.add_argument("--build", default="build")
+    p.add_argument("--types", default=TYPES)
+    p.add_argument("--out", default=None)
+    p.add_argument("--quantize-flags", default="", help="extra llama-quantize flags, e.g. '--pure'")
+    p.add_argument("--convert", nargs=2, metavar=("FOLDER", "OUT"), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    llama_dir = os.environ.get("LLAMA_CPP_DIR")
+    if not llama_dir or not os.path.isfile(llama_dir + "/build/bin/llama-quantize"):
+        sys.exit("LLAMA_CPP_DIR must name a llama.cpp checkout built in build/ (llama-quantize, libllama)")
+    if a.convert:
+        return convert(llama_dir, *a.convert)
+    out = a.out or tempfile.mkdtemp(prefix="tessera-gguf-check-")
+    os.makedirs(out, exist_ok=True)
+    lib = llama_dir + "/build/bin"
+    tool = out + "/llamacpp_logits"
+    built = run(["g++", "-O2", "-std=c++17", "-I" + llama_dir + "/include", "-I" + llama_dir + "/ggml/include",
+                 HERE + "/llamacpp_logits.cc", "-L" + lib, "-lllama", "-lggml", "-lggml-base", "-Wl,-rpath," + lib,
+                 "-o", tool])
+    if built.returncode != 0:
+        sys.exit("building llamacpp_logits failed:\n" + built.stderr)
+    commit = run(["git", "-C", llama_dir, "rev-parse", "--short=12", "HEAD"]).stdout.strip()
+    print(f"llama.cpp {commit or '(unknown commit)'}; files under {out}")
+    bin_dir = os.path.abspath(a.build) + "/bin"
+    bad = 0
+    for folder in a.folders:
+        name = os.path.basename(os.path.normpath(folder))
+        vocab = json.load(open(folder + "/config.json"))["vocab_size"]
+        f32 = f"{out}/{name}-F32.gguf"
+        c = run([sys.executable, os.path.abspath(__file__), "--convert", folder, f32])
+        if c.returncode != 0:
+            print(f"{name}: the converter failed: {c.stderr.strip().splitlines()[-1]}")
+            continue  # llama.cpp cannot make the file: nothing to compare
+        for t in a.types.split(","):
+            path = f32 if t == "F32" else f"{out}/{name}-{t}.gguf"
+            if t != "F32":
+                q = run([lib + "/llama-quantize"] + a.quantize_flags.split() + [f32, path, t])
+                if q.returncode != 0:
+                    print(f"{name} {t}: llama-quantize refused: {q.stderr.strip().splitlines()[-1]}")
+                    continue
+            r = compare(path, vocab, bin_dir, tool, out)
+            if isinstance(r, str):
+                bad += 1
+                print(f"{name} {t}: FAILED {r}")
+                continue
+            worst, equal, rows, flips = r
+            bad += flips > 0
+            print(f"{name} {t}: max |logit diff| {worst:.3g}, argmax equal {equal}/{rows}, clear-margin flips {flips}")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
