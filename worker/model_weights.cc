@@ -35,6 +35,7 @@ LinearWeights row_slice(const LinearWeights& l, int64_t begin, int64_t count) {
   out.source.rows = source_rows(l.source.rows, begin, count);
   out.source.in_begin = l.source.in_begin;
   out.source.in_count = l.source.in_count;
+  out.ggml_blocks = l.ggml_blocks;  // rows of blocks are whole rows: each view packs as its own matrix
   return out;
 }
 

@@ -244,8 +244,8 @@ TEST(GgufPhi3LongRope, FactorsReadBackAsTheFolderInBothRegimes) {
   float worst = 0;
   std::vector<FamilyRun> folder_runs;
   for (const int64_t served : {int64_t{0}, int64_t{32}}) {
-    auto from_file = run_family(gguf, cases, served);
-    auto from_folder = run_family(longrope, cases, served);
+    auto from_file = run_family(gguf, cases, {served});
+    auto from_folder = run_family(longrope, cases, {served});
     ASSERT_TRUE(from_file.is_ok() && from_folder.is_ok())
         << from_file.status().to_string() << " " << from_folder.status().to_string();
     worst = std::max(worst, compare_runs(*from_file, *from_folder, "longrope gguf vs folder"));
@@ -259,7 +259,7 @@ TEST(GgufPhi3LongRope, FactorsReadBackAsTheFolderInBothRegimes) {
                                                 {"short_factor", std::vector<double>(8, 1.0)},
                                                 {"long_factor", std::vector<double>(8, 4.0)},
                                                 {"attention_factor", 1.0}});
-  auto plain = run_family(unit, cases, 32);
+  auto plain = run_family(unit, cases, {32});
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
   const float vs_goldens = difference_from_goldens(*plain, cases);
   EXPECT_LE(vs_goldens, kGoldenBound);

@@ -40,15 +40,21 @@ struct FamilyRun {
   std::vector<GenerationResult> results;
 };
 
-// `max_context`: the served context (ModelLoadOptions::max_context; 0 = the model's own);
-// `kind`: model.quantization.
+struct FamilyRunOptions {
+  int64_t max_context = 0;  // the served context (ModelLoadOptions::max_context; 0 = the model's own)
+  // model.quantization; none by default: the file's own values (auto would make q8_0 int8).
+  WeightQuantization kind = WeightQuantization::kNone;
+  bool kernel_inject = true;  // false: the plain op sequence, q, k, v and gate, up apart
+};
+
 inline StatusOr<FamilyRun> run_family(const std::string& path, const std::vector<FamilyCase>& cases,
-                                      int64_t max_context = 0, WeightQuantization kind = WeightQuantization::kNone) {
+                                      const FamilyRunOptions& options = {}) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
   ModelLoadOptions lo;
   lo.dtype = DType::kF32;
-  lo.max_context = max_context;
-  lo.quant.kind = kind;  // none by default: the file's own values (auto would make q8_0 int8)
+  lo.max_context = options.max_context;
+  lo.quant.kind = options.kind;
+  lo.kernel_inject = options.kernel_inject;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Transformer> model, Transformer::load(path, lo, *backend));
   Generator gen(*model, *backend);
   std::vector<GenerationRequest> reqs;

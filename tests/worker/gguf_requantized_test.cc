@@ -5,6 +5,8 @@
 //  - matrices left in floats beside quantized ones: a matrix whose input width the type
 //    cannot block (tiny-llama's 344-wide down projection under q8_0 or Q4_K_M falls back to
 //    F16) or one a --tensor-type override keeps in floats.
+// And one way of running any quantized file: the plain op path (kernel_inject off), where a
+// fused tensor's q, k, v or gate, up are row views of it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -103,8 +105,8 @@ TEST(GgufRequantized, MatricesInFloatsBesideBlocksStayInFloats) {
   }
 
   // Computed so, the file gives the greedy ids of all its values decoded to floats (none).
-  auto as_stored = testing::run_family(path, cases, 0, WeightQuantization::kAuto);
-  auto decoded = testing::run_family(path, cases, 0, WeightQuantization::kNone);
+  auto as_stored = testing::run_family(path, cases, {.kind = WeightQuantization::kAuto});
+  auto decoded = testing::run_family(path, cases, {.kind = WeightQuantization::kNone});
   ASSERT_TRUE(as_stored.is_ok()) << as_stored.status().to_string();
   ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
   const float diff = testing::compare_runs(*as_stored, *decoded, "auto against none");
@@ -112,6 +114,46 @@ TEST(GgufRequantized, MatricesInFloatsBesideBlocksStayInFloats) {
   std::cout << "[ REPORT   ] tiny-llama q8_0 with F16 and F32 matrices: auto against none, ids equal, max |logit| "
             << "diff " << diff << std::endl;
   fs::remove_all(tmp);
+}
+
+// Fused tensors (Phi-3's qkv and gate_up, GPT-NeoX's and BLOOM's grouped QKV) as q8_0 on
+// the plain op path: q, k, v and gate, up are row views of the one tensor, and each keeps the
+// blocks it views (int8 with their own scales under auto), computing what the fused path does.
+TEST(GgufRequantized, ViewsOfAFusedTensorKeepItsBlocksOnThePlainPath) {
+  TESSERA_REQUIRE_FIXTURES();
+  for (const std::string family : {"tiny-phi3", "tiny-gpt-neox", "tiny-bloom"}) {
+    SCOPED_TRACE(family);
+    const std::string fixture = testing::fixtures_dir() + "/" + family;
+    const std::vector<testing::FamilyCase> cases = testing::family_goldens(fixture);
+    const std::string tmp = testing::make_temp_dir("tessera-gguf-plain-path");
+    auto conv = testing::gguf_from_hf(fixture, GgufOutType::kQ8_0);
+    ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
+    const std::string path = testing::write_gguf(*conv, tmp, family);
+
+    auto ckpt = open_model_checkpoint(path);
+    ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+    auto config = parse_model_config((*ckpt)->config(), (*ckpt)->config_source());
+    ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+    WeightLoadOptions o;
+    o.quant.kind = WeightQuantization::kAuto;
+    o.int8_layout = Int8WeightLayout::kRows;
+    o.kernel_inject = false;
+    auto mw = load_model_weights(**ckpt, *config, o);
+    ASSERT_TRUE(mw.is_ok()) << mw.status().to_string();
+    const LayerWeights& lw = mw->layers[0];
+    EXPECT_EQ(lw.q.w.dtype(), DType::kI8);
+    EXPECT_EQ(lw.v.w.dtype(), DType::kI8);
+
+    auto fused = testing::run_family(path, cases, {.kind = WeightQuantization::kAuto});
+    auto plain = testing::run_family(path, cases, {.kind = WeightQuantization::kAuto, .kernel_inject = false});
+    ASSERT_TRUE(fused.is_ok()) << fused.status().to_string();
+    ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+    const float diff = testing::compare_runs(*plain, *fused, family + " plain against fused");
+    EXPECT_LE(diff, 1e-3f);  // golden_test.cc's bound between the two paths
+    std::cout << "[ REPORT   ] " << family << " q8_0 under auto, plain path against fused: ids equal, max |logit| diff "
+              << diff << std::endl;
+    fs::remove_all(tmp);
+  }
 }
 
 }  // namespace
