@@ -15,6 +15,8 @@
 #include "tests/test_support.h"
 #include "tests/worker/gguf_from_hf.h"
 #include "worker/generator.h"
+#include "worker/model_config.h"
+#include "worker/model_weights.h"
 #include "worker/transformer.h"
 
 namespace tessera::testing {
@@ -90,6 +92,17 @@ inline std::string write_gguf(const GgufConversion& conv, const std::string& dir
   const std::string path = dir + "/" + name + ".gguf";
   write_file(path, conv.writer.build());
   return path;
+}
+
+// `ckpt`'s weights as one rank loads them under model.quantization auto, int8 stored in rows
+// (what a device backend reads); `kernel_inject` false keeps q, k, v and gate, up apart.
+inline StatusOr<ModelWeights> load_weights_auto(const Checkpoint& ckpt, bool kernel_inject = true) {
+  TESSERA_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(ckpt.config(), ckpt.config_source()));
+  WeightLoadOptions o;
+  o.quant.kind = WeightQuantization::kAuto;
+  o.int8_layout = Int8WeightLayout::kRows;
+  o.kernel_inject = kernel_inject;
+  return load_model_weights(ckpt, config, o);
 }
 
 }  // namespace tessera::testing

@@ -86,12 +86,7 @@ TEST(GgufRequantized, MatricesInFloatsBesideBlocksStayInFloats) {
 
   auto ckpt = open_model_checkpoint(path);
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
-  auto config = parse_model_config((*ckpt)->config(), (*ckpt)->config_source());
-  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
-  WeightLoadOptions o;
-  o.quant.kind = WeightQuantization::kAuto;
-  o.int8_layout = Int8WeightLayout::kRows;
-  auto mw = load_model_weights(**ckpt, *config, o);
+  auto mw = testing::load_weights_auto(**ckpt);
   ASSERT_TRUE(mw.is_ok()) << mw.status().to_string();
   ASSERT_GE(mw->layers.size(), 2u);
   for (size_t l = 0; l < mw->layers.size(); ++l) {
@@ -132,13 +127,7 @@ TEST(GgufRequantized, ViewsOfAFusedTensorKeepItsBlocksOnThePlainPath) {
 
     auto ckpt = open_model_checkpoint(path);
     ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
-    auto config = parse_model_config((*ckpt)->config(), (*ckpt)->config_source());
-    ASSERT_TRUE(config.is_ok()) << config.status().to_string();
-    WeightLoadOptions o;
-    o.quant.kind = WeightQuantization::kAuto;
-    o.int8_layout = Int8WeightLayout::kRows;
-    o.kernel_inject = false;
-    auto mw = load_model_weights(**ckpt, *config, o);
+    auto mw = testing::load_weights_auto(**ckpt, /*kernel_inject=*/false);
     ASSERT_TRUE(mw.is_ok()) << mw.status().to_string();
     const LayerWeights& lw = mw->layers[0];
     EXPECT_EQ(lw.q.w.dtype(), DType::kI8);
