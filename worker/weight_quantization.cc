@@ -296,7 +296,8 @@ QuantizationOptions resolve_quantization(const QuantizationOptions& options, con
   for (const std::string& t : block_types) types += (types.empty() ? "" : ", ") + t;
   TESSERA_LOG_INFO("model.quantization auto: {} stores its matrices as {} blocks, each computed from as stored "
                    "(q4_*, q5_* and q6_K in panels of their bits, q8_0 as int8 with its own scales; a matrix whose "
-                   "tensor-parallel slice cuts its blocks as int8; those it stores in floats in model.dtype); "
+                   "tensor-parallel slice cuts its blocks as int8, or in model.dtype where no group of 32 fits the slice; "
+                   "those it stores in floats in model.dtype); "
                    "model.quantization: none decodes them all to model.dtype instead",
                    checkpoint.path(), types);
   return q;
@@ -572,6 +573,20 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
       const int64_t N = l.w.dim(0), K = l.w.dim(1);
       // The kernels read a tensor's group off its scales' shape (K / columns).
       const int64_t group = q.group == kAutoQuantGroup ? auto_quant_group(K) : q.group;
+      if ((group == 0 || K % group != 0) && q.as_stored) {
+        // Under auto only a matrix decoded from blocks lands here (a tensor-parallel split cut
+        // them, or a packed matrix mixes types): int8 cannot group this rank's inputs, so it
+        // is computed from the decoded values, as a matrix the file stores in floats.
+        if (!narrow_warned_) {
+          TESSERA_LOG_WARN("model.quantization auto: {} has {} inputs on this rank, no whole group of {}; it stays "
+                           "in {} (so does any other such matrix: the summary counts them)",
+                           quoted_names(cand.sources), K, q.group, dtype_name(l.w.dtype()));
+          narrow_warned_ = true;
+        }
+        delta_ += bytes(l.w) + bytes(l.scales) - before;
+        count(cand, dtype_name(l.w.dtype()));
+        continue;
+      }
       if (group == 0 || K % group != 0) {
         return invalid_argument("model.quantization_group " + quant_group_name(q.group) +
                                 (q.group == kAutoQuantGroup ? " found no group (128, 64 or 32) dividing"

@@ -118,6 +118,7 @@ class WeightQuantizer {
   int64_t delta_ = 0;
   std::map<std::string, int> made_counts_;  // what the layers' matrices became, for finish()'s log
   std::string lm_head_made_;                // and the LM head
+  bool narrow_warned_ = false;              // a decoded matrix too narrow for int8 was logged
   int restored_layers_ = 0;
 };
 

@@ -96,12 +96,15 @@ inline std::string write_gguf(const GgufConversion& conv, const std::string& dir
 
 // `ckpt`'s weights as one rank loads them under model.quantization auto, int8 stored in rows
 // (what a device backend reads); `kernel_inject` false keeps q, k, v and gate, up apart.
-inline StatusOr<ModelWeights> load_weights_auto(const Checkpoint& ckpt, bool kernel_inject = true) {
+// `rank` of `world`: that rank's shard (the built-in tensor-parallel split).
+inline StatusOr<ModelWeights> load_weights_auto(const Checkpoint& ckpt, bool kernel_inject = true, int rank = 0,
+                                                int world = 1) {
   TESSERA_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(ckpt.config(), ckpt.config_source()));
   WeightLoadOptions o;
   o.quant.kind = WeightQuantization::kAuto;
   o.int8_layout = Int8WeightLayout::kRows;
   o.kernel_inject = kernel_inject;
+  TESSERA_ASSIGN_OR_RETURN(o.shard, ShardSpec::make(config, rank, world));
   return load_model_weights(ckpt, config, o);
 }
 

@@ -5,8 +5,9 @@
 //  - matrices left in floats beside quantized ones: a matrix whose input width the type
 //    cannot block (tiny-llama's 344-wide down projection under q8_0 or Q4_K_M falls back to
 //    F16) or one a --tensor-type override keeps in floats.
-// And one way of running any quantized file: the plain op path (kernel_inject off), where a
-// fused tensor's q, k, v or gate, up are row views of it.
+// And two ways of running any quantized file: the plain op path (kernel_inject off), where a
+// fused tensor's q, k, v or gate, up are row views of it, and a tensor-parallel split that
+// cuts a matrix's blocks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -143,6 +144,33 @@ TEST(GgufRequantized, ViewsOfAFusedTensorKeepItsBlocksOnThePlainPath) {
               << diff << std::endl;
     fs::remove_all(tmp);
   }
+}
+
+// tiny-qwen2-moe as q8_0 at tensor-parallel 2: each rank's share of an expert's 32-wide down
+// projection is 16 inputs, inside the blocks of 32. The rank decodes its slice, and as 16
+// inputs are no whole group for int8 it computes them in the compute dtype (was: refused,
+// naming model.quantization_group, which auto gives no way to change); the expert's
+// gate|up, split by rows, keeps its blocks.
+TEST(GgufRequantized, ASplitInsideBlocksTooNarrowForInt8StaysInFloats) {
+  TESSERA_REQUIRE_FIXTURES();
+  const std::string fixture = testing::fixtures_dir() + "/tiny-qwen2-moe";
+  const std::string tmp = testing::make_temp_dir("tessera-gguf-narrow-split");
+  auto conv = testing::gguf_from_hf(fixture, GgufOutType::kQ8_0);
+  ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
+  auto ckpt = open_model_checkpoint(testing::write_gguf(*conv, tmp, "qwen2-moe"));
+  ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    auto mw = testing::load_weights_auto(**ckpt, /*kernel_inject=*/true, rank, 2);
+    ASSERT_TRUE(mw.is_ok()) << mw.status().to_string();
+    const LayerWeights& lw = mw->layers[0];
+    ASSERT_TRUE(lw.moe());
+    const LinearWeights& down = lw.experts[0].down;
+    EXPECT_EQ(down.w.dtype(), DType::kF32);
+    EXPECT_EQ(down.w.dim(1) % 32, 16);
+    EXPECT_EQ(lw.experts[0].gate_up.w.dtype(), DType::kI8);
+  }
+  fs::remove_all(tmp);
 }
 
 }  // namespace
