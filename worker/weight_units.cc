@@ -89,6 +89,7 @@ WeightUnits weight_units(ModelWeights& w) {
   for (const Tensor* t :
        {&w.pos_embed, &w.embed_norm_w, &w.embed_norm_b, &w.final_norm_w, &w.final_norm_b, &w.lm_head.b})
     if (!t->empty()) u.fixed_bytes += static_cast<int64_t>(t->nbytes());
+  u.fixed_positions = !w.pos_embed.empty();
   u.all_bytes += u.fixed_bytes;
   return u;
 }
@@ -100,7 +101,9 @@ Status decide_streamed_units(WeightUnits& u, const WeightsBudget& budget, int64_
   if (u.budget_bytes < u.fixed_bytes) {
     return invalid_argument("model.weights_memory_budget " + budget.to_string() + " (" + weight_mib(u.budget_bytes) +
                             " of this rank's " + weight_mib(u.all_bytes) +
-                            " of weights) is below the norms and biases every step reads, which stay resident (" +
+                            " of weights) is below the " +
+                            (u.fixed_positions ? "norms, biases and position table" : "norms and biases") +
+                            " every step reads, which stay resident (" +
                             weight_mib(u.fixed_bytes) + ")");
   }
   // A byte count below one layer is taken for a slip of unit (500KB for 500MB): each layer

@@ -40,6 +40,7 @@ struct WeightUnits {
   int first_layer = 0;
   bool tied = false;
   int64_t fixed_bytes = 0;   // the norms and biases outside the layers: always resident
+  bool fixed_positions = false;  // fixed_bytes includes a learned position table (GPT-2)
   int64_t all_bytes = 0;     // every weight of the rank
   int64_t budget_bytes = 0;  // set by decide_streamed_units
   int layer_unit(int layer) const { return first_layer + layer; }

@@ -347,6 +347,13 @@ TEST(WeightResidency, BadBudgetsAndSpillFoldersAreRefusedNamingTheKey) {
   auto tiny = Transformer::load(testing::fixtures_dir() + "/kjv-llama", lo, *backend);
   ASSERT_FALSE(tiny.is_ok());
   EXPECT_NE(tiny.status().message().find("model.weights_memory_budget 1 "), std::string::npos) << tiny.status().to_string();
+  EXPECT_NE(tiny.status().message().find("below the norms and biases every step reads"), std::string::npos);
+  // GPT-2's learned position table is read every step too, and named.
+  auto gpt2 = Transformer::load(testing::fixtures_dir() + "/tiny-gpt2", lo, *backend);
+  ASSERT_FALSE(gpt2.is_ok());
+  EXPECT_NE(gpt2.status().message().find("below the norms, biases and position table every step reads"),
+            std::string::npos)
+      << gpt2.status().to_string();
   // A byte count below one layer (kjv-llama's are 1.5 MiB) is taken for a slip of unit; a
   // share that small streams every layer, as asked.
   lo.residency.budget = parse_weights_budget("100KiB").value();
