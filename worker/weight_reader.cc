@@ -282,9 +282,13 @@ int32_t WeightReader::kept_block_type(const std::string& name, Slice slice) cons
   const int64_t block = ggml_type_traits(static_cast<uint32_t>(info->ggml_type))->block_elems;
   if (slice.axis == 1 && (slice.begin % block != 0 || slice.count % block != 0) &&
       keep_blocks_ == KeptBlocks::kWhereAligned) {
-    TESSERA_LOG_WARN("model.quantization auto: \"{}\" is split at inputs [{}, {}), inside its {}-input {} blocks; "
-                     "this rank decodes it (int8) instead of keeping its blocks as panels",
-                     name, slice.begin, slice.begin + slice.count, block, ggml_type_name(info->ggml_type));
+    if (!split_blocks_warned_) {
+      TESSERA_LOG_WARN("model.quantization auto: \"{}\" is split at inputs [{}, {}), inside its {}-input {} "
+                       "blocks; this rank decodes it (int8) instead of keeping its blocks as panels (so for every "
+                       "matrix split inside its blocks: the load summary counts them as int8)",
+                       name, slice.begin, slice.begin + slice.count, block, ggml_type_name(info->ggml_type));
+      split_blocks_warned_ = true;
+    }
     return -1;
   }
   return info->ggml_type;

@@ -197,6 +197,9 @@ class WeightReader {
     return codes_bf16_ && bf16_matrix_codable(dtype, dims);
   }
   KeptBlocks keep_blocks_;
+  // A split inside a matrix's blocks was logged: said once per load, not per matrix (a MoE
+  // model has one per expert and layer).
+  mutable bool split_blocks_warned_ = false;
   int64_t total_bytes_ = 0;
 };
 
