@@ -10,7 +10,8 @@
 # The folders need no tokenizer (the file gets llama.cpp's "no_vocab" model: ids only).
 # Needs numpy and torch (Debian's python3-torch will do) for the converter.
 # Usage: LLAMA_CPP_DIR=/path/to/llama.cpp /usr/bin/python3 tools/reference/check_gguf_llamacpp.py
-#            [--build build] [--types F32,Q8_0,Q4_K_M] [--out DIR] [--quantize-flags '...'] FOLDER...
+#            [--build build] [--types F32,Q8_0,Q4_K_M] [--out DIR] [--quantize-flags '...']
+#            [--tensor-parallel N] FOLDER...
 import argparse, json, os, random, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,7 +72,7 @@ def run(cmd):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def compare(gguf, vocab, bin_dir, logits_tool, work):
+def compare(gguf, vocab, bin_dir, logits_tool, work, tp):
     """(largest difference, equal argmaxes, rows, clear-margin flips) over three prompts, or an error line."""
     import numpy as np
     worst, equal, rows, flips = 0.0, 0, 0, 0
@@ -79,7 +80,7 @@ def compare(gguf, vocab, bin_dir, logits_tool, work):
         rng = random.Random(n)
         prompt = [rng.randrange(3, vocab) for _ in range(n)]
         g = run([bin_dir + "/tessera-generate", "--model", gguf, "--prompt-ids", ",".join(map(str, prompt)),
-                 "--max-new-tokens", "12", "--dump-logits", work + "/t.f32", "--json"])
+                 "--max-new-tokens", "12", "--dump-logits", work + "/t.f32", "--json", "--tensor-parallel", str(tp)])
         if g.returncode != 0:
             return "tessera-generate: " + g.stderr.strip().splitlines()[-1]
         ids = json.loads(g.stdout.strip().splitlines()[-1])["output_ids"]
@@ -105,6 +106,7 @@ def main():
     p.add_argument("--types", default=TYPES)
     p.add_argument("--out", default=None)
     p.add_argument("--quantize-flags", default="", help="extra llama-quantize flags, e.g. '--pure'")
+    p.add_argument("--tensor-parallel", type=int, default=1, help="Tessera's worker processes")
     p.add_argument("--convert", nargs=2, metavar=("FOLDER", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args()
     llama_dir = os.environ.get("LLAMA_CPP_DIR")
@@ -122,7 +124,7 @@ def main():
     if built.returncode != 0:
         sys.exit("building llamacpp_logits failed:\n" + built.stderr)
     commit = run(["git", "-C", llama_dir, "rev-parse", "--short=12", "HEAD"]).stdout.strip()
-    print(f"llama.cpp {commit or '(unknown commit)'}; files under {out}")
+    print(f"llama.cpp {commit or '(unknown commit)'}; Tessera at tensor-parallel {a.tensor_parallel}; files under {out}")
     bin_dir = os.path.abspath(a.build) + "/bin"
     bad = 0
     for folder in a.folders:
@@ -140,7 +142,7 @@ def main():
                 if q.returncode != 0:
                     print(f"{name} {t}: llama-quantize refused: {q.stderr.strip().splitlines()[-1]}")
                     continue
-            r = compare(path, vocab, bin_dir, tool, out)
+            r = compare(path, vocab, bin_dir, tool, out, a.tensor_parallel)
             if isinstance(r, str):
                 bad += 1
                 print(f"{name} {t}: FAILED {r}")
