@@ -573,7 +573,15 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
       const int64_t N = l.w.dim(0), K = l.w.dim(1);
       // The kernels read a tensor's group off its scales' shape (K / columns).
       const int64_t group = q.group == kAutoQuantGroup ? auto_quant_group(K) : q.group;
-      if ((group == 0 || K % group != 0) && q.as_stored) {
+      if (group == 0 || K % group != 0) {
+        if (!q.as_stored) {
+          return invalid_argument("model.quantization_group " + quant_group_name(q.group) +
+                                  (q.group == kAutoQuantGroup ? " found no group (128, 64 or 32) dividing"
+                                                              : " does not divide") +
+                                  " the input dimension " + std::to_string(K) + " of " + quoted_names(cand.sources) +
+                                  " (this rank's matrix is [" + std::to_string(N) + ", " + std::to_string(K) + "]); " +
+                                  divisors_hint(K));
+        }
         // Under auto only a matrix decoded from blocks lands here (a tensor-parallel split cut
         // them, or a packed matrix mixes types): int8 cannot group this rank's inputs, so it
         // is computed from the decoded values, as a matrix the file stores in floats.
@@ -586,14 +594,6 @@ Status WeightQuantizer::quantize(std::vector<quantization_internal::QuantCandida
         delta_ += bytes(l.w) + bytes(l.scales) - before;
         count(cand, dtype_name(l.w.dtype()));
         continue;
-      }
-      if (group == 0 || K % group != 0) {
-        return invalid_argument("model.quantization_group " + quant_group_name(q.group) +
-                                (q.group == kAutoQuantGroup ? " found no group (128, 64 or 32) dividing"
-                                                            : " does not divide") +
-                                " the input dimension " + std::to_string(K) + " of " + quoted_names(cand.sources) +
-                                " (this rank's matrix is [" + std::to_string(N) + ", " + std::to_string(K) + "]); " +
-                                divisors_hint(K));
       }
       make_int8(l, arena, group, layout);
     }

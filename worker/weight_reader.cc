@@ -17,6 +17,11 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+Status shape_mismatch(const std::string& name, const std::vector<int64_t>& stored, const std::vector<int64_t>& expected) {
+  return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(stored) + " but config.json implies " +
+                          shape_str(expected));
+}
+
 // How many outer dimensions of 1 `expected` has beyond a GGUF tensor's `stored` shape, or -1
 // when they differ otherwise. GGUF writers list a tensor's dimensions up to its last one
 // above 1 (ggml_n_dims): llama.cpp's converter writes Qwen2-MoE's [1, hidden] shared-expert
@@ -92,10 +97,7 @@ StatusOr<Tensor> WeightReader::load_as(const std::string& name, const std::vecto
   // An unsupported dtype is reported by name before the shape is compared.
   if (!info->dtype_supported) return ckpt_.load(name, dtype).status();
   const int dropped = info->ggml_type >= 0 ? dropped_outer_ones(info->shape, shape) : 0;
-  if (info->shape != shape && dropped <= 0) {
-    return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
-                            " but config.json implies " + shape_str(shape));
-  }
+  if (info->shape != shape && dropped <= 0) return shape_mismatch(name, info->shape, shape);
   // A slice of an outer dimension of 1 the file left out is the whole tensor.
   const int axis = slice.axis < 0 ? -1 : slice.axis - dropped;
   StatusOr<Tensor> t = axis < 0 ? ckpt_.load(name, dtype) : ckpt_.load_slice(name, dtype, axis, slice.begin, slice.count);
@@ -305,10 +307,7 @@ bool WeightReader::same_kept_blocks(const std::vector<RowSegment>& segs) const {
 StatusOr<Tensor> WeightReader::blocks_matrix(const std::string& name, int64_t out, int64_t in, Slice slice,
                                              RecycledBuffers* scratch) {
   const TensorInfo* info = ckpt_.find(name);
-  if (info->shape != std::vector<int64_t>{out, in}) {
-    return invalid_argument("tensor \"" + name + "\" has shape " + shape_str(info->shape) +
-                            " but config.json implies " + shape_str({out, in}));
-  }
+  if (info->shape != std::vector<int64_t>{out, in}) return shape_mismatch(name, info->shape, {out, in});
   TESSERA_ASSIGN_OR_RETURN(Tensor t, ckpt_.load_blocks(name, slice.axis, slice.begin, slice.count, scratch));
   // A copy (a slice of inputs, reordered rows) leaves the mapped pages unused; borrowed rows
   // are released once packed (quantize_model_weights).

@@ -152,7 +152,8 @@ class WeightReader {
 
   bool same_kept_blocks(const std::vector<RowSegment>& segs) const;
 
-  // A kept matrix's rows as blocks, the shape checked as load_as does.
+  // A kept matrix's rows as blocks, the shape checked as load_as does (a kept matrix is stored
+  // with both dimensions: kept_block_type keeps no other).
   // `scratch` takes the rows that must be copied (a row order, a slice of inputs): this
   // reader's recycled scratch for what is packed within its layer, nullptr for a tensor kept
   // as it is read (the embedding table).
