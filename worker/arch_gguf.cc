@@ -35,6 +35,12 @@ Status copy_key(const GgufFile& file, const std::string& key, const std::string&
   }
 }
 
+// The MLP activation of a GGUF Falcon or GPT-NeoX. The file names none; llama.cpp, whose
+// graph defines what such a file computes for everyone who runs it, applies ggml_gelu, the
+// tanh form, where those families' checkpoints use the exact (erf) one (about 1e-3 apart in
+// the logits of the tiny fixtures).
+constexpr const char* kLlamaCppGelu = "gelu_new";
+
 int64_t config_int(const nlohmann::json& config, const char* key, int64_t fallback) {
   auto it = config.find(key);
   return it != config.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
@@ -237,6 +243,7 @@ Status gguf_config_falcon(const GgufFile& file, const std::string&, nlohmann::js
   (*config)["parallel_attn"] = true;
   (*config)["num_ln_in_parallel_attn"] = new_arch ? nlohmann::json(two_norms ? 2 : 1) : nlohmann::json(nullptr);
   if (!new_arch) config->erase("num_kv_heads");
+  (*config)["activation"] = kLlamaCppGelu;
   return Status::ok();
 }
 
@@ -291,6 +298,7 @@ Status gguf_config_minicpm(const GgufFile& file, const std::string& arch, nlohma
 
 Status gguf_config_gpt_neox(const GgufFile& file, const std::string& arch, nlohmann::json* config,
                             std::vector<std::string>*) {
+  (*config)["hidden_act"] = kLlamaCppGelu;
   return copy_key(file, arch + ".use_parallel_residual", "use_parallel_residual", config);
 }
 

@@ -10,7 +10,8 @@
 //    the same decoded values: ids equal, logits within 1e-5, so the quantized path reads the
 //    blocks, the permuted and regrouped rows and the stacked experts exactly.
 // Where the format cannot carry a setting of the fixture (GgufConversion::lost: Mistral's and
-// StarCoder2's sliding window, Gemma 2's query_pre_attn_scalar), the "folder" is a copy whose
+// StarCoder2's sliding window, Gemma 2's query_pre_attn_scalar, the exact GELU of Falcon and
+// GPT-NeoX, where llama.cpp computes the tanh one), the "folder" is a copy whose
 // config.json says what llama.cpp's loader assumes instead, and the goldens are compared only
 // on the rows the setting does not touch (for a window: rows whose whole context fits in it);
 // each such case says so in its report line.

@@ -234,6 +234,15 @@ class Converter {
     out_.lost.push_back({key, hp_.contains(key) ? hp_[key] : nlohmann::json(nullptr), std::move(gguf_value), reason});
   }
 
+  // Falcon's and GPT-NeoX's MLP: llama.cpp's graph applies the tanh GELU whatever the
+  // checkpoint's `key` names (the file carries no activation), so the model a file describes
+  // has the tanh one where the folder has the exact one.
+  void lose_exact_gelu(const std::string& key) {
+    const std::string act = hp_.value(key, std::string("gelu"));
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
+      lose(key, "gelu_new", arch_ + ": llama.cpp computes the tanh GELU, not " + act);
+  }
+
   // TextModel.set_gguf_parameters: the keys every family that calls it shares.
   void generic_keys() {
     u32("block_count", i({"n_layers", "num_hidden_layers", "n_layer", "num_layers"}));
@@ -669,6 +678,7 @@ class Converter {
     if (has("ffn_hidden_size") && i({"ffn_hidden_size"}) != 4 * hidden) {
       lose("ffn_hidden_size", 4 * hidden, "falcon: the converter writes feed_forward_length = 4 * hidden_size");
     }
+    lose_exact_gelu("activation");
     const int64_t head_dim = hidden / heads;
     return map_all("", {{"transformer.word_embeddings", "token_embd"}, {"transformer.ln_f", "output_norm"}, {"lm_head", "output"}},
                    "transformer.h.",
@@ -699,6 +709,7 @@ class Converter {
     // No general.file_type, no rope.freq_base: llama.cpp assumes 10000.
     const double base = hp_.value("rotary_emb_base", hp_.value("rope_theta", 10000.0));
     if (base != 10000.0) lose("rotary_emb_base", 10000.0, "gptneox: the converter writes no rope.freq_base (llama.cpp assumes 10000)");
+    lose_exact_gelu("hidden_act");
     return map_all("", {{"gpt_neox.embed_in", "token_embd"}, {"gpt_neox.final_layer_norm", "output_norm"}, {"embed_out", "output"}},
                    "gpt_neox.layers.",
                    {{"input_layernorm", "attn_norm"},
