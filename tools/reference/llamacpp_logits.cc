@@ -2,7 +2,8 @@
 // tools/reference/check_gguf_llamacpp.py. Built by that script against a llama.cpp build
 // (LLAMA_CPP_DIR), not by Tessera's CMake. f32 KV cache and no flash attention, so the
 // attention adds as little rounding of its own as Tessera's float32 path does.
-// usage: llamacpp_logits MODEL.gguf N_CTX id,id,... OUT.f32
+// usage: llamacpp_logits MODEL.gguf N_CTX id,id,... OUT.f32 [ADAPTER.gguf]
+// ADAPTER.gguf: a LoRA adapter file applied at scale 1 (its alpha / r inside, llama.cpp's rule).
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -12,8 +13,8 @@
 #include "llama.h"
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf N_CTX id,id,... OUT.f32\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: %s MODEL.gguf N_CTX id,id,... OUT.f32 [ADAPTER.gguf]\n", argv[0]);
     return 2;
   }
   std::vector<llama_token> ids;
@@ -30,6 +31,11 @@ int main(int argc, char** argv) {
   cp.type_k = cp.type_v = GGML_TYPE_F32;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (ctx == nullptr) return 1;
+  if (argc == 6) {
+    llama_adapter_lora* adapter = llama_adapter_lora_init(model, argv[5]);
+    float scale = 1.0f;
+    if (adapter == nullptr || llama_set_adapters_lora(ctx, &adapter, 1, &scale) != 0) return 1;
+  }
   llama_batch batch = llama_batch_init(static_cast<int32_t>(ids.size()), 0, 1);
   for (size_t i = 0; i < ids.size(); ++i) {
     batch.token[i] = ids[i];
