@@ -20,7 +20,7 @@
 import argparse, json, os, random, runpy, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TYPES = "F32,F16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q4_K_S,Q4_K_M,Q5_K_S,Q5_K_M,Q6_K"
+TYPES = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q4_K_S,Q4_K_M,Q5_K_S,Q5_K_M,Q6_K"
 
 
 # safetensors.torch.load_file for convert_lora_to_gguf.py where the package is not installed
