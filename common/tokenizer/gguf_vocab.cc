@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -196,11 +197,14 @@ Json byte_level_json(bool use_regex) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
 }
 
-Json split_then_byte_level_json(const char* regex) {
-  return {{"type", "Sequence"},
-          {"pretokenizers",
-           Json::array({{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-                        byte_level_json(false)})}};
+// Each regex splits the pieces of the ones before it (matches and the text between them kept),
+// then ByteLevel maps the bytes.
+Json splits_then_byte_level_json(const std::vector<const char*>& regexes) {
+  Json steps = Json::array();
+  for (const char* regex : regexes)
+    steps.push_back({{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}});
+  steps.push_back(byte_level_json(false));
+  return {{"type", "Sequence"}, {"pretokenizers", steps}};
 }
 
 // Llama 3 (cl100k-style: numbers in runs of up to three digits).
@@ -224,12 +228,33 @@ constexpr const char* kGpt4oRegex =
     R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
     R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// DeepSeek LLM (7B, 67B; Llama models): line breaks alone, then runs of cased letters (Latin,
+// Greek, Cyrillic, Armenian, ...: the class its tokenizer.json lists), ASCII and full-width
+// punctuation runs, trailing whitespace, CJK and Hangul runs, digit runs; each split applied
+// to the pieces of the ones before.
+const char* const kDeepSeekLlmRegexes[] = {
+    R"([\r\n])",
+    R"(\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+)",
+    R"(\s?[!-/:-~！-／：-～‘-‟　-。]+)",
+    R"(\s+$)",
+    R"([一-龥ࠀ-一가-퟿]+)",
+    R"(\p{N}+)",
+};
+// DeepSeek Coder: line breaks, letter runs, punctuation runs, CJK and Hangul runs, single digits.
+const char* const kDeepSeekCoderRegexes[] = {
+    R"([\r\n])",
+    R"(\s?\p{L}+)",
+    R"(\s?\p{P}+)",
+    R"([一-龥ࠀ-一가-퟿]+)",
+    R"(\p{N})",
+};
+
 enum class BytePreKind { kGpt2, kSplit, kFalcon, kDigitsThenGpt2 };
 
 struct BytePreSpec {
   std::vector<std::string_view> names;  // llama.cpp's tokenizer.ggml.pre values
   BytePreKind kind;
-  const char* regex;   // kSplit only
+  std::vector<const char*> regexes;  // kSplit only: applied in turn
   bool nfc;            // tokenizer.json normalizer NFC
   bool ignore_merges;  // a word that is a whole token is taken as is
   bool add_bos;        // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
@@ -238,19 +263,25 @@ struct BytePreSpec {
 
 const std::vector<BytePreSpec>& byte_pre_specs() {
   static const std::vector<BytePreSpec> specs = {
-      {{"default", "gpt-2", "phi-2"}, BytePreKind::kGpt2, nullptr, false, false, false, true},
-      {{"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral"}, BytePreKind::kSplit, kLlama3Regex, false, true, true,
+      // JetBrains Mellum and SK Telecom's A.X 4.0 name their own, which llama.cpp runs as GPT-2's.
+      {{"default", "gpt-2", "phi-2", "mellum", "a.x-4.0"}, BytePreKind::kGpt2, {}, false, false, false, true},
+      {{"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral"}, BytePreKind::kSplit, {kLlama3Regex}, false, true, true,
        true},
-      // DBRX's and Phi-4's (cl100k): Llama 3's regex, merges always applied, no BOS by default.
-      {{"dbrx"}, BytePreKind::kSplit, kLlama3Regex, false, false, false, true},
-      {{"qwen2", "deepseek-r1-qwen"}, BytePreKind::kSplit, kQwen2Regex, true, false, false, false},
-      {{"tekken"}, BytePreKind::kSplit, kTekkenRegex, false, true, true, false},
-      {{"bloom"}, BytePreKind::kSplit, kBloomRegex, false, false, false, true},
-      {{"stablelm2"}, BytePreKind::kSplit, kQwen2Regex, false, false, false, true},
-      {{"falcon"}, BytePreKind::kFalcon, nullptr, false, false, false, true},
-      {{"starcoder", "refact"}, BytePreKind::kDigitsThenGpt2, nullptr, false, false, false, true},
-      {{"smollm"}, BytePreKind::kDigitsThenGpt2, nullptr, false, false, false, false},
-      {{"gpt-4o"}, BytePreKind::kSplit, kGpt4oRegex, false, false, false, false},
+      // DBRX's and Phi-4's (cl100k), Smaug-Llama-3's: Llama 3's regex, merges always applied, no
+      // BOS by default.
+      {{"dbrx", "smaug-bpe"}, BytePreKind::kSplit, {kLlama3Regex}, false, false, false, true},
+      {{"qwen2", "deepseek-r1-qwen"}, BytePreKind::kSplit, {kQwen2Regex}, true, false, false, false},
+      {{"tekken"}, BytePreKind::kSplit, {kTekkenRegex}, false, true, true, false},
+      {{"bloom"}, BytePreKind::kSplit, {kBloomRegex}, false, false, false, true},
+      {{"stablelm2"}, BytePreKind::kSplit, {kQwen2Regex}, false, false, false, true},
+      {{"falcon"}, BytePreKind::kFalcon, {}, false, false, false, true},
+      {{"starcoder", "refact", "minerva-7b"}, BytePreKind::kDigitsThenGpt2, {}, false, false, false, true},
+      {{"smollm"}, BytePreKind::kDigitsThenGpt2, {}, false, false, false, false},
+      {{"gpt-4o"}, BytePreKind::kSplit, {kGpt4oRegex}, false, false, false, false},
+      {{"deepseek-llm"}, BytePreKind::kSplit, {std::begin(kDeepSeekLlmRegexes), std::end(kDeepSeekLlmRegexes)}, false,
+       false, false, false},
+      {{"deepseek-coder"}, BytePreKind::kSplit, {std::begin(kDeepSeekCoderRegexes), std::end(kDeepSeekCoderRegexes)},
+       false, false, false, false},
   };
   return specs;
 }
@@ -260,7 +291,7 @@ Json byte_pre_tokenizer_json(const BytePreSpec& spec) {
     case BytePreKind::kGpt2:
       return byte_level_json(true);
     case BytePreKind::kSplit:
-      return split_then_byte_level_json(spec.regex);
+      return splits_then_byte_level_json(spec.regexes);
     case BytePreKind::kFalcon:
       return {{"type", "Sequence"},
               {"pretokenizers",

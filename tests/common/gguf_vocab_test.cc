@@ -335,6 +335,11 @@ TEST(GgufVocabPreTokenizerTest, EachFamilySplitsNumbersItsOwnWay) {
       {"stablelm2", one_by_one, false}, {"tekken", one_by_one, true},    {"bloom", merged, false},
       {"falcon", threes, false},       {"starcoder", one_by_one, false}, {"refact", one_by_one, false},
       {"smollm", one_by_one, false},   {"gpt-4o", threes, false},
+      // DeepSeek LLM's digit runs and DeepSeek Coder's single digits (sequences of splits);
+      // names llama.cpp runs as another family's.
+      {"deepseek-llm", merged, false}, {"deepseek-coder", one_by_one, false},
+      {"smaug-bpe", threes, false},    {"minerva-7b", one_by_one, false},
+      {"mellum", merged, false},       {"a.x-4.0", merged, false},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.pre);
