@@ -1,6 +1,7 @@
 #include "worker/gguf_lora_adapter.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -40,7 +41,8 @@ std::string unclaimed_why(const std::string& name, const ModelConfig& c) {
 
 class FactorMapper {
  public:
-  FactorMapper(const GgufFile& file, const ModelConfig& c) : file_(file), c_(c), row_(*c.arch) {}
+  FactorMapper(const GgufFile& file, const ModelConfig& c, const std::map<std::string, LoraTargetModule>& targets)
+      : file_(file), c_(c), row_(*c.arch), targets_(targets) {}
 
   StatusOr<std::vector<TensorInfo>> map() {
     for (R role : lora_adaptable_roles()) {
@@ -100,6 +102,7 @@ class FactorMapper {
     for (int64_t e = 0; e < experts; ++e) {
       const std::string module = tensor_name(hf_pattern, layer, is_expert_role(role) ? static_cast<int>(e) : -1);
       const std::string stem = module.substr(0, module.size() - std::string(".weight").size());
+      if (e == 0) TESSERA_RETURN_IF_ERROR(check_base_shape(*a, *b, gguf_weight, stem));
       TensorInfo ai = dims == 3 ? gguf_expert_view(*a, experts, e, peft_name(stem, 'A'))
                                 : gguf_tensor_view(*a, peft_name(stem, 'A'));
       TensorInfo bi = dims == 3 ? gguf_expert_view(*b, experts, e, peft_name(stem, 'B'))
@@ -111,9 +114,36 @@ class FactorMapper {
     return Status::ok();
   }
 
+  // The factors against the base layer they adapt (`module`, its PEFT name), refused in the
+  // file's own names: an adapter of another base model, or one whose converter got the
+  // layer's orientation wrong (llama.cpp's refuses such a file too).
+  Status check_base_shape(const GgufTensor& a, const GgufTensor& b, const std::string& gguf_weight,
+                          const std::string& module) const {
+    auto it = targets_.find(module);
+    if (it == targets_.end()) return Status::ok();  // factor_names refuses what the base lacks
+    const LoraTargetModule& t = it->second;
+    if (a.dims[0] != t.in) {
+      return invalid_argument(file_.path() + ": tensor '" + a.name + "' has ggml shape " + ggml_shape(a) + ", but '" +
+                              gguf_weight + "' of the base takes " + std::to_string(t.in) +
+                              " inputs (lora_a is [in, r]): an adapter of another base model?");
+    }
+    if (b.dims[1] != t.out) {
+      return invalid_argument(file_.path() + ": tensor '" + b.name + "' has ggml shape " + ggml_shape(b) + ", but '" +
+                              gguf_weight + "' of the base gives " + std::to_string(t.out) +
+                              " outputs (lora_b is [r, out]): an adapter of another base model?");
+    }
+    return Status::ok();
+  }
+  static std::string ggml_shape(const GgufTensor& t) {
+    std::string out;
+    for (int64_t d : t.dims) out += (out.empty() ? "[" : ", ") + std::to_string(d);
+    return out + "]";
+  }
+
   const GgufFile& file_;
   const ModelConfig& c_;
   const ArchSpec& row_;
+  const std::map<std::string, LoraTargetModule>& targets_;
   std::vector<TensorInfo> out_;
   std::set<std::string> used_;
   int64_t rank_ = 0;
@@ -154,14 +184,15 @@ Status check_adapter_keys(const GgufFile& file, const ModelConfig& c) {
 
 }  // namespace
 
-StatusOr<GgufLoraAdapter> open_gguf_lora_adapter(const std::string& path, const ModelConfig& base) {
+StatusOr<GgufLoraAdapter> open_gguf_lora_adapter(const std::string& path, const ModelConfig& base,
+                                                 const std::map<std::string, LoraTargetModule>& targets) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(path));
   TESSERA_RETURN_IF_ERROR(check_adapter_keys(*file, base));
   double alpha = 0;
   if (file->has("adapter.lora.alpha")) {
     TESSERA_ASSIGN_OR_RETURN(alpha, file->get_float("adapter.lora.alpha"));
   }
-  FactorMapper mapper(*file, base);
+  FactorMapper mapper(*file, base, targets);
   TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> factors, mapper.map());
   GgufLoraAdapter out;
   out.config.rank = static_cast<int>(mapper.rank());

@@ -12,8 +12,9 @@
 // Refused naming the key or tensor: a GGUF that is not a LoRA adapter, one for another
 // architecture, aLoRA invocation tokens and a task prompt prefix (they change what runs),
 // factors of the embedding, the LM head, a router or a norm, a lora_a without its lora_b,
-// factors of different ranks, and anything that is not the factor of a linear layer of the
-// base's blocks.
+// factors of different ranks, factors that do not fit the base layer's inputs or outputs,
+// and anything that is not the factor of a linear layer of the base's blocks.
+#include <map>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,9 @@ struct GgufLoraAdapter {
   LoraAdapterConfig config;             // rank, alpha, every module it holds targeted
 };
 
-StatusOr<GgufLoraAdapter> open_gguf_lora_adapter(const std::string& path, const ModelConfig& base);
+// `targets`: the base's adaptable layers by PEFT module name (lora_target_modules), whose
+// shapes the factors must fit.
+StatusOr<GgufLoraAdapter> open_gguf_lora_adapter(const std::string& path, const ModelConfig& base,
+                                                 const std::map<std::string, LoraTargetModule>& targets);
 
 }  // namespace tessera

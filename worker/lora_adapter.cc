@@ -285,6 +285,8 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
   // A GGUF base presents its tensors under the row's Hugging Face names, in the Hugging Face
   // row order (worker/gguf_checkpoint.h: Llama's Q/K rows un-permuted, fused QKVs regrouped
   // back), so an adapter's modules and lora_B rows match it as they match the folder.
+  std::map<std::string, LoraTargetModule> linears;
+  for (LoraTargetModule& m : lora_target_modules(base, c)) linears.emplace(m.name, std::move(m));
   std::shared_ptr<WeightFile> file;
   std::string rank_source;  // where the rank was read, for the max_rank refusal
   if (lai::fs::is_regular_file(dir)) {
@@ -293,7 +295,7 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
                               "adapter_model.safetensors or adapter_model.bin) or a GGUF adapter file (.gguf, "
                               "llama.cpp's convert_lora_to_gguf.py)");
     }
-    TESSERA_ASSIGN_OR_RETURN(GgufLoraAdapter gguf, open_gguf_lora_adapter(dir, c));
+    TESSERA_ASSIGN_OR_RETURN(GgufLoraAdapter gguf, open_gguf_lora_adapter(dir, c, linears));
     adapter.config = std::move(gguf.config);
     file = std::move(gguf.factors);
     rank_source = dir + ": its factors' rank";
@@ -312,8 +314,6 @@ StatusOr<LoraAdapter> load_lora_adapter(const std::string& dir, const Checkpoint
                             std::to_string(max_rank));
   }
   const std::unique_ptr<Checkpoint> weights = Checkpoint::from_weight_file(file->path(), nlohmann::json::object(), file);
-  std::map<std::string, LoraTargetModule> linears;
-  for (LoraTargetModule& m : lora_target_modules(base, c)) linears.emplace(m.name, std::move(m));
   TESSERA_ASSIGN_OR_RETURN(const auto pairs, lai::factor_names(*file, linears, lai::unadapted_modules(base, c),
                                                                adapter.config, c.arch->name));
   for (const auto& [module, names] : pairs) {

@@ -240,6 +240,22 @@ TEST(GgufLora, AdapterFilesThatCannotMeanWhatTheySayAreRefusedByName) {
          g.tensor("token_embd.weight.lora_a", {8, 64}, GgmlType::kF32);
        },
        "'token_embd.weight.lora_a' adapts the token embedding"},
+      // Factors that do not fit the layer (llama.cpp's converter writes GPT-2's Conv1D
+      // adapters so, and llama.cpp refuses them), named as the file names them.
+      {"inputs",
+       [&](testing::GgufTestWriter& g) {
+         drop("blk.0.attn_q.weight.lora_a")(g);
+         g.tensor("blk.0.attn_q.weight.lora_a", {32, 8}, GgmlType::kF32);
+       },
+       "tensor 'blk.0.attn_q.weight.lora_a' has ggml shape [32, 8], but 'blk.0.attn_q.weight' of the base takes 128 "
+       "inputs"},
+      {"outputs",
+       [&](testing::GgufTestWriter& g) {
+         drop("blk.1.ffn_down.weight.lora_b")(g);
+         g.tensor("blk.1.ffn_down.weight.lora_b", {8, 32}, GgmlType::kF32);
+       },
+       "tensor 'blk.1.ffn_down.weight.lora_b' has ggml shape [8, 32], but 'blk.1.ffn_down.weight' of the base gives "
+       "128 outputs"},
   };
   // The adapter given as the model is named as what it is.
   const std::string adapter = gguf_adapter_from_peft(peft, w.dir + "/adapter.gguf", heads, kv_heads);
