@@ -23,6 +23,23 @@ constexpr const char* kTorchIndex = "pytorch_model.bin.index.json";
 constexpr const char* kTorchSingle = "pytorch_model.bin";
 
 bool is_safetensors_name(const fs::path& p) { return ascii_lower(p.extension().string()) == ".safetensors"; }
+
+// For the refusal of a folder that holds no Hugging Face checkpoint but GGUF files (a llama.cpp
+// user's models folder): which ones, and that the file itself is the model. Empty without any.
+std::string gguf_files_hint(const fs::path& dir) {
+  std::vector<std::string> ggufs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (ascii_lower(e.path().extension().string()) == ".gguf") ggufs.push_back(e.path().filename().string());
+  }
+  if (ggufs.empty()) return "";
+  std::sort(ggufs.begin(), ggufs.end());
+  std::string listed;
+  for (size_t i = 0; i < ggufs.size() && i < 3; ++i) listed += (i ? ", " : "") + ggufs[i];
+  if (ggufs.size() > 3) listed += ", ... (" + std::to_string(ggufs.size()) + " in all)";
+  return "; the folder holds GGUF files (" + listed +
+         "): give the .gguf file itself as the model (of a split model, its first part)";
+}
 bool is_torch_name(const fs::path& p) {
   const std::string ext = ascii_lower(p.extension().string());
   return ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt";
@@ -150,8 +167,11 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
   if (fs::is_directory(st)) {
     // Hugging Face folder: safetensors first (the same weights, and no pickle to read) when
     // a folder has both, as transformers prefers them.
-    TESSERA_RETURN_IF_ERROR(ckpt->load_config(path));
     const fs::path dir(path);
+    if (Status config = ckpt->load_config(path); !config.is_ok()) {
+      if (config.code() != StatusCode::kNotFound) return config;
+      return not_found(config.message() + gguf_files_hint(dir));
+    }
     // Each lookup may fail (a symlink loop, no permission): an error then, not "absent".
     auto has = [&dir](const char* name) { return input_path_exists((dir / name).string()); };
     TESSERA_ASSIGN_OR_RETURN(bool has_index, has(kSafetensorsIndex));
@@ -190,7 +210,8 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& path) 
     for (size_t i = 0; i < other.size() && i < 4; ++i) listed += (i ? ", " : "") + other[i];
     return not_found(path + ": no model weights in the folder (looked for model.safetensors[.index.json], *.safetensors, " +
                      kTorchSingle + " and " + kTorchIndex + ")" +
-                     (other.empty() ? "" : "; to load " + listed + ", list it in a DeepSpeed checkpoint JSON"));
+                     (other.empty() ? "" : "; to load " + listed + ", list it in a DeepSpeed checkpoint JSON") +
+                     gguf_files_hint(dir));
   }
 
   fs::path file(path);

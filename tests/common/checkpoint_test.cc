@@ -245,6 +245,24 @@ TEST_F(CheckpointTest, MissingConfigIsNotFound) {
   EXPECT_TRUE(contains(c.status().message(), "config.json")) << c.status().message();
 }
 
+// A llama.cpp user's folder of GGUF files, with or without a config.json beside them: the
+// refusal names the files and says the file itself is the model.
+TEST_F(CheckpointTest, FolderOfGgufFilesNamesThem) {
+  std::string d = sub("gguf-folder");
+  for (const char* name : {"m-Q4_K_M.gguf", "m-Q8_0.gguf"}) write_file(d + "/" + name, "GGUF");
+  auto c = Checkpoint::open(d);
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  const std::string hint = "the folder holds GGUF files (m-Q4_K_M.gguf, m-Q8_0.gguf): give the .gguf file itself";
+  EXPECT_TRUE(contains(c.status().message(), "config.json")) << c.status().message();
+  EXPECT_TRUE(contains(c.status().message(), hint)) << c.status().message();
+  write_config(d);
+  auto with_config = Checkpoint::open(d);
+  EXPECT_EQ(with_config.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(contains(with_config.status().message(), "no model weights in the folder"))
+      << with_config.status().message();
+  EXPECT_TRUE(contains(with_config.status().message(), hint)) << with_config.status().message();
+}
+
 TEST_F(CheckpointTest, ConfigNotJsonIsInvalidArgument) {
   std::string d = sub("badconfig");
   write_config(d, "{\"model_type\": llama");
