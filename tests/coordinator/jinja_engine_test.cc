@@ -103,6 +103,13 @@ TEST(JinjaEngineTest, SequenceFilters) {
             "13a [3, 2, 1] cba");
   EXPECT_EQ(render("{{ [1, 2, 3, 4, 5] | batch(2) | list }} {{ [1, 2, 3] | batch(2, 0) | list }}"), "[[1, 2], [3, 4], [5]] [[1, 2], [3, 0]]");
   EXPECT_EQ(render("{{ [1, 2] | length }} {{ {'a': 1} | length }} {{ [1, 2, 3] | sum }} {{ xs | sum(attribute='t') }}", xs), "2 1 6 2");
+  // A false value (none, undefined, 0, '') gives an empty list, as Jinja2's `if value:`
+  // guard does (functionary's template sets tools = none, then selects from it).
+  EXPECT_EQ(render("{{ none | selectattr('type', 'equalto', 'code') | list | length }} {{ nothing | map('upper') | list }} "
+                   "{{ 0 | select | list }} {{ '' | rejectattr('a') | list }} {{ none | map(attribute='n') | list }}"),
+            "0 [] [] [] []");
+  EXPECT_EQ(render("{{ none | map('no_such_filter') | list }}"), "[]");  // arguments unread, as Jinja2
+  EXPECT_TRUE(has(render("{{ 5 | select | list }}"), "not iterable"));
 }
 
 TEST(JinjaEngineTest, StringAndNumberFilters) {

@@ -226,8 +226,11 @@ Value filter_tojson(const Value& v, const Args& a) {
   return Value(to_json(v, o));
 }
 
-// select / reject / selectattr / rejectattr: keep items whose test (or truth) is `keep`.
+// select / reject / selectattr / rejectattr: keep items whose test (or truth) is `keep`. A
+// false value (none, undefined, empty) gives an empty list, its arguments unread, as Jinja2's
+// `if value:` guard does (tool lists of templates that set `tools = none`).
 Value filter_select(Evaluator& ev, const Value& seq, const Args& a, bool by_attribute, bool keep) {
+  if (!truthy(seq)) return Value::list({});
   size_t next = 0;
   Value attribute = kNone;
   if (by_attribute) {
@@ -250,7 +253,9 @@ Value filter_select(Evaluator& ev, const Value& seq, const Args& a, bool by_attr
   return Value::list(std::move(out));
 }
 
+// map(filter, ...) or map(attribute=...); a false value gives an empty list, as select's.
 Value filter_map(Evaluator& ev, const Value& seq, const Args& a) {
+  if (!truthy(seq)) return Value::list({});
   List out;
   if (const Value* attribute = a.get(99, "attribute")) {
     const Value& dflt = arg(a, 99, "default", Value());
@@ -480,14 +485,14 @@ const Filter kFilters[] = {
     {"items", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_items(v); }},
     {"join", kTakesUndefined, filter_join},
     {"reverse", kRejectsUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_reverse(v); }},
-    {"map", kRejectsUndefined, filter_map},
-    {"select", kRejectsUndefined,
+    {"map", kTakesUndefined, filter_map},
+    {"select", kTakesUndefined,
      [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, false, true); }},
-    {"reject", kRejectsUndefined,
+    {"reject", kTakesUndefined,
      [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, false, false); }},
-    {"selectattr", kRejectsUndefined,
+    {"selectattr", kTakesUndefined,
      [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, true, true); }},
-    {"rejectattr", kRejectsUndefined,
+    {"rejectattr", kTakesUndefined,
      [](Evaluator& ev, const Value& v, const Args& a) { return filter_select(ev, v, a, true, false); }},
     {"sort", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_sort(v, a); }},
     {"dictsort", kRejectsUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_dictsort(v, a); }},
