@@ -224,6 +224,17 @@ TEST(JinjaEngineTest, GlobalsAndErrors) {
   // Parse errors name the line and the construct.
   EXPECT_EQ(render("a\n{% if x %}\n{% endfor %}"), "ERROR(InvalidArgument): line 3: unexpected {% endfor %}");
   EXPECT_EQ(render("\n\n{{ x | nosuchfilter }}"), "ERROR(Unimplemented): line 3: no filter named 'nosuchfilter'");
+  // ... except inside an {% if %} or a conditional expression, where Jinja2 looks the name up
+  // only when the filter runs (templates keep other engines' filters, llama.cpp's from_json,
+  // in branches that do not run); loops, macros and filter blocks are strict again.
+  EXPECT_EQ(render("{% if false %}{{ x | from_json }}{% elif false %}{{ x is fancy }}{% endif %}ok"), "ok");
+  EXPECT_EQ(render("{{ x | from_json if false else 'b' }}{% if false %}{% set y = x | zz %}{% endif %}"), "b");
+  EXPECT_EQ(render("{% macro m() %}{% if false %}{{ 1 | zz }}{% endif %}{% endmacro %}m"), "m");
+  EXPECT_EQ(render("{% if true %}\n{{ '{}' | from_json }}{% endif %}"), "ERROR(InvalidArgument): line 2: no filter named 'from_json'");
+  EXPECT_EQ(render("{{ (1 is fancy) if true else 2 }}"), "ERROR(InvalidArgument): line 1: no test named 'fancy'");
+  EXPECT_EQ(render("{% if x %}{% for i in y %}{{ i | zz }}{% endfor %}{% endif %}"), "ERROR(Unimplemented): line 1: no filter named 'zz'");
+  EXPECT_EQ(render("{% if false %}{% filter zz %}a{% endfilter %}{% endif %}"), "ERROR(Unimplemented): line 1: no filter named 'zz'");
+  EXPECT_EQ(render("{{ x is fancy }}"), "ERROR(Unimplemented): line 1: no test named 'fancy'");
   EXPECT_EQ(render("{% if x %}\nopen"), "ERROR(InvalidArgument): line 2: unexpected end of template: expected {% endif %} for the block opened on line 1");
   EXPECT_EQ(render("{% do x %}"), "ERROR(InvalidArgument): line 1: unknown tag 'do' (transformers does not enable Jinja2's do extension)");
   // Render errors: Python's wording, with the line.

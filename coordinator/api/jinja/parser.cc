@@ -613,8 +613,7 @@ class Parser {
         next();
         name += "." + next().text;
       }
-      if (!is_filter(name)) unsupported("no filter named '" + name + "'", line);
-      ExprPtr f = node(ExprKind::kFilter, line);
+      ExprPtr f = node(ExprKind::kFilter, line);  // an unknown name: check_filter_and_test_names
       f->name = name;
       f->children.push_back(std::move(operand));
       if (is_op("(")) parse_call_args(*f);
@@ -628,8 +627,7 @@ class Parser {
     ExprPtr t = node(ExprKind::kTest, line);
     t->negated = accept_name("not");
     std::string name = expect_name("a test name after 'is'");
-    if (!is_test(name)) unsupported("no test named '" + name + "'", line);
-    t->name = name;
+    t->name = name;  // an unknown name: check_filter_and_test_names
     t->children.push_back(std::move(e));
     if (is_op("(")) {
       parse_call_args(*t);
@@ -659,8 +657,75 @@ class Parser {
   int loop_depth_ = 0;
 };
 
+// Jinja2 refuses a filter or test it does not know when it compiles the template, except
+// inside an {% if %} (its tests and all its branches) or a conditional expression, where the
+// name is looked up only if the filter runs (the evaluator then fails naming it): templates
+// keep filters of other engines (llama.cpp's from_json) in branches that never run here. Loop,
+// macro, call, filter, set and with blocks are frames of their own there, strict again.
+class NameChecker {
+ public:
+  void check(const Body& body, bool soft) {
+    for (const Stmt& s : body) check(s, soft);
+  }
+
+ private:
+  void check(const Stmt& s, bool soft) {
+    switch (s.kind) {
+      case StmtKind::kIf:
+        for (const auto& [cond, body] : s.branches) {
+          check(cond.get(), true);
+          check(body, true);
+        }
+        check(s.else_body, true);
+        return;
+      case StmtKind::kFor:
+        check(s.expr.get(), soft);
+        check(s.cond.get(), false);
+        check(s.body, false);
+        check(s.else_body, false);
+        return;
+      case StmtKind::kWith:
+        for (const ExprPtr& v : s.values) check(v.get(), soft);
+        check(s.body, false);
+        return;
+      case StmtKind::kCallBlock:
+        check(s.expr.get(), soft);
+        for (const ExprPtr& v : s.values) check(v.get(), false);
+        check(s.body, false);
+        return;
+      case StmtKind::kOutput:
+      case StmtKind::kSet:
+        check(s.expr.get(), soft);
+        return;
+      default:  // macro, set block, filter block, generation: frames of their own
+        check(s.expr.get(), false);
+        for (const ExprPtr& v : s.values) check(v.get(), false);
+        check(s.body, false);
+        return;
+    }
+  }
+
+  void check(const Expr* e, bool soft) {
+    if (e == nullptr) return;
+    if (e->kind == ExprKind::kCondition) soft = true;
+    if (!soft && e->kind == ExprKind::kFilter && !is_filter(e->name)) fail("filter", *e);
+    if (!soft && e->kind == ExprKind::kTest && !is_test(e->name)) fail("test", *e);
+    for (const ExprPtr& c : e->children) check(c.get(), soft);
+    for (const auto& [name, value] : e->kwargs) check(value.get(), soft);
+  }
+
+  [[noreturn]] static void fail(const char* what, const Expr& e) {
+    throw ParseError{StatusCode::kUnimplemented,
+                     "line " + std::to_string(e.line) + ": no " + what + " named '" + e.name + "'"};
+  }
+};
+
 }  // namespace
 
-Body parse(const std::vector<Token>& tokens) { return Parser(tokens).parse_template(); }
+Body parse(const std::vector<Token>& tokens) {
+  Body body = Parser(tokens).parse_template();
+  NameChecker().check(body, false);
+  return body;
+}
 
 }  // namespace tessera::jinja

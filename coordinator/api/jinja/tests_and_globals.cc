@@ -43,6 +43,8 @@ bool is_test(std::string_view name) {
 }
 
 bool apply_test(Evaluator&, std::string_view name, const Value& v, const Args& a) {
+  // Unknown names reach here only from a branch Jinja2 compiles lazily (parser.cc).
+  if (!is_test(name)) fail("no test named '" + std::string(name) + "'");
   if (name == "defined") return !v.is_undefined();
   if (name == "undefined") return v.is_undefined();
   if (name == "none") return v.is_none();
