@@ -1,6 +1,8 @@
-// tessera-tokenize: encode text (or a file's exact bytes) to token ids, or decode ids
-// to text, with a Hugging Face tokenizer.json. Output is one JSON object on stdout:
-// {"ids":[...]} or {"text":"..."}. Errors: one line on stderr, exit code 1.
+// tessera-tokenize: encode text (or a file's exact bytes) to token ids, decode ids to text, or
+// render a conversation with the chat template and encode that, with a Hugging Face
+// tokenizer.json (or a GGUF file's vocabulary). Output is one JSON object on stdout:
+// {"ids":[...]}, {"text":"..."} or {"prompt":"...","ids":[...]}. Errors: one line on stderr,
+// exit code 1.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +17,8 @@
 #include "common/logging.h"
 #include "common/tokenizer/model_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/chat_request.h"
+#include "coordinator/api/chat_template.h"
 #include "tools/lib/main_guard.h"
 
 namespace {
@@ -47,13 +51,49 @@ tessera::StatusOr<std::vector<int32_t>> parse_ids(const std::string& list) {
   return ids;
 }
 
+// --chat-file: the conversation (POST /tokenize's "messages" body: messages, tools,
+// add_generation_prompt, chat_template_kwargs) read as the server reads a request, rendered
+// with the chat template `setting` (server.chat_template's values) as the server renders it.
+tessera::StatusOr<std::string> render_chat(const tessera::Tokenizer& tok, const std::string& chat_file,
+                                           const std::string& setting) {
+  TESSERA_ASSIGN_OR_RETURN(std::string text, tessera::read_input_file(chat_file, "--chat-file", size_t{64} << 20));
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) return tessera::invalid_argument(chat_file + ": not a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    if (key != "messages" && key != "tools" && key != "add_generation_prompt" && key != "chat_template_kwargs")
+      return tessera::invalid_argument(chat_file + ": unknown field '" + key +
+                                       "' (messages, tools, add_generation_prompt, chat_template_kwargs)");
+  }
+  tessera::ChatRequestParts parts;
+  tessera::ApiError error;
+  if (!tessera::read_chat_messages_and_tools(body, &parts, &error)) {
+    return tessera::invalid_argument(chat_file + ": " + (error.param.empty() ? "" : error.param + ": ") + error.message);
+  }
+  const auto generation = body.find("add_generation_prompt");
+  if (generation != body.end() && !generation->is_null() && !generation->is_boolean())
+    return tessera::invalid_argument(chat_file + ": add_generation_prompt must be a boolean");
+  parts.context["add_generation_prompt"] = generation == body.end() || generation->is_null() || generation->get<bool>();
+  if (const auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && !kwargs->is_null()) {
+    if (!kwargs->is_object()) return tessera::invalid_argument(chat_file + ": chat_template_kwargs must be an object");
+    parts.context["chat_template_kwargs"] = *kwargs;
+  }
+  auto chat = tessera::ChatTemplate::from_setting(tok, setting);
+  if (!chat.is_ok()) {  // named as the server's setting; here it is the flag
+    std::string message = chat.status().message();
+    const std::string key = "server.chat_template";
+    if (message.rfind(key, 0) == 0) message = "--chat-template" + message.substr(key.size());
+    return tessera::Status(chat.status().code(), message);
+  }
+  return chat.value().render(parts.context);
+}
+
 }  // namespace
 
 namespace {
 
 int tokenize_main(int argc, char** argv) {
   CLI::App app{"Encode text to token ids or decode ids to text (Hugging Face tokenizer.json, or a GGUF file's vocabulary)"};
-  std::string dir, text, text_file, decode_list;
+  std::string dir, text, text_file, decode_list, chat_file, chat_template;
   bool json = false, add_special = false, skip_special = false, no_cleanup = false;
   app.add_option("--tokenizer", dir,
                  "folder with tokenizer.json [and tokenizer_config.json], or a GGUF file (its own vocabulary, "
@@ -62,8 +102,17 @@ int tokenize_main(int argc, char** argv) {
   auto* text_opt = app.add_option("--text", text, "text to encode");
   auto* file_opt = app.add_option("--text-file", text_file, "file whose exact bytes are encoded");
   auto* decode_opt = app.add_option("--decode", decode_list, "comma-separated ids to decode");
-  text_opt->excludes(file_opt)->excludes(decode_opt);
-  file_opt->excludes(decode_opt);
+  auto* chat_opt = app.add_option("--chat-file", chat_file,
+                                  "render this conversation with the chat template and encode it, as POST /tokenize "
+                                  "does with messages: a JSON object with messages [, tools, add_generation_prompt "
+                                  "(default true), chat_template_kwargs]");
+  auto* template_opt = app.add_option("--chat-template", chat_template,
+                                      "with --chat-file: the template, as server.chat_template takes it (llama2, "
+                                      "chatml, or a file holding the template; default: the tokenizer's)");
+  template_opt->needs(chat_opt);
+  text_opt->excludes(file_opt)->excludes(decode_opt)->excludes(chat_opt);
+  file_opt->excludes(decode_opt)->excludes(chat_opt);
+  decode_opt->excludes(chat_opt);
   app.add_flag("--json", json, "print JSON (the only output format; accepted for scripts)");
   app.add_flag("--add-special-tokens", add_special, "apply the post-processor (e.g. BOS) when encoding");
   app.add_flag("--skip-special-tokens", skip_special, "leave special tokens out when decoding");
@@ -77,8 +126,8 @@ int tokenize_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return fail(e.what());
   }
-  if (text_opt->count() + file_opt->count() + decode_opt->count() == 0) {
-    return fail("one of --text, --text-file or --decode is required");
+  if (text_opt->count() + file_opt->count() + decode_opt->count() + chat_opt->count() == 0) {
+    return fail("one of --text, --text-file, --decode or --chat-file is required");
   }
   tessera::init_logging("tok", spdlog::level::warn);  // stdout is the JSON answer alone
 
@@ -101,6 +150,11 @@ int tokenize_main(int argc, char** argv) {
     }
     out["text"] = no_cleanup ? tok.value()->decode_without_cleanup(ids.value(), skip_special)
                              : tok.value()->decode(ids.value(), skip_special);
+  } else if (chat_opt->count() > 0) {
+    auto prompt = render_chat(*tok.value(), chat_file, chat_template);
+    if (!prompt.is_ok()) return fail(prompt.status().message());
+    out["prompt"] = prompt.value();
+    out["ids"] = tok.value()->encode(prompt.value(), add_special);  // the template carries BOS
   } else {
     if (file_opt->count() > 0) {
       auto read = tessera::read_input_file(text_file, "--text-file", size_t{1} << 30);

@@ -89,6 +89,51 @@ TEST_F(TokenizeCliTest, BadInputsGiveOneLineAndNonZeroExit) {
   EXPECT_LT(bad_id.exit_code, 128);
 }
 
+// --chat-file renders a conversation as the server does and encodes it: the chat-template
+// corpus's reference renderings (fixtures/chat_templates: Llama 2's template, system + user;
+// Qwen 2.5's with tools, a tool call and its result), with --chat-template naming the file.
+TEST_F(TokenizeCliTest, ChatFileRendersAsTheReferenceAndEncodesThePrompt) {
+  const std::string corpus = testing::fixtures_dir() + "/chat_templates";
+  const nlohmann::ordered_json conversations = nlohmann::ordered_json::parse(testing::read_file(corpus + "/conversations.json"));
+  for (const auto& [template_id, conversation_id] : std::vector<std::pair<std::string, std::string>>{
+           {"llama2-chat", "b_system_user"}, {"qwen2.5-7b-instruct", "f_tools"}}) {
+    SCOPED_TRACE(template_id);
+    const nlohmann::json t = nlohmann::json::parse(testing::read_file(corpus + "/templates/" + template_id + ".json"));
+    testing::write_file(tmp_ + "/template.jinja", t["template"].get<std::string>());
+    nlohmann::ordered_json chat;
+    for (const auto& c : conversations)
+      if (c["id"] == conversation_id) chat = {{"messages", c["messages"]}, {"tools", c.value("tools", nlohmann::ordered_json())}};
+    testing::write_file(tmp_ + "/chat.json", chat.dump());
+    auto r = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " --chat-file " +
+                                  testing::shell_quote(tmp_ + "/chat.json") + " --chat-template " +
+                                  testing::shell_quote(tmp_ + "/template.jinja"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json out = nlohmann::json::parse(r.out);
+    const std::string want = testing::read_file(corpus + "/expected/" + template_id + "__" + conversation_id + ".txt");
+    EXPECT_EQ(out["prompt"], want);
+    testing::write_file(tmp_ + "/prompt", want);
+    auto ids = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " --text-file " +
+                                    testing::shell_quote(tmp_ + "/prompt"));
+    ASSERT_EQ(ids.exit_code, 0) << ids.err;
+    EXPECT_EQ(out["ids"], nlohmann::json::parse(ids.out)["ids"]);
+  }
+  // Refusals: one line each, naming what is wrong.
+  testing::write_file(tmp_ + "/extra.json", R"({"messages": [{"role": "user", "content": "hi"}], "temperature": 0})");
+  testing::write_file(tmp_ + "/role.json", R"({"messages": [{"role": "robot", "content": "hi"}]})");
+  testing::write_file(tmp_ + "/broken.jinja", "{% if %}");
+  testing::write_file(tmp_ + "/ok.json", R"({"messages": [{"role": "user", "content": "hi"}]})");
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--chat-file " + tmp_ + "/extra.json", "unknown field 'temperature'"},
+           {"--chat-file " + tmp_ + "/role.json", "messages[0].role"},
+           {"--chat-file " + tmp_ + "/none.json", "none.json"},
+           {"--chat-file " + tmp_ + "/ok.json --chat-template " + tmp_ + "/broken.jinja", "broken.jinja"},
+           {"--chat-template chatml --text hi", "--chat-template requires --chat-file"}}) {
+    auto bad = testing::run_command(tokenize_bin() + " --tokenizer " + testing::shell_quote(dir_) + " " + args);
+    EXPECT_EQ(bad.exit_code, 1) << args;
+    EXPECT_NE(bad.err.find(want), std::string::npos) << args << ": " << bad.err;
+  }
+}
+
 // GPT-2's tokenizer_config.json sets clean_up_tokenization_spaces: --decode gives what
 // transformers' decode gives, --no-cleanup what the tokenizers library gives.
 TEST_F(TokenizeCliTest, DecodeCleansUpSpacesAsTheConfigSaysUnlessNoCleanup) {
