@@ -223,6 +223,13 @@ TEST(GgufLora, AdapterFilesThatCannotMeanWhatTheySayAreRefusedByName) {
                       g.tensors.end());
     };
   };
+  // The factor `name` replaced by one of ggml shape `dims` (zeros).
+  auto reshape = [&drop](const std::string& name, std::vector<uint64_t> dims) {
+    return [=](testing::GgufTestWriter& g) {
+      drop(name)(g);
+      g.tensor(name, dims, GgmlType::kF32);
+    };
+  };
   const std::vector<std::tuple<std::string, Edit, std::string>> cases = {
       {"model", [](testing::GgufTestWriter& g) { g.kvs.erase(g.kvs.begin() + 1); },
        "general.type is '', not 'adapter'"},
@@ -242,18 +249,10 @@ TEST(GgufLora, AdapterFilesThatCannotMeanWhatTheySayAreRefusedByName) {
        "'token_embd.weight.lora_a' adapts the token embedding"},
       // Factors that do not fit the layer (llama.cpp's converter writes GPT-2's Conv1D
       // adapters so, and llama.cpp refuses them), named as the file names them.
-      {"inputs",
-       [&](testing::GgufTestWriter& g) {
-         drop("blk.0.attn_q.weight.lora_a")(g);
-         g.tensor("blk.0.attn_q.weight.lora_a", {32, 8}, GgmlType::kF32);
-       },
+      {"inputs", reshape("blk.0.attn_q.weight.lora_a", {32, 8}),
        "tensor 'blk.0.attn_q.weight.lora_a' has ggml shape [32, 8], but 'blk.0.attn_q.weight' of the base takes 128 "
        "inputs"},
-      {"outputs",
-       [&](testing::GgufTestWriter& g) {
-         drop("blk.1.ffn_down.weight.lora_b")(g);
-         g.tensor("blk.1.ffn_down.weight.lora_b", {8, 32}, GgmlType::kF32);
-       },
+      {"outputs", reshape("blk.1.ffn_down.weight.lora_b", {8, 32}),
        "tensor 'blk.1.ffn_down.weight.lora_b' has ggml shape [8, 32], but 'blk.1.ffn_down.weight' of the base gives "
        "128 outputs"},
   };
