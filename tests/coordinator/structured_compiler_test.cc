@@ -192,6 +192,30 @@ TEST(StructuredSchema, ObjectsArraysStringsAndRefs) {
   EXPECT_FALSE(all_of.matches(R"({"a":1,"b":2})"));
 }
 
+// "items" as an array: the tuple form of drafts 4 to 2019-09 (llama.cpp's grammar tests use
+// it), "additionalItems" for what follows; the same grammar as prefixItems and items.
+TEST(StructuredSchema, TupleFormOfItemsIsPrefixItems) {
+  const TokenConstraint formats = compiled(ConstraintKind::kJsonSchema, json::parse(R"({"items": [
+      {"format": "date"}, {"format": "uuid"}, {"format": "time"}, {"format": "date-time"}]})"));
+  EXPECT_TRUE(formats.matches(R"(["2012-04-23", "12345678-1234-1234-1234-1234567890ab", "18:25:43.511Z", "2012-04-23T18:25:43.511Z"])"));
+  EXPECT_FALSE(formats.matches(R"(["foo", "bar"])"));
+  EXPECT_FALSE(formats.matches(R"(["12345678-1234-1234-1234-1234567890ab"])"));
+  const TokenConstraint closed = compiled(ConstraintKind::kJsonSchema, json::parse(
+      R"({"type": "array", "items": [{"type": "boolean"}], "additionalItems": {"type": "integer"}, "maxItems": 3})"));
+  EXPECT_TRUE(closed.matches("[true]"));
+  EXPECT_TRUE(closed.matches("[false, 1, 2]"));
+  EXPECT_FALSE(closed.matches("[false, true]"));
+  EXPECT_FALSE(closed.matches("[false, 1, 2, 3]"));
+  const TokenConstraint none_after = compiled(ConstraintKind::kJsonSchema, json::parse(
+      R"({"items": [{"type": "null"}], "additionalItems": false, "minItems": 1})"));
+  EXPECT_TRUE(none_after.matches("[null]"));
+  EXPECT_FALSE(none_after.matches("[null, null]"));
+  EXPECT_NE(refusal(ConstraintKind::kJsonSchema, json::parse(R"({"items": [{}], "prefixItems": [{}]})"))
+                .find("together with 'prefixItems'"), std::string::npos);
+  EXPECT_NE(refusal(ConstraintKind::kJsonSchema, json::parse(R"({"items": {}, "additionalItems": false})"))
+                .find("'additionalItems' applies only to 'items' given as an array"), std::string::npos);
+}
+
 TEST(StructuredSchema, BadSchemasAreRefusedNamingTheProblem) {
   auto msg = [](const char* schema) { return refusal(ConstraintKind::kJsonSchema, json::parse(schema)); };
   EXPECT_NE(msg(R"({"type": "array", "uniqueItems": true})").find("'uniqueItems'"), std::string::npos);

@@ -27,7 +27,7 @@ const std::set<std::string> kKeywords = {
     "type",      "enum",      "const",     "anyOf",     "oneOf",           "allOf",       "$ref",
     "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",   "maxItems",
     "minLength", "maxLength", "pattern",   "format",    "minimum",         "maximum",     "exclusiveMinimum",
-    "exclusiveMaximum", "uniqueItems"};
+    "exclusiveMaximum", "uniqueItems", "additionalItems"};
 const std::set<std::string> kTypes = {"object", "array", "string", "integer", "number", "boolean", "null"};
 
 // The format regexes (each a subset of what ajv-formats' full mode accepts).
@@ -430,7 +430,7 @@ class SchemaCompiler {
         return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
       };
       if (any({"properties", "required", "additionalProperties"})) types.push_back("object");
-      if (any({"items", "prefixItems", "minItems", "maxItems", "uniqueItems"})) types.push_back("array");
+      if (any({"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"})) types.push_back("array");
       if (any({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
       if (any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
       if (types.empty()) return value_rule();
@@ -556,29 +556,44 @@ class SchemaCompiler {
       fail(path, "'maxItems' is below 'minItems'");
       return g_.empty();
     }
+    // The leading items: "prefixItems" (2020-12), or "items" as an array with "additionalItems"
+    // for the rest (the tuple form of drafts 4 to 2019-09, as older tools write it).
+    const bool tuple_form = s.contains("items") && s["items"].is_array();
+    if (tuple_form && s.contains("prefixItems")) {
+      fail(path, "'items' as an array (the tuple form of older drafts) together with 'prefixItems'");
+      return g_.empty();
+    }
+    if (!tuple_form && s.contains("additionalItems")) {
+      fail(path + "/additionalItems", "'additionalItems' applies only to 'items' given as an array");
+      return g_.empty();
+    }
+    const char* prefix_key = tuple_form ? "items" : "prefixItems";
+    const char* rest_key = tuple_form ? "additionalItems" : "items";
     std::vector<Node> fixed;
-    if (s.contains("prefixItems")) {
-      const json& p = s["prefixItems"];
+    if (s.contains(prefix_key)) {
+      const json& p = s[prefix_key];
       if (!p.is_array()) {
         fail(path + "/prefixItems", "'prefixItems' must be an array of schemas");
         return g_.empty();
       }
-      for (size_t i = 0; i < p.size(); ++i) fixed.push_back(schema(p[i], path + "/prefixItems/" + std::to_string(i), depth + 1));
+      for (size_t i = 0; i < p.size(); ++i)
+        fixed.push_back(schema(p[i], path + "/" + prefix_key + "/" + std::to_string(i), depth + 1));
     }
     const int64_t k = static_cast<int64_t>(fixed.size());
     if (max && k > *max) {
       fail(path, "'prefixItems' has more items than 'maxItems' allows");
       return g_.empty();
     }
-    // Items after the prefix: under "items" (absent: any value, written only when minItems needs them).
+    // Items after the prefix: under "items" ("additionalItems" in the tuple form; absent: any
+    // value, written only when minItems needs them).
     std::optional<Node> item;
     bool items_allowed = true;
-    if (s.contains("items")) {
-      const json& it = s["items"];
+    if (s.contains(rest_key)) {
+      const json& it = s[rest_key];
       if (it.is_boolean() && !it.get<bool>()) items_allowed = false;
       else {
         const int rule = g_.new_rule("item");
-        g_.define(rule, schema(it, path + "/items", depth + 1));
+        g_.define(rule, schema(it, path + "/" + rest_key, depth + 1));
         item = g_.ref(rule);
       }
     } else if (k == 0 || min > k) {
@@ -587,7 +602,7 @@ class SchemaCompiler {
       items_allowed = false;
     }
     int64_t rest_min = std::max<int64_t>(0, min - k);
-    int64_t rest_max = max ? *max - k : (k > 0 && !s.contains("items") ? rest_min : GrammarBuilder::kUnbounded);
+    int64_t rest_max = max ? *max - k : (k > 0 && !s.contains(rest_key) ? rest_min : GrammarBuilder::kUnbounded);
     if (!items_allowed) {
       if (rest_min > 0) {
         fail(path, "'minItems' needs more items than 'prefixItems' lists and 'items' is false");
