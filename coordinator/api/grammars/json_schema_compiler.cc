@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coordinator/engine/structured/codepoint_set.h"
+#include "coordinator/api/grammars/json_key_grammar.h"
 #include "coordinator/api/grammars/number_grammar.h"
 #include "coordinator/api/grammars/regex_compiler.h"
 
@@ -487,11 +488,6 @@ class SchemaCompiler {
     }
     const json* additional = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
     const bool closed = additional != nullptr && additional->is_boolean() && !additional->get<bool>();
-    if (!props.empty() && additional != nullptr && !closed) {
-      fail(path + "/additionalProperties",
-           "'additionalProperties' other than false together with 'properties' is not supported");
-      return g_.empty();
-    }
     if (props.empty() && !closed) {  // a map: any keys, values under additionalProperties
       Node value = additional == nullptr ? value_rule() : schema(*additional, path + "/additionalProperties", depth + 1);
       const int member = g_.new_rule("member");
@@ -511,6 +507,17 @@ class SchemaCompiler {
       g_.define(rule, g_.seq({g_.literal("\"" + json_escape(name) + "\""), ws(), g_.literal(":"), ws(), value}));
       prop[i] = g_.ref(rule);
     }
+    // additionalProperties (true or a schema) beside them: more members after the listed ones,
+    // under keys none of the listed names.
+    std::optional<Node> extra;
+    if (additional != nullptr && !closed) {
+      std::vector<std::string> names;
+      for (const auto& p : props) names.push_back(p.first);
+      const int rule = g_.new_rule("extra");
+      g_.define(rule, g_.seq({json_key_other_than(g_, names), ws(), g_.literal(":"), ws(),
+                              schema(*additional, path + "/additionalProperties", depth + 1)}));
+      extra = g_.ref(rule);
+    }
     std::vector<int> rest(n + 1), first(n + 1);
     for (size_t i = 0; i <= n; ++i) {
       rest[i] = g_.new_rule("rest");
@@ -518,7 +525,7 @@ class SchemaCompiler {
     }
     for (size_t i = n + 1; i-- > 0;) {
       if (i == n) {
-        g_.define(rest[i], g_.empty());
+        g_.define(rest[i], extra ? g_.star(g_.seq({sep(), *extra})) : g_.empty());
         g_.define(first[i], g_.empty());
         continue;
       }
@@ -530,17 +537,17 @@ class SchemaCompiler {
     }
     const bool any_required = !required.empty();
     Node body = any_required ? g_.seq({g_.ref(first[0]), ws()})
-                             : g_.optional(g_.seq({nonempty_first(first, prop, rest, required, props), ws()}));
+                             : g_.optional(g_.seq({nonempty_first(prop, rest, extra), ws()}));
     return g_.seq({g_.literal("{"), ws(), body, g_.literal("}")});
   }
 
   // first(0) without its empty alternative (when every property is optional), so that
-  // "{" ws ws "}" cannot be read two ways.
-  Node nonempty_first(const std::vector<int>& first, const std::vector<Node>& prop, const std::vector<int>& rest,
-                      const std::set<std::string>&, const std::vector<std::pair<std::string, const json*>>& props) {
+  // "{" ws ws "}" cannot be read two ways: a listed property and those after it, or only
+  // extra members.
+  Node nonempty_first(const std::vector<Node>& prop, const std::vector<int>& rest, const std::optional<Node>& extra) {
     std::vector<Node> alts;
-    for (size_t i = 0; i < props.size(); ++i) alts.push_back(g_.seq({prop[i], g_.ref(rest[i + 1])}));
-    (void)first;
+    for (size_t i = 0; i < prop.size(); ++i) alts.push_back(g_.seq({prop[i], g_.ref(rest[i + 1])}));
+    if (extra) alts.push_back(g_.seq({*extra, g_.ref(rest[prop.size()])}));
     return g_.alt(std::move(alts));
   }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -72,6 +73,8 @@ class GrammarBuilder {
   std::vector<Expr> exprs_;
   std::vector<ByteSet> sets_;
   std::vector<Rule> rules_;
+  std::unordered_map<std::string, int> rule_ids_;     // name -> rule
+  std::unordered_map<std::string, int> next_suffix_;  // new_rule's next numbered name per hint
 };
 
 // A compiled grammar: rule NFAs with epsilon moves folded away. State s reads byte b when
