@@ -30,7 +30,7 @@ std::string gguf_files_hint(const fs::path& dir) {
   std::vector<std::string> ggufs;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (ascii_lower(e.path().extension().string()) == ".gguf") ggufs.push_back(e.path().filename().string());
+    if (is_gguf_path(e.path().string())) ggufs.push_back(e.path().filename().string());
   }
   if (ggufs.empty()) return "";
   std::sort(ggufs.begin(), ggufs.end());

@@ -73,10 +73,6 @@ tessera::StatusOr<std::string> render_chat(const tessera::Tokenizer& tok, const 
   if (generation != body.end() && !generation->is_null() && !generation->is_boolean())
     return tessera::invalid_argument(chat_file + ": add_generation_prompt must be a boolean");
   parts.context["add_generation_prompt"] = generation == body.end() || generation->is_null() || generation->get<bool>();
-  if (const auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && !kwargs->is_null()) {
-    if (!kwargs->is_object()) return tessera::invalid_argument(chat_file + ": chat_template_kwargs must be an object");
-    parts.context["chat_template_kwargs"] = *kwargs;
-  }
   auto chat = tessera::ChatTemplate::from_setting(tok, setting);
   if (!chat.is_ok()) {  // named as the server's setting; here it is the flag
     std::string message = chat.status().message();

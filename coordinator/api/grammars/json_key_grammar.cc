@@ -4,39 +4,26 @@
 #include <functional>
 #include <map>
 
+#include "coordinator/api/jinja/unicode.h"
 #include "coordinator/engine/structured/codepoint_set.h"
 
 namespace tessera::structured {
 namespace {
 
 using Node = GrammarBuilder::Node;
-using Codepoints = std::vector<uint32_t>;
-
-// The code points of valid UTF-8 text (JSON Schema keys are).
-Codepoints decode(const std::string& text) {
-  Codepoints out;
-  for (size_t i = 0; i < text.size();) {
-    const auto b = static_cast<uint8_t>(text[i]);
-    const int len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-    uint32_t cp = len == 1 ? b : b & (0x3F >> (len - 1));
-    for (int k = 1; k < len && i + k < text.size(); ++k) cp = (cp << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
-    out.push_back(cp);
-    i += static_cast<size_t>(len);
-  }
-  return out;
-}
+using Codepoints = std::u32string;
 
 // The names' code points as a trie.
 struct TrieNode {
   bool a_name_ends = false;
-  std::map<uint32_t, size_t> next;  // code point -> node
+  std::map<char32_t, size_t> next;  // code point -> node
 };
 
 std::vector<TrieNode> build_trie(const std::vector<Codepoints>& names) {
   std::vector<TrieNode> nodes(1);
   for (const Codepoints& name : names) {
     size_t at = 0;
-    for (uint32_t cp : name) {
+    for (char32_t cp : name) {
       auto it = nodes[at].next.find(cp);
       if (it == nodes[at].next.end()) {
         nodes.emplace_back();
@@ -54,9 +41,9 @@ std::vector<TrieNode> build_trie(const std::vector<Codepoints>& names) {
 Node json_key_other_than(GrammarBuilder& g, const std::vector<std::string>& names) {
   std::vector<Codepoints> spelled;
   for (const std::string& name : names) {
-    Codepoints cps = decode(name);
+    Codepoints cps = jinja::utf8_decode(name);  // JSON Schema keys are valid UTF-8
     bool plain = true;
-    for (uint32_t cp : cps) plain = plain && cp >= 0x20 && cp != '"' && cp != '\\';
+    for (char32_t cp : cps) plain = plain && cp >= 0x20 && cp != '"' && cp != '\\';
     if (plain) spelled.push_back(std::move(cps));
   }
   const std::vector<TrieNode> trie = build_trie(spelled);

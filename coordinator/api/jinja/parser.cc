@@ -613,7 +613,7 @@ class Parser {
         next();
         name += "." + next().text;
       }
-      ExprPtr f = node(ExprKind::kFilter, line);  // an unknown name: check_filter_and_test_names
+      ExprPtr f = node(ExprKind::kFilter, line);  // an unknown name: NameChecker below
       f->name = name;
       f->children.push_back(std::move(operand));
       if (is_op("(")) parse_call_args(*f);
@@ -627,7 +627,7 @@ class Parser {
     ExprPtr t = node(ExprKind::kTest, line);
     t->negated = accept_name("not");
     std::string name = expect_name("a test name after 'is'");
-    t->name = name;  // an unknown name: check_filter_and_test_names
+    t->name = name;  // an unknown name: NameChecker below
     t->children.push_back(std::move(e));
     if (is_op("(")) {
       parse_call_args(*t);
