@@ -195,6 +195,10 @@ TEST(JinjaEngineTest, PythonMethods) {
                    d),
             "a1b2|['a', 'b']|[1, 2]|1noneNone|12");
   EXPECT_EQ(render("{% set l = [] %}{% set _ = l.append(1) %}{{ l.append(2) }}{{ l }}"), "None[1, 2]");
+  EXPECT_EQ(render("{% set l = ['a', 'b', 'c', 'd'] %}{{ l.pop(0) }}{{ l.pop() }}{{ l.pop(-2) }}{{ l }}"), "adb['c']");
+  EXPECT_EQ(render("{{ [].pop() }}"), "ERROR(InvalidArgument): line 1: pop from empty list");
+  EXPECT_EQ(render("{{ [1].pop(1) }}"), "ERROR(InvalidArgument): line 1: pop index out of range");
+  EXPECT_EQ(render("{{ [1].pop('0') }}"), "ERROR(InvalidArgument): line 1: 'str' object cannot be interpreted as an integer");
 }
 
 TEST(JinjaEngineTest, UndefinedAsJinja2Default) {
@@ -241,6 +245,40 @@ TEST(JinjaEngineTest, GlobalsAndErrors) {
   EXPECT_EQ(render("\n{{ 'a' + 1 }}"), "ERROR(InvalidArgument): line 2: can only concatenate str (not \"int\") to str");
   EXPECT_EQ(render("{{ 1 / 0 }}"), "ERROR(InvalidArgument): line 1: division by zero");
   EXPECT_EQ(render("{{ 1 < 'a' }}"), "ERROR(InvalidArgument): line 1: '<' not supported between instances of 'int' and 'str'");
+}
+
+// Dict keys are any hashable value, matched as Python matches them (ByteDance Seed-OSS's
+// template looks a budget up in a dict of integers).
+TEST(JinjaEngineTest, DictKeysBeyondStrings) {
+  EXPECT_EQ(render("{% set m = {0: 0, 512: 128, 1024: 256} %}{{ m[512] }} {{ m }} "
+                   "{% for k, v in m | dictsort(reverse=true) %}{{ k }}={{ v }},{% endfor %}"),
+            "128 {0: 0, 512: 128, 1024: 256} 1024=256,512=128,0=0,");
+  EXPECT_EQ(render("{% set m = {1: 'a', True: 'b', 1.0: 'c', '1': 'd'} %}{{ m }} {{ m | length }} "
+                   "{{ 1 in m }} {{ '1' in m }} {{ 2 in m }}"),
+            "{1: 'c', '1': 'd'} 2 True True False");
+  EXPECT_EQ(render("{% set m = {none: 'n', (1, 'x'): 't', 2.5: 'f'} %}{{ m[none] }}{{ m[(1, 'x')] }}{{ m[2.5] }} "
+                   "{{ m.get(2.5) }} {{ m.get(3, 'd') }}"),
+            "ntf f d");
+  // json.dumps writes scalar keys as strings.
+  EXPECT_EQ(render("{{ {1: 'a', 'b': [2], true: none, 1.5: 0} | tojson }}"), R"({"1": null, "b": [2], "1.5": 0})");
+  EXPECT_EQ(render("{{ {2: 'x', 10: 'y'} | tojson(sort_keys=true) }}"), R"({"2": "x", "10": "y"})");
+  EXPECT_EQ(render("{{ {2: 'x'} == {2.0: 'x'} }} {{ {2: 'x'} == {'2': 'x'} }} {{ {2: 'x'}.items() | list }} "
+                   "{{ dict({3: 4}) }} {{ {3: 'a'}[4] is defined }}"),
+            "True False [(2, 'x')] {3: 4} False");
+  EXPECT_EQ(render("{{ {[1]: 2} }}"), "ERROR(InvalidArgument): line 1: unhashable type: 'list'");
+  EXPECT_TRUE(has(render("{{ {2: 'x', 'a': 'y'} | tojson(sort_keys=true) }}"), "'<' not supported between instances of"));
+  EXPECT_EQ(render("{{ {(1, 2): 3} | tojson }}"),
+            "ERROR(InvalidArgument): line 1: keys must be str, int, float, bool or None, not tuple");
+}
+
+// |safe and |escape return markupsafe's Markup; + with a plain string escapes the plain one
+// even with autoescape off (functionary v3.1's template builds its tool list this way).
+TEST(JinjaEngineTest, MarkupConcatenationEscapesThePlainSide) {
+  EXPECT_EQ(render("{{ 'a<'|safe + '<b' + 'c>' }}"), "a<&lt;bc&gt;");
+  EXPECT_EQ(render("{{ '<x>' + '&'|safe }}"), "&lt;x&gt;&");
+  EXPECT_EQ(render("{{ '\"q\"'|safe + {'k': 'v'}|tojson }}"), "\"q\"{&#34;k&#34;: &#34;v&#34;}");
+  EXPECT_EQ(render("{{ ('<'|e) | e }} {{ ('<'|e) | forceescape }}"), "&lt; &amp;lt;");
+  EXPECT_EQ(render("{{ '<'|safe ~ '>' }} {{ '<'|safe == '<' }} {{ '<' + '>' }}"), "<> True <>");
 }
 
 TEST(JinjaEngineTest, LimitsAreClearErrors) {

@@ -24,5 +24,6 @@ Value global_function(std::string_view name);
 std::string slice_string(const std::string& s, const Value& start, const Value& stop, const Value& step);
 Value slice_list(const Value& list, const Value& start, const Value& stop, const Value& step);
 std::string python_strip(const std::string& s, const Value* chars, bool left, bool right);
+std::string html_escape(const std::string& s);  // markupsafe's escape: & < > " '
 
 }  // namespace tessera::jinja

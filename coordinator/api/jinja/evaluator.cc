@@ -106,6 +106,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, Evaluator
     if (nums) return Value(a.as_number() + b.as_number());
     if (a.is_string() && b.is_string()) {
       ev.charge(a.as_string().size() + b.as_string().size());
+      if (a.is_markup() || b.is_markup()) {  // Markup.__add__ / __radd__ escape the plain side
+        const auto side = [](const Value& v) { return v.is_markup() ? v.as_string() : html_escape(v.as_string()); };
+        return Value::markup(side(a) + side(b));
+      }
       return Value(a.as_string() + b.as_string());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
@@ -188,7 +192,7 @@ bool contains(const Value& container, const Value& item) {
       for (const Value& v : container.items())
         if (equals(v, item)) return true;
       return false;
-    case Kind::kDict:
+    case Kind::kDict: return container.entries().find_key(item) != nullptr;
     case Kind::kNamespace: return item.is_string() && container.entries().find(item.as_string()) != nullptr;
     default: fail("argument of type '" + type_name(container) + "' is not iterable");
   }
@@ -218,6 +222,10 @@ Value get_item(const Value& obj, const Value& key) {
     if (obj.is_dict())
       if (Value m = method_of(obj, key.as_string()); !m.is_undefined()) return m;
     return Value::undefined(object_name(obj) + " has no attribute '" + key.as_string() + "'");
+  }
+  if (obj.is_dict()) {
+    if (const Value* v = obj.entries().find_key(key)) return *v;
+    return Value::undefined(object_name(obj) + " has no element " + repr(key));
   }
   if ((obj.is_list() || obj.is_string()) && key.is_integer()) {
     const int64_t n = length(obj);
@@ -496,8 +504,7 @@ Value Evaluator::eval(const Expr& e, const ScopePtr& scope) {
       auto d = std::make_shared<Dict>();
       for (size_t i = 0; i + 1 < e.children.size(); i += 2) {
         Value k = eval(*e.children[i], scope);
-        if (!k.is_string()) fail("dict literal keys must be strings here, got " + type_name(k));
-        d->set(k.as_string(), eval(*e.children[i + 1], scope));
+        d->set_key(std::move(k), eval(*e.children[i + 1], scope));
       }
       return Value::dict(std::move(d));
     }

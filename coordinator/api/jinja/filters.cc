@@ -50,20 +50,6 @@ Value key_of(const Value& item, const Value& attribute, bool case_sensitive) {
   return sort_key(attribute.is_none() ? item : attribute_path(item, attribute), case_sensitive);
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 // The leading part of `s` Python's int()/float() accept, after stripping whitespace.
 std::optional<int64_t> parse_int(const std::string& text, int base) {
@@ -282,6 +268,9 @@ void sort_values(List& items, bool case_sensitive, const Value& attribute, bool 
   for (size_t i = 0; i < items.size(); ++i) items[i] = keyed[i].second;
 }
 
+// escape: markup is already escaped and passes through (markupsafe's escape()).
+Value filter_escape(const Value& v) { return v.is_markup() ? v : Value::markup(html_escape(to_str(v))); }
+
 // default(value, default_value="", boolean=false): the default for an undefined value (or,
 // with boolean, a false one).
 Value filter_default(const Value& v, const Args& a) {
@@ -321,7 +310,7 @@ Value filter_items(const Value& v) {
   if (v.is_undefined()) return Value::list();
   if (!v.is_dict() && v.kind() != Kind::kNamespace) fail("items filter: expected a mapping, got " + type_name(v));
   List out;
-  for (const auto& [k, item] : v.entries().entries) out.push_back(Value::list({Value(k), item}, true));
+  for (const auto& [k, item] : v.entries().entries) out.push_back(Value::list({k, item}, true));
   return Value::list(std::move(out));
 }
 
@@ -368,7 +357,7 @@ Value filter_dictsort(const Value& v, const Args& a) {
   const bool by_value = by.is_string() && by.as_string() == "value";
   if (!by_value && !(by.is_string() && by.as_string() == "key")) fail("dictsort: by must be 'key' or 'value'");
   List pairs;
-  for (const auto& [k, item] : v.entries().entries) pairs.push_back(Value::list({Value(k), item}, true));
+  for (const auto& [k, item] : v.entries().entries) pairs.push_back(Value::list({k, item}, true));
   sort_values(pairs, cs, Value(static_cast<int64_t>(by_value ? 1 : 0)), reverse);
   return Value::list(std::move(pairs));
 }
@@ -446,7 +435,7 @@ const Filter kFilters[] = {
     {"default", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_default(v, a); }},
     {"d", kTakesUndefined, [](Evaluator&, const Value& v, const Args& a) { return filter_default(v, a); }},
     {"safe", kTakesUndefined,
-     [](Evaluator&, const Value& v, const Args&) { return v.is_string() ? v : Value(to_str(v)); }},
+     [](Evaluator&, const Value& v, const Args&) { return Value::markup(to_str(v)); }},
     {"string", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(to_str(v)); }},
     {"length", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(length(v)); }},
     {"count", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(length(v)); }},
@@ -460,10 +449,10 @@ const Filter kFilters[] = {
     {"title", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(jinja_title(to_str(v))); }},
     {"capitalize", kTakesUndefined,
      [](Evaluator&, const Value& v, const Args&) { return Value(python_capitalize(to_str(v))); }},
-    {"escape", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(html_escape(to_str(v))); }},
-    {"e", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return Value(html_escape(to_str(v))); }},
+    {"escape", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_escape(v); }},
+    {"e", kTakesUndefined, [](Evaluator&, const Value& v, const Args&) { return filter_escape(v); }},
     {"forceescape", kTakesUndefined,
-     [](Evaluator&, const Value& v, const Args&) { return Value(html_escape(to_str(v))); }},
+     [](Evaluator&, const Value& v, const Args&) { return Value::markup(html_escape(to_str(v))); }},
     {"replace", kTakesUndefined,
      [](Evaluator& ev, const Value& v, const Args& a) { return Value(filter_replace(to_str(v), a, ev)); }},
     {"indent", kTakesUndefined,
@@ -517,6 +506,21 @@ Value apply_filter(Evaluator& ev, std::string_view name, const Value& v, const A
   if (v.is_undefined() && (filter == nullptr || !filter->takes_undefined)) fail_undefined(v);
   if (filter == nullptr) fail("no filter named '" + std::string(name) + "'");
   return filter->apply(ev, v, a);
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace tessera::jinja

@@ -292,7 +292,7 @@ Value method_of(const Value& obj, const std::string& name) {
         a.check(name, 0, {});
         List out;
         for (const auto& [k, v] : obj.entries().entries) {
-          if (name == "items") out.push_back(Value::list({Value(k), v}, true));
+          if (name == "items") out.push_back(Value::list({k, v}, true));
           else if (name == "keys") out.emplace_back(k);
           else out.push_back(v);
         }
@@ -303,17 +303,15 @@ Value method_of(const Value& obj, const std::string& name) {
       return Value::callable("dict.get", [obj](Evaluator&, const Args& a) {
         a.check("get", 2, {});
         if (a.positional.empty()) fail("get expected at least 1 argument, got 0");
-        const Value& key = a.positional[0];
-        if (key.is_string())
-          if (const Value* v = obj.entries().find(key.as_string())) return *v;
+        if (const Value* v = obj.entries().find_key(a.positional[0])) return *v;
         return a.positional.size() > 1 ? a.positional[1] : Value::none();
       });
     }
     return Value();
   }
   if (obj.is_list()) {
-    // append is refused by transformers' immutable sandbox but allowed here: some templates
-    // written for other engines use it to build lists.
+    // append and pop are refused by transformers' immutable sandbox but allowed here: some
+    // templates written for other engines use them (Kimi K2's queues its tool-call ids).
     if (name == "append" && !obj.is_tuple()) {
       return Value::callable("list.append", [obj](Evaluator& ev, const Args& a) {
         ev.track_mutated(obj.shared_items());
@@ -321,6 +319,26 @@ Value method_of(const Value& obj, const std::string& name) {
         if (obj.items().size() >= 10'000'000) fail("list too long");
         obj.items().push_back(a.positional[0]);
         return Value::none();
+      });
+    }
+    if (name == "pop" && !obj.is_tuple()) {
+      return Value::callable("list.pop", [obj](Evaluator& ev, const Args& a) {
+        ev.track_mutated(obj.shared_items());
+        if (a.positional.size() > 1 || !a.named.empty()) fail("pop() takes at most one positional argument");
+        List& items = obj.items();
+        if (items.empty()) fail("pop from empty list");
+        int64_t i = -1;
+        if (!a.positional.empty()) {
+          if (!a.positional[0].is_integer())
+            fail("'" + type_name(a.positional[0]) + "' object cannot be interpreted as an integer");
+          i = a.positional[0].as_int();
+        }
+        const int64_t n = static_cast<int64_t>(items.size());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) fail("pop index out of range");
+        Value v = std::move(items[static_cast<size_t>(i)]);
+        items.erase(items.begin() + i);
+        return v;
       });
     }
     if (name == "index" || name == "count") {

@@ -115,7 +115,7 @@ Value global_function(std::string_view name) {
       auto d = std::make_shared<Dict>();
       for (const Value& p : a.positional) {  // namespace({...}) / dict({...}) copies a mapping
         if (!p.is_dict()) fail(std::string(ns ? "namespace" : "dict") + "() positional argument must be a mapping");
-        for (const auto& [k, v] : p.entries().entries) d->set(k, v);
+        for (const auto& [k, v] : p.entries().entries) d->set_key(k, v);
       }
       for (const auto& [k, v] : a.named) d->set(k, v);
       return ns ? Value::namespace_object(std::move(d)) : Value::dict(std::move(d));

@@ -19,20 +19,60 @@ void check_depth(int depth) {
 
 void fail(std::string message) { throw RenderError{std::move(message)}; }
 
+// Python's hashable values among a template's: the scalars and tuples of them. An undefined
+// is refused too (Jinja2 would hash it, but a key nobody defined is a template's mistake).
+static bool hashable(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kString: return true;
+    case Kind::kList:
+      if (!v.is_tuple()) return false;
+      for (const Value& item : v.items())
+        if (!hashable(item)) return false;
+      return true;
+    default: return false;
+  }
+}
+
 const Value* Dict::find(std::string_view key) const {
   for (const auto& [k, v] : entries)
-    if (k == key) return &v;
+    if (k.is_string() && k.as_string() == key) return &v;
+  return nullptr;
+}
+
+const Value* Dict::find_key(const Value& key) const {
+  if (key.is_string()) return find(std::string_view(key.as_string()));
+  if (!hashable(key)) return nullptr;
+  for (const auto& [k, v] : entries)
+    if (equals(k, key)) return &v;
   return nullptr;
 }
 
 void Dict::set(const std::string& key, Value v) {
   for (auto& [k, old] : entries) {
-    if (k == key) {
+    if (k.is_string() && k.as_string() == key) {
       old = std::move(v);
       return;
     }
   }
-  entries.emplace_back(key, std::move(v));
+  entries.emplace_back(Value(key), std::move(v));
+}
+
+void Dict::set_key(Value key, Value v) {
+  if (key.is_string()) return set(key.as_string(), std::move(v));
+  if (!hashable(key))
+    fail(key.is_undefined() && !key.undefined_hint().empty() ? key.undefined_hint()
+                                                              : "unhashable type: '" + type_name(key) + "'");
+  for (auto& [k, old] : entries) {
+    if (equals(k, key)) {  // Python keeps the first key object: {1: 'a', True: 'b'} is {1: 'b'}
+      old = std::move(v);
+      return;
+    }
+  }
+  entries.emplace_back(std::move(key), std::move(v));
 }
 
 const Value* Args::get(size_t index, std::string_view name) const {
@@ -206,7 +246,7 @@ static std::string repr_at(const Value& v, int depth) {
       for (const auto& [k, item] : v.entries().entries) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + repr_at(item, depth + 1);
+        out += repr_at(k, depth + 1) + ": " + repr_at(item, depth + 1);
       }
       return out + "}";
     }
@@ -240,7 +280,7 @@ static bool equals_at(const Value& a, const Value& b, int depth) {
       const auto& x = a.entries().entries;
       if (x.size() != b.entries().entries.size()) return false;
       for (const auto& [k, item] : x) {
-        const Value* other = b.entries().find(k);
+        const Value* other = b.entries().find_key(k);
         if (other == nullptr || !equals_at(item, *other, depth + 1)) return false;
       }
       return true;
@@ -369,6 +409,18 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
   out += '"';
 }
 
+static void json_value(std::string& out, const Value& v, const JsonOptions& o, int depth);
+
+// A dict key as json.dumps writes it: a string as itself, None / bool / int / float as their
+// JSON text put in quotes ({1: 'a'} is {"1": "a"}); a tuple is Python's TypeError.
+static void json_key(std::string& out, const Value& key, const JsonOptions& o) {
+  if (key.is_string()) return json_string(out, key.as_string(), o.ensure_ascii);
+  if (key.is_list()) fail("keys must be str, int, float, bool or None, not " + type_name(key));
+  std::string text;
+  json_value(text, key, o, 0);
+  json_string(out, text, o.ensure_ascii);
+}
+
 static void json_value(std::string& out, const Value& v, const JsonOptions& o, int depth) {
   check_depth(depth);
   const std::string item_sep = !o.item_separator.empty() ? o.item_separator : o.indent >= 0 ? "," : ", ";
@@ -411,12 +463,13 @@ static void json_value(std::string& out, const Value& v, const JsonOptions& o, i
         return;
       }
       if (o.sort_keys)
-        std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto& a, const auto& b) { return compare(a.first, b.first) < 0; });
       out += '{';
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) out += item_sep;
         newline(depth + 1);
-        json_string(out, entries[i].first, o.ensure_ascii);
+        json_key(out, entries[i].first, o);
         out += key_sep;
         json_value(out, entries[i].second, o, depth + 1);
       }

@@ -2,8 +2,12 @@
 // The values a template computes with, modelled on the Python objects Jinja2 templates see:
 // undefined (Jinja2's default Undefined), None, bool, int, float, str (UTF-8, indexed by code
 // point), list / tuple (shared, so `append` is seen by every reference, as in Python), dict
-// (insertion-ordered, string keys), namespace() objects and callables (macros, built-ins,
-// bound methods). str()/repr()/==/< follow Python's rules for these types.
+// (insertion-ordered; keys str, int, float, bool, None or tuples of them, matched as Python
+// matches them: 1, 1.0 and True are one key), namespace() objects and callables (macros, built-ins,
+// bound methods). str()/repr()/==/< follow Python's rules for these types. A string may be
+// markupsafe's Markup (what |safe and |escape return): concatenating it with a plain string
+// escapes the plain one, as Jinja2 does even with autoescape off; every other operation
+// treats it as the str it is.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,9 +34,13 @@ class Evaluator;
 using List = std::vector<Value>;
 
 struct Dict {
-  std::vector<std::pair<std::string, Value>> entries;  // insertion order, as Python dicts
+  std::vector<std::pair<Value, Value>> entries;  // insertion order, as Python dicts
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value v);
+  // Any key, as a dict literal or dict() gives them: find_key finds nothing for an unhashable
+  // key, set_key fails on one as Python does (a list, a dict).
+  const Value* find_key(const Value& key) const;
+  void set_key(Value key, Value v);
 };
 
 struct Args {
@@ -61,6 +69,11 @@ class Value {
     return v;
   }
   static Value none() { return Value(Kind::kNone); }
+  static Value markup(std::string s) {
+    Value v(std::move(s));
+    v.markup_ = true;
+    return v;
+  }
   Value(bool b) : kind_(Kind::kBool), int_(b) {}  // NOLINT(implicit)
   Value(int v) : kind_(Kind::kInt), int_(v) {}    // NOLINT(implicit)
   Value(int64_t v) : kind_(Kind::kInt), int_(v) {}  // NOLINT(implicit)
@@ -76,6 +89,7 @@ class Value {
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && markup_; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
@@ -97,6 +111,7 @@ class Value {
   explicit Value(Kind k) : kind_(k) {}
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
+  bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::string str_;
