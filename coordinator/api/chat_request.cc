@@ -110,7 +110,9 @@ bool read_message(const ojson& m, const std::string& at, ojson* out, ApiError* e
   std::string r = role->get<std::string>();
   if (r != "system" && r != "user" && r != "assistant" && r != "developer" && r != "tool")
     return fail(error, at + ".role", "must be one of system, developer, user, assistant, tool");
-  if (!only_keys(m, at, {"role", "content", "name", "tool_calls", "tool_call_id"}, error)) return false;
+  if (!only_keys(m, at, {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", "reasoning", "thinking"},
+                 error))
+    return false;
   if (r == "developer") r = "system";
   *out = ojson::object();
   (*out)["role"] = r;
@@ -141,6 +143,16 @@ bool read_message(const ojson& m, const std::string& at, ojson* out, ApiError* e
       list.push_back(std::move(call));
     }
     (*out)["tool_calls"] = std::move(list);
+  }
+  // An earlier answer's thoughts, as a reasoning model's reply gave them (reasoning_content) or
+  // under the names other templates read (reasoning; thinking: gpt-oss's): passed on as sent,
+  // for the template to render or drop (Qwen3's keeps those after the last user turn).
+  for (const char* key : {"reasoning_content", "reasoning", "thinking"}) {
+    const ojson* thoughts = find_present(m, key);
+    if (thoughts == nullptr) continue;
+    if (r != "assistant") return fail(error, at + "." + key, "is allowed on assistant messages only");
+    if (!thoughts->is_string()) return fail(error, at + "." + key, "must be a string");
+    (*out)[key] = *thoughts;
   }
   const ojson* call_id = find_present(m, "tool_call_id");
   if (r == "tool") {

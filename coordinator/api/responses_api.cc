@@ -56,15 +56,44 @@ bool string_field(const ojson& item, const char* key, const std::string& param, 
   return true;
 }
 
+// A reasoning item's thoughts: the texts of its reasoning_text content parts, joined ("" when
+// it carries none, as an item from a service that sends only summaries or encrypted content).
+bool reasoning_text(const ojson& item, const std::string& param, std::string* out, ApiError* error) {
+  if (!item.contains("content") || item["content"].is_null()) return true;
+  const ojson& content = item["content"];
+  if (!content.is_array()) return fail(error, param + ".content", "'" + param + ".content' must be an array of reasoning_text parts");
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ojson& part = content[i];
+    const std::string where = param + ".content[" + std::to_string(i) + "]";
+    if (!part.is_object() || part.value("type", ojson()) != "reasoning_text")
+      return fail(error, where + ".type", "'" + where + ".type' must be \"reasoning_text\"");
+    if (!part.contains("text") || !part["text"].is_string()) return fail(error, where + ".text", "'" + where + ".text' must be a string");
+    *out += part["text"].get<std::string>();
+  }
+  return true;
+}
+
 // The input items as chat messages, appended to *messages: messages by role (developer is a
 // system message), function_call items as an assistant message's tool_calls (consecutive ones
-// together), function_call_output items as tool messages; reasoning items are not fed back.
+// together), function_call_output items as tool messages, and a reasoning item's thoughts as
+// the reasoning_content of the assistant turn it precedes (an assistant message of its own when
+// no assistant message or call follows it), as the chat API takes an earlier reply back.
 bool input_messages(const ojson& input, ojson* messages, ApiError* error) {
   if (input.is_string()) {
     messages->push_back({{"role", "user"}, {"content", input.get<std::string>()}});
     return true;
   }
   if (!input.is_array() || input.empty()) return fail(error, "input", "'input' must be a string or a non-empty array of items");
+  std::string thoughts;  // a reasoning item's, until the assistant turn it belongs to
+  auto flush_thoughts = [&] {
+    if (!thoughts.empty()) messages->push_back({{"role", "assistant"}, {"content", ""}, {"reasoning_content", thoughts}});
+    thoughts.clear();
+  };
+  auto assistant_turn = [&](ojson message) {
+    if (!thoughts.empty()) message["reasoning_content"] = thoughts;
+    thoughts.clear();
+    messages->push_back(std::move(message));
+  };
   for (size_t i = 0; i < input.size(); ++i) {
     const ojson& item = input[i];
     const std::string param = "input[" + std::to_string(i) + "]";
@@ -77,7 +106,12 @@ bool input_messages(const ojson& input, ojson* messages, ApiError* error) {
         return fail(error, param + ".role", "'" + param + ".role' must be user, system, developer or assistant");
       if (!item.contains("content")) return fail(error, param + ".content", "'" + param + ".content' is required");
       if (!content_text(item["content"], param + ".content", &text, error)) return false;
-      messages->push_back({{"role", role == "developer" ? "system" : role}, {"content", text}});
+      if (role == "assistant") {
+        assistant_turn({{"role", "assistant"}, {"content", text}});
+      } else {
+        flush_thoughts();
+        messages->push_back({{"role", role == "developer" ? "system" : role}, {"content", text}});
+      }
     } else if (type == "function_call") {
       std::string call_id, name, arguments;
       if (!string_field(item, "call_id", param, &call_id, error) || !string_field(item, "name", param, &name, error) ||
@@ -85,24 +119,26 @@ bool input_messages(const ojson& input, ojson* messages, ApiError* error) {
         return false;
       const ojson call = {{"id", call_id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
       ojson& last = messages->empty() ? *messages : messages->back();
-      if (!messages->empty() && last["role"] == "assistant" && last.contains("tool_calls")) {
+      if (thoughts.empty() && !messages->empty() && last["role"] == "assistant" && last.contains("tool_calls")) {
         last["tool_calls"].push_back(call);
       } else {
-        messages->push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", ojson::array({call})}});
+        assistant_turn({{"role", "assistant"}, {"content", ""}, {"tool_calls", ojson::array({call})}});
       }
     } else if (type == "function_call_output") {
       std::string call_id, output;
       if (!string_field(item, "call_id", param, &call_id, error)) return false;
       if (!item.contains("output")) return fail(error, param + ".output", "'" + param + ".output' is required");
       if (!content_text(item["output"], param + ".output", &output, error)) return false;
+      flush_thoughts();
       messages->push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", output}});
     } else if (type == "reasoning") {
-      continue;  // thoughts are not fed back (as the chat templates drop them)
+      if (!reasoning_text(item, param, &thoughts, error)) return false;
     } else {
       return fail(error, param + ".type", "'" + param + ".type' '" + type + "' is not implemented (message, "
                                           "function_call, function_call_output, reasoning)");
     }
   }
+  flush_thoughts();
   return true;
 }
 
@@ -363,6 +399,9 @@ ojson conversation_after(const ResponsesRequest& request, const json& chat) {
   ojson messages = request.messages;
   const json& message = chat["choices"][0]["message"];
   ojson answer = {{"role", "assistant"}, {"content", message["content"].is_string() ? message["content"] : json("")}};
+  // The thoughts stay with the turn, as a reasoning item given back in `input` would.
+  if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
+    answer["reasoning_content"] = message["reasoning_content"];
   if (message.contains("tool_calls")) answer["tool_calls"] = message["tool_calls"];
   messages.push_back(std::move(answer));
   return messages;

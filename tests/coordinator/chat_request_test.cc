@@ -69,6 +69,12 @@ TEST(ChatRequest, MessagesCarryEveryFieldTemplatesUse) {
   // A null field is absent (clients echo an answer's message back with "refusal": null).
   EXPECT_EQ(read_ok(R"({"messages": [{"role": "assistant", "content": "a", "refusal": null}]})").context["messages"][0].dump(),
             R"({"role":"assistant","content":"a"})");
+  // A reasoning model's earlier thoughts, under each name templates read, reach the template.
+  EXPECT_EQ(read_ok(R"({"messages": [{"role": "assistant", "content": "4", "reasoning_content": "2+2", "reasoning": "r",
+                                      "thinking": "t"}]})")
+                .context["messages"][0]
+                .dump(),
+            R"({"role":"assistant","content":"4","reasoning_content":"2+2","reasoning":"r","thinking":"t"})");
   // An assistant message without content keeps it absent (undefined in the template).
   EXPECT_FALSE(read_ok(R"({"messages": [{"role": "assistant"}]})").context["messages"][0].contains("content"));
 }
@@ -98,6 +104,8 @@ TEST(ChatRequest, EveryWrongFieldIsA400NamingIt) {
       {R"({"messages": [{"role": "tool", "content": "r"}]})", "messages[0].tool_call_id"},
       {R"({"messages": [{"role": "user", "content": "x", "tool_call_id": "1"}]})", "messages[0].tool_call_id"},
       {R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user", "content": "x", "reasoning_content": "t"}]})", "messages[0].reasoning_content"},
+      {R"({"messages": [{"role": "assistant", "content": "x", "thinking": ["t"]}]})", "messages[0].thinking"},
       {"{\"messages\": [" + user + "], \"tools\": {}}", "tools"},
       {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\"}]}", "tools[0].function"},
       {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"retrieval\", \"function\": {\"name\": \"f\"}}]}", "tools[0].type"},

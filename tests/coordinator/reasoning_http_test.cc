@@ -241,6 +241,25 @@ TEST_F(Qwen3ReasoningHttpTest, ThoughtsComeApartWithQwen3sTemplateAndTokenizer) 
   EXPECT_EQ(plain_stream.content, answer);
 }
 
+// A client that appends the reply's message to its conversation sends reasoning_content back;
+// Qwen3's template renders those thoughts while the turn is after the last user message, and
+// drops them once a newer user message follows.
+TEST_F(Qwen3ReasoningHttpTest, AReplyEchoedBackKeepsItsThoughtsWhereTheTemplateDoes) {
+  const std::string thoughts = "\nThe user asks about Paris.\n", answer = "Paris is sunny.";
+  model_.set_tokens(model_writing(ids("<think>" + thoughts + "</think>\n\n" + answer), eos_));
+  const json reply = post(body())["choices"][0]["message"];
+  ASSERT_EQ(reply["reasoning_content"], thoughts) << reply;
+  json b = body();
+  b["messages"].push_back(reply);
+  EXPECT_TRUE(rendered(b).ends_with("<|im_start|>assistant\n<think>\nThe user asks about Paris.\n</think>\n\n"
+                                    "Paris is sunny.<|im_end|>\n<|im_start|>assistant\n"))
+      << rendered(b);
+  b["messages"].push_back({{"role", "user"}, {"content", "And tomorrow?"}});
+  const std::string later = rendered(b);
+  EXPECT_EQ(later.find("asks about Paris"), std::string::npos) << later;
+  EXPECT_NE(later.find("<|im_start|>assistant\nParis is sunny.<|im_end|>"), std::string::npos) << later;
+}
+
 // Tool calls after the thoughts: Qwen3's template offers hermes calls, read from the answer.
 TEST_F(Qwen3ReasoningHttpTest, ToolCallsAfterThoughtsAreReadFromTheAnswer) {
   const std::string thoughts = "\nI should look the weather up.\n";
