@@ -210,8 +210,8 @@ bool read_tools(const ojson& body, ojson* out, int* strict_tool, ApiError* error
       return fail(error, fat + ".parameters", "must be a JSON Schema object");
     if (const ojson* s = find_present(*fn, "strict"); s != nullptr) {
       if (!s->is_boolean()) return fail(error, fat + ".strict", "must be a boolean");
-      // Kept by the caller: strict arguments need the call decoded under its schema, which only
-      // a forced tool_choice does (read_chat_request).
+      // Kept by the caller: a strict function's calls are decoded under its schema, forced or
+      // not (openai_request.cc).
       if (s->get<bool>() && *strict_tool < 0) *strict_tool = static_cast<int>(i);
     }
   }
@@ -298,11 +298,6 @@ bool read_chat_request(const ojson& body, ChatRequestParts* out, ApiError* error
   *out = ChatRequestParts();
   if (!read_chat_messages_and_tools(body, out, error)) return false;
   if (!read_tool_choice(body, out->has_tools, out, error)) return false;
-  const bool forced = out->tool_choice == ToolChoice::kRequired || out->tool_choice == ToolChoice::kNamed;
-  if (out->strict_tool >= 0 && !forced)
-    return fail(error, "tools[" + std::to_string(out->strict_tool) + "].function.strict",
-                "true needs tool_choice \"required\" or a named function: only a forced call is decoded under "
-                "its schema (with \"auto\" the model writes its calls freely)");
   if (const ojson* p = find_present(body, "parallel_tool_calls"); p != nullptr) {
     if (!p->is_boolean()) return fail(error, "parallel_tool_calls", "must be a boolean");
     out->parallel_tool_calls = p->get<bool>();

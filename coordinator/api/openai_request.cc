@@ -125,10 +125,12 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest* out, std:
   return read_prompt_input(*it, "prompt", ctx.tokenizer, prompts, &out->prompt_texts, error);
 }
 
-// tool_choice "required" or a named function: the reply is decoded under the grammar of the
-// calls (coordinator/api/tool_calls/tool_call_grammar.h), compiled once per tools/format/choice.
+// tool_choice "required" or a named function, or "auto" with a strict tool: the reply is
+// decoded under the grammar of the calls (coordinator/api/tool_calls/tool_call_grammar.h),
+// compiled once per tools/format/choice.
 struct ForcedCall {
-  const char* choice = nullptr;  // how tool_choice forced it, for messages; null: not forced
+  std::string field;  // what asked for it ("tool_choice", "tools[2].function.strict"); "": nothing
+  std::string what;   // how, for messages ("'tool_choice' \"required\"")
   std::shared_ptr<const structured::TokenConstraint> constraint;
 };
 
@@ -144,34 +146,37 @@ structured::ThoughtsBefore thoughts_before_grammar(const ApiRequest& request) {
 }
 
 bool forced_call_constraint(const ChatRequestParts& parts, const ApiContext& ctx, structured::ThoughtsBefore thoughts,
-                            std::shared_ptr<const structured::TokenConstraint>* out, ApiError* error) {
+                            ForcedCall* forced, ApiError* error) {
+  const bool content_allowed = parts.tool_choice == ToolChoice::kAuto;
+  const std::string asks = content_allowed ? forced->what + " holds tool calls to their schema"
+                                           : forced->what + " forces a tool call";
   if (!ctx.tool_call_parser) {
-    *error = bad_request("tool_choice",
-                         "'tool_choice' forces a tool call, but this server reads no tool calls: "
-                         "server.tool_call_parser is none (or auto found no call format in the chat template)");
+    *error = bad_request(forced->field, asks + ", but this server reads no tool calls: server.tool_call_parser is "
+                                               "none (or auto found no call format in the chat template)");
     return false;
   }
   if (ctx.tool_call_vocabulary == nullptr) {
-    *error = bad_request("tool_choice", "'tool_choice' forces a tool call, which needs the model's tokenizer");
+    *error = bad_request(forced->field, asks + ", which needs the model's tokenizer");
     return false;
   }
-  ForcedToolCalls spec;
+  ToolCallGrammarSpec spec;
   spec.format = ctx.tool_call_format;
   spec.tools = &parts.context["tools"];
   spec.only_function = parts.tool_choice == ToolChoice::kNamed ? parts.tool_name : "";
   spec.parallel = parts.parallel_tool_calls;
+  spec.content_allowed = content_allowed;
   spec.thoughts = thoughts;
   const std::string key = std::string("tools\x01") + tool_call_format_name(spec.format) + "\x01" +
-                          (spec.parallel ? "1" : "0") + "\x01" + structured::thoughts_key(thoughts) + "\x01" +
-                          spec.only_function + "\x01" + spec.tools->dump();
+                          (spec.parallel ? "1" : "0") + (content_allowed ? "c" : "") + "\x01" +
+                          structured::thoughts_key(thoughts) + "\x01" + spec.only_function + "\x01" + spec.tools->dump();
   std::string param;
   StatusOr<std::shared_ptr<const structured::TokenConstraint>> c =
       structured::cached_constraint(ctx.tool_call_vocabulary, key, [&] { return compile_tool_call_grammar(spec, &param); });
   if (!c.is_ok()) {
-    *error = bad_request(param.empty() ? "tools" : param, c.status().message());
+    *error = bad_request(param.empty() ? "tools" : param == "tool_choice" ? forced->field : param, c.status().message());
     return false;
   }
-  *out = std::move(c).value();
+  forced->constraint = std::move(c).value();
   return true;
 }
 
@@ -210,9 +215,14 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
   out->starts_in_reasoning =
       ctx.reasoning == ReasoningFormat::kThinkTags && prompt_opens_reasoning(out->prompt_texts.back());
   if (parts.tool_choice == ToolChoice::kRequired || parts.tool_choice == ToolChoice::kNamed) {
-    forced->choice = parts.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function";
-    if (!forced_call_constraint(parts, ctx, thoughts_before_grammar(*out), &forced->constraint, error)) return false;
+    forced->field = "tool_choice";
+    forced->what = parts.tool_choice == ToolChoice::kRequired ? "'tool_choice' \"required\"" : "'tool_choice' naming a function";
+  } else if (parts.tool_choice == ToolChoice::kAuto && parts.strict_tool >= 0) {
+    forced->field = "tools[" + std::to_string(parts.strict_tool) + "].function.strict";
+    forced->what = "'" + forced->field + "' true";
   }
+  if (!forced->field.empty() && !forced_call_constraint(parts, ctx, thoughts_before_grammar(*out), forced, error))
+    return false;
   prompts->push_back(ctx.tokenizer->encode(out->prompt_texts.back(), false));
   if (prompts->back().empty()) {
     *error = bad_request("messages", "'messages' render to an empty prompt");
@@ -440,8 +450,7 @@ bool apply_tool_call_fields(const nlohmann::ordered_json& ordered, const json& j
       std::string field;
       for (const char* f : {"response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
         if (auto it = ordered.find(f); field.empty() && it != ordered.end() && !it->is_null()) field = f;
-      *error = bad_request("tool_choice", std::string("'tool_choice' ") + forced.choice + " and '" + field +
-                                              "' both constrain the output; send only one");
+      *error = bad_request(forced.field, forced.what + " and '" + field + "' both constrain the output; send only one");
       return false;
     }
     // The call starts with a special token (Mistral's [TOOL_CALLS]): its text must reach the
@@ -450,7 +459,7 @@ bool apply_tool_call_fields(const nlohmann::ordered_json& ordered, const json& j
       *error = bad_request("skip_special_tokens",
                            "'skip_special_tokens': true would hide the " +
                                std::string(out.tool_call_parser->special_marker()) +
-                               " marker a forced tool call starts with, and no call could be read; leave it out");
+                               " marker a tool call starts with, and no call could be read; leave it out");
       return false;
     }
     t->constraint = forced.constraint;

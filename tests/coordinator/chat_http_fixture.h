@@ -44,6 +44,22 @@ inline testing::TokenScript model_writing(std::vector<int32_t> tokens, int32_t e
   };
 }
 
+// Under a grammar the model writes its script where the mask allows the next scripted token,
+// and otherwise the lowest allowed id (so a grammar that forbade the thoughts would show as a
+// different output, not as a hang).
+inline testing::TokenScript model_following(std::vector<int32_t> tokens, int32_t eos) {
+  return [tokens = std::move(tokens), eos](const testing::SampleRow& r) {
+    const auto i = static_cast<size_t>(r.index);
+    const int32_t want = i < tokens.size() ? tokens[i] : eos;
+    const std::vector<uint32_t>& mask = r.view->step->allowed_tokens;
+    if (mask.empty() || (mask[static_cast<size_t>(want) / 32] >> (want % 32) & 1u)) return want;
+    for (size_t w = 0; w < mask.size(); ++w)
+      for (int b = 0; b < 32; ++b)
+        if (mask[w] >> b & 1u) return static_cast<int32_t>(w * 32 + static_cast<size_t>(b));
+    return eos;
+  };
+}
+
 inline const char* const kWeatherTools = R"([{"type": "function", "function": {"name": "get_weather",
     "description": "Get the weather", "parameters": {"type": "object",
     "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";

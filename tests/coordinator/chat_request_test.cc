@@ -57,7 +57,7 @@ TEST(ChatRequest, MessagesCarryEveryFieldTemplatesUse) {
   EXPECT_FALSE(none.has_tools);
   EXPECT_EQ(none.tool_choice, ToolChoice::kNone);
   // Forcing a call: "required" and a named function of the tools are read (the grammar that
-  // forces them is openai_request.cc's); strict tools are served only with them.
+  // forces them is openai_request.cc's, as is the one that holds strict tools' calls to their schemas).
   const std::string f = R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])";
   const ChatRequestParts req = read_ok(R"({"messages": [{"role": "user", "content": "x"}], )" + f + R"(, "tool_choice": "required"})");
   EXPECT_EQ(req.tool_choice, ToolChoice::kRequired);
@@ -113,7 +113,7 @@ TEST(ChatRequest, EveryWrongFieldIsA400NamingIt) {
        "tools[0].function.name"},
       {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": 1}}]}",
        "tools[0].function.parameters"},
-      {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": true}}]}",
+      {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": 1}}]}",
        "tools[0].function.strict"},
       {"{\"messages\": [" + user + "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
        "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",

@@ -109,7 +109,7 @@ TEST(ToolCallGrammar, SampledCallsParseBackAsValidCallsInEveryFormat) {
                                                         {ToolCallFormat::kMistral, "", false}}) {
     SCOPED_TRACE(std::string(tool_call_format_name(gc.format)) + " named '" + gc.only + "' parallel " +
                  std::to_string(gc.parallel));
-    ForcedToolCalls spec{gc.format, &tools, gc.only, gc.parallel};
+    ToolCallGrammarSpec spec{gc.format, &tools, gc.only, gc.parallel};
     std::string param;
     auto grammar = compile_tool_call_grammar(spec, &param);
     ASSERT_TRUE(grammar.is_ok()) << grammar.status().to_string();
@@ -152,10 +152,100 @@ TEST(ToolCallGrammar, SampledCallsParseBackAsValidCallsInEveryFormat) {
   }
 }
 
+// A walk that favours the longer pieces (the call markers among them) and rarely stops where
+// it may, so content-and-calls grammars get to write calls.
+std::string long_walk(const TokenConstraint& c, std::mt19937& rng) {
+  MatchState s = c.initial();
+  std::string text;
+  std::vector<uint32_t> mask;
+  for (int step = 0; step < 4000; ++step) {
+    c.fill_mask(s, &mask);
+    std::vector<int32_t> allowed, pieces;
+    for (size_t w = 0; w < mask.size(); ++w)
+      for (int b = 0; b < 32; ++b)
+        if (mask[w] >> b & 1u) allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(b)));
+    for (int32_t t : allowed)
+      if (t >= 256) pieces.push_back(t);
+    if (c.can_end(s) && (allowed.empty() || rng() % 12 == 0)) return text;
+    EXPECT_FALSE(allowed.empty()) << "a dead end after " << text;
+    if (allowed.empty()) return "";
+    const std::vector<int32_t>& from = !pieces.empty() && rng() % 2 == 0 ? pieces : allowed;
+    const int32_t t = from[rng() % from.size()];
+    text += c.vocabulary().bytes(t);
+    s = c.advance_token(s, t);
+    EXPECT_FALSE(c.is_dead(s)) << text;
+  }
+  return "";
+}
+
+// "auto" with strict tools: the grammar lets the model write content, and every call the
+// parser reads from a sampled output is one the grammar wrote — a strict function's arguments
+// hold its schema, another's are any object. Both kinds of output come up, and with
+// parallel_tool_calls false at most one call.
+TEST(ToolCallGrammar, ContentAndStrictCallsInEveryFormat) {
+  ojson tools = ojson::parse(kGrammarTools);
+  tools[0]["function"]["strict"] = true;  // get_weather
+  tools[1]["function"]["strict"] = true;  // add; ping is not strict
+  auto vocab = std::make_shared<const TokenVocabulary>(grammar_test_tokens());
+  for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    for (bool parallel : {true, false}) {
+      SCOPED_TRACE(std::string(tool_call_format_name(format)) + " parallel " + std::to_string(parallel));
+      ToolCallGrammarSpec spec{format, &tools, "", parallel};
+      spec.content_allowed = true;
+      std::string param;
+      auto grammar = compile_tool_call_grammar(spec, &param);
+      ASSERT_TRUE(grammar.is_ok()) << grammar.status().to_string();
+      const TokenConstraint c(std::move(grammar).value(), vocab);
+      const auto parser = make_tool_call_parser(format);
+      std::mt19937 rng(11);
+      int with_calls = 0, content_only = 0;
+      size_t most_calls = 0;
+      for (int i = 0; i < 200; ++i) {
+        const std::string text = long_walk(c, rng);
+        if (text.empty()) continue;
+        ASSERT_TRUE(c.matches(text)) << text;
+        const ParsedToolCalls parsed = parse_tool_calls(*parser, text, parallel);
+        (parsed.calls.empty() ? content_only : with_calls) += 1;
+        most_calls = std::max(most_calls, parsed.calls.size());
+        for (const ToolCallDelta& d : parsed.calls) {
+          if (d.call.name == "ping") {
+            EXPECT_TRUE(ojson::parse(d.call.arguments, nullptr, false).is_object()) << text;
+          } else {
+            expect_valid_arguments(d.call.name, d.call.arguments, text);
+          }
+        }
+      }
+      EXPECT_GE(with_calls, 4) << "calls get written";
+      EXPECT_GE(content_only, 4) << "content alone gets written";
+      if (!parallel) { EXPECT_LE(most_calls, 1u); }
+    }
+  }
+  // Content may not hold a marker outside a call: the texts the parser would read as calls.
+  ToolCallGrammarSpec spec{ToolCallFormat::kHermes, &tools, "", true};
+  spec.content_allowed = true;
+  std::string param;
+  const TokenConstraint hermes(compile_tool_call_grammar(spec, &param).value(), vocab);
+  EXPECT_TRUE(hermes.matches("I will add. <tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call> done"));
+  EXPECT_TRUE(hermes.matches("a <tool_cal> b <tool"));
+  EXPECT_FALSE(hermes.matches("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": \"x\", \"b\": 2}}\n</tool_call>"));
+  EXPECT_FALSE(hermes.matches("text <tool_call> more text"));
+  spec.format = ToolCallFormat::kLlama3Json;
+  const TokenConstraint llama(compile_tool_call_grammar(spec, &param).value(), vocab);
+  EXPECT_TRUE(llama.matches("The sum is 3. {not a call}"));
+  EXPECT_TRUE(llama.matches("  <|python_ta"));
+  EXPECT_FALSE(llama.matches(" {\"a\": 1}"));
+  EXPECT_FALSE(llama.matches("<|python_tag|> hello"));
+  // Harmony's calls are special-token messages: strict tools are refused there, naming why.
+  spec.format = ToolCallFormat::kHarmony;
+  auto refused = compile_tool_call_grammar(spec, &param);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("strict tools"), std::string::npos) << refused.status().to_string();
+}
+
 // Texts the grammar allows at its edges: a string holding the close tag, escapes in the name.
 TEST(ToolCallGrammar, CloseTagInsideAnArgumentStringStaysInTheCall) {
   const ojson tools = ojson::parse(kGrammarTools);
-  ForcedToolCalls spec{ToolCallFormat::kHermes, &tools, "", true};
+  ToolCallGrammarSpec spec{ToolCallFormat::kHermes, &tools, "", true};
   std::string param;
   auto grammar = compile_tool_call_grammar(spec, &param);
   ASSERT_TRUE(grammar.is_ok());
@@ -176,7 +266,7 @@ TEST(ToolCallGrammar, CloseTagInsideAnArgumentStringStaysInTheCall) {
   EXPECT_EQ(calls, 1);
   // A name that needs escaping is written escaped and read back as it was.
   const ojson odd = ojson::parse(R"([{"type": "function", "function": {"name": "say \"hi\"\\now"}}])");
-  ForcedToolCalls named{ToolCallFormat::kMistral, &odd, "", false};
+  ToolCallGrammarSpec named{ToolCallFormat::kMistral, &odd, "", false};
   auto g2 = compile_tool_call_grammar(named, &param);
   ASSERT_TRUE(g2.is_ok());
   const TokenConstraint c2(std::move(g2).value(), std::make_shared<const TokenVocabulary>(grammar_test_tokens()));
@@ -198,7 +288,7 @@ TEST(ToolCallGrammar, MistralMarkerAsASpecialTokenIsAllowedFirst) {
   auto with_marker = plain->with_token_bytes(special, "[TOOL_CALLS]");
   EXPECT_EQ(plain->bytes(special), "");
   EXPECT_EQ(with_marker->bytes(special), "[TOOL_CALLS]");
-  ForcedToolCalls spec{ToolCallFormat::kMistral, &tools, "ping", true};
+  ToolCallGrammarSpec spec{ToolCallFormat::kMistral, &tools, "ping", true};
   std::string param;
   for (bool give_bytes : {false, true}) {
     auto grammar = compile_tool_call_grammar(spec, &param);
@@ -225,7 +315,7 @@ TEST(ToolCallGrammar, SchemasItCannotTakeNameTheFieldAndKeyword) {
       "properties": {"t": {"type": "array", "uniqueItems": true}}}}},
     {"type": "function", "function": {"name": "text", "parameters": {"type": "string"}}}])");
   std::string param;
-  ForcedToolCalls spec{ToolCallFormat::kHermes, &tools, "tags", true};
+  ToolCallGrammarSpec spec{ToolCallFormat::kHermes, &tools, "tags", true};
   auto g = compile_tool_call_grammar(spec, &param);
   ASSERT_FALSE(g.is_ok());
   EXPECT_EQ(param, "tools[1].function.parameters");

@@ -282,12 +282,67 @@ TEST_F(ForcedToolCallsHttpTest, RefusalsAre400sNamingTheProblem) {
              "'response_format' both constrain the output");
   expect_400(forced_body(R"({"type": "function", "function": {"name": "add"}})", 1, R"("guided_regex": "a+")"),
              "tool_choice", "'guided_regex' both constrain the output");
-  // strict: true is served with a forced call (its arguments follow the schema), refused with auto.
+  // strict: true is served with a forced call (its arguments follow the schema) and with auto
+  // (StrictToolsWithAuto below); with auto it constrains the output as a forced call does.
   const std::string strict = R"([{"type": "function", "function": {"name": "ping", "strict": true}}])";
-  expect_400(body("\"tools\": " + strict), "tools[0].function.strict", "tool_choice");
+  expect_400(body("\"tools\": " + strict + R"(, "response_format": {"type": "json_object"})"), "tools[0].function.strict",
+             "'tools[0].function.strict' true and 'response_format' both constrain the output");
   const json ok = post(body("\"tools\": " + strict + ", \"tool_choice\": \"required\""));
   EXPECT_EQ(ok["choices"][0]["finish_reason"], "tool_calls") << ok;
   EXPECT_EQ(ok["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}") << ok;
+}
+
+// "auto" with a strict tool: the model answers in text or calls, and a call's arguments follow
+// the strict function's schema. A model that writes an answer, or a valid call, writes it
+// unchanged; one that writes arguments off the schema is held to it (its script is followed
+// only where the grammar allows, so the call it ends with is valid or there is none).
+TEST_F(ForcedToolCallsHttpTest, StrictToolsWithAuto) {
+  start("qwen2.5-7b-instruct");
+  json strict_tools = json::parse(kForcedTools);
+  strict_tools[1]["function"]["strict"] = true;  // add; get_weather stays free
+  const std::string tools = "\"tools\": " + strict_tools.dump() + ", \"max_tokens\": 120";
+  auto follow = [&](const std::string& text) { model_.set_tokens(model_following(tokenizer_->encode(text, false), eos_)); };
+
+  follow("Blessed are the meek");
+  json r = post(body(tools));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r;
+  EXPECT_EQ(r["choices"][0]["message"]["content"], " Blessed are the meek") << r;  // the kjv pieces' word start
+
+  const std::string call = "Let me add.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 3, \"b\": 4}}\n</tool_call>";
+  follow(call);
+  r = post(body(tools));
+  ASSERT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r;
+  EXPECT_EQ(r["choices"][0]["message"]["content"], " Let me add.\n") << r;
+  EXPECT_EQ(json::parse(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"a": 3, "b": 4})")) << r;
+
+  // Off the schema: "a" a string, "b" out of range; get_weather (not strict) takes any object.
+  for (const char* off : {R"({"a": "three", "b": 4})", R"({"a": 3, "b": 400})"}) {
+    follow(std::string("<tool_call>\n{\"name\": \"add\", \"arguments\": ") + off + "}\n</tool_call>");
+    r = post(body(tools));
+    const json& choice = r["choices"][0];
+    if (choice["finish_reason"] == "tool_calls") {
+      for (const json& c : choice["message"]["tool_calls"])
+        if (c["function"]["name"] == "add") expect_forced_arguments(c);
+    } else if (choice["finish_reason"] == "stop") {  // the grammar ends only outside a call
+      EXPECT_EQ(choice["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos) << r;
+    } else {
+      EXPECT_EQ(choice["finish_reason"], "length") << r;  // max_tokens inside the call: its text is content
+    }
+  }
+  follow("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": 5}}\n</tool_call>");
+  r = post(body(tools));
+  ASSERT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r;
+  EXPECT_EQ(json::parse(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"town": 5})")) << r;
+
+  // Sampled (uniform over the mask): every reply is content or valid calls.
+  for (int seed = 1; seed <= 6; ++seed) {
+    const json s = post(body(tools + ", \"temperature\": 1, \"seed\": " + std::to_string(seed)));
+    if (s["choices"][0]["finish_reason"] == "tool_calls")
+      for (const json& c : s["choices"][0]["message"]["tool_calls"])
+        if (c["function"]["name"] == "add") expect_forced_arguments(c);
+  }
 }
 
 TEST_F(ForcedToolCallsHttpTest, ParserNoneRefusesAForcedCall) {

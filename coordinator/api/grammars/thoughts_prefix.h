@@ -4,9 +4,7 @@
 // call, ...) holds for the answer after it — as the reasoning parser reads the output, so the
 // answer is what the grammar allows and the thoughts are whatever the model wrote.
 //
-// The thoughts are any bytes that do not contain "</think>" (a regular language, written out
-// below as grammar rules), so the matcher walks them like any grammar text and the masks of
-// their few states are cached like any other.
+// The thoughts are any bytes that do not contain "</think>" (marker_free_text.h).
 #include <cstdint>
 
 #include "coordinator/engine/structured/grammar.h"
