@@ -66,22 +66,27 @@ void expect_valid_arguments(const std::string& name, const std::string& args, co
 }
 
 // A random walk through the constraint: a token from the mask each step; ends where the
-// grammar may (with probability 1/3 there, always when nothing else may follow). Empty when
-// it ran out of steps.
-std::string walk(const TokenConstraint& c, std::mt19937& rng) {
+// grammar may (with probability 1/end_one_in there, always when nothing else may follow).
+// `favour_pieces` draws from the longer pieces (the call markers among them) half the time, so
+// grammars with free text get to write calls. Empty when it ran out of steps.
+std::string walk(const TokenConstraint& c, std::mt19937& rng, unsigned end_one_in = 3, bool favour_pieces = false) {
   MatchState s = c.initial();
   std::string text;
   std::vector<uint32_t> mask;
   for (int step = 0; step < 4000; ++step) {
     c.fill_mask(s, &mask);
-    std::vector<int32_t> allowed;
+    std::vector<int32_t> allowed, pieces;
     for (size_t w = 0; w < mask.size(); ++w)
       for (int b = 0; b < 32; ++b)
         if (mask[w] >> b & 1u) allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(b)));
-    if (c.can_end(s) && (allowed.empty() || rng() % 3 == 0)) return text;
+    if (favour_pieces)
+      for (int32_t t : allowed)
+        if (t >= 256) pieces.push_back(t);
+    if (c.can_end(s) && (allowed.empty() || rng() % end_one_in == 0)) return text;
     EXPECT_FALSE(allowed.empty()) << "a dead end after " << text;
     if (allowed.empty()) return "";
-    const int32_t t = allowed[rng() % allowed.size()];
+    const std::vector<int32_t>& from = !pieces.empty() && rng() % 2 == 0 ? pieces : allowed;
+    const int32_t t = from[rng() % from.size()];
     text += c.vocabulary().bytes(t);
     s = c.advance_token(s, t);
     EXPECT_FALSE(c.is_dead(s)) << text;
@@ -152,32 +157,6 @@ TEST(ToolCallGrammar, SampledCallsParseBackAsValidCallsInEveryFormat) {
   }
 }
 
-// A walk that favours the longer pieces (the call markers among them) and rarely stops where
-// it may, so content-and-calls grammars get to write calls.
-std::string long_walk(const TokenConstraint& c, std::mt19937& rng) {
-  MatchState s = c.initial();
-  std::string text;
-  std::vector<uint32_t> mask;
-  for (int step = 0; step < 4000; ++step) {
-    c.fill_mask(s, &mask);
-    std::vector<int32_t> allowed, pieces;
-    for (size_t w = 0; w < mask.size(); ++w)
-      for (int b = 0; b < 32; ++b)
-        if (mask[w] >> b & 1u) allowed.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(b)));
-    for (int32_t t : allowed)
-      if (t >= 256) pieces.push_back(t);
-    if (c.can_end(s) && (allowed.empty() || rng() % 12 == 0)) return text;
-    EXPECT_FALSE(allowed.empty()) << "a dead end after " << text;
-    if (allowed.empty()) return "";
-    const std::vector<int32_t>& from = !pieces.empty() && rng() % 2 == 0 ? pieces : allowed;
-    const int32_t t = from[rng() % from.size()];
-    text += c.vocabulary().bytes(t);
-    s = c.advance_token(s, t);
-    EXPECT_FALSE(c.is_dead(s)) << text;
-  }
-  return "";
-}
-
 // "auto" with strict tools: the grammar lets the model write content, and every call the
 // parser reads from a sampled output is one the grammar wrote — a strict function's arguments
 // hold its schema, another's are any object. Both kinds of output come up, and with
@@ -201,7 +180,7 @@ TEST(ToolCallGrammar, ContentAndStrictCallsInEveryFormat) {
       int with_calls = 0, content_only = 0;
       size_t most_calls = 0;
       for (int i = 0; i < 200; ++i) {
-        const std::string text = long_walk(c, rng);
+        const std::string text = walk(c, rng, 12, /*favour_pieces=*/true);
         if (text.empty()) continue;
         ASSERT_TRUE(c.matches(text)) << text;
         const ParsedToolCalls parsed = parse_tool_calls(*parser, text, parallel);
