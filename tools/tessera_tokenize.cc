@@ -52,7 +52,8 @@ tessera::StatusOr<std::vector<int32_t>> parse_ids(const std::string& list) {
 }
 
 // --chat-file: the conversation (POST /tokenize's "messages" body: messages, tools,
-// add_generation_prompt, chat_template_kwargs) read as the server reads a request, rendered
+// add_generation_prompt, continue_final_message, chat_template_kwargs) read as the server
+// reads a request, rendered
 // with the chat template `setting` (server.chat_template's values) as the server renders it.
 tessera::StatusOr<std::string> render_chat(const tessera::Tokenizer& tok, const std::string& chat_file,
                                            const std::string& setting) {
@@ -60,19 +61,19 @@ tessera::StatusOr<std::string> render_chat(const tessera::Tokenizer& tok, const 
   const nlohmann::ordered_json body = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) return tessera::invalid_argument(chat_file + ": not a JSON object");
   for (const auto& [key, value] : body.items()) {
-    if (key != "messages" && key != "tools" && key != "add_generation_prompt" && key != "chat_template_kwargs")
-      return tessera::invalid_argument(chat_file + ": unknown field '" + key +
-                                       "' (messages, tools, add_generation_prompt, chat_template_kwargs)");
+    if (key != "messages" && key != "tools" && key != "add_generation_prompt" && key != "continue_final_message" &&
+        key != "chat_template_kwargs")
+      return tessera::invalid_argument(
+          chat_file + ": unknown field '" + key +
+          "' (messages, tools, add_generation_prompt, continue_final_message, chat_template_kwargs)");
   }
   tessera::ChatRequestParts parts;
   tessera::ApiError error;
-  if (!tessera::read_chat_messages_and_tools(body, &parts, &error)) {
+  const auto refused = [&] {
     return tessera::invalid_argument(chat_file + ": " + (error.param.empty() ? "" : error.param + ": ") + error.message);
-  }
-  const auto generation = body.find("add_generation_prompt");
-  if (generation != body.end() && !generation->is_null() && !generation->is_boolean())
-    return tessera::invalid_argument(chat_file + ": add_generation_prompt must be a boolean");
-  parts.context["add_generation_prompt"] = generation == body.end() || generation->is_null() || generation->get<bool>();
+  };
+  if (!tessera::read_chat_messages_and_tools(body, &parts, &error)) return refused();
+  if (!tessera::read_generation_prompt_fields(body, &parts, &error)) return refused();
   auto chat = tessera::ChatTemplate::from_setting(tok, setting);
   if (!chat.is_ok()) {  // named as the server's setting; here it is the flag
     std::string message = chat.status().message();
@@ -80,7 +81,9 @@ tessera::StatusOr<std::string> render_chat(const tessera::Tokenizer& tok, const 
     if (message.rfind(key, 0) == 0) message = "--chat-template" + message.substr(key.size());
     return tessera::Status(chat.status().code(), message);
   }
-  return chat.value().render(parts.context);
+  TESSERA_ASSIGN_OR_RETURN(std::string rendered, chat.value().render(parts.context));
+  if (parts.continue_final_message && !tessera::cut_after_final_message(parts.context, &rendered, &error)) return refused();
+  return rendered;
 }
 
 }  // namespace
@@ -100,7 +103,7 @@ int tokenize_main(int argc, char** argv) {
   auto* decode_opt = app.add_option("--decode", decode_list, "comma-separated ids to decode");
   auto* chat_opt = app.add_option("--chat-file", chat_file,
                                   "render this conversation with the chat template and encode it, as POST /tokenize "
-                                  "does with messages: a JSON object with messages [, tools, add_generation_prompt "
+                                  "does with messages: a JSON object with messages [, tools, add_generation_prompt, continue_final_message "
                                   "(default true), chat_template_kwargs]");
   auto* template_opt = app.add_option("--chat-template", chat_template,
                                       "with --chat-file: the template, as server.chat_template takes it (llama2, "

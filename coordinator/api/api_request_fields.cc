@@ -60,6 +60,8 @@ constexpr Field kImplemented[] = {
     {"tool_choice", kChat},
     {"parallel_tool_calls", kChat},
     {"chat_template_kwargs", kChat},
+    {"add_generation_prompt", kChat},
+    {"continue_final_message", kChat},
     {"include_reasoning", kChat},
     // Structured output (coordinator/api/grammars/request_constraint.h): at most one of them.
     {"response_format", kBoth},
@@ -99,8 +101,7 @@ const char* refusal_reason(std::string_view name) {
       name == "reasoning_effort" || name == "modalities" || name == "audio" || name == "web_search_options")
     return "is not implemented by this server";
   if (name == "truncate_prompt_tokens" || name == "add_special_tokens" || name == "spaces_between_special_tokens" ||
-      name == "return_tokens_as_token_ids" || name == "chat_template" ||
-      name == "add_generation_prompt" || name == "continue_final_message" || name == "documents")
+      name == "return_tokens_as_token_ids" || name == "chat_template" || name == "documents")
     return "is not implemented by this server";
   return nullptr;
 }

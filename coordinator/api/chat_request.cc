@@ -294,9 +294,52 @@ bool read_chat_messages_and_tools(const ojson& body, ChatRequestParts* out, ApiE
   return true;
 }
 
+bool read_generation_prompt_fields(const ojson& body, ChatRequestParts* out, ApiError* error) {
+  bool generation_prompt = true;
+  for (const auto& [key, field] : {std::pair<const char*, bool*>{"add_generation_prompt", &generation_prompt},
+                                   {"continue_final_message", &out->continue_final_message}}) {
+    const ojson* v = find_present(body, key);
+    if (v == nullptr) continue;
+    if (!v->is_boolean()) return fail(error, key, "must be a boolean");
+    *field = v->get<bool>();
+  }
+  if (out->continue_final_message) {
+    if (generation_prompt && find_present(body, "add_generation_prompt") != nullptr)
+      return fail(error, "continue_final_message",
+                  "true continues the final message, so 'add_generation_prompt' cannot be true too");
+    generation_prompt = false;  // vLLM's clients send continue_final_message alone
+    const ojson& last = out->context["messages"].back();
+    const auto content = last.find("content");
+    if (content == last.end() || !content->is_string() || content->get<std::string>().find_first_not_of(" \t\n\r") ==
+                                                              std::string::npos)
+      return fail(error, "continue_final_message", "true needs a final message with text to continue");
+  }
+  out->context["add_generation_prompt"] = generation_prompt;
+  return true;
+}
+
+bool cut_after_final_message(const ojson& context, std::string* rendered, ApiError* error) {
+  const std::string& final_text = context["messages"].back()["content"].get_ref<const std::string&>();
+  const size_t first = final_text.find_first_not_of(" \t\n\r\f\v");
+  const size_t last = final_text.find_last_not_of(" \t\n\r\f\v");
+  const std::string stripped = final_text.substr(first, last - first + 1);
+  const size_t at = rendered->rfind(stripped);
+  if (at == std::string::npos)
+    return fail(error, "continue_final_message",
+                "true, but the chat template's text does not hold the final message's content (the template "
+                "changes it), so there is no place to continue from");
+  // Where the template kept the message's trailing whitespace, the prompt keeps it too
+  // (transformers' test, to the letter: a message with leading whitespace is cut stripped).
+  const std::string_view kept = std::string_view(final_text).substr(first);
+  const bool whole = first == 0 && rendered->compare(at, kept.size(), kept) == 0;
+  rendered->resize(at + (whole ? kept.size() : stripped.size()));
+  return true;
+}
+
 bool read_chat_request(const ojson& body, ChatRequestParts* out, ApiError* error) {
   *out = ChatRequestParts();
   if (!read_chat_messages_and_tools(body, out, error)) return false;
+  if (!read_generation_prompt_fields(body, out, error)) return false;
   if (!read_tool_choice(body, out->has_tools, out, error)) return false;
   if (const ojson* p = find_present(body, "parallel_tool_calls"); p != nullptr) {
     if (!p->is_boolean()) return fail(error, "parallel_tool_calls", "must be a boolean");

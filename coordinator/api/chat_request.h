@@ -27,10 +27,13 @@ struct ChatRequestParts {
   std::string tool_name;                // kNamed: the function (one of the tools)
   bool parallel_tool_calls = true;      // false: at most one call is read from the output
   int strict_tool = -1;                 // the first tool with "strict": true (-1: none)
+  // vLLM's / transformers' continue_final_message: the prompt ends inside the final message,
+  // which the model continues (cut_after_final_message), instead of after a new turn's start.
+  bool continue_final_message = false;
 };
 
-// Reads "messages", "tools", "chat_template_kwargs", "tool_choice" and "parallel_tool_calls"
-// of a chat body (the other fields are the caller's). False with *error a 400 whose param names the field:
+// Reads "messages", "tools", "chat_template_kwargs", "tool_choice", "parallel_tool_calls",
+// "add_generation_prompt" and "continue_final_message" of a chat body (the other fields are the caller's). False with *error a 400 whose param names the field:
 // "messages[2].tool_calls[0].function.arguments", "tools[0].function.name", "tool_choice".
 //  - content: a string, a list of {"type": "text", "text"} parts (their texts joined with no
 //    separator; image, audio and file parts are refused, naming the part), or null / absent
@@ -50,12 +53,24 @@ struct ChatRequestParts {
 //    tool_choice otherwise). The grammar that forces the call is the caller's (openai_request.cc).
 bool read_chat_request(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
 
+// "add_generation_prompt" (default true) and "continue_final_message" (default false), as
+// vLLM reads them: both true is a 400, and continuing needs a final message with text (an
+// assistant's, typically: the model then writes on from its last word).
+bool read_generation_prompt_fields(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
+
+// transformers' continue_final_message on a rendered chat: the text cut right after the last
+// occurrence of the final message's content (its stripped form, where the template trimmed
+// its whitespace), so the prompt ends inside that message. A 400 (param
+// "continue_final_message") when the rendered text does not hold it (the template changed it).
+bool cut_after_final_message(const nlohmann::ordered_json& context, std::string* rendered, ApiError* error);
+
 // A chat template's render error as the API answers it: the template raising, or a type error
 // on the request's values, is the client's 400 (param "chat_template_kwargs" for a variable the
 // template never reads, else "messages"); any other error is the server's 500.
 ApiError chat_render_error(const Status& status);
 
-// The same for /tokenize, whose body has only "messages" and (optionally) "tools".
+// The same for /tokenize, whose body has only "messages" and (optionally) "tools" and
+// "chat_template_kwargs" (the generation-prompt fields are read by the caller).
 bool read_chat_messages_and_tools(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);
 
 }  // namespace tessera

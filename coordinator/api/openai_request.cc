@@ -209,6 +209,7 @@ bool parse_messages(const nlohmann::ordered_json& body, const ApiContext& ctx, A
     *error = chat_render_error(rendered.status());
     return false;
   }
+  if (parts.continue_final_message && !cut_after_final_message(parts.context, &rendered.value(), error)) return false;
   out->prompt_texts.push_back(std::move(rendered).value());
   out->reasoning = ctx.reasoning != ReasoningFormat::kNone;
   out->reasoning_format = ctx.reasoning;

@@ -43,7 +43,7 @@ bool read_bool(const json& j, const char* name, bool* out, ApiError* error) {
 bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* out, ApiError* error) {
   json j;
   if (!read_object(ctx, body, {"model", "prompt", "messages", "tools", "add_special_tokens", "add_generation_prompt",
-                               "chat_template_kwargs", "return_token_strs"},
+                               "continue_final_message", "chat_template_kwargs", "return_token_strs"},
                    "/tokenize", &j, error))
     return false;
   const bool has_prompt = j.contains("prompt") && !j["prompt"].is_null();
@@ -64,7 +64,7 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
       *error = bad_request("prompt", "'prompt' must be a string");
       return false;
     }
-    for (const char* chat_only : {"add_generation_prompt", "chat_template_kwargs"}) {
+    for (const char* chat_only : {"add_generation_prompt", "continue_final_message", "chat_template_kwargs"}) {
       if (j.contains(chat_only)) {
         *error = bad_request(chat_only, std::string("'") + chat_only + "' applies to 'messages' only");
         return false;
@@ -82,9 +82,7 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
     ChatRequestParts parts;
     if (!read_chat_messages_and_tools(nlohmann::ordered_json::parse(body, nullptr, false), &parts, error))
       return false;
-    bool generation_prompt = true;
-    if (!read_bool(j, "add_generation_prompt", &generation_prompt, error)) return false;
-    parts.context["add_generation_prompt"] = generation_prompt;
+    if (!read_generation_prompt_fields(nlohmann::ordered_json::parse(body, nullptr, false), &parts, error)) return false;
     // The template carries BOS itself, so vLLM's default adds no special tokens.
     bool special = false;
     if (!read_bool(j, "add_special_tokens", &special, error)) return false;
@@ -97,6 +95,7 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
       *error = chat_render_error(rendered.status());
       return false;
     }
+    if (parts.continue_final_message && !cut_after_final_message(parts.context, &rendered.value(), error)) return false;
     const std::string text = std::move(rendered).value();
     ids = ctx.tokenizer->encode(text, special);
   }

@@ -1,0 +1,82 @@
+// How a chat request's prompt ends, through the real HTTP front end (chat_http_fixture.h):
+// add_generation_prompt false renders the conversation as it stands, and
+// continue_final_message ends the prompt inside the final message so the model writes on
+// from its last word (vLLM's and transformers' fields), with the fixtures' real templates.
+#include "tests/coordinator/chat_http_fixture.h"
+
+namespace tessera {
+namespace {
+
+using namespace chat_http;  // NOLINT: the fixture's helpers and json aliases
+
+class ChatPromptHttpTest : public ChatHttpTest {
+ protected:
+  json chat(const std::string& last_role, const std::string& last_text, const std::string& extra) const {
+    json b = body(extra);
+    b["messages"].push_back({{"role", last_role}, {"content", last_text}});
+    return b;
+  }
+  // The prompt the server renders for `b` (/tokenize), as text.
+  std::string prompt(json b) {
+    b.erase("max_tokens");
+    auto t = client_->post_json("/tokenize", b.dump());
+    EXPECT_TRUE(t.is_ok() && t->status == 200) << (t.is_ok() ? t->body : t.status().to_string());
+    if (!t.is_ok()) return "";
+    return tokenizer_->decode(json::parse(t->body)["tokens"].get<std::vector<int32_t>>(), false);
+  }
+};
+
+TEST_F(ChatPromptHttpTest, ContinueFinalMessageEndsThePromptInsideIt) {
+  start("qwen2.5-7b-instruct");
+  const std::string cont = R"("continue_final_message": true)";
+  // Qwen's template keeps content verbatim: the prompt ends with the message's last byte.
+  EXPECT_TRUE(prompt(chat("assistant", "The answer is", cont)).ends_with("<|im_start|>assistant\nThe answer is"))
+      << prompt(chat("assistant", "The answer is", cont));
+  EXPECT_TRUE(prompt(chat("assistant", "The answer is ", cont)).ends_with("assistant\nThe answer is "));
+  // Without it, the turn is closed and a new one opened; add_generation_prompt false closes it only.
+  EXPECT_TRUE(prompt(chat("assistant", "The answer is", "")).ends_with("The answer is<|im_end|>\n<|im_start|>assistant\n"));
+  EXPECT_TRUE(prompt(chat("assistant", "The answer is", R"("add_generation_prompt": false)")).ends_with("The answer is<|im_end|>\n"));
+  // The reply is the continuation alone.
+  script("forty two");
+  const json r = post(chat("assistant", "The answer is", cont));
+  EXPECT_EQ(r["choices"][0]["message"]["content"], written_) << r;
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r;
+}
+
+// Gemma's template trims each message: the prompt ends at the trimmed text.
+TEST_F(ChatPromptHttpTest, ATemplateThatTrimsIsCutAtTheTrimmedText) {
+  start("gemma-2-2b-it");
+  const std::string p = prompt(chat("assistant", "  The answer is  ", R"("continue_final_message": true)"));
+  EXPECT_TRUE(p.ends_with("<start_of_turn>model\nThe answer is")) << p;
+}
+
+TEST_F(ChatPromptHttpTest, WrongValuesAre400sNamingTheField) {
+  start("qwen2.5-7b-instruct");
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"continue_final_message", chat("assistant", "x", R"("continue_final_message": true, "add_generation_prompt": true)")},
+      {"continue_final_message", chat("assistant", " \n", R"("continue_final_message": true)")},
+      {"continue_final_message", chat("assistant", "x", R"("continue_final_message": "yes")")},
+      {"add_generation_prompt", chat("user", "x", R"("add_generation_prompt": 1)")},
+  };
+  for (const auto& [param, b] : cases) {
+    for (const char* path : {"/v1/chat/completions", "/tokenize"}) {
+      json sent = b;
+      if (std::string(path) == "/tokenize") sent.erase("max_tokens");
+      auto r = client_->post_json(path, sent.dump());
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      EXPECT_EQ(r->status, 400) << path << " " << sent << " -> " << r->body;
+      EXPECT_EQ(json::parse(r->body)["error"]["param"], param) << path << " " << r->body;
+    }
+  }
+}
+
+// A template that rewrites the final message leaves nowhere to continue from.
+TEST_F(ChatPromptHttpTest, ATemplateThatRewritesTheMessageIsA400) {
+  start_with_template("{% for m in messages %}{{ m.content | upper }}{% endfor %}", std::nullopt, std::nullopt, std::nullopt);
+  const json r = post(chat("assistant", "the answer is", R"("continue_final_message": true)"), 400);
+  EXPECT_EQ(r["error"]["param"], "continue_final_message") << r;
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("does not hold the final message"), std::string::npos) << r;
+}
+
+}  // namespace
+}  // namespace tessera
