@@ -63,6 +63,7 @@ constexpr Field kImplemented[] = {
     {"add_generation_prompt", kChat},
     {"continue_final_message", kChat},
     {"include_reasoning", kChat},
+    {"reasoning_effort", kChat},  // a template variable, for templates that read it (chat_request.h)
     // Structured output (coordinator/api/grammars/request_constraint.h): at most one of them.
     {"response_format", kBoth},
     {"guided_json", kBoth},
@@ -98,7 +99,7 @@ const char* refusal_reason(std::string_view name) {
   if (name == "allowed_token_ids" || name == "bad_words" || name == "logits_processors")
     return "is not implemented by this server";
   if (name == "store" || name == "metadata" || name == "service_tier" || name == "prediction" ||
-      name == "reasoning_effort" || name == "modalities" || name == "audio" || name == "web_search_options")
+      name == "modalities" || name == "audio" || name == "web_search_options")
     return "is not implemented by this server";
   if (name == "truncate_prompt_tokens" || name == "add_special_tokens" || name == "spaces_between_special_tokens" ||
       name == "return_tokens_as_token_ids" || name == "chat_template" || name == "documents")

@@ -336,10 +336,24 @@ bool cut_after_final_message(const ojson& context, std::string* rendered, ApiErr
   return true;
 }
 
+// "reasoning_effort": the template's variable of that name (its values are the template's).
+bool read_reasoning_effort(const ojson& body, ChatRequestParts* out, ApiError* error) {
+  const ojson* effort = find_present(body, "reasoning_effort");
+  if (effort == nullptr) return true;
+  if (!effort->is_string() || effort->get_ref<const std::string&>().empty())
+    return fail(error, "reasoning_effort", "must be a non-empty string (\"low\", \"medium\", \"high\", ...)");
+  const auto kwargs = out->context.find("chat_template_kwargs");
+  if (kwargs != out->context.end() && kwargs->contains("reasoning_effort"))
+    return fail(error, "reasoning_effort", "is given twice: here and in chat_template_kwargs");
+  out->context["reasoning_effort"] = *effort;
+  return true;
+}
+
 bool read_chat_request(const ojson& body, ChatRequestParts* out, ApiError* error) {
   *out = ChatRequestParts();
   if (!read_chat_messages_and_tools(body, out, error)) return false;
   if (!read_generation_prompt_fields(body, out, error)) return false;
+  if (!read_reasoning_effort(body, out, error)) return false;
   if (!read_tool_choice(body, out->has_tools, out, error)) return false;
   if (const ojson* p = find_present(body, "parallel_tool_calls"); p != nullptr) {
     if (!p->is_boolean()) return fail(error, "parallel_tool_calls", "must be a boolean");
@@ -351,8 +365,9 @@ bool read_chat_request(const ojson& body, ChatRequestParts* out, ApiError* error
 ApiError chat_render_error(const Status& status) {
   const std::string message = "chat template: " + status.message();
   if (status.code() != StatusCode::kInvalidArgument) return api_server_error(message);
-  const bool kwargs = status.message().rfind("chat_template_kwargs", 0) == 0;
-  return bad_request(kwargs ? "chat_template_kwargs" : "messages", message);
+  for (const char* field : {"chat_template_kwargs", "reasoning_effort"})
+    if (status.message().rfind(field, 0) == 0) return bad_request(field, message);
+  return bad_request("messages", message);
 }
 
 }  // namespace tessera

@@ -49,6 +49,9 @@ struct ChatRequestParts {
 //    (messages, tools, documents, add_generation_prompt, bos_token, eos_token); kept in the
 //    context under "chat_template_kwargs" for ChatTemplate::render to spread (it refuses a
 //    name the template never reads);
+//  - reasoning_effort (OpenAI's; a string): the template variable reasoning_effort, which
+//    gpt-oss's, DeepSeek V4's, Solar Open's and others' templates read (each with its own
+//    values); ChatTemplate::render refuses it for a template that never reads it;
 //  - tool_choice "required" needs tools; a named function must be one of them (400 naming
 //    tool_choice otherwise). The grammar that forces the call is the caller's (openai_request.cc).
 bool read_chat_request(const nlohmann::ordered_json& body, ChatRequestParts* out, ApiError* error);

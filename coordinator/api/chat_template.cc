@@ -107,6 +107,10 @@ StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& context
   if (!ctx.contains("add_generation_prompt")) ctx["add_generation_prompt"] = false;
   if (!ctx.contains("bos_token") && bos_token_) ctx["bos_token"] = *bos_token_;
   if (!ctx.contains("eos_token") && eos_token_) ctx["eos_token"] = *eos_token_;
+  // A request's reasoning_effort is a variable only some templates read; nowhere else it
+  // would change nothing, so it is refused rather than dropped.
+  if (ctx.contains("reasoning_effort") && !mentions("reasoning_effort"))
+    return invalid_argument("reasoning_effort: this model's chat template never reads 'reasoning_effort'");
   if (auto kwargs = ctx.find("chat_template_kwargs"); kwargs != ctx.end()) {
     const nlohmann::ordered_json extra = std::move(*kwargs);
     ctx.erase("chat_template_kwargs");

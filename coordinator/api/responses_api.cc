@@ -203,9 +203,16 @@ bool no_op_fields(const ojson& j, ApiError* error) {
     return fail(error, "truncation", "'truncation' \"auto\" is not implemented (an over-long input is a 400)");
   if (j.contains("include") && !j["include"].is_null() && !(j["include"].is_array() && j["include"].empty()))
     return fail(error, "include", "'include' is not implemented");
-  if (j.contains("reasoning") && !j["reasoning"].is_null())
-    return fail(error, "reasoning", "'reasoning' (effort, summary) is not implemented; a reasoning model's thoughts "
-                                    "come as a reasoning output item");
+  if (j.contains("reasoning") && !j["reasoning"].is_null()) {
+    const ojson& r = j["reasoning"];
+    if (!r.is_object()) return fail(error, "reasoning", "'reasoning' must be an object {\"effort\": ...}");
+    for (const auto& [key, value] : r.items()) {
+      if (key == "effort" || value.is_null()) continue;
+      return fail(error, "reasoning." + key,
+                  "'reasoning." + key + "' is not implemented (only effort; a reasoning model's thoughts come whole "
+                  "as a reasoning output item)");
+    }
+  }
   return true;
 }
 
@@ -320,6 +327,12 @@ bool parse_responses_request(std::string_view body, const ServedModels& served, 
                                                          {"top_p", "top_p"},
                                                          {"parallel_tool_calls", "parallel_tool_calls"},
                                                          {"user", "user"}};
+  // reasoning.effort is chat's reasoning_effort: the chat template's variable.
+  if (j.contains("reasoning") && j["reasoning"].is_object() && j["reasoning"].contains("effort") &&
+      !j["reasoning"]["effort"].is_null()) {
+    chat["reasoning_effort"] = j["reasoning"]["effort"];
+    echo["reasoning"] = {{"effort", j["reasoning"]["effort"]}, {"summary", nullptr}};
+  }
   for (const auto& [from, to] : renamed) {
     if (!j.contains(from) || j[from].is_null()) continue;
     chat[to] = j[from];

@@ -1,7 +1,8 @@
-// How a chat request's prompt ends, through the real HTTP front end (chat_http_fixture.h):
+// What a chat request's prompt holds, through the real HTTP front end (chat_http_fixture.h):
 // add_generation_prompt false renders the conversation as it stands, and
 // continue_final_message ends the prompt inside the final message so the model writes on
-// from its last word (vLLM's and transformers' fields), with the fixtures' real templates.
+// from its last word (vLLM's and transformers' fields), with the fixtures' real templates;
+// reasoning_effort reaches a template that reads it and is refused by one that does not.
 #include "tests/coordinator/chat_http_fixture.h"
 
 namespace tessera {
@@ -76,6 +77,39 @@ TEST_F(ChatPromptHttpTest, ATemplateThatRewritesTheMessageIsA400) {
   const json r = post(chat("assistant", "the answer is", R"("continue_final_message": true)"), 400);
   EXPECT_EQ(r["error"]["param"], "continue_final_message") << r;
   EXPECT_NE(r["error"]["message"].get<std::string>().find("does not hold the final message"), std::string::npos) << r;
+}
+
+// reasoning_effort (chat) and reasoning.effort (Responses) are the template's variable: the
+// prompt is the template's rendering with it (its token count tells), and a template that
+// never reads it refuses it rather than dropping it.
+TEST_F(ChatPromptHttpTest, ReasoningEffortReachesATemplateThatReadsIt) {
+  start_with_template("Effort {{ reasoning_effort if reasoning_effort is defined else 'medium' }}."
+                      "{% for m in messages %} {{ m.content }}{% endfor %}",
+                      std::nullopt, std::nullopt, std::nullopt);
+  script("Amen");
+  for (const char* effort : {"low", "absolutely everything you have"}) {
+    const size_t expected = tokenizer_->encode(std::string("Effort ") + effort + ". Weather in Paris?", false).size();
+    const json r = post(body(std::string(R"("reasoning_effort": ")") + effort + "\""));
+    EXPECT_EQ(r["usage"]["prompt_tokens"], expected) << effort << " " << r;
+    auto resp = client_->post_json("/v1/responses", json({{"input", "Weather in Paris?"}, {"reasoning", {{"effort", effort}}}}).dump());
+    ASSERT_TRUE(resp.is_ok() && resp->status == 200) << (resp.is_ok() ? resp->body : resp.status().to_string());
+    EXPECT_EQ(json::parse(resp->body)["usage"]["input_tokens"], expected) << resp->body;
+    EXPECT_EQ(json::parse(resp->body)["reasoning"]["effort"], effort) << resp->body;
+  }
+  const json twice = post(body(R"("reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"})"), 400);
+  EXPECT_EQ(twice["error"]["param"], "reasoning_effort") << twice;
+  EXPECT_EQ(post(body(R"("reasoning_effort": 3)"), 400)["error"]["param"], "reasoning_effort");
+  auto summary = client_->post_json("/v1/responses", R"({"input": "x", "reasoning": {"effort": "low", "summary": "auto"}})");
+  ASSERT_TRUE(summary.is_ok());
+  EXPECT_EQ(summary->status, 400) << summary->body;
+  EXPECT_EQ(json::parse(summary->body)["error"]["param"], "reasoning.summary") << summary->body;
+}
+
+TEST_F(ChatPromptHttpTest, ReasoningEffortIsRefusedByATemplateThatNeverReadsIt) {
+  start("qwen2.5-7b-instruct");
+  const json r = post(body(R"("reasoning_effort": "high")"), 400);
+  EXPECT_EQ(r["error"]["param"], "reasoning_effort") << r;
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("never reads 'reasoning_effort'"), std::string::npos) << r;
 }
 
 }  // namespace
