@@ -176,6 +176,15 @@ class ChatHttpTest : public ::testing::Test {
     return b;
   }
 
+  // The prompt the server renders for chat body `b`, as text (/tokenize, decoded).
+  std::string rendered_prompt(json b) {
+    b.erase("max_tokens");
+    auto t = client_->post_json("/tokenize", b.dump());
+    EXPECT_TRUE(t.is_ok() && t->status == 200) << (t.is_ok() ? t->body : t.status().to_string());
+    if (!t.is_ok()) return "";
+    return tokenizer_->decode(json::parse(t->body)["tokens"].get<std::vector<int32_t>>(), false);
+  }
+
   json post(const json& b, int expect_status = 200) {
     auto r = client_->post_json("/v1/chat/completions", b.dump());
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();

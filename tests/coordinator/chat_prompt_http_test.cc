@@ -17,26 +17,18 @@ class ChatPromptHttpTest : public ChatHttpTest {
     b["messages"].push_back({{"role", last_role}, {"content", last_text}});
     return b;
   }
-  // The prompt the server renders for `b` (/tokenize), as text.
-  std::string prompt(json b) {
-    b.erase("max_tokens");
-    auto t = client_->post_json("/tokenize", b.dump());
-    EXPECT_TRUE(t.is_ok() && t->status == 200) << (t.is_ok() ? t->body : t.status().to_string());
-    if (!t.is_ok()) return "";
-    return tokenizer_->decode(json::parse(t->body)["tokens"].get<std::vector<int32_t>>(), false);
-  }
 };
 
 TEST_F(ChatPromptHttpTest, ContinueFinalMessageEndsThePromptInsideIt) {
   start("qwen2.5-7b-instruct");
   const std::string cont = R"("continue_final_message": true)";
   // Qwen's template keeps content verbatim: the prompt ends with the message's last byte.
-  EXPECT_TRUE(prompt(chat("assistant", "The answer is", cont)).ends_with("<|im_start|>assistant\nThe answer is"))
-      << prompt(chat("assistant", "The answer is", cont));
-  EXPECT_TRUE(prompt(chat("assistant", "The answer is ", cont)).ends_with("assistant\nThe answer is "));
+  EXPECT_TRUE(rendered_prompt(chat("assistant", "The answer is", cont)).ends_with("<|im_start|>assistant\nThe answer is"))
+      << rendered_prompt(chat("assistant", "The answer is", cont));
+  EXPECT_TRUE(rendered_prompt(chat("assistant", "The answer is ", cont)).ends_with("assistant\nThe answer is "));
   // Without it, the turn is closed and a new one opened; add_generation_prompt false closes it only.
-  EXPECT_TRUE(prompt(chat("assistant", "The answer is", "")).ends_with("The answer is<|im_end|>\n<|im_start|>assistant\n"));
-  EXPECT_TRUE(prompt(chat("assistant", "The answer is", R"("add_generation_prompt": false)")).ends_with("The answer is<|im_end|>\n"));
+  EXPECT_TRUE(rendered_prompt(chat("assistant", "The answer is", "")).ends_with("The answer is<|im_end|>\n<|im_start|>assistant\n"));
+  EXPECT_TRUE(rendered_prompt(chat("assistant", "The answer is", R"("add_generation_prompt": false)")).ends_with("The answer is<|im_end|>\n"));
   // The reply is the continuation alone.
   script("forty two");
   const json r = post(chat("assistant", "The answer is", cont));
@@ -47,7 +39,7 @@ TEST_F(ChatPromptHttpTest, ContinueFinalMessageEndsThePromptInsideIt) {
 // Gemma's template trims each message: the prompt ends at the trimmed text.
 TEST_F(ChatPromptHttpTest, ATemplateThatTrimsIsCutAtTheTrimmedText) {
   start("gemma-2-2b-it");
-  const std::string p = prompt(chat("assistant", "  The answer is  ", R"("continue_final_message": true)"));
+  const std::string p = rendered_prompt(chat("assistant", "  The answer is  ", R"("continue_final_message": true)"));
   EXPECT_TRUE(p.ends_with("<start_of_turn>model\nThe answer is")) << p;
 }
 

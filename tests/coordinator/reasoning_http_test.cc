@@ -169,14 +169,6 @@ class Qwen3ReasoningHttpTest : public ChatHttpTest {
     start_qwen3(dir);
   }
   std::vector<int32_t> ids(const std::string& text) const { return tokenizer_->encode(text, false); }
-  // The prompt the server renders for `b`, as text (/tokenize, decoded).
-  std::string rendered(json b) {
-    b.erase("max_tokens");
-    auto t = client_->post_json("/tokenize", b.dump());
-    EXPECT_TRUE(t.is_ok() && t->status == 200) << (t.is_ok() ? t->body : t.status().to_string());
-    if (!t.is_ok()) return "";
-    return tokenizer_->decode(json::parse(t->body)["tokens"].get<std::vector<int32_t>>(), false);
-  }
 };
 
 // Qwen3 opens its thoughts itself: <think> and </think> are single tokens of its vocabulary.
@@ -188,7 +180,7 @@ TEST_F(Qwen3ReasoningHttpTest, ThoughtsComeApartWithQwen3sTemplateAndTokenizer) 
   const std::vector<int32_t> open = ids("<think>"), close = ids("</think>");
   ASSERT_EQ(open.size(), 1u);
   ASSERT_EQ(close.size(), 1u);
-  EXPECT_TRUE(rendered(body()).ends_with("<|im_start|>assistant\n")) << rendered(body());
+  EXPECT_TRUE(rendered_prompt(body()).ends_with("<|im_start|>assistant\n")) << rendered_prompt(body());
 
   std::vector<int32_t> whole = ids("<think>" + thoughts + "</think>\n\n" + answer);
   model_.set_tokens(model_writing(whole, eos_));
@@ -215,7 +207,7 @@ TEST_F(Qwen3ReasoningHttpTest, ThoughtsComeApartWithQwen3sTemplateAndTokenizer) 
   EXPECT_EQ(split_stream.content, answer);
 
   const std::string off = R"("chat_template_kwargs": {"enable_thinking": false})";
-  EXPECT_TRUE(rendered(body(off)).ends_with("<think>\n\n</think>\n\n")) << rendered(body(off));
+  EXPECT_TRUE(rendered_prompt(body(off)).ends_with("<think>\n\n</think>\n\n")) << rendered_prompt(body(off));
   model_.set_tokens(model_writing(ids(answer), eos_));
   const json plain = post(body(off))["choices"][0];
   EXPECT_FALSE(plain["message"].contains("reasoning_content")) << plain;
@@ -235,11 +227,11 @@ TEST_F(Qwen3ReasoningHttpTest, AReplyEchoedBackKeepsItsThoughtsWhereTheTemplateD
   ASSERT_EQ(reply["reasoning_content"], thoughts) << reply;
   json b = body();
   b["messages"].push_back(reply);
-  EXPECT_TRUE(rendered(b).ends_with("<|im_start|>assistant\n<think>\nThe user asks about Paris.\n</think>\n\n"
+  EXPECT_TRUE(rendered_prompt(b).ends_with("<|im_start|>assistant\n<think>\nThe user asks about Paris.\n</think>\n\n"
                                     "Paris is sunny.<|im_end|>\n<|im_start|>assistant\n"))
-      << rendered(b);
+      << rendered_prompt(b);
   b["messages"].push_back({{"role", "user"}, {"content", "And tomorrow?"}});
-  const std::string later = rendered(b);
+  const std::string later = rendered_prompt(b);
   EXPECT_EQ(later.find("asks about Paris"), std::string::npos) << later;
   EXPECT_NE(later.find("<|im_start|>assistant\nParis is sunny.<|im_end|>"), std::string::npos) << later;
 }
