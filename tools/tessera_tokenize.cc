@@ -53,8 +53,8 @@ tessera::StatusOr<std::vector<int32_t>> parse_ids(const std::string& list) {
 
 // --chat-file: the conversation (POST /tokenize's "messages" body: messages, tools,
 // add_generation_prompt, continue_final_message, chat_template_kwargs) read as the server
-// reads a request, rendered
-// with the chat template `setting` (server.chat_template's values) as the server renders it.
+// reads a request, rendered with the chat template `setting` (server.chat_template's values)
+// as the server renders it.
 tessera::StatusOr<std::string> render_chat(const tessera::Tokenizer& tok, const std::string& chat_file,
                                            const std::string& setting) {
   TESSERA_ASSIGN_OR_RETURN(std::string text, tessera::read_input_file(chat_file, "--chat-file", size_t{64} << 20));
@@ -103,8 +103,8 @@ int tokenize_main(int argc, char** argv) {
   auto* decode_opt = app.add_option("--decode", decode_list, "comma-separated ids to decode");
   auto* chat_opt = app.add_option("--chat-file", chat_file,
                                   "render this conversation with the chat template and encode it, as POST /tokenize "
-                                  "does with messages: a JSON object with messages [, tools, add_generation_prompt, continue_final_message "
-                                  "(default true), chat_template_kwargs]");
+                                  "does with messages: a JSON object with messages [, tools, add_generation_prompt (default true), "
+                                  "continue_final_message, chat_template_kwargs]");
   auto* template_opt = app.add_option("--chat-template", chat_template,
                                       "with --chat-file: the template, as server.chat_template takes it (llama2, "
                                       "chatml, or a file holding the template; default: the tokenizer's)");

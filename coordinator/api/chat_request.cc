@@ -294,6 +294,9 @@ bool read_chat_messages_and_tools(const ojson& body, ChatRequestParts* out, ApiE
   return true;
 }
 
+// Python's str.strip() set for ASCII: what continue_final_message trims from the final message.
+constexpr const char* kStripped = " \t\n\r\f\v";
+
 bool read_generation_prompt_fields(const ojson& body, ChatRequestParts* out, ApiError* error) {
   bool generation_prompt = true;
   for (const auto& [key, field] : {std::pair<const char*, bool*>{"add_generation_prompt", &generation_prompt},
@@ -310,8 +313,8 @@ bool read_generation_prompt_fields(const ojson& body, ChatRequestParts* out, Api
     generation_prompt = false;  // vLLM's clients send continue_final_message alone
     const ojson& last = out->context["messages"].back();
     const auto content = last.find("content");
-    if (content == last.end() || !content->is_string() || content->get<std::string>().find_first_not_of(" \t\n\r") ==
-                                                              std::string::npos)
+    if (content == last.end() || !content->is_string() ||
+        content->get_ref<const std::string&>().find_first_not_of(kStripped) == std::string::npos)
       return fail(error, "continue_final_message", "true needs a final message with text to continue");
   }
   out->context["add_generation_prompt"] = generation_prompt;
@@ -320,8 +323,8 @@ bool read_generation_prompt_fields(const ojson& body, ChatRequestParts* out, Api
 
 bool cut_after_final_message(const ojson& context, std::string* rendered, ApiError* error) {
   const std::string& final_text = context["messages"].back()["content"].get_ref<const std::string&>();
-  const size_t first = final_text.find_first_not_of(" \t\n\r\f\v");
-  const size_t last = final_text.find_last_not_of(" \t\n\r\f\v");
+  const size_t first = final_text.find_first_not_of(kStripped);  // read_generation_prompt_fields: not all stripped
+  const size_t last = final_text.find_last_not_of(kStripped);
   const std::string stripped = final_text.substr(first, last - first + 1);
   const size_t at = rendered->rfind(stripped);
   if (at == std::string::npos)

@@ -80,9 +80,9 @@ bool tokenize_body(const ApiContext& ctx, const std::string& body, std::string* 
     }
     // As chat completions read them (coordinator/api/chat_request.h), key order kept.
     ChatRequestParts parts;
-    if (!read_chat_messages_and_tools(nlohmann::ordered_json::parse(body, nullptr, false), &parts, error))
-      return false;
-    if (!read_generation_prompt_fields(nlohmann::ordered_json::parse(body, nullptr, false), &parts, error)) return false;
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (!read_chat_messages_and_tools(ordered, &parts, error)) return false;
+    if (!read_generation_prompt_fields(ordered, &parts, error)) return false;
     // The template carries BOS itself, so vLLM's default adds no special tokens.
     bool special = false;
     if (!read_bool(j, "add_special_tokens", &special, error)) return false;

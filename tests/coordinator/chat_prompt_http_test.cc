@@ -48,6 +48,7 @@ TEST_F(ChatPromptHttpTest, WrongValuesAre400sNamingTheField) {
   const std::vector<std::pair<std::string, json>> cases = {
       {"continue_final_message", chat("assistant", "x", R"("continue_final_message": true, "add_generation_prompt": true)")},
       {"continue_final_message", chat("assistant", " \n", R"("continue_final_message": true)")},
+      {"continue_final_message", chat("assistant", "\f\v", R"("continue_final_message": true)")},
       {"continue_final_message", chat("assistant", "x", R"("continue_final_message": "yes")")},
       {"add_generation_prompt", chat("user", "x", R"("add_generation_prompt": 1)")},
   };

@@ -1,6 +1,5 @@
 #include "coordinator/api/grammars/marker_free_text.h"
 
-#include <string>
 #include <vector>
 
 namespace tessera::structured {
@@ -36,6 +35,12 @@ Node text_without(GrammarBuilder& g, std::string_view marker) {
   const int text = g.new_rule("marker_free_text");
   g.define(text, g.star(g.alt(std::move(items))));
   return g.seq({g.ref(text), g.ref(run)});
+}
+
+ByteSet json_whitespace() {
+  ByteSet ws;
+  for (char c : {' ', '\t', '\n', '\r'}) ws.set(static_cast<uint8_t>(c));
+  return ws;
 }
 
 Node any_text(GrammarBuilder& g) {

@@ -23,4 +23,8 @@ GrammarBuilder::Node text_not_starting_with(GrammarBuilder& g, std::string_view 
 // Any bytes.
 GrammarBuilder::Node any_text(GrammarBuilder& g);
 
+// JSON's whitespace bytes (space, tab, newline, carriage return): what may stand between the
+// thoughts and an answer, and before a llama3_json call.
+ByteSet json_whitespace();
+
 }  // namespace tessera::structured

@@ -14,11 +14,7 @@ constexpr std::string_view kClose = "</think>";
 // Thoughts, then "</think>": any bytes in which "</think>" does not occur, then that marker.
 Node thoughts_then_close(GrammarBuilder& g) { return g.seq({text_without(g, kClose), g.literal(kClose)}); }
 
-Node whitespace(GrammarBuilder& g) {
-  ByteSet ws;
-  for (char c : {' ', '\t', '\n', '\r'}) ws.set(static_cast<uint8_t>(c));
-  return g.star(g.bytes(ws));
-}
+Node whitespace(GrammarBuilder& g) { return g.star(g.bytes(json_whitespace())); }
 
 }  // namespace
 

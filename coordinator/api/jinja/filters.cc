@@ -50,7 +50,6 @@ Value key_of(const Value& item, const Value& attribute, bool case_sensitive) {
   return sort_key(attribute.is_none() ? item : attribute_path(item, attribute), case_sensitive);
 }
 
-
 // The leading part of `s` Python's int()/float() accept, after stripping whitespace.
 std::optional<int64_t> parse_int(const std::string& text, int base) {
   std::string s = python_strip(text, nullptr, true, true);

@@ -53,12 +53,6 @@ bool strict(const ojson& function) {
   return s != function.end() && s->is_boolean() && s->get<bool>();
 }
 
-ByteSet json_whitespace() {
-  ByteSet ws;
-  for (char c : {' ', '\t', '\n', '\r'}) ws.set(static_cast<uint8_t>(c));
-  return ws;
-}
-
 // Content around calls held to their grammar (`calls`: the calls' text, marker included). For
 // the formats whose calls start with a marker, the content may not hold it, and the calls
 // come once (mistral: one array) or between stretches of content (hermes: one block each);
@@ -69,8 +63,8 @@ Node content_with_calls(GrammarBuilder& g, ToolCallFormat format, const CallText
     ByteSet first;
     first.set();
     first.reset('{');
-    first &= ~json_whitespace();
-    const Node content = g.seq({g.star(g.bytes(json_whitespace())), structured::text_not_starting_with(g, text.marker, first)});
+    first &= ~structured::json_whitespace();
+    const Node content = g.seq({g.star(g.bytes(structured::json_whitespace())), structured::text_not_starting_with(g, text.marker, first)});
     return g.alt({g.ref(calls), content});
   }
   const int free = g.new_rule("content");
